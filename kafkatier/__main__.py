@@ -1,0 +1,5 @@
+import sys
+
+from kafkatier.cli.main import main
+
+sys.exit(main())

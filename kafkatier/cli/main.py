@@ -1,0 +1,58 @@
+"""``kafkatier`` console script.
+
+Each sub-command lives in its own module under ``kafkatier.cli`` and exposes ``register(subparsers)``, which
+adds its parser and sets ``func(args) -> int``.  Usage errors and bad input files exit with status 2 and a
+one-line message on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kafkatier import __version__, logsetup
+
+# (module, ...) in the order they appear in --help.
+COMMAND_MODULES = (
+    "demo", "zookeeper", "broker", "cluster", "topics", "configs", "produce", "consume",
+    "tiered", "delete_records", "log_dirs",
+)
+
+
+class UsageError(Exception):
+    """A bad argument or input file: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafkatier", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kafkatier {__version__}")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(f"kafkatier.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"kafkatier.cli.{name}":
+                continue  # command not built yet
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logsetup.configure(args.log_level)
+    try:
+        rc = args.func(args)
+    except UsageError as e:
+        print(f"kafkatier {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""``kafkatier zookeeper start|stop|shell``: run the embedded ZooKeeper and ZooKeeper's own CLI (zkCli)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kafkatier.cli.main import UsageError
+from kafkatier.logsetup import get_logger
+from kafkatier.zk import embedded
+from kafkatier.zk.embedded import CLI_MAIN, DEFAULT_TICK_MS, EmbeddedZooKeeper, EmbeddedZooKeeperError
+
+log = get_logger("zookeeper")
+
+SHELL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("zookeeper", help="run the embedded ZooKeeper, or its shell (zkCli)",
+                                   description=__doc__)
+    sub = parser.add_subparsers(dest="zk_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    start = sub.add_parser("start", help="start a ZooKeeper server (foreground unless --detach)")
+    start.add_argument("--port", type=int, default=2181, help="client port on 127.0.0.1 (0 = any free port; "
+                                                               "default 2181)")
+    start.add_argument("--data-dir", required=True, help="directory for zoo.cfg, logs, pid file and data")
+    start.add_argument("--detach", action="store_true",
+                       help="return once the server serves, leaving it running; prints the connect string")
+    start.add_argument("--tick-time-ms", type=int, default=DEFAULT_TICK_MS,
+                       help=f"ZooKeeper tickTime (default {DEFAULT_TICK_MS})")
+    start.add_argument("--max-session-timeout-ms", type=int, default=60_000,
+                       help="largest session timeout the server grants (default 60000)")
+    start.add_argument("--wait-timeout", type=float, default=60.0,
+                       help="seconds to wait for the server to serve (default 60)")
+    start.set_defaults(func=_start)
+
+    stop = sub.add_parser("stop", help="stop the server running from a data directory")
+    stop.add_argument("--data-dir", required=True)
+    stop.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL (default 10)")
+    stop.set_defaults(func=_stop)
+
+    shell = sub.add_parser("shell", help="ZooKeeper's own CLI (org.apache.zookeeper.ZooKeeperMain)",
+                           description="Runs zkCli against --zookeeper; with no command it is interactive. "
+                                       "Example: kafkatier zookeeper shell --zookeeper 127.0.0.1:2181 "
+                                       "get /controller")
+    shell.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]")
+    shell.add_argument("cmd", nargs=argparse.REMAINDER, help="zkCli command and arguments, e.g. ls /brokers/ids")
+    shell.set_defaults(func=_shell)
+
+
+def _fail(error: Exception) -> int:
+    text = str(error)
+    print(text if text.startswith("kafkatier") else f"kafkatier zookeeper: {text}", file=sys.stderr)
+    return 1
+
+
+def _data_dir(value: str) -> Path:
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--data-dir {value} exists and is not a directory")
+    return path
+
+
+def _start(args: argparse.Namespace) -> int:
+    if not 0 <= args.port < 65536:
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    if args.tick_time_ms <= 0:
+        raise UsageError(f"--tick-time-ms must be positive, got {args.tick_time_ms}")
+    server = EmbeddedZooKeeper(_data_dir(args.data_dir), port=args.port, tick_time_ms=args.tick_time_ms,
+                               max_session_timeout_ms=args.max_session_timeout_ms)
+    if args.detach:
+        try:
+            server.start_detached(wait_timeout=args.wait_timeout)
+        except EmbeddedZooKeeperError as e:
+            return _fail(e)
+        print(server.connect_string, flush=True)
+        return 0
+    return _run_foreground(server, args.wait_timeout)
+
+
+def _run_foreground(server: EmbeddedZooKeeper, wait_timeout: float) -> int:
+    """Serve until SIGTERM/SIGINT (forwarded to java as SIGTERM) or until java exits."""
+    stopping = False
+
+    def on_signal(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+        server.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            server.start(wait_timeout=wait_timeout)
+        except EmbeddedZooKeeperError as e:
+            return 0 if stopping else _fail(e)
+        if stopping:  # the signal came before java was spawned
+            server.stop()
+            return 0
+        print(server.connect_string, flush=True)
+        log.info("serving in the foreground; stop with Ctrl-C, SIGTERM or "
+                 "`kafkatier zookeeper stop --data-dir %s` (log: %s)", server.data_dir, server.log_path)
+        rc = server.wait()
+        log.info("ZooKeeper exited rc=%s", rc)
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopping or rc in (0, 143, -signal.SIGTERM):
+        return 0
+    print(f"kafkatier zookeeper: the server exited with status {rc}; see {server.log_path}", file=sys.stderr)
+    return 1
+
+
+def _stop(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        print("No zookeeper server to stop", file=sys.stderr)
+        return 1
+    pid = embedded.stop_data_dir(data_dir, timeout=args.timeout)
+    if pid is None:
+        print("No zookeeper server to stop", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _shell(args: argparse.Namespace) -> int:
+    try:
+        embedded.parse_connect_string(args.zookeeper)
+    except ValueError as e:
+        raise UsageError(f"--zookeeper: {e}") from None
+    cmd = list(args.cmd)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    with tempfile.TemporaryDirectory(prefix="kafkatier-zkcli-") as tmp:
+        log_config = Path(tmp) / "log4j2.xml"
+        log_config.write_text(embedded.log4j2_xml(None, level="ERROR"))
+        try:
+            argv = embedded.java_command(CLI_MAIN, ["-server", args.zookeeper, *cmd], log_config=log_config,
+                                         jvm_opts=SHELL_JVM_OPTS)
+        except EmbeddedZooKeeperError as e:
+            return _fail(e)
+        # Ctrl-C belongs to the shell (same process group); we only wait for it.  A no-op handler rather than
+        # SIG_IGN: an ignored signal stays ignored across exec, and java would then keep it ignored.
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+        try:
+            return subprocess.call(argv)
+        finally:
+            signal.signal(signal.SIGINT, previous)

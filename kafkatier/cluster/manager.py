@@ -1,0 +1,269 @@
+"""ClusterManager: start, stop and restart a local cluster (embedded ZooKeeper + broker processes) described by
+``<data-dir>/cluster.json``::
+
+    {"zookeeper": "127.0.0.1:PORT", "bootstrap_servers": "127.0.0.1:P1,...", "zookeeper_pid": PID or null,
+     "brokers": [{"id": 1, "port": P1, "pid": PID, "log_dirs": [...], "args": [...]}], ...}
+
+Broker processes are started in their own session, so they outlive a ``--detach``-ed ``cluster up``; logs go
+to ``<data-dir>/logs/broker-<id>.log`` and a metrics snapshot to ``<data-dir>/status/broker-<id>.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import attrs
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.waiting import wait_for
+
+log = get_logger("cluster")
+
+CLUSTER_FILE = "cluster.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def atomic_write_json(path: str, obj) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+@attrs.define
+class BrokerSpec:
+    id: int
+    port: int
+    log_dirs: list[str]
+    pid: int | None = None
+    args: list[str] = attrs.field(factory=list)
+
+
+class ClusterManager:
+    def __init__(self, data_dir: str):
+        self.data_dir = os.path.abspath(data_dir)
+        self.state: dict = {}
+        self._procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def cluster_file(self) -> str:
+        return os.path.join(self.data_dir, CLUSTER_FILE)
+
+    # --- state ----------------------------------------------------------------------------------------------
+    def load(self) -> dict:
+        from kafkatier.cli.main import UsageError
+        try:
+            with open(self.cluster_file) as f:
+                self.state = json.load(f)
+        except FileNotFoundError:
+            raise UsageError(f"no cluster at {self.data_dir} ({CLUSTER_FILE} not found)") from None
+        except (json.JSONDecodeError, OSError) as e:
+            raise UsageError(f"cannot read {self.cluster_file}: {e}") from None
+        if not isinstance(self.state, dict) or "brokers" not in self.state or "zookeeper" not in self.state:
+            raise UsageError(f"{self.cluster_file} is not a kafkatier cluster file")
+        return self.state
+
+    def save(self) -> None:
+        atomic_write_json(self.cluster_file, self.state)
+
+    @property
+    def zookeeper(self) -> str:
+        return self.state["zookeeper"]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.state["bootstrap_servers"]
+
+    def broker(self, broker_id: int) -> dict:
+        for b in self.state["brokers"]:
+            if b["id"] == broker_id:
+                return b
+        from kafkatier.cli.main import UsageError
+        raise UsageError(f"broker {broker_id} is not part of the cluster in {self.data_dir}")
+
+    # --- up / down ------------------------------------------------------------------------------------------
+    def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
+           session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
+           first_broker_id: int = 1) -> dict:
+        os.makedirs(os.path.join(self.data_dir, "logs"), exist_ok=True)
+        os.makedirs(os.path.join(self.data_dir, "status"), exist_ok=True)
+        remote = os.path.join(self.data_dir, "remote-storage")
+        os.makedirs(remote, exist_ok=True)
+        zk_pid = None
+        if zookeeper is None:
+            from kafkatier.zk.embedded import EmbeddedZooKeeper
+            zk = EmbeddedZooKeeper(data_dir=os.path.join(self.data_dir, "zookeeper"), port=0)
+            zk.start_detached()
+            zookeeper, zk_pid = zk.connect_string, zk.pid
+            log.info("embedded ZooKeeper started %s", kv(connect=zookeeper, pid=zk_pid))
+        specs = []
+        for i in range(brokers):
+            bid = first_broker_id + i
+            dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}") for j in range(log_dirs_per_broker)]
+            port = free_port()
+            args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs), "--port", str(port),
+                    "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
+                    "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
+            for k, v in (overrides or {}).items():
+                args += ["--override", f"{k}={v}"]
+            specs.append(BrokerSpec(bid, port, dirs, None, args))
+        self.state = {
+            "zookeeper": zookeeper,
+            "bootstrap_servers": ",".join(f"127.0.0.1:{s.port}" for s in specs),
+            "brokers": [attrs.asdict(s) for s in specs],
+            "zookeeper_pid": zk_pid,
+            "remote_storage_dir": remote,
+            "data_dir": self.data_dir,
+        }
+        self.save()
+        for s in specs:
+            self.start_broker(s.id, wait=False)
+        self.wait_until_ready(timeout=timeout)
+        return self.state
+
+    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> int:
+        b = self.broker(broker_id)
+        if pid_alive(b.get("pid")):
+            from kafkatier.cli.main import UsageError
+            raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
+        for d in b["log_dirs"]:
+            os.makedirs(d, exist_ok=True)
+        logf = open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), "ab")
+        env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
+                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        logf.close()
+        self._procs[broker_id] = proc
+        b["pid"] = proc.pid
+        self.save()
+        log.info("broker started %s", kv(id=broker_id, pid=proc.pid, port=b["port"]))
+        if wait:
+            self.wait_for_brokers([broker_id], timeout=timeout)
+        return proc.pid
+
+    def _zk(self):
+        from kafkatier.zk.client import start_client
+        return start_client(self.zookeeper, timeout=10.0, connect_timeout=30.0)
+
+    def wait_for_brokers(self, ids, timeout: float = 60.0, need_controller: bool = False) -> None:
+        zk = self._zk()
+        try:
+            def ready():
+                self._check_processes(ids)
+                have = set(zk.get_children("/brokers/ids")) if zk.exists("/brokers/ids") else set()
+                ok = {str(i) for i in ids} <= have
+                if ok and need_controller:
+                    ok = zk.exists("/controller") is not None
+                return ok
+            wait_for(ready, timeout, interval=0.1, message=f"brokers {sorted(ids)} to register")
+        finally:
+            zk.stop()
+            zk.close()
+
+    def _check_processes(self, ids) -> None:
+        for i in ids:
+            p = self._procs.get(i)
+            if p is not None and p.poll() is not None:
+                tail = self.log_tail(i)
+                raise RuntimeError(f"broker {i} exited with status {p.returncode} during start-up; last log lines:\n{tail}")
+
+    def log_tail(self, broker_id: int, lines: int = 20) -> str:
+        try:
+            with open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_until_ready(self, timeout: float = 90.0) -> None:
+        self.wait_for_brokers([b["id"] for b in self.state["brokers"]], timeout=timeout, need_controller=True)
+
+    def stop_broker(self, broker_id: int, kill: bool = False, timeout: float = 30.0) -> None:
+        b = self.broker(broker_id)
+        pid = b.get("pid")
+        if not pid_alive(pid):
+            return
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        proc = self._procs.pop(broker_id, None)
+        try:
+            wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), timeout,
+                     message=f"broker {broker_id} to stop")
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), 10,
+                     message=f"broker {broker_id} to die")
+        log.info("broker stopped %s", kv(id=broker_id, pid=pid, signal="KILL" if kill else "TERM"))
+
+    def kill_broker(self, broker_id: int) -> None:
+        self.stop_broker(broker_id, kill=True)
+
+    def down(self, timeout: float = 30.0) -> None:
+        for b in self.state.get("brokers", []):
+            pid = b.get("pid")
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for b in self.state.get("brokers", []):
+            pid = b.get("pid")
+            proc = self._procs.pop(b["id"], None)
+            try:
+                wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid),
+                         max(0.1, deadline - time.monotonic()), message=f"broker {b['id']} to stop")
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+        zk_pid = self.state.get("zookeeper_pid")
+        if zk_pid:
+            from kafkatier.zk.embedded import stop_pid
+            stop_pid(zk_pid)
+            log.info("embedded ZooKeeper stopped %s", kv(pid=zk_pid))
+        for b in self.state.get("brokers", []):
+            b["pid"] = None
+        self.state["zookeeper_pid"] = None
+        if os.path.exists(self.cluster_file):
+            self.save()
+
+    def status(self) -> dict:
+        out = {"zookeeper": self.zookeeper, "bootstrap_servers": self.bootstrap_servers, "brokers": []}
+        for b in self.state["brokers"]:
+            entry = {"id": b["id"], "port": b["port"], "pid": b.get("pid"), "alive": pid_alive(b.get("pid"))}
+            try:
+                with open(os.path.join(self.data_dir, "status", f"broker-{b['id']}.json")) as f:
+                    entry["status"] = json.load(f)
+            except (OSError, json.JSONDecodeError):
+                entry["status"] = None
+            out["brokers"].append(entry)
+        return out

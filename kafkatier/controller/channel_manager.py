@@ -1,0 +1,243 @@
+"""ControllerChannelManager: controller -> broker control requests carried by ZooKeeper.
+
+Layout (per broker, created by the broker at start-up and by the controller if missing)::
+
+    /kafkatier/control/<brokerId>/requests/request_NNNNNNNNNN    PERSISTENT_SEQUENTIAL, written by the controller
+    /kafkatier/control/<brokerId>/responses/request_NNNNNNNNNN   PERSISTENT, written by the broker (same name)
+
+Every request znode is written with a transaction fenced by ``/controller_epoch`` and carries the controller
+epoch and the target's broker epoch (``zk_schemas/control_request.json``).  The broker watches its ``requests``
+children, applies them in sequence order and writes the answer under ``responses`` with the same name.  The
+controller's per-broker send thread then reads the answer, deletes both znodes (fenced) and runs the callback.
+
+Kafka's channel properties are kept: per-broker FIFO, one request in flight per broker, retried until answered
+or the broker is removed, the queue dropped on broker removal or resignation, callbacks only enqueue events.
+A new controller deletes whatever it finds in the queues before it sends anything.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import attrs
+import tenacity
+from kazoo.exceptions import NoNodeError, NodeExistsError
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import ControllerMovedError
+
+log = get_logger("controller.channel")
+
+ResponseCallback = Callable[[codecs.ControlResponse], None]
+
+
+@attrs.define
+class QueuedRequest:
+    api_key: int
+    api_name: str
+    api_version: int
+    body: dict
+    callback: ResponseCallback | None
+    enqueued_at: float = attrs.field(factory=time.monotonic)
+
+
+class _Stopped(Exception):
+    pass
+
+
+class RequestSendThread(threading.Thread):
+    def __init__(self, manager: "ControllerChannelManager", broker_id: int, broker_epoch: int):
+        super().__init__(name=f"Controller-{manager.controller_id}-to-broker-{broker_id}-send-thread", daemon=True)
+        self.manager = manager
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.queue: "queue.Queue[QueuedRequest]" = queue.Queue()
+        self.stopped = threading.Event()
+        self.in_flight: str | None = None
+
+    def shutdown(self) -> None:
+        self.stopped.set()
+        self.queue.put(None)  # type: ignore[arg-type]
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            item = self.queue.get()
+            if item is None or self.stopped.is_set():
+                return
+            try:
+                response = self._send_until_answered(item)
+            except _Stopped:
+                return
+            except ControllerMovedError as e:
+                log.warning("fenced while sending to broker %s: %s", self.broker_id, e)
+                self.manager.on_controller_moved(e)
+                return
+            except Exception:  # noqa: BLE001
+                log.exception("send thread for broker %s failed; request dropped %s", self.broker_id,
+                              kv(api=item.api_name))
+                continue
+            self.manager.metrics_record(self.broker_id, item, response)
+            if item.callback is not None:
+                try:
+                    item.callback(response)
+                except Exception:  # noqa: BLE001
+                    log.exception("response callback failed %s", kv(broker=self.broker_id, api=item.api_name))
+
+    def _send_until_answered(self, item: QueuedRequest) -> codecs.ControlResponse:
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(TimeoutError),
+            stop=lambda rs: self.stopped.is_set(),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+            before_sleep=lambda rs: log.info("no answer; resending %s", kv(
+                broker=self.broker_id, api=item.api_name, attempt=rs.attempt_number)),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._send_once(item)
+        except TimeoutError:
+            raise _Stopped() from None
+        raise _Stopped()
+
+    def _send_once(self, item: QueuedRequest) -> codecs.ControlResponse:
+        mgr = self.manager
+        if self.stopped.is_set():
+            raise _Stopped()
+        request = codecs.ControlRequest(
+            api_key=item.api_key, api_version=item.api_version, api_name=item.api_name,
+            controller_id=mgr.controller_id, controller_epoch=mgr.controller_epoch(),
+            broker_epoch=self.broker_epoch, body=item.body)
+        created = mgr.writer().create(paths.control_requests(self.broker_id) + "/" + paths.REQUEST_PREFIX,
+                                      request.encode(), sequence=True)
+        name = created.rsplit("/", 1)[1]
+        self.in_flight = name
+        response_path = paths.control_responses(self.broker_id) + "/" + name
+        arrived = threading.Event()
+        deadline = time.monotonic() + mgr.request_timeout_s
+        data = None
+        while not self.stopped.is_set():
+            arrived.clear()
+            try:
+                stat = mgr.zk.exists(response_path, watch=lambda ev: arrived.set())
+                if stat is not None:
+                    data, _ = mgr.zk.get(response_path)
+                    break
+            except NoNodeError:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._cleanup(name)
+                self.in_flight = None
+                raise TimeoutError(f"no response from broker {self.broker_id} to {name}")
+            # The watch wakes us up; the bounded wait only covers a watch lost with the connection.
+            arrived.wait(min(remaining, 1.0))
+        if self.stopped.is_set():
+            raise _Stopped()
+        self._cleanup(name)
+        self.in_flight = None
+        try:
+            return codecs.ControlResponse.decode(data)
+        except codecs.MalformedZNodeError as e:
+            log.warning("malformed response skipped %s", kv(broker=self.broker_id, node=name, reason=e))
+            raise TimeoutError(str(e)) from e
+
+    def _cleanup(self, name: str) -> None:
+        w = self.manager.writer()
+        for p in (paths.control_responses(self.broker_id) + "/" + name,
+                  paths.control_requests(self.broker_id) + "/" + name):
+            try:
+                w.delete(p)
+            except NoNodeError:
+                pass
+
+
+class ControllerChannelManager:
+    def __init__(self, zk, controller_id: int, writer: Callable[[], object], controller_epoch: Callable[[], int],
+                 on_controller_moved: Callable[[Exception], None], request_timeout_s: float = 30.0):
+        self.zk = zk
+        self.controller_id = controller_id
+        self.writer = writer
+        self.controller_epoch = controller_epoch
+        self.on_controller_moved = on_controller_moved
+        self.request_timeout_s = request_timeout_s
+        self._threads: dict[int, RequestSendThread] = {}
+        self._lock = threading.Lock()
+        self.metrics: dict[str, dict] = {}
+
+    def startup(self, brokers: dict[int, int]) -> None:
+        """``brokers``: id -> broker epoch.  Clears every stale queue first."""
+        self.clear_stale_queues()
+        for b, epoch in brokers.items():
+            self.add_broker(b, epoch)
+
+    def clear_stale_queues(self) -> None:
+        try:
+            ids = self.zk.get_children(paths.CONTROL_ROOT)
+        except NoNodeError:
+            return
+        w = self.writer()
+        for b in ids:
+            for sub in ("responses", "requests"):
+                parent = f"{paths.CONTROL_ROOT}/{b}/{sub}"
+                try:
+                    children = self.zk.get_children(parent)
+                except NoNodeError:
+                    continue
+                for c in children:
+                    try:
+                        w.delete(f"{parent}/{c}")
+                    except NoNodeError:
+                        pass
+                if children:
+                    log.info("cleared stale control queue %s", kv(path=parent, nodes=len(children)))
+
+    def add_broker(self, broker_id: int, broker_epoch: int) -> None:
+        with self._lock:
+            if broker_id in self._threads:
+                return
+            for sub in (paths.control_requests(broker_id), paths.control_responses(broker_id)):
+                try:
+                    self.zk.ensure_path(sub)
+                except NodeExistsError:
+                    pass
+            t = RequestSendThread(self, broker_id, broker_epoch)
+            self._threads[broker_id] = t
+            t.start()
+
+    def remove_broker(self, broker_id: int) -> None:
+        with self._lock:
+            t = self._threads.pop(broker_id, None)
+        if t:
+            t.shutdown()
+
+    def send(self, broker_id: int, api_key: int, api_name: str, api_version: int, body: dict,
+             callback: ResponseCallback | None = None) -> bool:
+        with self._lock:
+            t = self._threads.get(broker_id)
+        if t is None:
+            log.warning("not sending %s to broker %s: not registered in the channel manager", api_name, broker_id)
+            return False
+        t.queue.put(QueuedRequest(api_key, api_name, api_version, body, callback))
+        return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            threads = list(self._threads.values())
+            self._threads.clear()
+        for t in threads:
+            t.shutdown()
+
+    def queue_sizes(self) -> dict[int, int]:
+        with self._lock:
+            return {b: t.queue.qsize() + (1 if t.in_flight else 0) for b, t in self._threads.items()}
+
+    def metrics_record(self, broker_id: int, item: QueuedRequest, response: codecs.ControlResponse) -> None:
+        m = self.metrics.setdefault(item.api_name, {"sent": 0, "errors": 0, "latency_ms_max": 0.0})
+        m["sent"] += 1
+        if response.error_code:
+            m["errors"] += 1
+        m["latency_ms_max"] = max(m["latency_ms_max"], (time.monotonic() - item.enqueued_at) * 1000)

@@ -1,0 +1,199 @@
+"""ControllerContext: the active controller's in-memory view, rebuilt from ZooKeeper at every failover.
+
+Nothing here is durable: ZooKeeper is the only durable state.
+"""
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+
+import attrs
+
+
+@attrs.frozen(order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@attrs.frozen(order=True)
+class PartitionAndReplica:
+    tp: TopicPartition
+    replica: int
+
+    def __str__(self) -> str:
+        return f"{self.tp}-{self.replica}"
+
+
+@attrs.frozen
+class ReplicaAssignment:
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+
+@attrs.frozen
+class LeaderAndIsr:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    partition_epoch: int  # the state znode's zkVersion
+    leader_recovery_state: int = 0
+
+    NO_LEADER = -1
+    LEADER_DURING_DELETE = -2
+    EPOCH_DURING_DELETE = -2
+    NO_EPOCH = -1
+
+
+@attrs.frozen
+class BrokerInfo:
+    id: int
+    host: str
+    port: int
+    epoch: int  # czxid of /brokers/ids/{id}
+    endpoints: tuple[str, ...] = ()
+    rack: str | None = None
+
+
+class ReplicaState(enum.Enum):
+    NEW = "NewReplica"
+    ONLINE = "OnlineReplica"
+    OFFLINE = "OfflineReplica"
+    DELETION_STARTED = "ReplicaDeletionStarted"
+    DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
+    DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
+    NON_EXISTENT = "NonExistentReplica"
+
+
+class PartitionState(enum.Enum):
+    NEW = "NewPartition"
+    ONLINE = "OnlinePartition"
+    OFFLINE = "OfflinePartition"
+    NON_EXISTENT = "NonExistentPartition"
+
+
+class ControllerContext:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.epoch = 0
+        self.epoch_zk_version = 0
+        self.live_brokers: dict[int, BrokerInfo] = {}
+        self.shutting_down_broker_ids: set[int] = set()
+        self.all_topics: set[str] = set()
+        self.topic_ids: dict[str, str] = {}
+        self.partition_assignments: dict[str, dict[int, ReplicaAssignment]] = defaultdict(dict)
+        self.partition_leadership: dict[TopicPartition, LeaderAndIsr] = {}
+        self.partition_states: dict[TopicPartition, PartitionState] = {}
+        self.replica_states: dict[PartitionAndReplica, ReplicaState] = {}
+        self.replicas_on_offline_dirs: dict[int, set[TopicPartition]] = defaultdict(set)
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        # Topic deletion
+        self.topics_to_be_deleted: set[str] = set()
+        self.topics_with_deletion_started: set[str] = set()
+        self.topics_ineligible_for_deletion: set[str] = set()
+
+    # --- brokers -------------------------------------------------------------------------------------------
+    @property
+    def live_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def live_or_shutting_down_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    def live_broker_epoch(self, broker_id: int) -> int:
+        b = self.live_brokers.get(broker_id)
+        return b.epoch if b else -1
+
+    def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
+        return (broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+                and tp not in self.replicas_on_offline_dirs.get(broker_id, ()))
+
+    # --- topics and partitions ------------------------------------------------------------------------------
+    def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.partition_assignments.get(topic, {}))]
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [tp for t in sorted(self.partition_assignments) for tp in self.partitions_for_topic(t)]
+
+    def assignment(self, tp: TopicPartition) -> ReplicaAssignment | None:
+        return self.partition_assignments.get(tp.topic, {}).get(tp.partition)
+
+    def partition_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        a = self.assignment(tp)
+        return a.replicas if a else ()
+
+    def update_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self.partition_assignments[tp.topic][tp.partition] = assignment
+
+    def replicas_for_topic(self, topic: str) -> set[PartitionAndReplica]:
+        return {PartitionAndReplica(tp, r) for tp in self.partitions_for_topic(topic) for r in self.partition_replicas(tp)}
+
+    def replicas_on_brokers(self, broker_ids: set[int]) -> set[PartitionAndReplica]:
+        out = set()
+        for tp in self.all_partitions():
+            for r in self.partition_replicas(tp):
+                if r in broker_ids:
+                    out.add(PartitionAndReplica(tp, r))
+        return out
+
+    def partitions_on_broker(self, broker_id: int) -> set[TopicPartition]:
+        return {pr.tp for pr in self.replicas_on_brokers({broker_id})}
+
+    def partitions_led_by(self, broker_id: int) -> set[TopicPartition]:
+        return {tp for tp, l in self.partition_leadership.items() if l.leader == broker_id}
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_for_topic(topic):
+            self.partition_leadership.pop(tp, None)
+            self.partition_states.pop(tp, None)
+        self.replica_states = {k: v for k, v in self.replica_states.items() if k.tp.topic != topic}
+        self.partition_assignments.pop(topic, None)
+        self.all_topics.discard(topic)
+        self.topic_ids.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        for s in self.replicas_on_offline_dirs.values():
+            s.difference_update({tp for tp in s if tp.topic == topic})
+
+    def is_topic_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_be_deleted
+
+    def is_topic_deletion_in_progress(self, topic: str) -> bool:
+        return any(self.replica_states.get(pr) == ReplicaState.DELETION_STARTED for pr in self.replicas_for_topic(topic))
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        if self.is_topic_queued_for_deletion(tp.topic):
+            return LeaderAndIsr.EPOCH_DURING_DELETE
+        l = self.partition_leadership.get(tp)
+        return l.leader_epoch if l else LeaderAndIsr.NO_EPOCH
+
+    def replicas_in_state(self, topic: str, state: ReplicaState) -> set[PartitionAndReplica]:
+        return {pr for pr in self.replicas_for_topic(topic) if self.replica_states.get(pr) == state}
+
+    def are_all_replicas_in_state(self, topic: str, state: ReplicaState) -> bool:
+        return all(self.replica_states.get(pr) == state for pr in self.replicas_for_topic(topic))
+
+    def is_any_replica_in_state(self, topic: str, state: ReplicaState) -> bool:
+        return any(self.replica_states.get(pr) == state for pr in self.replicas_for_topic(topic))
+
+    def partitions_in_states(self, states: set[PartitionState]) -> set[TopicPartition]:
+        return {tp for tp, s in self.partition_states.items() if s in states}

@@ -1,0 +1,119 @@
+"""ControllerEventManager: one queue, one thread (``controller-event-thread``).
+
+ZooKeeper watch callbacks, control-channel callbacks and admin calls only *enqueue* events; all controller state
+is read and changed on this thread.  ``clear_and_put`` drains the queue (pre-empting what it drained) and is used
+for session expiry and shutdown.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import attrs
+
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("controller.events")
+
+
+@attrs.define
+class ControllerEvent:
+    """An event: ``name`` for logs and metrics, ``run`` executed on the event thread.
+
+    ``preempt`` (optional) is called instead of ``run`` when the event is drained by ``clear_and_put``.
+    ``done`` is set once the event ran or was pre-empted, so callers may wait for it.
+    """
+
+    name: str
+    run: Callable[[], None]
+    preempt: Callable[[], None] | None = None
+    enqueued_at: float = attrs.field(factory=time.monotonic)
+    done: threading.Event = attrs.field(factory=threading.Event)
+
+
+_SHUTDOWN = ControllerEvent("ShutdownEventThread", lambda: None)
+
+
+class ControllerEventManager:
+    def __init__(self, on_controller_moved: Callable[[Exception], None] | None = None, name: str = "controller-event-thread"):
+        self._queue: "queue.Queue[ControllerEvent]" = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._on_controller_moved = on_controller_moved
+        self._lock = threading.Lock()
+        self.metrics = {"events_processed": 0, "events_failed": 0, "queue_time_ms_max": 0.0}
+        self._stopped = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, event: ControllerEvent) -> ControllerEvent:
+        with self._lock:
+            if self._stopped:
+                event.done.set()
+                return event
+            self._queue.put(event)
+        return event
+
+    def clear_and_put(self, event: ControllerEvent) -> ControllerEvent:
+        with self._lock:
+            drained = []
+            while True:
+                try:
+                    drained.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for e in drained:
+                self._preempt(e)
+            self._queue.put(event)
+        return event
+
+    def is_empty(self) -> bool:
+        return self._queue.empty()
+
+    def queue_size(self) -> int:
+        return self._queue.qsize()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopped = True
+            self._queue.put(_SHUTDOWN)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @staticmethod
+    def _preempt(e: ControllerEvent) -> None:
+        try:
+            if e.preempt is not None:
+                e.preempt()
+        except Exception:  # noqa: BLE001 - never let a pre-emption kill the caller
+            log.exception("preempting %s failed", e.name)
+        finally:
+            e.done.set()
+
+    def _loop(self) -> None:
+        from kafkatier.zk.fenced import ControllerMovedError
+
+        while True:
+            event = self._queue.get()
+            if event is _SHUTDOWN:
+                return
+            waited = (time.monotonic() - event.enqueued_at) * 1000
+            self.metrics["queue_time_ms_max"] = max(self.metrics["queue_time_ms_max"], waited)
+            try:
+                event.run()
+                self.metrics["events_processed"] += 1
+            except ControllerMovedError as e:
+                self.metrics["events_failed"] += 1
+                log.warning("controller moved while processing %s: %s", event.name, e)
+                if self._on_controller_moved:
+                    try:
+                        self._on_controller_moved(e)
+                    except Exception:  # noqa: BLE001
+                        log.exception("resignation after %s failed", event.name)
+            except Exception:  # noqa: BLE001 - Kafka logs and drops the event
+                self.metrics["events_failed"] += 1
+                log.exception("error processing event %s (dropped) %s", event.name, kv(queue=self.queue_size()))
+            finally:
+                event.done.set()

@@ -1,0 +1,507 @@
+"""KafkaController: election through ZooKeeper, failover, broker membership, topic creation and deletion.
+
+Runs inside every broker; one is active.  All state changes happen on the controller event thread; ZooKeeper
+watches and control-channel callbacks only enqueue events.  Every ZooKeeper write is fenced by the
+``/controller_epoch`` zkVersion won at election; a fenced write that fails raises ``ControllerMovedError``
+and the controller resigns.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import attrs
+from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from kafkatier.controller.channel_manager import ControllerChannelManager
+from kafkatier.controller.context import (ControllerContext, PartitionAndReplica, PartitionState, ReplicaState,
+                                          TopicPartition)
+from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
+from kafkatier.controller.partition_state_machine import PartitionStateMachine
+from kafkatier.controller.replica_state_machine import ReplicaStateMachine
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
+from kafkatier.controller.topic_deletion_manager import TopicDeletionManager
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import Errors
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import ControllerMovedError, register_controller_and_increment_epoch
+from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms
+
+log = get_logger("controller")
+
+
+@attrs.frozen
+class ControllerConfig:
+    delete_topic_enable: bool = True
+    request_timeout_s: float = 30.0
+    unclean_leader_election_enable: bool = False
+
+
+class KafkaController:
+    def __init__(self, broker_id: int, zk, config: ControllerConfig | None = None):
+        self.broker_id = broker_id
+        self.zk = zk
+        self.kafka_zk = KafkaZkClient(zk)
+        self.config = config or ControllerConfig()
+        self.ctx = ControllerContext()
+        self.event_manager = ControllerEventManager(on_controller_moved=lambda e: self._put("ControllerMoved",
+                                                                                                self.maybe_resign))
+        self.active_controller_id = -1
+        self.channel: ControllerChannelManager | None = None
+        self.batch = ControllerBrokerRequestBatch(broker_id, self.ctx, self._send,
+                                                  stop_replica_callback=self._on_stop_replica_response)
+        self.replica_state_machine = ReplicaStateMachine(self)
+        self.partition_state_machine = PartitionStateMachine(self)
+        self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
+        self._generation = 0  # bumps at every failover / resignation; stale watches return False
+        self._topic_watch_gen: dict[str, int] = {}
+        self._controller_watch = None
+        self.metrics = {"failovers": 0, "resignations": 0, "last_failover_ms": 0.0}
+        self._listeners: list[Callable[[str], None]] = []  # e.g. KIP-950 manager hooks
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        self.event_manager.start()
+        self._controller_watch = DataWatch(self.zk, paths.CONTROLLER, self._on_controller_znode)
+        self._put("Startup", self.elect)
+
+    def shutdown(self) -> None:
+        ev = self.event_manager.clear_and_put(ControllerEvent("Shutdown", self._on_shutdown))
+        ev.done.wait(10)
+        self.event_manager.shutdown()
+
+    def _on_shutdown(self) -> None:
+        if self.is_active:
+            self.on_controller_resignation()
+        self.active_controller_id = -1
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_controller_id == self.broker_id
+
+    def _put(self, name: str, fn: Callable[[], None], preempt=None) -> ControllerEvent:
+        return self.event_manager.put(ControllerEvent(name, fn, preempt))
+
+    def _active_only(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run():
+            if self.is_active:
+                fn()
+        return run
+
+    # --- session events (called by the broker's ZooKeeper state listener) ----------------------------------
+    def expire(self) -> threading.Event:
+        def run():
+            self.active_controller_id = -1
+            self.on_controller_resignation()
+        return self.event_manager.clear_and_put(ControllerEvent("Expire", run)).done
+
+    def reelect(self) -> None:
+        self._put("RegisterBrokerAndReelect", self._reelect)
+
+    def _reelect(self) -> None:
+        self.maybe_resign()
+        self.elect()
+
+    # --- election -------------------------------------------------------------------------------------------
+    def _on_controller_znode(self, data, stat, event=None):
+        if data is None:
+            self._put("Reelect", self._reelect)
+        else:
+            self._put("ControllerChange", self.maybe_resign)
+        return True
+
+    def _refresh_active_controller_id(self) -> None:
+        cid = self.kafka_zk.get_controller_id()
+        self.active_controller_id = -1 if cid is None else cid
+
+    def maybe_resign(self) -> None:
+        was_active = self.is_active
+        self._refresh_active_controller_id()
+        if was_active and not self.is_active:
+            self.on_controller_resignation()
+
+    def elect(self) -> None:
+        self._refresh_active_controller_id()
+        if self.active_controller_id != -1:
+            log.debug("broker %s sees controller %s", self.broker_id, self.active_controller_id)
+            return
+        try:
+            epoch, epoch_zk_version = register_controller_and_increment_epoch(self.zk, self.broker_id, now_ms())
+        except ControllerMovedError as e:
+            log.info("lost the controller election: %s", e)
+            self.maybe_resign()
+            return
+        except Exception:  # noqa: BLE001
+            log.exception("error during controller election; resigning")
+            self._delete_controller_znode()
+            return
+        self.active_controller_id = self.broker_id
+        self.ctx.epoch, self.ctx.epoch_zk_version = epoch, epoch_zk_version
+        log.info("elected as controller %s", kv(broker=self.broker_id, epoch=epoch, epoch_zk_version=epoch_zk_version))
+        try:
+            self.on_controller_failover()
+        except ControllerMovedError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("error during controller failover; resigning")
+            self.on_controller_resignation()
+            self._delete_controller_znode()
+
+    def _delete_controller_znode(self) -> None:
+        try:
+            self.kafka_zk.writer(self.ctx.epoch_zk_version).delete(paths.CONTROLLER)
+        except Exception:  # noqa: BLE001
+            log.warning("could not delete /controller", exc_info=True)
+
+    def on_controller_failover(self) -> None:
+        t0 = time.monotonic()
+        self._generation += 1
+        gen = self._generation
+        w = self.kafka_zk.writer(self.ctx.epoch_zk_version)
+        # 1. /feature
+        feature = codecs.FeatureZNode(features={}).encode()
+        try:
+            w.set_data(paths.FEATURE, feature)
+        except NoNodeError:
+            w.create(paths.FEATURE, feature)
+        # 2. watches
+        self._children_watch(gen, paths.BROKER_IDS, "BrokerChange", self.process_broker_change)
+        self._children_watch(gen, paths.BROKER_TOPICS, "TopicChange", self.process_topic_change)
+        self._children_watch(gen, paths.DELETE_TOPICS, "TopicDeletion", self.process_topic_deletion)
+        self._children_watch(gen, paths.ISR_CHANGE_NOTIFICATION, "IsrChangeNotification",
+                             self.process_isr_change_notification)
+        # 3. stale notifications
+        for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
+            self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
+        # 4. context
+        self._initialize_context()
+        self.channel = ControllerChannelManager(
+            self.zk, self.broker_id, writer=lambda: self.kafka_zk.writer(self.ctx.epoch_zk_version),
+            controller_epoch=lambda: self.ctx.epoch,
+            on_controller_moved=lambda e: self._put("ControllerMoved", self.maybe_resign),
+            request_timeout_s=self.config.request_timeout_s)
+        self.channel.startup({b.id: b.epoch for b in self.ctx.live_brokers.values()})
+        # 5-6. deletion
+        to_delete = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))
+        unknown = to_delete - self.ctx.all_topics
+        for t in unknown:
+            self._fenced_delete(paths.delete_topic(t))
+        to_delete -= unknown
+        ineligible = {t for t in to_delete
+                      if any(not self.ctx.is_replica_online(pr.replica, pr.tp) for pr in self.ctx.replicas_for_topic(t))}
+        self.topic_deletion_manager.init(to_delete, ineligible)
+        for listener in self._listeners:
+            listener("failover")
+        # 7. UpdateMetadata with the live brokers
+        self._send_update_metadata(self.ctx.live_broker_ids, [])
+        # 8-9. state machines
+        self.replica_state_machine.startup()
+        self.partition_state_machine.startup()
+        # 10. resume deletion
+        self.topic_deletion_manager.resume_deletions()
+        for listener in self._listeners:
+            listener("resume")
+        self.metrics["failovers"] += 1
+        self.metrics["last_failover_ms"] = (time.monotonic() - t0) * 1000
+        log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
+                                                   topics=len(self.ctx.all_topics),
+                                                   ms=round(self.metrics["last_failover_ms"], 1)))
+
+    def on_controller_resignation(self) -> None:
+        log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))
+        self._generation += 1
+        self._topic_watch_gen.clear()
+        if self.channel is not None:
+            self.channel.shutdown()
+            self.channel = None
+        for listener in self._listeners:
+            listener("resign")
+        self.ctx.reset()
+        self.metrics["resignations"] += 1
+
+    def _initialize_context(self) -> None:
+        ctx = self.ctx
+        ctx.live_brokers = self.kafka_zk.get_all_brokers_and_epochs()
+        ctx.shutting_down_broker_ids.clear()
+        ctx.all_topics = self.kafka_zk.get_all_topics()
+        for t in ctx.all_topics:
+            self._register_partition_modifications_watch(t)
+        assignments = self.kafka_zk.get_topic_assignments(ctx.all_topics)
+        self._load_assignments(assignments)
+        ctx.topic_configs.update(self.kafka_zk.get_topic_configs(ctx.all_topics))
+        ctx.partition_leadership.update(self.kafka_zk.get_partition_states(ctx.all_partitions()))
+
+    def _load_assignments(self, assignments: dict) -> None:
+        ctx = self.ctx
+        w = self.kafka_zk.writer(ctx.epoch_zk_version)
+        for t, ta in assignments.items():
+            if not ta.topic_id:
+                ta = attrs.evolve(ta, topic_id=codecs.new_topic_id())
+                w.set_data(paths.topic(t), ta.encode())
+                log.info("assigned topic id %s", kv(topic=t, topic_id=ta.topic_id))
+            ctx.topic_ids[t] = ta.topic_id
+            for p, a in assignment_from_codec(ta).items():
+                ctx.update_assignment(TopicPartition(t, p), a)
+
+    # --- watches --------------------------------------------------------------------------------------------
+    def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None]) -> None:
+        try:
+            self.zk.ensure_path(path)
+        except NodeExistsError:
+            pass
+
+        def on_children(children):
+            if gen != self._generation:
+                return False
+            self._put(name, self._active_only(handler))
+            return True
+        ChildrenWatch(self.zk, path, on_children)
+
+    def _register_partition_modifications_watch(self, topic: str) -> None:
+        gen = self._generation
+        self._topic_watch_gen[topic] = gen
+        first = [True]
+
+        def on_data(data, stat, event=None):
+            if self._topic_watch_gen.get(topic) != gen or gen != self._generation:
+                return False
+            if first[0]:
+                first[0] = False
+                return True
+            if data is None:
+                return False
+            self._put(f"PartitionModifications({topic})", self._active_only(lambda: self.process_partition_modifications(topic)))
+            return True
+        DataWatch(self.zk, paths.topic(topic), on_data)
+
+    def unregister_partition_modifications_watch(self, topic: str) -> None:
+        self._topic_watch_gen.pop(topic, None)
+
+    # --- sending --------------------------------------------------------------------------------------------
+    def _send(self, broker_id, api_key, api_name, api_version, body, callback) -> bool:
+        if self.channel is None:
+            return False
+        return self.channel.send(broker_id, api_key, api_name, api_version, body, callback)
+
+    def _send_update_metadata(self, brokers, partitions) -> None:
+        self.batch.new_batch()
+        self.batch.add_update_metadata(brokers, partitions)
+        self.batch.send_requests_to_brokers(self.ctx.epoch)
+
+    def _fenced_delete(self, path: str) -> None:
+        try:
+            self.kafka_zk.writer(self.ctx.epoch_zk_version).delete(path)
+        except NoNodeError:
+            pass
+
+    # --- broker membership ----------------------------------------------------------------------------------
+    def process_broker_change(self) -> None:
+        ctx = self.ctx
+        current = self.kafka_zk.get_all_brokers_and_epochs()
+        cached = dict(ctx.live_brokers)
+        new = sorted(set(current) - set(cached))
+        dead = sorted(set(cached) - set(current))
+        bounced = sorted(b for b in set(current) & set(cached) if current[b].epoch > cached[b].epoch)
+        if not (new or dead or bounced):
+            return
+        log.info("broker change %s", kv(new=new, dead=dead, bounced=bounced, live=sorted(current)))
+        for b in dead:
+            self.channel.remove_broker(b)
+        for b in new:
+            ctx.live_brokers[b] = current[b]
+            self.channel.add_broker(b, current[b].epoch)
+        for b in bounced:
+            self.channel.remove_broker(b)
+        for b in dead:
+            ctx.live_brokers.pop(b, None)
+        if new:
+            self.on_broker_startup(new)
+        if bounced:
+            for b in bounced:
+                ctx.live_brokers.pop(b, None)
+            self.on_broker_failure(bounced)
+            for b in bounced:
+                ctx.live_brokers[b] = current[b]
+                self.channel.add_broker(b, current[b].epoch)
+            self.on_broker_startup(bounced)
+        if dead:
+            self.on_broker_failure(dead)
+
+    def on_broker_startup(self, new_brokers: list[int]) -> None:
+        ctx = self.ctx
+        log.info("new brokers %s", new_brokers)
+        for b in new_brokers:
+            ctx.replicas_on_offline_dirs.pop(b, None)
+        existing = ctx.live_broker_ids - set(new_brokers)
+        self._send_update_metadata(existing, [])
+        self._send_update_metadata(set(new_brokers), ctx.all_partitions())
+        replicas = ctx.replicas_on_brokers(set(new_brokers))
+        self.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
+        self.partition_state_machine.trigger_online_partition_state_change()
+        topics = {pr.tp.topic for pr in replicas}
+        self.topic_deletion_manager.resume_deletion_for_topics(topics)
+        for listener in self._listeners:
+            listener("broker_startup")
+
+    def on_broker_failure(self, dead: list[int]) -> None:
+        ctx = self.ctx
+        log.info("broker failure %s", dead)
+        for b in dead:
+            ctx.replicas_on_offline_dirs.pop(b, None)
+            ctx.shutting_down_broker_ids.discard(b)
+        self.on_replicas_become_offline(ctx.replicas_on_brokers(set(dead)))
+        for listener in self._listeners:
+            listener("broker_failure")
+
+    def on_replicas_become_offline(self, replicas: set[PartitionAndReplica]) -> None:
+        ctx = self.ctx
+        deleting, others = set(), set()
+        for pr in replicas:
+            (deleting if ctx.is_topic_queued_for_deletion(pr.tp.topic) else others).add(pr)
+        offline_leader = [tp for tp, l in ctx.partition_leadership.items()
+                          if not ctx.is_replica_online(l.leader, tp) and not ctx.is_topic_queued_for_deletion(tp.topic)
+                          and tp in ctx.partition_states]
+        self.partition_state_machine.handle_state_changes(offline_leader, PartitionState.OFFLINE)
+        self.partition_state_machine.trigger_online_partition_state_change()
+        self.replica_state_machine.handle_state_changes(others, ReplicaState.OFFLINE)
+        if deleting:
+            self.topic_deletion_manager.fail_replica_deletion(deleting)
+        if not offline_leader:
+            self._send_update_metadata(ctx.live_broker_ids, [])
+
+    # --- topics ---------------------------------------------------------------------------------------------
+    def process_topic_change(self) -> None:
+        ctx = self.ctx
+        topics = self.kafka_zk.get_all_topics()
+        new = topics - ctx.all_topics
+        deleted = ctx.all_topics - topics
+        ctx.all_topics = topics
+        for t in deleted:
+            ctx.remove_topic(t)
+            self.unregister_partition_modifications_watch(t)
+        if not new:
+            return
+        for t in new:
+            self._register_partition_modifications_watch(t)
+        assignments = self.kafka_zk.get_topic_assignments(new)
+        self._load_assignments(assignments)
+        ctx.topic_configs.update(self.kafka_zk.get_topic_configs(new))
+        log.info("new topics %s", kv(topics=",".join(sorted(new))))
+        self.on_new_partition_creation([tp for t in sorted(new) for tp in ctx.partitions_for_topic(t)])
+        for listener in self._listeners:
+            listener("topic_change")
+
+    def process_partition_modifications(self, topic: str) -> None:
+        ctx = self.ctx
+        ta = self.kafka_zk.get_topic_assignments([topic]).get(topic)
+        if ta is None:
+            return
+        current = ctx.partition_assignments.get(topic, {})
+        added = {p: a for p, a in assignment_from_codec(ta).items() if p not in current}
+        if not added:
+            return
+        if ctx.is_topic_queued_for_deletion(topic):
+            log.info("ignoring partitions added to a topic being deleted %s", kv(topic=topic, added=sorted(added)))
+            return
+        for p, a in added.items():
+            ctx.update_assignment(TopicPartition(topic, p), a)
+        self.on_new_partition_creation([TopicPartition(topic, p) for p in sorted(added)])
+
+    def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
+        replicas = {PartitionAndReplica(tp, r) for tp in partitions for r in self.ctx.partition_replicas(tp)}
+        self.partition_state_machine.handle_state_changes(partitions, PartitionState.NEW)
+        self.replica_state_machine.handle_state_changes(replicas, ReplicaState.NEW)
+        self.partition_state_machine.handle_state_changes(partitions, PartitionState.ONLINE)
+        online = {pr for pr in replicas if self.ctx.is_replica_online(pr.replica, pr.tp)}
+        self.replica_state_machine.handle_state_changes(online, ReplicaState.ONLINE)
+
+    def process_topic_deletion(self) -> None:
+        ctx = self.ctx
+        topics = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))
+        unknown = topics - ctx.all_topics
+        for t in unknown:
+            log.info("removing deletion marker of unknown topic %s", t)
+            self._fenced_delete(paths.delete_topic(t))
+        topics -= unknown
+        if not self.config.delete_topic_enable:
+            for t in topics:
+                self._fenced_delete(paths.delete_topic(t))
+            return
+        new = topics - ctx.topics_to_be_deleted
+        if new:
+            log.info("topics queued for deletion %s", ",".join(sorted(new)))
+            for listener in self._listeners:
+                listener("topic_deletion")
+            self.topic_deletion_manager.enqueue_topics_for_deletion(new)
+
+    def on_topic_deletion_completing(self, topic: str) -> None:
+        for listener in self._listeners:
+            listener("topic_deleted:" + topic)
+
+    def unclean_leader_election_enabled(self, topic: str) -> bool:
+        v = self.ctx.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+        return (v == "true") if v is not None else self.config.unclean_leader_election_enable
+
+    # --- ISR change notifications (leaders write ISR changes themselves, as with IBPs before AlterPartition) --
+    def process_isr_change_notification(self) -> None:
+        children = self.kafka_zk.get_children_or_empty(paths.ISR_CHANGE_NOTIFICATION)
+        if not children:
+            return
+        tps = set()
+        for c in children:
+            path = f"{paths.ISR_CHANGE_NOTIFICATION}/{c}"
+            try:
+                data, _ = self.zk.get(path)
+                for tp in codecs.IsrChangeNotification.decode(data).partitions:
+                    tps.add(TopicPartition(tp[0], int(tp[1])))
+            except NoNodeError:
+                continue
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed ISR change notification %s", kv(path=path, reason=e))
+            self._fenced_delete(path)
+        tps = {tp for tp in tps if self.ctx.assignment(tp) is not None}
+        fresh = self.kafka_zk.get_partition_states(tps)
+        self.ctx.partition_leadership.update(fresh)
+        self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
+
+    # --- StopReplica responses ------------------------------------------------------------------------------
+    def _on_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:
+        """Runs on the send thread: only enqueue."""
+        self._put(f"StopReplicaResponseReceived(broker={broker_id})",
+                  self._active_only(lambda: self._handle_stop_replica_response(broker_id, entries, response)))
+
+    def _handle_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:
+        ctx = self.ctx
+        body = response.body or {}
+        top_error = response.error_code or body.get("error_code", 0)
+        partition_errors = {}
+        for pe in body.get("partition_errors", []) or []:
+            partition_errors[TopicPartition(pe["topic_name"], pe["partition_index"])] = pe["error_code"]
+        deleting = {tp for tp, f in entries.items() if f["delete"] and tp.topic in ctx.topics_with_deletion_started}
+        if deleting and (partition_errors or not top_error):
+            failed, ok = set(), set()
+            for tp in deleting:
+                err = top_error or partition_errors.get(tp, 0)
+                (failed if err != Errors.NONE else ok).add(PartitionAndReplica(tp, broker_id))
+            if failed:
+                self.topic_deletion_manager.fail_replica_deletion(failed)
+            if ok:
+                self.topic_deletion_manager.complete_replica_deletion(ok)
+        for listener in self._listeners:
+            handler = getattr(listener, "on_stop_replica_response", None)
+            if handler:
+                handler(broker_id, entries, top_error, partition_errors)
+
+    # --- describe -------------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        ctx = self.ctx
+        return {"active": self.is_active, "active_controller_id": self.active_controller_id,
+                "epoch": ctx.epoch, "epoch_zk_version": ctx.epoch_zk_version,
+                "live_brokers": sorted(ctx.live_broker_ids), "topics": len(ctx.all_topics),
+                "topics_to_be_deleted": sorted(ctx.topics_to_be_deleted),
+                "topics_ineligible_for_deletion": sorted(ctx.topics_ineligible_for_deletion),
+                "event_queue": self.event_manager.queue_size(),
+                "channel_queues": self.channel.queue_sizes() if self.channel else {},
+                **self.metrics, **self.event_manager.metrics}

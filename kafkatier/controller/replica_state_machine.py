@@ -1,0 +1,109 @@
+"""Replica state machine (controller.md §7)."""
+from __future__ import annotations
+
+from kafkatier.controller.context import (ControllerContext, LeaderAndIsr, PartitionAndReplica, ReplicaState,
+                                          TopicPartition)
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("controller.replica-state-machine")
+
+RS = ReplicaState
+_VALID_PREVIOUS = {
+    RS.NEW: {RS.NON_EXISTENT},
+    RS.ONLINE: {RS.NEW, RS.ONLINE, RS.OFFLINE, RS.DELETION_INELIGIBLE},
+    RS.OFFLINE: {RS.NEW, RS.ONLINE, RS.OFFLINE, RS.DELETION_INELIGIBLE},
+    RS.DELETION_STARTED: {RS.OFFLINE},
+    RS.DELETION_SUCCESSFUL: {RS.DELETION_STARTED},
+    RS.DELETION_INELIGIBLE: {RS.OFFLINE, RS.DELETION_STARTED},
+    RS.NON_EXISTENT: {RS.DELETION_SUCCESSFUL},
+}
+
+
+class ReplicaStateMachine:
+    def __init__(self, controller) -> None:
+        self.controller = controller
+
+    @property
+    def ctx(self) -> ControllerContext:
+        return self.controller.ctx
+
+    def startup(self) -> None:
+        online, offline = [], []
+        for tp in self.ctx.all_partitions():
+            for r in self.ctx.partition_replicas(tp):
+                pr = PartitionAndReplica(tp, r)
+                if self.ctx.is_replica_online(r, tp):
+                    self.ctx.replica_states[pr] = RS.ONLINE
+                    online.append(pr)
+                else:
+                    self.ctx.replica_states[pr] = RS.DELETION_INELIGIBLE
+                    offline.append(pr)
+        self.handle_state_changes(online, RS.ONLINE)
+        self.handle_state_changes(offline, RS.OFFLINE)
+
+    def handle_state_changes(self, replicas, target: ReplicaState) -> None:
+        if not replicas:
+            return
+        batch = self.controller.batch
+        batch.new_batch()
+        for broker in sorted({pr.replica for pr in replicas}):
+            self._do_handle(broker, sorted(pr for pr in replicas if pr.replica == broker), target)
+        batch.send_requests_to_brokers(self.ctx.epoch)
+
+    def _do_handle(self, broker: int, replicas, target: ReplicaState) -> None:
+        ctx = self.ctx
+        batch = self.controller.batch
+        valid = []
+        for pr in replicas:
+            cur = ctx.replica_states.get(pr, RS.NON_EXISTENT)
+            if cur in _VALID_PREVIOUS[target]:
+                valid.append(pr)
+            else:
+                log.warning("invalid replica state change %s", kv(replica=pr, current=cur.value, target=target.value))
+        if target is RS.NEW:
+            for pr in valid:
+                l = ctx.partition_leadership.get(pr.tp)
+                if l is not None:
+                    if l.leader == broker:
+                        log.error("replica %s cannot become NewReplica: it is the leader", pr)
+                        continue
+                    batch.add_leader_and_isr([broker], pr.tp, l, is_new=True)
+                ctx.replica_states[pr] = RS.NEW
+        elif target is RS.ONLINE:
+            for pr in valid:
+                cur = ctx.replica_states.get(pr, RS.NON_EXISTENT)
+                if cur is not RS.NEW:
+                    l = ctx.partition_leadership.get(pr.tp)
+                    if l is not None:
+                        batch.add_leader_and_isr([broker], pr.tp, l)
+                ctx.replica_states[pr] = RS.ONLINE
+        elif target is RS.OFFLINE:
+            for pr in valid:
+                batch.add_stop_replica([broker], pr.tp, delete=False)
+            with_leadership = [pr for pr in valid if pr.tp in ctx.partition_leadership]
+            updated = self.controller.kafka_zk.remove_replica_from_isr(
+                broker, {pr.tp: ctx.partition_leadership[pr.tp] for pr in with_leadership}, ctx.epoch,
+                ctx.epoch_zk_version)
+            for tp, l in updated.items():
+                ctx.partition_leadership[tp] = l
+                if not ctx.is_topic_queued_for_deletion(tp.topic):
+                    others = [r for r in ctx.partition_replicas(tp) if r != broker and ctx.is_replica_online(r, tp)]
+                    batch.add_leader_and_isr(others, tp, l)
+            for pr in valid:
+                ctx.replica_states[pr] = RS.OFFLINE
+            batch.add_update_metadata(ctx.live_broker_ids, [pr.tp for pr in valid])
+        elif target is RS.DELETION_STARTED:
+            for pr in valid:
+                ctx.replica_states[pr] = RS.DELETION_STARTED
+                batch.add_stop_replica([broker], pr.tp, delete=True)
+        elif target in (RS.DELETION_INELIGIBLE, RS.DELETION_SUCCESSFUL):
+            for pr in valid:
+                ctx.replica_states[pr] = target
+        elif target is RS.NON_EXISTENT:
+            for pr in valid:
+                a = ctx.assignment(pr.tp)
+                if a is not None:
+                    from kafkatier.controller.context import ReplicaAssignment
+                    ctx.update_assignment(pr.tp, ReplicaAssignment(tuple(r for r in a.replicas if r != broker),
+                                                                   a.adding, a.removing))
+                ctx.replica_states.pop(pr, None)

@@ -1,0 +1,166 @@
+"""ControllerBrokerRequestBatch: collect LeaderAndIsr, UpdateMetadata and StopReplica entries per broker during
+one round of state changes, then send them (in that order) through the channel manager.
+
+Bodies use kafka-python's snake_case field names for Kafka's message specs (see
+``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950 seed).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable
+
+from kafkatier.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
+from kafkatier.logsetup import get_logger
+
+log = get_logger("controller.batch")
+
+LEADER_AND_ISR = (4, "LeaderAndIsr", 7)
+STOP_REPLICA = (5, "StopReplica", 5)
+UPDATE_METADATA = (6, "UpdateMetadata", 8)
+
+
+class IllegalBatchState(Exception):
+    pass
+
+
+class ControllerBrokerRequestBatch:
+    def __init__(self, controller_id: int, context: ControllerContext, send: Callable[..., bool],
+                 stop_replica_callback: Callable[[int, dict, object], None] | None = None):
+        self.controller_id = controller_id
+        self.ctx = context
+        self._send = send
+        self._stop_replica_callback = stop_replica_callback
+        self._open = False
+        self._clear()
+
+    def _clear(self) -> None:
+        # broker -> tp -> (leader_and_isr, replicas/assignment, is_new)
+        self.leader_and_isr: dict[int, dict[TopicPartition, tuple]] = defaultdict(dict)
+        # broker -> tp -> {"delete": bool, "disable": bool}
+        self.stop_replica: dict[int, dict[TopicPartition, dict]] = defaultdict(dict)
+        self.update_metadata_brokers: set[int] = set()
+        self.update_metadata_partitions: set[TopicPartition] = set()
+
+    def new_batch(self) -> None:
+        if self._open and (self.leader_and_isr or self.stop_replica or self.update_metadata_brokers):
+            raise IllegalBatchState("a new batch was started before the previous one was sent")
+        self._clear()
+        self._open = True
+
+    # --- adding ---------------------------------------------------------------------------------------------
+    def add_leader_and_isr(self, broker_ids, tp: TopicPartition, leader: LeaderAndIsr, is_new: bool = False) -> None:
+        assignment = self.ctx.assignment(tp)
+        for b in broker_ids:
+            if b < 0:
+                continue
+            prev = self.leader_and_isr[b].get(tp)
+            self.leader_and_isr[b][tp] = (leader, assignment, is_new or (prev[2] if prev else False))
+        self.add_update_metadata(self.ctx.live_broker_ids, [tp])
+
+    def add_update_metadata(self, broker_ids, partitions=()) -> None:
+        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
+        self.update_metadata_partitions.update(partitions)
+
+    def add_stop_replica(self, broker_ids, tp: TopicPartition, delete: bool, disable_remote: bool = False) -> None:
+        for b in broker_ids:
+            if b < 0:
+                continue
+            cur = self.stop_replica[b].get(tp)
+            if cur:
+                cur["delete"] = cur["delete"] or delete
+                cur["disable"] = cur["disable"] or disable_remote
+            else:
+                self.stop_replica[b][tp] = {"delete": delete, "disable": disable_remote}
+
+    # --- sending --------------------------------------------------------------------------------------------
+    def send_requests_to_brokers(self, controller_epoch: int) -> None:
+        try:
+            live = self.ctx.live_or_shutting_down_broker_ids
+            for b, parts in self.leader_and_isr.items():
+                if b in live and parts:
+                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch), None)
+            if self.update_metadata_brokers:
+                partition_states = self._update_metadata_partition_states()
+                brokers_body = self._live_brokers_body()
+                for b in sorted(self.update_metadata_brokers):
+                    if b in live:
+                        self._send(b, *UPDATE_METADATA,
+                                   self._update_metadata_body(b, partition_states, brokers_body, controller_epoch), None)
+            for b, parts in self.stop_replica.items():
+                if b in live and parts:
+                    body = self._stop_replica_body(b, parts, controller_epoch)
+                    cb = None
+                    if self._stop_replica_callback is not None:
+                        entries = dict(parts)
+                        cb = (lambda resp, b=b, entries=entries: self._stop_replica_callback(b, entries, resp))
+                    self._send(b, *STOP_REPLICA, body, cb)
+        finally:
+            self._clear()
+            self._open = False
+
+    def _header(self, broker_id: int, controller_epoch: int) -> dict:
+        return {"controller_id": self.controller_id, "is_k_raft_controller": False,
+                "controller_epoch": controller_epoch, "broker_epoch": self.ctx.live_broker_epoch(broker_id)}
+
+    def _leader_and_isr_body(self, broker_id, parts, controller_epoch) -> dict:
+        by_topic: dict[str, list] = defaultdict(list)
+        leaders = set()
+        for tp, (l, a, is_new) in sorted(parts.items()):
+            leaders.add(l.leader)
+            by_topic[tp.topic].append({
+                "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
+                "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
+                "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
+                "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
+                "leader_recovery_state": l.leader_recovery_state,
+            })
+        body = self._header(broker_id, controller_epoch)
+        body["type"] = 0
+        body["topic_states"] = [{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, "AAAAAAAAAAAAAAAAAAAAAA"),
+                                 "partition_states": ps} for t, ps in by_topic.items()]
+        body["live_leaders"] = [{"broker_id": b.id, "host_name": b.host, "port": b.port}
+                                for b in (self.ctx.live_brokers.get(i) for i in sorted(leaders)) if b]
+        return body
+
+    def _update_metadata_partition_states(self) -> list:
+        by_topic: dict[str, list] = defaultdict(list)
+        for tp in sorted(self.update_metadata_partitions):
+            l = self.ctx.partition_leadership.get(tp)
+            a = self.ctx.assignment(tp)
+            if l is None or a is None:
+                continue
+            leader = LeaderAndIsr.LEADER_DURING_DELETE if self.ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
+            by_topic[tp.topic].append({
+                "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": leader,
+                "leader_epoch": l.leader_epoch, "isr": list(l.isr), "zk_version": l.partition_epoch,
+                "replicas": list(a.replicas),
+                "offline_replicas": [r for r in a.replicas if not self.ctx.is_replica_online(r, tp)],
+            })
+        return [{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, "AAAAAAAAAAAAAAAAAAAAAA"),
+                 "partition_states": ps} for t, ps in by_topic.items()]
+
+    def _live_brokers_body(self) -> list:
+        return [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
+                                            "security_protocol": 0}], "rack": b.rack}
+                for b in sorted(self.ctx.live_brokers.values(), key=lambda b: b.id)]
+
+    def _update_metadata_body(self, broker_id, partition_states, live_brokers, controller_epoch) -> dict:
+        body = self._header(broker_id, controller_epoch)
+        body["type"] = 0
+        body["topic_states"] = partition_states
+        body["live_brokers"] = live_brokers
+        return body
+
+    def _stop_replica_body(self, broker_id, parts, controller_epoch) -> dict:
+        by_topic: dict[str, list] = defaultdict(list)
+        for tp, flags in sorted(parts.items()):
+            if flags["disable"] and not flags["delete"]:
+                epoch = LeaderAndIsr.NO_EPOCH  # disablement does not depend on who leads
+            else:
+                epoch = self.ctx.leader_epoch(tp)
+            by_topic[tp.topic].append({"partition_index": tp.partition, "leader_epoch": epoch,
+                                       "delete_partition": flags["delete"],
+                                       "disable_remote_partition": flags["disable"] and not flags["delete"]})
+        body = self._header(broker_id, controller_epoch)
+        body["topic_states"] = [{"topic_name": t, "partition_states": ps} for t, ps in by_topic.items()]
+        return body

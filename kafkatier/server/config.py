@@ -1,0 +1,42 @@
+"""Broker configuration (a subset of Kafka's ``KafkaConfig`` with Kafka's names and defaults)."""
+from __future__ import annotations
+
+import attrs
+
+
+def _split(v) -> tuple[str, ...]:
+    if isinstance(v, str):
+        return tuple(x for x in v.split(",") if x)
+    return tuple(v)
+
+
+@attrs.frozen
+class BrokerConfig:
+    broker_id: int
+    zookeeper_connect: str
+    log_dirs: tuple[str, ...] = attrs.field(converter=_split)
+    port: int = 0
+    host: str = "127.0.0.1"
+    remote_storage_dir: str | None = None
+    rack: str | None = None
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int = 30000
+    delete_topic_enable: bool = True
+    controller_socket_timeout_ms: int = 30000
+    request_timeout_ms: int = 30000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1048576
+    log_retention_check_interval_ms: int = 300000
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    remote_log_storage_system_enable: bool = False
+    # Extra Kafka-style properties (``--override k=v``), passed to components that read them.
+    overrides: dict = attrs.field(factory=dict)
+
+    @property
+    def listener(self) -> str:
+        return f"PLAINTEXT://{self.host}:{self.port}"

@@ -1,0 +1,160 @@
+"""The broker end of the control channel: watches ``/kafkatier/control/<id>/requests``, applies requests in
+sequence order, and writes each answer to ``/kafkatier/control/<id>/responses/<same name>``.
+
+Epoch checks follow Kafka (controller.md §11): a request whose broker epoch is not -1 and below this broker's
+czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
+STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.recipe.watchers import ChildrenWatch
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import Errors
+from kafkatier.zk import codecs, paths
+
+log = get_logger("server.control")
+
+STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA = 5, 4, 6
+
+
+class ControlRequestHandler:
+    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis):
+        """``apis`` implements handle_leader_and_isr(body)->body, handle_stop_replica(body)->body,
+        handle_update_metadata(body)->body (each returns a response body without the top-level epoch checks)."""
+        self.zk = zk
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.apis = apis
+        self.controller_epoch = 0  # highest controller epoch seen
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._done: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name=f"control-request-handler-{broker_id}", daemon=True)
+        self.metrics = {"requests": 0, "stale_controller_epoch": 0, "stale_broker_epoch": 0, "malformed": 0}
+
+    def start(self) -> None:
+        for p in (paths.control_requests(self.broker_id), paths.control_responses(self.broker_id)):
+            try:
+                self.zk.ensure_path(p)
+            except NodeExistsError:
+                pass
+        self._thread.start()
+        ChildrenWatch(self.zk, paths.control_requests(self.broker_id), self._on_children)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def _on_children(self, children):
+        if self._stopped.is_set():
+            return False
+        self._wake.set()
+        return True
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self._drain()
+            except Exception:  # noqa: BLE001 - a transient ZooKeeper error: try again on the next wake-up
+                log.exception("error draining the control queue")
+                self._stopped.wait(0.2)
+                self._wake.set()
+
+    def _drain(self) -> None:
+        parent = paths.control_requests(self.broker_id)
+        try:
+            children = self.zk.get_children(parent)
+        except NoNodeError:
+            return
+        names = paths.sorted_sequential(children, paths.REQUEST_PREFIX)
+        self._done &= set(names)
+        for name in names:
+            if self._stopped.is_set():
+                return
+            if name in self._done:
+                continue
+            resp_path = paths.control_responses(self.broker_id) + "/" + name
+            if self.zk.exists(resp_path):
+                self._done.add(name)
+                continue
+            try:
+                data, _ = self.zk.get(parent + "/" + name)
+            except NoNodeError:
+                continue
+            try:
+                req = codecs.ControlRequest.decode(data)
+            except codecs.MalformedZNodeError as e:
+                self.metrics["malformed"] += 1
+                log.warning("skipping malformed control request %s", kv(node=name, reason=e))
+                self._done.add(name)
+                continue
+            response = self.handle(req)
+            try:
+                self.zk.create(resp_path, response.encode())
+            except NodeExistsError:
+                pass
+            except NoNodeError:
+                self.zk.ensure_path(paths.control_responses(self.broker_id))
+                self.zk.create(resp_path, response.encode())
+            self._done.add(name)
+
+    def handle(self, req) -> "codecs.ControlResponse":
+        self.metrics["requests"] += 1
+        my_epoch = self.broker_epoch()
+        error = Errors.NONE
+        body: dict
+        if req.broker_epoch != -1 and req.broker_epoch < my_epoch:
+            error = Errors.STALE_BROKER_EPOCH
+            self.metrics["stale_broker_epoch"] += 1
+        elif req.controller_epoch < self.controller_epoch:
+            error = Errors.STALE_CONTROLLER_EPOCH
+            self.metrics["stale_controller_epoch"] += 1
+        if error != Errors.NONE:
+            log.info("rejecting control request %s", kv(api=req.api_name, error=error.name,
+                                                         controller_epoch=req.controller_epoch,
+                                                         broker_epoch=req.broker_epoch, mine=my_epoch))
+            body = self._error_body(req, error)
+            return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version, error_code=int(error),
+                                          body=body, broker_id=self.broker_id, broker_epoch=my_epoch)
+        self.controller_epoch = max(self.controller_epoch, req.controller_epoch)
+        try:
+            if req.api_key == LEADER_AND_ISR:
+                body = self.apis.handle_leader_and_isr(req.body)
+            elif req.api_key == STOP_REPLICA:
+                body = self.apis.handle_stop_replica(req.body)
+            elif req.api_key == UPDATE_METADATA:
+                body = self.apis.handle_update_metadata(req.body)
+            else:
+                body = {"error_code": int(Errors.INVALID_REQUEST)}
+        except Exception:  # noqa: BLE001
+            log.exception("control request failed %s", kv(api=req.api_name))
+            body = self._error_body(req, Errors.UNKNOWN_SERVER_ERROR, all_partitions=True)
+        return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
+                                      error_code=int(body.get("error_code", 0)), body=body,
+                                      broker_id=self.broker_id, broker_epoch=my_epoch)
+
+    @staticmethod
+    def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:
+        code = int(error)
+        if req.api_key == STOP_REPLICA:
+            parts = []
+            if all_partitions:
+                parts = [{"topic_name": t["topic_name"], "partition_index": p["partition_index"], "error_code": code}
+                         for t in req.body.get("topic_states", []) for p in t.get("partition_states", [])]
+            return {"error_code": code, "partition_errors": parts}
+        if req.api_key == LEADER_AND_ISR:
+            topics = [{"topic_id": t.get("topic_id"), "topic_name": t["topic_name"],
+                       "partition_errors": [{"partition_index": p["partition_index"], "error_code": code}
+                                            for p in t.get("partition_states", [])]}
+                      for t in req.body.get("topic_states", [])]
+            return {"error_code": code, "topics": topics}
+        return {"error_code": code}

@@ -1,0 +1,236 @@
+"""KafkaServer: one broker process.
+
+Start-up order: ZooKeeper session -> persistent paths and cluster id -> log manager -> broker registration
+(ephemeral ``/brokers/ids/{id}``, broker epoch = its czxid) -> control-request handler -> controller ->
+Kafka-protocol socket server.  A lost ZooKeeper session makes the controller resign; when a new session is
+established the broker re-registers (new, larger broker epoch) and takes part in a new election.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError
+
+from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.server.config import BrokerConfig
+from kafkatier.server.control_request_handler import ControlRequestHandler
+from kafkatier.server.metadata_cache import MetadataCache
+from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.client import ensure_persistent_paths, start_client
+
+log = get_logger("server")
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.broker_id = config.broker_id
+        self.zk = None
+        self.broker_epoch = -1
+        self.cluster_id: str | None = None
+        self.metadata_cache = MetadataCache(self.broker_id)
+        self.log_manager = None
+        self.replica_manager: ReplicaManager | None = None
+        self.control_handler: ControlRequestHandler | None = None
+        self.controller: KafkaController | None = None
+        self.socket_server = None
+        self.apis = None
+        self._shutdown = threading.Event()
+        self._session_lost = False
+        self._started_at = time.time()
+
+    # --- start-up -------------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        c = self.config
+        self.zk = start_client(c.zookeeper_connect, timeout=c.zookeeper_session_timeout_ms / 1000.0,
+                               connect_timeout=c.zookeeper_connection_timeout_ms / 1000.0)
+        self.zk.add_listener(self._on_zk_state)
+        ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
+        self.cluster_id = self._get_or_create_cluster_id()
+        self._start_log_manager()
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self._topic_config)
+        self._start_socket_server()  # binds the port before we advertise it
+        self._register_broker()
+        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
+        self.control_handler.start()
+        self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
+            delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
+            unclean_leader_election_enable=c.unclean_leader_election_enable))
+        self._extend_controller(self.controller)
+        self.controller.startup()
+        log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=c.listener,
+                                  log_dirs=",".join(c.log_dirs), cluster_id=self.cluster_id))
+
+    def _extend_controller(self, controller: KafkaController) -> None:
+        """Hook for features that add controller managers (e.g. KIP-950)."""
+
+    def _start_log_manager(self) -> None:
+        try:
+            from kafkatier.log.log_manager import LogManager
+        except ImportError:
+            return
+        self.log_manager = LogManager(list(self.config.log_dirs), broker_id=self.broker_id,
+                                      cluster_id=self.cluster_id,
+                                      retention_check_interval_ms=self.config.log_retention_check_interval_ms)
+        self.log_manager.startup()
+
+    def _start_socket_server(self) -> None:
+        try:
+            from kafkatier.server.kafka_apis import KafkaApis
+            from kafkatier.server.network import SocketServer
+        except ImportError:
+            return
+        self.apis = KafkaApis(self)
+        self.socket_server = SocketServer(self.config.host, self.config.port, self.apis)
+        self.socket_server.start()
+        if self.config.port == 0:
+            import attrs
+            self.config = attrs.evolve(self.config, port=self.socket_server.port)
+
+    def _topic_config(self, topic: str) -> dict:
+        try:
+            data, _ = self.zk.get(paths.topic_config(topic))
+            return dict(codecs.EntityConfig.decode(data).config)
+        except Exception:  # noqa: BLE001 - absent or malformed: defaults
+            return {}
+
+    def _get_or_create_cluster_id(self) -> str:
+        try:
+            self.zk.create(paths.CLUSTER_ID, codecs.ClusterIdZNode(id=codecs.new_topic_id()).encode(),
+                           makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.zk.get(paths.CLUSTER_ID)
+        return codecs.ClusterIdZNode.decode(data).id
+
+    def _register_broker(self) -> None:
+        c = self.config
+        reg = codecs.BrokerRegistration.create(
+            self.broker_id, endpoints=(c.listener,), listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"},
+            timestamp_ms=int(time.time() * 1000), rack=c.rack)
+        path = paths.broker(self.broker_id)
+        t = self.zk.transaction()
+        t.create(path, b"", ephemeral=True)
+        t.set_data(path, reg.encode(), 0)
+        results = t.commit()
+        errs = [r for r in results if isinstance(r, Exception)]
+        if errs:
+            if any(isinstance(e, NodeExistsError) for e in errs):
+                raise RuntimeError(f"broker id {self.broker_id} is already registered in ZooKeeper "
+                                   f"({path} exists); is another broker with this id running?")
+            raise errs[0]
+        stat = self.zk.exists(path)
+        self.broker_epoch = stat.czxid
+        log.info("registered %s", kv(path=path, broker_epoch=self.broker_epoch))
+
+    # --- ZooKeeper session --------------------------------------------------------------------------------------
+    def _on_zk_state(self, state) -> None:
+        # Runs on kazoo's session thread: never block or call ZooKeeper here.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            threading.Thread(target=self._handle_session_lost, name="zk-session-expired", daemon=True).start()
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            threading.Thread(target=self._handle_new_session, name="zk-new-session", daemon=True).start()
+
+    def _handle_session_lost(self) -> None:
+        log.warning("ZooKeeper session lost")
+        if self.controller:
+            self.controller.expire()
+
+    def _handle_new_session(self) -> None:
+        if self._shutdown.is_set():
+            return
+        log.info("new ZooKeeper session; re-registering")
+        try:
+            self._register_broker()
+        except Exception:  # noqa: BLE001
+            log.exception("re-registration failed")
+            return
+        if self.controller:
+            self.controller.reelect()
+
+    # --- control requests (called by ControlRequestHandler) --------------------------------------------------
+    def handle_leader_and_isr(self, body: dict) -> dict:
+        return self.replica_manager.handle_leader_and_isr(body)
+
+    def handle_stop_replica(self, body: dict) -> dict:
+        return self.replica_manager.handle_stop_replica(body)
+
+    def handle_update_metadata(self, body: dict) -> dict:
+        self.metadata_cache.update(body)
+        return {"error_code": 0}
+
+    # --- shutdown -------------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        if self._shutdown.is_set():
+            return
+        self._shutdown.set()
+        log.info("shutting down %s", kv(broker=self.broker_id))
+        for step in (lambda: self.socket_server and self.socket_server.shutdown(),
+                     lambda: self.controller and self.controller.shutdown(),
+                     lambda: self.control_handler and self.control_handler.stop(),
+                     lambda: self.log_manager and self.log_manager.shutdown()):
+            try:
+                step()
+            except Exception:  # noqa: BLE001
+                log.exception("error during shutdown")
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception:  # noqa: BLE001
+                pass
+        log.info("shut down %s", kv(broker=self.broker_id))
+
+    def await_shutdown(self) -> None:
+        self._shutdown.wait()
+
+    def describe(self) -> dict:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "listener": self.config.listener,
+                "uptime_s": round(time.time() - self._started_at, 1),
+                "controller": self.controller.describe() if self.controller else None,
+                "partitions": self.replica_manager.describe() if self.replica_manager else [],
+                "control_channel": self.control_handler.metrics if self.control_handler else {},
+                "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
+
+
+def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
+    """Run a broker in the foreground until SIGTERM/SIGINT."""
+    server = KafkaServer(config)
+    stop = threading.Event()
+
+    def _signal(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    server.startup()
+    if status_file:
+        _write_status(server, status_file)
+    last = time.monotonic()
+    while not stop.wait(1.0):
+        if status_file and time.monotonic() - last >= 5:
+            _write_status(server, status_file)
+            last = time.monotonic()
+    server.shutdown()
+    return 0
+
+
+def _write_status(server: KafkaServer, path: str) -> None:
+    """Metrics snapshot for ``kafkatier cluster describe`` (write-temp, fsync, rename)."""
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(server.describe(), f, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001
+        log.warning("could not write status file", exc_info=True)

@@ -1,0 +1,88 @@
+"""MetadataCache: the broker's view of live brokers and partition leadership, fed by UpdateMetadata."""
+from __future__ import annotations
+
+import threading
+
+import attrs
+
+
+@attrs.frozen
+class PartitionMetadata:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    zk_version: int
+
+
+@attrs.frozen
+class BrokerEndpoint:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class MetadataCache:
+    def __init__(self, broker_id: int):
+        self.broker_id = broker_id
+        self._lock = threading.RLock()
+        self.controller_id: int = -1
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.partitions: dict[str, dict[int, PartitionMetadata]] = {}
+        self.topic_ids: dict[str, str] = {}
+
+    def update(self, body: dict) -> list[str]:
+        """Apply an UpdateMetadata body (kafka-python snake_case).  Returns topics that were deleted
+        (leader -2)."""
+        deleted = []
+        with self._lock:
+            self.controller_id = body.get("controller_id", self.controller_id)
+            brokers = {}
+            for b in body.get("live_brokers", []):
+                ep = (b.get("endpoints") or [{}])[0]
+                brokers[b["id"]] = BrokerEndpoint(b["id"], ep.get("host", ""), ep.get("port", -1), b.get("rack"))
+            self.brokers = brokers
+            for ts in body.get("topic_states", []):
+                topic = ts["topic_name"]
+                if ts.get("topic_id"):
+                    self.topic_ids[topic] = ts["topic_id"]
+                for ps in ts.get("partition_states", []):
+                    if ps["leader"] == -2:
+                        self.partitions.get(topic, {}).pop(ps["partition_index"], None)
+                        if not self.partitions.get(topic):
+                            self.partitions.pop(topic, None)
+                            self.topic_ids.pop(topic, None)
+                            deleted.append(topic)
+                        continue
+                    self.partitions.setdefault(topic, {})[ps["partition_index"]] = PartitionMetadata(
+                        topic, ps["partition_index"], ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
+                        tuple(ps["replicas"]), tuple(ps.get("offline_replicas", ())), ps.get("zk_version", 0))
+        return deleted
+
+    def get_partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        with self._lock:
+            return self.partitions.get(topic, {}).get(partition)
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self.partitions)
+
+    def topic_partitions(self, topic: str) -> list[PartitionMetadata]:
+        with self._lock:
+            return [self.partitions[topic][p] for p in sorted(self.partitions.get(topic, {}))]
+
+    def alive_brokers(self) -> list[BrokerEndpoint]:
+        with self._lock:
+            return sorted(self.brokers.values(), key=lambda b: b.id)
+
+    def broker(self, broker_id: int) -> BrokerEndpoint | None:
+        with self._lock:
+            return self.brokers.get(broker_id)
+
+    def contains_topic(self, topic: str) -> bool:
+        with self._lock:
+            return topic in self.partitions

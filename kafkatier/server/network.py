@@ -1,0 +1,623 @@
+"""The broker's Kafka-protocol TCP server (Kafka's ``SocketServer`` + request channel, in one module).
+
+Design
+------
+One I/O thread (``kafka-network-thread-<port>``) runs a ``selectors`` loop that accepts connections and does
+all socket reads and writes; a small pool of handler threads (``kafka-request-handler-<n>``) decodes frames and
+calls the request handler.  Completions from other threads (purgatory, replication) reach the I/O thread
+through a queue plus a wake-up socketpair.  We chose this over asyncio because the handlers are blocking code
+(ZooKeeper calls, file I/O) and their asynchronous completions come from plain threads: a selector loop gives
+the same single-I/O-thread model with less machinery, and with 2 cores one I/O thread plus a few mostly-idle
+handler threads is the right size.
+
+Data path: a frame's body is received straight into one exact-size ``bytearray`` (``recv_into``, no reassembly
+copy) and decoded from a memoryview, so record batches are not copied by this layer; a response is encoded once
+into a frame (kafka-python's thread-local buffer, then one copy out) and written from a memoryview.
+
+Per connection:
+
+- requests are handed to the handler one at a time in arrival order (never two of one connection at once, so
+  e.g. two Produce requests on one connection are appended in order);
+- ``handle()`` returns a response, ``None`` (send nothing: Produce with acks=0), or a Future-like object (has
+  ``add_done_callback``; its result is a response or ``None``) completed later from any thread;
+- every request takes a slot in a FIFO; responses are written strictly in slot order, so asynchronous
+  completion never reorders a connection's responses (Kafka's guarantee);
+- reading stops while ``max_in_flight_per_connection`` requests are unanswered or unsent (Kafka itself uses 1;
+  the default here, 5, matches the clients' ``max.in.flight.requests.per.connection``).
+
+Errors: a bad frame size (negative, too small, or above ``socket.request.max.bytes``), an undecodable header or
+body, or an unknown API key closes that connection only, with a log line.  An unsupported version is answered
+with UNSUPPORTED_VERSION when the response can carry it (ApiVersions: always, as an ApiVersionsResponse v0 that
+still lists our APIs); otherwise the connection is closed.  A handler exception is answered with
+UNKNOWN_SERVER_ERROR the same way.  The handler may supply ``error_response(header, request, code)`` for APIs
+without a top-level error code.
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import selectors
+import socket
+import struct
+import threading
+from typing import Any, Callable, Mapping, Protocol
+
+import attrs
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_message import ApiMessage
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.errors import Errors
+from kafkatier.server.api_versions import ApiVersionsTable
+
+log = get_logger("network")
+
+#: Kafka's ``socket.request.max.bytes`` default.
+DEFAULT_MAX_REQUEST_BYTES = 104857600
+#: api key + api version + correlation id: the smallest possible request.
+_MIN_FRAME = 8
+_SIZE = struct.Struct(">i")
+
+
+@attrs.frozen
+class ConnectionContext:
+    """Who is on the other end of a connection, as seen by a request handler."""
+    connection_id: str
+    client_address: tuple[str, int]
+    listener_name: str = "PLAINTEXT"
+    client_id: str | None = None
+    principal: str | None = None
+
+
+class RequestHandler(Protocol):
+    """What :class:`SocketServer` dispatches to.
+
+    Optionally also ``error_response(header, request, error_code) -> response | None`` for error answers to
+    APIs whose response has no top-level ``error_code``."""
+
+    def supported_versions(self) -> Mapping[int, tuple[int, int]]:
+        """``{api_key: (min, max)}`` for every API this handler serves; exactly what gets advertised."""
+
+    def handle(self, header: RequestHeader, request: ApiMessage, context: ConnectionContext) -> Any:
+        """Return a response, ``None`` (no response), or a Future-like completed later with one of those."""
+
+
+class _Slot:
+    __slots__ = ("done", "data", "close")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.data: bytearray | None = None
+        self.close = False
+
+
+class _Connection:
+    __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
+                 "events", "size_buf", "size_read", "body", "body_read")
+
+    def __init__(self, sock: socket.socket, context: ConnectionContext):
+        self.sock = sock
+        self.context = context
+        self.lock = threading.Lock()
+        self.frames: collections.deque[tuple[bytearray, _Slot]] = collections.deque()  # read, not dispatched
+        self.slots: collections.deque[_Slot] = collections.deque()  # dispatched or queued, not yet collected
+        self.dispatching = False
+        self.closing = False  # a fatal error was seen: read no more, close when its slot comes up
+        self.closed = False
+        self.out: collections.deque[memoryview] = collections.deque()  # I/O thread only
+        self.events = 0
+        self.size_buf = bytearray(4)
+        self.size_read = 0
+        self.body: bytearray | None = None
+        self.body_read = 0
+
+
+class _HandlerPool:
+    """Fixed pool of named daemon threads running submitted callables."""
+
+    def __init__(self, size: int, name_prefix: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"{name_prefix}-{i}", daemon=True)
+                         for i in range(size)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self._queue.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:  # a bug in dispatch code must not kill the thread
+                log.exception("request handler task failed")
+
+    def shutdown(self, timeout: float) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+
+class SocketServer:
+    """Kafka-protocol server on ``host:port`` (port 0 picks a free one) dispatching to ``handler``.
+
+    ``supported`` overrides ``handler.supported_versions()`` as the advertised table; either is read at
+    :meth:`start` and again by :meth:`refresh_api_versions`.  If the table lacks ApiVersions (18) the server
+    answers ApiVersions itself; otherwise the handler does (unsupported ApiVersions versions are always answered
+    here)."""
+
+    def __init__(self, host: str, port: int, handler: RequestHandler, *,
+                 supported: Mapping[int, tuple[int, int]] | None = None,
+                 num_handler_threads: int = 8,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_in_flight_per_connection: int = 5,
+                 listener_name: str = "PLAINTEXT",
+                 principal: str | None = "User:ANONYMOUS"):
+        if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
+            raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
+                             "positive")
+        self._host, self._requested_port = host, port
+        self._handler = handler
+        self._supported_override = supported
+        self._num_threads = num_handler_threads
+        self._max_request_bytes = max_request_bytes
+        self._max_in_flight = max_in_flight_per_connection
+        self._listener_name = listener_name
+        self._principal = principal
+        self._table: ApiVersionsTable | None = None
+        self._handler_serves_api_versions = False
+        self._listener: socket.socket | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._io_thread: threading.Thread | None = None
+        self._pool: _HandlerPool | None = None
+        self._ready: collections.deque[_Connection] = collections.deque()
+        self._conns: dict[int, _Connection] = {}
+        self._conn_seq = 0
+        self._stopping = threading.Event()
+        self._metrics_lock = threading.Lock()
+        self._api_metrics: dict[int, list[int]] = {}
+        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0}
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> "SocketServer":
+        """Bind, listen and start the I/O and handler threads.  Returns ``self``."""
+        if self._listener is not None:
+            raise RuntimeError("SocketServer already started")
+        self.refresh_api_versions()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self._host, self._requested_port))
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ, "listener")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wakeup")
+        self._pool = _HandlerPool(self._num_threads, "kafka-request-handler")
+        self._io_thread = threading.Thread(target=self._run, name=f"kafka-network-thread-{self.port}",
+                                           daemon=True)
+        self._io_thread.start()
+        log.info("listening %s", kv(host=self._host, port=self.port, listener=self._listener_name,
+                                    apis=len(self._table.supported)))
+        return self
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop accepting, close every connection and stop the threads.  Idempotent."""
+        if self._listener is None or self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._wakeup()
+        if self._io_thread is not None:
+            self._io_thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(timeout)
+        log.info("stopped %s", kv(port=self.port))
+
+    def __enter__(self) -> "SocketServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def refresh_api_versions(self) -> None:
+        """Re-read the advertised table (after handlers were registered or removed)."""
+        supported = self._supported_override
+        if supported is None:
+            supported = self._handler.supported_versions()
+        self._handler_serves_api_versions = codec.API_VERSIONS_KEY in supported
+        self._table = ApiVersionsTable(supported)
+
+    # -- introspection ---------------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._listener is None:
+            raise RuntimeError("SocketServer not started")
+        return self._listener.getsockname()[1]
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def api_versions(self) -> ApiVersionsTable:
+        assert self._table is not None
+        return self._table
+
+    def metrics(self) -> dict[str, dict[str, int]]:
+        """Per API name (``Produce``...): ``requests``, ``errors`` (answered with a top-level error code, or
+        failed), ``bytes_in`` and ``bytes_out`` (whole frames)."""
+        with self._metrics_lock:
+            return {codec.api_name(k): dict(zip(("requests", "errors", "bytes_in", "bytes_out"), v))
+                    for k, v in sorted(self._api_metrics.items())}
+
+    def connection_metrics(self) -> dict[str, int]:
+        """``active``, ``accepted``, ``closed`` and ``malformed`` (connections closed for a bad frame)."""
+        with self._metrics_lock:
+            return dict(self._conn_metrics, active=len(self._conns))
+
+    def _count(self, api_key: int, requests: int = 0, errors: int = 0, bytes_in: int = 0,
+               bytes_out: int = 0) -> None:
+        with self._metrics_lock:
+            m = self._api_metrics.setdefault(api_key, [0, 0, 0, 0])
+            m[0] += requests
+            m[1] += errors
+            m[2] += bytes_in
+            m[3] += bytes_out
+
+    # -- I/O thread ------------------------------------------------------------------------------------------
+
+    def _wakeup(self) -> None:
+        try:
+            if self._wake_w is not None:
+                self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is already pending, or we are shut down
+
+    def _run(self) -> None:
+        assert self._selector is not None
+        try:
+            while not self._stopping.is_set():
+                for key, mask in self._selector.select(timeout=1.0):
+                    if key.data == "listener":
+                        self._accept()
+                    elif key.data == "wakeup":
+                        self._drain_wakeup()
+                    else:
+                        conn: _Connection = key.data
+                        if mask & selectors.EVENT_READ and not conn.closed:
+                            self._read(conn)
+                        if mask & selectors.EVENT_WRITE and not conn.closed:
+                            self._write(conn)
+                while self._ready:
+                    self._collect(self._ready.popleft())
+        except Exception:
+            log.exception("network thread failed %s", kv(port=self.port))
+        finally:
+            for conn in list(self._conns.values()):
+                self._close(conn, "shutdown")
+            self._selector.close()
+            for s in (self._listener, self._wake_r, self._wake_w):
+                if s is not None:
+                    s.close()
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while self._wake_r.recv(4096):  # type: ignore[union-attr]
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("accept failed %s", kv(error=e))
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            local = sock.getsockname()
+            self._conn_seq += 1
+            conn_id = f"{local[0]}:{local[1]}-{addr[0]}:{addr[1]}-{self._conn_seq}"
+            conn = _Connection(sock, ConnectionContext(connection_id=conn_id, client_address=(addr[0], addr[1]),
+                                                       listener_name=self._listener_name,
+                                                       principal=self._principal))
+            self._conns[id(conn)] = conn
+            with self._metrics_lock:
+                self._conn_metrics["accepted"] += 1
+            self._update_interest(conn)
+            log.debug("accepted %s", kv(connection=conn_id))
+
+    def _read(self, conn: _Connection) -> None:
+        while not conn.closed and conn.events & selectors.EVENT_READ:
+            try:
+                if conn.body is None:
+                    n = conn.sock.recv_into(memoryview(conn.size_buf)[conn.size_read:])
+                    if n == 0:
+                        self._close(conn, "closed by peer")
+                        return
+                    conn.size_read += n
+                    if conn.size_read < 4:
+                        continue
+                    (size,) = _SIZE.unpack(conn.size_buf)
+                    conn.size_read = 0
+                    if size < _MIN_FRAME or size > self._max_request_bytes:
+                        log.warning("closing connection: invalid receive %s",
+                                    kv(connection=conn.context.connection_id, size=size,
+                                       max_request_bytes=self._max_request_bytes))
+                        self._close(conn, "invalid frame size", malformed=True)
+                        return
+                    conn.body = bytearray(size)
+                    conn.body_read = 0
+                else:
+                    n = conn.sock.recv_into(memoryview(conn.body)[conn.body_read:])
+                    if n == 0:
+                        self._close(conn, "closed by peer")
+                        return
+                    conn.body_read += n
+                    if conn.body_read == len(conn.body):
+                        frame, conn.body = conn.body, None
+                        self._enqueue(conn, frame)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._close(conn, f"read failed: {e}")
+                return
+
+    def _enqueue(self, conn: _Connection, frame: bytearray) -> None:
+        slot = _Slot()
+        with conn.lock:
+            if conn.closing:
+                return
+            conn.slots.append(slot)
+            conn.frames.append((frame, slot))
+            start = not conn.dispatching
+            conn.dispatching = True
+        if start:
+            assert self._pool is not None
+            self._pool.submit(self._drain, conn)
+        self._update_interest(conn)
+
+    def _collect(self, conn: _Connection) -> None:
+        """Move completed responses, in slot order, to the connection's output."""
+        if conn.closed:
+            return
+        close = False
+        with conn.lock:
+            while conn.slots and conn.slots[0].done:
+                slot = conn.slots.popleft()
+                if slot.close:
+                    close = True
+                    break
+                if slot.data is not None:
+                    conn.out.append(memoryview(slot.data))
+        if close:
+            self._close(conn, "request error")
+            return
+        if conn.out:
+            self._write(conn)
+        else:
+            self._update_interest(conn)
+
+    def _write(self, conn: _Connection) -> None:
+        while conn.out:
+            buf = conn.out[0]
+            try:
+                n = conn.sock.send(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self._close(conn, f"write failed: {e}")
+                return
+            if n < len(buf):
+                conn.out[0] = buf[n:]
+                break
+            conn.out.popleft()
+        self._update_interest(conn)
+
+    def _update_interest(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        events = 0
+        if not conn.closing and len(conn.slots) + len(conn.out) < self._max_in_flight:
+            events |= selectors.EVENT_READ
+        if conn.out:
+            events |= selectors.EVENT_WRITE
+        if events == conn.events:
+            return
+        assert self._selector is not None
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, conn)
+        elif events == 0:
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _close(self, conn: _Connection, reason: str, malformed: bool = False) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        with conn.lock:
+            conn.closing = True
+            conn.frames.clear()
+        if conn.events and self._selector is not None:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        conn.events = 0
+        conn.out.clear()
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+        self._conns.pop(id(conn), None)
+        with self._metrics_lock:
+            self._conn_metrics["closed"] += 1
+            if malformed:
+                self._conn_metrics["malformed"] += 1
+        log.debug("closed %s", kv(connection=conn.context.connection_id, reason=reason.replace(" ", "_")))
+
+    # -- handler threads -------------------------------------------------------------------------------------
+
+    def _drain(self, conn: _Connection) -> None:
+        """Dispatch a connection's queued frames one at a time, in order."""
+        while True:
+            with conn.lock:
+                if conn.closing or not conn.frames:
+                    conn.frames.clear()
+                    conn.dispatching = False
+                    return
+                frame, slot = conn.frames.popleft()
+            try:
+                self._process(conn, frame, slot)
+            except Exception:
+                log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
+                self._complete(conn, slot, close=True)
+
+    def _process(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:
+        frame_bytes = len(frame) + 4
+        try:
+            header, request = codec.decode_request(frame)
+        except codec.UnsupportedVersionError as e:
+            header = e.header
+            assert header is not None
+            self._count(header.request_api_key, requests=1, bytes_in=frame_bytes)
+            self._reject_version(conn, slot, header, None)
+            return
+        except codec.FrameError as e:
+            if e.header is not None:
+                self._count(e.header.request_api_key, requests=1, errors=1, bytes_in=frame_bytes)
+            with self._metrics_lock:
+                self._conn_metrics["malformed"] += 1
+            log.warning("closing connection: malformed request %s",
+                        kv(connection=conn.context.connection_id, error=str(e).replace(" ", "_"),
+                           api=codec.api_name(e.header.request_api_key) if e.header else None,
+                           client_id=e.header.client_id if e.header else None))
+            self._complete(conn, slot, close=True)
+            return
+        api_key, version = header.request_api_key, header.request_api_version
+        self._count(api_key, requests=1, bytes_in=frame_bytes)
+        if header.client_id != conn.context.client_id:
+            conn.context = attrs.evolve(conn.context, client_id=header.client_id)
+        context = conn.context
+        table = self._table
+        assert table is not None
+        if not table.is_supported(api_key, version):
+            self._reject_version(conn, slot, header, request)
+            return
+        if api_key == codec.API_VERSIONS_KEY and not self._handler_serves_api_versions:
+            self._finish(conn, slot, header, table.response(version))
+            return
+        try:
+            result = self._handler.handle(header, request, context)
+        except Exception:
+            log.exception("handler failed %s", kv(api=codec.api_name(api_key), version=version,
+                                                  connection=context.connection_id, client_id=header.client_id))
+            self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
+            return
+        if hasattr(result, "add_done_callback"):
+            result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
+        else:
+            self._deliver(conn, slot, header, request, result)
+
+    def _on_done(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
+                 fut: Any) -> None:
+        try:
+            result = fut.result()
+        except Exception as e:
+            log.error("asynchronous request failed %s", kv(api=codec.api_name(header.request_api_key),
+                                                           connection=conn.context.connection_id, error=repr(e)))
+            self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
+            return
+        self._deliver(conn, slot, header, request, result)
+
+    def _deliver(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
+                 result: Any) -> None:
+        if result is None:
+            if request.expect_response():
+                log.warning("handler returned no response for a request that expects one %s",
+                            kv(api=codec.api_name(header.request_api_key), connection=conn.context.connection_id))
+            self._complete(conn, slot)
+        else:
+            self._finish(conn, slot, header, result)
+
+    def _reject_version(self, conn: _Connection, slot: _Slot, header: RequestHeader,
+                        request: ApiMessage | None) -> None:
+        api_key = header.request_api_key
+        log.info("unsupported version %s", kv(api=codec.api_name(api_key), version=header.request_api_version,
+                                              connection=conn.context.connection_id, client_id=header.client_id))
+        if api_key == codec.API_VERSIONS_KEY:
+            assert self._table is not None
+            self._finish(conn, slot, header, self._table.unsupported_version_response(), version=0)
+        else:
+            self._answer_error(conn, slot, header, request, Errors.UNSUPPORTED_VERSION)
+
+    def _answer_error(self, conn: _Connection, slot: _Slot, header: RequestHeader,
+                      request: ApiMessage | None, error: int) -> None:
+        response = None
+        hook = getattr(self._handler, "error_response", None)
+        if hook is not None and request is not None:
+            try:
+                response = hook(header, request, int(error))
+            except Exception:
+                log.exception("error_response hook failed %s", kv(api=codec.api_name(header.request_api_key)))
+        if response is None:
+            response = codec.error_response(header, error)
+        if response is None:
+            log.warning("closing connection: cannot answer %s with an error %s",
+                        codec.api_name(header.request_api_key),
+                        kv(version=header.request_api_version, error=Errors(error).name,
+                           connection=conn.context.connection_id))
+            self._count(header.request_api_key, errors=1)
+            self._complete(conn, slot, close=True)
+            return
+        self._finish(conn, slot, header, response)
+
+    def _finish(self, conn: _Connection, slot: _Slot, header: RequestHeader, response: Any,
+                version: int | None = None) -> None:
+        api_key = header.request_api_key
+        try:
+            if not isinstance(response, ApiMessage) or response.API_KEY != api_key:
+                raise TypeError(f"handler returned {type(response).__name__} for {codec.api_name(api_key)}")
+            data = codec.encode_response(header, response, version)
+        except Exception:
+            log.exception("cannot encode response %s", kv(api=codec.api_name(api_key),
+                                                         version=header.request_api_version,
+                                                         connection=conn.context.connection_id))
+            self._count(api_key, errors=1)
+            self._complete(conn, slot, close=True)
+            return
+        self._count(api_key, errors=1 if codec.top_level_error(response) else 0, bytes_out=len(data))
+        self._complete(conn, slot, data)
+
+    def _complete(self, conn: _Connection, slot: _Slot, data: bytearray | None = None,
+                  close: bool = False) -> None:
+        with conn.lock:
+            slot.data = data
+            slot.close = close
+            slot.done = True
+            if close:
+                conn.closing = True
+        self._ready.append(conn)
+        self._wakeup()
+
+
+__all__ = ["SocketServer", "ConnectionContext", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

@@ -1,0 +1,257 @@
+"""KafkaZkClient: the reads and writes of Kafka's znodes used by the controller, brokers and admin tools.
+
+Controller writes go through :class:`kafkatier.zk.fenced.FencedZkWriter` (fenced by ``/controller_epoch``);
+admin writes (topic creation, config changes, deletion markers) are not fenced, as in Kafka's ZooKeeper mode.
+Reads that fan out (all partition states, all broker registrations) use kazoo's async calls so that N znodes
+cost one round of pipelined requests, not N sequential round trips.  Malformed znodes are logged and skipped.
+"""
+from __future__ import annotations
+
+import time
+
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+
+from kafkatier.controller.context import BrokerInfo, LeaderAndIsr, ReplicaAssignment, TopicPartition
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import FencedZkWriter
+
+log = get_logger("zk.client")
+
+
+def _wait_all(asyncs):
+    out = []
+    for a in asyncs:
+        try:
+            out.append(a.get())
+        except NoNodeError:
+            out.append(None)
+    return out
+
+
+class KafkaZkClient:
+    def __init__(self, zk):
+        self.zk = zk
+
+    def writer(self, epoch_zk_version: int) -> FencedZkWriter:
+        return FencedZkWriter(self.zk, epoch_zk_version)
+
+    # --- brokers --------------------------------------------------------------------------------------------
+    def get_all_brokers_and_epochs(self) -> dict[int, BrokerInfo]:
+        try:
+            ids = self.zk.get_children(paths.BROKER_IDS)
+        except NoNodeError:
+            return {}
+        ids = [i for i in ids if i.isdigit()]
+        results = _wait_all([self.zk.get_async(paths.broker(int(i))) for i in ids])
+        out = {}
+        for i, res in zip(ids, results):
+            if res is None:
+                continue
+            data, stat = res
+            try:
+                reg = codecs.BrokerRegistration.decode(data, broker_id=int(i), path=paths.broker(int(i)))
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed broker registration %s", kv(path=paths.broker(int(i)), reason=e))
+                continue
+            out[int(i)] = BrokerInfo(id=int(i), host=reg.host, port=reg.port, epoch=stat.czxid,
+                                     endpoints=tuple(reg.endpoints), rack=reg.rack)
+        return out
+
+    # --- topics ---------------------------------------------------------------------------------------------
+    def get_all_topics(self) -> set[str]:
+        try:
+            return set(self.zk.get_children(paths.BROKER_TOPICS))
+        except NoNodeError:
+            return set()
+
+    def get_topic_assignments(self, topics) -> dict[str, codecs.TopicAssignment]:
+        topics = sorted(topics)
+        results = _wait_all([self.zk.get_async(paths.topic(t)) for t in topics])
+        out = {}
+        for t, res in zip(topics, results):
+            if res is None:
+                continue
+            try:
+                out[t] = codecs.TopicAssignment.decode(res[0])
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed topic assignment %s", kv(path=paths.topic(t), reason=e))
+        return out
+
+    def get_partition_states(self, tps) -> dict[TopicPartition, LeaderAndIsr]:
+        tps = sorted(tps)
+        results = _wait_all([self.zk.get_async(paths.partition_state(tp.topic, tp.partition)) for tp in tps])
+        out = {}
+        for tp, res in zip(tps, results):
+            if res is None:
+                continue
+            data, stat = res
+            try:
+                st = codecs.decode_partition_state(data, stat)
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed partition state %s", kv(partition=tp, reason=e))
+                continue
+            out[tp] = _to_leader_and_isr(st, stat.version)
+        return out
+
+    def get_topic_configs(self, topics) -> dict[str, dict[str, str]]:
+        topics = sorted(topics)
+        results = _wait_all([self.zk.get_async(paths.topic_config(t)) for t in topics])
+        out = {}
+        for t, res in zip(topics, results):
+            if res is None:
+                out[t] = {}
+                continue
+            try:
+                out[t] = dict(codecs.EntityConfig.decode(res[0]).config)
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed topic config %s", kv(topic=t, reason=e))
+                out[t] = {}
+        return out
+
+    def get_children_or_empty(self, path: str) -> list[str]:
+        try:
+            return self.zk.get_children(path)
+        except NoNodeError:
+            return []
+
+    # --- controller (fenced) writes -------------------------------------------------------------------------
+    def set_topic_assignment(self, topic: str, assignment: codecs.TopicAssignment, epoch_zk_version: int) -> None:
+        self.writer(epoch_zk_version).set_data(paths.topic(topic), assignment.encode())
+
+    def create_partition_states(self, states: dict[TopicPartition, LeaderAndIsr],
+                                epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
+        """Create ``partitions``, ``partitions/{p}`` and ``state`` for new partitions, one fenced multi each."""
+        created = {}
+        w = self.writer(epoch_zk_version)
+        for tp, l in sorted(states.items()):
+            try:
+                w.create(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
+                         create_parents=True)
+            except NodeExistsError:
+                log.warning("partition state already exists %s", kv(partition=tp))
+                continue
+            created[tp] = l
+        return created
+
+    def update_leader_and_isr(self, updates: dict[TopicPartition, LeaderAndIsr],
+                              epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
+        """Conditional updates: ``l.partition_epoch`` is the expected zkVersion.  Returns the written states
+        with their new partition epoch; a BADVERSION is logged and that partition left out."""
+        out = {}
+        w = self.writer(epoch_zk_version)
+        for tp, l in sorted(updates.items()):
+            try:
+                stat = w.set_data(paths.partition_state(tp.topic, tp.partition),
+                                  _to_codec(l).encode(), version=l.partition_epoch)
+            except (BadVersionError, NoNodeError) as e:
+                log.warning("partition state update failed %s", kv(partition=tp, reason=type(e).__name__))
+                continue
+            out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
+                                   partition_epoch=_version_of(stat, l.partition_epoch + 1),
+                                   leader_recovery_state=l.leader_recovery_state)
+        return out
+
+    def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
+                                epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
+        updates = {}
+        for tp, l in states.items():
+            if replica not in l.isr and l.leader != replica:
+                continue
+            isr = l.isr if len(l.isr) == 1 else tuple(r for r in l.isr if r != replica)
+            leader = LeaderAndIsr.NO_LEADER if l.leader == replica else l.leader
+            updates[tp] = LeaderAndIsr(leader, l.leader_epoch + 1, isr, controller_epoch, l.partition_epoch,
+                                       l.leader_recovery_state)
+        result = self.update_leader_and_isr(updates, epoch_zk_version)
+        for tp in set(updates) - set(result):
+            # BADVERSION: re-read once and retry with the fresh state.
+            fresh = self.get_partition_states([tp]).get(tp)
+            if fresh is not None:
+                result.update(self.remove_replica_from_isr(replica, {tp: fresh}, controller_epoch, epoch_zk_version))
+        return result
+
+    def delete_topic_znodes(self, topic: str, epoch_zk_version: int) -> None:
+        w = self.writer(epoch_zk_version)
+        w.delete_recursive(paths.topic(topic))
+        w.delete_recursive(paths.topic_config(topic))
+        w.delete_recursive(paths.delete_topic(topic))
+
+    def delete_topic_deletion_marker(self, topic: str, epoch_zk_version: int) -> None:
+        self.writer(epoch_zk_version).delete_recursive(paths.delete_topic(topic))
+
+    # --- admin (unfenced) writes ----------------------------------------------------------------------------
+    def create_topic(self, topic: str, assignment: dict[int, list[int]], config: dict[str, str],
+                     topic_id: str | None = None) -> str:
+        """Write ``/config/topics/{t}`` then ``/brokers/topics/{t}`` (Kafka's order) in one multi."""
+        topic_id = topic_id or codecs.new_topic_id()
+        ta = codecs.TopicAssignment({p: tuple(r) for p, r in assignment.items()}, {}, {}, topic_id)
+        t = self.zk.transaction()
+        t.create(paths.topic_config(topic), codecs.EntityConfig(config=dict(config)).encode())
+        t.create(paths.topic(topic), ta.encode())
+        results = t.commit()
+        for r in results:
+            if isinstance(r, NodeExistsError):
+                raise NodeExistsError(f"topic {topic} already exists")
+            if isinstance(r, Exception) and not type(r).__name__ == "RolledBackError":
+                raise r
+        return topic_id
+
+    def change_topic_config(self, topic: str, config: dict[str, str], extra_ops=None) -> None:
+        """Write the entity config and a ``config_change_`` notification (version 2) atomically."""
+        t = self.zk.transaction()
+        t.set_data(paths.topic_config(topic), codecs.EntityConfig(config=dict(config)).encode())
+        t.create(paths.CONFIG_CHANGES + "/" + paths.CONFIG_CHANGE_PREFIX,
+                 codecs.ConfigChangeNotification.of("topics", topic).encode(),
+                 sequence=True)
+        for op in extra_ops or ():
+            op(t)
+        results = t.commit()
+        errs = [r for r in results if isinstance(r, Exception) and type(r).__name__ != "RolledBackError"]
+        if errs:
+            raise errs[0]
+
+    def mark_topic_for_deletion(self, topic: str) -> bool:
+        """Returns False if already marked.  Raises NoNodeError if the topic does not exist."""
+        if self.zk.exists(paths.topic(topic)) is None:
+            raise NoNodeError(paths.topic(topic))
+        try:
+            self.zk.create(paths.delete_topic(topic), b"", makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def get_controller_id(self) -> int | None:
+        try:
+            data, _ = self.zk.get(paths.CONTROLLER)
+        except NoNodeError:
+            return None
+        try:
+            return codecs.ControllerZNode.decode(data).broker_id
+        except codecs.MalformedZNodeError as e:
+            log.warning("malformed /controller %s", kv(reason=e))
+            return None
+
+
+def _version_of(stat, default: int) -> int:
+    return getattr(stat, "version", default) if stat is not None else default
+
+
+def _to_codec(l: LeaderAndIsr):
+    return codecs.LeaderIsrAndControllerEpoch(leader=l.leader, leader_epoch=l.leader_epoch, isr=tuple(l.isr),
+                                              controller_epoch=l.controller_epoch,
+                                              leader_recovery_state=l.leader_recovery_state)
+
+
+def _to_leader_and_isr(st, version: int) -> LeaderAndIsr:
+    return LeaderAndIsr(leader=st.leader, leader_epoch=st.leader_epoch, isr=tuple(st.isr),
+                        controller_epoch=st.controller_epoch, partition_epoch=version,
+                        leader_recovery_state=getattr(st, "leader_recovery_state", 0))
+
+
+def assignment_from_codec(ta) -> dict[int, ReplicaAssignment]:
+    return {int(p): ReplicaAssignment(tuple(r), tuple(ta.adding.get(p, ())), tuple(ta.removing.get(p, ())))
+            for p, r in ta.partitions.items()}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
