@@ -95,3 +95,75 @@ def zk_root(zookeeper, _zk_session_client):
 def zk(zk_root):
     """A started kazoo client chrooted to a fresh path (the same one as ``zk_root``)."""
     return zk_root[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Clusters: real broker processes on the session's ZooKeeper, each cluster in its own chroot.
+
+@attrs.define
+class RunningCluster:
+    manager: object
+    zk: object  # kazoo client chrooted like the brokers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.manager.bootstrap_servers
+
+    @property
+    def zookeeper(self) -> str:
+        return self.manager.zookeeper
+
+    @property
+    def data_dir(self) -> str:
+        return self.manager.data_dir
+
+    def controller_id(self) -> int | None:
+        import json as _json
+        try:
+            return _json.loads(self.zk.get("/controller")[0])["brokerid"]
+        except Exception:  # noqa: BLE001
+            return None
+
+    def broker_ids(self) -> list[int]:
+        return [b["id"] for b in self.manager.state["brokers"]]
+
+
+def _start_cluster(zookeeper, client, tmp_path, brokers=3, log_dirs=2, overrides=None, session_timeout_ms=6000):
+    from kafkatier.cluster.manager import ClusterManager
+    root = f"/cluster-{uuid.uuid4().hex[:10]}"
+    client.create(root)
+    connect = zookeeper.connect_string + root
+    m = ClusterManager(str(tmp_path))
+    m.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
+         session_timeout_ms=session_timeout_ms)
+    return RunningCluster(m, start_client(connect))
+
+
+def _stop_cluster(c: RunningCluster) -> None:
+    try:
+        c.zk.stop()
+        c.zk.close()
+    finally:
+        c.manager.down()
+
+
+@pytest.fixture
+def cluster_factory(zookeeper, _zk_session_client, tmp_path):
+    """``factory(brokers=3, log_dirs=2, overrides=None)`` -> a running cluster, stopped after the test."""
+    made = []
+
+    def factory(**kw):
+        c = _start_cluster(zookeeper, _zk_session_client, tmp_path / f"cluster{len(made)}", **kw)
+        made.append(c)
+        return c
+    yield factory
+    for c in made:
+        _stop_cluster(c)
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, _zk_session_client, tmp_path_factory):
+    """A 3-broker cluster shared by the tests of one module (tests must not stop its brokers)."""
+    c = _start_cluster(zookeeper, _zk_session_client, tmp_path_factory.mktemp("cluster"))
+    yield c
+    _stop_cluster(c)

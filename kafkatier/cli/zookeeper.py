@@ -19,8 +19,10 @@ SHELL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("zookeeper", help="run the embedded ZooKeeper, or its shell (zkCli)",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "zookeeper", help="run the embedded ZooKeeper, or its shell (zkCli)",
+        description="Run a single-node ZooKeeper from the jars bundled with pyspark (Java 17+ needed), "
+                    "or ZooKeeper's own shell against any ZooKeeper.")
     sub = parser.add_subparsers(dest="zk_command", metavar="SUBCOMMAND")
     sub.required = True
 

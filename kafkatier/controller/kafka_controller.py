@@ -57,6 +57,7 @@ class KafkaController:
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
         self._topic_watch_gen: dict[str, int] = {}
+        self._broker_watch_gen: dict[int, int] = {}
         self._controller_watch = None
         self.metrics = {"failovers": 0, "resignations": 0, "last_failover_ms": 0.0}
         self._listeners: list[Callable[[str], None]] = []  # e.g. KIP-950 manager hooks
@@ -213,6 +214,7 @@ class KafkaController:
         log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))
         self._generation += 1
         self._topic_watch_gen.clear()
+        self._broker_watch_gen.clear()
         if self.channel is not None:
             self.channel.shutdown()
             self.channel = None
@@ -224,6 +226,7 @@ class KafkaController:
     def _initialize_context(self) -> None:
         ctx = self.ctx
         ctx.live_brokers = self.kafka_zk.get_all_brokers_and_epochs()
+        self._register_broker_watches(ctx.live_brokers)
         ctx.shutting_down_broker_ids.clear()
         ctx.all_topics = self.kafka_zk.get_all_topics()
         for t in ctx.all_topics:
@@ -276,6 +279,26 @@ class KafkaController:
             return True
         DataWatch(self.zk, paths.topic(topic), on_data)
 
+    def _register_broker_watches(self, broker_ids) -> None:
+        """A data watch per broker znode: a broker that bounces between two reads of ``/brokers/ids`` leaves
+        the child list unchanged, but its re-created znode fires this watch (Kafka's BrokerModifications)."""
+        gen = self._generation
+        for b in broker_ids:
+            if self._broker_watch_gen.get(b) == gen:
+                continue
+            self._broker_watch_gen[b] = gen
+            first = [True]
+
+            def on_data(data, stat, event=None, b=b):
+                if self._broker_watch_gen.get(b) != gen or gen != self._generation:
+                    return False
+                if first[0]:
+                    first[0] = False
+                    return True
+                self._put(f"BrokerModifications({b})", self._active_only(self.process_broker_change))
+                return True
+            DataWatch(self.zk, paths.broker(b), on_data)
+
     def unregister_partition_modifications_watch(self, topic: str) -> None:
         self._topic_watch_gen.pop(topic, None)
 
@@ -300,6 +323,7 @@ class KafkaController:
     def process_broker_change(self) -> None:
         ctx = self.ctx
         current = self.kafka_zk.get_all_brokers_and_epochs()
+        self._register_broker_watches(current)
         cached = dict(ctx.live_brokers)
         new = sorted(set(current) - set(cached))
         dead = sorted(set(cached) - set(current))

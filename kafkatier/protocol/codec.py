@@ -181,11 +181,17 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     if not 0 <= version <= cls.max_version:
         raise UnsupportedVersionError(
             f"{api_name(header.request_api_key)} v{version} is outside 0..{cls.max_version}", header)
+    body = view[pos:]
+    flexible = cls.flexible_version_q(version)
+    decoder = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
     try:
-        request = cls.decode(view[pos:], version=version)
+        request, end = decoder(body, 0)
     except Exception as e:  # the generated decoders raise struct.error, IndexError, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode {api_name(header.request_api_key)} v{version} body: "
                          f"{type(e).__name__}: {e}", header) from e
+    if end > len(body):  # a bytes/string slice ran past the end: the frame is truncated
+        raise FrameError(f"{api_name(header.request_api_key)} v{version} body is truncated "
+                         f"({len(body)} bytes, needs {end})", header)
     request._header = header
     return header, request
 

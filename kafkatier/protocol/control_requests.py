@@ -21,7 +21,6 @@ from typing import Any, Mapping
 
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.base import BaseField
 from kafka.protocol.schemas.fields.codecs import (
     Boolean, Bytes, Float64, Int8, Int16, Int32, Int64, String, UnsignedInt16, UUID,

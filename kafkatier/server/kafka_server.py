@@ -42,6 +42,10 @@ class KafkaServer:
         self.controller: KafkaController | None = None
         self.socket_server = None
         self.apis = None
+        self.admin_zk = None
+        self.dynamic_config = None
+        self._topic_configs: dict[str, dict] = {}
+        self.topic_config_listeners: list = []
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -55,7 +59,14 @@ class KafkaServer:
         ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
         self.cluster_id = self._get_or_create_cluster_id()
         self._start_log_manager()
-        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self._topic_config)
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.log_manager, self._topic_config, zk=self.zk, metadata_cache=self.metadata_cache,
+            min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms)
+        self._start_admin()
+        self._start_dynamic_config()
+        from kafkatier.server.producer_id_manager import ProducerIdManager
+        self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self._start_socket_server()  # binds the port before we advertise it
         self._register_broker()
         self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
@@ -71,14 +82,23 @@ class KafkaServer:
     def _extend_controller(self, controller: KafkaController) -> None:
         """Hook for features that add controller managers (e.g. KIP-950)."""
 
+    def _start_admin(self) -> None:
+        try:
+            from kafkatier.admin.admin_zk_client import AdminZkClient
+        except ImportError:
+            self.admin_zk = None
+            return
+        self.admin_zk = AdminZkClient(self.zk)
+
     def _start_log_manager(self) -> None:
         try:
             from kafkatier.log.log_manager import LogManager
         except ImportError:
             return
         self.log_manager = LogManager(list(self.config.log_dirs), broker_id=self.broker_id,
-                                      cluster_id=self.cluster_id,
-                                      retention_check_interval_ms=self.config.log_retention_check_interval_ms)
+                                      cluster_id=self.cluster_id, topic_configs=self._topic_config,
+                                      retention_check_interval_ms=self.config.log_retention_check_interval_ms,
+                                      remote_log_system_enabled=self.config.remote_log_storage_system_enable)
         self.log_manager.startup()
 
     def _start_socket_server(self) -> None:
@@ -95,11 +115,40 @@ class KafkaServer:
             self.config = attrs.evolve(self.config, port=self.socket_server.port)
 
     def _topic_config(self, topic: str) -> dict:
+        """Topic config overrides, cached; refreshed by config change notifications."""
+        cfg = self._topic_configs.get(topic)
+        if cfg is None:
+            cfg = self._read_topic_config(topic)
+            self._topic_configs[topic] = cfg
+        return cfg
+
+    def _read_topic_config(self, topic: str) -> dict:
         try:
             data, _ = self.zk.get(paths.topic_config(topic))
             return dict(codecs.EntityConfig.decode(data).config)
         except Exception:  # noqa: BLE001 - absent or malformed: defaults
             return {}
+
+    def on_topic_config_change(self, topic: str, config: dict | None = None) -> None:
+        """DynamicConfigManager handler: refresh the cache and the logs of hosted partitions."""
+        cfg = dict(config) if config is not None else self._read_topic_config(topic)
+        self._topic_configs[topic] = cfg
+        log.info("topic config changed %s", kv(topic=topic, config=cfg))
+        if self.log_manager is not None:
+            try:
+                self.log_manager.update_topic_config(topic, cfg)
+            except Exception:  # noqa: BLE001
+                log.exception("applying the new config failed %s", kv(topic=topic))
+        for hook in self.topic_config_listeners:
+            hook(topic, cfg)
+
+    def _start_dynamic_config(self) -> None:
+        try:
+            from kafkatier.server.dynamic_config_manager import DynamicConfigManager
+        except ImportError:
+            return
+        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self.on_topic_config_change})
+        self.dynamic_config.start()
 
     def _get_or_create_cluster_id(self) -> str:
         try:
@@ -175,9 +224,11 @@ class KafkaServer:
         self._shutdown.set()
         log.info("shutting down %s", kv(broker=self.broker_id))
         for step in (lambda: self.socket_server and self.socket_server.shutdown(),
+                     lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
-                     lambda: self.log_manager and self.log_manager.shutdown()):
+                     lambda: self.replica_manager and self.replica_manager.shutdown(),
+                     lambda: self.log_manager and self.log_manager.shutdown(self._high_watermarks())):
             try:
                 step()
             except Exception:  # noqa: BLE001
@@ -189,6 +240,9 @@ class KafkaServer:
             except Exception:  # noqa: BLE001
                 pass
         log.info("shut down %s", kv(broker=self.broker_id))
+
+    def _high_watermarks(self) -> dict:
+        return self.replica_manager.high_watermarks() if self.replica_manager else {}
 
     def await_shutdown(self) -> None:
         self._shutdown.wait()

@@ -11,13 +11,15 @@ the same single-I/O-thread model with less machinery, and with 2 cores one I/O t
 handler threads is the right size.
 
 Data path: a frame's body is received straight into one exact-size ``bytearray`` (``recv_into``, no reassembly
-copy) and decoded from a memoryview, so record batches are not copied by this layer; a response is encoded once
-into a frame (kafka-python's thread-local buffer, then one copy out) and written from a memoryview.
+copy) and decoded from a memoryview, so the only copy of a record payload on the way in is the decoder slicing
+it out as ``bytes``; a response is encoded once into a frame (kafka-python's thread-local buffer, then one copy
+out) and written from memoryviews, partial sends included.
 
 Per connection:
 
-- requests are handed to the handler one at a time in arrival order (never two of one connection at once, so
-  e.g. two Produce requests on one connection are appended in order);
+- requests are handed to the handler in arrival order, the next only after ``handle()`` returned for the
+  previous one (its Future may still be pending), so e.g. two Produce requests on one connection are appended
+  in order;
 - ``handle()`` returns a response, ``None`` (send nothing: Produce with acks=0), or a Future-like object (has
   ``add_done_callback``; its result is a response or ``None``) completed later from any thread;
 - every request takes a slot in a FIFO; responses are written strictly in slot order, so asynchronous
@@ -35,11 +37,13 @@ without a top-level error code.
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import selectors
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable, Mapping, Protocol
 
 import attrs
@@ -140,8 +144,9 @@ class _HandlerPool:
     def shutdown(self, timeout: float) -> None:
         for _ in self._threads:
             self._queue.put(None)
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 class SocketServer:
@@ -173,6 +178,7 @@ class SocketServer:
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
+        self._port = 0
         self._selector: selectors.BaseSelector | None = None
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -194,11 +200,16 @@ class SocketServer:
             raise RuntimeError("SocketServer already started")
         self.refresh_api_versions()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self._host, self._requested_port))
-        listener.listen(128)
-        listener.setblocking(False)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self._host, self._requested_port))
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
         self._listener = listener
+        self._port = listener.getsockname()[1]
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -236,8 +247,9 @@ class SocketServer:
         supported = self._supported_override
         if supported is None:
             supported = self._handler.supported_versions()
+        table = ApiVersionsTable(supported)
+        self._table = table
         self._handler_serves_api_versions = codec.API_VERSIONS_KEY in supported
-        self._table = ApiVersionsTable(supported)
 
     # -- introspection ---------------------------------------------------------------------------------------
 
@@ -245,7 +257,7 @@ class SocketServer:
     def port(self) -> int:
         if self._listener is None:
             raise RuntimeError("SocketServer not started")
-        return self._listener.getsockname()[1]
+        return self._port
 
     @property
     def host(self) -> str:
@@ -256,6 +268,7 @@ class SocketServer:
         assert self._table is not None
         return self._table
 
+    @property
     def metrics(self) -> dict[str, dict[str, int]]:
         """Per API name (``Produce``...): ``requests``, ``errors`` (answered with a top-level error code, or
         failed), ``bytes_in`` and ``bytes_out`` (whole frames)."""
@@ -263,6 +276,7 @@ class SocketServer:
             return {codec.api_name(k): dict(zip(("requests", "errors", "bytes_in", "bytes_out"), v))
                     for k, v in sorted(self._api_metrics.items())}
 
+    @property
     def connection_metrics(self) -> dict[str, int]:
         """``active``, ``accepted``, ``closed`` and ``malformed`` (connections closed for a bad frame)."""
         with self._metrics_lock:
@@ -562,7 +576,9 @@ class SocketServer:
     def _reject_version(self, conn: _Connection, slot: _Slot, header: RequestHeader,
                         request: ApiMessage | None) -> None:
         api_key = header.request_api_key
-        log.info("unsupported version %s", kv(api=codec.api_name(api_key), version=header.request_api_version,
+        # ApiVersions at a newer version is routine client negotiation; anything else is worth a line.
+        level = logging.DEBUG if api_key == codec.API_VERSIONS_KEY else logging.INFO
+        log.log(level, "unsupported version %s", kv(api=codec.api_name(api_key), version=header.request_api_version,
                                               connection=conn.context.connection_id, client_id=header.client_id))
         if api_key == codec.API_VERSIONS_KEY:
             assert self._table is not None

@@ -1,79 +1,114 @@
-"""ReplicaManager: the partitions this broker hosts, driven by LeaderAndIsr and StopReplica.
+"""ReplicaManager: the partitions this broker hosts.
 
-This module holds the control-plane half (become leader / follower, stop, delete).  The data path (produce,
-fetch, high watermark, ISR changes) lives in :mod:`kafkatier.server.partition` and the fetcher threads.
+Control plane: LeaderAndIsr (become leader / follower, start or stop fetchers) and StopReplica (stop, delete,
+or KIP-950 disable).  Data plane: leader appends with acks, reads for consumers and followers, the high
+watermark, ISR shrink / expand, delayed produce and fetch in purgatories.  Record batches move as bytes.
 """
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import Future
 from typing import Callable
 
-import attrs
+from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import Errors
+from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from kafkatier.server.partition import IsrUpdate, Partition
+from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kafkatier.server.replica_fetcher import ReplicaFetcherManager
+from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
 
 
-@attrs.define
-class HostedPartition:
-    topic: str
-    partition: int
-    topic_id: str | None
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    partition_epoch: int
-    log: object | None = None
-
-    def is_leader(self, broker_id: int) -> bool:
-        return self.leader == broker_id
-
-
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager=None, topic_config: Callable[[str], dict] | None = None):
+    def __init__(self, broker_id: int, log_manager, topic_config: Callable[[str], dict], zk=None,
+                 metadata_cache=None, min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
+                 replica_fetch_wait_max_ms: int = 500):
         self.broker_id = broker_id
         self.log_manager = log_manager
-        self.topic_config = topic_config or (lambda t: {})
-        self.partitions: dict[tuple[str, int], HostedPartition] = {}
+        self.topic_config = topic_config
+        self.zk = zk
+        self.metadata_cache = metadata_cache
+        self.min_insync_replicas_default = min_insync_replicas_default
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.partitions: dict[tuple[str, int], Partition] = {}
         self.offline_partitions: set[tuple[str, int]] = set()
         self._lock = threading.RLock()
-        # Hooks other components register: called with (topic, partition) after the change.
-        self.on_become_leader: list[Callable] = []
-        self.on_become_follower: list[Callable] = []
-        self.on_stop: list[Callable] = []
-        # KIP-950: called for StopReplica entries with DisableRemotePartition=true; returns an Errors value.
+        self.controller_epoch = 0
+        self.produce_purgatory = DelayedOperationPurgatory("Produce")
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
+        self.fetcher_manager = ReplicaFetcherManager(broker_id, self._broker_address, self.get_partition,
+                                                     on_fetched=self._on_follower_fetched,
+                                                     max_wait_ms=replica_fetch_wait_max_ms)
+        self.on_become_leader: list[Callable[[Partition], None]] = []
+        self.on_become_follower: list[Callable[[Partition], None]] = []
+        self.on_stop: list[Callable[[str, int, bool], None]] = []
+        # KIP-950: StopReplica entries with DisableRemotePartition=true; returns an Errors value.
         self.disable_remote_partition: Callable[[str, int], Errors] | None = None
+        self._stopped = threading.Event()
+        self._isr_thread = threading.Thread(target=self._isr_expiration, name="isr-expiration", daemon=True)
+        self._isr_thread.start()
 
-    def get_partition(self, topic: str, partition: int) -> HostedPartition | None:
-        with self._lock:
-            return self.partitions.get((topic, partition))
+    # --- lookup ---------------------------------------------------------------------------------------------
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def get_partition_or_error(self, topic: str, partition: int, leader_only: bool = True) -> Partition:
+        if (topic, partition) in self.offline_partitions:
+            raise KafkaError(f"partition {topic}-{partition} is in an offline log directory", Errors.KAFKA_STORAGE_ERROR)
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            if self.metadata_cache is not None and self.metadata_cache.get_partition(topic, partition) is not None:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
+            raise UnknownTopicOrPartitionError(f"this server does not host {topic}-{partition}")
+        if leader_only and not p.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
+        return p
+
+    def _broker_address(self, broker_id: int):
+        if self.metadata_cache is None:
+            return None
+        b = self.metadata_cache.broker(broker_id)
+        return (b.host, b.port) if b else None
+
+    def _min_isr(self, topic: str) -> Callable[[], int]:
+        def get() -> int:
+            v = self.topic_config(topic).get("min.insync.replicas")
+            return int(v) if v is not None else self.min_insync_replicas_default
+        return get
 
     # --- LeaderAndIsr ---------------------------------------------------------------------------------------
     def handle_leader_and_isr(self, body: dict) -> dict:
+        self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
         topics_out = []
-        became_leader, became_follower = [], []
+        leaders, followers = [], []
         with self._lock:
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
                 topic_id = ts.get("topic_id")
                 perrs = []
                 for ps in ts.get("partition_states", []):
-                    err = self._become_leader_or_follower(topic, topic_id, ps, became_leader, became_follower)
+                    err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers)
                     perrs.append({"partition_index": ps["partition_index"], "error_code": int(err)})
                 topics_out.append({"topic_id": topic_id, "topic_name": topic, "partition_errors": perrs})
-        for hook_list, items in ((self.on_become_leader, became_leader), (self.on_become_follower, became_follower)):
-            for hook in hook_list:
-                for hp in items:
+        for p in followers:
+            self._start_following(p)
+        for hooks, items in ((self.on_become_leader, leaders), (self.on_become_follower, followers)):
+            for hook in hooks:
+                for p in items:
                     try:
-                        hook(hp)
+                        hook(p)
                     except Exception:  # noqa: BLE001
-                        log.exception("leadership hook failed %s", kv(partition=f"{hp.topic}-{hp.partition}"))
+                        log.exception("leadership hook failed %s", kv(partition=p))
+        for p in leaders + followers:
+            self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
 
-    def _become_leader_or_follower(self, topic, topic_id, ps, became_leader, became_follower) -> Errors:
+    def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers) -> Errors:
         key = (topic, ps["partition_index"])
         if key in self.offline_partitions:
             return Errors.KAFKA_STORAGE_ERROR
@@ -83,36 +118,96 @@ class ReplicaManager:
         if cur is not None and cur.topic_id and topic_id and cur.topic_id != topic_id:
             return Errors.INCONSISTENT_TOPIC_ID
         if cur is not None and ps["leader_epoch"] <= cur.leader_epoch:
-            log.info("ignoring LeaderAndIsr with old leader epoch %s", kv(
+            log.info("ignoring LeaderAndIsr with an old leader epoch %s", kv(
                 partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
             return Errors.STALE_CONTROLLER_EPOCH
-        hp = HostedPartition(topic, key[1], topic_id, ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
-                             tuple(ps["replicas"]), ps.get("partition_epoch", 0), cur.log if cur else None)
-        if hp.log is None and self.log_manager is not None:
+        if cur is None:
             try:
-                hp.log = self.log_manager.get_or_create_log(topic, key[1], self.topic_config(topic),
-                                                            is_new=ps.get("is_new", False), topic_id=topic_id)
+                plog = self.log_manager.get_or_create_log(topic, key[1], self.topic_config(topic),
+                                                          is_new=ps.get("is_new", False), topic_id=topic_id)
+            except KafkaError as e:
+                log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
+                return e.error
             except Exception as e:  # noqa: BLE001
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
-        self.partitions[key] = hp
-        role = "leader" if hp.is_leader(self.broker_id) else "follower"
-        (became_leader if role == "leader" else became_follower).append(hp)
-        log.info("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=hp.leader,
-                                          leader_epoch=hp.leader_epoch, isr=list(hp.isr)))
+            cur = Partition(topic, key[1], self.broker_id, plog, self._write_isr, self._min_isr(topic),
+                            self.replica_lag_time_max_ms)
+            cur.topic_id = topic_id
+            cur.on_high_watermark_change.append(self._complete_delayed)
+            self.partitions[key] = cur
+        if ps["leader"] == self.broker_id:
+            self.fetcher_manager.remove_fetcher(topic, key[1])
+            cur.make_leader(ps, self.controller_epoch)
+            leaders.append(cur)
+            role = "leader"
+        else:
+            cur.make_follower(ps, self.controller_epoch)
+            followers.append(cur)
+            role = "follower"
+        log.info("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=ps["leader"],
+                                          leader_epoch=ps["leader_epoch"], isr=list(ps["isr"]),
+                                          log_end_offset=cur.log.log_end_offset, hw=cur.log.high_watermark))
         return Errors.NONE
+
+    def _start_following(self, p: Partition) -> None:
+        self.fetcher_manager.remove_fetcher(p.topic, p.partition)
+        if p.leader_id < 0:
+            return
+        plog = p.log
+        if plog.log_end_offset > plog.high_watermark:
+            log.info("truncating to the high watermark before following %s",
+                     kv(partition=p, log_end_offset=plog.log_end_offset, hw=plog.high_watermark))
+            plog.truncate_to(max(plog.high_watermark, plog.log_start_offset))
+        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, plog.log_end_offset, p.leader_epoch)
+
+    # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------
+    def _write_isr(self, topic: str, partition: int, upd: IsrUpdate) -> int | None:
+        """Conditional update of the partition state znode; returns the new zkVersion, or None if the znode
+        moved on (the controller changed it: wait for its LeaderAndIsr)."""
+        if self.zk is None:
+            return upd.partition_epoch + 1
+        path = paths.partition_state(topic, partition)
+        data = codecs.LeaderIsrAndControllerEpoch(leader=upd.leader, leader_epoch=upd.leader_epoch, isr=upd.isr,
+                                                  controller_epoch=upd.controller_epoch).encode()
+        try:
+            stat = self.zk.set(path, data, version=upd.partition_epoch)
+        except BadVersionError:
+            try:
+                cur_data, cur_stat = self.zk.get(path)
+                cur = codecs.decode_partition_state(cur_data, cur_stat)
+                if (cur.leader, cur.leader_epoch, tuple(cur.isr)) == (upd.leader, upd.leader_epoch, tuple(upd.isr)):
+                    return cur_stat.version
+            except (NoNodeError, codecs.MalformedZNodeError):
+                pass
+            return None
+        except NoNodeError:
+            return None
+        try:
+            self.zk.create(paths.ISR_CHANGE_NOTIFICATION + "/isr_change_",
+                           codecs.IsrChangeNotification({(topic, partition)}).encode(), sequence=True, makepath=True)
+        except Exception:  # noqa: BLE001 - the notification only refreshes metadata caches
+            log.warning("could not write the ISR change notification", exc_info=True)
+        return stat.version
+
+    def _isr_expiration(self) -> None:
+        interval = max(0.2, self.replica_lag_time_max_ms / 2000.0)
+        while not self._stopped.wait(interval):
+            for p in list(self.partitions.values()):
+                try:
+                    p.maybe_shrink_isr()
+                except Exception:  # noqa: BLE001
+                    log.exception("ISR shrink check failed %s", kv(partition=p))
 
     # --- StopReplica ----------------------------------------------------------------------------------------
     def handle_stop_replica(self, body: dict) -> dict:
-        errors = []
-        stopped = []
-        with self._lock:
-            for ts in body.get("topic_states", []):
-                topic = ts["topic_name"]
-                for ps in ts.get("partition_states", []):
-                    err = self._stop_one(topic, ps, stopped)
-                    errors.append({"topic_name": topic, "partition_index": ps["partition_index"],
-                                   "error_code": int(err)})
+        self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
+        errors, stopped = [], []
+        for ts in body.get("topic_states", []):
+            topic = ts["topic_name"]
+            for ps in ts.get("partition_states", []):
+                err = self._stop_one(topic, ps, stopped)
+                errors.append({"topic_name": topic, "partition_index": ps["partition_index"], "error_code": int(err)})
         for hook in self.on_stop:
             for item in stopped:
                 try:
@@ -129,17 +224,20 @@ class ReplicaManager:
             return Errors.INVALID_REQUEST
         if key in self.offline_partitions:
             return Errors.KAFKA_STORAGE_ERROR
-        cur = self.partitions.get(key)
-        epoch = ps.get("leader_epoch", -1)
-        if cur is not None and epoch not in (-1, -2) and epoch < cur.leader_epoch:
-            return Errors.FENCED_LEADER_EPOCH
+        with self._lock:
+            cur = self.partitions.get(key)
+            epoch = ps.get("leader_epoch", -1)
+            if cur is not None and epoch not in (-1, -2) and epoch < cur.leader_epoch:
+                return Errors.FENCED_LEADER_EPOCH
         if disable:
-            if self.disable_remote_partition is None:
-                return Errors.NONE
-            return self.disable_remote_partition(topic, key[1])
+            return self.disable_remote_partition(topic, key[1]) if self.disable_remote_partition else Errors.NONE
+        with self._lock:
+            self.fetcher_manager.remove_fetcher(topic, key[1])
+            cur = self.partitions.pop(key, None)
         if cur is not None:
-            self.partitions.pop(key, None)
-        if delete and self.log_manager is not None:
+            cur.leader_id = -1
+            self._complete_delayed(cur)
+        if delete:
             try:
                 self.log_manager.delete_log(topic, key[1])
             except Exception as e:  # noqa: BLE001
@@ -149,8 +247,179 @@ class ReplicaManager:
         log.info("stopped replica %s", kv(partition=f"{topic}-{key[1]}", delete=delete))
         return Errors.NONE
 
+    # --- produce --------------------------------------------------------------------------------------------
+    def append_records(self, timeout_ms: int, required_acks: int, entries: dict[tuple[str, int], object],
+                       respond: Callable[[dict], None]) -> None:
+        """``entries``: (topic, partition) -> records bytes.  ``respond`` receives
+        {(t, p): (error, base_offset, log_start_offset, error_message)}."""
+        results: dict[tuple[str, int], list] = {}
+        for tp, records in entries.items():
+            try:
+                p = self.get_partition_or_error(*tp)
+                info = p.append_records_to_leader(records, required_acks)
+                results[tp] = [Errors.NONE, info.first_offset, p.log.log_start_offset, None, info.last_offset + 1]
+                self.fetch_purgatory.check_and_complete(("follower", tp))
+            except KafkaError as e:
+                results[tp] = [e.error, -1, -1, e.message or None, -1]
+            except Exception as e:  # noqa: BLE001
+                log.exception("append failed %s", kv(partition=f"{tp[0]}-{tp[1]}"))
+                results[tp] = [Errors.UNKNOWN_SERVER_ERROR, -1, -1, str(e), -1]
+        if required_acks != -1 or all(r[0] != Errors.NONE for r in results.values()):
+            respond({tp: tuple(r[:4]) for tp, r in results.items()})
+            return
+        op = DelayedProduce(timeout_ms, self, results, respond)
+        self.produce_purgatory.try_complete_else_watch(op, [("produce", tp) for tp in results])
+
+    # --- fetch ----------------------------------------------------------------------------------------------
+    def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                       partitions: list[dict], respond: Callable[[dict], None]) -> None:
+        """``partitions``: dicts with topic, partition, fetch_offset, partition_max_bytes,
+        current_leader_epoch, log_start_offset (followers).  ``respond`` gets {(t, p): FetchPartitionResult}."""
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, partitions, respond)
+        is_follower = replica_id >= 0
+        if is_follower:
+            # Record the follower's position first: it may move the high watermark.
+            for fp in partitions:
+                p = self.partitions.get((fp["topic"], fp["partition"]))
+                if p is not None and p.is_leader:
+                    p.update_follower_fetch_state(replica_id, fp["fetch_offset"], fp.get("log_start_offset", -1),
+                                                  p.log.log_end_offset)
+                    self.delete_records_purgatory.check_and_complete(("delete_records", (p.topic, p.partition)))
+        if max_wait_ms <= 0 or op.try_complete():
+            if not op.is_completed:
+                op.force_complete()
+            return
+        keys = [(("follower" if is_follower else "consumer"), (fp["topic"], fp["partition"])) for fp in partitions]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+
+    def read_partition(self, replica_id: int, fp: dict, max_bytes: int) -> dict:
+        tp = (fp["topic"], fp["partition"])
+        try:
+            p = self.get_partition_or_error(*tp, leader_only=True)
+            p.check_leader_epoch(fp.get("current_leader_epoch", -1))
+            plog = p.log
+            max_offset = None if replica_id >= 0 else plog.high_watermark
+            info = plog.read(fp["fetch_offset"], max_bytes, max_offset=max_offset, min_one_message=True)
+            return {"error": Errors.NONE, "high_watermark": plog.high_watermark,
+                    "log_start_offset": plog.log_start_offset, "records": info.records}
+        except KafkaError as e:
+            p = self.partitions.get(tp)
+            return {"error": e.error, "high_watermark": p.log.high_watermark if p else -1,
+                    "log_start_offset": p.log.log_start_offset if p else -1, "records": b""}
+
+    def _complete_delayed(self, p: Partition) -> None:
+        tp = (p.topic, p.partition)
+        self.produce_purgatory.check_and_complete(("produce", tp))
+        self.fetch_purgatory.check_and_complete(("consumer", tp))
+        self.delete_records_purgatory.check_and_complete(("delete_records", tp))
+
+    def _on_follower_fetched(self, p: Partition) -> None:
+        # A follower's high watermark moved: waiting consumer fetches may now complete... consumers only read
+        # from leaders, so nothing to do here beyond metrics.
+        pass
+
+    # --- offsets --------------------------------------------------------------------------------------------
+    def fetch_offset_for_timestamp(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
+                                   replica_id: int = -1):
+        p = self.get_partition_or_error(topic, partition, leader_only=True)
+        p.check_leader_epoch(current_leader_epoch)
+        plog = p.log
+        if timestamp == -1:
+            return (plog.high_watermark if replica_id < 0 else plog.log_end_offset), -1
+        found = plog.fetch_offset_by_timestamp(timestamp)
+        if found is None:
+            return -1, -1
+        if replica_id < 0 and timestamp != -2 and found.offset >= plog.high_watermark:
+            return -1, -1
+        return found.offset, found.timestamp
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        return {k: p.log.high_watermark for k, p in list(self.partitions.items())}
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self.fetcher_manager.shutdown()
+        for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
+            purg.shutdown()
+
     def describe(self) -> list[dict]:
-        with self._lock:
-            return [{"partition": f"{t}-{p}", "leader": hp.leader, "leader_epoch": hp.leader_epoch,
-                     "isr": list(hp.isr), "replicas": list(hp.replicas)}
-                    for (t, p), hp in sorted(self.partitions.items())]
+        return [p.describe() for _, p in sorted(list(self.partitions.items()))]
+
+
+class DelayedProduce(DelayedOperation):
+    def __init__(self, delay_ms: int, rm: ReplicaManager, results: dict, respond):
+        super().__init__(delay_ms)
+        self.rm = rm
+        self.results = results
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        for tp, r in self.results.items():
+            if r[0] != Errors.NONE or r[4] < 0:
+                continue
+            p = self.rm.partitions.get(tp)
+            if p is None or not p.is_leader:
+                r[0], r[3] = Errors.NOT_LEADER_OR_FOLLOWER, "leadership changed while waiting for replication"
+                r[4] = -1
+                continue
+            if p.log.high_watermark < r[4]:
+                if len(p.isr) < p._min_isr():
+                    r[0] = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                    r[3] = f"ISR {list(p.isr)} shrank below min.insync.replicas after the append"
+                    r[4] = -1
+                    continue
+                return False
+            r[4] = -1  # satisfied
+        return self.force_complete()
+
+    def on_expiration(self) -> None:
+        pass
+
+    def force_complete_on_expiry(self) -> bool:
+        for r in self.results.values():
+            if r[0] == Errors.NONE and r[4] >= 0:
+                r[0], r[3] = Errors.REQUEST_TIMED_OUT, "timed out waiting for replication"
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        self.respond({tp: tuple(r[:4]) for tp, r in self.results.items()})
+
+
+class DelayedFetch(DelayedOperation):
+    def __init__(self, delay_ms: int, rm: ReplicaManager, replica_id: int, min_bytes: int, max_bytes: int,
+                 partitions: list[dict], respond):
+        super().__init__(max(delay_ms, 0))
+        self.rm = rm
+        self.replica_id = replica_id
+        self.min_bytes = max(min_bytes, 1)
+        self.max_bytes = max_bytes
+        self.partitions = partitions
+        self.respond = respond
+        self._last: dict | None = None
+
+    def _read_all(self) -> dict:
+        out = {}
+        budget = self.max_bytes
+        for fp in self.partitions:
+            pmax = min(fp.get("partition_max_bytes", 1048576), max(budget, 0))
+            r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
+            out[(fp["topic"], fp["partition"])] = r
+            budget -= len(r["records"] or b"")
+        return out
+
+    def try_complete(self) -> bool:
+        res = self._read_all()
+        total = sum(len(r["records"] or b"") for r in res.values())
+        if total >= self.min_bytes or any(r["error"] != Errors.NONE for r in res.values()):
+            self._last = res
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        res = self._last if self._last is not None else self._read_all()
+        self.respond(res)
+
+    def force_complete_on_expiry(self) -> bool:
+        self._last = None
+        return self.force_complete()

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import weakref
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
@@ -422,7 +421,7 @@ def stop_data_dir(data_dir: Path, timeout: float = 10.0) -> int | None:
     return pid
 
 
-_ATTACHED: "weakref.WeakSet[EmbeddedZooKeeper]" = weakref.WeakSet()
+_ATTACHED: set["EmbeddedZooKeeper"] = set()  # servers start() made children of this process
 
 
 @atexit.register

@@ -294,6 +294,9 @@ class FencedZkWriter:
         a partial tree that the next controller must finish.  Nodes that vanish concurrently are fine; a child
         created concurrently is deleted on a bounded retry.
         """
+        if path.rstrip("/") == "":
+            raise ValueError("refusing to delete the root znode recursively")
+
         def attempt() -> None:
             try:
                 children = read_retrying(self._client.get_children, path, attempts=self._max_attempts)

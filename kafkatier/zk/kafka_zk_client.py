@@ -231,6 +231,66 @@ class KafkaZkClient:
             log.warning("malformed /controller %s", kv(reason=e))
             return None
 
+    # --- admin helpers (AdminZkClient) --------------------------------------------------------------------
+    def topic_exists(self, topic: str) -> bool:
+        return self.zk.exists(paths.topic(topic)) is not None
+
+    def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        return self.zk.exists(paths.delete_topic(topic)) is not None
+
+    def get_topics_marked_for_deletion(self) -> set[str]:
+        return set(self.get_children_or_empty(paths.DELETE_TOPICS))
+
+    def get_topic_config_and_version(self, topic: str) -> tuple[dict[str, str], int | None]:
+        """``(config, zk_version)`` of ``/config/topics/{t}``; ``({}, None)`` if absent.  A malformed payload is
+        logged and read as empty (its version is still returned, so a conditional write replaces it)."""
+        try:
+            data, stat = self.zk.get(paths.topic_config(topic))
+        except NoNodeError:
+            return {}, None
+        try:
+            return dict(codecs.EntityConfig.decode(data, path=paths.topic_config(topic)).config), stat.version
+        except codecs.MalformedZNodeError as e:
+            log.warning("malformed topic config read as empty %s", kv(topic=topic, reason=e.reason))
+            return {}, stat.version
+
+    def create_topic_with_config(self, topic: str, assignment: dict[int, list[int]],
+                                 config: dict[str, str], topic_id: str | None = None, extra_ops=()) -> str:
+        """Like :meth:`create_topic` (one multi: config, then assignment, then ``extra_ops``), but a leftover
+        ``/config/topics/{t}`` without a topic (partial deletion) is overwritten instead of failing.  Raises
+        NodeExistsError (``op_index`` 1) if the topic exists."""
+        topic_id = topic_id or codecs.new_topic_id()
+        ta = codecs.TopicAssignment({p: tuple(r) for p, r in assignment.items()}, {}, {}, topic_id)
+        cfg = codecs.EntityConfig(config=dict(config)).encode()
+        stale = self.zk.exists(paths.topic_config(topic))
+        t = self.zk.transaction()
+        if stale is None:
+            t.create(paths.topic_config(topic), cfg)
+        else:
+            t.set_data(paths.topic_config(topic), cfg, version=stale.version)
+        t.create(paths.topic(topic), ta.encode())
+        _add_ops(t, extra_ops)
+        _raise_first_failure(t.commit())
+        return topic_id
+
+    def change_topic_config_conditionally(self, topic: str, config: dict[str, str],
+                                          expected_version: int | None, extra_ops=()) -> str:
+        """Write ``/config/topics/{t}`` (set at ``expected_version``, or create when None) and a version 2
+        ``config_change_`` notification in one multi with ``extra_ops``; returns the notification's path.
+        Raises BadVersionError / NodeExistsError (with ``op_index``) when the config changed meanwhile."""
+        t = self.zk.transaction()
+        data = codecs.EntityConfig(config=dict(config)).encode()
+        if expected_version is None:
+            t.create(paths.topic_config(topic), data)
+        else:
+            t.set_data(paths.topic_config(topic), data, version=expected_version)
+        t.create(paths.CONFIG_CHANGES + "/" + paths.CONFIG_CHANGE_PREFIX,
+                 codecs.ConfigChangeNotification.of("topics", topic).encode(), sequence=True)
+        _add_ops(t, extra_ops)
+        results = t.commit()
+        _raise_first_failure(results)
+        return results[1]
+
 
 def _version_of(stat, default: int) -> int:
     return getattr(stat, "version", default) if stat is not None else default
@@ -255,3 +315,22 @@ def assignment_from_codec(ta) -> dict[int, ReplicaAssignment]:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# --- transaction helpers for the admin methods ------------------------------------------------------------------
+
+def _add_ops(t, ops) -> None:
+    """Add extra ops to a kazoo transaction: ``fenced`` op values (``add_to``) or callables ``op(t)``."""
+    for op in ops or ():
+        if hasattr(op, "add_to"):
+            op.add_to(t)
+        else:
+            op(t)
+
+
+def _raise_first_failure(results) -> None:
+    """Raise the op error of a failed multi (kazoo reports it in the results), tagged with ``op_index``."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and type(r).__name__ != "RolledBackError":
+            r.op_index = i
+            raise r

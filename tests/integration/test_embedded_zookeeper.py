@@ -1,6 +1,7 @@
 """The embedded ZooKeeper, the client factory against it, and the ``kafkatier zookeeper`` commands."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -9,7 +10,7 @@ import subprocess
 import pytest
 
 from kafkatier.zk import paths
-from kafkatier.zk.client import ensure_persistent_paths, start_client, ZooKeeperUnavailableError
+from kafkatier.zk.client import ZooKeeperUnavailableError, ensure_persistent_paths, start_client
 from kafkatier.zk.embedded import (
     EmbeddedZooKeeper, JavaNotFoundError, ZooKeeperAlreadyRunningError, ZooKeeperJarsNotFoundError,
     four_letter_word, free_port, pid_alive, poll_until,
@@ -144,7 +145,6 @@ def test_cli_start_detach_then_stop(tmp_path, kafkatier_cli):
         assert nothing.returncode == 1 and "No zookeeper server to stop" in nothing.stderr
     finally:
         if pid_alive(pid):
-            import os
             os.kill(pid, signal.SIGKILL)
 
 

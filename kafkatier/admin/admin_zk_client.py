@@ -1,0 +1,357 @@
+"""AdminZkClient: topic administration written straight to ZooKeeper, as Kafka's ZooKeeper-mode brokers do for
+CreateTopics, DeleteTopics, AlterConfigs, IncrementalAlterConfigs and DescribeConfigs.
+
+Topic creation follows Kafka's ``ZkAdminManager.createTopics`` + ``AdminZkClient.validateTopicCreate``: partition
+count / replication factor (while placing replicas on the live brokers), topic name, marked for deletion,
+already exists, ``.``/``_`` collision, manual assignment consistency, config validation, then one multi writing
+``/config/topics/{t}`` and ``/brokers/topics/{t}`` (v3, with a new topic id).  The controller notices the new
+topic through its watch and creates the partition states.
+
+Config changes write ``/config/topics/{t}`` and a ``config_change_`` notification in one multi.  Unlike Kafka,
+the write is conditional on the config znode's version and the whole read-validate-write is retried on a
+concurrent change, so two concurrent incremental alters never lose an update, and validation always sees the
+topic's existing config (tiered_storage.md §3).
+
+Extension hooks (for features that keep state next to the config, e.g. KIP-950's ``tieredstorage`` znodes):
+``before_config_change`` / ``before_topic_create`` callables may raise a :class:`KafkaError` to refuse the
+change, or append ops to the same ZooKeeper multi.  Ops are ``kafkatier.zk.fenced`` op values (``Create``,
+``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  Hooks must not write on their
+own: with ``validate_only`` their ops are discarded, and on a version conflict they run again.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from kafkatier.admin import topic_config as tc
+from kafkatier.admin.replica_assignment import (BrokerMetadata, assign_replicas_to_brokers,
+                                                validate_manual_assignment)
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, InvalidRequestError, InvalidTopicError,
+                                       KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.client import ensure_persistent_paths
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
+
+log = get_logger("admin")
+
+MAX_TOPIC_NAME_LENGTH = 249
+NO_NUM_PARTITIONS = -1
+NO_REPLICATION_FACTOR = -1
+WRITE_ATTEMPTS = 5
+
+# (zk, topic, old_config, new_config, transaction_ops) -> None
+ConfigChangeHook = Callable[[Any, str, Mapping[str, str], Mapping[str, str], list], None]
+# (zk, topic, config, assignment, transaction_ops) -> None
+TopicCreateHook = Callable[[Any, str, Mapping[str, str], Mapping[int, tuple[int, ...]], list], None]
+
+# Hooks every AdminZkClient runs (before its own per-instance hooks).
+BEFORE_CONFIG_CHANGE: list[ConfigChangeHook] = []
+BEFORE_TOPIC_CREATE: list[TopicCreateHook] = []
+
+
+class ConcurrentConfigChangeError(KafkaError):
+    """The topic's config kept changing under a read-validate-write; the caller may retry."""
+
+    error = Errors.UNKNOWN_SERVER_ERROR
+
+
+# ------------------------------------------------------------------------------------------------ topic names
+
+def _legal_char(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "._-"
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: InvalidTopicError with Kafka's messages."""
+    if not isinstance(name, str) or name == "":
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+                                f"characters, Topic name: {name}")
+    if not all(_legal_char(c) for c in name):
+        raise InvalidTopicError(f'Topic name "{name}" is illegal, it contains a character other than '
+                                "ASCII alphanumerics, '.', '_' and '-'")
+
+
+def has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def has_collision(a: str, b: str) -> bool:
+    """``a`` and ``b`` map to the same metric names ('.' and '_' are interchangeable there)."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+def _is_valid_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+        return True
+    except InvalidTopicError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+@attrs.frozen
+class CreatedTopic:
+    """What CreateTopics reports: ``topic_id`` is None for ``validate_only``."""
+
+    name: str
+    topic_id: str | None
+    assignment: dict[int, tuple[int, ...]]
+    config: dict[str, str]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.assignment)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(next(iter(self.assignment.values()))) if self.assignment else 0
+
+
+@attrs.frozen
+class TopicConfigChange:
+    """A written (or, with ``validate_only``, validated) config change; ``notification`` is the path of the
+    ``config_change_`` znode, None for ``validate_only``."""
+
+    topic: str
+    old_config: dict[str, str]
+    new_config: dict[str, str]
+    notification: str | None
+
+
+def _str_config(configs: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k): (None if v is None else str(v)) for k, v in (configs or {}).items()}  # type: ignore[misc]
+
+
+def _conflict(e: BaseException) -> bool:
+    return isinstance(e, BadVersionError) or (isinstance(e, NodeExistsError) and getattr(e, "op_index", None) == 0)
+
+
+class AdminZkClient:
+    """Topic administration against ZooKeeper.
+
+    ``broker_config``: the properties of the broker doing the validation (Kafka names, strings); they supply
+    topic config defaults (``log.retention.hours`` ...) and ``remote.log.storage.system.enable`` to validators.
+    ``default_num_partitions`` / ``default_replication_factor`` are used when a create request gives -1.
+    """
+
+    def __init__(self, zk, *, broker_config: Mapping[str, Any] | None = None, default_num_partitions: int = 1,
+                 default_replication_factor: int = 1, rng: random.Random | None = None):
+        self.zk = zk
+        self.kafka_zk = KafkaZkClient(zk)
+        self.broker_config = {str(k): str(v) for k, v in (broker_config or {}).items()}
+        self.default_num_partitions = default_num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.rng = rng
+        self.before_config_change: list[ConfigChangeHook] = []
+        self.before_topic_create: list[TopicCreateHook] = []
+        self._paths_ready = False
+
+    # --- reads ------------------------------------------------------------------------------------------------
+    def topic_exists(self, name: str) -> bool:
+        return _is_valid_topic_name(name) and self.kafka_zk.topic_exists(name)
+
+    def is_marked_for_deletion(self, name: str) -> bool:
+        return _is_valid_topic_name(name) and self.kafka_zk.is_topic_marked_for_deletion(name)
+
+    def list_topics(self, include_marked_for_deletion: bool = True) -> list[str]:
+        topics = self.kafka_zk.get_all_topics()
+        if not include_marked_for_deletion:
+            topics -= self.kafka_zk.get_topics_marked_for_deletion()
+        return sorted(topics)
+
+    def live_brokers(self) -> list[BrokerMetadata]:
+        """Registered brokers sorted by id (Kafka's ``getBrokerMetadatas``)."""
+        brokers = self.kafka_zk.get_all_brokers_and_epochs()
+        return sorted(BrokerMetadata(b.id, b.rack) for b in brokers.values())
+
+    def get_topic_assignment(self, name: str) -> dict[int, tuple[int, ...]]:
+        """``{partition: replicas}``; UnknownTopicOrPartitionError if the topic does not exist."""
+        return dict(self._read_assignment(name).partitions)
+
+    def get_topic_id(self, name: str) -> str | None:
+        return self._read_assignment(name).topic_id
+
+    def _read_assignment(self, name: str) -> codecs.TopicAssignment:
+        if not _is_valid_topic_name(name):
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        try:
+            data, _ = self.zk.get(paths.topic(name))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
+        try:
+            return codecs.TopicAssignment.decode(data, path=paths.topic(name))
+        except codecs.MalformedZNodeError as e:
+            raise KafkaError(f"Topic '{name}' has an unreadable assignment: {e.reason}") from None
+
+    def fetch_topic_config(self, name: str) -> dict[str, str]:
+        """The topic's overrides as stored (``{}`` if none)."""
+        return self.kafka_zk.get_topic_config_and_version(name)[0]
+
+    def describe_topic_config(self, name: str, names: Iterable[str] | None = None) -> list[tc.ConfigEntry]:
+        """DescribeConfigs entries for the topic (overrides, broker-derived values and defaults)."""
+        self._require_existing(name)
+        overrides = self.fetch_topic_config(name)
+        return tc.describe_topic_config(overrides, self.broker_config, list(names) if names is not None else None)
+
+    # --- create -----------------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int | None = NO_NUM_PARTITIONS,
+                     replication_factor: int | None = NO_REPLICATION_FACTOR,
+                     configs: Mapping[str, Any] | None = None,
+                     assignment: Mapping[int, Iterable[int]] | None = None,
+                     validate_only: bool = False) -> CreatedTopic:
+        """Create a topic from a partition count and replication factor (-1: the broker defaults) or from a
+        manual ``{partition: replicas}`` assignment (then both must be -1, as in CreateTopics)."""
+        config = _str_config(configs)
+        nulls = [k for k, v in config.items() if v is None]
+        if nulls:
+            raise InvalidConfigurationError("Null value not supported for topic configs: " + ",".join(nulls))
+        partitions = NO_NUM_PARTITIONS if partitions is None else partitions
+        replication_factor = NO_REPLICATION_FACTOR if replication_factor is None else replication_factor
+        if assignment is not None and (partitions != NO_NUM_PARTITIONS
+                                       or replication_factor != NO_REPLICATION_FACTOR):
+            raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                      "Both cannot be used at the same time.")
+        live = self.live_brokers()
+        if assignment is None:
+            n = self.default_num_partitions if partitions == NO_NUM_PARTITIONS else partitions
+            rf = self.default_replication_factor if replication_factor == NO_REPLICATION_FACTOR \
+                else replication_factor
+            placed = assign_replicas_to_brokers(live, n, rf, rng=self.rng)
+            final = {p: tuple(r) for p, r in placed.items()}
+        else:
+            final = None
+        final = self.validate_topic_create(name, final, config, manual=assignment,
+                                           live_broker_ids=[b.id for b in live])
+        if validate_only:
+            return CreatedTopic(name, None, final, config)
+
+        ops: list = []
+        for hook in [*BEFORE_TOPIC_CREATE, *self.before_topic_create]:
+            hook(self.zk, name, dict(config), dict(final), ops)
+        self._ensure_paths()
+        try:
+            topic_id = self.kafka_zk.create_topic_with_config(name, {p: list(r) for p, r in final.items()},
+                                                              config, extra_ops=ops)
+        except NodeExistsError as e:
+            if getattr(e, "op_index", None) in (0, 1):
+                raise TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
+            raise
+        log.info("created topic %s", kv(topic=name, topic_id=topic_id, partitions=len(final),
+                                        replication_factor=len(final[0]), config=config or "{}"))
+        return CreatedTopic(name, topic_id, final, config)
+
+    def validate_topic_create(self, name: str, assignment: Mapping[int, tuple[int, ...]] | None,
+                              config: Mapping[str, str], *, manual: Mapping[int, Iterable[int]] | None = None,
+                              live_broker_ids: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:
+        """Kafka's ``validateTopicCreate`` order; returns the (validated) assignment."""
+        validate_topic_name(name)
+        if self.kafka_zk.is_topic_marked_for_deletion(name):
+            raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
+        if self.kafka_zk.topic_exists(name):
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if has_collision_chars(name):
+            all_topics = self.kafka_zk.get_all_topics()
+            if name in all_topics:
+                raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+            colliding = sorted(t for t in all_topics if has_collision(name, t))
+            if colliding:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
+        if manual is not None:
+            assignment = validate_manual_assignment({p: list(r) for p, r in manual.items()}, live_broker_ids)
+        tc.validate_topic_config(config, existing={}, broker_config=self.broker_config, topic=name)
+        return dict(assignment or {})
+
+    # --- delete -----------------------------------------------------------------------------------------------
+    def delete_topic(self, name: str) -> bool:
+        """Mark the topic for deletion; True if newly marked, False if it already was.
+        UnknownTopicOrPartitionError if the topic does not exist."""
+        if not _is_valid_topic_name(name):
+            raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
+        try:
+            marked = self.kafka_zk.mark_topic_for_deletion(name)
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist") from None
+        if marked:
+            log.info("marked topic for deletion %s", kv(topic=name))
+        return marked
+
+    # --- config changes ---------------------------------------------------------------------------------------
+    def change_topic_config(self, name: str, new_config: Mapping[str, Any],
+                            validate_only: bool = False) -> TopicConfigChange:
+        """AlterConfigs semantics: ``new_config`` replaces all of the topic's overrides."""
+        config = _str_config(new_config)
+        nulls = [k for k, v in config.items() if v is None]
+        if nulls:
+            raise InvalidRequestError("Null value not supported for : " + ",".join(nulls))
+        return self._update_config(name, lambda old: dict(config), validate_only)
+
+    def alter_topic_config(self, name: str, set: Mapping[str, Any] | None = None,  # noqa: A002 - Kafka's op name
+                           delete: Iterable[str] = (), validate_only: bool = False) -> TopicConfigChange:
+        """IncrementalAlterConfigs semantics: SET the given keys, DELETE the listed ones (absent keys are
+        ignored); the resulting full config is validated."""
+        to_set = _str_config(set)
+        to_delete = [str(k) for k in delete]
+        nulls = [k for k, v in to_set.items() if v is None]
+        if nulls:
+            raise InvalidRequestError("Null value not supported for : " + ",".join(nulls))
+        if len(to_delete) != len(frozenset(to_delete)) or frozenset(to_set) & frozenset(to_delete):
+            raise InvalidRequestError("Error due to duplicate config keys")
+
+        def apply(old: dict[str, str]) -> dict[str, str]:
+            new = dict(old)
+            new.update(to_set)
+            for k in to_delete:
+                new.pop(k, None)
+            return new
+
+        return self._update_config(name, apply, validate_only)
+
+    def _require_existing(self, name: str) -> None:
+        validate_topic_name(name)
+        if not self.kafka_zk.topic_exists(name):
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+
+    def _update_config(self, name: str, compute: Callable[[dict[str, str]], dict[str, str]],
+                       validate_only: bool) -> TopicConfigChange:
+        self._require_existing(name)
+
+        def attempt() -> TopicConfigChange:
+            old, version = self.kafka_zk.get_topic_config_and_version(name)
+            new = compute(dict(old))
+            tc.validate_topic_config(new, existing=old, broker_config=self.broker_config, topic=name)
+            ops: list = []
+            for hook in [*BEFORE_CONFIG_CHANGE, *self.before_config_change]:
+                hook(self.zk, name, dict(old), dict(new), ops)
+            if validate_only:
+                return TopicConfigChange(name, old, new, None)
+            self._ensure_paths()
+            notification = self.kafka_zk.change_topic_config_conditionally(name, new, version, extra_ops=ops)
+            log.info("updated topic config %s", kv(topic=name, config=new or "{}", notification=notification))
+            return TopicConfigChange(name, old, new, notification)
+
+        retrying = Retrying(stop=stop_after_attempt(WRITE_ATTEMPTS), wait=wait_exponential(multiplier=0.01, max=0.2),
+                            retry=retry_if_exception(_conflict), reraise=True)
+        try:
+            return retrying(attempt)
+        except (BadVersionError, NodeExistsError) as e:
+            if not _conflict(e):
+                raise
+            raise ConcurrentConfigChangeError(
+                f"The config of topic '{name}' changed concurrently {WRITE_ATTEMPTS} times; retry the request."
+            ) from None
+
+    # --- helpers ----------------------------------------------------------------------------------------------
+    def _ensure_paths(self) -> None:
+        if not self._paths_ready:
+            ensure_persistent_paths(self.zk, (paths.BROKER_TOPICS, f"{paths.CONFIG}/topics", paths.CONFIG_CHANGES))
+            self._paths_ready = True

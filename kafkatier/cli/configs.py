@@ -1,0 +1,252 @@
+"""``kafkatier configs``: kafka-configs' ``--describe [--all]`` (topics and brokers) and ``--alter`` (topics),
+with its options, parsing rules and output.
+
+``--add-config 'k1=v1,k2=[a,b],k3=v3'`` groups a value containing commas in square brackets (the brackets are
+removed); ``--add-config-file`` reads a Java properties file; ``--delete-config k1,k2``.  The change is sent as
+one IncrementalAlterConfigs request (SET and DELETE operations).  Broker configs are read-only here:
+``--alter --entity-type brokers`` is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Iterable, Sequence
+
+from kafkatier.admin.bootstrap import BootstrapConfigError, NoReachableBrokerError, load_properties
+from kafkatier.admin.client import AdminClient, AdminError, ConfigEntry
+from kafkatier.cli import common
+from kafkatier.cli.main import UsageError
+
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "clients", "users", "ips")
+SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers")
+SUPPORTED_ALTER = ("topics",)
+BROKER_DEFAULT = ""   # the cluster-wide default broker resource
+
+# Kafka's split rules: commas and '=' outside square brackets.
+_OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
+_ITEM_SPLIT = re.compile("," + _OUTSIDE_BRACKETS)
+_KV_SPLIT = re.compile(r"\s*=\s*" + _OUTSIDE_BRACKETS)
+_VALID_KEY = re.compile(r"^[a-zA-Z0-9._-]+$")
+_DYNAMIC_SOURCE = {"topics": "DYNAMIC_TOPIC_CONFIG", "brokers": "DYNAMIC_BROKER_CONFIG"}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "configs", help="describe and alter topic configs, describe broker configs (kafka-configs)",
+        description="Describe and alter dynamic configs as kafka-configs does.")
+    common.add_connection_options(p)
+    p.add_argument("--entity-type", required=True, choices=ENTITY_TYPES, metavar="TYPE",
+                   help="topics or brokers (broker-loggers: --describe only)")
+    p.add_argument("--entity-name", help="topic name or broker id")
+    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers)")
+    actions = p.add_argument_group("actions (exactly one)").add_mutually_exclusive_group(required=True)
+    actions.add_argument("--describe", action="store_true", help="list configs of the entity")
+    actions.add_argument("--alter", action="store_true", help="add, change or delete configs of the entity")
+    p.add_argument("--all", action="store_true", help="--describe: every config, not only the dynamic ones")
+    p.add_argument("--add-config", metavar="'K1=V1,K2=[A,B],K3=V3'",
+                   help="configs to set; square brackets group a value that contains commas")
+    p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
+    p.add_argument("--delete-config", metavar="K1,K2", help="configs to remove (back to their defaults)")
+    p.set_defaults(func=run)
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+def _java_split(pattern: re.Pattern, text: str) -> list[str]:
+    """``String.split(regex)``: trailing empty strings dropped."""
+    parts = pattern.split(text)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """kafka-configs' ``--add-config`` syntax: ``k1=v1,k2=[a,b,c],k3=v3`` -> ``{"k1": "v1", "k2": "a,b,c",
+    "k3": "v3"}``.  Brackets are removed from values; a key may appear once per item.  Bad syntax raises
+    :class:`UsageError` with Kafka's message."""
+    out: dict[str, str] = {}
+    for item in _java_split(_ITEM_SPLIT, text):
+        pair = _KV_SPLIT.split(item)
+        if len(pair) != 2:
+            raise UsageError('Invalid entity config: all configs to be added must be in the format "key=val".')
+        key, value = pair[0].strip(), re.sub(r"[\[\]]", "", pair[1]).strip()
+        out[key] = value
+    validate_keys(out)
+    return out
+
+
+def parse_delete_config(text: str) -> list[str]:
+    keys = common.split_list(text)
+    if not keys:
+        raise UsageError("--delete-config needs at least one config name")
+    return list(dict.fromkeys(keys))
+
+
+def validate_keys(keys: Iterable[str]) -> None:
+    for key in keys:
+        if not _VALID_KEY.match(key):
+            raise UsageError(f"Invalid character found for config key: {key}")
+
+
+def load_add_config_file(path: str) -> dict[str, str]:
+    """``--add-config-file``: a Java properties file; unreadable or malformed -> :class:`UsageError`."""
+    try:
+        props = load_properties(path, "--add-config-file")
+    except BootstrapConfigError as e:
+        raise UsageError(str(e)) from None
+    if not props:
+        raise UsageError(f"--add-config-file {path} has no configs")
+    validate_keys(props)
+    return props
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Option combinations kafka-configs refuses, and the entity types kafkatier does not serve."""
+    supported = SUPPORTED_ALTER if args.alter else SUPPORTED_DESCRIBE
+    if args.entity_type not in supported:
+        action = "--alter" if args.alter else "--describe"
+        raise UsageError(f"{action} supports --entity-type {' or '.join(supported)} only in kafkatier, "
+                         f"not {args.entity_type}")
+    if args.entity_name is not None and args.entity_default:
+        raise UsageError("--entity-name and --entity-default cannot be used together")
+    if args.entity_default and args.entity_type != "brokers":
+        raise UsageError(f"--entity-default is not supported for --entity-type {args.entity_type}")
+    if args.entity_type in ("brokers", "broker-loggers") and args.entity_name is not None:
+        if not args.entity_name.strip().isdigit():
+            raise UsageError(f"The entity name for {args.entity_type} must be a valid integer broker id, "
+                             f"but it is: {args.entity_name}")
+    if args.describe:
+        for name in ("--add-config", "--add-config-file", "--delete-config"):
+            if getattr(args, name[2:].replace("-", "_")) is not None:
+                raise UsageError(f"{name} can only be used with --alter")
+        return
+    if args.all:
+        raise UsageError("--all can only be used with --describe")
+    if not args.entity_name:
+        raise UsageError(f"--entity-name must be specified with --alter of {args.entity_type}")
+    if args.add_config is not None and args.add_config_file is not None:
+        raise UsageError("Only one of --add-config or --add-config-file must be specified")
+    if args.add_config is None and args.add_config_file is None and args.delete_config is None:
+        raise UsageError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
+                         "with --alter")
+
+
+def command_args(args: argparse.Namespace) -> str:
+    """The options as given, for kafka-configs' ``Error while executing config command with args '...'``."""
+    out = []
+    for flag in ("bootstrap_server", "zookeeper", "data_dir", "command_config", "entity_type", "entity_name"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", str(value)]
+    for flag in ("entity_default", "describe", "alter", "all"):
+        if getattr(args, flag, False):
+            out.append(f"--{flag.replace('_', '-')}")
+    for flag in ("add_config", "add_config_file", "delete_config"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", str(value)]
+    return " ".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+def entity_label(entity_type: str, name: str) -> str:
+    singular = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}[entity_type]
+    return f"{singular} {name}"
+
+
+def describe_header(entity_type: str, name: str, describe_all: bool) -> str:
+    if entity_type == "brokers" and name == BROKER_DEFAULT:
+        return "Default configs for brokers in the cluster are:"
+    return f"{'All' if describe_all else 'Dynamic'} configs for {entity_label(entity_type, name)} are:"
+
+
+def format_config_entry(entry: ConfigEntry) -> str:
+    """``  k=v sensitive=false synonyms={SOURCE:k=v, ...}``."""
+    value = "null" if entry.value is None else entry.value
+    synonyms = ", ".join(f"{s.source}:{s.name}={'null' if s.value is None else s.value}" for s in entry.synonyms)
+    return f"  {entry.name}={value} sensitive={'true' if entry.sensitive else 'false'} synonyms={{{synonyms}}}"
+
+
+def shown_entries(entity_type: str, name: str, entries: Sequence[ConfigEntry], describe_all: bool
+                  ) -> list[ConfigEntry]:
+    """The entries kafka-configs prints: all with ``--all``, else those set dynamically on the entity itself
+    (the default broker resource: the cluster-wide dynamic ones).  Sorted by name."""
+    if describe_all or entity_type == "broker-loggers":
+        keep = entries
+    else:
+        wanted = ("DYNAMIC_DEFAULT_BROKER_CONFIG" if entity_type == "brokers" and name == BROKER_DEFAULT
+                  else _DYNAMIC_SOURCE[entity_type])
+        keep = [e for e in entries if e.source == wanted]
+    return sorted(keep, key=lambda e: e.name)
+
+
+def describe_lines(entity_type: str, name: str, entries: Sequence[ConfigEntry], describe_all: bool) -> list[str]:
+    return [describe_header(entity_type, name, describe_all)] + [
+        format_config_entry(e) for e in shown_entries(entity_type, name, entries, describe_all)]
+
+
+# ------------------------------------------------------------------------------------------------ actions
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    to_set: dict[str, str] = {}
+    to_delete: list[str] = []
+    if args.alter:
+        if args.add_config is not None:
+            to_set = parse_add_config(args.add_config)
+        elif args.add_config_file is not None:
+            to_set = load_add_config_file(args.add_config_file)
+        if args.delete_config is not None:
+            to_delete = parse_delete_config(args.delete_config)
+            validate_keys(to_delete)
+        both = sorted(set(to_set) & set(to_delete))
+        if both:
+            raise UsageError(f"config(s) both added and deleted: {','.join(both)}")
+    try:
+        conn = common.connection_from_args(args)
+        with common.open_admin(conn) as admin:
+            if args.describe:
+                return _describe(admin, args)
+            return _alter(admin, args, to_set, to_delete)
+    except (AdminError, NoReachableBrokerError) as e:
+        print(f"Error while executing config command with args '{command_args(args)}'", file=sys.stderr)
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+def _names(admin: AdminClient, args: argparse.Namespace) -> list[str]:
+    if args.entity_name is not None:
+        return [args.entity_name.strip() if args.entity_type != "topics" else args.entity_name]
+    if args.entity_default:
+        return [BROKER_DEFAULT]
+    if args.entity_type == "topics":
+        return admin.list_topics()
+    ids = [str(b) for b in admin.broker_ids()]
+    return ids + [BROKER_DEFAULT] if args.entity_type == "brokers" else ids
+
+
+def _describe(admin: AdminClient, args: argparse.Namespace) -> int:
+    names = _names(admin, args)
+    if not names:
+        return 0
+    configs = admin.describe_configs(args.entity_type, names, include_synonyms=True)
+    for name in names:
+        for line in describe_lines(args.entity_type, name, configs.get(name, []), args.all):
+            print(line)
+    return 0
+
+
+def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str], to_delete: list[str]) -> int:
+    name = args.entity_name
+    if to_delete:
+        current = admin.describe_configs(args.entity_type, [name], include_synonyms=False)[name]
+        dynamic = {e.name for e in shown_entries(args.entity_type, name, current, describe_all=False)}
+        missing = [k for k in to_delete if k not in dynamic]
+        if missing:
+            print(f"Invalid config(s): {','.join(missing)}", file=sys.stderr)
+            return 1
+    admin.alter_configs(args.entity_type, name, set_configs=to_set, delete_configs=to_delete)
+    print(f"Completed updating config for {entity_label(args.entity_type, name)}.")
+    return 0

@@ -1,0 +1,31 @@
+"""Crash-safe file replacement: write ``<file>.tmp``, fsync it, rename it over the file, fsync the directory."""
+from __future__ import annotations
+
+import os
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename or create inside it is durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see either the old or the new content, never a mix."""
+    tmp = path + TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -1,0 +1,846 @@
+"""A partition's local log (Kafka's ``UnifiedLog`` + ``LocalLog``): ordered segments in ``<topic>-<partition>``.
+
+Offsets: ``log_start_offset`` (first readable), ``log_end_offset`` (next to be written), ``high_watermark``
+(set by the replica manager, bounded by both), ``recovery_point`` (everything below is fsynced).
+
+All public methods are thread-safe (one re-entrant lock per log). Appends and reads move whole batches;
+only batch headers are parsed.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import threading
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+import attrs
+
+from kafkatier.log import record_batch
+from kafkatier.log.checkpoints import LEADER_EPOCH_CHECKPOINT
+from kafkatier.log.dir_names import parse_partition_dir
+from kafkatier.log.errors import (
+    CheckpointReadError,
+    CorruptIndexError,
+    InconsistentTopicIdError,
+    KafkaError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from kafkatier.log.leader_epoch_cache import LeaderEpochFileCache
+from kafkatier.log.log_config import LONG_MAX, LogConfig
+from kafkatier.log.partition_metadata import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from kafkatier.log.record_batch import NO_TIMESTAMP, AppendInfo
+from kafkatier.log.segment import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    FetchDataInfo,
+    LogOffsetMetadata,
+    LogSegment,
+    TimestampAndOffset,
+    random_roll_jitter,
+)
+from kafkatier.logsetup import get_logger, kv
+
+# Re-exported: the broker builds logs from here.
+__all__ = ["Log", "LogConfig", "AppendInfo", "FetchDataInfo", "TimestampAndOffset", "LogOffsetMetadata",
+           "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]
+
+log = get_logger("log")
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+# LogStartOffsetIncrementReason
+LEADER_OFFSET_INCREMENTED = "LeaderOffsetIncremented"
+CLIENT_RECORD_DELETION = "ClientRecordDeletion"
+SEGMENT_DELETION = "SegmentDeletion"
+
+
+class TaskScheduler(Protocol):
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1) -> None:
+        ...
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """The local log of one partition replica."""
+
+    def __init__(self, dir_path: str, config: LogConfig | Mapping[str, Any] | None = None, *,
+                 log_start_offset: int = 0, recovery_point: int = 0, high_watermark: int | None = None,
+                 had_clean_shutdown: bool = False, scheduler: TaskScheduler | None = None,
+                 clock: Callable[[], int] = _now_ms, topic_id: str | None = None,
+                 default_config: LogConfig | None = None, remote_log_enabled: bool = False):
+        self._dir = os.path.abspath(dir_path)
+        parsed = parse_partition_dir(self._dir)
+        self.topic = parsed.topic
+        self.partition = parsed.partition
+        self.is_future = parsed.kind == "future"
+        self._default_config = default_config or LogConfig()
+        self._config = self._to_config(config)
+        self._max_segment_ms = self._config.max_segment_ms
+        self._scheduler = scheduler
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._next_offset = 0
+        self._hw_meta: tuple[int, int, int] | None = None  # (hw, segment base, position)
+        self.last_flush_time_ms = clock()
+        # Hooks for tiered storage: while enabled, the log start offset may lie below the first local
+        # segment, and local retention only removes uploaded segments.
+        self.remote_log_enabled = remote_log_enabled
+        self.highest_offset_in_remote_storage = -1
+        os.makedirs(self._dir, exist_ok=True)
+        self.topic_id: str | None = None
+        self._load_topic_id()
+        self.leader_epoch_cache = self._load_leader_epoch_cache()
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._local_log_start_offset = 0
+        self._load(had_clean_shutdown)
+        self._high_watermark = self._log_start_offset
+        if high_watermark is not None:
+            self.update_high_watermark(high_watermark)
+        if topic_id is not None:
+            self.assign_topic_id(topic_id)
+        log.info(kv(event="log_loaded", partition=self.name, dir=self._dir, log_start_offset=self._log_start_offset,
+                    log_end_offset=self._next_offset, segments=len(self._segments),
+                    clean_shutdown=had_clean_shutdown))
+
+    # --- identity and offsets ------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def topic_partition(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def dir(self) -> str:
+        return self._dir
+
+    @property
+    def parent_dir(self) -> str:
+        return os.path.dirname(self._dir)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self.update_config(config)
+
+    def _to_config(self, config: LogConfig | Mapping[str, Any] | None) -> LogConfig:
+        if config is None:
+            return self._default_config
+        if isinstance(config, LogConfig):
+            return config
+        return LogConfig.from_props(config, defaults=self._default_config.to_props())
+
+    def update_config(self, config: LogConfig | Mapping[str, Any]) -> None:
+        """Apply a new topic config (a LogConfig, or Kafka topic config strings over the broker defaults).
+
+        Segment and index settings affect segments created from now on."""
+        config = self._to_config(config)
+        with self._lock:
+            self._config = config
+            self._max_segment_ms = config.max_segment_ms
+            for seg in self._segments:
+                seg.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """First offset on local disk (differs from the log start offset only for tiered logs)."""
+        return self._local_log_start_offset if self.remote_log_enabled else self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self.update_high_watermark(value)
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the high watermark, clamped to [log start offset, log end offset]; return the value set."""
+        with self._lock:
+            hw = max(self._log_start_offset, min(hw, self._next_offset))
+            if hw != self._high_watermark:
+                self._high_watermark = hw
+                self._hw_meta = None
+            return hw
+
+    @property
+    def size(self) -> int:
+        """Bytes in all segments."""
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    def log_segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` for OffsetsForLeaderEpoch."""
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for(leader_epoch, self._next_offset)
+
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """Record where ``leader_epoch`` starts (a new leader calls this with its log end offset)."""
+        with self._lock:
+            self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def epoch_start_offset(self, leader_epoch: int) -> int:
+        """Start offset of ``leader_epoch`` in the epoch cache (the log end offset if it is not there)."""
+        for entry in self.leader_epoch_cache.epoch_entries():
+            if entry.epoch == leader_epoch:
+                return entry.start_offset
+        return self._next_offset
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._next_offset - self._recovery_point
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, dir={self._dir}, logStartOffset={self._log_start_offset}, "
+                f"logEndOffset={self._next_offset}, highWatermark={self._high_watermark})")
+
+    # --- loading -------------------------------------------------------------------------------------
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        cfg = self._config
+        return LogSegment(self._dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
+                          max_index_size=cfg.segment_index_bytes,
+                          roll_jitter_ms=random_roll_jitter(cfg.segment_jitter_ms, cfg.max_segment_ms),
+                          clock=self._clock)
+
+    def _load_topic_id(self) -> None:
+        try:
+            self.topic_id = read_partition_metadata(self._dir)
+        except (PartitionMetadataError, OSError) as e:
+            log.warning(kv(event="partition_metadata_unreadable", partition=self.name, error=e))
+
+    def _load_leader_epoch_cache(self) -> LeaderEpochFileCache:
+        path = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
+        try:
+            return LeaderEpochFileCache(path, self.name)
+        except (CheckpointReadError, ValueError, OSError) as e:
+            # Rebuilt from the batch headers once segments are loaded (see _load).
+            log.warning(kv(event="leader_epoch_checkpoint_unreadable", partition=self.name, error=e,
+                           action="rebuilding from segments"))
+            try:
+                os.replace(path, path + ".corrupt")
+            except OSError:
+                pass
+            cache = LeaderEpochFileCache(path, self.name)
+            cache._rebuild_needed = True  # type: ignore[attr-defined]
+            return cache
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        names = sorted(os.listdir(self._dir))
+        for name in names:
+            path = os.path.join(self._dir, name)
+            if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(CLEANED_FILE_SUFFIX) or name.endswith(".tmp"):
+                log.info(kv(event="leftover_file_deleted", partition=self.name, file=name))
+                _unlink(path)
+            elif name.endswith(SWAP_FILE_SUFFIX):
+                log.warning(kv(event="swap_file_ignored", partition=self.name, file=name))
+        names = sorted(os.listdir(self._dir))
+        log_bases = set()
+        for name in names:
+            if name.endswith(LOG_FILE_SUFFIX):
+                stem = name[: -len(LOG_FILE_SUFFIX)]
+                if stem.isdigit():
+                    log_bases.add(int(stem))
+                else:
+                    log.warning(kv(event="unexpected_log_file_skipped", partition=self.name, file=name))
+        for name in names:
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                if name.endswith(suffix):
+                    stem = name[: -len(suffix)]
+                    if stem.isdigit() and int(stem) not in log_bases:
+                        log.warning(kv(event="orphaned_index_deleted", partition=self.name, file=name))
+                        _unlink(os.path.join(self._dir, name))
+        for base in sorted(log_bases):
+            seg = self._new_segment(base)
+            try:
+                seg.sanity_check()
+            except CorruptIndexError as e:
+                log.warning(kv(event="corrupt_index_rebuilt", partition=self.name, segment=base, error=e))
+                seg.recover()
+            self._add_segment(seg)
+
+        rebuild_epochs = getattr(self.leader_epoch_cache, "_rebuild_needed", False)
+        if self._segments and not had_clean_shutdown:
+            self._recover_from(self._recovery_point)
+        if self._segments and self._log_start_offset > self._segments[-1].next_offset():
+            log.warning(kv(event="log_start_offset_beyond_end", partition=self.name,
+                           log_start_offset=self._log_start_offset, log_end_offset=self._segments[-1].next_offset()))
+            for seg in list(self._segments):
+                self._remove_segment(seg)
+                seg.delete()
+        if not self._segments:
+            self._add_segment(self._new_segment(self._log_start_offset))
+        self._next_offset = self._segments[-1].next_offset()
+        first_base = self._segments[0].base_offset
+        self._local_log_start_offset = max(self._log_start_offset, first_base)
+        if not (self.remote_log_enabled and 0 <= self._log_start_offset < first_base):
+            self._log_start_offset = max(self._log_start_offset, first_base)
+        if had_clean_shutdown:
+            self._recovery_point = self._next_offset
+        else:
+            self._recovery_point = min(self._recovery_point, self._next_offset)
+        if rebuild_epochs:
+            self._rebuild_leader_epoch_cache()
+        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Recover segments from the one holding the recovery point; drop everything after a corruption."""
+        i = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        unflushed = self._segments[i:]
+        for n, seg in enumerate(unflushed):
+            log.info(kv(event="recovering_segment", partition=self.name, segment=seg.base_offset,
+                        recovered=n, unflushed=len(unflushed)))
+            truncated = seg.recover(self.leader_epoch_cache)
+            if truncated > 0:
+                rest = unflushed[n + 1:]
+                if rest:
+                    log.warning(kv(event="segments_deleted_after_corruption", partition=self.name,
+                                   segments=[s.base_offset for s in rest]))
+                for later in rest:
+                    self._remove_segment(later)
+                    later.delete()
+                break
+
+    def _rebuild_leader_epoch_cache(self) -> None:
+        cache = self.leader_epoch_cache
+        for seg in self._segments:
+            for h in seg._headers(0):
+                if h.partition_leader_epoch >= 0 and (cache.latest_epoch is None
+                                                      or h.partition_leader_epoch > cache.latest_epoch):
+                    cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, seg.base_offset)
+        self._bases.insert(i, seg.base_offset)
+        self._segments.insert(i, seg)
+
+    def _remove_segment(self, seg: LogSegment) -> None:
+        i = self._segments.index(seg)
+        del self._segments[i]
+        del self._bases[i]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"The log for partition {self.name} is closed")
+
+    # --- topic id ------------------------------------------------------------------------------------
+    def assign_topic_id(self, topic_id: str) -> None:
+        """Record the topic id in ``partition.metadata``; a different stored id is an error."""
+        with self._lock:
+            if self.topic_id is not None and self.topic_id != topic_id:
+                raise InconsistentTopicIdError(
+                    f"Tried to assign topic ID {topic_id} to log for topic partition {self.name}, but log "
+                    f"already contained topic ID {self.topic_id}")
+            if self.topic_id is None or not os.path.exists(os.path.join(self._dir, "partition.metadata")):
+                write_partition_metadata(self._dir, topic_id)
+                self.topic_id = topic_id
+
+    # --- append --------------------------------------------------------------------------------------
+    def append_as_leader(self, records, leader_epoch: int, *, now_ms: int | None = None) -> AppendInfo:
+        """Validate a produced blob, assign offsets from the log end offset and append it."""
+        with self._lock:
+            self._check_open()
+            cfg = self._config
+            now = self._clock() if now_ms is None else now_ms
+            before = cfg.effective_timestamp_before_max_ms
+            after = cfg.effective_timestamp_after_max_ms
+            info = record_batch.validate_and_assign_offsets(
+                records, self._next_offset, leader_epoch, now,
+                max_message_bytes=cfg.max_message_bytes,
+                timestamp_type=cfg.message_timestamp_type,
+                timestamp_before_max_ms=None if before == LONG_MAX else before,
+                timestamp_after_max_ms=None if after == LONG_MAX else after,
+                log_start_offset=self._log_start_offset,
+                topic_partition=self.name)
+            if info.num_batches == 0:
+                return info
+            self._append(info, now)
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+            self._maybe_flush_by_messages()
+            return info
+
+    def append_as_follower(self, records) -> AppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs.
+
+        An append that starts below the log end offset raises UnexpectedAppendOffsetError, except into an
+        empty log when the first batch contains the log end offset (a leader log start offset inside a
+        batch): then the log restarts at the batch's base offset, as Kafka's follower does."""
+        with self._lock:
+            self._check_open()
+            info = record_batch.validate_follower_records(records, topic_partition=self.name)
+            if info.num_batches == 0:
+                return info
+            if info.first_offset < self._next_offset:
+                leo = self._next_offset
+                if leo == self._log_start_offset and info.first_offset < leo <= info.last_offset:
+                    log.info(kv(event="follower_restart_at_batch_base", partition=self.name,
+                                batch_base=info.first_offset, log_end_offset=leo))
+                    self.truncate_fully_and_start_at(info.first_offset)
+                else:
+                    raise UnexpectedAppendOffsetError(
+                        f"Unexpected offset in append to {self.name}. First offset {info.first_offset} is less "
+                        f"than the next offset {leo}. First batch offsets in append: [{info.first_offset}, ...], "
+                        f"last offset in append: {info.last_offset}. Log start offset = {self._log_start_offset}",
+                        info.first_offset, info.last_offset)
+            self._append(info, self._clock())
+            for epoch, base in info.epoch_starts:
+                self.leader_epoch_cache.assign(epoch, base)
+            self._maybe_flush_by_messages()
+            return attrs.evolve(info, log_start_offset=self._log_start_offset)
+
+    def _append(self, info: AppendInfo, now_ms: int) -> None:
+        cfg = self._config
+        if info.valid_bytes > cfg.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {info.valid_bytes} bytes in append to partition {self.name} which "
+                f"exceeds the maximum configured segment size of {cfg.segment_bytes}.")
+        segment = self._segments[-1]
+        if segment.should_roll(segment_bytes=cfg.segment_bytes, max_segment_ms=self._max_segment_ms,
+                               messages_size=info.valid_bytes, max_timestamp_in_messages=info.max_timestamp,
+                               max_offset_in_messages=info.last_offset, now_ms=now_ms):
+            segment = self._roll(info.first_offset)
+        try:
+            segment.append(info.last_offset, info.max_timestamp, info.offset_of_max_timestamp, info.records)
+        except OSError as e:
+            raise KafkaStorageError(f"Error while appending records to {self.name} in dir {self.parent_dir}: "
+                                    f"{e}") from e
+        self._next_offset = info.last_offset + 1
+
+    def _maybe_flush_by_messages(self) -> None:
+        if self.unflushed_messages >= self._config.flush_messages:
+            self.flush()
+
+    # --- roll ----------------------------------------------------------------------------------------
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected, log end offset)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(expected_next_offset)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        new_offset = max(expected_next_offset or 0, self._next_offset)
+        active = self._segments[-1]
+        if active.base_offset == new_offset:
+            if active.size == 0:
+                log.warning(kv(event="roll_skipped_empty_active", partition=self.name, offset=new_offset))
+                return active
+            raise KafkaError(f"Trying to roll a new log segment for topic partition {self.name} with start "
+                             f"offset {new_offset} =max(provided offset = {expected_next_offset}, LEO = "
+                             f"{self._next_offset}) while it already exists.")
+        active.on_become_inactive()
+        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+            stale = os.path.join(self._dir, f"{new_offset:020d}{suffix}")
+            if os.path.exists(stale):
+                log.warning(kv(event="stale_segment_file_deleted", partition=self.name, file=stale))
+                _unlink(stale)
+        seg = self._new_segment(new_offset)
+        self._add_segment(seg)
+        log.info(kv(event="rolled_segment", partition=self.name, new_base_offset=new_offset,
+                    previous_size=active.size))
+        self._schedule("flush-log", lambda: self.flush(new_offset), 0)
+        return seg
+
+    def _schedule(self, name: str, fn: Callable[[], object], delay_ms: int) -> None:
+        """Run ``fn`` on the scheduler, or right now when there is no running scheduler."""
+        sched = self._scheduler
+        if sched is None or not getattr(sched, "is_running", True):
+            fn()
+        else:
+            sched.schedule(name, fn, delay_ms)
+
+    # --- read ----------------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` and below ``max_offset``.
+
+        ``max_offset`` is the isolation bound (the high watermark for consumers, None for the log end
+        offset): batches at or past it are not returned. With ``min_one_message`` the first batch is
+        returned whole even if it is larger than ``max_bytes`` (KIP-74). Raises OffsetOutOfRangeError
+        for an offset below the log start offset or above the log end offset."""
+        with self._lock:
+            self._check_open()
+            if offset < self._log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {offset} for partition {self.name}, but we only have log "
+                    f"segments starting from offset: {self._log_start_offset}.")
+            leo = self._next_offset
+            if offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {offset} for partition {self.name}, but we only have log "
+                    f"segments upto {leo}.")
+            bound = leo if max_offset is None else min(max_offset, leo)
+            if offset >= bound:
+                return FetchDataInfo(LogOffsetMetadata(offset), b"")
+            first_base = self._segments[0].base_offset
+            if offset < first_base:  # only possible on a tiered log: the data is in remote storage
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {offset} for partition {self.name}, but we only have local "
+                    f"log segments starting from offset: {first_base}.")
+            bound_meta = None if bound >= leo else self._offset_metadata(bound)
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            while i < len(self._segments):
+                seg = self._segments[i]
+                max_position = None
+                if bound_meta is not None:
+                    if seg.base_offset > bound_meta[0]:
+                        break
+                    if seg.base_offset == bound_meta[0]:
+                        max_position = bound_meta[1]
+                try:
+                    fetched = seg.read(offset, max_bytes, max_position, min_one_message)
+                except OSError as e:
+                    raise KafkaStorageError(f"Error while reading {self.name} in dir {self.parent_dir}: {e}") from e
+                if fetched is not None:
+                    return fetched
+                i += 1
+            return FetchDataInfo(LogOffsetMetadata(offset), b"")
+
+    def _offset_metadata(self, offset: int) -> tuple[int, int]:
+        """(segment base, position of the batch holding ``offset`` or segment end) — cached for the HW."""
+        if self._hw_meta is not None and self._hw_meta[0] == offset:
+            return self._hw_meta[1], self._hw_meta[2]
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        seg = self._segments[i]
+        found = seg.translate_offset(offset)
+        meta = (seg.base_offset, found[0] if found else seg.size)
+        if offset == self._high_watermark:
+            self._hw_meta = (offset, meta[0], meta[1])
+        return meta
+
+    # --- ListOffsets ---------------------------------------------------------------------------------
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: -2 earliest, -4 earliest local, -1 latest, -3 max timestamp, else the first record
+        with a timestamp >= ``timestamp`` (None when there is none)."""
+        with self._lock:
+            self._check_open()
+            cache = self.leader_epoch_cache
+            if timestamp == EARLIEST_TIMESTAMP or timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                start = self._log_start_offset if timestamp == EARLIEST_TIMESTAMP else self.local_log_start_offset
+                earliest = cache.earliest_entry
+                epoch = earliest.epoch if earliest is not None and earliest.start_offset <= start else None
+                if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                    epoch = cache.epoch_for_offset(start)
+                return TimestampAndOffset(NO_TIMESTAMP, start, epoch)
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampAndOffset(NO_TIMESTAMP, self._next_offset, cache.latest_epoch)
+            if timestamp == MAX_TIMESTAMP:
+                best = None
+                for seg in self._segments:
+                    if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far >
+                                                         best.max_timestamp_so_far):
+                        best = seg
+                if best is None:
+                    return None
+                return best.find_offset_by_timestamp(best.max_timestamp_so_far, self._log_start_offset)
+            if timestamp < 0:
+                return None
+            for seg in self._segments:
+                if seg.largest_timestamp >= timestamp:
+                    found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    # --- log start offset and retention --------------------------------------------------------------
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int,
+                                         reason: str = CLIENT_RECORD_DELETION) -> bool:
+        """Raise the log start offset (DeleteRecords, leader propagation, segment deletion).
+
+        Records below it are never served again; the segments wholly below it are removed by the next
+        retention pass (:meth:`delete_old_segments`), as in Kafka. Raises OffsetOutOfRangeError above the
+        high watermark. Returns whether the offset moved."""
+        with self._lock:
+            self._check_open()
+            if new_log_start_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {new_log_start_offset} of partition {self.name} "
+                    f"since it is larger than the high watermark {self._high_watermark}")
+            if new_log_start_offset <= self._log_start_offset:
+                return False
+            log.info(kv(event="log_start_offset_incremented", partition=self.name,
+                        log_start_offset=new_log_start_offset, reason=reason))
+            self._log_start_offset = new_log_start_offset
+            if self._local_log_start_offset < new_log_start_offset:
+                self._local_log_start_offset = new_log_start_offset
+            if self._recovery_point < new_log_start_offset:
+                self._recovery_point = new_log_start_offset
+            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+            return True
+
+    def maybe_increment_log_start_offset_as_follower(self, leader_log_start_offset: int) -> bool:
+        """Follow the leader's log start offset (from a fetch response), never past this log's end.
+
+        The follower's high watermark is raised to the new log start offset if needed: both are bounded by
+        the leader's high watermark."""
+        with self._lock:
+            if leader_log_start_offset < 0:
+                return False
+            target = min(leader_log_start_offset, self._next_offset)
+            if target > self._high_watermark:
+                self.update_high_watermark(target)
+            return self.maybe_increment_log_start_offset(target, LEADER_OFFSET_INCREMENTED)
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention pass: delete whole segments breaching retention.ms, retention.bytes or the log start
+        offset. Only segments wholly below the high watermark go; if every segment qualifies, a new empty
+        active segment is rolled first so the log always keeps one. Returns the number deleted."""
+        with self._lock:
+            if self._closed:
+                return 0
+            now = self._clock() if now_ms is None else now_ms
+            deleted = 0
+            if self._config.delete:
+                deleted += self._delete_retention_ms_breached(now)
+                deleted += self._delete_retention_size_breached()
+            deleted += self._delete_log_start_offset_breached()
+            return deleted
+
+    def _retention_ms(self) -> int:
+        return self._config.local_retention_ms_effective if self.remote_log_enabled else self._config.retention_ms
+
+    def _retention_bytes(self) -> int:
+        cfg = self._config
+        return cfg.local_retention_bytes_effective if self.remote_log_enabled else cfg.retention_bytes
+
+    def _uploaded(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
+        if not self.remote_log_enabled:
+            return True
+        upper = nxt.base_offset if nxt is not None else self._next_offset
+        return upper - 1 <= self.highest_offset_in_remote_storage
+
+    def _delete_retention_ms_breached(self, now: int) -> int:
+        retention_ms = self._retention_ms()
+        if retention_ms < 0:
+            return 0
+        return self._delete_old(lambda seg, nxt: now - seg.largest_timestamp > retention_ms,
+                                f"retention time {retention_ms}ms breach")
+
+    def _delete_retention_size_breached(self) -> int:
+        retention_bytes = self._retention_bytes()
+        total = sum(s.size for s in self._segments)
+        if retention_bytes < 0 or total < retention_bytes:
+            return 0
+        diff = [total - retention_bytes]
+
+        def breach(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            if diff[0] - seg.size >= 0:
+                diff[0] -= seg.size
+                return True
+            return False
+        return self._delete_old(breach, f"retention size {retention_bytes} breach")
+
+    def _delete_log_start_offset_breached(self) -> int:
+        start = self.local_log_start_offset
+        return self._delete_old(lambda seg, nxt: nxt is not None and nxt.base_offset <= start,
+                                f"log start offset {start} breach")
+
+    def _delete_old(self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str) -> int:
+        deletable: list[LogSegment] = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._next_offset
+            if nxt is None and seg.size == 0:
+                break
+            if self._high_watermark >= upper and self._uploaded(seg, nxt) and predicate(seg, nxt):
+                deletable.append(seg)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(segs):
+            new_active = self._roll(None)
+            if deletable[-1].base_offset == new_active.base_offset:
+                deletable = deletable[:-1]
+        for seg in deletable:
+            self._remove_segment(seg)
+        log.info(kv(event="deleting_segments", partition=self.name, reason=reason,
+                    segments=[s.base_offset for s in deletable]))
+        self._schedule_segment_deletion(deletable)
+        first = self._segments[0].base_offset
+        if self.remote_log_enabled:
+            self._local_log_start_offset = max(self._local_log_start_offset, first)
+        elif first > self._log_start_offset:
+            self.maybe_increment_log_start_offset(first, SEGMENT_DELETION)
+        self._hw_meta = None
+        return len(deletable)
+
+    def _schedule_segment_deletion(self, segments: list[LogSegment]) -> None:
+        """Rename to ``.deleted`` now; remove the files after ``file.delete.delay.ms`` (at once without a
+        scheduler)."""
+        for seg in segments:
+            try:
+                seg.rename_to_deleted()
+            except OSError as e:
+                log.warning(kv(event="segment_rename_failed", partition=self.name, segment=seg.base_offset, error=e))
+        def delete_files(segs=tuple(segments)):
+            for s in segs:
+                s.delete()
+        if self._config.file_delete_delay_ms <= 0:
+            delete_files()
+        else:
+            self._schedule("delete-file", delete_files, self._config.file_delete_delay_ms)
+
+    # --- truncation ----------------------------------------------------------------------------------
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at or after ``target_offset`` (follower catching up with a new leader).
+
+        The batch containing the target goes whole, so the log end offset becomes the start of that batch
+        when the target falls inside one. Returns False when there was nothing to remove."""
+        if target_offset < 0:
+            raise ValueError(f"Cannot truncate partition {self.name} to a negative offset ({target_offset}).")
+        with self._lock:
+            self._check_open()
+            if target_offset >= self._next_offset:
+                return False
+            log.info(kv(event="truncating", partition=self.name, target_offset=target_offset,
+                        log_end_offset=self._next_offset))
+            if self._segments[0].base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            doomed = [s for s in self._segments if s.base_offset > target_offset]
+            for seg in doomed:
+                self._remove_segment(seg)
+                seg.delete()
+            active = self._segments[-1]
+            active.truncate_to(target_offset)
+            self._next_offset = active.next_offset()
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            self._log_start_offset = min(target_offset, self._log_start_offset)
+            self._high_watermark = min(self._high_watermark, self._next_offset)
+            self._recovery_point = min(self._recovery_point, self._next_offset)
+            self._hw_meta = None
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
+        """Delete all data and restart the log at ``new_offset`` (log start offset defaults to it)."""
+        with self._lock:
+            self._check_open()
+            log.info(kv(event="truncate_fully", partition=self.name, new_offset=new_offset))
+            for seg in list(self._segments):
+                self._remove_segment(seg)
+                seg.delete()
+            self._add_segment(self._new_segment(new_offset))
+            self.leader_epoch_cache.clear_and_flush()
+            self._next_offset = new_offset
+            self._log_start_offset = new_offset if log_start_offset is None else log_start_offset
+            self._local_log_start_offset = new_offset
+            self._recovery_point = new_offset
+            self._high_watermark = new_offset
+            self._hw_meta = None
+
+    # --- durability and lifecycle --------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync segments holding offsets in [recovery point, offset) and move the recovery point there."""
+        with self._lock:
+            if self._closed:
+                return
+            target = self._next_offset if offset is None else min(offset, self._next_offset)
+            if target <= self._recovery_point:
+                return
+            i = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+            to_flush = [s for s in self._segments[i:] if s.base_offset < target]
+        for seg in to_flush:
+            try:
+                seg.flush()
+            except OSError as e:
+                if not seg.closed:
+                    raise KafkaStorageError(f"Error while flushing {self.name}: {e}") from e
+        with self._lock:
+            if target > self._recovery_point:
+                self._recovery_point = target
+            self.last_flush_time_ms = self._clock()
+
+    def close(self) -> None:
+        """Close all files; the log can no longer be used."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            log.info(kv(event="log_closed", partition=self.name))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def rename_dir(self, name: str) -> None:
+        """Rename the partition directory inside its log dir (deletion / JBOD); files stay open."""
+        with self._lock:
+            new_dir = os.path.join(self.parent_dir, name)
+            os.rename(self._dir, new_dir)
+            self._dir = new_dir
+            for seg in self._segments:
+                seg.change_dir(new_dir)
+            self.leader_epoch_cache.move_to_dir(new_dir)
+
+    def delete(self) -> None:
+        """Close the log and remove its directory with everything in it."""
+        with self._lock:
+            self.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

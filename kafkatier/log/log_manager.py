@@ -1,0 +1,486 @@
+"""The broker's set of partition logs across its log dirs (Kafka's ``LogManager``).
+
+Per log dir it owns ``.lock``, ``meta.properties``, the checkpoint files (``recovery-point-offset-checkpoint``,
+``replication-offset-checkpoint``, ``log-start-offset-checkpoint``) and the clean shutdown marker
+``.kafka_cleanshutdown``. A background scheduler runs retention, flush and checkpoint tasks.
+
+Start-up: every ``<topic>-<partition>`` directory is loaded; directories marked for deletion
+(``.<uuid>-delete`` / ``.delete``) are removed; JBOD destinations (``.<uuid>-future`` / ``.move``) are left
+untouched and listed in :attr:`LogManager.future_dirs_found` for the JBOD work; other names are logged and
+skipped. Without a clean shutdown marker, logs are recovered from their checkpointed recovery points.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from kafkatier.log.broker_metadata import ensure_meta_properties
+from kafkatier.log.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from kafkatier.log.dir_names import (
+    REMOTE_INDEX_CACHE_DIR,
+    MalformedDirNameError,
+    delete_dir_name,
+    parse_partition_dir,
+    partition_dir_name,
+    validate_topic_name,
+)
+from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
+from kafkatier.log.log import Log
+from kafkatier.log.log_config import LONG_MAX, LogConfig
+from kafkatier.log.scheduler import Scheduler
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("log-manager")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogManager:
+    """Creates, loads, retains, checkpoints and deletes partition logs."""
+
+    def __init__(self, log_dirs: list[str], *, default_config: LogConfig | None = None,
+                 topic_configs: Mapping[str, LogConfig | Mapping[str, Any]]
+                 | Callable[[str], LogConfig | Mapping[str, Any] | None] | None = None,
+                 broker_id: int | None = None, cluster_id: str | None = None, broker_epoch: int = -1,
+                 retention_check_interval_ms: int = 300000,
+                 flush_check_interval_ms: int = LONG_MAX,
+                 flush_recovery_offset_checkpoint_interval_ms: int = 60000,
+                 flush_start_offset_checkpoint_interval_ms: int = 60000,
+                 initial_task_delay_ms: int = 30000,
+                 remote_log_system_enabled: bool = False,
+                 clock: Callable[[], int] = _now_ms):
+        if not log_dirs:
+            raise ValueError("At least one log dir is required")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise LogDirectoryError(f"Duplicate log directory found: {', '.join(self.log_dirs)}")
+        self.default_config = default_config or LogConfig()
+        self._topic_configs = topic_configs
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.broker_epoch = broker_epoch
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_check_interval_ms = flush_check_interval_ms
+        self.flush_recovery_offset_checkpoint_interval_ms = flush_recovery_offset_checkpoint_interval_ms
+        self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
+        self.initial_task_delay_ms = initial_task_delay_ms
+        self.remote_log_system_enabled = remote_log_system_enabled
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock_fds: dict[str, int] = {}
+        self.offline_dirs: set[str] = set()
+        self.future_dirs_found: dict[TopicPartition, str] = {}
+        self._preferred_dirs: dict[TopicPartition, str] = {}
+        self.scheduler = Scheduler("kafka-scheduler")
+        self._started = False
+        self._shut_down = False
+        self._prepare_dirs()
+        self._load_logs()
+
+    # --- start-up ------------------------------------------------------------------------------------
+    @property
+    def live_log_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def _prepare_dirs(self) -> None:
+        for d in self.log_dirs:
+            try:
+                os.makedirs(d, exist_ok=True)
+                if not os.path.isdir(d) or not os.access(d, os.R_OK | os.W_OK):
+                    raise OSError(f"{d} is not a readable and writable directory")
+            except OSError as e:
+                log.error(kv(event="log_dir_offline", dir=d, error=e))
+                self.offline_dirs.add(d)
+                continue
+            self._lock_dir(d)
+            if self.broker_id is not None:
+                ensure_meta_properties(d, self.broker_id, self.cluster_id)
+        if not self.live_log_dirs:
+            raise KafkaStorageError(f"Shutdown broker because all log dirs in {', '.join(self.log_dirs)} have failed")
+
+    def _lock_dir(self, d: str) -> None:
+        fd = os.open(os.path.join(d, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self._release_locks()
+            raise LogDirectoryError(f"Failed to acquire lock on file {LOCK_FILE} in {d}. A Kafka instance in "
+                                    f"another process or thread is using this directory.") from None
+        self._lock_fds[d] = fd
+
+    def _release_locks(self) -> None:
+        for fd in self._lock_fds.values():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+        self._lock_fds.clear()
+
+    def _read_checkpoint(self, d: str, name: str, fallback: str) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(os.path.join(d, name)).read()
+        except (KafkaStorageError, OSError) as e:
+            log.warning(kv(event="checkpoint_unreadable", file=os.path.join(d, name), error=e, fallback=fallback))
+            return {}
+
+    def _load_logs(self) -> None:
+        for d in self.live_log_dirs:
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            clean = os.path.exists(marker)
+            if clean:
+                log.info(kv(event="clean_shutdown_found", dir=d, action="skipping recovery"))
+            recovery_points = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT, "recovery point 0")
+            start_offsets = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, "first segment base offset")
+            high_watermarks = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT, "log start offset")
+            try:
+                entries = sorted(os.listdir(d))
+            except OSError as e:
+                log.error(kv(event="log_dir_offline", dir=d, error=e))
+                self.offline_dirs.add(d)
+                continue
+            for name in entries:
+                path = os.path.join(d, name)
+                if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE_DIR:
+                    continue
+                try:
+                    parsed = parse_partition_dir(path)
+                except MalformedDirNameError as e:
+                    log.error(kv(event="malformed_log_dir_skipped", dir=path, error=str(e).replace("\n", " ")))
+                    continue
+                tp = parsed.topic_partition
+                if parsed.kind == "delete":
+                    log.info(kv(event="deleting_marked_dir", dir=path))
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if parsed.kind == "future":
+                    self._found_future_dir(tp, path)
+                    continue
+                existing = self._logs.get(tp)
+                if existing is not None:
+                    self._release_locks()
+                    raise LogDirectoryError(
+                        f"Duplicate log directories for {parsed.topic}-{parsed.partition} are found in both "
+                        f"{existing.dir} and {path}. It is likely because log directory failure happened while "
+                        f"broker was replacing current replica with future replica. Recover broker from this "
+                        f"failure by manually deleting one of the two directories for this partition. It is "
+                        f"recommended to delete the partition in the log directory that is known to have failed "
+                        f"recently.")
+                cfg = self._loaded_config(parsed.topic)
+                try:
+                    lg = Log(path, cfg, log_start_offset=start_offsets.get(tp, 0),
+                             recovery_point=recovery_points.get(tp, 0), high_watermark=high_watermarks.get(tp),
+                             had_clean_shutdown=clean, scheduler=self.scheduler, clock=self._clock,
+                             default_config=self.default_config,
+                             remote_log_enabled=self._remote_enabled(parsed.topic, cfg))
+                except Exception as e:  # an I/O error (or worse) takes the dir offline; nothing is deleted
+                    log.exception(kv(event="log_dir_offline", dir=d, partition=f"{tp[0]}-{tp[1]}", error=e))
+                    self.offline_dirs.add(d)
+                    for other in [k for k, v in self._logs.items() if v.parent_dir == d]:
+                        self._logs.pop(other).close()
+                    break
+                self._logs[tp] = lg
+            if clean:
+                try:
+                    os.unlink(marker)
+                except FileNotFoundError:
+                    pass
+        if not self.live_log_dirs:
+            raise KafkaStorageError(f"Shutdown broker because all log dirs in {', '.join(self.log_dirs)} have failed")
+
+    def _found_future_dir(self, tp: TopicPartition, path: str) -> None:
+        """Hook for JBOD moves: a destination directory is remembered, not loaded."""
+        log.info(kv(event="future_log_dir_found", dir=path, partition=f"{tp[0]}-{tp[1]}"))
+        self.future_dirs_found[tp] = path
+
+    def startup(self) -> None:
+        """Start the background tasks (Kafka's names: kafka-log-retention, kafka-log-flusher, ...)."""
+        if self._started:
+            return
+        self._started = True
+        s = self.scheduler
+        s.startup()
+        delay = self.initial_task_delay_ms
+        s.schedule("kafka-log-retention", self._safe(self.cleanup_logs), delay, self.retention_check_interval_ms)
+        if self.flush_check_interval_ms < LONG_MAX:
+            s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay, self.flush_check_interval_ms)
+        s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
+                   self.flush_recovery_offset_checkpoint_interval_ms)
+        s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets), delay,
+                   self.flush_start_offset_checkpoint_interval_ms)
+
+    def _safe(self, fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            if not self._shut_down:
+                fn()
+        return run
+
+    # --- configs -------------------------------------------------------------------------------------
+    def _config_for(self, topic: str) -> LogConfig | Mapping[str, Any]:
+        src = self._topic_configs
+        cfg = None
+        if callable(src):
+            cfg = src(topic)
+        elif src is not None:
+            cfg = src.get(topic)
+        return cfg or self.default_config
+
+    def _loaded_config(self, topic: str) -> LogConfig:
+        """The topic's config for a log found at start-up; a bad stored config falls back to the defaults."""
+        cfg = self._config_for(topic)
+        if isinstance(cfg, LogConfig):
+            return cfg
+        try:
+            return LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+        except KafkaError as e:
+            log.error(kv(event="topic_config_invalid", topic=topic, error=e, action="using broker defaults"))
+            return self.default_config
+
+    def _remote_enabled(self, topic: str, cfg) -> bool:
+        """Tiering is effective with the system flag on, ``remote.storage.enable=true``, no compaction and a
+        non-internal topic (tiered_storage.md §2)."""
+        if not self.remote_log_system_enabled or topic.startswith("__"):
+            return False
+        if not isinstance(cfg, LogConfig):
+            cfg = LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+        return cfg.remote_storage_enable and not cfg.compact
+
+    def update_topic_config(self, topic: str, config: LogConfig | Mapping[str, Any]) -> None:
+        """Apply a changed topic config (LogConfig or Kafka topic config strings) to the topic's logs."""
+        for lg in self.all_logs():
+            if lg.topic == topic:
+                lg.update_config(config)
+
+    # --- lookup and creation -------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def logs_by_dir(self) -> dict[str, list[Log]]:
+        out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
+        for lg in self.all_logs():
+            out.setdefault(lg.parent_dir, []).append(lg)
+        return out
+
+    def set_preferred_log_dir(self, topic: str, partition: int, log_dir: str) -> None:
+        """Hook for AlterReplicaLogDirs: where the next new log of this partition should go."""
+        self._preferred_dirs[(topic, partition)] = os.path.abspath(log_dir)
+
+    def _next_log_dirs(self, tp: TopicPartition) -> list[str]:
+        live = self.live_log_dirs
+        preferred = self._preferred_dirs.get(tp)
+        counts = {d: 0 for d in live}
+        for lg in self.all_logs():
+            if lg.parent_dir in counts:
+                counts[lg.parent_dir] += 1
+        ordered = sorted(live, key=lambda d: counts[d])  # stable: ties keep the configured order
+        if preferred in counts:
+            ordered.remove(preferred)
+            ordered.insert(0, preferred)
+        return ordered
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | Mapping[str, Any] | None = None,
+                          is_new: bool = False, topic_id: str | None = None) -> Log:
+        """The partition's log, created in the dir with the fewest logs when it does not exist yet.
+
+        ``config`` is a LogConfig or a dict of Kafka topic config strings (over the manager's defaults);
+        None uses the manager's topic configs."""
+        tp = (topic, partition)
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                if topic_id is not None:
+                    existing.assign_topic_id(topic_id)
+                return existing
+            validate_topic_name(topic)
+            if partition < 0:
+                raise ValueError(f"Invalid partition {partition} for topic {topic}")
+            if self.offline_dirs and not is_new:
+                raise KafkaStorageError(f"Can not create log for {topic}-{partition} because log directories "
+                                        f"{', '.join(sorted(self.offline_dirs))} are offline")
+            errors = []
+            for d in self._next_log_dirs(tp):
+                path = os.path.join(d, partition_dir_name(topic, partition))
+                try:
+                    cfg = config if config is not None else self._config_for(topic)
+                    lg = Log(path, cfg, had_clean_shutdown=not os.path.exists(path), scheduler=self.scheduler,
+                             clock=self._clock,
+                             topic_id=topic_id, default_config=self.default_config,
+                             remote_log_enabled=self._remote_enabled(topic, cfg))
+                except OSError as e:
+                    log.error(kv(event="log_dir_offline", dir=d, error=e))
+                    self.offline_dirs.add(d)
+                    errors.append(f"{d}: {e}")
+                    continue
+                self._logs[tp] = lg
+                self._preferred_dirs.pop(tp, None)
+                log.info(kv(event="log_created", partition=f"{topic}-{partition}", dir=d, topic_id=topic_id,
+                            overrides=",".join(sorted(lg.config.overridden)) or "-"))
+                return lg
+            raise KafkaStorageError(f"Can not create log for {topic}-{partition} because log directories "
+                                    f"{', '.join(self.log_dirs)} are offline ({'; '.join(errors)})")
+
+    def delete_log(self, topic: str, partition: int) -> Log | None:
+        """Remove a partition's log: its dir is renamed ``<topic>-<partition>.<uuid>-delete`` at once and
+        removed after ``file.delete.delay.ms`` (immediately if that is 0 or the scheduler is not running)."""
+        with self._lock:
+            lg = self._logs.pop((topic, partition), None)
+        if lg is None:
+            return None
+        lg.close()
+        try:
+            lg.rename_dir(delete_dir_name(topic, partition))
+        except OSError as e:
+            log.error(kv(event="log_rename_for_delete_failed", partition=lg.name, error=e))
+        delay = lg.config.file_delete_delay_ms
+        path = lg.dir
+        if self.scheduler.is_running and delay > 0:
+            self.scheduler.schedule("kafka-delete-logs", lambda: shutil.rmtree(path, ignore_errors=True), delay)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        log.info(kv(event="log_deleted", partition=lg.name, dir=path))
+        self.checkpoint_recovery_points(lg.parent_dir)
+        self.checkpoint_log_start_offsets(lg.parent_dir)
+        return lg
+
+    # --- periodic work -------------------------------------------------------------------------------
+    def cleanup_logs(self) -> int:
+        """Retention pass over every log; returns the number of segments deleted."""
+        total = 0
+        for lg in self.all_logs():
+            try:
+                total += lg.delete_old_segments()
+            except Exception:
+                log.exception(kv(event="retention_failed", partition=lg.name))
+        if total:
+            log.info(kv(event="retention_done", segments_deleted=total))
+        return total
+
+    def flush_dirty_logs(self) -> None:
+        """Flush logs whose ``flush.ms`` has elapsed since their last flush."""
+        now = self._clock()
+        for lg in self.all_logs():
+            if now - lg.last_flush_time_ms >= lg.config.flush_ms:
+                try:
+                    lg.flush()
+                except Exception:
+                    log.exception(kv(event="flush_failed", partition=lg.name))
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+    def _dirs(self, log_dir: str | None) -> list[str]:
+        if log_dir is None:
+            return self.live_log_dirs
+        return [os.path.abspath(log_dir)] if os.path.abspath(log_dir) not in self.offline_dirs else []
+
+    def _write_checkpoint(self, d: str, name: str, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            with self._checkpoint_lock:
+                OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+        except OSError as e:
+            log.error(kv(event="checkpoint_write_failed", file=os.path.join(d, name), error=e))
+            raise KafkaStorageError(f"Error while writing {name} in dir {d}: {e}") from e
+
+    def checkpoint_recovery_points(self, log_dir: str | None = None) -> None:
+        """Write ``recovery-point-offset-checkpoint`` (every log's recovery point) per dir."""
+        by_dir = self.logs_by_dir()
+        for d in self._dirs(log_dir):
+            self._write_checkpoint(d, RECOVERY_POINT_CHECKPOINT,
+                                   {lg.topic_partition: lg.recovery_point for lg in by_dir.get(d, [])})
+
+    def checkpoint_log_start_offsets(self, log_dir: str | None = None) -> None:
+        """Write ``log-start-offset-checkpoint``: logs whose start offset is above their first segment's base
+        (and every tiered log), as Kafka does."""
+        by_dir = self.logs_by_dir()
+        for d in self._dirs(log_dir):
+            offsets = {}
+            for lg in by_dir.get(d, []):
+                segs = lg.log_segments()
+                if lg.remote_log_enabled or (segs and lg.log_start_offset > segs[0].base_offset):
+                    offsets[lg.topic_partition] = lg.log_start_offset
+            self._write_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, offsets)
+
+    def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
+        """Write ``replication-offset-checkpoint`` per dir, from ``high_watermarks`` (only partitions hosted
+        here are written) or from the logs' own high watermarks."""
+        by_dir = self.logs_by_dir()
+        for d in self._dirs(None):
+            offsets = {}
+            for lg in by_dir.get(d, []):
+                if high_watermarks is None:
+                    offsets[lg.topic_partition] = lg.high_watermark
+                elif lg.topic_partition in high_watermarks:
+                    offsets[lg.topic_partition] = high_watermarks[lg.topic_partition]
+            self._write_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT, offsets)
+
+    def read_high_watermarks(self, log_dir: str) -> dict[TopicPartition, int]:
+        """The stored ``replication-offset-checkpoint`` of a dir ({} with a warning if malformed)."""
+        return self._read_checkpoint(os.path.abspath(log_dir), REPLICATION_OFFSET_CHECKPOINT, "empty")
+
+    # --- shutdown ------------------------------------------------------------------------------------
+    def shutdown(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
+        """Stop tasks, flush and close every log, write the checkpoints (high watermarks from
+        ``high_watermarks``, else from the logs) and the clean shutdown markers."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.scheduler.shutdown()
+        by_dir = self.logs_by_dir()
+        for d in self.live_log_dirs:
+            ok = True
+            for lg in by_dir.get(d, []):
+                try:
+                    lg.flush()
+                except Exception:
+                    ok = False
+                    log.exception(kv(event="flush_at_shutdown_failed", partition=lg.name))
+            try:
+                self.checkpoint_recovery_points(d)
+                self.checkpoint_log_start_offsets(d)
+            except KafkaStorageError:
+                ok = False
+            for lg in by_dir.get(d, []):
+                lg.close()
+            hws = {lg.topic_partition: (high_watermarks.get(lg.topic_partition, lg.high_watermark)
+                                        if high_watermarks is not None else lg.high_watermark)
+                   for lg in by_dir.get(d, [])}
+            try:
+                self._write_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT, hws)
+            except KafkaStorageError:
+                ok = False
+            if ok:
+                self._write_clean_shutdown_marker(d)
+        self._release_locks()
+        log.info(kv(event="log_manager_shutdown", logs=len(self._logs)))
+
+    def _write_clean_shutdown_marker(self, d: str) -> None:
+        # Kafka 3.6+ content (CleanShutdownFileHandler); older brokers wrote an empty file. Both mean "clean".
+        path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        payload = json.dumps({"version": "0", "broker_epoch": str(self.broker_epoch)}, separators=(",", ":"))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, payload.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)

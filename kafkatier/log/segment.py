@@ -1,0 +1,498 @@
+"""One log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``.
+
+The ``.log`` file holds v2 record batches back to back, exactly as they are served to consumers. Appends
+and reads move whole byte ranges; batch headers are read only to find batch boundaries.
+"""
+from __future__ import annotations
+
+import os
+import random
+import struct
+import time
+from typing import Callable, Iterator
+
+import attrs
+
+from kafkatier.log.errors import LogSegmentOffsetOverflowError
+from kafkatier.log.offset_index import OffsetIndex
+from kafkatier.log.record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    whole_batches_size,
+)
+from kafkatier.log.time_index import TimeIndex
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("log")
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+TXN_INDEX_FILE_SUFFIX = ".txnindex"
+DELETED_FILE_SUFFIX = ".deleted"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+
+_INT32 = struct.Struct(">i")
+_SCAN_CHUNK = 64 * 1024
+_RECOVER_CHUNK = 1024 * 1024
+
+
+def filename_prefix(offset: int) -> str:
+    """Kafka's 20-digit zero-padded file name for a base offset."""
+    return f"{offset:020d}"
+
+
+def log_file_path(dir_path: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir_path, filename_prefix(offset) + LOG_FILE_SUFFIX + suffix)
+
+
+def index_file_path(dir_path: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir_path, filename_prefix(offset) + INDEX_FILE_SUFFIX + suffix)
+
+
+def time_index_file_path(dir_path: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir_path, filename_prefix(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@attrs.frozen
+class LogOffsetMetadata:
+    """An offset and where it sits on disk (segment base offset, byte position), -1 when unknown."""
+
+    message_offset: int
+    segment_base_offset: int = -1
+    relative_position_in_segment: int = -1
+
+
+@attrs.frozen
+class FetchDataInfo:
+    """Result of a read: whole batches starting with the one that contains the fetch offset."""
+
+    fetch_offset_metadata: LogOffsetMetadata
+    records: bytes
+    first_entry_incomplete: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+
+@attrs.frozen
+class TimestampAndOffset:
+    """A ListOffsets answer: ``timestamp`` (-1 for earliest/latest), ``offset`` and the epoch if known."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None = None
+
+
+@attrs.frozen
+class _Hdr:
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    partition_leader_epoch: int
+
+
+class LogSegment:
+    """A segment of a partition log. Not thread-safe: the owning log serialises access."""
+
+    def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
+                 max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0,
+                 clock: Callable[[], int] = _now_ms, file_suffix: str = ""):
+        self.dir = dir_path
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self._clock = clock
+        self._suffix = file_suffix
+        self.log_path = log_file_path(dir_path, base_offset, file_suffix)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closed = False
+        self._size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(index_file_path(dir_path, base_offset, file_suffix), base_offset,
+                                        max_index_size)
+        self.time_index = TimeIndex(time_index_file_path(dir_path, base_offset, file_suffix), base_offset,
+                                    max_index_size)
+        self.created_ms = clock()
+        self._bytes_since_last_index_entry = 0
+        last = self.time_index.last_entry
+        self._max_timestamp = last.timestamp
+        self._offset_of_max_timestamp = last.offset if last.timestamp != NO_TIMESTAMP else -1
+        self._rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = None
+
+    @classmethod
+    def open(cls, dir_path: str, base_offset: int, **kwargs) -> LogSegment:
+        return cls(dir_path, base_offset, **kwargs)
+
+    # --- state ----------------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def index_path(self) -> str:
+        return self.offset_index.path
+
+    @property
+    def time_index_path(self) -> str:
+        return self.time_index.path
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._offset_of_max_timestamp
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime when no batch carries one (retention.ms uses it)."""
+        return self._max_timestamp if self._max_timestamp >= 0 else self.last_modified_ms
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"LogSegment(baseOffset={self.base_offset}, size={self._size}, path={self.log_path})"
+
+    # --- batch scanning -------------------------------------------------------------------------------
+    def _headers(self, start: int, end: int | None = None) -> Iterator[_Hdr]:
+        """Batch headers from ``start`` up to ``end`` (default: file end); stops at a partial or bad batch."""
+        end = self._size if end is None else end
+        buf = b""
+        buf_start = start
+        pos = start
+        while pos + LOG_OVERHEAD <= end:
+            rel = pos - buf_start
+            if rel < 0 or rel + HEADER_SIZE > len(buf):
+                buf = os.pread(self._fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            h = HEADER.unpack_from(buf, rel)
+            size = h[1] + LOG_OVERHEAD
+            if size < HEADER_SIZE or pos + size > end or h[3] != MAGIC_V2:
+                return
+            yield _Hdr(pos, size, h[0], h[0] + h[6], h[8], h[2])
+            pos += size
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int] | None:
+        """(position, size) of the first batch whose last offset >= ``offset``, or None past the end."""
+        start = max(starting_position, self.offset_index.lookup(offset).position)
+        for h in self._headers(start):
+            if h.last_offset >= offset:
+                return h.position, h.size
+        return None
+
+    def next_offset(self) -> int:
+        """Offset after the last batch in this segment (the base offset when empty)."""
+        if self._next_offset is None:
+            nxt = self.base_offset
+            for h in self._headers(self.offset_index.lookup(2**62).position):
+                nxt = h.last_offset + 1
+            self._next_offset = nxt
+        return self._next_offset
+
+    # --- append / read --------------------------------------------------------------------------------
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= 2**31 - 1
+
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int,
+               records: bytes) -> None:
+        """Append whole batches; add index entries every ``index.interval.bytes``."""
+        n = len(records)
+        if n == 0:
+            return
+        if not self.can_convert_to_relative_offset(largest_offset):
+            raise LogSegmentOffsetOverflowError(
+                f"largest offset {largest_offset} cannot be safely converted to relative offset for segment "
+                f"with baseOffset {self.base_offset}")
+        position = self._size
+        if position == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        written = os.pwrite(self._fd, records, position)
+        while written < n:  # regular files rarely short-write; finish the job if they do
+            written += os.pwrite(self._fd, memoryview(records)[written:], position + written)
+        self._size = position + n
+        if largest_timestamp > self._max_timestamp:
+            self._max_timestamp = largest_timestamp
+            self._offset_of_max_timestamp = offset_of_max_timestamp
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += n
+        self._next_offset = largest_offset + 1
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = False) -> FetchDataInfo | None:
+        """Whole batches from the one containing ``start_offset``, at most ``max_size`` bytes
+        (or the first batch whole if ``min_one_message``) and not past ``max_position``.
+        Returns None when no batch here contains an offset >= ``start_offset``."""
+        if max_size < 0:
+            raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log_path}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start_pos, first_size = found
+        meta = LogOffsetMetadata(start_offset, self.base_offset, start_pos)
+        limit = self._size if max_position is None else min(max_position, self._size)
+        available = limit - start_pos
+        if available <= 0 or (max_size == 0 and not min_one_message):
+            return FetchDataInfo(meta, b"")
+        fetch = min(available, max_size)
+        if fetch < first_size:
+            if not min_one_message or first_size > available:
+                return FetchDataInfo(meta, b"")
+            fetch = first_size
+        data = os.pread(self._fd, fetch, start_pos)
+        cut = whole_batches_size(data)
+        return FetchDataInfo(meta, data if cut == len(data) else data[:cut])
+
+    # --- timestamps -----------------------------------------------------------------------------------
+    def _load_first_batch_timestamp(self) -> None:
+        if self._rolling_based_timestamp is None and self._size > 0:
+            for h in self._headers(0):
+                self._rolling_based_timestamp = h.max_timestamp
+                break
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How long this segment has been open, by record time when the first batch has a timestamp."""
+        self._load_first_batch_timestamp()
+        t = self._rolling_based_timestamp
+        if t is not None and t >= 0:
+            return message_timestamp - t
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, segment_bytes: int, max_segment_ms: int, messages_size: int,
+                    max_timestamp_in_messages: int, max_offset_in_messages: int, now_ms: int) -> bool:
+        """Kafka's roll conditions: size, age, a full index, or an offset too far from the base."""
+        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > \
+            max_segment_ms - self.roll_jitter_ms
+        return (self._size > segment_bytes - messages_size
+                or (self._size > 0 and reached_roll_ms)
+                or self.offset_index.is_full or self.time_index.is_full
+                or not self.can_convert_to_relative_offset(max_offset_in_messages))
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
+        """First record with timestamp >= ``timestamp`` and offset >= ``starting_offset`` in this segment.
+
+        Uses the indexes to find the batch, then reads that batch's records (ListOffsets path only)."""
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
+        for h in self._headers(position):
+            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                found = self._search_batch(h, timestamp, starting_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def _search_batch(self, h: _Hdr, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
+        epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
+        data = os.pread(self._fd, h.size, h.position)
+        try:
+            from kafka.record.default_records import DefaultRecordBatch
+            for record in DefaultRecordBatch(data):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return TimestampAndOffset(record.timestamp, record.offset, epoch)
+            return None
+        except Exception as e:  # e.g. a codec library that is not installed
+            log.warning(kv(event="timestamp_search_fallback", segment=self.log_path, position=h.position,
+                           error=repr(e)))
+            return TimestampAndOffset(h.max_timestamp, max(h.base_offset, starting_offset), epoch)
+
+    # --- maintenance ----------------------------------------------------------------------------------
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if an index cannot be trusted."""
+        self.offset_index.sanity_check(self._size)
+        self.time_index.sanity_check()
+
+    def recover(self, leader_epoch_cache=None) -> int:
+        """Re-scan the log, rebuild both indexes, cut the file at the first torn or invalid batch.
+
+        Returns the number of bytes truncated. Batches that pass are fed to ``leader_epoch_cache``."""
+        from crc32c import crc32c
+
+        self.offset_index.reset()
+        self.time_index.reset()
+        file_size = os.fstat(self._fd).st_size
+        valid = 0
+        last_index_entry = 0
+        max_ts, offset_of_max_ts = NO_TIMESTAMP, -1
+        next_offset = self.base_offset
+        first_ts = None
+        problem = None
+        buf = b""
+        buf_start = 0
+        pos = 0
+        while pos + LOG_OVERHEAD <= file_size:
+            rel = pos - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(self._fd, min(_RECOVER_CHUNK, file_size - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    problem = "torn batch header at the end of the segment"
+                    break
+            h = HEADER.unpack_from(buf, rel)
+            size = h[1] + LOG_OVERHEAD
+            if size < HEADER_SIZE:
+                problem = f"Record size {size} is less than the minimum record batch overhead ({HEADER_SIZE})"
+                break
+            if pos + size > file_size:
+                problem = f"torn batch: {size} bytes declared, {file_size - pos} on disk"
+                break
+            if rel + size > len(buf):
+                buf = os.pread(self._fd, max(size, min(_RECOVER_CHUNK, file_size - pos)), pos)
+                buf_start, rel = pos, 0
+            if h[3] != MAGIC_V2:
+                problem = f"unsupported magic {h[3]}"
+                break
+            computed = crc32c(memoryview(buf)[rel + ATTRIBUTES_OFFSET: rel + size])
+            if computed != h[4]:
+                problem = f"Record is corrupt (stored crc = {h[4]}, computed crc = {computed})"
+                break
+            base, last = h[0], h[0] + h[6]
+            if h[6] < 0 or base < next_offset or not self.can_convert_to_relative_offset(last):
+                problem = f"batch offsets [{base}, {last}] out of order or out of range"
+                break
+            if first_ts is None:
+                first_ts = h[8]
+            if h[8] > max_ts:
+                max_ts, offset_of_max_ts = h[8], last
+            if valid - last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last, valid)
+                self.time_index.maybe_append(max_ts, offset_of_max_ts)
+                last_index_entry = valid
+            valid += size
+            next_offset = last + 1
+            if leader_epoch_cache is not None and h[2] >= 0:
+                latest = leader_epoch_cache.latest_epoch
+                if latest is None or h[2] > latest:
+                    leader_epoch_cache.assign(h[2], base)
+            pos += size
+        truncated = file_size - valid
+        if truncated > 0:
+            log.warning(kv(event="segment_recovered_with_truncation", segment=self.log_path, position=valid,
+                           truncated_bytes=truncated, reason=problem or "trailing bytes"))
+            os.ftruncate(self._fd, valid)
+        self._size = valid
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, offset_of_max_ts
+        self.time_index.maybe_append(max_ts, offset_of_max_ts, skip_full_check=True)
+        self._bytes_since_last_index_entry = valid - last_index_entry
+        self._next_offset = next_offset
+        self._rolling_based_timestamp = first_ts
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it; return bytes removed."""
+        found = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = 0
+        if found is not None:
+            removed = self._size - found[0]
+            os.ftruncate(self._fd, found[0])
+            self._size = found[0]
+        if self._size == 0:
+            self.created_ms = self._clock()
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        last = self.time_index.last_entry
+        self._max_timestamp = last.timestamp
+        self._offset_of_max_timestamp = last.offset if last.timestamp != NO_TIMESTAMP else -1
+        self._next_offset = None
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Called on roll: record the final max timestamp in the time index and write buffered entries."""
+        self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Close files, leaving the final time index entry behind (as Kafka does)."""
+        if self._closed:
+            return
+        try:
+            if self._max_timestamp != NO_TIMESTAMP:
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp,
+                                             skip_full_check=True)
+        except Exception as e:  # closing must not fail on a bad index entry
+            log.warning(kv(event="time_index_final_entry_failed", segment=self.log_path, error=repr(e)))
+        self._closed = True
+        os.close(self._fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def close_without_index_update(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def _paths(self) -> list[str]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def change_dir(self, new_dir: str) -> None:
+        """Follow a rename of the partition directory (open files stay valid)."""
+        self.dir = new_dir
+        self.log_path = os.path.join(new_dir, os.path.basename(self.log_path))
+        self.offset_index.path = os.path.join(new_dir, os.path.basename(self.offset_index.path))
+        self.time_index.path = os.path.join(new_dir, os.path.basename(self.time_index.path))
+
+    def rename_to_deleted(self) -> None:
+        """Add ``.deleted`` to the file names: the segment is gone for the log, its files go later."""
+        for attr_owner, attr in ((self, "log_path"), (self.offset_index, "path"), (self.time_index, "path")):
+            old = getattr(attr_owner, attr)
+            new = old + DELETED_FILE_SUFFIX
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                pass
+            setattr(attr_owner, attr, new)
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close_without_index_update()
+        for path in self._paths():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:
+    """Kafka's per-segment roll jitter in [0, min(jitter, segment.ms))."""
+    if segment_jitter_ms <= 0:
+        return 0
+    return random.randrange(min(segment_jitter_ms, segment_ms))

@@ -1,0 +1,412 @@
+"""KafkaApis: the broker's Kafka-protocol request handlers.
+
+Responses are built as dicts and turned into kafka-python messages by :func:`kafkatier.protocol.build.build`.
+Produce and Fetch may complete later (acks=all, long-poll fetch): they return a ``Future`` that the purgatory
+completes.  Record batches are passed through as bytes.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.build import build
+from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.zk import codecs
+
+log = get_logger("server.apis")
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+FIND_COORDINATOR = 10
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+DESCRIBE_CLUSTER = 60
+INIT_PRODUCER_ID = 22
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_uuid(topic_id: str | None) -> uuid.UUID:
+    if not topic_id:
+        return ZERO_UUID
+    try:
+        return codecs.parse_topic_id(topic_id)
+    except Exception:  # noqa: BLE001
+        return ZERO_UUID
+
+
+class KafkaApis:
+    # What we advertise in ApiVersions: exactly the handlers below.
+    VERSIONS: dict[int, tuple[int, int]] = {
+        PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12),
+        CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5), DESCRIBE_CONFIGS: (1, 4), ALTER_CONFIGS: (0, 2),
+        INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1), INIT_PRODUCER_ID: (0, 4),
+    }
+
+    def __init__(self, server):
+        self.server = server
+        self.extra_handlers: dict[int, tuple[tuple[int, int], Callable]] = {}
+
+    # --- dispatch -------------------------------------------------------------------------------------------
+    def supported_versions(self) -> dict[int, tuple[int, int]]:
+        out = dict(self.VERSIONS)
+        out.update({k: v[0] for k, v in self.extra_handlers.items()})
+        return out
+
+    def register(self, api_key: int, versions: tuple[int, int], handler: Callable) -> None:
+        """Let a feature (e.g. DeleteRecords, log dirs) add an API: ``handler(header, request, context)``."""
+        self.extra_handlers[api_key] = (versions, handler)
+        ss = getattr(self.server, "socket_server", None)
+        if ss is not None and hasattr(ss, "refresh_api_versions"):
+            ss.refresh_api_versions()
+
+    def handle(self, header, request, context) -> Any:
+        key = header.request_api_key
+        if key in self.extra_handlers:
+            return self.extra_handlers[key][1](header, request, context)
+        fn = {PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
+              METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
+              DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
+              ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+              DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id}[key]
+        return fn(header, request, context)
+
+    @staticmethod
+    def _resp(api_key: int, version: int, body: dict):
+        return build(codec.response_class(api_key), version, body)
+
+    @property
+    def rm(self):
+        return self.server.replica_manager
+
+    @property
+    def cache(self):
+        return self.server.metadata_cache
+
+    # --- Metadata -------------------------------------------------------------------------------------------
+    def handle_metadata(self, header, req, ctx):
+        v = header.request_api_version
+        cache = self.cache
+        if req.topics is None:
+            names = cache.topics()
+        else:
+            names = [t.name for t in req.topics if t.name is not None]
+        auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
+        topics = []
+        for name in names:
+            parts = cache.topic_partitions(name)
+            if not parts:
+                err = self._maybe_auto_create(name) if (auto_create and req.topics is not None) else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                topics.append({"error_code": int(err), "name": name, "topic_id": ZERO_UUID, "is_internal": False,
+                               "partitions": [], "topic_authorized_operations": -2147483648})
+                continue
+            plist = []
+            for pm in parts:
+                plist.append({"error_code": int(Errors.LEADER_NOT_AVAILABLE if pm.leader < 0 else Errors.NONE),
+                              "partition_index": pm.partition, "leader_id": pm.leader,
+                              "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
+                              "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
+            topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
+                           "is_internal": False, "partitions": plist, "topic_authorized_operations": -2147483648})
+        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
+        if not brokers:  # not yet told by the controller: at least advertise ourselves
+            c = self.server.config
+            brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
+        return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
+                                        "cluster_id": self.server.cluster_id, "controller_id": cache.controller_id,
+                                        "topics": topics, "cluster_authorized_operations": -2147483648})
+
+    def _maybe_auto_create(self, name: str) -> Errors:
+        c = self.server.config
+        if str(c.overrides.get("auto.create.topics.enable", "true")).lower() != "true":
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            self.server.admin_zk.create_topic(name, c.num_partitions, c.default_replication_factor, {})
+            log.info("auto-created topic %s", kv(topic=name))
+            return Errors.LEADER_NOT_AVAILABLE
+        except KafkaError as e:
+            if e.error == Errors.TOPIC_ALREADY_EXISTS:
+                return Errors.LEADER_NOT_AVAILABLE
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION if e.error == Errors.INVALID_REPLICATION_FACTOR else e.error
+        except Exception:  # noqa: BLE001
+            log.exception("auto-create failed %s", kv(topic=name))
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+    # --- Produce --------------------------------------------------------------------------------------------
+    def handle_produce(self, header, req, ctx):
+        v = header.request_api_version
+        acks = req.acks
+        entries, errors = {}, {}
+        if acks not in (-1, 0, 1):
+            for td in req.topic_data:
+                for pd in td.partition_data:
+                    errors[(td.name, pd.index)] = (Errors.INVALID_REQUIRED_ACKS, -1, -1, None)
+        else:
+            for td in req.topic_data:
+                for pd in td.partition_data:
+                    if pd.records is None:
+                        errors[(td.name, pd.index)] = (Errors.CORRUPT_MESSAGE, -1, -1, "no records")
+                    else:
+                        entries[(td.name, pd.index)] = pd.records
+        fut: Future = Future()
+
+        def respond(results: dict) -> None:
+            results = {**errors, **results}
+            if acks == 0:
+                fut.set_result(None)
+                return
+            by_topic: dict[str, list] = {}
+            for (t, p), (err, base, lso, msg) in sorted(results.items()):
+                by_topic.setdefault(t, []).append({"index": p, "error_code": int(err), "base_offset": base,
+                                                   "log_append_time_ms": -1, "log_start_offset": lso,
+                                                   "record_errors": [], "error_message": msg})
+            fut.set_result(self._resp(PRODUCE, v, {
+                "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
+                "throttle_time_ms": 0}))
+        if entries:
+            self.rm.append_records(req.timeout_ms, acks, entries, respond)
+        else:
+            respond({})
+        return fut
+
+    # --- Fetch ----------------------------------------------------------------------------------------------
+    def handle_fetch(self, header, req, ctx):
+        v = header.request_api_version
+        replica_id = req.replica_id if v <= 14 else -1
+        parts = []
+        for t in req.topics:
+            for p in t.partitions:
+                parts.append({"topic": t.topic, "partition": p.partition, "fetch_offset": p.fetch_offset,
+                              "partition_max_bytes": p.partition_max_bytes,
+                              "current_leader_epoch": getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
+                              "log_start_offset": getattr(p, "log_start_offset", -1) if v >= 5 else -1})
+        fut: Future = Future()
+        order = [(fp["topic"], fp["partition"]) for fp in parts]
+
+        def respond(results: dict) -> None:
+            by_topic: dict[str, list] = {}
+            for tp in order:
+                r = results.get(tp) or {"error": Errors.UNKNOWN_SERVER_ERROR, "high_watermark": -1,
+                                        "log_start_offset": -1, "records": b""}
+                by_topic.setdefault(tp[0], []).append({
+                    "partition_index": tp[1], "error_code": int(r["error"]), "high_watermark": r["high_watermark"],
+                    "last_stable_offset": r["high_watermark"], "log_start_offset": r["log_start_offset"],
+                    "aborted_transactions": None if r["error"] else [], "preferred_read_replica": -1,
+                    "records": r["records"] if r["records"] is not None else b""})
+            fut.set_result(self._resp(FETCH, v, {
+                "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
+        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)
+        return fut
+
+    # --- ListOffsets ----------------------------------------------------------------------------------------
+    def handle_list_offsets(self, header, req, ctx):
+        v = header.request_api_version
+        topics = []
+        for t in req.topics:
+            plist = []
+            for p in t.partitions:
+                try:
+                    off, ts = self.rm.fetch_offset_for_timestamp(
+                        t.name, p.partition_index, p.timestamp,
+                        getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id)
+                    part = self.rm.get_partition(t.name, p.partition_index)
+                    plist.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
+                                  "offset": off, "leader_epoch": part.leader_epoch if part else -1})
+                except KafkaError as e:
+                    plist.append({"partition_index": p.partition_index, "error_code": int(e.error), "timestamp": -1,
+                                  "offset": -1, "leader_epoch": -1})
+            topics.append({"name": t.name, "partitions": plist})
+        return self._resp(LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": topics})
+
+    # --- topics ---------------------------------------------------------------------------------------------
+    def _is_controller(self) -> bool:
+        c = self.server.controller
+        return c is not None and c.is_active
+
+    def handle_create_topics(self, header, req, ctx):
+        v = header.request_api_version
+        results, created = [], []
+        for t in req.topics:
+            res = {"name": t.name, "topic_id": ZERO_UUID, "error_code": 0, "error_message": None,
+                   "num_partitions": -1, "replication_factor": -1, "configs": None}
+            if not self._is_controller():
+                res.update(error_code=int(Errors.NOT_CONTROLLER), error_message="This is not the correct controller for this cluster.")
+                results.append(res)
+                continue
+            try:
+                assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+                configs = {c.name: c.value for c in t.configs if c.value is not None}
+                out = self.server.admin_zk.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                                        assignment=assignment, validate_only=req.validate_only)
+                res["num_partitions"] = len(assignment) if assignment else t.num_partitions
+                res["replication_factor"] = (len(next(iter(assignment.values()))) if assignment
+                                             else t.replication_factor)
+                if isinstance(out, str):
+                    res["topic_id"] = topic_uuid(out)
+                if not req.validate_only:
+                    created.append(t.name)
+            except KafkaError as e:
+                res.update(error_code=int(e.error), error_message=e.message or None)
+            except Exception as e:  # noqa: BLE001
+                log.exception("create topic failed %s", kv(topic=t.name))
+                res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
+            results.append(res)
+        return self._await_metadata(CREATE_TOPICS, v, results, created, req.timeout_ms, present=True)
+
+    def handle_delete_topics(self, header, req, ctx):
+        v = header.request_api_version
+        names = list(req.topic_names) if v <= 5 else [t.name for t in req.topics]
+        results, deleting = [], []
+        for name in names:
+            res = {"name": name, "error_code": 0, "error_message": None}
+            if not self._is_controller():
+                res["error_code"] = int(Errors.NOT_CONTROLLER)
+            else:
+                try:
+                    self.server.admin_zk.delete_topic(name)
+                    deleting.append(name)
+                except KafkaError as e:
+                    res.update(error_code=int(e.error), error_message=e.message or None)
+            results.append(res)
+        return self._await_metadata(DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
+
+    def _await_metadata(self, api_key: int, version: int, results: list, names: list, timeout_ms: int,
+                        present: bool):
+        """Answer once the metadata cache shows the topics created (with leaders) or gone, or at the timeout
+        with REQUEST_TIMED_OUT (Kafka's DelayedCreatePartitions / DelayedDeleteTopics)."""
+        list_field = "topics" if api_key == CREATE_TOPICS else "responses"
+        if not names or timeout_ms <= 0:
+            return self._resp(api_key, version, {"throttle_time_ms": 0, list_field: results})
+        fut: Future = Future()
+
+        def done(t: str) -> bool:
+            parts = self.cache.topic_partitions(t)
+            if present:
+                return bool(parts) and all(p.leader >= 0 for p in parts)
+            return not parts and not self.server.zk.exists(f"/brokers/topics/{t}")
+
+        def wait() -> None:
+            from kafkatier.waiting import WaitTimeout, wait_for
+            try:
+                wait_for(lambda: all(done(t) for t in names), timeout_ms / 1000.0, interval=0.05,
+                         message="topic metadata")
+            except WaitTimeout:
+                for r in results:
+                    if r["name"] in names and not done(r["name"]):
+                        r["error_code"] = int(Errors.REQUEST_TIMED_OUT)
+            if api_key == CREATE_TOPICS:
+                for r in results:
+                    if r["name"] in names and r["topic_id"] == ZERO_UUID:
+                        r["topic_id"] = topic_uuid(self.cache.topic_ids.get(r["name"]))
+            fut.set_result(self._resp(api_key, version, {"throttle_time_ms": 0, list_field: results}))
+        threading.Thread(target=wait, name="topic-admin-wait", daemon=True).start()
+        return fut
+
+    # --- configs --------------------------------------------------------------------------------------------
+    def handle_describe_configs(self, header, req, ctx):
+        v = header.request_api_version
+        results = []
+        for r in req.resources:
+            res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                   "resource_name": r.resource_name, "configs": []}
+            try:
+                if r.resource_type == TOPIC_RESOURCE:
+                    entries = self.server.admin_zk.describe_topic_config(r.resource_name)
+                elif r.resource_type == BROKER_RESOURCE:
+                    entries = self._broker_config_entries(r.resource_name)
+                else:
+                    raise KafkaError(f"unsupported resource type {r.resource_type}", Errors.INVALID_REQUEST)
+                keys = set(r.configuration_keys) if r.configuration_keys else None
+                for e in entries:
+                    if keys is not None and e["name"] not in keys:
+                        continue
+                    res["configs"].append({
+                        "name": e["name"], "value": e.get("value"), "read_only": e.get("read_only", False),
+                        "config_source": e.get("source", 5), "is_default": e.get("source", 5) == 5,
+                        "is_sensitive": e.get("sensitive", False),
+                        "synonyms": [{"name": s["name"], "value": s.get("value"), "source": s["source"]}
+                                     for s in e.get("synonyms", [])] if req.include_synonyms else [],
+                        "config_type": e.get("type", 0), "documentation": None})
+            except KafkaError as e:
+                res.update(error_code=int(e.error), error_message=e.message or None)
+            results.append(res)
+        return self._resp(DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
+
+    def _broker_config_entries(self, name: str) -> list[dict]:
+        c = self.server.config
+        if name not in ("", str(c.broker_id)):
+            raise KafkaError(f"broker {name} is not this broker ({c.broker_id})", Errors.INVALID_REQUEST)
+        static = {"broker.id": str(c.broker_id), "log.dirs": ",".join(c.log_dirs),
+                  "zookeeper.connect": c.zookeeper_connect, "min.insync.replicas": str(c.min_insync_replicas),
+                  "delete.topic.enable": str(c.delete_topic_enable).lower(),
+                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
+                  **{k: str(v) for k, v in c.overrides.items()}}
+        return [{"name": k, "value": v, "read_only": True, "source": 4,
+                 "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in sorted(static.items())]
+
+    def handle_alter_configs(self, header, req, ctx):
+        v = header.request_api_version
+        out = []
+        for r in req.resources:
+            res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                   "resource_name": r.resource_name}
+            try:
+                if r.resource_type != TOPIC_RESOURCE:
+                    raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
+                full = {c.name: c.value for c in r.configs if c.value is not None}
+                self.server.admin_zk.change_topic_config(r.resource_name, full, validate_only=req.validate_only)
+            except KafkaError as e:
+                res.update(error_code=int(e.error), error_message=e.message or None)
+            out.append(res)
+        return self._resp(ALTER_CONFIGS, v, {"throttle_time_ms": 0, "responses": out})
+
+    def handle_incremental_alter_configs(self, header, req, ctx):
+        v = header.request_api_version
+        out = []
+        for r in req.resources:
+            res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                   "resource_name": r.resource_name}
+            try:
+                if r.resource_type != TOPIC_RESOURCE:
+                    raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
+                sets, deletes = {}, []
+                for c in r.configs:
+                    if c.config_operation == 0:
+                        sets[c.name] = c.value
+                    elif c.config_operation == 1:
+                        deletes.append(c.name)
+                    else:
+                        raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
+                                         Errors.INVALID_REQUEST)
+                self.server.admin_zk.alter_topic_config(r.resource_name, sets, deletes, validate_only=req.validate_only)
+            except KafkaError as e:
+                res.update(error_code=int(e.error), error_message=e.message or None)
+            out.append(res)
+        return self._resp(INCREMENTAL_ALTER_CONFIGS, v, {"throttle_time_ms": 0, "responses": out})
+
+    # --- InitProducerId (idempotent producers only) -------------------------------------------------------
+    def handle_init_producer_id(self, header, req, ctx):
+        v = header.request_api_version
+        if req.transactional_id is not None:
+            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                                                    "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
+        pid = self.server.producer_ids.generate_producer_id()
+        return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
+                                                "producer_epoch": 0})
+
+    # --- DescribeCluster ------------------------------------------------------------------------------------
+    def handle_describe_cluster(self, header, req, ctx):
+        v = header.request_api_version
+        brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                   for b in self.cache.alive_brokers()]
+        return self._resp(DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                                                "endpoint_type": 1, "cluster_id": self.server.cluster_id or "",
+                                                "controller_id": self.cache.controller_id, "brokers": brokers,
+                                                "cluster_authorized_operations": -2147483648})

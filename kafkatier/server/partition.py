@@ -1,0 +1,238 @@
+"""Partition: one hosted replica's data path: leader appends, high watermark, follower fetch state, ISR
+expansion and shrinking (written to the partition ``state`` znode, conditional on its zkVersion, followed by
+an ``isr_change_`` notification as Kafka did before AlterPartition)."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import attrs
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
+                                       NotLeaderOrFollowerError)
+
+log = get_logger("server.partition")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@attrs.define
+class FollowerState:
+    log_end_offset: int = -1
+    log_start_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+
+
+@attrs.frozen
+class IsrUpdate:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    partition_epoch: int
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, broker_id: int, log_, isr_writer: Callable[..., int | None],
+                 min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000):
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        self.log = log_
+        self.topic_id: str | None = None
+        self._isr_writer = isr_writer
+        self._min_isr = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.lock = threading.RLock()
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.controller_epoch = 0
+        self.partition_epoch = 0
+        self.isr: tuple[int, ...] = ()
+        self.replicas: tuple[int, ...] = ()
+        self.followers: dict[int, FollowerState] = {}
+        # Called (outside the lock) when the high watermark or the low watermark moved.
+        self.on_high_watermark_change: list[Callable[["Partition"], None]] = []
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    # --- leadership -----------------------------------------------------------------------------------------
+    def make_leader(self, ps: dict, controller_epoch: int) -> None:
+        with self.lock:
+            self._set_state(ps, controller_epoch)
+            now = now_ms()
+            self.followers = {r: FollowerState(last_caught_up_ms=now if r in self.isr else 0)
+                              for r in self.replicas if r != self.broker_id}
+            self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+
+    def make_follower(self, ps: dict, controller_epoch: int) -> None:
+        with self.lock:
+            self._set_state(ps, controller_epoch)
+            self.followers = {}
+
+    def _set_state(self, ps: dict, controller_epoch: int) -> None:
+        self.leader_id = ps["leader"]
+        self.leader_epoch = ps["leader_epoch"]
+        self.isr = tuple(ps["isr"])
+        self.replicas = tuple(ps["replicas"])
+        self.partition_epoch = ps.get("partition_epoch", 0)
+        self.controller_epoch = ps.get("controller_epoch", controller_epoch)
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Clients and followers send the leader epoch they know (-1: unknown, not checked)."""
+        if current_leader_epoch == -1:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}")
+        if current_leader_epoch > self.leader_epoch:
+            raise KafkaError(f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}",
+                             Errors.UNKNOWN_LEADER_EPOCH)
+
+    # --- leader: appends ------------------------------------------------------------------------------------
+    def append_records_to_leader(self, records, required_acks: int):
+        with self.lock:
+            if not self.is_leader:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
+            min_isr = self._min_isr()
+            if required_acks == -1 and len(self.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
+                    f"requirement of {min_isr} for partition {self}")
+            info = self.log.append_as_leader(records, self.leader_epoch)
+        self.maybe_increment_high_watermark()
+        return info
+
+    # --- leader: follower fetches ---------------------------------------------------------------------------
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
+                                    leader_end_offset_at_read: int) -> None:
+        expand = False
+        with self.lock:
+            if not self.is_leader:
+                return
+            st = self.followers.setdefault(replica_id, FollowerState())
+            now = now_ms()
+            st.log_end_offset = fetch_offset
+            st.log_start_offset = follower_log_start_offset
+            if fetch_offset >= leader_end_offset_at_read:
+                st.last_caught_up_ms = now
+            st.last_fetch_ms = now
+            if (replica_id not in self.isr and replica_id in self.replicas
+                    and fetch_offset >= self.log.high_watermark
+                    and fetch_offset >= self.log.epoch_start_offset(self.leader_epoch)):
+                expand = True
+        if expand:
+            self._update_isr(lambda isr: tuple(sorted(set(isr) | {replica_id}, key=self._replica_order)),
+                             reason=f"expand replica={replica_id}")
+        self.maybe_increment_high_watermark()
+
+    def _replica_order(self, r: int) -> int:
+        try:
+            return self.replicas.index(r)
+        except ValueError:
+            return len(self.replicas)
+
+    def maybe_shrink_isr(self) -> None:
+        with self.lock:
+            if not self.is_leader:
+                return
+            now = now_ms()
+            leo = self.log.log_end_offset
+            out = []
+            for r in self.isr:
+                if r == self.broker_id:
+                    continue
+                st = self.followers.get(r)
+                if st is None:
+                    continue
+                if st.log_end_offset < leo and now - st.last_caught_up_ms > self.replica_lag_time_max_ms:
+                    out.append(r)
+            if not out:
+                return
+        self._update_isr(lambda isr: tuple(r for r in isr if r not in out), reason=f"shrink out={out}")
+        self.maybe_increment_high_watermark()
+
+    def _update_isr(self, change: Callable[[tuple[int, ...]], tuple[int, ...]], reason: str) -> None:
+        with self.lock:
+            if not self.is_leader:
+                return
+            new_isr = change(self.isr)
+            if new_isr == self.isr or not new_isr:
+                return
+            upd = IsrUpdate(self.leader_id, self.leader_epoch, new_isr, self.controller_epoch, self.partition_epoch)
+            new_version = self._isr_writer(self.topic, self.partition, upd)
+            if new_version is None:
+                log.info("ISR update skipped (state znode changed; waiting for the controller) %s",
+                         kv(partition=self, reason=reason))
+                return
+            log.info("ISR updated %s", kv(partition=self, old=list(self.isr), new=list(new_isr), reason=reason,
+                                          partition_epoch=new_version))
+            self.isr = new_isr
+            self.partition_epoch = new_version
+
+    def maybe_increment_high_watermark(self) -> bool:
+        with self.lock:
+            if not self.is_leader:
+                return False
+            leo = self.log.log_end_offset
+            new_hw = leo
+            for r in self.isr:
+                if r == self.broker_id:
+                    continue
+                st = self.followers.get(r)
+                new_hw = min(new_hw, st.log_end_offset if st and st.log_end_offset >= 0 else self.log.high_watermark)
+            moved = new_hw > self.log.high_watermark
+            if moved:
+                self.log.update_high_watermark(new_hw)
+        if moved:
+            for cb in self.on_high_watermark_change:
+                cb(self)
+        return moved
+
+    def low_watermark(self) -> int:
+        """Minimum log start offset over the live replicas (KIP-107), leader included."""
+        with self.lock:
+            lso = self.log.log_start_offset
+            for r, st in self.followers.items():
+                if r in self.isr or st.last_fetch_ms and now_ms() - st.last_fetch_ms <= self.replica_lag_time_max_ms:
+                    if st.log_start_offset >= 0:
+                        lso = min(lso, st.log_start_offset)
+            return lso
+
+    # --- follower -------------------------------------------------------------------------------------------
+    def append_records_to_follower(self, records) -> None:
+        self.log.append_as_follower(records)
+
+    def describe(self) -> dict:
+        with self.lock:
+            return {"partition": str(self), "leader": self.leader_id, "leader_epoch": self.leader_epoch,
+                    "isr": list(self.isr), "replicas": list(self.replicas), "partition_epoch": self.partition_epoch,
+                    "log_start_offset": self.log.log_start_offset, "high_watermark": self.log.high_watermark,
+                    "log_end_offset": self.log.log_end_offset,
+                    "followers": {r: attrs.asdict(s) for r, s in self.followers.items()}}

@@ -1,0 +1,63 @@
+"""ProducerIdManager: hands out producer ids for idempotent producers (InitProducerId without a
+transactional id), from blocks reserved in ``/latest_producer_id_block`` as Kafka's ZooKeeper mode does::
+
+    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
+
+The block is claimed with a conditional write on the znode's version, so two brokers never get the same ids.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import tenacity
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk import paths
+
+log = get_logger("server.producer-ids")
+
+BLOCK_SIZE = 1000
+
+
+class ProducerIdManager:
+    def __init__(self, zk, broker_id: int):
+        self.zk = zk
+        self.broker_id = broker_id
+        self._lock = threading.Lock()
+        self._next = 0
+        self._end = -1
+
+    def generate_producer_id(self) -> int:
+        with self._lock:
+            if self._next > self._end:
+                self._claim_block()
+            pid = self._next
+            self._next += 1
+            return pid
+
+    @tenacity.retry(retry=tenacity.retry_if_exception_type(BadVersionError), stop=tenacity.stop_after_attempt(20),
+                    wait=tenacity.wait_random(0.005, 0.05), reraise=True)
+    def _claim_block(self) -> None:
+        try:
+            data, stat = self.zk.get(paths.LATEST_PRODUCER_ID_BLOCK)
+        except NoNodeError:
+            try:
+                self.zk.create(paths.LATEST_PRODUCER_ID_BLOCK, b"", makepath=True)
+            except NodeExistsError:
+                pass
+            data, stat = self.zk.get(paths.LATEST_PRODUCER_ID_BLOCK)
+        start = 0
+        if data:
+            try:
+                start = int(json.loads(data)["block_end"]) + 1
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("malformed %s (%s); starting a new block after it is overwritten",
+                            paths.LATEST_PRODUCER_ID_BLOCK, e)
+        end = start + BLOCK_SIZE - 1
+        payload = json.dumps({"version": 1, "broker": self.broker_id, "block_start": str(start),
+                              "block_end": str(end)}).encode()
+        self.zk.set(paths.LATEST_PRODUCER_ID_BLOCK, payload, version=stat.version)
+        self._next, self._end = start, end
+        log.info("claimed producer id block %s", kv(start=start, end=end))

@@ -1,0 +1,423 @@
+"""The broker's network layer against real sockets on 127.0.0.1 and real Kafka clients."""
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+
+import pytest
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from kafkatier.protocol import codec
+from kafkatier.protocol.control_requests import ControlledShutdownRequest, StopReplicaRequest
+from kafkatier.server.api_versions import SUPPORTED, ApiVersionsTable
+from kafkatier.server.network import SocketServer
+
+DEADLINE = 10.0  # seconds; every wait below is bounded by it
+
+
+class StubBroker:
+    """A broker that knows nothing: ApiVersions, Metadata (just itself, no topics), plus hooks for tests."""
+
+    def __init__(self, extra: dict[int, tuple[int, int]] | None = None):
+        self.port = 0
+        self.ranges = {18: (0, 3), 3: (0, 12), **(extra or {})}
+        self.seen: list[tuple[int, int]] = []  # (api_key, correlation_id) in handle() order
+        self.pending: dict[int, concurrent.futures.Future] = {}
+        self.deferred: set[int] = set()  # correlation ids answered later through a Future
+        self.handled = threading.Condition()
+        self.contexts = []
+
+    def supported_versions(self):
+        return self.ranges
+
+    def handle(self, header, request, context):
+        with self.handled:
+            self.seen.append((header.request_api_key, header.correlation_id))
+            self.contexts.append(context)
+            self.handled.notify_all()
+        key, version = header.request_api_key, header.request_api_version
+        if header.correlation_id in self.deferred:
+            fut = concurrent.futures.Future()
+            self.pending[header.correlation_id] = fut
+            return fut
+        if key == 18:
+            return ApiVersionsTable(self.ranges).response(version)
+        if key == 3:
+            broker = MetadataResponse.MetadataResponseBroker(node_id=0, host="127.0.0.1", port=self.port,
+                                                             rack=None)
+            return MetadataResponse(version=version, throttle_time_ms=0, brokers=[broker],
+                                    cluster_id="kafkatier-unit", controller_id=0, topics=[])
+        if key == 0:
+            if request.acks == 0:
+                return None
+            return ProduceResponse(version=version, responses=[], throttle_time_ms=0)
+        if key == 60:
+            raise RuntimeError("boom")
+        raise AssertionError(f"unexpected api {key}")
+
+    def wait_seen(self, correlation_id: int) -> None:
+        with self.handled:
+            assert self.handled.wait_for(lambda: any(c == correlation_id for _, c in self.seen), DEADLINE)
+
+
+@pytest.fixture
+def broker():
+    stub = StubBroker(extra={0: (0, 9), 60: (0, 1)})
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2).start()
+    stub.port = server.port
+    yield stub, server
+    server.shutdown()
+
+
+# ---- raw client helpers ---------------------------------------------------------------------------------------
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+    s.settimeout(DEADLINE)
+    return s
+
+
+def _frame(request, correlation_id: int, version: int, client_id: str = "unit") -> bytes:
+    request.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_frame(s: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", _recv_exact(s, 4))
+    return _recv_exact(s, size)
+
+
+def _assert_closed(s: socket.socket) -> None:
+    """The server closed this connection (EOF or reset), within the deadline."""
+    try:
+        assert s.recv(1) == b""
+    except ConnectionResetError:
+        pass
+
+
+# ---- real clients ---------------------------------------------------------------------------------------------
+
+def test_kafka_python_admin_client_bootstraps_and_lists_no_topics(broker):
+    from kafka import KafkaAdminClient
+
+    stub, server = broker
+    admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=5000,
+                             client_id="kp-admin")
+    try:
+        assert admin.list_topics() == []
+    finally:
+        admin.close()
+    assert any(c.client_id == "kp-admin" for c in stub.contexts)
+    assert server.metrics["Metadata"]["requests"] >= 1
+
+
+def test_kafka_python_consumer_bootstraps(broker):
+    from kafka import KafkaConsumer
+
+    _, server = broker
+    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}",
+                             request_timeout_ms=5000)
+    try:
+        assert consumer.topics() == set()
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_admin_lists_the_broker_and_no_topics(broker):
+    from confluent_kafka.admin import AdminClient
+
+    _, server = broker
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.port}"})
+    md = admin.list_topics(timeout=DEADLINE)
+    assert md.topics == {}
+    assert list(md.brokers) == [0]
+    assert (md.brokers[0].host, md.brokers[0].port) == ("127.0.0.1", server.port)
+    assert md.cluster_id == "kafkatier-unit"
+    assert md.controller_id == 0
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not on PATH")
+def test_kcat_lists_metadata(broker):
+    _, server = broker
+    out = subprocess.run(["kcat", "-L", "-b", f"127.0.0.1:{server.port}", "-m", "5"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "1 brokers:" in out.stdout
+    assert f"broker 0 at 127.0.0.1:{server.port}" in out.stdout
+    assert "0 topics:" in out.stdout
+
+
+# ---- ApiVersions ----------------------------------------------------------------------------------------------
+
+def test_api_versions_lists_exactly_the_handler_ranges(broker):
+    stub, server = broker
+    with _connect(server.port) as s:
+        s.sendall(_frame(ApiVersionsRequest[3](client_software_name="unit", client_software_version="1"), 5, 3))
+        body = _recv_frame(s)
+    # Response header is v0 even for flexible ApiVersions v3: correlation id, then the body.
+    assert struct.unpack(">i", body[:4])[0] == 5
+    resp = ApiVersionsResponse.decode(body[4:], version=3)
+    assert resp.error_code == 0
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == stub.ranges
+
+
+@pytest.mark.parametrize("version", [4, 77])
+def test_unsupported_api_versions_version_gets_error_35_as_v0_with_the_api_list(broker, version):
+    # v4 is decodable but not advertised; v77 is beyond anything we can parse.  Both: UNSUPPORTED_VERSION,
+    # encoded as ApiVersionsResponse v0 with header v0, still listing our APIs so the client can downgrade.
+    stub, server = broker
+    header = struct.pack(">hhih", 18, version, 42, 4) + b"unit" + b"\x00"  # header v2: empty tagged fields
+    body = b"\x05kcat\x041.0\x00"  # a v3+-style body; never read
+    with _connect(server.port) as s:
+        s.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        frame = _recv_frame(s)
+    assert struct.unpack(">i", frame[:4])[0] == 42
+    resp = ApiVersionsResponse.decode(frame[4:], version=0)
+    assert resp.error_code == 35
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == stub.ranges
+    # Nothing past the v0 body: error_code, array length, (api_key, min, max) per API.
+    assert len(frame) == 4 + 2 + 4 + 6 * len(stub.ranges)
+    assert server.metrics["ApiVersions"]["errors"] == 1
+
+
+def test_server_answers_api_versions_itself_when_the_handler_does_not():
+    class MetadataOnly(StubBroker):
+        def supported_versions(self):
+            return {3: (0, 12)}
+
+    stub = MetadataOnly()
+    with SocketServer("127.0.0.1", 0, stub, num_handler_threads=1) as server, _connect(server.port) as s:
+        s.sendall(_frame(ApiVersionsRequest[2](), 1, 2))
+        resp = ApiVersionsResponse.decode(_recv_frame(s)[4:], version=2)
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {3: (0, 12), 18: (0, 3)}
+    assert stub.seen == []
+
+
+def test_api_versions_table_rejects_what_we_cannot_decode():
+    with pytest.raises(ValueError, match="exceeds"):
+        ApiVersionsTable({5: (0, 6)})
+    with pytest.raises(ValueError, match="no message classes"):
+        ApiVersionsTable({999: (0, 0)})
+    with pytest.raises(ValueError, match="invalid version range"):
+        ApiVersionsTable({3: (4, 2)})
+    assert ApiVersionsTable(SUPPORTED).range(5) == (0, 5)
+
+
+# ---- ordering, asynchronous completion, acks=0 ---------------------------------------------------------------
+
+def test_responses_keep_request_order_when_completed_out_of_order(broker):
+    stub, server = broker
+    stub.deferred.add(1)
+    with _connect(server.port) as s:
+        s.sendall(_frame(MetadataRequest[12](topics=[], allow_auto_topic_creation=False), 1, 12)
+                  + _frame(MetadataRequest[12](topics=[], allow_auto_topic_creation=False), 2, 12)
+                  + _frame(ApiVersionsRequest[3](), 3, 3))
+        stub.wait_seen(3)  # 2 and 3 are answered; 1 is still pending
+        resp_1 = MetadataResponse(version=12, throttle_time_ms=0, brokers=[], cluster_id="late",
+                                  controller_id=0, topics=[])
+        done = threading.Thread(target=stub.pending[1].set_result, args=(resp_1,))
+        done.start()
+        done.join(DEADLINE)
+        frames = [_recv_frame(s) for _ in range(3)]
+    assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3]
+    # Metadata v12 is flexible: response header v1 carries an (empty) tagged-field byte.
+    assert MetadataResponse.decode(frames[0][5:], version=12).cluster_id == "late"
+    assert MetadataResponse.decode(frames[1][5:], version=12).cluster_id == "kafkatier-unit"
+    assert stub.seen == [(3, 1), (3, 2), (18, 3)]
+
+
+def test_produce_with_acks_0_gets_no_response(broker):
+    stub, server = broker
+    produce = ProduceRequest[9](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
+    with _connect(server.port) as s:
+        s.sendall(_frame(produce, 10, 9) + _frame(ApiVersionsRequest[3](), 11, 3))
+        frame = _recv_frame(s)
+    assert struct.unpack(">i", frame[:4])[0] == 11
+    assert stub.seen == [(0, 10), (18, 11)]
+
+
+def test_failed_future_and_handler_exception_are_answered_with_unknown_server_error(broker):
+    stub, server = broker
+    stub.deferred.add(21)
+    with _connect(server.port) as s:
+        s.sendall(_frame(DescribeClusterRequest[1](include_cluster_authorized_operations=False), 20, 1))
+        resp = DescribeClusterResponse.decode(_recv_frame(s)[5:], version=1)
+        assert resp.error_code == -1
+        s.sendall(_frame(DescribeClusterRequest[1](include_cluster_authorized_operations=False), 21, 1))
+        stub.wait_seen(21)
+        stub.pending[21].set_exception(RuntimeError("replica fetch failed"))
+        resp = DescribeClusterResponse.decode(_recv_frame(s)[5:], version=1)
+        assert resp.error_code == -1
+    assert server.metrics["DescribeCluster"]["errors"] == 2
+
+
+# ---- bad input closes one connection only ---------------------------------------------------------------------
+
+def _still_serves(port: int) -> None:
+    with _connect(port) as s:
+        s.sendall(_frame(ApiVersionsRequest[3](), 99, 3))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 99
+
+
+@pytest.mark.parametrize("payload", [
+    pytest.param(struct.pack(">i", 12) + struct.pack(">hhih", 3, 12, 1, 40) + b"ab", id="truncated-header"),
+    pytest.param(struct.pack(">ihhih", 14, 3, 12, 1, 2) + b"ab" + b"\x00\x05", id="undecodable-body"),
+    pytest.param(struct.pack(">i", 3) + b"abc", id="frame-too-small"),
+    pytest.param(struct.pack(">i", -5), id="negative-size"),
+    pytest.param(struct.pack(">i", 104857601), id="above-socket.request.max.bytes"),
+    pytest.param(struct.pack(">ihhih", 10, 999, 0, 1, 0), id="unknown-api-key"),
+    pytest.param(struct.pack(">ihhih", 10, 3, 99, 1, 0), id="metadata-version-beyond-classes"),
+])
+def test_malformed_frame_closes_only_that_connection(broker, payload):
+    _, server = broker
+    with _connect(server.port) as good, _connect(server.port) as bad:
+        good.sendall(_frame(ApiVersionsRequest[3](), 1, 3))
+        _recv_frame(good)
+        bad.sendall(payload)
+        _assert_closed(bad)
+        good.sendall(_frame(ApiVersionsRequest[3](), 2, 3))
+        assert struct.unpack(">i", _recv_frame(good)[:4])[0] == 2
+    _still_serves(server.port)
+    assert server.connection_metrics["malformed"] >= 1
+
+
+def _produce(records: bytes, acks: int = 1):
+    T = ProduceRequest.TopicProduceData
+    return ProduceRequest[9](transactional_id=None, acks=acks, timeout_ms=1000, topic_data=[
+        T(name="t", partition_data=[T.PartitionProduceData(index=0, records=records)])])
+
+
+def test_truncated_record_payload_closes_the_connection(broker):
+    stub, server = broker
+    frame = _frame(_produce(b"x" * 1000), 1, 9)
+    cut = frame[4:-900]
+    with _connect(server.port) as s:
+        s.sendall(struct.pack(">i", len(cut)) + cut)
+        _assert_closed(s)
+    assert stub.seen == []
+    _still_serves(server.port)
+
+
+def test_large_request_arrives_whole(broker):
+    stub, server = broker
+    payload = bytes(range(256)) * (4 * 4096)  # 4 MiB of records
+    got = []
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.request_api_key == 0:
+            got.append(request.topic_data[0].partition_data[0].records)
+        return original(header, request, context)
+
+    stub.handle = handle
+    with _connect(server.port) as s:
+        s.sendall(_frame(_produce(payload), 5, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 5
+    assert got == [payload]
+    assert server.metrics["Produce"]["bytes_in"] > len(payload)
+
+
+def test_reading_stops_while_max_in_flight_requests_are_unanswered():
+    stub = StubBroker()
+    stub.deferred.update({1, 2})
+    done_when_3_handled = []
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.correlation_id == 3:
+            done_when_3_handled.append(stub.pending[1].done())
+        return original(header, request, context)
+
+    stub.handle = handle
+    with SocketServer("127.0.0.1", 0, stub, max_in_flight_per_connection=2) as server, \
+            _connect(server.port) as s:
+        s.sendall(b"".join(_frame(ApiVersionsRequest[3](), c, 3) for c in (1, 2, 3)))
+        stub.wait_seen(2)
+        stub.pending[1].set_result(ApiVersionsTable(stub.ranges).response(3))
+        stub.wait_seen(3)
+        stub.pending[2].set_result(ApiVersionsTable(stub.ranges).response(3))
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(3)] == [1, 2, 3]
+    assert done_when_3_handled == [True]
+
+
+def test_frame_size_limit_is_configurable():
+    stub = StubBroker()
+    with SocketServer("127.0.0.1", 0, stub, max_request_bytes=64) as server:
+        with _connect(server.port) as s:
+            s.sendall(_frame(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name="x" * 100)],
+                                                 allow_auto_topic_creation=False),
+                             1, 12))
+            _assert_closed(s)
+        _still_serves(server.port)
+
+
+def test_unsupported_version_of_an_api_with_a_top_level_error_code_is_answered(broker):
+    _, server = broker
+    # DescribeCluster v2 is decodable but we advertise 0-1: UNSUPPORTED_VERSION in the v2 response.
+    with _connect(server.port) as s:
+        s.sendall(_frame(DescribeClusterRequest[2](include_cluster_authorized_operations=False), 7, 2))
+        resp = DescribeClusterResponse.decode(_recv_frame(s)[5:], version=2)
+    assert resp.error_code == 35
+
+
+def test_unsupported_version_without_an_error_field_closes_the_connection(broker):
+    _, server = broker
+    # Produce v10 is decodable but not advertised (0-9), and ProduceResponse has no top-level error code.
+    with _connect(server.port) as s:
+        s.sendall(_frame(ProduceRequest[10](transactional_id=None, acks=1, timeout_ms=1, topic_data=[]), 1, 10))
+        _assert_closed(s)
+    _still_serves(server.port)
+
+
+# ---- codec details ---------------------------------------------------------------------------------------------
+
+def test_controlled_shutdown_v0_uses_request_header_v0():
+    body = bytes(ControlledShutdownRequest(version=0, broker_id=3).encode(version=0))
+    header, request = codec.decode_request(struct.pack(">hhi", 7, 0, 77) + body)
+    assert (header.correlation_id, header.client_id, request.broker_id) == (77, None, 3)
+
+
+def test_control_requests_decode_through_the_registry():
+    P = StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState
+    msg = StopReplicaRequest(version=5, controller_id=1, controller_epoch=2, broker_epoch=3, topic_states=[
+        StopReplicaRequest.StopReplicaTopicState(topic_name="t", partition_states=[
+            P(partition_index=0, leader_epoch=-2, delete_partition=False, disable_remote_partition=True)])])
+    msg.with_header(correlation_id=4, client_id="controller-1")
+    header, request = codec.decode_request(bytes(msg.encode(version=5, header=True)))
+    assert header.client_id == "controller-1"
+    assert request == msg
+    assert {4, 5, 6, 7, 0, 1, 3, 18, 19, 20, 21, 23, 32, 33, 34, 35, 44, 60, 10} <= set(codec.REGISTRY)
+
+
+def test_shutdown_closes_connections_and_frees_the_port():
+    stub = StubBroker()
+    server = SocketServer("127.0.0.1", 0, stub).start()
+    port = server.port
+    s = _connect(port)
+    s.sendall(_frame(ApiVersionsRequest[3](), 1, 3))
+    _recv_frame(s)
+    server.shutdown()
+    _assert_closed(s)
+    s.close()
+    again = SocketServer("127.0.0.1", port, stub).start()
+    try:
+        _still_serves(port)
+    finally:
+        again.shutdown()
+    assert not [t for t in threading.enumerate() if t.name == f"kafka-network-thread-{port}"]
