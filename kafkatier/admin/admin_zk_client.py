@@ -128,8 +128,17 @@ class TopicConfigChange:
     notification: str | None
 
 
+def _config_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
 def _str_config(configs: Mapping[str, Any] | None) -> dict[str, str]:
-    return {str(k): (None if v is None else str(v)) for k, v in (configs or {}).items()}  # type: ignore[misc]
+    """Config values as strings (None kept, so that it can be refused with Kafka's message)."""
+    return {str(k): _config_str(v) for k, v in (configs or {}).items()}  # type: ignore[misc]
 
 
 def _conflict(e: BaseException) -> bool:
@@ -195,10 +204,18 @@ class AdminZkClient:
 
     def fetch_topic_config(self, name: str) -> dict[str, str]:
         """The topic's overrides as stored (``{}`` if none)."""
+        if not _is_valid_topic_name(name):
+            return {}
         return self.kafka_zk.get_topic_config_and_version(name)[0]
 
-    def describe_topic_config(self, name: str, names: Iterable[str] | None = None) -> list[tc.ConfigEntry]:
-        """DescribeConfigs entries for the topic (overrides, broker-derived values and defaults)."""
+    def describe_topic_config(self, name: str, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """DescribeConfigs entries for the topic (overrides, broker-derived values and defaults), sorted by
+        name, as :meth:`ConfigEntry.to_dict` dicts: ``name``, ``value``, ``source``, ``read_only``,
+        ``sensitive``, ``is_default``, ``synonyms`` (``name``, ``value``, ``source``), ``type``."""
+        return [e.to_dict() for e in self.describe_topic_config_entries(name, names)]
+
+    def describe_topic_config_entries(self, name: str, names: Iterable[str] | None = None) -> list[tc.ConfigEntry]:
+        """Like :meth:`describe_topic_config`, as typed entries."""
         self._require_existing(name)
         overrides = self.fetch_topic_config(name)
         return tc.describe_topic_config(overrides, self.broker_config, list(names) if names is not None else None)

@@ -16,9 +16,11 @@ Two kinds of failure: :class:`BootstrapConfigError` (a bad option or input file:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -117,8 +119,13 @@ def servers_from_zookeeper(connect: str, security_protocol: str = "PLAINTEXT",
     from kafkatier.zk.client import ZooKeeperUnavailableError, start_client, zk_retry
     from kafkatier.zk.codecs import BrokerRegistration, MalformedZNodeError
 
+    # kazoo logs every failed connection attempt and warns about a missing chroot: our error says it once.
+    quiet = logging.getLogger("kafkatier.bootstrap.kazoo")
+    quiet.setLevel(logging.CRITICAL if log.getEffectiveLevel() > logging.DEBUG else logging.DEBUG)
     try:
-        client = start_client(connect, connect_timeout=timeout)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            client = start_client(connect, connect_timeout=timeout, logger=quiet)
     except ZooKeeperUnavailableError as e:
         raise NoReachableBrokerError(str(e)) from None
     except ValueError as e:

@@ -443,6 +443,14 @@ class ConfigEntry:
     def is_default(self) -> bool:
         return self.source is ConfigSource.DEFAULT_CONFIG
 
+    def to_dict(self) -> dict[str, Any]:
+        """The entry with wire values: ``{"name", "value", "source", "read_only", "sensitive", "synonyms":
+        [{"name", "value", "source"}], "type"}`` (source and type as Kafka's ids)."""
+        return {"name": self.name, "value": self.value, "source": int(self.source), "read_only": self.read_only,
+                "sensitive": self.sensitive, "is_default": self.is_default,
+                "synonyms": [{"name": s.name, "value": s.value, "source": int(s.source)} for s in self.synonyms],
+                "type": int(self.config_type)}
+
 
 def describe_topic_config(overrides: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None,
                           names: Sequence[str] | None = None) -> list[ConfigEntry]:
@@ -491,7 +499,9 @@ def effective_topic_config(overrides: Mapping[str, str], broker_defaults: Mappin
 
 
 def to_log_config(overrides: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None) -> Any:
-    """The log layer's ``LogConfig`` for a topic with these overrides on a broker with these properties."""
+    """The log layer's ``LogConfig`` for a topic with these overrides on a broker with these properties.
+    Names that are not topic configs are ignored (as Kafka's ``LogConfig`` ignores unused properties)."""
     from kafkatier.log.log import LogConfig  # the log layer imports nothing from admin
 
-    return LogConfig.from_props(effective_topic_config(overrides, broker_defaults))
+    known = {k: v for k, v in overrides.items() if k in TOPIC_CONFIG_KEYS}
+    return LogConfig.from_props(known, defaults=topic_defaults_from_broker(broker_defaults))

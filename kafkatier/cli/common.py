@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from kafkatier.admin import bootstrap
-from kafkatier.admin.bootstrap import BootstrapConfigError, NoReachableBrokerError
+from kafkatier.admin.bootstrap import BootstrapConfigError
 from kafkatier.admin.client import AdminClient, format_error
 from kafkatier.cli.main import UsageError
 

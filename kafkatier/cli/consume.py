@@ -174,17 +174,16 @@ def consume_loop(consumer: Any, out: BinaryIO, args: argparse.Namespace, progres
             wait_ms = max(1, min(POLL_MS, int(left)))
         remaining = None if args.max_messages is None else args.max_messages - tally.count
         batches = consumer.poll(timeout_ms=wait_ms, max_records=remaining)
-        got = 0
+        before = tally.count
         for records in batches.values():
             for record in records:
                 out.write(format_record(record, **fmt) + b"\n")
-                got += 1
-        if got:
+                tally.count += 1
+        if tally.count > before:
             out.flush()
-            tally.count += got
             last = time.monotonic()
             if progress is not None:
-                progress.update(got)
+                progress.update(tally.count - before)
     return tally.count
 
 

@@ -9,8 +9,8 @@ Two modes:
   sends.``
 
 Every send's future is checked (callbacks count successes and failures, and sends still unresolved after the
-final flush count as failed); the exit status is 1 if any record was not acknowledged.  Idempotence is off:
-kafkatier brokers do not implement InitProducerId.
+final flush count as failed); the exit status is 1 if any record was not acknowledged.  Idempotence is off
+unless ``--idempotence`` is given (it needs ``--acks all`` and the brokers' InitProducerId).
 """
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ def register(subparsers) -> None:
                    help="give up on a record after this long (default 120000)")
     p.add_argument("--max-block-ms", type=int, default=60000,
                    help="how long a send may wait for metadata or buffer space (default 60000)")
+    p.add_argument("--idempotence", action="store_true", help="idempotent producer (needs --acks all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -78,6 +79,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative")
     if args.partition is not None and args.partition < 0:
         raise UsageError("--partition must not be negative")
+    if args.idempotence and ACKS[args.acks] != "all":
+        raise UsageError("--idempotence needs --acks all")
 
 
 def check_codec(compression_type: str) -> None:
@@ -93,7 +96,7 @@ def check_codec(compression_type: str) -> None:
 
 def producer_kwargs(args: argparse.Namespace, conn: common.Connection) -> dict:
     kwargs = {**conn.client_kwargs, "bootstrap_servers": list(conn.bootstrap_servers),
-              "acks": ACKS[args.acks], "enable_idempotence": False,
+              "acks": ACKS[args.acks], "enable_idempotence": bool(args.idempotence),
               "compression_type": None if args.compression_type == "none" else args.compression_type,
               "delivery_timeout_ms": args.delivery_timeout_ms, "max_block_ms": args.max_block_ms}
     kwargs.setdefault("client_id", "kafkatier-producer")

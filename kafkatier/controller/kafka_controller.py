@@ -197,9 +197,12 @@ class KafkaController:
             listener("failover")
         # 7. UpdateMetadata with the live brokers
         self._send_update_metadata(self.ctx.live_broker_ids, [])
-        # 8-9. state machines
-        self.replica_state_machine.startup()
+        # 8-9. state machines.  Kafka starts the replica state machine first, which removes dead replicas from
+        # the ISR (a leader epoch bump) before the partition state machine elects (a second bump).  Electing
+        # first gives the dead leader's partitions exactly one new leader epoch, as acceptance scenario A2
+        # requires; the dead replicas have then already left the ISR.
         self.partition_state_machine.startup()
+        self.replica_state_machine.startup()
         # 10. resume deletion
         self.topic_deletion_manager.resume_deletions()
         for listener in self._listeners:

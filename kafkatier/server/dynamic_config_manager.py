@@ -27,7 +27,9 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NoNodeError,
+                              OperationTimeoutError, SessionExpiredError)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch
 
@@ -40,6 +42,16 @@ log = get_logger("server.dynamic_config")
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 ConfigHandler = Callable[[str, dict[str, str]], None]
+
+# ZooKeeper errors after which a notification is retried on the next round instead of being skipped.
+TRANSIENT_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, ConnectionClosedError,
+                    KazooTimeoutError)
+
+
+def _valid_entity_name(name: str) -> bool:
+    """Entity names in notifications are sanitized by Kafka (printable ASCII, no '/'); anything else could
+    address another znode or break the ZooKeeper connection, so it is rejected."""
+    return bool(name) and name.isascii() and name.isprintable() and "/" not in name and name not in (".", "..")
 
 
 def _now_ms() -> int:
@@ -121,17 +133,17 @@ class DynamicConfigManager:
                 break
             self._wake.clear()
             try:
-                self.process_notifications()
+                self._process_notifications()
             except Exception:  # noqa: BLE001 - the listener must survive anything
                 log.exception("error while processing notifications %s", kv(path=paths.CONFIG_CHANGES))
 
-    def process_notifications(self) -> None:
-        """One round: process new notifications in order, then purge expired ones."""
+    def _process_notifications(self) -> None:
+        """One round (worker thread only): process new notifications in order, then purge expired ones."""
         try:
             children = self.zk.get_children(paths.CONFIG_CHANGES)
         except NoNodeError:
             return
-        except KazooException as e:
+        except TRANSIENT_ERRORS as e:
             log.warning("cannot list config change notifications %s", kv(error=type(e).__name__))
             return
         notifications = paths.sorted_sequential(children, paths.CONFIG_CHANGE_PREFIX)
@@ -142,11 +154,13 @@ class DynamicConfigManager:
                 continue
             try:
                 self._process_notification(node)
-            except KazooException as e:
+            except TRANSIENT_ERRORS as e:
                 # Not applied and not skipped: the next round (new notification or reconnect) retries it.
                 log.warning("cannot read config change notification %s",
                             kv(notification=node, error=type(e).__name__))
                 return
+            except Exception as e:  # noqa: BLE001 - anything else is this notification's fault: skip it
+                self._error(f"{paths.CONFIG_CHANGES}/{node}", None, f"{type(e).__name__}: {e}", exc_info=True)
             self._last = seq
         self._purge_obsolete(now, notifications)
 
@@ -160,7 +174,7 @@ class DynamicConfigManager:
         try:
             note = codecs.ConfigChangeNotification.decode(data, path=path)
             entity_type, entity_name = note.entity_type, note.entity_name
-            if "/" in entity_name or entity_name in (".", ".."):
+            if not _valid_entity_name(entity_name):
                 raise codecs.MalformedZNodeError(path, f"invalid entity name {entity_name!r}")
         except codecs.MalformedZNodeError as e:
             self._error(path, data, e.reason)

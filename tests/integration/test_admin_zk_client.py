@@ -234,8 +234,11 @@ def test_concurrent_change_is_retried_and_loses_nothing(admin, zk):
 
 def test_describe_topic_config(admin):
     admin.create_topic("t", 1, 1, {"retention.ms": "1000"})
-    es = {e.name: e for e in admin.describe_topic_config("t")}
-    assert (es["retention.ms"].value, es["retention.ms"].source) == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
-    assert (es["cleanup.policy"].value, es["cleanup.policy"].source) == ("delete", ConfigSource.DEFAULT_CONFIG)
+    es = {e["name"]: e for e in admin.describe_topic_config("t")}
+    assert es["retention.ms"] == {"name": "retention.ms", "value": "1000", "source": 1, "read_only": False,
+                                  "sensitive": False, "is_default": False, "type": 5,
+                                  "synonyms": [{"name": "retention.ms", "value": "1000", "source": 1}]}
+    assert (es["cleanup.policy"]["value"], es["cleanup.policy"]["source"]) == ("delete", ConfigSource.DEFAULT_CONFIG)
+    assert [e.name for e in admin.describe_topic_config_entries("t", ["segment.ms"])] == ["segment.ms"]
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.describe_topic_config("missing")

@@ -142,7 +142,9 @@ def test_deletion_resumes_after_controller_failover(cluster_factory):
     ctrl_log = os.path.join(c.data_dir, "logs", f"broker-{ctrl}.log")
     wait_for(lambda: "topic deletion waits for brokers" in open(ctrl_log).read(), 20, message="deletion to stall")
     c.manager.kill_broker(ctrl)
+    wait_for(lambda: c.controller_id() not in (None, ctrl), SESSION_TIMEOUT_S + 2, message="a new controller")
     c.manager.start_broker(down)
+    c.manager.start_broker(ctrl)  # every replica must answer before the topic is gone, as in Kafka
     wait_for(lambda: zk.exists("/admin/delete_topics/doomed2") is None, 40, message="deletion after failover")
     assert zk.exists("/brokers/topics/doomed2") is None
 

@@ -91,16 +91,17 @@ def test_malformed_notifications_are_skipped_without_stopping_the_listener(admin
     rec = Recorder(fail_on=("boom",))
     m = start(zk, {"topics": rec}, managers)
     for payload in (b"not json", b'{"version":2}', b'{"version":2,"entity_path":"nonsense/x"}',
-                    b'{"version":2,"entity_path":"topics/a/../b"}', b"", b'{"version":2,"entity_path":"topics/boom"}'):
+                    b'{"version":2,"entity_path":"topics/a/../b"}', b'{"version":2,"entity_path":"topics/x\\ud800"}',
+                    b"", b'{"version":2,"entity_path":"topics/boom"}'):
         zk.create(NOTIFY, payload, sequence=True)
     zk.create(paths.topic_config("bad"), b"{garbage")
     zk.create(NOTIFY, b'{"version":2,"entity_path":"topics/bad"}', sequence=True)
     admin.alter_topic_config("t", {"retention.ms": "1000"})
     wait_for(lambda: "t" in rec.names(), 10, message="the valid notification after the bad ones")
     assert rec.names() == ["boom", "t"]
-    assert m.error_count == 7
+    assert m.error_count == 8
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 7 and all("error processing change notification" in r.getMessage() for r in errors)
+    assert len(errors) == 8 and all("error processing change notification" in r.getMessage() for r in errors)
     # Still listening.
     admin.alter_topic_config("t", {"retention.ms": "2000"})
     wait_for(lambda: rec.calls[-1] == ("t", {"retention.ms": "2000"}), 10, message="listener alive")

@@ -64,8 +64,8 @@ def test_valid_config_parses_to_typed_values():
      "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
     ({"min.cleanable.dirty.ratio": "x"},
      "Invalid value x for configuration min.cleanable.dirty.ratio: Not a number of type DOUBLE"),
-    ({"unclean.leader.election.enable": "yes"}, "Invalid value yes for configuration "
-                                                "unclean.leader.election.enable: Expected value to be either true or false"),
+    ({"unclean.leader.election.enable": "yes"},
+     "Invalid value yes for configuration unclean.leader.election.enable: Expected value to be either true or false"),
     ({"remote.storage.enable": "maybe"},
      "Invalid value maybe for configuration remote.storage.enable: Expected value to be either true or false"),
     ({"remote.log.copy.disable": "1"},
@@ -162,3 +162,16 @@ def test_describe_selected_names_and_unparsable_override():
 def test_java_double_rendering():
     assert [tc.java_double_str(x) for x in (0.5, 1.0, 1e-5, 1e7, 123.25)] == ["0.5", "1.0", "1.0E-5", "1.0E7",
                                                                              "123.25"]
+
+
+def test_to_log_config_builds_the_log_layers_config():
+    cfg = tc.to_log_config({"segment.ms": "100", "not.a.topic.config": "x"}, {"log.retention.hours": "1"})
+    assert cfg.segment_ms == 100 and cfg.retention_ms == 3_600_000
+    assert cfg.overridden == frozenset({"segment.ms"})
+
+
+def test_definitions_agree_with_the_log_layer():
+    from kafkatier.log.log_config import TOPIC_CONFIG_NAMES as LOG_NAMES, LogConfig
+
+    assert set(LOG_NAMES) == set(tc.TOPIC_CONFIG_NAMES)
+    assert LogConfig.from_props({}).to_props() == tc.effective_topic_config({})
