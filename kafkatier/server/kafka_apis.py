@@ -76,6 +76,36 @@ class KafkaApis:
               DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id}[key]
         return fn(header, request, context)
 
+    def error_response(self, header, request, code: int):
+        """An answer carrying ``code`` for every partition / topic, for APIs without a top-level error."""
+        key, v = header.request_api_key, header.request_api_version
+        if request is None:
+            return None
+        if key == PRODUCE:
+            return self._resp(PRODUCE, v, {"throttle_time_ms": 0, "responses": [
+                {"name": td.name, "partition_responses": [
+                    {"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
+                     "log_start_offset": -1, "record_errors": [], "error_message": None}
+                    for pd in td.partition_data]} for td in request.topic_data]})
+        if key == FETCH:
+            return self._resp(FETCH, v, {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": [
+                {"topic": t.topic, "partitions": [
+                    {"partition_index": p.partition, "error_code": code, "high_watermark": -1,
+                     "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                     "preferred_read_replica": -1, "records": b""} for p in t.partitions]} for t in request.topics]})
+        if key == LIST_OFFSETS:
+            return self._resp(LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
+                                                 "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                                                for p in t.partitions]} for t in request.topics]})
+        if key == METADATA:
+            names = [t.name for t in request.topics or [] if t.name is not None]
+            return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": [], "cluster_id": self.server.cluster_id,
+                                            "controller_id": -1, "topics": [
+                                                {"error_code": code, "name": n, "topic_id": ZERO_UUID,
+                                                 "is_internal": False, "partitions": []} for n in names]})
+        return None
+
     @staticmethod
     def _resp(api_key: int, version: int, body: dict):
         return build(codec.response_class(api_key), version, body)
@@ -242,14 +272,17 @@ class KafkaApis:
                 continue
             try:
                 assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
-                configs = {c.name: c.value for c in t.configs if c.value is not None}
+                nulls = [c.name for c in t.configs if c.value is None]
+                if nulls:
+                    raise KafkaError(f"Null value not supported for topic configs: {','.join(nulls)}",
+                                     Errors.INVALID_REQUEST)
+                configs = {c.name: c.value for c in t.configs}
                 out = self.server.admin_zk.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
                                                         assignment=assignment, validate_only=req.validate_only)
-                res["num_partitions"] = len(assignment) if assignment else t.num_partitions
-                res["replication_factor"] = (len(next(iter(assignment.values()))) if assignment
-                                             else t.replication_factor)
-                if isinstance(out, str):
-                    res["topic_id"] = topic_uuid(out)
+                res["num_partitions"] = out.num_partitions
+                res["replication_factor"] = out.replication_factor
+                if out.topic_id:
+                    res["topic_id"] = topic_uuid(out.topic_id)
                 if not req.validate_only:
                     created.append(t.name)
             except KafkaError as e:

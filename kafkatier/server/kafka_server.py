@@ -58,13 +58,13 @@ class KafkaServer:
         self.zk.add_listener(self._on_zk_state)
         ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
         self.cluster_id = self._get_or_create_cluster_id()
+        self._start_dynamic_config()  # before any topic config is read, so no change is missed
         self._start_log_manager()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self._topic_config, zk=self.zk, metadata_cache=self.metadata_cache,
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms)
         self._start_admin()
-        self._start_dynamic_config()
         from kafkatier.server.producer_id_manager import ProducerIdManager
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self._start_socket_server()  # binds the port before we advertise it
@@ -88,7 +88,12 @@ class KafkaServer:
         except ImportError:
             self.admin_zk = None
             return
-        self.admin_zk = AdminZkClient(self.zk)
+        c = self.config
+        broker_config = {"remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
+                         "min.insync.replicas": str(c.min_insync_replicas), **c.overrides}
+        self.admin_zk = AdminZkClient(self.zk, broker_config=broker_config,
+                                      default_num_partitions=c.num_partitions,
+                                      default_replication_factor=c.default_replication_factor)
 
     def _start_log_manager(self) -> None:
         try:
