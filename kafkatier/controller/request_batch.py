@@ -11,6 +11,7 @@ from typing import Callable
 
 from kafkatier.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger
+from kafkatier.zk.codecs import wire_topic_id
 
 log = get_logger("controller.batch")
 
@@ -116,7 +117,7 @@ class ControllerBrokerRequestBatch:
             })
         body = self._header(broker_id, controller_epoch)
         body["type"] = 0
-        body["topic_states"] = [{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, "AAAAAAAAAAAAAAAAAAAAAA"),
+        body["topic_states"] = [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
                                  "partition_states": ps} for t, ps in by_topic.items()]
         body["live_leaders"] = [{"broker_id": b.id, "host_name": b.host, "port": b.port}
                                 for b in (self.ctx.live_brokers.get(i) for i in sorted(leaders)) if b]
@@ -136,7 +137,7 @@ class ControllerBrokerRequestBatch:
                 "replicas": list(a.replicas),
                 "offline_replicas": [r for r in a.replicas if not self.ctx.is_replica_online(r, tp)],
             })
-        return [{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, "AAAAAAAAAAAAAAAAAAAAAA"),
+        return [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
                  "partition_states": ps} for t, ps in by_topic.items()]
 
     def _live_brokers_body(self) -> list:

@@ -125,6 +125,14 @@ class ControlRequestHandler:
             body = self._error_body(req, error)
             return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version, error_code=int(error),
                                           body=body, broker_id=self.broker_id, broker_epoch=my_epoch)
+        invalid = self._invalid_body(req)
+        if invalid:
+            self.metrics["malformed"] += 1
+            log.warning("invalid control request body %s", kv(api=req.api_name, version=req.api_version, reason=invalid))
+            return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
+                                          error_code=int(Errors.INVALID_REQUEST),
+                                          body=self._error_body(req, Errors.INVALID_REQUEST),
+                                          broker_id=self.broker_id, broker_epoch=my_epoch)
         self.controller_epoch = max(self.controller_epoch, req.controller_epoch)
         try:
             if req.api_key == LEADER_AND_ISR:
@@ -141,6 +149,19 @@ class ControlRequestHandler:
         return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
                                       error_code=int(body.get("error_code", 0)), body=body,
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
+
+    @staticmethod
+    def _invalid_body(req) -> str | None:
+        """Check the body against the message spec of its API and version (kafkatier/protocol/messages)."""
+        from kafkatier.protocol.control_requests import CONTROL_MESSAGES, from_body
+        classes = CONTROL_MESSAGES.get(req.api_key)
+        if classes is None:
+            return f"unknown control api key {req.api_key}"
+        try:
+            from_body(classes[0], req.api_version, req.body)
+        except ValueError as e:
+            return str(e)
+        return None
 
     @staticmethod
     def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:

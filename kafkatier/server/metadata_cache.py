@@ -5,6 +5,8 @@ import threading
 
 import attrs
 
+from kafkatier.zk.codecs import topic_id_from_wire
+
 
 @attrs.frozen
 class PartitionMetadata:
@@ -48,8 +50,9 @@ class MetadataCache:
             self.brokers = brokers
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
-                if ts.get("topic_id"):
-                    self.topic_ids[topic] = ts["topic_id"]
+                tid = topic_id_from_wire(ts.get("topic_id"))
+                if tid:
+                    self.topic_ids[topic] = tid
                 for ps in ts.get("partition_states", []):
                     if ps["leader"] == -2:
                         self.partitions.get(topic, {}).pop(ps["partition_index"], None)

@@ -89,12 +89,12 @@ class ReplicaManager:
         with self._lock:
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
-                topic_id = ts.get("topic_id")
+                topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
                 perrs = []
                 for ps in ts.get("partition_states", []):
                     err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers)
                     perrs.append({"partition_index": ps["partition_index"], "error_code": int(err)})
-                topics_out.append({"topic_id": topic_id, "topic_name": topic, "partition_errors": perrs})
+                topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         for p in followers:
             self._start_following(p)
         for hooks, items in ((self.on_become_leader, leaders), (self.on_become_follower, followers)):

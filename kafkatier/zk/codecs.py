@@ -780,3 +780,23 @@ def decode_path(path: str, data: bytes | None, stat: Any = None) -> Any:
             raise MalformedZNodeError(path, f"expected no data, found {len(data)} bytes")
         return None
     return DECODERS[rule.schema.removesuffix(".json")](data, path=path, stat=stat)
+
+
+def wire_topic_id(topic_id: str | None) -> str:
+    """Kafka's base64 topic id as the canonical UUID string used by message fields of type ``uuid``."""
+    if not topic_id:
+        return str(uuid.UUID(int=0))
+    return str(parse_topic_id(topic_id))
+
+
+def topic_id_from_wire(value) -> str | None:
+    """Inverse of :func:`wire_topic_id` (accepts a UUID, its string form, or an already-base64 id)."""
+    if value is None:
+        return None
+    if isinstance(value, uuid.UUID):
+        u = value
+    elif isinstance(value, str) and "-" in value and len(value) == 36:
+        u = uuid.UUID(value)
+    else:
+        return value or None
+    return None if u.int == 0 else topic_id_str(u)

@@ -1,0 +1,66 @@
+"""``kafkatier cluster up/describe/start-broker/down`` as a user runs them, on the embedded ZooKeeper."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from kafkatier.cluster.manager import pid_alive
+from kafkatier.waiting import wait_for
+from kafkatier.zk.client import start_client
+
+pytestmark = pytest.mark.integration
+
+
+def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
+    d = str(tmp_path / "c")
+    r = kafkatier_cli.run("cluster", "up", "--brokers", "2", "--log-dirs-per-broker", "2", "--data-dir", d,
+                          "--detach", timeout=120)
+    assert r.returncode == 0, r.stderr
+    state = json.load(open(os.path.join(d, "cluster.json")))
+    try:
+        assert set(state) >= {"zookeeper", "bootstrap_servers", "brokers", "zookeeper_pid"}
+        assert state["zookeeper"].startswith("127.0.0.1:")
+        assert [b["id"] for b in state["brokers"]] == [1, 2]
+        assert state["bootstrap_servers"] == ",".join(f"127.0.0.1:{b['port']}" for b in state["brokers"])
+        for b in state["brokers"]:
+            assert set(b) >= {"id", "port", "pid", "log_dirs"} and len(b["log_dirs"]) == 2
+            assert pid_alive(b["pid"])
+        zk = start_client(state["zookeeper"])
+        try:
+            assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
+            assert zk.exists("/controller") is not None
+            # zkCli reads our znodes
+            out = kafkatier_cli.run("zookeeper", "shell", "--zookeeper", state["zookeeper"], "get", "/controller")
+            assert '"brokerid"' in out.stdout
+            # restart a SIGKILLed broker with its old settings
+            victim = state["brokers"][1]
+            os.kill(victim["pid"], signal.SIGKILL)
+            wait_for(lambda: not pid_alive(victim["pid"]), 10, message="broker to die")
+            r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
+            assert r.returncode == 0, r.stderr
+            new_pid = json.load(open(os.path.join(d, "cluster.json")))["brokers"][1]["pid"]
+            assert new_pid != victim["pid"] and pid_alive(new_pid)
+            wait_for(lambda: "2" in zk.get_children("/brokers/ids"), 30, message="broker 2 to re-register")
+            r = kafkatier_cli.run("cluster", "describe", "--data-dir", d)
+            assert r.returncode == 0 and "Broker 1" in r.stdout and "Broker 2" in r.stdout
+        finally:
+            zk.stop()
+            zk.close()
+    finally:
+        r = kafkatier_cli.run("cluster", "down", "--data-dir", d, timeout=60)
+    assert r.returncode == 0, r.stderr
+    final = json.load(open(os.path.join(d, "cluster.json")))
+    assert all(not pid_alive(p) for p in [state["zookeeper_pid"], *[b["pid"] for b in state["brokers"]]])
+    assert final["zookeeper_pid"] is None
+
+
+def test_bad_cluster_file_is_one_line_exit_2(kafkatier_cli, tmp_path):
+    (tmp_path / "cluster.json").write_text("{not json")
+    r = kafkatier_cli.run("cluster", "down", "--data-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "cluster.json" in r.stderr
+    r = kafkatier_cli.run("cluster", "down", "--data-dir", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "cluster.json not found" in r.stderr

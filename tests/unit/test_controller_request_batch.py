@@ -1,0 +1,76 @@
+"""The controller's request bodies are valid LeaderAndIsr v7 / UpdateMetadata v8 / StopReplica v5 messages."""
+from __future__ import annotations
+
+from kafkatier.controller.context import (BrokerInfo, ControllerContext, LeaderAndIsr, ReplicaAssignment,
+                                          TopicPartition)
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
+from kafkatier.protocol.control_requests import (LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
+                                                 from_body)
+from kafkatier.zk.codecs import new_topic_id
+
+
+def make_ctx():
+    ctx = ControllerContext()
+    ctx.epoch = 3
+    for b in (1, 2, 3):
+        ctx.live_brokers[b] = BrokerInfo(b, "127.0.0.1", 9090 + b, epoch=100 + b)
+    ctx.topic_ids["t"] = new_topic_id()
+    ctx.all_topics.add("t")
+    for p in (0, 1):
+        tp = TopicPartition("t", p)
+        ctx.update_assignment(tp, ReplicaAssignment((1, 2, 3)))
+        ctx.partition_leadership[tp] = LeaderAndIsr(1, 4, (1, 2, 3), 3, partition_epoch=7)
+    return ctx
+
+
+def collect(ctx, fill, **kw):
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True, **kw)
+    batch.new_batch()
+    fill(batch)
+    batch.send_requests_to_brokers(ctx.epoch)
+    return sent
+
+
+def test_leader_and_isr_then_update_metadata_bodies_decode():
+    ctx = make_ctx()
+    sent = collect(ctx, lambda b: b.add_leader_and_isr([2], TopicPartition("t", 0), ctx.partition_leadership[TopicPartition("t", 0)], is_new=True))
+    kinds = [(s[0], s[2], s[3]) for s in sent]
+    assert kinds[0] == (2, "LeaderAndIsr", 7)
+    assert {k[1] for k in kinds[1:]} == {"UpdateMetadata"}
+    lai = from_body(LeaderAndIsrRequest, 7, sent[0][4])
+    ps = lai.topic_states[0].partition_states[0]
+    assert (lai.broker_epoch, lai.controller_epoch, ps.leader, ps.leader_epoch, ps.partition_epoch, ps.is_new) == \
+        (102, 3, 1, 4, 7, True)
+    for s in sent[1:]:
+        um = from_body(UpdateMetadataRequest, 8, s[4])
+        assert um.broker_epoch == 100 + s[0]
+        assert [b.id for b in um.live_brokers] == [1, 2, 3]
+
+
+def test_stop_replica_v5_disable_and_delete_entries():
+    ctx = make_ctx()
+    responses = []
+
+    def fill(b):
+        b.add_stop_replica([3], TopicPartition("t", 0), delete=False, disable_remote=True)
+        b.add_stop_replica([3], TopicPartition("t", 1), delete=True)
+    sent = collect(ctx, fill, stop_replica_callback=lambda broker, entries, resp: responses.append((broker, entries)))
+    assert len(sent) == 1 and sent[0][2] == "StopReplica" and sent[0][3] == 5
+    req = from_body(StopReplicaRequest, 5, sent[0][4])
+    parts = {p.partition_index: p for p in req.topic_states[0].partition_states}
+    assert (parts[0].disable_remote_partition, parts[0].delete_partition, parts[0].leader_epoch) == (True, False, -1)
+    assert (parts[1].disable_remote_partition, parts[1].delete_partition, parts[1].leader_epoch) == (False, True, 4)
+    sent[0][5]("response")
+    assert responses and responses[0][0] == 3
+
+
+def test_stop_replica_entries_for_one_partition_are_merged():
+    ctx = make_ctx()
+
+    def fill(b):
+        b.add_stop_replica([2], TopicPartition("t", 0), delete=False)
+        b.add_stop_replica([2], TopicPartition("t", 0), delete=True)
+    sent = collect(ctx, fill)
+    req = from_body(StopReplicaRequest, 5, sent[0][4])
+    assert [p.delete_partition for p in req.topic_states[0].partition_states] == [True]
