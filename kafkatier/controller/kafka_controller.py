@@ -22,6 +22,7 @@ from kafkatier.controller.event_manager import ControllerEvent, ControllerEventM
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.controller.replica_state_machine import ReplicaStateMachine
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
+from kafkatier.controller.tiered_storage_disablement_manager import TieredStorageDisablementManager
 from kafkatier.controller.topic_deletion_manager import TopicDeletionManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
@@ -40,7 +41,7 @@ class ControllerConfig:
 
 
 class KafkaController:
-    def __init__(self, broker_id: int, zk, config: ControllerConfig | None = None):
+    def __init__(self, broker_id: int, zk, config: ControllerConfig | None = None, admin_factory=None):
         self.broker_id = broker_id
         self.zk = zk
         self.kafka_zk = KafkaZkClient(zk)
@@ -55,12 +56,14 @@ class KafkaController:
         self.replica_state_machine = ReplicaStateMachine(self)
         self.partition_state_machine = PartitionStateMachine(self)
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
+        self.tiered_manager = TieredStorageDisablementManager(self)
+        self._admin_factory = admin_factory
+        self._admin = None
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
         self._topic_watch_gen: dict[str, int] = {}
         self._broker_watch_gen: dict[int, int] = {}
         self._controller_watch = None
         self.metrics = {"failovers": 0, "resignations": 0, "last_failover_ms": 0.0}
-        self._listeners: list[Callable[[str], None]] = []  # e.g. KIP-950 manager hooks
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -193,8 +196,7 @@ class KafkaController:
         ineligible = {t for t in to_delete
                       if any(not self.ctx.is_replica_online(pr.replica, pr.tp) for pr in self.ctx.replicas_for_topic(t))}
         self.topic_deletion_manager.init(to_delete, ineligible)
-        for listener in self._listeners:
-            listener("failover")
+        self.tiered_manager.on_failover()
         # 7. UpdateMetadata with the live brokers
         self._send_update_metadata(self.ctx.live_broker_ids, [])
         # 8-9. state machines.  Kafka starts the replica state machine first, which removes dead replicas from
@@ -205,8 +207,7 @@ class KafkaController:
         self.replica_state_machine.startup()
         # 10. resume deletion
         self.topic_deletion_manager.resume_deletions()
-        for listener in self._listeners:
-            listener("resume")
+        self.tiered_manager.resume_disablements()
         self.metrics["failovers"] += 1
         self.metrics["last_failover_ms"] = (time.monotonic() - t0) * 1000
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
@@ -221,8 +222,7 @@ class KafkaController:
         if self.channel is not None:
             self.channel.shutdown()
             self.channel = None
-        for listener in self._listeners:
-            listener("resign")
+        self.tiered_manager.reset()
         self.ctx.reset()
         self.metrics["resignations"] += 1
 
@@ -369,8 +369,7 @@ class KafkaController:
         self.partition_state_machine.trigger_online_partition_state_change()
         topics = {pr.tp.topic for pr in replicas}
         self.topic_deletion_manager.resume_deletion_for_topics(topics)
-        for listener in self._listeners:
-            listener("broker_startup")
+        self.tiered_manager.on_broker_startup(new_brokers)
 
     def on_broker_failure(self, dead: list[int]) -> None:
         ctx = self.ctx
@@ -378,9 +377,8 @@ class KafkaController:
         for b in dead:
             ctx.replicas_on_offline_dirs.pop(b, None)
             ctx.shutting_down_broker_ids.discard(b)
+        self.tiered_manager.on_broker_failure(dead)
         self.on_replicas_become_offline(ctx.replicas_on_brokers(set(dead)))
-        for listener in self._listeners:
-            listener("broker_failure")
 
     def on_replicas_become_offline(self, replicas: set[PartitionAndReplica]) -> None:
         ctx = self.ctx
@@ -417,8 +415,7 @@ class KafkaController:
         ctx.topic_configs.update(self.kafka_zk.get_topic_configs(new))
         log.info("new topics %s", kv(topics=",".join(sorted(new))))
         self.on_new_partition_creation([tp for t in sorted(new) for tp in ctx.partitions_for_topic(t)])
-        for listener in self._listeners:
-            listener("topic_change")
+        self.tiered_manager.on_new_topics(sorted(new))
 
     def process_partition_modifications(self, topic: str) -> None:
         ctx = self.ctx
@@ -459,13 +456,11 @@ class KafkaController:
         new = topics - ctx.topics_to_be_deleted
         if new:
             log.info("topics queued for deletion %s", ",".join(sorted(new)))
-            for listener in self._listeners:
-                listener("topic_deletion")
+            self.tiered_manager.on_topic_queued_for_deletion(new)
             self.topic_deletion_manager.enqueue_topics_for_deletion(new)
 
     def on_topic_deletion_completing(self, topic: str) -> None:
-        for listener in self._listeners:
-            listener("topic_deleted:" + topic)
+        self.tiered_manager.on_topic_queued_for_deletion([topic])
 
     def unclean_leader_election_enabled(self, topic: str) -> bool:
         v = self.ctx.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
@@ -516,10 +511,40 @@ class KafkaController:
                 self.topic_deletion_manager.fail_replica_deletion(failed)
             if ok:
                 self.topic_deletion_manager.complete_replica_deletion(ok)
-        for listener in self._listeners:
-            handler = getattr(listener, "on_stop_replica_response", None)
-            if handler:
-                handler(broker_id, entries, top_error, partition_errors)
+        self.tiered_manager.on_stop_replica_response(broker_id, entries, top_error, partition_errors)
+
+    # --- topic config changes decided by the controller (KIP-950) -------------------------------------------
+    def admin_zk(self):
+        if self._admin is None:
+            from kafkatier.admin.admin_zk_client import AdminZkClient
+            self._admin = self._admin_factory() if self._admin_factory else AdminZkClient(self.zk)
+        return self._admin
+
+    def submit_topic_config_change(self, topic: str, compute, validate_only: bool):
+        """Run a topic config change on the controller thread.  ``compute(admin)`` performs it; the tiering
+        hook is added to the AdminZkClient multi.  Returns a Future (NOT_CONTROLLER if this broker is
+        not, or stops being, the active controller)."""
+        from concurrent.futures import Future
+        from kafkatier.protocol.errors import NotControllerError
+        fut: Future = Future()
+
+        def run():
+            if not self.is_active:
+                fut.set_exception(NotControllerError("This is not the correct controller for this cluster."))
+                return
+            try:
+                fut.set_result(self.tiered_manager.alter_config(topic, compute, validate_only))
+            except ControllerMovedError as e:
+                fut.set_exception(NotControllerError(str(e)))
+                raise
+            except Exception as e:  # noqa: BLE001 - the client gets the error
+                fut.set_exception(e)
+
+        def preempt():
+            if not fut.done():
+                fut.set_exception(NotControllerError("The controller moved while the change was queued."))
+        self._put(f"TopicConfigChange({topic})", run, preempt)
+        return fut
 
     # --- describe -------------------------------------------------------------------------------------------
     def describe(self) -> dict:
@@ -530,5 +555,6 @@ class KafkaController:
                 "topics_to_be_deleted": sorted(ctx.topics_to_be_deleted),
                 "topics_ineligible_for_deletion": sorted(ctx.topics_ineligible_for_deletion),
                 "event_queue": self.event_manager.queue_size(),
+                "tiered_storage_disablement": self.tiered_manager.describe() if self.is_active else {},
                 "channel_queues": self.channel.queue_sizes() if self.channel else {},
                 **self.metrics, **self.event_manager.metrics}

@@ -385,44 +385,121 @@ class KafkaApis:
                  "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in sorted(static.items())]
 
     def handle_alter_configs(self, header, req, ctx):
-        v = header.request_api_version
-        out = []
-        for r in req.resources:
-            res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
-                   "resource_name": r.resource_name}
-            try:
-                if r.resource_type != TOPIC_RESOURCE:
-                    raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
-                full = {c.name: c.value for c in r.configs if c.value is not None}
-                self.server.admin_zk.change_topic_config(r.resource_name, full, validate_only=req.validate_only)
-            except KafkaError as e:
-                res.update(error_code=int(e.error), error_message=e.message or None)
-            out.append(res)
-        return self._resp(ALTER_CONFIGS, v, {"throttle_time_ms": 0, "responses": out})
+        def changes(r):
+            full = {c.name: c.value for c in r.configs if c.value is not None}
+            return (lambda admin: admin.change_topic_config(r.resource_name, full, validate_only=req.validate_only),
+                    set(full))
+        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
+        def changes(r):
+            sets, deletes = {}, []
+            for c in r.configs:
+                if c.config_operation == 0:
+                    sets[c.name] = c.value
+                elif c.config_operation == 1:
+                    deletes.append(c.name)
+                else:
+                    raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
+                                     Errors.INVALID_REQUEST)
+            return (lambda admin: admin.alter_topic_config(r.resource_name, sets, deletes,
+                                                           validate_only=req.validate_only),
+                    set(sets) | set(deletes))
+        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False)
+
+    def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
+        from kafkatier.controller.tiered_storage_disablement_manager import TIERED_KEYS
+        if keys & set(TIERED_KEYS):
+            return True
+        if full_replace:  # dropping a tiered key is a tiering change too
+            current = self.server._read_topic_config(topic)
+            return bool(set(current) & set(TIERED_KEYS))
+        return False
+
+    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool):
+        """Topic config changes.  Those that touch tiering (KIP-950) are decided by the active controller: on
+        the controller they run on its event thread; any other broker forwards the whole request to it."""
         v = header.request_api_version
-        out = []
+        plans = []
         for r in req.resources:
             res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                    "resource_name": r.resource_name}
+            plan = None
             try:
                 if r.resource_type != TOPIC_RESOURCE:
                     raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
-                sets, deletes = {}, []
-                for c in r.configs:
-                    if c.config_operation == 0:
-                        sets[c.name] = c.value
-                    elif c.config_operation == 1:
-                        deletes.append(c.name)
-                    else:
-                        raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
-                                         Errors.INVALID_REQUEST)
-                self.server.admin_zk.alter_topic_config(r.resource_name, sets, deletes, validate_only=req.validate_only)
+                compute, keys = changes(r)
+                plan = (compute, self._touches_tiering(r.resource_name, keys, full_replace))
             except KafkaError as e:
                 res.update(error_code=int(e.error), error_message=e.message or None)
-            out.append(res)
-        return self._resp(INCREMENTAL_ALTER_CONFIGS, v, {"throttle_time_ms": 0, "responses": out})
+            plans.append((r, res, plan))
+        if any(p and p[1] for _, _, p in plans) and not self._is_controller():
+            return self._forward_to_controller(api_key, header, req)
+        futures = []
+        for r, res, plan in plans:
+            if plan is None:
+                continue
+            compute, tiered = plan
+            if tiered:
+                futures.append((res, self.server.controller.submit_topic_config_change(
+                    r.resource_name, compute, req.validate_only)))
+            else:
+                try:
+                    compute(self.server.admin_zk)
+                except KafkaError as e:
+                    res.update(error_code=int(e.error), error_message=e.message or None)
+        results = [res for _, res, _ in plans]
+        if not futures:
+            return self._resp(api_key, v, {"throttle_time_ms": 0, "responses": results})
+        out: Future = Future()
+        remaining = [len(futures)]
+        lock = threading.Lock()
+
+        def one_done(res, f):
+            exc = f.exception()
+            if isinstance(exc, KafkaError):
+                res.update(error_code=int(exc.error), error_message=exc.message or None)
+            elif exc is not None:
+                log.error("config change failed %s", kv(resource=res["resource_name"], error=repr(exc)))
+                res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(exc))
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                out.set_result(self._resp(api_key, v, {"throttle_time_ms": 0, "responses": results}))
+        for res, f in futures:
+            f.add_done_callback(lambda f, res=res: one_done(res, f))
+        return out
+
+    def _forward_to_controller(self, api_key: int, header, req):
+        """Send the request on to the active controller and relay its answer (NOT_CONTROLLER per resource if
+        the controller is unknown or unreachable; clients retry)."""
+        v = header.request_api_version
+        fut: Future = Future()
+
+        def not_controller(reason: str):
+            return self._resp(api_key, v, {"throttle_time_ms": 0, "responses": [
+                {"error_code": int(Errors.NOT_CONTROLLER), "error_message": reason,
+                 "resource_type": r.resource_type, "resource_name": r.resource_name} for r in req.resources]})
+
+        def run():
+            from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+            cid = self.cache.controller_id
+            b = self.cache.broker(cid) if cid >= 0 else None
+            if b is None or cid == self.server.broker_id:
+                fut.set_result(not_controller("The controller is not known yet."))
+                return
+            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.server.broker_id}-forwarder")
+            try:
+                resp = client.send(req, codec.response_class(api_key), v)
+                resp._header = None
+                fut.set_result(resp)
+            except BrokerConnectionError as e:
+                fut.set_result(not_controller(f"forwarding to controller {cid} failed: {e}"))
+            finally:
+                client.close()
+        threading.Thread(target=run, name="forward-to-controller", daemon=True).start()
+        return fut
 
     # --- InitProducerId (idempotent producers only) -------------------------------------------------------
     def handle_init_producer_id(self, header, req, ctx):

@@ -73,7 +73,7 @@ class KafkaServer:
         self.control_handler.start()
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
-            unclean_leader_election_enable=c.unclean_leader_election_enable))
+            unclean_leader_election_enable=c.unclean_leader_election_enable), admin_factory=self._new_admin_zk)
         self._extend_controller(self.controller)
         self.controller.startup()
         log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=c.listener,
@@ -88,12 +88,15 @@ class KafkaServer:
         except ImportError:
             self.admin_zk = None
             return
+        self.admin_zk = self._new_admin_zk()
+
+    def _new_admin_zk(self):
+        from kafkatier.admin.admin_zk_client import AdminZkClient
         c = self.config
         broker_config = {"remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                          "min.insync.replicas": str(c.min_insync_replicas), **c.overrides}
-        self.admin_zk = AdminZkClient(self.zk, broker_config=broker_config,
-                                      default_num_partitions=c.num_partitions,
-                                      default_replication_factor=c.default_replication_factor)
+        return AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
+                             default_replication_factor=c.default_replication_factor)
 
     def _start_log_manager(self) -> None:
         try:
@@ -114,10 +117,20 @@ class KafkaServer:
             return
         self.apis = KafkaApis(self)
         self.socket_server = SocketServer(self.config.host, self.config.port, self.apis)
+        self._start_delete_records()  # before the port opens: the API, its authorizer, the SASL gate
         self.socket_server.start()
         if self.config.port == 0:
             import attrs
             self.config = attrs.evolve(self.config, port=self.socket_server.port)
+
+    def _start_delete_records(self) -> None:
+        """KIP-107 DeleteRecords (API 21), the ACL authorizer and optional SASL/PLAIN
+        (kafkatier/server/delete_records.py, acl.py, sasl.py)."""
+        try:
+            from kafkatier.server.delete_records import install
+        except ImportError:
+            return
+        install(self)
 
     def _topic_config(self, topic: str) -> dict:
         """Topic config overrides, cached; refreshed by config change notifications."""

@@ -72,6 +72,9 @@ class ConnectionContext:
     listener_name: str = "PLAINTEXT"
     client_id: str | None = None
     principal: str | None = None
+    #: Per-connection scratch space for handlers (e.g. SASL state), shared by every context of the connection.
+    #: A handler that stores ``session["principal"]`` changes ``principal`` for the connection's next requests.
+    session: dict = attrs.field(factory=dict, eq=False, repr=False)
 
 
 class RequestHandler(Protocol):
@@ -175,6 +178,9 @@ class SocketServer:
         self._max_in_flight = max_in_flight_per_connection
         self._listener_name = listener_name
         self._principal = principal
+        #: Optional ``gate(context, header, request) -> bool`` consulted before dispatch; False closes the
+        #: connection (used to require SASL authentication, see kafkatier/server/sasl.py).
+        self.request_gate: Callable[[ConnectionContext, RequestHeader, ApiMessage], bool] | None = None
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -537,6 +543,12 @@ class SocketServer:
         if not table.is_supported(api_key, version):
             self._reject_version(conn, slot, header, request)
             return
+        gate = self.request_gate
+        if gate is not None and not gate(context, header, request):
+            log.warning("closing connection: request not allowed before authentication %s",
+                        kv(api=codec.api_name(api_key), connection=context.connection_id, client_id=header.client_id))
+            self._complete(conn, slot, close=True)
+            return
         if api_key == codec.API_VERSIONS_KEY and not self._handler_serves_api_versions:
             self._finish(conn, slot, header, table.response(version))
             return
@@ -547,6 +559,9 @@ class SocketServer:
                                                   connection=context.connection_id, client_id=header.client_id))
             self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
             return
+        principal = context.session.get("principal")
+        if principal is not None and principal != conn.context.principal:
+            conn.context = attrs.evolve(conn.context, principal=principal)
         if hasattr(result, "add_done_callback"):
             result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
         else:

@@ -56,6 +56,8 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
         self.followers: dict[int, FollowerState] = {}
+        # JBOD (KIP-113) hook: the ``<tp>.move`` future log while a move is in progress; counts for the low watermark.
+        self.future_log = None
         # Called (outside the lock) when the high watermark or the low watermark moved.
         self.on_high_watermark_change: list[Callable[["Partition"], None]] = []
 
@@ -215,15 +217,22 @@ class Partition:
                 cb(self)
         return moved
 
-    def low_watermark(self) -> int:
-        """Minimum log start offset over the live replicas (KIP-107), leader included."""
+    def low_watermark(self, is_alive: Callable[[int], bool] = lambda _broker_id: True) -> int:
+        """KIP-107 ``lowWatermarkIfLeader`` (delete_records.md §4): the minimum log start offset of the leader,
+        of every other assigned replica whose broker ``is_alive`` (in or out of the ISR; -1 until it has
+        fetched from this leader) and of the JBOD future log, if any.  Raises NotLeaderOrFollowerError."""
         with self.lock:
-            lso = self.log.log_start_offset
-            for r, st in self.followers.items():
-                if r in self.isr or st.last_fetch_ms and now_ms() - st.last_fetch_ms <= self.replica_lag_time_max_ms:
-                    if st.log_start_offset >= 0:
-                        lso = min(lso, st.log_start_offset)
-            return lso
+            if not self.is_leader:
+                raise NotLeaderOrFollowerError(f"Leader not local for partition {self} on broker {self.broker_id}")
+            lw = self.log.log_start_offset
+            for r in self.replicas:
+                if r == self.broker_id or not is_alive(r):
+                    continue
+                st = self.followers.get(r)
+                lw = min(lw, st.log_start_offset if st is not None else -1)
+            if self.future_log is not None:
+                lw = min(lw, self.future_log.log_start_offset)
+            return lw
 
     # --- follower -------------------------------------------------------------------------------------------
     def append_records_to_follower(self, records) -> None:

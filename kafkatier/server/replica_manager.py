@@ -47,6 +47,11 @@ class ReplicaManager:
         self.on_become_leader: list[Callable[[Partition], None]] = []
         self.on_become_follower: list[Callable[[Partition], None]] = []
         self.on_stop: list[Callable[[str, int, bool], None]] = []
+        # Called after a follower processed a fetch response without error (e.g. its log start offset moved).
+        self.on_follower_fetched: list[Callable[[Partition], None]] = []
+        # KIP-107 / tiered storage hook: (topic, partition, new_log_start_offset) after DeleteRecords raised a
+        # leader's log start offset or a follower followed it (see kafkatier/server/delete_records.py).
+        self.log_start_offset_listeners: list[Callable[[str, int, int], None]] = []
         # KIP-950: StopReplica entries with DisableRemotePartition=true; returns an Errors value.
         self.disable_remote_partition: Callable[[str, int], Errors] | None = None
         self._stopped = threading.Event()
@@ -314,9 +319,12 @@ class ReplicaManager:
         self.delete_records_purgatory.check_and_complete(("delete_records", tp))
 
     def _on_follower_fetched(self, p: Partition) -> None:
-        # A follower's high watermark moved: waiting consumer fetches may now complete... consumers only read
-        # from leaders, so nothing to do here beyond metrics.
-        pass
+        # Consumers only read from leaders, so no purgatory to poke; features may watch the follower's log.
+        for hook in self.on_follower_fetched:
+            try:
+                hook(p)
+            except Exception:  # noqa: BLE001
+                log.exception("follower fetch hook failed %s", kv(partition=p))
 
     # --- offsets --------------------------------------------------------------------------------------------
     def fetch_offset_for_timestamp(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,

@@ -70,6 +70,8 @@ def test_controller_failover_after_kill_9(cluster_factory):
 
     def moved():
         for p in range(3):
+            if old in state(zk, "failover", p)[0]["isr"]:
+                return False
             if before[p]["leader"] == old:
                 s = state(zk, "failover", p)[0]
                 if s["leader"] in (old, -1) or s["leader_epoch"] != before[p]["leader_epoch"] + 1:

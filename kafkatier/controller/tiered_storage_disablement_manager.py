@@ -1,0 +1,370 @@
+"""TieredStorageDisablementManager: KIP-950's ZooKeeper design, on the pattern of Kafka's TopicDeletionManager.
+
+Durable state is the topic's ``/brokers/topics/{t}/tieredstorage/{tiered_epoch,state}`` znodes.  The active
+controller decides every tiering transition of a topic (broker request handlers route tiered config changes to
+it).  A disablement is one fenced multi -- topic config + ``config_change_`` notification + ``tiered_epoch``
++ 1 + ``state`` = DISABLING, with version checks on all of them and on ``/controller_epoch`` -- after which the
+topic sits in ``topicsToBeDisabled`` until every replica has answered StopReplica v5 with
+``DisableRemotePartition=true``; then ``state`` = DISABLED is written, fenced and conditional on the tiered
+epoch the disablement started with.  Replicas on dead brokers are ineligible until the broker returns; a
+replica that answers with an error is retried after a bounded backoff.  A new controller rebuilds the queue
+from every ``state`` znode that says DISABLING.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import attrs
+from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.recipe.watchers import DataWatch
+
+from kafkatier.controller.context import PartitionAndReplica, TopicPartition
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import Errors, KafkaError, TieredStorageDisablementInProgressError
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import Check, ControllerMovedError, Create, SetData
+
+log = get_logger("controller.tiered-disablement")
+
+TIERED_KEYS = ("remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable")
+ENABLED, DISABLING, DISABLED = codecs.TIERED_ENABLED, codecs.TIERED_DISABLING, codecs.TIERED_DISABLED
+RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+STARTED, SUCCESSFUL, INELIGIBLE = "DisablementStarted", "DisablementSuccessful", "DisablementIneligible"
+
+
+def _true(config: dict, key: str) -> bool:
+    return str(config.get(key, "false")).strip().lower() == "true"
+
+
+@attrs.frozen
+class TieredZNodes:
+    epoch: int
+    epoch_version: int
+    state: str
+    state_version: int
+
+
+def read_tiered_znodes(zk, topic: str) -> TieredZNodes | None:
+    """The topic's tiered epoch and state with their zkVersions, or None if it was never tiered."""
+    try:
+        edata, estat = zk.get(paths.tiered_epoch(topic))
+        sdata, sstat = zk.get(paths.tiered_state(topic))
+    except NoNodeError:
+        return None
+    return TieredZNodes(codecs.decode_tiered_epoch(edata, paths.tiered_epoch(topic)), estat.version,
+                       codecs.TieredState.decode(sdata, paths.tiered_state(topic)).state, sstat.version)
+
+
+def classify_transition(state: str | None, old: dict, new: dict) -> str | None:
+    """What a config change does to tiering: 'create', 'disable', 'enable' or None."""
+    old_on, new_on = _true(old, "remote.storage.enable"), _true(new, "remote.storage.enable")
+    new_ro = _true(new, "remote.log.copy.disable")
+    if state is None:
+        return "create" if new_on else None
+    if state == DISABLED:
+        if new_on and not new_ro:
+            return "enable"
+        if not new_on and _true(new, "remote.log.delete.on.disable") and old_on:
+            return "disable"  # a read-only topic now disabled with delete
+        return None
+    if state == ENABLED:
+        if old_on and not new_on:
+            return "disable"
+        if new_on and new_ro and not _true(old, "remote.log.copy.disable"):
+            return "disable"
+    return None
+
+
+class TieredStorageDisablementManager:
+    def __init__(self, controller):
+        self.controller = controller
+        self.reset()
+
+    def reset(self) -> None:
+        self.topics_to_be_disabled: dict[str, int] = {}   # topic -> tiered epoch being disabled
+        self.epoch_versions: dict[str, int] = {}          # topic -> zkVersion of tiered_epoch at that epoch
+        self.topics_with_disablement_started: set[str] = set()
+        self.topics_ineligible: set[str] = set()
+        self.replica_states: dict[PartitionAndReplica, str] = {}
+        self.started_at: dict[str, float] = {}
+        self.retry_count: dict[PartitionAndReplica, int] = {}
+        self.retry_pending: set[PartitionAndReplica] = set()
+        self.completed: list[dict] = []
+        self._watch_gen: dict[str, int] = {}
+
+    @property
+    def ctx(self):
+        return self.controller.ctx
+
+    # --- failover / watches ---------------------------------------------------------------------------------
+    def on_failover(self) -> None:
+        """Rebuild the queue from every DISABLING ``state`` znode (after the context is built)."""
+        self.reset()
+        for topic in sorted(self.ctx.all_topics):
+            self.register_state_watch(topic)
+            z = self._read(topic)
+            if z is not None and z.state == DISABLING:
+                self._enqueue(topic, z)
+                if any(not self.ctx.is_replica_online(pr.replica, pr.tp) for pr in self.ctx.replicas_for_topic(topic)):
+                    self.topics_ineligible.add(topic)
+
+    def register_state_watch(self, topic: str) -> None:
+        gen = self.controller._generation
+        if self._watch_gen.get(topic) == gen:
+            return
+        self._watch_gen[topic] = gen
+
+        def on_state(data, stat, event=None):
+            if self._watch_gen.get(topic) != gen or gen != self.controller._generation:
+                return False
+            if data:
+                self.controller._put(f"TieredStateChange({topic})",
+                                     self.controller._active_only(lambda: self.process_state_change(topic)))
+            return True
+        DataWatch(self.controller.zk, paths.tiered_state(topic), on_state)
+
+    def process_state_change(self, topic: str) -> None:
+        if topic not in self.ctx.all_topics or self.ctx.is_topic_queued_for_deletion(topic):
+            return
+        z = self._read(topic)
+        if z is not None and z.state == DISABLING and topic not in self.topics_to_be_disabled:
+            log.info("found DISABLING topic %s", kv(topic=topic, tiered_epoch=z.epoch))
+            self._enqueue(topic, z)
+            self.resume_disablements()
+
+    def _read(self, topic: str) -> TieredZNodes | None:
+        try:
+            return read_tiered_znodes(self.controller.zk, topic)
+        except codecs.MalformedZNodeError as e:
+            log.warning("skipping malformed tiered storage znode %s", kv(topic=topic, reason=e))
+            return None
+
+    def _enqueue(self, topic: str, z: TieredZNodes) -> None:
+        self.topics_to_be_disabled[topic] = z.epoch
+        self.epoch_versions[topic] = z.epoch_version
+        self.started_at.setdefault(topic, time.monotonic())
+        for pr in self.ctx.replicas_for_topic(topic):
+            self.replica_states.pop(pr, None)
+
+    # --- config changes (on the controller thread) ----------------------------------------------------------
+    def alter_config(self, topic: str, compute, validate_only: bool):
+        """Apply a topic config change decided by the controller.  ``compute(admin)`` performs it through the
+        controller's AdminZkClient (incremental or full); the tiering hook joins the same ZooKeeper multi."""
+        admin = self.controller.admin_zk()
+        z = self._read(topic)
+        if z is not None and z.state == DISABLING:
+            raise TieredStorageDisablementInProgressError(
+                f"Tiered storage disablement is in progress for topic {topic} (tiered epoch {z.epoch}); "
+                f"retry after it completes.")
+        decision: dict = {}
+
+        def hook(zk, name, old, new, ops):
+            cur = read_tiered_znodes(zk, name)
+            if cur is not None and cur.state == DISABLING and any(
+                    old.get(k) != new.get(k) for k in TIERED_KEYS):
+                raise TieredStorageDisablementInProgressError(
+                    f"Tiered storage disablement is in progress for topic {name} (tiered epoch {cur.epoch}); "
+                    f"retry after it completes.")
+            kind = classify_transition(cur.state if cur else None, old, new)
+            decision.clear()
+            decision.update(kind=kind, znodes=cur)
+            if kind is None or kind == "create":
+                return  # first enablement: the tiered-storage config hook creates the znodes
+            ops.append(Check(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version))
+            if kind == "disable":
+                ops.append(SetData(paths.tiered_epoch(name), codecs.encode_tiered_epoch(cur.epoch + 1),
+                                   cur.epoch_version))
+                ops.append(SetData(paths.tiered_state(name), codecs.TieredState(DISABLING).encode(),
+                                   cur.state_version))
+            elif kind == "enable":
+                ops.append(Check(paths.tiered_epoch(name), cur.epoch_version))
+                ops.append(SetData(paths.tiered_state(name), codecs.TieredState(ENABLED).encode(),
+                                   cur.state_version))
+        admin.before_config_change.append(hook)
+        try:
+            result = compute(admin)
+        except BadVersionError as e:
+            if getattr(e, "op_index", None) == 2:
+                raise ControllerMovedError("controller epoch changed during a tiered config change") from e
+            raise
+        finally:
+            admin.before_config_change.remove(hook)
+        if validate_only or not decision:
+            return result
+        kind, cur = decision.get("kind"), decision.get("znodes")
+        if kind == "disable":
+            z = TieredZNodes(cur.epoch + 1, cur.epoch_version + 1, DISABLING, cur.state_version + 1)
+            log.info("tiered storage disablement started %s", kv(topic=topic, tiered_epoch=z.epoch))
+            self._enqueue(topic, z)
+            self.resume_disablements()
+        elif kind == "enable":
+            log.info("tiered storage re-enabled %s", kv(topic=topic, tiered_epoch=cur.epoch))
+        return result
+
+    # --- the queue ------------------------------------------------------------------------------------------
+    def resume_disablements(self) -> None:
+        ctx = self.ctx
+        to_send: dict[int, list[TopicPartition]] = {}
+        for topic in sorted(list(self.topics_to_be_disabled)):
+            if topic not in ctx.all_topics or ctx.is_topic_queued_for_deletion(topic):
+                self._forget(topic)
+                continue
+            replicas = ctx.replicas_for_topic(topic)
+            if all(self.replica_states.get(pr) == SUCCESSFUL for pr in replicas):
+                self._complete(topic)
+                continue
+            if topic in self.topics_ineligible:
+                # Ineligible replicas whose brokers are back are retried; dead ones stay ineligible.
+                pass
+            self.topics_with_disablement_started.add(topic)
+            for pr in sorted(replicas):
+                st = self.replica_states.get(pr)
+                if st in (SUCCESSFUL, STARTED):
+                    continue
+                if not ctx.is_replica_online(pr.replica, pr.tp):
+                    self.replica_states[pr] = INELIGIBLE
+                    self.topics_ineligible.add(topic)
+                    continue
+                if st == INELIGIBLE and pr in self.retry_pending:
+                    continue  # waiting for its backoff timer
+                self.replica_states[pr] = STARTED
+                to_send.setdefault(pr.replica, []).append(pr.tp)
+            if not any(self.replica_states.get(pr) == INELIGIBLE for pr in replicas):
+                self.topics_ineligible.discard(topic)
+        if to_send:
+            batch = self.controller.batch
+            batch.new_batch()
+            for broker, tps in to_send.items():
+                for tp in tps:
+                    batch.add_stop_replica([broker], tp, delete=False, disable_remote=True)
+            batch.send_requests_to_brokers(ctx.epoch)
+            log.info("sent StopReplica v5 (DisableRemotePartition) %s",
+                     kv(brokers={b: len(t) for b, t in sorted(to_send.items())}))
+
+    def on_stop_replica_response(self, broker_id: int, entries: dict, top_error: int, partition_errors: dict) -> None:
+        relevant = [tp for tp, f in entries.items()
+                    if f.get("disable") and not f.get("delete") and tp.topic in self.topics_with_disablement_started]
+        if not relevant:
+            return
+        failed = []
+        for tp in relevant:
+            pr = PartitionAndReplica(tp, broker_id)
+            if self.replica_states.get(pr) != STARTED:
+                continue
+            err = top_error or partition_errors.get(tp, 0 if partition_errors or not top_error else top_error)
+            if err == Errors.NONE:
+                self.replica_states[pr] = SUCCESSFUL
+                self.retry_count.pop(pr, None)
+            else:
+                self.replica_states[pr] = INELIGIBLE
+                self.topics_ineligible.add(tp.topic)
+                failed.append((pr, err))
+        for pr, err in failed:
+            n = self.retry_count.get(pr, 0)
+            delay = RETRY_BACKOFF_S[min(n, len(RETRY_BACKOFF_S) - 1)]
+            self.retry_count[pr] = n + 1
+            self.retry_pending.add(pr)
+            log.info("disablement failed on a replica; retrying %s",
+                     kv(replica=pr, error=_name(err), retry_in_s=delay))
+            self._schedule_retry(pr, delay)
+        self.resume_disablements()
+
+    def _schedule_retry(self, pr: PartitionAndReplica, delay: float) -> None:
+        gen = self.controller._generation
+
+        def fire():
+            if gen != self.controller._generation:
+                return
+
+            def run():
+                self.retry_pending.discard(pr)
+                if self.replica_states.get(pr) == INELIGIBLE:
+                    self.replica_states.pop(pr, None)
+                self.resume_disablements()
+            self.controller._put(f"TieredDisablementRetry({pr})", self.controller._active_only(run))
+        t = threading.Timer(delay, fire)
+        t.daemon = True
+        t.start()
+
+    def on_broker_startup(self, new_brokers) -> None:
+        new = set(new_brokers)
+        changed = False
+        for pr, st in list(self.replica_states.items()):
+            if pr.replica in new and st in (INELIGIBLE, STARTED):
+                self.replica_states.pop(pr, None)
+                self.retry_pending.discard(pr)
+                changed = True
+        if changed or self.topics_to_be_disabled:
+            self.resume_disablements()
+
+    def on_broker_failure(self, dead) -> None:
+        dead = set(dead)
+        for pr, st in list(self.replica_states.items()):
+            if pr.replica in dead and st == STARTED:
+                self.replica_states[pr] = INELIGIBLE
+                self.topics_ineligible.add(pr.tp.topic)
+
+    def on_topic_queued_for_deletion(self, topics) -> None:
+        for t in topics:
+            self._forget(t)
+
+    def on_new_topics(self, topics) -> None:
+        for t in topics:
+            self.register_state_watch(t)
+            self.process_state_change(t)
+
+    def _forget(self, topic: str) -> None:
+        self.topics_to_be_disabled.pop(topic, None)
+        self.epoch_versions.pop(topic, None)
+        self.topics_with_disablement_started.discard(topic)
+        self.topics_ineligible.discard(topic)
+        self.started_at.pop(topic, None)
+        for pr in [pr for pr in self.replica_states if pr.tp.topic == topic]:
+            self.replica_states.pop(pr, None)
+            self.retry_count.pop(pr, None)
+            self.retry_pending.discard(pr)
+
+    def _complete(self, topic: str) -> None:
+        epoch = self.topics_to_be_disabled[topic]
+        w = self.controller.kafka_zk.writer(self.ctx.epoch_zk_version)
+        try:
+            z = read_tiered_znodes(self.controller.zk, topic)
+            if z is None or z.epoch != epoch or z.state != DISABLING:
+                log.info("disablement superseded %s", kv(topic=topic, tiered_epoch=epoch))
+                self._forget(topic)
+                return
+            w.multi([Check(paths.tiered_epoch(topic), z.epoch_version),
+                     SetData(paths.tiered_state(topic), codecs.TieredState(DISABLED).encode(), z.state_version)])
+        except (BadVersionError, NoNodeError) as e:
+            log.warning("could not complete the disablement %s", kv(topic=topic, reason=type(e).__name__))
+            self._forget(topic)
+            return
+        took = time.monotonic() - self.started_at.get(topic, time.monotonic())
+        self.completed.append({"topic": topic, "tiered_epoch": epoch, "duration_ms": round(took * 1000, 1)})
+        self.completed = self.completed[-50:]
+        log.info("tiered storage disablement completed %s", kv(topic=topic, tiered_epoch=epoch,
+                                                               duration_ms=round(took * 1000, 1)))
+        self._forget(topic)
+
+    # --- metrics --------------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        pending = {}
+        for topic in self.topics_to_be_disabled:
+            pending[topic] = {
+                "tiered_epoch": self.topics_to_be_disabled[topic],
+                "pending_replicas": sorted(str(pr) for pr in self.ctx.replicas_for_topic(topic)
+                                           if self.replica_states.get(pr) != SUCCESSFUL),
+                "ineligible_replicas": sorted(str(pr) for pr, st in self.replica_states.items()
+                                              if st == INELIGIBLE and pr.tp.topic == topic),
+                "elapsed_ms": round((time.monotonic() - self.started_at.get(topic, time.monotonic())) * 1000, 1)}
+        return {"topics_to_be_disabled": pending, "topics_ineligible": sorted(self.topics_ineligible),
+                "recently_completed": self.completed[-10:]}
+
+
+def _name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)

@@ -1,0 +1,286 @@
+"""DeleteRecords (KIP-107, API key 21, versions 0-2) on the broker: the request handler, the leader-side
+deletion, and :class:`DelayedDeleteRecords`, which holds the response until the partition's low watermark (the
+minimum log start offset of its live replicas, :meth:`Partition.low_watermark`) reaches the requested offset.
+
+Order of checks per partition (delete_records.md §3): authorization (DELETE on the topic, only with an
+authorizer configured) -> metadata -> internal topic -> hosting (offline dir / not hosted) -> on the partition
+under its lock: leader, ``cleanup.policy`` contains ``delete``, offset -1 = high watermark, negative offset,
+offset above the high watermark, then the log start offset moves to ``max(current, offset)``.  Every error
+answers ``LowWatermark=-1``.
+
+Waiting (§5): partitions without error whose low watermark is below the requested offset wait in the replica
+manager's ``DeleteRecords`` purgatory under the key ``("delete_records", (topic, partition))``; follower
+fetches, high-watermark changes and LeaderAndIsr / StopReplica re-check it (see ReplicaManager).  Losing
+leadership completes a partition with NOT_LEADER_OR_FOLLOWER (seed behaviour), a partition that is gone with
+UNKNOWN_TOPIC_OR_PARTITION; expiry answers REQUEST_TIMED_OUT with the low watermark computed at request time.
+
+Project choices beyond Kafka:
+
+- after a move, the segments wholly below the new log start offset are deleted at once (leader here, followers
+  when they follow the leader's log start offset) and ``log-start-offset-checkpoint`` of that log dir is
+  written, so an acknowledged deletion survives a crash (Kafka only checkpoints every
+  ``log.flush.start.offset.checkpoint.interval.ms`` and at shutdown);
+- ``ReplicaManager.log_start_offset_listeners`` are called with ``(topic, partition, new_log_start_offset)``
+  after such a move (tiered storage deletes remote segments below it).
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Callable
+
+import attrs
+
+from kafkatier.log.log import CLIENT_RECORD_DELETION
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.build import build
+from kafkatier.protocol.errors import (Errors, InvalidTopicError, KafkaError, NotLeaderOrFollowerError,
+                                       OffsetOutOfRangeError, PolicyViolationError)
+from kafkatier.server.purgatory import DelayedOperation
+
+log = get_logger("server.delete-records")
+
+DELETE_RECORDS = 21
+VERSIONS = (0, 2)
+HIGH_WATERMARK = -1
+INVALID_LOW_WATERMARK = -1
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+TopicPartition = tuple[str, int]
+
+
+def tp_str(tp: TopicPartition) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+@attrs.define
+class PartitionStatus:
+    """One partition of a DeleteRecords request: what it waits for and what it will answer."""
+
+    required_offset: int
+    low_watermark: int
+    error: Errors
+    pending: bool = False
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """Kafka's DelayedDeleteRecords: completes when no partition is pending any more, or at the timeout."""
+
+    def __init__(self, delay_ms: int, statuses: dict[TopicPartition, PartitionStatus],
+                 check: Callable[[TopicPartition], tuple[Errors, int]],
+                 respond: Callable[[dict[TopicPartition, PartitionStatus]], None]):
+        super().__init__(max(delay_ms, 0))
+        self.statuses = statuses
+        self.check = check
+        self.respond = respond
+        self._check_lock = threading.Lock()
+        for st in statuses.values():
+            if st.error == Errors.NONE:
+                st.pending = True
+                st.error = Errors.REQUEST_TIMED_OUT  # provisional; the low watermark stays the request-time one
+
+    def try_complete(self) -> bool:
+        with self._check_lock:  # statuses change only under this lock; the response is built under it too
+            if self.is_completed:
+                return False
+            for tp, st in self.statuses.items():
+                if not st.pending:
+                    continue
+                required = st.required_offset
+                err, lw = self.check(tp)
+                if err != Errors.NONE:
+                    st.pending, st.error, st.low_watermark = False, err, INVALID_LOW_WATERMARK
+                elif lw >= required:
+                    st.pending, st.error, st.low_watermark = False, Errors.NONE, lw
+            if any(st.pending for st in self.statuses.values()):
+                return False
+            return self.force_complete()
+
+    def force_complete_on_expiry(self) -> bool:
+        with self._check_lock:
+            return self.force_complete()
+
+    def on_complete(self) -> None:
+        self.respond(self.statuses)
+
+    def on_expiration(self) -> None:
+        pending = [tp_str(tp) for tp, st in self.statuses.items() if st.pending]
+        log.info("DeleteRecords timed out %s", kv(pending=",".join(pending) or None))
+
+
+class DeleteRecordsManager:
+    """Serves DeleteRecords for one broker; ``install(server)`` wires it in."""
+
+    def __init__(self, broker_id: int, replica_manager, metadata_cache, authorizer=None,
+                 checkpoint_log_start_offsets: Callable[[str], None] | None = None):
+        self.broker_id = broker_id
+        self.rm = replica_manager
+        self.cache = metadata_cache
+        self.authorizer = authorizer
+        self.checkpoint_log_start_offsets = checkpoint_log_start_offsets
+        self._seen_log_start: dict[TopicPartition, int] = {}
+
+    # --- request ----------------------------------------------------------------------------------------------
+    def handle(self, header, request, context) -> Future:
+        version = header.request_api_version
+        principal = context.session.get("principal") or context.principal
+        host = context.client_address[0]
+        order: list[TopicPartition] = []
+        offsets: dict[TopicPartition, int] = {}
+        early: dict[TopicPartition, PartitionStatus] = {}
+        for t in request.topics:
+            allowed = self._authorized(principal, host, t.name)
+            for pt in t.partitions:
+                tp = (t.name, pt.partition_index)
+                if tp not in offsets and tp not in early:
+                    order.append(tp)
+                offsets.pop(tp, None)
+                early.pop(tp, None)
+                if not allowed:
+                    early[tp] = PartitionStatus(-1, INVALID_LOW_WATERMARK, Errors.TOPIC_AUTHORIZATION_FAILED)
+                elif self.cache.get_partition(*tp) is None:
+                    early[tp] = PartitionStatus(-1, INVALID_LOW_WATERMARK, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    offsets[tp] = pt.offset
+        fut: Future = Future()
+
+        def respond(statuses: dict[TopicPartition, PartitionStatus]) -> None:
+            merged = {**early, **statuses}
+            by_topic: dict[str, list] = {}
+            for tp in order:
+                st = merged[tp]
+                lw = st.low_watermark if st.error in (Errors.NONE, Errors.REQUEST_TIMED_OUT) else INVALID_LOW_WATERMARK
+                by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "low_watermark": lw,
+                                                       "error_code": int(st.error)})
+            fut.set_result(build(codec.response_class(DELETE_RECORDS), version, {
+                "throttle_time_ms": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        self.delete_records(request.timeout_ms, offsets, respond)
+        return fut
+
+    def _authorized(self, principal: str | None, host: str, topic: str) -> bool:
+        if self.authorizer is None:
+            return True
+        try:
+            return self.authorizer.authorize(principal, host, "Delete", "Topic", topic)
+        except Exception:  # noqa: BLE001 - fail closed
+            log.exception("authorization failed %s", kv(topic=topic, principal=principal))
+            return False
+
+    # --- replica manager side ---------------------------------------------------------------------------------
+    def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int],
+                       respond: Callable[[dict[TopicPartition, PartitionStatus]], None]) -> None:
+        """Raise the log start offsets on this leader, then answer at once or after the replicas follow."""
+        statuses: dict[TopicPartition, PartitionStatus] = {}
+        for tp, offset in offsets.items():
+            try:
+                required, lw = self.delete_on_leader(tp, offset)
+                statuses[tp] = PartitionStatus(required, lw, Errors.NONE)
+            except KafkaError as e:
+                log.info("DeleteRecords failed %s", kv(partition=tp_str(tp), offset=offset, error=e.error.name,
+                                                       reason=repr(e.message)))
+                statuses[tp] = PartitionStatus(-1, INVALID_LOW_WATERMARK, e.error)
+            except Exception:  # noqa: BLE001
+                log.exception("DeleteRecords failed %s", kv(partition=tp_str(tp), offset=offset))
+                statuses[tp] = PartitionStatus(-1, INVALID_LOW_WATERMARK, Errors.UNKNOWN_SERVER_ERROR)
+        if not any(st.error == Errors.NONE and st.low_watermark < st.required_offset for st in statuses.values()):
+            respond(statuses)
+            return
+        op = DelayedDeleteRecords(timeout_ms, statuses, self.check_low_watermark, respond)
+        self.rm.delete_records_purgatory.try_complete_else_watch(op, [("delete_records", tp) for tp in offsets])
+
+    def delete_on_leader(self, tp: TopicPartition, offset: int) -> tuple[int, int]:
+        """Kafka's ``deleteRecordsOnLocalLog`` + ``Partition.deleteRecordsOnLeader``: returns (the converted
+        requested offset, the low watermark now); raises KafkaError with Kafka's messages."""
+        topic, partition = tp
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"Cannot delete records of internal topic {topic}")
+        p = self.rm.get_partition_or_error(topic, partition, leader_only=False)
+        with p.lock:
+            if not p.is_leader:
+                raise NotLeaderOrFollowerError(f"Leader not local for partition {tp_str(tp)} on broker "
+                                               f"{self.broker_id}")
+            plog = p.log
+            if not plog.config.delete:
+                raise PolicyViolationError(f"Records of partition {tp_str(tp)} can not be deleted due to the "
+                                           f"configured policy")
+            converted = plog.high_watermark if offset == HIGH_WATERMARK else offset
+            if converted < 0:
+                raise OffsetOutOfRangeError(f"The offset {converted} for partition {tp_str(tp)} is not valid")
+            moved = plog.maybe_increment_log_start_offset(converted, CLIENT_RECORD_DELETION)
+            lw = p.low_watermark(self.is_alive)
+        if moved:
+            log.info("log start offset raised by DeleteRecords %s", kv(partition=tp_str(tp), log_start_offset=converted))
+            self._after_move(p)
+        return converted, lw
+
+    def is_alive(self, broker_id: int) -> bool:
+        return self.cache.broker(broker_id) is not None
+
+    def check_low_watermark(self, tp: TopicPartition) -> tuple[Errors, int]:
+        """DelayedDeleteRecords' check: (NONE, low watermark) while leader, else the error (§5)."""
+        try:
+            p = self.rm.get_partition_or_error(tp[0], tp[1], leader_only=False)
+            return Errors.NONE, p.low_watermark(self.is_alive)
+        except KafkaError as e:
+            return e.error, INVALID_LOW_WATERMARK
+
+    # --- after a log start offset moved -----------------------------------------------------------------------
+    def _after_move(self, p) -> None:
+        """Free the disk now, make the new log start offset durable, tell listeners (tiered storage)."""
+        plog = p.log
+        lso = plog.log_start_offset
+        self._seen_log_start[p.tp] = lso
+        try:
+            plog.delete_old_segments()
+        except Exception:  # noqa: BLE001 - the retention task will retry
+            log.exception("deleting segments below the log start offset failed %s", kv(partition=p))
+        if self.checkpoint_log_start_offsets is not None:
+            try:
+                self.checkpoint_log_start_offsets(plog.parent_dir)
+            except Exception:  # noqa: BLE001 - the periodic checkpoint will retry
+                log.exception("log start offset checkpoint failed %s", kv(partition=p, dir=plog.parent_dir))
+        for listener in list(self.rm.log_start_offset_listeners):
+            try:
+                listener(p.topic, p.partition, lso)
+            except Exception:  # noqa: BLE001
+                log.exception("log start offset listener failed %s", kv(partition=p))
+
+    def on_follower_fetched(self, p) -> None:
+        """ReplicaManager hook: a follower processed a fetch response; act if its log start offset moved."""
+        lso = p.log.log_start_offset
+        prev = self._seen_log_start.get(p.tp)
+        if prev == lso:
+            return
+        self._seen_log_start[p.tp] = lso
+        if prev is None:
+            segs = p.log.log_segments()
+            if not segs or lso <= segs[0].base_offset:
+                return  # nothing below the log start offset on disk, nothing new to checkpoint
+        log.info("follower log start offset moved %s", kv(partition=p, log_start_offset=lso, previous=prev))
+        self._after_move(p)
+
+    def on_stop(self, topic: str, partition: int, deleted: bool) -> None:
+        self._seen_log_start.pop((topic, partition), None)
+
+
+def install(server) -> DeleteRecordsManager:
+    """Register API 21 on ``server.apis``, with the authorizer from the broker's config, SASL/PLAIN if the
+    listener asks for it (kafkatier/server/sasl.py), and the replica manager hooks."""
+    from kafkatier.server.acl import authorizer_from_config
+    from kafkatier.server.sasl import install_sasl
+
+    overrides = dict(server.config.overrides)
+    authorizer = authorizer_from_config(server.zk, overrides)
+    lm = server.log_manager
+    mgr = DeleteRecordsManager(server.broker_id, server.replica_manager, server.metadata_cache, authorizer,
+                               lm.checkpoint_log_start_offsets if lm is not None else None)
+    rm = server.replica_manager
+    rm.on_follower_fetched.append(mgr.on_follower_fetched)
+    rm.on_stop.append(mgr.on_stop)
+    server.apis.register(DELETE_RECORDS, VERSIONS, mgr.handle)
+    install_sasl(server)
+    server.authorizer = authorizer
+    server.delete_records = mgr
+    return mgr
