@@ -21,6 +21,7 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import wait_for
+from kafkatier.zk.embedded import pid_alive as _pid_alive
 
 log = get_logger("cluster")
 
@@ -34,19 +35,7 @@ def free_port() -> int:
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    return bool(pid) and _pid_alive(pid)
 
 
 def atomic_write_json(path: str, obj) -> None:

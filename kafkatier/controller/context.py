@@ -9,6 +9,8 @@ from collections import defaultdict
 
 import attrs
 
+from kafkatier.zk.codecs import ReplicaAssignment  # noqa: F401 - the controller's assignment type
+
 
 @attrs.frozen(order=True)
 class TopicPartition:
@@ -26,25 +28,6 @@ class PartitionAndReplica:
 
     def __str__(self) -> str:
         return f"{self.tp}-{self.replica}"
-
-
-@attrs.frozen
-class ReplicaAssignment:
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...] = ()
-    removing: tuple[int, ...] = ()
-
-    @property
-    def origin(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.adding)
-
-    @property
-    def target(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    @property
-    def is_being_reassigned(self) -> bool:
-        return bool(self.adding or self.removing)
 
 
 @attrs.frozen
