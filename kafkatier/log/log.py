@@ -439,11 +439,23 @@ class Log:
                         f"than the next offset {leo}. First batch offsets in append: [{info.first_offset}, ...], "
                         f"last offset in append: {info.last_offset}. Log start offset = {self._log_start_offset}",
                         info.first_offset, info.last_offset)
-            self._append(info, self._clock())
+            self._append_fetched(info, self._clock())
             for epoch, base in info.epoch_starts:
                 self.leader_epoch_cache.assign(epoch, base)
             self._maybe_flush_by_messages()
             return attrs.evolve(info, log_start_offset=self._log_start_offset)
+
+    def _append_fetched(self, info: AppendInfo, now_ms: int) -> None:
+        """Append fetched batches; when they do not all fit the active segment, one batch at a time, so the
+        follower rolls where the leader rolled (tiered storage copies whole segments: replicas must agree
+        on segment boundaries) and a fetch larger than ``segment.bytes`` is not refused."""
+        if info.num_batches == 1 or self._segments[-1].size + info.valid_bytes <= self._config.segment_bytes:
+            self._append(info, now_ms)
+            return
+        for pos, h in record_batch.iter_batches(info.records):
+            size = h.size_in_bytes
+            self._append(AppendInfo(h.base_offset, h.last_offset, h.max_timestamp, h.last_offset, 1,
+                                    h.records_count, size, info.records[pos:pos + size]), now_ms)
 
     def _append(self, info: AppendInfo, now_ms: int) -> None:
         cfg = self._config
@@ -623,6 +635,23 @@ class Log:
                 self._recovery_point = new_log_start_offset
             self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
             return True
+
+    def update_log_start_offset_from_remote_tier(self, remote_log_start_offset: int) -> None:
+        """Tiered logs only: set the log start offset to the start of the remote tier (a new leader's copy
+        task, Kafka's ``updateLogStartOffsetFromRemoteTier``); no high watermark check."""
+        with self._lock:
+            if not self.remote_log_enabled:
+                log.warning(kv(event="remote_log_start_offset_ignored", partition=self.name,
+                               offset=remote_log_start_offset, reason="remote storage is not enabled"))
+                return
+            log.info(kv(event="log_start_offset_from_remote_tier", partition=self.name,
+                        log_start_offset=remote_log_start_offset, previous=self._log_start_offset))
+            self._log_start_offset = remote_log_start_offset
+            self._local_log_start_offset = max(self._local_log_start_offset, remote_log_start_offset)
+            self._recovery_point = max(self._recovery_point, min(remote_log_start_offset, self._next_offset))
+            if self._high_watermark < remote_log_start_offset:
+                self.update_high_watermark(remote_log_start_offset)
+            self.leader_epoch_cache.truncate_from_start(remote_log_start_offset)
 
     def maybe_increment_log_start_offset_as_follower(self, leader_log_start_offset: int) -> bool:
         """Follow the leader's log start offset (from a fetch response), never past this log's end.

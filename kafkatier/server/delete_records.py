@@ -10,7 +10,8 @@ answers ``LowWatermark=-1``.
 
 Waiting (§5): partitions without error whose low watermark is below the requested offset wait in the replica
 manager's ``DeleteRecords`` purgatory under the key ``("delete_records", (topic, partition))``; follower
-fetches, high-watermark changes and LeaderAndIsr / StopReplica re-check it (see ReplicaManager).  Losing
+fetches, high-watermark changes and LeaderAndIsr / StopReplica re-check it (see ReplicaManager), and so does
+UpdateMetadata (project: a follower whose broker died no longer counts, and it sends no fetch).  Losing
 leadership completes a partition with NOT_LEADER_OR_FOLLOWER (seed behaviour), a partition that is gone with
 UNKNOWN_TOPIC_OR_PARTITION; expiry answers REQUEST_TIMED_OUT with the low watermark computed at request time.
 
@@ -129,8 +130,11 @@ class DeleteRecordsManager:
         order: list[TopicPartition] = []
         offsets: dict[TopicPartition, int] = {}
         early: dict[TopicPartition, PartitionStatus] = {}
+        authorized: dict[str, bool] = {}
         for t in request.topics:
-            allowed = self._authorized(principal, host, t.name)
+            if t.name not in authorized:
+                authorized[t.name] = self._authorized(principal, host, t.name)
+            allowed = authorized[t.name]
             for pt in t.partitions:
                 tp = (t.name, pt.partition_index)
                 if tp not in offsets and tp not in early:
@@ -261,6 +265,16 @@ class DeleteRecordsManager:
         log.info("follower log start offset moved %s", kv(partition=p, log_start_offset=lso, previous=prev))
         self._after_move(p)
 
+    def on_metadata_update(self) -> None:
+        """A broker may have died (or come back): re-check pending requests, whose low watermarks only count
+        replicas on live brokers (a dead follower sends no fetch that would trigger the check)."""
+        purgatory = self.rm.delete_records_purgatory
+        if not purgatory.watched():
+            return
+        for tp, p in list(self.rm.partitions.items()):
+            if p.is_leader:
+                purgatory.check_and_complete(("delete_records", tp))
+
     def on_stop(self, topic: str, partition: int, deleted: bool) -> None:
         self._seen_log_start.pop((topic, partition), None)
 
@@ -279,6 +293,9 @@ def install(server) -> DeleteRecordsManager:
     rm = server.replica_manager
     rm.on_follower_fetched.append(mgr.on_follower_fetched)
     rm.on_stop.append(mgr.on_stop)
+    listeners = getattr(server, "metadata_listeners", None)
+    if listeners is not None:
+        listeners.append(mgr.on_metadata_update)
     server.apis.register(DELETE_RECORDS, VERSIONS, mgr.handle)
     install_sasl(server)
     server.authorizer = authorizer

@@ -44,8 +44,10 @@ class KafkaServer:
         self.apis = None
         self.admin_zk = None
         self.dynamic_config = None
+        self.remote_log_manager = None
         self._topic_configs: dict[str, dict] = {}
         self.topic_config_listeners: list = []
+        self.metadata_listeners: list = []  # called with no arguments after each UpdateMetadata
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -59,11 +61,17 @@ class KafkaServer:
         ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
         self.cluster_id = self._get_or_create_cluster_id()
         self._start_dynamic_config()  # before any topic config is read, so no change is missed
+        from kafkatier.log.remote import broker_integration as tiered_storage
+        remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
         self._start_log_manager()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self._topic_config, zk=self.zk, metadata_cache=self.metadata_cache,
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms)
+        self.remote_log_manager = tiered_storage.attach(self, remote_log_config)  # None unless the flag is on
+        if self.remote_log_manager is not None:
+            self.replica_manager.fetcher_manager.on_offset_moved_to_tiered_storage = \
+                self.remote_log_manager.on_offset_moved_to_tiered_storage
         self._start_admin()
         from kafkatier.server.producer_id_manager import ProducerIdManager
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
@@ -95,8 +103,11 @@ class KafkaServer:
         c = self.config
         broker_config = {"remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                          "min.insync.replicas": str(c.min_insync_replicas), **c.overrides}
-        return AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
-                             default_replication_factor=c.default_replication_factor)
+        admin = AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
+                              default_replication_factor=c.default_replication_factor)
+        from kafkatier.admin import tiered_config
+        tiered_config.install(admin)  # tiered-storage config rules and the tieredstorage znodes
+        return admin
 
     def _start_log_manager(self) -> None:
         try:
@@ -106,6 +117,8 @@ class KafkaServer:
         self.log_manager = LogManager(list(self.config.log_dirs), broker_id=self.broker_id,
                                       cluster_id=self.cluster_id, topic_configs=self._topic_config,
                                       retention_check_interval_ms=self.config.log_retention_check_interval_ms,
+                                      initial_task_delay_ms=int(self.config.overrides.get(
+                                          "log.initial.task.delay.ms", 30000)),
                                       remote_log_system_enabled=self.config.remote_log_storage_system_enable)
         self.log_manager.startup()
 
@@ -233,6 +246,11 @@ class KafkaServer:
 
     def handle_update_metadata(self, body: dict) -> dict:
         self.metadata_cache.update(body)
+        for hook in self.metadata_listeners:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("metadata listener failed")
         return {"error_code": 0}
 
     # --- shutdown -------------------------------------------------------------------------------------------
@@ -245,6 +263,7 @@ class KafkaServer:
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
+                     lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
                      lambda: self.log_manager and self.log_manager.shutdown(self._high_watermarks())):
             try:

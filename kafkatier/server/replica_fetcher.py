@@ -44,6 +44,7 @@ class ReplicaFetcherThread(threading.Thread):
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.on_fetched = on_fetched
+        self.on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -147,6 +148,13 @@ class ReplicaFetcherThread(threading.Thread):
                 self.on_fetched(part)
         elif err == Errors.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(topic, pd, part)
+        elif err == Errors.OFFSET_MOVED_TO_TIERED_STORAGE:
+            # Behind the leader's local log start offset: rebuild from the remote tier (tiered topics only).
+            if self.on_offset_moved_to_tiered_storage is None or not self.on_offset_moved_to_tiered_storage(part):
+                self.stopped.wait(0.2)
+            with self.lock:
+                if key in self.partitions:
+                    self.partitions[key].fetch_offset = part.log.log_end_offset
         elif err in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
                      Errors.UNKNOWN_TOPIC_OR_PARTITION):
             # Wait for the controller's LeaderAndIsr; keep fetching at a slow pace.
@@ -193,6 +201,7 @@ class ReplicaFetcherManager:
         self.on_fetched = on_fetched
         self.max_wait_ms = max_wait_ms
         self.threads: dict[int, ReplicaFetcherThread] = {}
+        self.on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None
         self.assignment: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
 
@@ -204,6 +213,7 @@ class ReplicaFetcherManager:
                 t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
                                          self.partition_lookup, max_wait_ms=self.max_wait_ms,
                                          on_fetched=self.on_fetched)
+                t.on_offset_moved_to_tiered_storage = self.on_offset_moved_to_tiered_storage
                 self.threads[leader_id] = t
                 t.start()
             t.add_partition(topic, partition, fetch_offset, leader_epoch)

@@ -54,6 +54,10 @@ class ReplicaManager:
         self.log_start_offset_listeners: list[Callable[[str, int, int], None]] = []
         # KIP-950: StopReplica entries with DisableRemotePartition=true; returns an Errors value.
         self.disable_remote_partition: Callable[[str, int], Errors] | None = None
+        # Tiered storage (KIP-405): a leader read below the local log start offset; returns a read_partition
+        # result, or None to read locally.  ListOffsets by timestamp over the remote tier first.
+        self.remote_read: Callable[[Partition, int, dict, int], dict | None] | None = None
+        self.remote_offset_for_timestamp: Callable[[Partition, int], tuple[int, int] | None] | None = None
         self._stopped = threading.Event()
         self._isr_thread = threading.Thread(target=self._isr_expiration, name="isr-expiration", daemon=True)
         self._isr_thread.start()
@@ -303,6 +307,10 @@ class ReplicaManager:
             p = self.get_partition_or_error(*tp, leader_only=True)
             p.check_leader_epoch(fp.get("current_leader_epoch", -1))
             plog = p.log
+            if self.remote_read is not None:
+                remote = self.remote_read(p, replica_id, fp, max_bytes)
+                if remote is not None:
+                    return remote
             max_offset = None if replica_id >= 0 else plog.high_watermark
             info = plog.read(fp["fetch_offset"], max_bytes, max_offset=max_offset, min_one_message=True)
             return {"error": Errors.NONE, "high_watermark": plog.high_watermark,
@@ -334,6 +342,10 @@ class ReplicaManager:
         plog = p.log
         if timestamp == -1:
             return (plog.high_watermark if replica_id < 0 else plog.log_end_offset), -1
+        if timestamp >= 0 and self.remote_offset_for_timestamp is not None:
+            remote = self.remote_offset_for_timestamp(p, timestamp)
+            if remote is not None:
+                return remote
         found = plog.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return -1, -1
@@ -391,7 +403,10 @@ class DelayedProduce(DelayedOperation):
         return self.force_complete()
 
     def on_complete(self) -> None:
-        self.respond({tp: tuple(r[:4]) for tp, r in self.results.items()})
+        # A completed operation stays in the purgatory's timer heap until its deadline (the request timeout):
+        # drop the callback, which reaches the request and its records through the response future.
+        respond, self.respond = self.respond, None
+        respond({tp: tuple(r[:4]) for tp, r in self.results.items()})
 
 
 class DelayedFetch(DelayedOperation):
@@ -426,7 +441,9 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         res = self._last if self._last is not None else self._read_all()
-        self.respond(res)
+        # As DelayedProduce: keep neither the records read nor the response future once answered.
+        respond, self.respond, self._last = self.respond, None, None
+        respond(res)
 
     def force_complete_on_expiry(self) -> bool:
         self._last = None

@@ -763,7 +763,14 @@ DECODERS: dict[str, Callable[..., Any]] = {
     "tiered_state": _plain(TieredState),
     "control_request": _plain(ControlRequest),
     "control_response": _plain(ControlResponse),
+    "remote_log_segment_metadata": lambda data, path=None, stat=None: _remote_segment_decoder()(data, path, stat),
 }
+
+
+def _remote_segment_decoder():
+    # The remote log metadata manager owns this payload; imported lazily (it imports this module).
+    from kafkatier.log.remote.remote_log_metadata_manager import decode_segment_znode
+    return decode_segment_znode
 
 
 def decode_path(path: str, data: bytes | None, stat: Any = None) -> Any:

@@ -6,19 +6,24 @@ Leader failover under acks=all (acceptance scenario A6), NOT_ENOUGH_REPLICAS onc
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import time
 import uuid
 
+import confluent_kafka
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import NotEnoughReplicasError
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+log = logging.getLogger(__name__)
 
 KCAT = "/usr/bin/kcat"
 CONVERGE_S = 30.0        # bound on every wait for leaders / ISR to settle
@@ -36,9 +41,29 @@ def partition_state(zk, topic: str, partition: int) -> tuple[dict, object]:
     return json.loads(data), stat
 
 
+def wait_metadata_complete(cluster) -> None:
+    """Until every broker's Metadata answer lists all brokers and the controller.  A cluster counts as up once
+    the brokers are registered, a little before the controller's UpdateMetadata reaches them all; a client that
+    bootstraps in between can be told of a controller it has no address for."""
+    ids = set(cluster.broker_ids())
+
+    def complete() -> bool:
+        for b in ids:
+            client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
+            try:
+                resp = client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
+            finally:
+                client.close()
+            if {x.node_id for x in resp.brokers} != ids or resp.controller_id not in ids:
+                return False
+        return True
+    wait_for(complete, CONVERGE_S, interval=0.1, ignore=(Exception,), message="every broker to know the cluster")
+
+
 def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None,
                  full_isr: bool = True) -> None:
     """Create through the CreateTopics API and wait until every partition has a leader (and a full ISR)."""
+    wait_metadata_complete(cluster)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
     try:
         admin.create_topics([NewTopic(topic, partitions, rf, topic_configs=configs or {})], timeout_ms=30000)
@@ -80,22 +105,32 @@ def consume_all(cluster, topic: str, partitions: int, timeout: float = 60.0) -> 
         consumer.close()
 
 
-def check_acknowledged(acked: dict[int, list[tuple[int, int]]], consumed: dict[int, list]) -> dict[int, int]:
-    """Every acknowledged (offset, seq) is in the log at its offset, acknowledged records appear in send order,
-    and no acknowledged record appears twice.  Returns the number of unacknowledged records found per partition."""
-    extra = {}
+def check_acknowledged(acked: dict[int, list[tuple[int, int]]], consumed: dict[int, list]) -> int:
+    """At least once, in order, for acknowledged records: each one is in the log at the offset it was
+    acknowledged with, and acknowledged records first appear in send order.  Returns how many records were in
+    the log more than once (a retried batch the broker had already appended: no broker-side de-duplication)."""
+    duplicates = 0
     for p, acks in acked.items():
-        by_offset = {r.offset: int(r.value) for r in consumed[p]}
         offsets = [r.offset for r in consumed[p]]
         assert offsets == sorted(set(offsets)), f"partition {p}: offsets not strictly increasing"
-        for off, seq in acks:
-            assert by_offset.get(off) == seq, f"partition {p}: acknowledged seq {seq} at offset {off} " \
-                                              f"missing (found {by_offset.get(off)})"
+        by_offset = {r.offset: int(r.value) for r in consumed[p]}
+        lost = [(off, seq) for off, seq in acks if by_offset.get(off) != seq]
+        assert not lost, f"partition {p}: acknowledged (offset, seq) not in the log: {lost[:5]}"
         acked_seqs = {seq for _, seq in acks}
-        seen = [int(r.value) for r in consumed[p] if int(r.value) in acked_seqs]
-        assert seen == sorted(acked_seqs), f"partition {p}: acknowledged records duplicated or out of order"
-        extra[p] = len(consumed[p]) - len(seen)
-    return extra
+        seen: set[int] = set()
+        first_seen = []
+        for r in consumed[p]:
+            seq = int(r.value)
+            if seq in seen:
+                duplicates += 1
+                continue
+            seen.add(seq)
+            if seq in acked_seqs:
+                first_seen.append(seq)
+        assert first_seen == sorted(acked_seqs), f"partition {p}: acknowledged records out of send order"
+        in_offset_order = [seq for _, seq in sorted(acks)]
+        assert in_offset_order == sorted(in_offset_order), f"partition {p}: acknowledged offsets out of send order"
+    return duplicates
 
 
 def wait_new_leader(cluster, topic: str, partition: int, before: dict, before_version: int) -> dict:
@@ -115,10 +150,11 @@ N_RECORDS = 1500
 WINDOW = 100            # at most this many sends outstanding: keeps the stream going across the failover
 
 
-def _kill_leader_midway(cluster, topic: str) -> tuple[dict, int, int]:
+def _kill_leader_midway(cluster, topic: str) -> tuple[dict, int]:
+    """SIGKILL the leader of partition 0; returns its state znode (and version) from before."""
     before, stat = partition_state(cluster.zk, topic, 0)
     cluster.manager.kill_broker(before["leader"])
-    return before, stat.version, before["leader"]
+    return before, stat.version
 
 
 def test_kafka_python_acks_all_survives_leader_kill(cluster_factory):
@@ -144,7 +180,7 @@ def test_kafka_python_acks_all_survives_leader_kill(cluster_factory):
     finally:
         producer.close(timeout=10)
 
-    before, version, dead = killed
+    before, version = killed
     wait_new_leader(cluster, topic, 0, before, version)
     acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(3)}
     failed = []
@@ -156,14 +192,13 @@ def test_kafka_python_acks_all_survives_leader_kill(cluster_factory):
             failed.append((seq, f.exception))
     assert sum(map(len, acked.values())) >= N_RECORDS * 0.9, f"too many failed sends: {failed[:5]}"
     consumed = consume_all(cluster, topic, 3)
-    unacked_found = check_acknowledged(acked, consumed)
-    print("DEBUG kp", {p: len(a) for p, a in acked.items()}, "failed", len(failed), "unacked_found", unacked_found,
-          {p: len(c) for p, c in consumed.items()})
+    duplicates = check_acknowledged(acked, consumed)
+    log.info("kafka-python failover: %d acknowledged, %d failed, %d duplicated records in the log",
+             N_RECORDS - len(failed), len(failed), duplicates)
     assert all(int(r.value) in range(N_RECORDS) for recs in consumed.values() for r in recs)
 
 
 def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     cluster = cluster_factory(brokers=3, log_dirs=1)
     topic = unique_topic("fo-ck")
     create_topic(cluster, topic, 3, 3, {"min.insync.replicas": "2"})
@@ -179,18 +214,22 @@ def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
             results[seq] = err if err is not None else (msg.partition(), msg.offset())
         return cb
 
+    def reported(seq: int) -> bool:
+        producer.poll(0.05)
+        return seq in results
+
     killed = None
     for seq in range(N_RECORDS):
         if seq >= WINDOW:
-            wait_for(lambda: producer.poll(0.05) is not None and (seq - WINDOW) in results, FAILOVER_S,
-                     interval=0, message=f"delivery report for record {seq - WINDOW}")
+            wait_for(lambda: reported(seq - WINDOW), FAILOVER_S, interval=0,
+                     message=f"delivery report for record {seq - WINDOW}")
         if seq == N_RECORDS // 2:
             killed = _kill_leader_midway(cluster, topic)
         producer.produce(topic, key=f"key-{seq}".encode(), value=str(seq).encode(), on_delivery=delivered(seq))
         producer.poll(0)
     assert producer.flush(FAILOVER_S) == 0
 
-    before, version, dead = killed
+    before, version = killed
     wait_new_leader(cluster, topic, 0, before, version)
     acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(3)}
     failed = []
@@ -225,9 +264,9 @@ def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
         wait_for(done, 60, interval=0, message=f"confluent consumer to reach the end of {topic}")
     finally:
         consumer.close()
-    unacked_found = check_acknowledged(acked, consumed)
-    print("DEBUG ck", {p: len(a) for p, a in acked.items()}, "failed", len(failed), "unacked_found", unacked_found,
-          {p: len(c) for p, c in consumed.items()})
+    duplicates = check_acknowledged(acked, consumed)
+    log.info("confluent-kafka failover: %d acknowledged, %d failed, %d duplicated records in the log",
+             N_RECORDS - len(failed), len(failed), duplicates)
 
 
 class _Rec:
@@ -243,7 +282,6 @@ def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory
     cluster = cluster_factory(brokers=3, log_dirs=1)
     topic = unique_topic("min-isr")
     create_topic(cluster, topic, 1, 3, {"min.insync.replicas": "2"})
-    tp = TopicPartition(topic, 0)
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", retries=0,
                              enable_idempotence=False, max_in_flight_requests_per_connection=1,
                              request_timeout_ms=15000, metadata_max_age_ms=1000)
@@ -273,7 +311,6 @@ def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory
         producer.close(timeout=10)
     consumed = consume_all(cluster, topic, 1)
     assert [r.value for r in consumed[0]] == [f"ok-{i}".encode() for i in range(5)] + [b"ok-again"]
-    assert tp.partition == 0
 
 
 # ------------------------------------------------------------------------------------------------------ kcat

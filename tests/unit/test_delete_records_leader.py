@@ -19,6 +19,7 @@ from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
 from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.waiting import wait_for
 
 T = DeleteRecordsRequest.DeleteRecordsTopic
 P = T.DeleteRecordsPartition
@@ -248,7 +249,7 @@ def test_expiry_answers_request_timed_out_with_the_request_time_low_watermark(h)
     h.follower_fetch(3, 5)  # one follower follows, the other does not
     assert result(fut) == {("t", 0): (Errors.REQUEST_TIMED_OUT, 0)}
     assert time.monotonic() - t0 >= 0.25
-    assert h.rm.delete_records_purgatory.metrics["expired"] >= 1
+    wait_for(lambda: h.rm.delete_records_purgatory.metrics["expired"] >= 1, 5, message="the expiry count")
 
 
 def test_timeout_zero_checks_once_then_expires(h):
@@ -261,6 +262,15 @@ def test_replicas_of_dead_brokers_are_ignored(h):
     h.set_alive((1, 2))
     fut = h.delete([(("t", 0), 4)])
     h.follower_fetch(2, 4)
+    assert result(fut) == {("t", 0): (0, 4)}
+
+
+def test_a_follower_dying_while_pending_is_noticed_on_update_metadata(h):
+    fut = h.delete([(("t", 0), 4)])
+    h.follower_fetch(2, 4)
+    assert not fut.done()  # broker 3 is alive and has not followed
+    h.set_alive((1, 2))    # the controller's UpdateMetadata after broker 3 died
+    h.mgr.on_metadata_update()
     assert result(fut) == {("t", 0): (0, 4)}
 
 

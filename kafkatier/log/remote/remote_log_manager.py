@@ -1,0 +1,721 @@
+"""RemoteLogManager: copies a leader's rolled segments to remote storage, expires remote data, keeps followers'
+view of the remote tier, and serves reads below the local log start offset (tiered_storage.md §5–§9).
+
+Pools (KIP-950 split): ``kafka-rlm-copy-thread-pool-*`` (copier size), ``kafka-rlm-expiration-thread-pool-*``
+(expiration size) and ``kafka-rlm-follower-thread-pool-*`` (``remote.log.manager.thread.pool.size``).  Every
+task runs with a fixed delay of ``remote.log.manager.task.interval.ms``, first run at once.  Per partition there
+is at most one copy, one expiration and one follower task.
+
+Copy task (leader).  First run: the log start offset is taken from the remote tier (never lowered, see below)
+and the highest copied offset from the metadata; each run then copies, oldest first, every local segment whose
+next segment starts at or below the last stable offset (the high watermark here: no transactions) — never the
+active segment.  Per segment: COPY_SEGMENT_STARTED, upload of the segment and its indexes, then
+COPY_SEGMENT_FINISHED in one ZooKeeper multi with checks on the partition state znode (this broker still
+leads at the task's leader epoch) and on the topic's ``tiered_epoch`` (unchanged since the task read it).  A
+failed or fenced copy deletes what it uploaded; its metadata stays COPY_SEGMENT_STARTED ("dangling") and the
+expiration task deletes it.  A new leader resumes after the highest COPY_SEGMENT_FINISHED offset, so a failover
+mid-copy neither loses nor duplicates a segment.
+
+Expiration task (leader).  Deletes, oldest first: dangling copies (COPY_SEGMENT_STARTED not being copied by this
+broker), DELETE_SEGMENT_STARTED leftovers, segments below the log start offset, then segments breaching
+``retention.ms`` (``maxTimestamp <= now - retention.ms``) or ``retention.bytes`` (over remote + not yet uploaded
+local bytes).  The log start offset is advanced *before* deleting.  Each deletion is DELETE_SEGMENT_STARTED ->
+storage delete -> DELETE_SEGMENT_FINISHED; a storage failure ends the run (the next one retries).
+
+Follower task.  Records the highest remote offset in the local log (local retention deletes only uploaded
+segments), and rebuilds the replica when it fell below the leader's local log start offset (the leader answers
+its fetches with OFFSET_MOVED_TO_TIERED_STORAGE): ListOffsets EARLIEST_LOCAL (-4) and EARLIEST (-2) to the
+leader, the leader epochs up to there from the remote segment's leader-epoch checkpoint, then the log is
+truncated fully and restarted at the leader's local log start offset with the leader's log start offset
+(simplified version of Kafka's ``buildRemoteLogAuxState``: no producer state is rebuilt).
+
+Simplifications (documented): segments are walked by start offset rather than per leader epoch of the lineage;
+no copy/fetch quotas; remote reads run on the request thread (no remote-fetch purgatory).
+
+Tiered epoch: every copy is stamped with the topic's tiered epoch read when the copy task starts.  Segments of
+an older tiered epoch below the log start offset are garbage (never served, sized or used for offsets) and are
+deleted as log-start-offset breaches; the disablement work builds its fencing on this.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import attrs
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from kafkatier.log.checkpoints import CURRENT_VERSION
+from kafkatier.log.leader_epoch_cache import EpochEntry
+from kafkatier.log.record_batch import HEADER, HEADER_SIZE
+from kafkatier.log.remote import remote_log_reader
+from kafkatier.log.remote.config import RemoteLogManagerConfig
+from kafkatier.log.remote.remote_log_metadata_manager import (SIZED_STATES, RemoteLogMetadataFencedError,
+                                                              RemoteLogMetadataManager)
+from kafkatier.log.remote.remote_log_segment_metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    new_segment_metadata,
+)
+from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentData, RemoteStorageError,
+                                                         RemoteStorageManager)
+from kafkatier.log.remote.scheduled_pool import ScheduledTask, ScheduledThreadPool
+from kafkatier.log.segment import TimestampAndOffset
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import Errors, KafkaError, OffsetOutOfRangeError
+
+log = get_logger("remote.rlm")
+
+S = RemoteLogSegmentState
+SEGMENT_DELETION = "SegmentDeletion"
+
+
+class RemoteLogTaskFencedError(RemoteStorageError):
+    """This broker may no longer act for the partition: not the leader at the task's epoch, or the topic's
+    tiered epoch moved on."""
+
+
+class PartitionLike(Protocol):
+    """What the manager needs of a hosted partition (``kafkatier.server.partition.Partition``)."""
+
+    topic: str
+    partition: int
+    topic_id: str | None
+    leader_id: int
+    leader_epoch: int
+    log: Any
+
+    @property
+    def is_leader(self) -> bool: ...
+
+
+@attrs.frozen
+class StopPartition:
+    """Kafka's ``StopPartition``: what to do with one partition's remote state when it stops here."""
+
+    topic: str
+    partition: int
+    delete_local_log: bool = False
+    delete_remote_log: bool = False
+    stop_remote_log_metadata_manager: bool = False
+
+
+# (partition, leader epoch, tiered epoch or None) -> fence ops for the metadata manager; raises
+# RemoteLogTaskFencedError when the broker already knows it is fenced.
+FenceProvider = Callable[[PartitionLike, int, "int | None"], list]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _tip(p: PartitionLike) -> TopicIdPartition | None:
+    return TopicIdPartition(p.topic_id, p.topic, p.partition) if p.topic_id else None
+
+
+def is_tiered(p: PartitionLike) -> bool:
+    """The partition's log is tiered (system flag on, topic tiered, not compacted, not internal)."""
+    plog = p.log
+    return bool(getattr(plog, "remote_log_enabled", False)) and not plog.closed and bool(p.topic_id)
+
+
+def leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
+    """``leader-epoch-checkpoint`` text (version, count, ``<epoch> <startOffset>`` lines)."""
+    entries = list(entries)
+    lines = [str(CURRENT_VERSION), str(len(entries))] + [f"{e.epoch} {e.start_offset}" for e in entries]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def parse_leader_epoch_checkpoint(data: bytes) -> list[EpochEntry]:
+    """Inverse of :func:`leader_epoch_checkpoint`; malformed lines are skipped with a warning."""
+    out = []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    for line in lines[2:]:
+        parts = line.split()
+        try:
+            out.append(EpochEntry(int(parts[0]), int(parts[1])))
+        except (IndexError, ValueError):
+            log.warning(kv(event="malformed_leader_epoch_line_skipped", line=line[:80]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- tasks
+
+class _Task:
+    kind = "task"
+
+    def __init__(self, rlm: RemoteLogManager, p: PartitionLike, tip: TopicIdPartition):
+        self.rlm = rlm
+        self.partition = p
+        self.tip = tip
+        self.leader_epoch = p.leader_epoch
+        self._cancelled = threading.Event()
+        self.handle: ScheduledTask | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if self.handle is not None:
+            self.handle.cancel()
+
+    def run(self) -> None:
+        if self.cancelled or self.partition.log.closed:
+            return
+        self.execute()
+
+    def execute(self) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.tip}, leader_epoch={self.leader_epoch})"
+
+
+class CopyTask(_Task):
+    """Leader: copy rolled segments up to the last stable offset (see the module docstring)."""
+
+    kind = "copy"
+
+    def __init__(self, rlm: RemoteLogManager, p: PartitionLike, tip: TopicIdPartition):
+        super().__init__(rlm, p, tip)
+        self.tiered_epoch: int | None = None
+        self.copied_offset = -1
+        self.initialized = False
+
+    def execute(self) -> None:
+        p = self.partition
+        if not p.is_leader or p.leader_epoch != self.leader_epoch:
+            return
+        plog = p.log
+        if not self.initialized:
+            self.tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
+            self.rlm.update_log_start_offset_from_remote(p, self.tip, self.tiered_epoch)
+            self.copied_offset = self.rlm.highest_remote_offset(p, self.tip, self.tiered_epoch)
+            plog.highest_offset_in_remote_storage = self.copied_offset
+            self.initialized = True
+            log.info(kv(event="copy_task_initialized", partition=self.tip, leader_epoch=self.leader_epoch,
+                        tiered_epoch=self.tiered_epoch, highest_remote_offset=self.copied_offset,
+                        log_start_offset=plog.log_start_offset))
+        lso = plog.high_watermark
+        from_offset = max(self.copied_offset + 1, plog.log_start_offset)
+        if lso <= 0 or from_offset >= lso:
+            return
+        for seg, next_base in self.candidates(from_offset, lso):
+            if self.cancelled or not p.is_leader:
+                return
+            self.copy_segment(seg, next_base)
+
+    def candidates(self, from_offset: int, lso: int) -> list[tuple[Any, int]]:
+        """(segment, next segment's base offset) for every rolled segment holding offsets >= ``from_offset``
+        whose successor starts at or below ``lso``."""
+        segs = self.partition.log.log_segments()
+        out = []
+        for seg, nxt in zip(segs, segs[1:]):
+            if nxt.base_offset > lso:
+                break
+            if nxt.base_offset > from_offset and nxt.base_offset > seg.base_offset:
+                out.append((seg, nxt.base_offset))
+        return out
+
+    def copy_segment(self, seg: Any, next_base: int) -> None:
+        rlm, p, plog = self.rlm, self.partition, self.partition.log
+        start, end = seg.base_offset, next_base - 1
+        size = os.path.getsize(seg.log_path)
+        epochs = self.segment_leader_epochs(seg, start, end)
+        max_ts = seg.max_timestamp_so_far if seg.max_timestamp_so_far >= 0 else seg.largest_timestamp
+        md = new_segment_metadata(RemoteLogSegmentId.generate(self.tip), start, end, max_ts, rlm.broker_id, size,
+                                  epochs, self.tiered_epoch or 0, rlm.clock())
+        entries = [e for e in plog.leader_epoch_cache.epoch_entries() if e.start_offset <= end]
+        txn = os.path.join(plog.dir, f"{start:020d}.txnindex")
+        snapshot = os.path.join(plog.dir, f"{next_base:020d}.snapshot")
+        data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path,
+                              txn if os.path.exists(txn) else None,
+                              snapshot if os.path.exists(snapshot) else None, leader_epoch_checkpoint(entries))
+        sid = md.remote_log_segment_id
+        rlm.segment_ids_being_copied.add(sid.id)
+        try:
+            log.info(kv(event="copying_segment", partition=self.tip, segment=sid.id, start_offset=start,
+                        end_offset=end, size=size, tiered_epoch=md.tiered_epoch))
+            rlm.rlmm.add_remote_log_segment_metadata(md, rlm.fence(p, self.leader_epoch, None))
+            custom = rlm.rsm.copy_log_segment_data(md, data)
+            try:
+                if custom is not None and len(custom) > rlm.config.custom_metadata_max_bytes:
+                    self.cancel()
+                    raise RemoteStorageError(f"Custom metadata size {len(custom)} exceeds configured limit "
+                                             f"{rlm.config.custom_metadata_max_bytes}; copy task cancelled")
+                if self.cancelled:
+                    raise RemoteLogTaskFencedError(f"copy task of {self.tip} was cancelled")
+                upd = RemoteLogSegmentMetadataUpdate(sid, rlm.clock(), S.COPY_SEGMENT_FINISHED, rlm.broker_id, custom)
+                done = rlm.publish(upd, lambda: rlm.fence(p, self.leader_epoch, self.tiered_epoch),
+                                   S.COPY_SEGMENT_STARTED)
+                if done is None:
+                    raise RemoteLogTaskFencedError(f"segment {sid.id} can no longer become COPY_SEGMENT_FINISHED")
+            except BaseException:
+                rlm.discard_uploaded(md)
+                raise
+        finally:
+            rlm.segment_ids_being_copied.discard(sid.id)
+        self.copied_offset = end
+        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, end)
+        log.info(kv(event="copied_segment", partition=self.tip, segment=sid.id, start_offset=start,
+                    end_offset=end, tiered_epoch=md.tiered_epoch))
+
+    def segment_leader_epochs(self, seg: Any, start: int, end: int) -> dict[int, int]:
+        """Epoch -> first offset of the epochs in ``[start, end]`` (the first clamped to ``start``)."""
+        out: dict[int, int] = {}
+        for e in self.partition.log.leader_epoch_cache.epoch_entries():
+            if e.start_offset <= start:
+                out = {e.epoch: start}
+            elif e.start_offset <= end:
+                out[e.epoch] = e.start_offset
+        if not out:  # an empty cache: take the epoch of the segment's first batch
+            with open(seg.log_path, "rb") as f:
+                head = f.read(HEADER_SIZE)
+            epoch = HEADER.unpack_from(head, 0)[2] if len(head) == HEADER_SIZE else self.leader_epoch
+            out = {max(epoch, 0): start}
+        return out
+
+
+class ExpirationTask(_Task):
+    """Leader: remote retention (see the module docstring)."""
+
+    kind = "expiration"
+
+    def execute(self) -> None:
+        p = self.partition
+        if not p.is_leader:
+            return
+        self.rlm.expire(p, self.tip, self)
+
+
+class FollowerTask(_Task):
+    """Follower: track the highest remote offset; rebuild when below the leader's local log start."""
+
+    kind = "follower"
+
+    def execute(self) -> None:
+        p = self.partition
+        if p.is_leader:
+            return
+        tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
+        highest = self.rlm.highest_remote_offset(p, self.tip, tiered_epoch)
+        p.log.highest_offset_in_remote_storage = highest
+        if p.leader_id >= 0 and 0 <= p.log.log_end_offset <= highest:
+            self.rlm.maybe_rebuild_follower(p, self.tip)
+
+
+@attrs.define
+class _PartitionTasks:
+    tip: TopicIdPartition
+    partition: PartitionLike
+    copy: CopyTask | None = None
+    expiration: ExpirationTask | None = None
+    follower: FollowerTask | None = None
+    was_leader: bool = False
+
+    def all(self) -> list[_Task]:
+        return [t for t in (self.copy, self.expiration, self.follower) if t is not None]
+
+
+# --------------------------------------------------------------------------------------------------- manager
+
+class RemoteLogManager:
+    """One per broker with ``remote.log.storage.system.enable=true``.
+
+    Collaborators are injected so that the manager does not depend on ZooKeeper directly: ``tiered_epoch_of``
+    (topic -> current tiered epoch), ``fence`` (see :data:`FenceProvider`), ``leader_offsets`` (partition ->
+    ``(leader local log start, leader log start)`` or None) and ``restart_fetcher`` (partition -> None).
+    """
+
+    def __init__(self, config: RemoteLogManagerConfig, broker_id: int, rsm: RemoteStorageManager,
+                 rlmm: RemoteLogMetadataManager, *, tiered_epoch_of: Callable[[str], int] | None = None,
+                 fence: FenceProvider | None = None,
+                 leader_offsets: Callable[[PartitionLike], tuple[int, int] | None] | None = None,
+                 restart_fetcher: Callable[[PartitionLike], None] | None = None,
+                 clock: Callable[[], int] = _now_ms):
+        self.config = config
+        self.broker_id = broker_id
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self._tiered_epoch_of = tiered_epoch_of or (lambda topic: 0)
+        self._fence = fence
+        self._leader_offsets = leader_offsets
+        self._restart_fetcher = restart_fetcher
+        self.clock = clock
+        self.copier_pool = ScheduledThreadPool("kafka-rlm-copy-thread-pool-", config.effective_copier_thread_pool_size)
+        self.expiration_pool = ScheduledThreadPool("kafka-rlm-expiration-thread-pool-",
+                                                   config.effective_expiration_thread_pool_size)
+        self.follower_pool = ScheduledThreadPool("kafka-rlm-follower-thread-pool-", config.thread_pool_size)
+        self.segment_ids_being_copied: set[str] = set()
+        self._partitions: dict[tuple[str, int], _PartitionTasks] = {}
+        self._lock = threading.RLock()
+        self._started = False
+        self._closed = False
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        for pool in (self.copier_pool, self.expiration_pool, self.follower_pool):
+            pool.start()
+        self._started = True
+        log.info(kv(event="remote_log_manager_started", broker=self.broker_id,
+                    copier_threads=self.copier_pool.size, expiration_threads=self.expiration_pool.size,
+                    follower_threads=self.follower_pool.size, task_interval_ms=self.config.task_interval_ms))
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            for st in self._partitions.values():
+                for t in st.all():
+                    t.cancel()
+        try:
+            self.rsm.close()  # interrupts copies waiting in the storage manager
+        except Exception:  # noqa: BLE001
+            log.exception(kv(event="rsm_close_failed"))
+        for pool in (self.copier_pool, self.expiration_pool, self.follower_pool):
+            pool.shutdown(timeout_s=5.0)
+        try:
+            self.rlmm.close()
+        except Exception:  # noqa: BLE001
+            log.exception(kv(event="rlmm_close_failed"))
+        log.info(kv(event="remote_log_manager_shutdown", broker=self.broker_id))
+
+    # --- collaborators ----------------------------------------------------------------------------------------
+    def tiered_epoch_of(self, topic: str) -> int:
+        return self._tiered_epoch_of(topic)
+
+    def fence(self, p: PartitionLike, leader_epoch: int, tiered_epoch: int | None) -> list:
+        return self._fence(p, leader_epoch, tiered_epoch) if self._fence is not None else []
+
+    def publish(self, update: RemoteLogSegmentMetadataUpdate, fence: Callable[[], list],
+                expected_state: RemoteLogSegmentState | None = None) -> RemoteLogSegmentMetadata | None:
+        """Apply ``update`` under a fresh fence; a fence check that failed only because the partition state
+        znode moved (e.g. an ISR change) is retried while the broker still leads."""
+        retrying = Retrying(stop=stop_after_attempt(3), wait=wait_exponential(multiplier=0.05, max=0.5),
+                            retry=retry_if_exception_type(RemoteLogMetadataFencedError), reraise=True)
+        return retrying(lambda: self.rlmm.update_remote_log_segment_metadata(update, fence(), expected_state))
+
+    def discard_uploaded(self, md: RemoteLogSegmentMetadata) -> None:
+        """Remove what a copy uploaded (its metadata stays COPY_SEGMENT_STARTED unless it already finished)."""
+        try:
+            cur = self.rlmm.segment_metadata(md.remote_log_segment_id)
+            if cur is not None and cur.state == S.COPY_SEGMENT_FINISHED:
+                return  # the FINISHED write went through although its answer was lost: keep the data
+        except Exception:  # noqa: BLE001 - cannot tell: delete, the expiration task cleans the metadata
+            log.warning(kv(event="segment_state_unknown", segment=md.segment_id), exc_info=True)
+        try:
+            self.rsm.delete_log_segment_data(md)
+            log.info(kv(event="uploaded_data_discarded", partition=md.topic_id_partition, segment=md.segment_id))
+        except Exception:  # noqa: BLE001
+            log.exception(kv(event="discard_uploaded_failed", segment=md.segment_id))
+
+    # --- leadership ---------------------------------------------------------------------------------------
+    def on_leadership_change(self, leaders: Iterable[PartitionLike], followers: Iterable[PartitionLike]) -> None:
+        """Schedule tasks for the tiered partitions: leaders get a copy task (unless copy is disabled) and an
+        expiration task, followers a follower task; a replaced task is cancelled."""
+        if not self._started:
+            raise RemoteStorageError("RemoteLogManager is not configured when remote storage system is enabled")
+        interval = self.config.task_interval_ms / 1000.0
+        leaders, followers = [p for p in leaders if is_tiered(p)], [p for p in followers if is_tiered(p)]
+        self.rlmm.on_partition_leadership_changes([_tip(p) for p in leaders], [_tip(p) for p in followers])
+        with self._lock:
+            for p in leaders:
+                st = self._state(p)
+                self._cancel(st, "follower")
+                self._cancel(st, "copy")
+                self._cancel(st, "expiration")
+                st.was_leader = True
+                if not getattr(p.log.config, "remote_log_copy_disable", False):
+                    st.copy = CopyTask(self, p, st.tip)
+                    st.copy.handle = self.copier_pool.schedule_with_fixed_delay(
+                        f"copy-{st.tip}", st.copy.run, 0, interval)
+                st.expiration = ExpirationTask(self, p, st.tip)
+                st.expiration.handle = self.expiration_pool.schedule_with_fixed_delay(
+                    f"expiration-{st.tip}", st.expiration.run, 0, interval)
+                log.info(kv(event="leader_tasks_scheduled", partition=st.tip, leader_epoch=p.leader_epoch,
+                            copy=st.copy is not None))
+            for p in followers:
+                st = self._state(p)
+                self._cancel(st, "copy")
+                self._cancel(st, "expiration")
+                self._cancel(st, "follower")
+                st.was_leader = False
+                st.follower = FollowerTask(self, p, st.tip)
+                st.follower.handle = self.follower_pool.schedule_with_fixed_delay(
+                    f"follower-{st.tip}", st.follower.run, 0, interval)
+                log.info(kv(event="follower_task_scheduled", partition=st.tip, leader=p.leader_id))
+
+    def _state(self, p: PartitionLike) -> _PartitionTasks:
+        key = (p.topic, p.partition)
+        tip = _tip(p)
+        st = self._partitions.get(key)
+        if st is None or st.tip != tip:
+            if st is not None:
+                for t in st.all():
+                    t.cancel()
+            st = _PartitionTasks(tip, p)
+            self._partitions[key] = st
+        st.partition = p
+        return st
+
+    def _cancel(self, st: _PartitionTasks, kind: str) -> None:
+        task = getattr(st, kind)
+        if task is not None:
+            task.cancel()
+            setattr(st, kind, None)
+            log.info(f"Cancelling the {kind} RLM task for tpId: {st.tip}")
+
+    def tasks(self, topic: str, partition: int) -> dict[str, _Task]:
+        """The partition's scheduled tasks by kind (for tests and status)."""
+        with self._lock:
+            st = self._partitions.get((topic, partition))
+            return {t.kind: t for t in st.all()} if st else {}
+
+    # --- stopping -----------------------------------------------------------------------------------------
+    def stop_partitions(self, stops: Sequence[StopPartition]) -> None:
+        """Cancel the partitions' tasks; delete remote data where asked (errors are logged, as in Kafka)."""
+        for sp in stops:
+            with self._lock:
+                key = (sp.topic, sp.partition)
+                # A stop without deletion keeps what the partition was (leader or not): ZooKeeper topic deletion
+                # stops replicas first and deletes them in a second StopReplica.
+                st = self._partitions.pop(key, None) if sp.delete_local_log else self._partitions.get(key)
+                if st is not None:
+                    for kind in ("copy", "expiration", "follower"):
+                        self._cancel(st, kind)
+            tip = st.tip if st is not None else None
+            if sp.delete_remote_log:
+                tips = [tip] if tip is not None else [t for t in self.rlmm.list_partitions(sp.topic)
+                                                      if t.partition == sp.partition]
+                for t in tips:
+                    try:
+                        self.delete_remote_partition(t)
+                    except Exception:  # noqa: BLE001
+                        log.exception(kv(event="remote_partition_delete_failed", partition=t))
+            if sp.stop_remote_log_metadata_manager and tip is not None:
+                self.rlmm.on_stop_partitions([tip])
+
+    def on_replica_stopped(self, topic: str, partition: int, deleted: bool) -> None:
+        """ReplicaManager ``on_stop`` hook (ZooKeeper StopReplica): on topic deletion, the leader deletes the
+        partition's remote data (Kafka: ``deleteRemoteLog = DeletePartition && isLeader``)."""
+        with self._lock:
+            st = self._partitions.get((topic, partition))
+            was_leader = st is not None and st.was_leader
+        if st is None and not deleted:
+            return
+        self.stop_partitions([StopPartition(topic, partition, delete_local_log=deleted,
+                                            delete_remote_log=deleted and was_leader,
+                                            stop_remote_log_metadata_manager=deleted)])
+
+    def delete_remote_partition(self, tip: TopicIdPartition) -> int:
+        """Delete every remote segment of the partition (STARTED for all, delete each, FINISHED for all), then
+        its metadata and directory.  Returns the number of segments deleted."""
+        segs = self.rlmm.list_remote_log_segments(tip)
+        for md in segs:
+            if md.state != S.DELETE_SEGMENT_STARTED:
+                self.rlmm.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self.clock(), S.DELETE_SEGMENT_STARTED,
+                                                   self.broker_id))
+        for md in segs:
+            self.rsm.delete_log_segment_data(md)
+        for md in segs:
+            self.rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self.clock(), S.DELETE_SEGMENT_FINISHED,
+                                               self.broker_id))
+        if not self.rlmm.list_remote_log_segments(tip):
+            self.rlmm.delete_partition_metadata(tip)
+            self.rsm.delete_partition(tip)
+        log.info(kv(event="remote_partition_deleted", partition=tip, segments=len(segs)))
+        return len(segs)
+
+    # --- remote view of a partition -------------------------------------------------------------------------
+    def valid_segments(self, p: PartitionLike, tip: TopicIdPartition, tiered_epoch: int | None,
+                       segments: list[RemoteLogSegmentMetadata] | None = None) -> list[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED segments that are part of the log: not garbage of an older tiered epoch
+        (``tieredEpoch`` < current and wholly below the log start offset)."""
+        segs = self.rlmm.list_remote_log_segments(tip) if segments is None else segments
+        lso = p.log.log_start_offset
+        return [s for s in segs if s.state == S.COPY_SEGMENT_FINISHED
+                and not (tiered_epoch is not None and s.tiered_epoch < tiered_epoch and s.end_offset < lso)]
+
+    def highest_remote_offset(self, p: PartitionLike, tip: TopicIdPartition, tiered_epoch: int | None) -> int:
+        return max((s.end_offset for s in self.valid_segments(p, tip, tiered_epoch)), default=-1)
+
+    def update_log_start_offset_from_remote(self, p: PartitionLike, tip: TopicIdPartition,
+                                            tiered_epoch: int | None) -> None:
+        """New leader: the log start offset is the start of the remote tier (local log start without remote
+        data); it is raised, never lowered, so segments already expired stay expired (KAFKA-15351)."""
+        plog = p.log
+        valid = [s for s in self.valid_segments(p, tip, tiered_epoch) if s.end_offset >= plog.log_start_offset]
+        target = min((s.start_offset for s in valid), default=plog.local_log_start_offset)
+        if target > plog.log_start_offset:
+            plog.update_log_start_offset_from_remote_tier(target)
+
+    # --- expiration -------------------------------------------------------------------------------------------
+    def expire(self, p: PartitionLike, tip: TopicIdPartition, task: _Task | None = None) -> int:
+        """One expiration pass (tiered_storage.md §7); returns the number of segments deleted."""
+        plog = p.log
+        cfg = plog.config
+        segs = self.rlmm.list_remote_log_segments(tip)
+        if not segs:
+            return 0
+        tiered_epoch = self.tiered_epoch_of(p.topic)
+        lso = plog.log_start_offset
+        valid = self.valid_segments(p, tip, tiered_epoch, segs)
+        highest = max((s.end_offset for s in valid), default=-1)
+        breach_bytes = 0
+        if cfg.retention_bytes > -1:
+            local_only = sum(s.size for s in plog.log_segments() if s.base_offset > highest)
+            remote = sum(s.segment_size_in_bytes for s in segs if s.state in SIZED_STATES
+                         and s.end_offset >= lso)
+            breach_bytes = max(0, local_only + remote - cfg.retention_bytes)
+        cleanup_until = None
+        if cfg.retention_ms > -1:
+            cleanup_until = self.clock() - cfg.retention_ms
+            if cleanup_until < 0:
+                log.warning(kv(event="time_retention_skipped", partition=tip,
+                               reason=f"cleanupUntilMs should be non negative, but it is {cleanup_until}"))
+                cleanup_until = None
+        dangling, to_delete = [], []
+        new_lso = lso
+        walking = True
+        for md in segs:
+            if md.segment_id in self.segment_ids_being_copied:
+                if walking:
+                    log.info(f"Copy for the segment {md.remote_log_segment_id} is currently in process. Skipping "
+                             f"cleanup for it and the remaining segments")
+                walking = False
+                continue
+            if md.state == S.COPY_SEGMENT_STARTED:
+                dangling.append(md)
+                continue
+            if md.state == S.DELETE_SEGMENT_STARTED or md.end_offset < lso:
+                to_delete.append(md)
+                continue
+            if not walking:
+                continue
+            by_time = cleanup_until is not None and md.max_timestamp_ms <= cleanup_until
+            by_size = breach_bytes > 0 and breach_bytes - md.segment_size_in_bytes >= 0
+            if by_time or by_size:
+                if by_size:
+                    breach_bytes -= md.segment_size_in_bytes
+                to_delete.append(md)
+                new_lso = max(new_lso, md.end_offset + 1)
+                log.info(kv(event="remote_segment_expired", partition=tip, segment=md.segment_id,
+                            end_offset=md.end_offset, reason="retention.ms" if by_time else "retention.bytes"))
+            else:
+                walking = False
+        if new_lso > lso:
+            try:
+                plog.maybe_increment_log_start_offset(new_lso, SEGMENT_DELETION)
+            except KafkaError as e:
+                log.warning(kv(event="log_start_offset_not_moved", partition=tip, target=new_lso, error=e.message))
+                to_delete = [md for md in to_delete if md.end_offset < plog.log_start_offset
+                             or md.state == S.DELETE_SEGMENT_STARTED]
+        deleted = 0
+        for md in dangling + to_delete:
+            if task is not None and task.cancelled:
+                break
+            if self.delete_segment(p, md):
+                deleted += 1
+        return deleted
+
+    def delete_segment(self, p: PartitionLike, md: RemoteLogSegmentMetadata) -> bool:
+        """DELETE_SEGMENT_STARTED -> storage delete -> DELETE_SEGMENT_FINISHED, fenced by leadership.
+        A storage failure propagates (ends the pass)."""
+        fence = (lambda: self.fence(p, p.leader_epoch, None))
+        sid = md.remote_log_segment_id
+        if md.state != S.DELETE_SEGMENT_STARTED:
+            if md.state == S.COPY_SEGMENT_STARTED and sid.id in self.segment_ids_being_copied:
+                return False  # not dangling: this broker is copying it
+            upd = RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_STARTED, self.broker_id)
+            if self.publish(upd, fence, expected_state=md.state) is None:
+                return False
+        self.rsm.delete_log_segment_data(md)
+        self.publish(RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_FINISHED, self.broker_id),
+                     fence)
+        log.info(kv(event="remote_segment_deleted", partition=md.topic_id_partition, segment=sid.id,
+                    start_offset=md.start_offset, end_offset=md.end_offset, state_was=md.state.name))
+        return True
+
+    # --- followers ----------------------------------------------------------------------------------------
+    def maybe_rebuild_follower(self, p: PartitionLike, tip: TopicIdPartition) -> bool:
+        """Restart a follower that lies below the leader's local log start offset at that offset (see the
+        module docstring).  Returns True when the log was rebuilt."""
+        if self._leader_offsets is None:
+            return False
+        offsets = self._leader_offsets(p)
+        if offsets is None:
+            return False
+        leader_local_start, leader_start = offsets
+        plog = p.log
+        if leader_local_start < 0 or plog.log_end_offset >= leader_local_start or p.is_leader:
+            return False
+        entries: list[EpochEntry] = []
+        if leader_local_start > 0:
+            md = self.rlmm.remote_log_segment_metadata(tip, leader_local_start - 1)
+            if md is None:
+                log.warning(kv(event="follower_rebuild_deferred", partition=tip,
+                               reason=f"no remote segment holds offset {leader_local_start - 1}"))
+                return False
+            entries = [e for e in parse_leader_epoch_checkpoint(self.rsm.fetch_index(md, IndexType.LEADER_EPOCH))
+                       if e.start_offset < leader_local_start]
+        log.info(kv(event="rebuilding_follower_from_remote", partition=tip, log_end_offset=plog.log_end_offset,
+                    leader_local_log_start_offset=leader_local_start, leader_log_start_offset=leader_start))
+        plog.truncate_fully_and_start_at(leader_local_start, log_start_offset=min(leader_start, leader_local_start))
+        for e in entries:
+            plog.assign_epoch_start_offset(e.epoch, max(e.start_offset, plog.log_start_offset))
+        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, leader_local_start - 1)
+        if self._restart_fetcher is not None:
+            self._restart_fetcher(p)
+        return True
+
+    def on_offset_moved_to_tiered_storage(self, p: PartitionLike) -> bool:
+        """For a replica fetcher that got OFFSET_MOVED_TO_TIERED_STORAGE: rebuild now instead of at the next
+        follower task run."""
+        tip = _tip(p)
+        return tip is not None and is_tiered(p) and self.maybe_rebuild_follower(p, tip)
+
+    # --- reads --------------------------------------------------------------------------------------------
+    def read(self, p: PartitionLike, fetch_offset: int, max_bytes: int, max_offset: int | None,
+             min_one_message: bool = True) -> bytes:
+        """Consumer read of an offset in ``[log start, local log start)`` from the remote tier."""
+        tip = _tip(p)
+        md = self.rlmm.remote_log_segment_metadata(tip, fetch_offset) if tip else None
+        if md is None or md.end_offset < p.log.log_start_offset:
+            epoch = p.log.leader_epoch_cache.epoch_for_offset(fetch_offset)
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {fetch_offset} for leader epoch "
+                f"{epoch if epoch is not None else 'NOT AVAILABLE'} and partition {p.topic}-{p.partition} which "
+                f"does not exist in remote tier.")
+        return remote_log_reader.read_batches(self.rsm, md, fetch_offset, max_bytes, max_offset, min_one_message)
+
+    def find_offset_by_timestamp(self, p: PartitionLike, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp over the remote segments at or above the log start offset."""
+        tip = _tip(p)
+        if tip is None:
+            return None
+        lso = p.log.log_start_offset
+        for md in self.valid_segments(p, tip, self.tiered_epoch_of(p.topic)):
+            if md.end_offset < lso or md.max_timestamp_ms < timestamp:
+                continue
+            found = remote_log_reader.find_offset_by_timestamp(self.rsm, md, timestamp, lso)
+            if found is not None:
+                return found
+        return None
+
+    def describe(self) -> dict:
+        with self._lock:
+            return {f"{t}-{p}": sorted(k.kind for k in st.all()) for (t, p), st in sorted(self._partitions.items())}
+
+
+def offset_moved_to_tiered_storage(offset: int) -> KafkaError:
+    """The error a follower gets for an offset that is only in remote storage (Kafka's text)."""
+    return KafkaError(f"Given offset{offset} is moved to tiered storage", Errors.OFFSET_MOVED_TO_TIERED_STORAGE)
