@@ -24,7 +24,10 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafkatier", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="kafkatier",
+        description="A ZooKeeper-mode Kafka cluster simulator: real ZooKeeper, real broker processes speaking the "
+                    "Kafka protocol, tiered storage disablement (KIP-950), DeleteRecords (KIP-107).")
     parser.add_argument("--version", action="version", version=f"kafkatier {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
