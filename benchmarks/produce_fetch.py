@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     best_client = max(clients, key=lambda c: produced[c][1])
     best = produced[best_client][1] / raw["total"]
     verdict = "met" if best >= TARGET_RATIO else "MISSED"
-    print(f"summary: produce {best_client} {produced[best_client][1]:.1f} MB/s = {best:.2f} x raw append "
+    print(f"summary: produce {best_client} {produced[best_client][1]:.1f} MB/s = {best:.3f} x raw append "
           f"{raw['total']:.1f} MB/s (target >= {TARGET_RATIO:.2f}: {verdict})")
     print("summary: fetch " + ", ".join(f"{c} {fetched[c]:.1f} MB/s" for c in clients))
     return 0

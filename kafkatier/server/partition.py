@@ -9,6 +9,7 @@ from typing import Callable
 
 import attrs
 
+from kafkatier.log.producer_state import ProducerStateManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
                                        NotLeaderOrFollowerError)
@@ -26,6 +27,13 @@ class FollowerState:
     log_start_offset: int = -1
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
+
+
+@attrs.frozen
+class DuplicateAppend:
+    """A retried idempotent batch already in the log: answered with its original offsets."""
+    first_offset: int
+    last_offset: int
 
 
 @attrs.frozen
@@ -56,6 +64,8 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
         self.followers: dict[int, FollowerState] = {}
+        self.producer_state = ProducerStateManager()
+        self.producer_state.rebuild(log_)
         # JBOD (KIP-113) hook: the ``<tp>.move`` future log while a move is in progress; counts for the low watermark.
         self.future_log = None
         # Called (outside the lock) when the high watermark or the low watermark moved.
@@ -127,7 +137,14 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
                     f"requirement of {min_isr} for partition {self}")
+            dup = self.producer_state.find_duplicate(records)
+            if dup is not None:
+                log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
+                         kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
+                return DuplicateAppend(dup.first_offset, dup.last_offset)
             info = self.log.append_as_leader(records, self.leader_epoch)
+            if info.num_batches:
+                self.producer_state.update(info.records)
         self.maybe_increment_high_watermark()
         return info
 
@@ -236,7 +253,17 @@ class Partition:
 
     # --- follower -------------------------------------------------------------------------------------------
     def append_records_to_follower(self, records) -> None:
-        self.log.append_as_follower(records)
+        info = self.log.append_as_follower(records)
+        if info.num_batches:
+            self.producer_state.update(info.records)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.producer_state.rebuild(self.log)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.producer_state.rebuild(self.log)
 
     def describe(self) -> dict:
         with self.lock:

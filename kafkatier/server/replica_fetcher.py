@@ -173,13 +173,13 @@ class ReplicaFetcherThread(threading.Thread):
             log.info("follower behind the leader's log start offset; truncating fully %s",
                      kv(partition=f"{topic}-{pd.partition_index}", fetch_offset=st.fetch_offset,
                         leader_log_start_offset=leader_start))
-            plog.truncate_fully_and_start_at(leader_start)
+            part.truncate_fully_and_start_at(leader_start)
         else:
             # Ahead of the leader (an unclean election): truncate to the leader's high watermark.
             target = max(min(pd.high_watermark, plog.log_end_offset), plog.log_start_offset)
             log.info("follower ahead of the leader; truncating %s", kv(partition=f"{topic}-{pd.partition_index}",
                                                                        to=target))
-            plog.truncate_to(target)
+            part.truncate_to(target)
         with self.lock:
             if (topic, pd.partition_index) in self.partitions:
                 self.partitions[(topic, pd.partition_index)].fetch_offset = plog.log_end_offset

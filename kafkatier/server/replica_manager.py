@@ -167,7 +167,7 @@ class ReplicaManager:
         if plog.log_end_offset > plog.high_watermark:
             log.info("truncating to the high watermark before following %s",
                      kv(partition=p, log_end_offset=plog.log_end_offset, hw=plog.high_watermark))
-            plog.truncate_to(max(plog.high_watermark, plog.log_start_offset))
+            p.truncate_to(max(plog.high_watermark, plog.log_start_offset))
         self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, plog.log_end_offset, p.leader_epoch)
 
     # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------

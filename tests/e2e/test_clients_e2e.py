@@ -60,9 +60,8 @@ def wait_metadata_complete(cluster) -> None:
     wait_for(complete, CONVERGE_S, interval=0.1, ignore=(Exception,), message="every broker to know the cluster")
 
 
-def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None,
-                 full_isr: bool = True) -> None:
-    """Create through the CreateTopics API and wait until every partition has a leader (and a full ISR)."""
+def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
+    """Create through the CreateTopics API and wait until every partition has a leader and a full ISR."""
     wait_metadata_complete(cluster)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
     try:
@@ -73,7 +72,7 @@ def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[st
     def ready() -> bool:
         for p in range(partitions):
             st, _ = partition_state(cluster.zk, topic, p)
-            if st["leader"] < 0 or (full_isr and len(st["isr"]) != rf):
+            if st["leader"] < 0 or len(st["isr"]) != rf:
                 return False
         return True
     wait_for(ready, CONVERGE_S, interval=0.1, ignore=(Exception,), message=f"{topic} online")
@@ -106,9 +105,9 @@ def consume_all(cluster, topic: str, partitions: int, timeout: float = 60.0) -> 
 
 
 def check_acknowledged(acked: dict[int, list[tuple[int, int]]], consumed: dict[int, list]) -> int:
-    """At least once, in order, for acknowledged records: each one is in the log at the offset it was
-    acknowledged with, and acknowledged records first appear in send order.  Returns how many records were in
-    the log more than once (a retried batch the broker had already appended: no broker-side de-duplication)."""
+    """In order, for acknowledged records: each one is in the log at the offset it was acknowledged with, and
+    acknowledged records first appear in send order.  Returns how many records were in the log more than once
+    (idempotent producers must see none: the broker answers a retried batch with its original offsets)."""
     duplicates = 0
     for p, acks in acked.items():
         offsets = [r.offset for r in consumed[p]]
@@ -134,6 +133,7 @@ def check_acknowledged(acked: dict[int, list[tuple[int, int]]], consumed: dict[i
 
 
 def wait_new_leader(cluster, topic: str, partition: int, before: dict, before_version: int) -> dict:
+    """A6: the state znode names a new leader from the old ISR, with a higher leader epoch and znode version."""
     def moved():
         st, stat = partition_state(cluster.zk, topic, partition)
         return (st, stat) if st["leader"] not in (-1, before["leader"]) else None
@@ -191,10 +191,12 @@ def test_kafka_python_acks_all_survives_leader_kill(cluster_factory):
         else:
             failed.append((seq, f.exception))
     assert sum(map(len, acked.values())) >= N_RECORDS * 0.9, f"too many failed sends: {failed[:5]}"
+    assert any(seq > N_RECORDS // 2 for _, seq in acked[0]), "nothing acknowledged by partition 0's new leader"
     consumed = consume_all(cluster, topic, 3)
     duplicates = check_acknowledged(acked, consumed)
     log.info("kafka-python failover: %d acknowledged, %d failed, %d duplicated records in the log",
              N_RECORDS - len(failed), len(failed), duplicates)
+    assert duplicates == 0, "the idempotent producer's retries were written twice"
     assert all(int(r.value) in range(N_RECORDS) for recs in consumed.values() for r in recs)
 
 
@@ -203,7 +205,7 @@ def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
     topic = unique_topic("fo-ck")
     create_topic(cluster, topic, 3, 3, {"min.insync.replicas": "2"})
     producer = confluent_kafka.Producer({
-        "bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": False,
+        "bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True,
         "retries": 1000, "max.in.flight.requests.per.connection": 1, "linger.ms": 5, "retry.backoff.ms": 100,
         "message.timeout.ms": 90000, "request.timeout.ms": 15000, "topic.metadata.refresh.interval.ms": 5000,
         "log_level": 3})
@@ -240,6 +242,7 @@ def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
         else:
             failed.append((seq, r))
     assert sum(map(len, acked.values())) >= N_RECORDS * 0.9, f"too many failed sends: {failed[:5]}"
+    assert any(seq > N_RECORDS // 2 for _, seq in acked[0]), "nothing acknowledged by partition 0's new leader"
 
     # Read back with confluent-kafka too: a group id is required by the client but no group is joined.
     consumer = confluent_kafka.Consumer({
@@ -267,6 +270,7 @@ def test_confluent_kafka_acks_all_survives_leader_kill(cluster_factory):
     duplicates = check_acknowledged(acked, consumed)
     log.info("confluent-kafka failover: %d acknowledged, %d failed, %d duplicated records in the log",
              N_RECORDS - len(failed), len(failed), duplicates)
+    assert duplicates == 0, "the idempotent producer's retries were written twice"
 
 
 class _Rec:

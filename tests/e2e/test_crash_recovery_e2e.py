@@ -147,8 +147,8 @@ def test_acknowledged_records_survive_kill_9_of_a_leader_and_of_every_broker(clu
         consumer.close()
 
     # At least once, in order: each acknowledged record is at the offset it was acknowledged with, and
-    # acknowledged records first appear in send order.  A batch appended before a crash but acknowledged only
-    # after its retry is in the log twice: the broker does not de-duplicate idempotent producers' batches.
+    # acknowledged records first appear in send order, exactly once: a batch appended before a crash and
+    # retried by the idempotent producer is answered with its original offsets, not written again.
     duplicates = 0
     for p in range(PARTITIONS):
         offsets = [r.offset for r in consumed[p]]
@@ -169,6 +169,7 @@ def test_acknowledged_records_survive_kill_9_of_a_leader_and_of_every_broker(clu
         assert first_seen == sorted(acked_seqs), f"partition {p}: acknowledged records out of send order"
     log.info("crash recovery: %d acknowledged, %d failed, %d duplicated records in the log", n_acked,
              len(failed), duplicates)
+    assert duplicates == 0, "the idempotent producer's retries were written twice"
 
     # On disk: every replica's batches are whole, pass their CRC and are the same on all three brokers.
     for p in range(PARTITIONS):
