@@ -199,7 +199,28 @@ class ClusterManager:
             return ""
 
     def wait_until_ready(self, timeout: float = 90.0) -> None:
-        self.wait_for_brokers([b["id"] for b in self.state["brokers"]], timeout=timeout, need_controller=True)
+        """Every broker registered, a controller elected, and every broker's Metadata answer lists all brokers
+        and the controller (so a client bootstrapping from any of them sees the whole cluster)."""
+        ids = [b["id"] for b in self.state["brokers"]]
+        self.wait_for_brokers(ids, timeout=timeout, need_controller=True)
+        plain = [b for b in self.state["brokers"]
+                 if not any("listener.security.protocol=SASL" in a for a in b.get("args", []))]
+        wait_for(lambda: all(self._metadata_complete(b, ids) for b in plain), timeout,
+                 interval=0.1, message="every broker to know the whole cluster")
+
+    @staticmethod
+    def _metadata_complete(broker: dict, ids: list[int]) -> bool:
+        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+        from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+        client = BrokerClient("127.0.0.1", broker["port"], client_id="kafkatier-cluster", timeout_s=5.0)
+        try:
+            resp = client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
+        except (BrokerConnectionError, OSError):
+            return False
+        finally:
+            client.close()
+        return sorted(b.node_id for b in resp.brokers) == sorted(ids) and resp.controller_id in ids
 
     def stop_broker(self, broker_id: int, kill: bool = False, timeout: float = 30.0) -> None:
         b = self.broker(broker_id)
