@@ -9,15 +9,18 @@ Rules, in Kafka's order, when the new config has ``remote.storage.enable=true``:
 5. with ``remote.log.copy.disable=true``: the local and total retention must be equal (or local -2).
 
 Otherwise, if the *existing* config had ``remote.storage.enable=true``: switching it off requires
-``remote.log.delete.on.disable=true``.  Every refusal is INVALID_CONFIG with Kafka's (or the seed's) text.
+``remote.log.delete.on.disable=true``.  Every refusal is INVALID_CONFIG with Kafka's (or the seed's) text, except
+an unsupported value of a KIP-950 policy config (``remote.log.copy.disable``, ``remote.log.delete.on.disable``),
+which is INVALID_REQUEST (seed 000) and is checked before the values are parsed.
 
 Znodes: the first time a topic has ``remote.storage.enable=true`` (at creation, or with the first enabling
 config change), ``tieredstorage``, ``tiered_epoch`` = 0 and ``state`` = ENABLED (DISABLED when the topic starts
 read-only) are created in the same ZooKeeper multi as the config write.  State changes of existing znodes
 (disablement, re-enable) are the KIP-950 disablement's.
 
-Nothing is active until :func:`install` is called (the broker does it at start-up): the validator goes into
-:data:`topic_config.EXTRA_VALIDATORS`, the znode hooks into the given ``AdminZkClient``'s hook lists.
+Nothing is active until :func:`install` is called (the broker does it at start-up): the validators go into
+:data:`topic_config.EXTRA_VALIDATORS` / :data:`topic_config.PRE_VALIDATORS`, the znode hooks into the given
+``AdminZkClient``'s hook lists.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from kazoo.exceptions import NoNodeError
 
 from kafkatier.admin import topic_config as tc
 from kafkatier.log.remote.tiered_znodes import create_ops
-from kafkatier.protocol.errors import InvalidConfigurationError
+from kafkatier.protocol.errors import InvalidConfigurationError, InvalidRequestError
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import read_retrying
 
@@ -81,6 +84,19 @@ def validate_tiered_storage(ctx: tc.TopicConfigValidation) -> None:
         raise InvalidConfigurationError(DISABLE_WITHOUT_DELETE)
 
 
+POLICY_CONFIGS = ("remote.log.copy.disable", "remote.log.delete.on.disable")
+
+
+def validate_policy_values(props: Mapping[str, Any]) -> None:
+    """KIP-950: an unsupported value of a disablement policy config is INVALID_REQUEST (42), not INVALID_CONFIG
+    (seed 000, "other invalid formatted requests, such as an unsupported disablement policy option")."""
+    for name in POLICY_CONFIGS:
+        v = props.get(name)
+        if v is not None and str(v).strip().lower() not in ("true", "false"):
+            raise InvalidRequestError(f"Invalid value {v} for configuration {name}: Expected value to be either "
+                                      f"true or false")
+
+
 def _initial_state(config: Mapping[str, Any]) -> str:
     return codecs.TIERED_DISABLED if _flag(config, "remote.log.copy.disable") else codecs.TIERED_ENABLED
 
@@ -110,6 +126,8 @@ def install(admin: Any | None = None) -> None:
     """Activate the rules (idempotent); with an ``AdminZkClient``, also its znode hooks."""
     if validate_tiered_storage not in tc.EXTRA_VALIDATORS:
         tc.EXTRA_VALIDATORS.append(validate_tiered_storage)
+    if validate_policy_values not in tc.PRE_VALIDATORS:
+        tc.PRE_VALIDATORS.append(validate_policy_values)
     if admin is not None:
         if before_topic_create not in admin.before_topic_create:
             admin.before_topic_create.append(before_topic_create)
@@ -121,6 +139,8 @@ def uninstall(admin: Any | None = None) -> None:
     """Undo :func:`install` (tests)."""
     while validate_tiered_storage in tc.EXTRA_VALIDATORS:
         tc.EXTRA_VALIDATORS.remove(validate_tiered_storage)
+    while validate_policy_values in tc.PRE_VALIDATORS:
+        tc.PRE_VALIDATORS.remove(validate_policy_values)
     if admin is not None:
         for lst, hook in ((admin.before_topic_create, before_topic_create),
                           (admin.before_config_change, before_config_change)):

@@ -375,6 +375,10 @@ class TopicConfigValidation:
 # KafkaError) to refuse the config.  The tiered-storage rules (tiered_storage.md §3) are plugged in here.
 EXTRA_VALIDATORS: list[Callable[[TopicConfigValidation], None]] = []
 
+# Checks of the raw overrides, run after the unknown-name check and before parsing (each may raise a KafkaError),
+# e.g. KIP-950's INVALID_REQUEST for an unsupported disablement policy value.
+PRE_VALIDATORS: list[Callable[[Mapping[str, Any]], None]] = []
+
 
 def validate_names(props: Mapping[str, Any]) -> None:
     for name in props:
@@ -409,6 +413,10 @@ def validate_topic_config(props: Mapping[str, Any], *, existing: Mapping[str, st
     nulls = [n for n, v in props.items() if v is None]
     if nulls:
         raise InvalidConfigurationError("Null value not supported for topic configs: " + ",".join(nulls))
+    if PRE_VALIDATORS:
+        validate_names(props)
+        for check in list(PRE_VALIDATORS):
+            check(props)
     values = parse_topic_config(props, broker_config)
     validate_values(values)
     ctx = TopicConfigValidation(topic=topic, props=dict(props), values=values, existing=dict(existing or {}),

@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 import time
 
-import attrs
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from kafkatier.controller.context import PartitionAndReplica, TopicPartition
+from kafkatier.log.remote.tiered_znodes import TieredTopicState, read_tiered_state
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, TieredStorageDisablementInProgressError
 from kafkatier.zk import codecs, paths
@@ -36,25 +36,6 @@ STARTED, SUCCESSFUL, INELIGIBLE = "DisablementStarted", "DisablementSuccessful",
 
 def _true(config: dict, key: str) -> bool:
     return str(config.get(key, "false")).strip().lower() == "true"
-
-
-@attrs.frozen
-class TieredZNodes:
-    epoch: int
-    epoch_version: int
-    state: str
-    state_version: int
-
-
-def read_tiered_znodes(zk, topic: str) -> TieredZNodes | None:
-    """The topic's tiered epoch and state with their zkVersions, or None if it was never tiered."""
-    try:
-        edata, estat = zk.get(paths.tiered_epoch(topic))
-        sdata, sstat = zk.get(paths.tiered_state(topic))
-    except NoNodeError:
-        return None
-    return TieredZNodes(codecs.decode_tiered_epoch(edata, paths.tiered_epoch(topic)), estat.version,
-                       codecs.TieredState.decode(sdata, paths.tiered_state(topic)).state, sstat.version)
 
 
 def classify_transition(state: str | None, old: dict, new: dict) -> str | None:
@@ -130,19 +111,19 @@ class TieredStorageDisablementManager:
             return
         z = self._read(topic)
         if z is not None and z.state == DISABLING and topic not in self.topics_to_be_disabled:
-            log.info("found DISABLING topic %s", kv(topic=topic, tiered_epoch=z.epoch))
+            log.info("found DISABLING topic %s", kv(topic=topic, tiered_epoch=z.tiered_epoch))
             self._enqueue(topic, z)
             self.resume_disablements()
 
-    def _read(self, topic: str) -> TieredZNodes | None:
+    def _read(self, topic: str) -> TieredTopicState | None:
         try:
-            return read_tiered_znodes(self.controller.zk, topic)
+            return read_tiered_state(self.controller.zk, topic)
         except codecs.MalformedZNodeError as e:
             log.warning("skipping malformed tiered storage znode %s", kv(topic=topic, reason=e))
             return None
 
-    def _enqueue(self, topic: str, z: TieredZNodes) -> None:
-        self.topics_to_be_disabled[topic] = z.epoch
+    def _enqueue(self, topic: str, z: TieredTopicState) -> None:
+        self.topics_to_be_disabled[topic] = z.tiered_epoch
         self.epoch_versions[topic] = z.epoch_version
         self.started_at.setdefault(topic, time.monotonic())
         for pr in self.ctx.replicas_for_topic(topic):
@@ -156,25 +137,30 @@ class TieredStorageDisablementManager:
         z = self._read(topic)
         if z is not None and z.state == DISABLING:
             raise TieredStorageDisablementInProgressError(
-                f"Tiered storage disablement is in progress for topic {topic} (tiered epoch {z.epoch}); "
+                f"Tiered storage disablement is in progress for topic {topic} (tiered epoch {z.tiered_epoch}); "
                 f"retry after it completes.")
         decision: dict = {}
 
         def hook(zk, name, old, new, ops):
-            cur = read_tiered_znodes(zk, name)
+            cur = read_tiered_state(zk, name)
             if cur is not None and cur.state == DISABLING and any(
                     old.get(k) != new.get(k) for k in TIERED_KEYS):
                 raise TieredStorageDisablementInProgressError(
-                    f"Tiered storage disablement is in progress for topic {name} (tiered epoch {cur.epoch}); "
+                    f"Tiered storage disablement is in progress for topic {name} (tiered epoch {cur.tiered_epoch}); "
                     f"retry after it completes.")
             kind = classify_transition(cur.state if cur else None, old, new)
             decision.clear()
             decision.update(kind=kind, znodes=cur)
             if kind is None or kind == "create":
                 return  # first enablement: the tiered-storage config hook creates the znodes
+            # The multi's check fences the write; a failed check would only look like a concurrent config
+            # change to the admin client (it retries those), so a moved controller is detected here first.
+            stat = zk.exists(paths.CONTROLLER_EPOCH)
+            if stat is None or stat.version != self.ctx.epoch_zk_version:
+                raise ControllerMovedError("controller epoch changed during a tiered config change")
             ops.append(Check(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version))
             if kind == "disable":
-                ops.append(SetData(paths.tiered_epoch(name), codecs.encode_tiered_epoch(cur.epoch + 1),
+                ops.append(SetData(paths.tiered_epoch(name), codecs.encode_tiered_epoch(cur.tiered_epoch + 1),
                                    cur.epoch_version))
                 ops.append(SetData(paths.tiered_state(name), codecs.TieredState(DISABLING).encode(),
                                    cur.state_version))
@@ -195,12 +181,12 @@ class TieredStorageDisablementManager:
             return result
         kind, cur = decision.get("kind"), decision.get("znodes")
         if kind == "disable":
-            z = TieredZNodes(cur.epoch + 1, cur.epoch_version + 1, DISABLING, cur.state_version + 1)
-            log.info("tiered storage disablement started %s", kv(topic=topic, tiered_epoch=z.epoch))
+            z = TieredTopicState(cur.tiered_epoch + 1, DISABLING, cur.epoch_version + 1, cur.state_version + 1)
+            log.info("tiered storage disablement started %s", kv(topic=topic, tiered_epoch=z.tiered_epoch))
             self._enqueue(topic, z)
             self.resume_disablements()
         elif kind == "enable":
-            log.info("tiered storage re-enabled %s", kv(topic=topic, tiered_epoch=cur.epoch))
+            log.info("tiered storage re-enabled %s", kv(topic=topic, tiered_epoch=cur.tiered_epoch))
         return result
 
     # --- the queue ------------------------------------------------------------------------------------------
@@ -330,8 +316,8 @@ class TieredStorageDisablementManager:
         epoch = self.topics_to_be_disabled[topic]
         w = self.controller.kafka_zk.writer(self.ctx.epoch_zk_version)
         try:
-            z = read_tiered_znodes(self.controller.zk, topic)
-            if z is None or z.epoch != epoch or z.state != DISABLING:
+            z = read_tiered_state(self.controller.zk, topic)
+            if z is None or z.tiered_epoch != epoch or z.state != DISABLING:
                 log.info("disablement superseded %s", kv(topic=topic, tiered_epoch=epoch))
                 self._forget(topic)
                 return

@@ -675,22 +675,34 @@ class Log:
                 return 0
             now = self._clock() if now_ms is None else now_ms
             deleted = 0
-            if self._config.delete:
+            # Read-only tiering (KIP-950): retention runs oldest first across both tiers, so local segments
+            # wait until no remote data lies below them (the remote tier expires first, moving the log start
+            # offset); offsets then stay continuous when copying is switched back on.
+            remote_data_below = self._remote_copy_disabled() and self._log_start_offset < self._local_log_start_offset
+            if self._config.delete and not remote_data_below:
                 deleted += self._delete_retention_ms_breached(now)
                 deleted += self._delete_retention_size_breached()
             deleted += self._delete_log_start_offset_breached()
             return deleted
 
+    def _remote_copy_disabled(self) -> bool:
+        """Tiered, but read-only (``remote.log.copy.disable=true``): nothing more is uploaded."""
+        return self.remote_log_enabled and self._config.remote_log_copy_disable
+
+    def _local_retention_applies(self) -> bool:
+        return self.remote_log_enabled and not self._config.remote_log_copy_disable
+
     def _retention_ms(self) -> int:
-        return self._config.local_retention_ms_effective if self.remote_log_enabled else self._config.retention_ms
+        cfg = self._config
+        return cfg.local_retention_ms_effective if self._local_retention_applies() else cfg.retention_ms
 
     def _retention_bytes(self) -> int:
         cfg = self._config
-        return cfg.local_retention_bytes_effective if self.remote_log_enabled else cfg.retention_bytes
+        return cfg.local_retention_bytes_effective if self._local_retention_applies() else cfg.retention_bytes
 
     def _uploaded(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
-        if not self.remote_log_enabled:
-            return True
+        if not self._local_retention_applies():
+            return True  # not tiered, or read-only: segments no longer wait for an upload (KAFKA-17236)
         upper = nxt.base_offset if nxt is not None else self._next_offset
         return upper - 1 <= self.highest_offset_in_remote_storage
 
@@ -744,7 +756,7 @@ class Log:
                     segments=[s.base_offset for s in deletable]))
         self._schedule_segment_deletion(deletable)
         first = self._segments[0].base_offset
-        if self.remote_log_enabled:
+        if self._local_retention_applies():
             self._local_log_start_offset = max(self._local_log_start_offset, first)
         elif first > self._log_start_offset:
             self.maybe_increment_log_start_offset(first, SEGMENT_DELETION)

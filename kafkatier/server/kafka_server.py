@@ -290,6 +290,7 @@ class KafkaServer:
                 "controller": self.controller.describe() if self.controller else None,
                 "partitions": self.replica_manager.describe() if self.replica_manager else [],
                 "control_channel": self.control_handler.metrics if self.control_handler else {},
+                "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
 
 

@@ -5,8 +5,9 @@
   the flag on checks ``log.local.retention.*`` against ``log.retention.*``.
 * :func:`attach` — after the replica manager exists: builds the storage and metadata managers and the
   :class:`RemoteLogManager`, and hooks it into leadership changes, StopReplica, consumer reads below the local
-  log start offset (followers get OFFSET_MOVED_TO_TIERED_STORAGE), ListOffsets by timestamp and topic config
-  changes (a topic switched to ``remote.storage.enable=true`` starts tiering at once).
+  log start offset (followers get OFFSET_MOVED_TO_TIERED_STORAGE), ListOffsets by timestamp, topic config
+  changes (a topic switched to ``remote.storage.enable=true`` starts tiering at once) and the KIP-950
+  disablement of a replica (StopReplica v5, :mod:`.disablement`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kazoo.exceptions import NoNodeError
 
 from kafkatier.admin import topic_config as tc
 from kafkatier.log.remote import config as rc
+from kafkatier.log.remote import disablement
 from kafkatier.log.remote.remote_log_manager import (PartitionLike, RemoteLogManager, RemoteLogTaskFencedError,
                                                      is_tiered, offset_moved_to_tiered_storage)
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
@@ -127,7 +129,11 @@ def zk_fence(zk, broker_id: int):
                 if ts.tiered_epoch != tiered_epoch:
                     raise RemoteLogTaskFencedError(f"tiered epoch of {p.topic} moved from {tiered_epoch} to "
                                                    f"{ts.tiered_epoch}")
+                if ts.state != codecs.TIERED_ENABLED:  # KIP-950: read-only or being disabled: no more uploads
+                    raise RemoteLogTaskFencedError(f"tiered storage of {p.topic} is {ts.state} at tiered epoch "
+                                                   f"{tiered_epoch}")
                 checks.append(ts.epoch_check(p.topic))
+                checks.append(Check(paths.tiered_state(p.topic), ts.state_version))
         return checks
     return fence
 
@@ -198,9 +204,11 @@ def attach(server, cfg: rc.RemoteLogManagerConfig | None = None) -> RemoteLogMan
     rm.on_become_leader.append(lambda p: rlm.on_leadership_change([p], []))
     rm.on_become_follower.append(lambda p: rlm.on_leadership_change([], [p]))
     rm.on_stop.append(rlm.on_replica_stopped)
+    rm.on_become_leader.append(disablement.become_leader_hook(rlm))
+    rm.disable_remote_partition = disablement.disable_remote_partition_hook(server, rlm)  # KIP-950
     rm.remote_read = remote_read_hook(rlm)
     rm.remote_offset_for_timestamp = remote_offset_hook(rlm)
-    server.topic_config_listeners.append(config_change_hook(rlm, rm))
+    server.topic_config_listeners.append(config_change_hook(rlm, rm, zk))
     return rlm
 
 
@@ -237,20 +245,7 @@ def remote_offset_hook(rlm: RemoteLogManager):
     return find
 
 
-def config_change_hook(rlm: RemoteLogManager, rm):
-    """Topic config listener: a hosted partition whose topic became tiered starts its tasks.  Turning tiering
-    off is left to the KIP-950 disablement (StopReplica v5)."""
-    def on_change(topic: str, cfg: dict) -> None:
-        for (t, _), p in list(rm.partitions.items()):
-            if t != topic or p.log.closed:
-                continue
-            lc = p.log.config
-            if p.log.remote_log_enabled or topic.startswith("__") or not lc.remote_storage_enable or lc.compact:
-                continue
-            p.log.remote_log_enabled = True
-            log.info(kv(event="tiering_enabled_for_partition", partition=f"{p.topic}-{p.partition}"))
-            if p.is_leader:
-                rlm.on_leadership_change([p], [])
-            elif p.leader_id >= 0:
-                rlm.on_leadership_change([], [p])
-    return on_change
+def config_change_hook(rlm: RemoteLogManager, rm, zk):
+    """Topic config listener: tiering switched on (or copying switched back on) schedules the tasks; turning
+    tiering off is left to the KIP-950 disablement (StopReplica v5).  See :mod:`.disablement`."""
+    return disablement.config_change_hook(rlm, rm, zk)

@@ -11,7 +11,8 @@ and the highest copied offset from the metadata; each run then copies, oldest fi
 next segment starts at or below the last stable offset (the high watermark here: no transactions) — never the
 active segment.  Per segment: COPY_SEGMENT_STARTED, upload of the segment and its indexes, then
 COPY_SEGMENT_FINISHED in one ZooKeeper multi with checks on the partition state znode (this broker still
-leads at the task's leader epoch) and on the topic's ``tiered_epoch`` (unchanged since the task read it).  A
+leads at the task's leader epoch) and on the topic's ``tiered_epoch`` (unchanged since the task read it) and
+``state`` (ENABLED).  A run does nothing while the log's config says copying is off (KIP-950).  A
 failed or fenced copy deletes what it uploaded; its metadata stays COPY_SEGMENT_STARTED ("dangling") and the
 expiration task deletes it.  A new leader resumes after the highest COPY_SEGMENT_FINISHED offset, so a failover
 mid-copy neither loses nor duplicates a segment.
@@ -34,7 +35,15 @@ no copy/fetch quotas; remote reads run on the request thread (no remote-fetch pu
 
 Tiered epoch: every copy is stamped with the topic's tiered epoch read when the copy task starts.  Segments of
 an older tiered epoch below the log start offset are garbage (never served, sized or used for offsets) and are
-deleted as log-start-offset breaches; the disablement work builds its fencing on this.
+deleted as log-start-offset breaches; segments of an older epoch being deleted (DELETE_SEGMENT_STARTED) do not
+count for size retention whatever their offsets.
+
+KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3; the broker side is in :mod:`.disablement`):
+:meth:`RemoteLogManager.stop_copy` (read-only: the copy task goes, expiration and follower tasks stay) and
+:meth:`RemoteLogManager.disable_with_delete` (every task goes, the log start offset moves up to the local log
+start offset and the log is no longer tiered; the leader marks every segment DELETE_SEGMENT_STARTED and a
+:class:`CleanupTask` in the expiration slot deletes them, then unregisters itself).  On a read-only topic the
+expiration task's first run takes the log start offset from the remote tier, as the missing copy task would.
 """
 from __future__ import annotations
 
@@ -61,8 +70,8 @@ from kafkatier.log.remote.remote_log_segment_metadata import (
     TopicIdPartition,
     new_segment_metadata,
 )
-from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentData, RemoteStorageError,
-                                                         RemoteStorageManager)
+from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentData, RemoteResourceNotFoundError,
+                                                         RemoteStorageError, RemoteStorageManager)
 from kafkatier.log.remote.scheduled_pool import ScheduledTask, ScheduledThreadPool
 from kafkatier.log.segment import TimestampAndOffset
 from kafkatier.logsetup import get_logger, kv
@@ -121,6 +130,13 @@ def is_tiered(p: PartitionLike) -> bool:
     """The partition's log is tiered (system flag on, topic tiered, not compacted, not internal)."""
     plog = p.log
     return bool(getattr(plog, "remote_log_enabled", False)) and not plog.closed and bool(p.topic_id)
+
+
+def copy_disabled(plog: Any) -> bool:
+    """The log's config stops uploads (KIP-950): read-only tiering (``remote.log.copy.disable=true``) or
+    tiering switched off (``remote.storage.enable=false``)."""
+    cfg = plog.config
+    return bool(getattr(cfg, "remote_log_copy_disable", False)) or not getattr(cfg, "remote_storage_enable", True)
 
 
 def leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
@@ -193,6 +209,8 @@ class CopyTask(_Task):
         if not p.is_leader or p.leader_epoch != self.leader_epoch:
             return
         plog = p.log
+        if copy_disabled(plog):
+            return  # KIP-950: the config already says no more uploads; StopReplica v5 will cancel the task
         if not self.initialized:
             self.tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
             self.rlm.update_log_start_offset_from_remote(p, self.tip, self.tiered_epoch)
@@ -238,7 +256,12 @@ class CopyTask(_Task):
                               txn if os.path.exists(txn) else None,
                               snapshot if os.path.exists(snapshot) else None, leader_epoch_checkpoint(entries))
         sid = md.remote_log_segment_id
-        rlm.segment_ids_being_copied.add(sid.id)
+        rlm.segment_ids_being_copied[sid.id] = self.tip
+        if self.cancelled:
+            # Registered first, checked second: a KIP-950 disablement cancels first and looks for copies in flight
+            # second, so either it sees this copy or this copy sees the cancellation.
+            rlm.segment_ids_being_copied.pop(sid.id, None)
+            return
         try:
             log.info(kv(event="copying_segment", partition=self.tip, segment=sid.id, start_offset=start,
                         end_offset=end, size=size, tiered_epoch=md.tiered_epoch))
@@ -260,7 +283,7 @@ class CopyTask(_Task):
                 rlm.discard_uploaded(md)
                 raise
         finally:
-            rlm.segment_ids_being_copied.discard(sid.id)
+            rlm.segment_ids_being_copied.pop(sid.id, None)
         self.copied_offset = end
         plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, end)
         log.info(kv(event="copied_segment", partition=self.tip, segment=sid.id, start_offset=start,
@@ -283,15 +306,44 @@ class CopyTask(_Task):
 
 
 class ExpirationTask(_Task):
-    """Leader: remote retention (see the module docstring)."""
+    """Leader: remote retention (see the module docstring).  On a read-only topic (no copy task) its first run
+    also takes the log start offset from the remote tier, as a copy task would."""
 
     kind = "expiration"
+
+    def __init__(self, rlm: RemoteLogManager, p: PartitionLike, tip: TopicIdPartition):
+        super().__init__(rlm, p, tip)
+        self.initialized = False
 
     def execute(self) -> None:
         p = self.partition
         if not p.is_leader:
             return
+        if not self.initialized:
+            self.initialized = True
+            if copy_disabled(p.log):
+                tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
+                self.rlm.update_log_start_offset_from_remote(p, self.tip, tiered_epoch)
+                p.log.highest_offset_in_remote_storage = self.rlm.highest_remote_offset(p, self.tip, tiered_epoch)
         self.rlm.expire(p, self.tip, self)
+
+
+class CleanupTask(_Task):
+    """Leader of a partition whose tiering was switched off with deletion (KIP-950): finishes deleting every
+    remote segment (DELETE_SEGMENT_STARTED -> storage delete -> DELETE_SEGMENT_FINISHED), then stops the
+    metadata manager for the partition and unregisters itself.  It takes the expiration task's slot, so a
+    re-enable (which schedules a real expiration task) replaces it."""
+
+    kind = "expiration"
+
+    def execute(self) -> None:
+        p = self.partition
+        if not p.is_leader or is_tiered(p):
+            self.rlm.unregister(self)  # a follower now, or tiering is back on: the expiration task takes over
+            return
+        if self.rlm.cleanup_pass(p, self.tip, self):
+            self.rlm.unregister(self)
+            self.rlm.rlmm.on_stop_partitions([self.tip])
 
 
 class FollowerTask(_Task):
@@ -352,7 +404,8 @@ class RemoteLogManager:
         self.expiration_pool = ScheduledThreadPool("kafka-rlm-expiration-thread-pool-",
                                                    config.effective_expiration_thread_pool_size)
         self.follower_pool = ScheduledThreadPool("kafka-rlm-follower-thread-pool-", config.thread_pool_size)
-        self.segment_ids_being_copied: set[str] = set()
+        self.segment_ids_being_copied: dict[str, TopicIdPartition] = {}  # segment id -> partition
+        self.remote_bytes_by_epoch: dict[str, dict[int, int]] = {}  # "topic-partition" -> tiered epoch -> bytes
         self._partitions: dict[tuple[str, int], _PartitionTasks] = {}
         self._lock = threading.RLock()
         self._started = False
@@ -514,6 +567,126 @@ class RemoteLogManager:
                                             delete_remote_log=deleted and was_leader,
                                             stop_remote_log_metadata_manager=deleted)])
 
+    # --- KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3) ---------------------------------------
+    def stop_copy(self, topic: str, partition: int) -> bool:
+        """Read-only disablement: cancel the partition's copy task; expiration and follower tasks stay.
+        Returns whether a copy task was cancelled (False on a repeat)."""
+        with self._lock:
+            st = self._partitions.get((topic, partition))
+            if st is None or st.copy is None:
+                return False
+            self._cancel(st, "copy")
+            return True
+
+    def disable_with_delete(self, p: PartitionLike) -> int:
+        """Delete disablement of one replica (idempotent): cancel its tasks, move the log start offset up to the
+        local log start offset and stop tiering the log.  The leader then marks every remote segment
+        DELETE_SEGMENT_STARTED (what it answers on) and leaves the storage deletions to a :class:`CleanupTask`;
+        a follower stops the metadata manager for the partition.  Returns the number of segments marked."""
+        with self._lock:
+            st = self._partitions.get((p.topic, p.partition))
+            if st is not None:
+                for kind in ("copy", "follower"):
+                    self._cancel(st, kind)
+                if not isinstance(st.expiration, CleanupTask):
+                    self._cancel(st, "expiration")
+        plog = p.log
+        if plog.remote_log_enabled:
+            local_start = plog.local_log_start_offset
+            try:
+                plog.maybe_increment_log_start_offset(local_start, SEGMENT_DELETION)
+            except KafkaError:  # the local log starts above the high watermark (a rebuilt follower)
+                plog.update_log_start_offset_from_remote_tier(local_start)
+            plog.remote_log_enabled = False
+            plog.highest_offset_in_remote_storage = -1
+            log.info(kv(event="tiering_switched_off", partition=f"{p.topic}-{p.partition}",
+                        log_start_offset=plog.log_start_offset, leader=p.is_leader))
+        tip = _tip(p)
+        if tip is None:
+            return 0
+        if not p.is_leader:
+            self.rlmm.on_stop_partitions([tip])
+            return 0
+        listed, marked = self.mark_for_deletion(tip)
+        if listed or self._copying(tip):
+            self.schedule_cleanup(p)
+        else:  # no remote data at all (the copy task was cancelled above, no copy in flight): done already
+            self.rlmm.on_stop_partitions([tip])
+        return marked
+
+    def _copying(self, tip: TopicIdPartition) -> bool:
+        return any(t == tip for t in list(self.segment_ids_being_copied.values()))
+
+    def mark_for_deletion(self, tip: TopicIdPartition) -> tuple[int, int]:
+        """DELETE_SEGMENT_STARTED for every segment not already being deleted (unfenced: whoever runs this was
+        told to delete everything, and the compare-and-set transitions keep it safe).  Returns (segments
+        listed, segments marked)."""
+        marked = 0
+        segs = self.rlmm.list_remote_log_segments(tip)
+        for md in segs:
+            if md.state not in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED):
+                continue
+            upd = RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self.clock(), S.DELETE_SEGMENT_STARTED,
+                                                 self.broker_id)
+            try:
+                if self.rlmm.update_remote_log_segment_metadata(upd) is not None:
+                    marked += 1
+            except RemoteResourceNotFoundError:
+                continue  # deleted meanwhile
+        if segs:
+            log.info(kv(event="remote_segments_marked_for_deletion", partition=tip, segments=marked))
+        return len(segs), marked
+
+    def schedule_cleanup(self, p: PartitionLike) -> bool:
+        """Schedule a :class:`CleanupTask` for a leader whose topic's tiering is off (after a delete
+        disablement, or on becoming leader of such a topic); False if one is already scheduled."""
+        tip = _tip(p)
+        if tip is None or not self._started or self._closed:
+            return False
+        with self._lock:
+            st = self._state(p)
+            if isinstance(st.expiration, CleanupTask) and not st.expiration.cancelled:
+                return False
+            for kind in ("copy", "expiration", "follower"):
+                self._cancel(st, kind)
+            st.was_leader = True
+            st.expiration = CleanupTask(self, p, tip)
+            st.expiration.handle = self.expiration_pool.schedule_with_fixed_delay(
+                f"cleanup-{tip}", st.expiration.run, 0, self.config.task_interval_ms / 1000.0)
+        log.info(kv(event="remote_cleanup_scheduled", partition=tip))
+        return True
+
+    def unregister(self, task: _Task) -> None:
+        """Remove a task that finished its job (a cleanup task after its last pass)."""
+        with self._lock:
+            st = self._partitions.get((task.partition.topic, task.partition.partition))
+            if st is not None and getattr(st, task.kind) is task:
+                setattr(st, task.kind, None)
+        task.cancel()
+        log.info(kv(event="rlm_task_unregistered", task=repr(task)))
+
+    def cleanup_pass(self, p: PartitionLike, tip: TopicIdPartition, task: _Task | None = None) -> bool:
+        """Delete every remote segment of a partition whose tiering is off; True when none is left.  A segment
+        still being uploaded by a cancelled copy waits for the next pass (the copier removes its data)."""
+        if self._copying(tip):
+            return False
+        left = False
+        segs = self.rlmm.list_remote_log_segments(tip)
+        self._record_bytes_by_epoch(tip, segs)
+        for md in segs:
+            if task is not None and task.cancelled:
+                return False
+            try:
+                if not self.delete_segment(p, md):
+                    left = True
+            except RemoteResourceNotFoundError:
+                continue  # someone else finished it
+        if left or self.rlmm.list_remote_log_segments(tip):
+            return False
+        self._record_bytes_by_epoch(tip, [])
+        log.info(kv(event="remote_cleanup_done", partition=tip))
+        return True
+
     def delete_remote_partition(self, tip: TopicIdPartition) -> int:
         """Delete every remote segment of the partition (STARTED for all, delete each, FINISHED for all), then
         its metadata and directory.  Returns the number of segments deleted."""
@@ -564,6 +737,7 @@ class RemoteLogManager:
         plog = p.log
         cfg = plog.config
         segs = self.rlmm.list_remote_log_segments(tip)
+        self._record_bytes_by_epoch(tip, segs)
         if not segs:
             return 0
         tiered_epoch = self.tiered_epoch_of(p.topic)
@@ -573,8 +747,11 @@ class RemoteLogManager:
         breach_bytes = 0
         if cfg.retention_bytes > -1:
             local_only = sum(s.size for s in plog.log_segments() if s.base_offset > highest)
+            # Segments of an older tiered epoch being deleted (a delete disablement) are no longer part of the
+            # log, whatever their offsets (tiered_storage.md §4.4).
             remote = sum(s.segment_size_in_bytes for s in segs if s.state in SIZED_STATES
-                         and s.end_offset >= lso)
+                         and s.end_offset >= lso
+                         and not (s.state == S.DELETE_SEGMENT_STARTED and s.tiered_epoch < tiered_epoch))
             breach_bytes = max(0, local_only + remote - cfg.retention_bytes)
         cleanup_until = None
         if cfg.retention_ms > -1:
@@ -629,18 +806,23 @@ class RemoteLogManager:
 
     def delete_segment(self, p: PartitionLike, md: RemoteLogSegmentMetadata) -> bool:
         """DELETE_SEGMENT_STARTED -> storage delete -> DELETE_SEGMENT_FINISHED, fenced by leadership.
-        A storage failure propagates (ends the pass)."""
+        A storage failure propagates (ends the pass).  A segment another task finished deleting meanwhile (a
+        KIP-950 cleanup task and the expiration task that replaced it) is not an error: False."""
         fence = (lambda: self.fence(p, p.leader_epoch, None))
         sid = md.remote_log_segment_id
-        if md.state != S.DELETE_SEGMENT_STARTED:
-            if md.state == S.COPY_SEGMENT_STARTED and sid.id in self.segment_ids_being_copied:
-                return False  # not dangling: this broker is copying it
-            upd = RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_STARTED, self.broker_id)
-            if self.publish(upd, fence, expected_state=md.state) is None:
-                return False
-        self.rsm.delete_log_segment_data(md)
-        self.publish(RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_FINISHED, self.broker_id),
-                     fence)
+        try:
+            if md.state != S.DELETE_SEGMENT_STARTED:
+                if md.state == S.COPY_SEGMENT_STARTED and sid.id in self.segment_ids_being_copied:
+                    return False  # not dangling: this broker is copying it
+                upd = RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_STARTED, self.broker_id)
+                if self.publish(upd, fence, expected_state=md.state) is None:
+                    return False
+            self.rsm.delete_log_segment_data(md)
+            self.publish(RemoteLogSegmentMetadataUpdate(sid, self.clock(), S.DELETE_SEGMENT_FINISHED,
+                                                        self.broker_id), fence)
+        except RemoteResourceNotFoundError:
+            log.info(kv(event="remote_segment_already_deleted", partition=md.topic_id_partition, segment=sid.id))
+            return False
         log.info(kv(event="remote_segment_deleted", partition=md.topic_id_partition, segment=sid.id,
                     start_offset=md.start_offset, end_offset=md.end_offset, state_was=md.state.name))
         return True
@@ -714,6 +896,19 @@ class RemoteLogManager:
     def describe(self) -> dict:
         with self._lock:
             return {f"{t}-{p}": sorted(k.kind for k in st.all()) for (t, p), st in sorted(self._partitions.items())}
+
+    def _record_bytes_by_epoch(self, tip: TopicIdPartition, segs: Sequence[RemoteLogSegmentMetadata]) -> None:
+        by_epoch: dict[int, int] = {}
+        for s in segs:
+            by_epoch[s.tiered_epoch] = by_epoch.get(s.tiered_epoch, 0) + s.segment_size_in_bytes
+        self.remote_bytes_by_epoch[f"{tip.topic}-{tip.partition}"] = by_epoch
+
+    def metrics(self) -> dict:
+        """Status snapshot: tasks per partition and, for partitions whose leader tasks ran here, remote bytes by
+        tiered epoch (as of the last expiration or cleanup pass)."""
+        return {"tasks": self.describe(),
+                "remote_bytes_by_tiered_epoch": {k: {str(e): b for e, b in sorted(v.items())}
+                                                 for k, v in sorted(self.remote_bytes_by_epoch.items()) if v}}
 
 
 def offset_moved_to_tiered_storage(offset: int) -> KafkaError:

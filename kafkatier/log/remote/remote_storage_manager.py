@@ -16,7 +16,9 @@ copy leaves nothing behind.  Readers only ever open segments whose metadata reac
 
 Configs (passed without their ``rsm.config.`` prefix): ``dir``, ``delete.on.close`` (false), ``delete.enable``
 (true; false makes segment deletion a no-op), ``broker.id`` (required), and **Project** ``copy.delay.ms`` (0):
-a pause after the ``.log`` file is written, so tests can observe (and interrupt) a copy in progress.
+a pause after the ``.log`` file is written, so tests can observe (and interrupt) a copy in progress, and
+``delete.delay.ms`` (0): a pause before a segment's files are deleted, so tests can observe deletions still
+running (KIP-950 re-enable while old segments are being deleted).
 """
 from __future__ import annotations
 
@@ -122,6 +124,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self.delete_on_close = False
         self.delete_enable = True
         self.copy_delay_s = 0.0
+        self.delete_delay_s = 0.0
         self._closed = threading.Event()
         if storage_dir is not None:
             self.configure({"dir": storage_dir, "broker.id": broker_id if broker_id is not None else -1})
@@ -139,6 +142,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self.delete_on_close = _bool(configs, "delete.on.close", False)
         self.delete_enable = _bool(configs, "delete.enable", True)
         self.copy_delay_s = max(0, int(configs.get("copy.delay.ms", 0) or 0)) / 1000.0
+        self.delete_delay_s = max(0, int(configs.get("delete.delay.ms", 0) or 0)) / 1000.0
         log.info(kv(event="local_tiered_storage_configured", root=self._root, broker=self.broker_id,
                     delete_enable=self.delete_enable))
 
@@ -254,6 +258,8 @@ class LocalTieredStorage(RemoteStorageManager):
         if not self.delete_enable:
             log.info(kv(event="segment_delete_disabled", segment=metadata.segment_id))
             return
+        if self.delete_delay_s > 0 and self._closed.wait(self.delete_delay_s):
+            raise RemoteStorageError("LocalTieredStorage closed during a delete")
         try:
             for suffix in ALL_SUFFIXES:
                 path = self.path_of(metadata, suffix)

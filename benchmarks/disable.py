@@ -1,0 +1,174 @@
+"""KIP-950 disablement latency: time from the AlterConfigs request until the topic's ``tieredstorage/state``
+znode says DISABLED, for topics of 1, 100 and 1,000 partitions (RF 3, 3 brokers), next to the time of the same
+number of sequential raw ZooKeeper round trips (``zk.exists``) measured in the same run.
+
+The benchmark starts its own cluster (embedded ZooKeeper + 3 broker processes, ClusterManager) in a temp dir
+and tears it down at the end.  Per size it creates one tiered topic (no records), waits until every broker has
+drained its control queue, then times, one after the other:
+
+* a read-only disablement (``remote.log.copy.disable=true``), then re-enables copying;
+* a delete disablement (``remote.storage.enable=false, remote.log.delete.on.disable=true``).
+
+Each timing covers: the IncrementalAlterConfigs round trip (sent to a broker that is not the controller, so it
+is forwarded), the controller's ZooKeeper multi, StopReplica v5 to all 3 brokers over the ZooKeeper control
+channel, every replica's work (config re-read from ZooKeeper, task cancellation; for delete also the log start
+offset move and the remote metadata listing), the answers, and the fenced DISABLED write, observed through a
+data watch.  The raw baseline is N sequential ``exists`` calls on one znode (median of 3 rounds), where N is
+the number of partitions; the ratio is disablement time / baseline time.  The controller's own measure of the
+disablement (from its log) is shown too.  RLM tasks run every 30 s so that they do not compete::
+
+    .venv/bin/python benchmarks/disable.py [--quick] [--sizes 1,100,1000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from kazoo.recipe.watchers import DataWatch  # noqa: E402
+
+from kafkatier.admin import tiered_config  # noqa: E402
+from kafkatier.admin.admin_zk_client import AdminZkClient  # noqa: E402
+from kafkatier.admin.client import AdminClient  # noqa: E402
+from kafkatier.cluster.manager import ClusterManager  # noqa: E402
+from kafkatier.waiting import wait_for  # noqa: E402
+from kafkatier.zk import codecs, paths  # noqa: E402
+from kafkatier.zk.client import start_client  # noqa: E402
+
+BROKERS = 3
+OVERRIDES = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "30000",
+             "log.initial.task.delay.ms": "30000"}
+READ_ONLY = {"remote.log.copy.disable": "true", "local.retention.bytes": "-2", "local.retention.ms": "-2"}
+DELETE = {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}
+
+
+def raw_round_trips(zk, n: int, rounds: int = 3) -> float:
+    """Median seconds of ``n`` sequential ``exists`` calls."""
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            zk.exists(paths.CONTROLLER_EPOCH)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def quiet(zk, timeout: float = 300) -> None:
+    """Every broker has answered every control request (the ZooKeeper control channel is empty)."""
+    def empty() -> bool:
+        return all(not zk.get_children(paths.control_requests(b)) for b in range(1, BROKERS + 1))
+    wait_for(empty, timeout, interval=0.1, message="control queues drained")
+
+
+def create_topic(zk, admin_zk: AdminZkClient, topic: str, partitions: int) -> None:
+    admin_zk.create_topic(topic, partitions, BROKERS, {"remote.storage.enable": "true"})
+
+    def online() -> bool:
+        pending = [zk.get_async(paths.partition_state(topic, p)) for p in range(partitions)]
+        return all(json.loads(r.get(timeout=30)[0])["leader"] >= 0 for r in pending)
+    wait_for(online, 300, interval=0.2, ignore=(Exception,), message=f"{topic} online")
+    quiet(zk)
+
+
+def time_disablement(zk, admin: AdminClient, topic: str, configs: dict) -> float:
+    """Seconds from sending the change until ``state`` is DISABLED (seen by a data watch)."""
+    done = threading.Event()
+    armed = threading.Event()
+
+    def on_state(data, stat, event=None):
+        if armed.is_set() and data and codecs.TieredState.decode(data).state == codecs.TIERED_DISABLED:
+            done.set()
+            return False
+        return not done.is_set()
+    DataWatch(zk, paths.tiered_state(topic), on_state)
+    armed.set()
+    start = time.perf_counter()
+    admin.alter_configs("topics", topic, configs)
+    if not done.wait(600):
+        raise RuntimeError(f"{topic} did not reach DISABLED")
+    return time.perf_counter() - start
+
+
+def controller_duration_ms(data_dir: str, controller: int, topic: str, epoch: int) -> float | None:
+    """The controller's own measure (its log line follows the DISABLED write by a moment)."""
+    pattern = re.compile(rf"tiered storage disablement completed topic={re.escape(topic)} tiered_epoch={epoch} "
+                         rf"duration_ms=([0-9.]+)")
+
+    def find() -> float | None:
+        with open(os.path.join(data_dir, "logs", f"broker-{controller}.log"), errors="replace") as f:
+            found = pattern.findall(f.read())
+        return float(found[-1]) if found else None
+    try:
+        return wait_for(find, 10, interval=0.05, ignore=(OSError,), message="the controller's log line")
+    except TimeoutError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller topics (1, 10, 100 partitions)")
+    p.add_argument("--sizes", default=None, help="comma-separated partition counts (default 1,100,1000)")
+    p.add_argument("--dir", default=None, help="where to put the cluster (default: a temp dir, removed afterwards)")
+    args = p.parse_args(argv)
+    sizes = [int(s) for s in (args.sizes or ("1,10,100" if args.quick else "1,100,1000")).split(",") if s.strip()]
+
+    print(f"disable: topics of {sizes} partitions, RF {BROKERS}, {BROKERS} brokers; AlterConfigs -> DISABLED "
+          f"vs N sequential zk.exists", flush=True)
+    work = tempfile.mkdtemp(prefix="kafkatier-disable-", dir=args.dir)
+    m = ClusterManager(work)
+    rows = []
+    try:
+        m.up(brokers=BROKERS, log_dirs_per_broker=1, overrides=OVERRIDES)
+        zk = start_client(m.zookeeper)
+        admin_zk = AdminZkClient(zk, broker_config={"remote.log.storage.system.enable": "true"})
+        tiered_config.install(admin_zk)
+        controller = json.loads(zk.get(paths.CONTROLLER)[0])["brokerid"]
+        via = next(b for b in m.state["brokers"] if b["id"] != controller)   # forwarded to the controller
+        with AdminClient([f"127.0.0.1:{via['port']}"]) as admin:
+            for n in sizes:
+                topic = f"disable-{n}"
+                t0 = time.perf_counter()
+                create_topic(zk, admin_zk, topic, n)
+                setup = time.perf_counter() - t0
+                raw = raw_round_trips(zk, n)
+                ro = time_disablement(zk, admin, topic, READ_ONLY)
+                ro_ctl = controller_duration_ms(m.data_dir, controller, topic, 1)
+                admin.alter_configs("topics", topic, {"remote.log.copy.disable": "false"})   # ENABLED again
+                quiet(zk)
+                de = time_disablement(zk, admin, topic, DELETE)
+                de_ctl = controller_duration_ms(m.data_dir, controller, topic, 2)
+                quiet(zk)
+                rows.append((n, raw, ro, ro_ctl, de, de_ctl))
+                print(f"  {n:5d} partitions: topic ready in {setup:.1f}s; read-only {ro * 1000:.0f} ms, "
+                      f"delete {de * 1000:.0f} ms, {n} zk.exists {raw * 1000:.1f} ms", flush=True)
+        zk.stop()
+        zk.close()
+    finally:
+        m.down()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print()
+    print(f"{'partitions':>10} {'replicas':>8} {'N zk.exists ms':>15} {'policy':>10} {'to DISABLED ms':>15} "
+          f"{'controller ms':>14} {'ratio':>8}")
+    for n, raw, ro, ro_ctl, de, de_ctl in rows:
+        for policy, t, ctl in (("read-only", ro, ro_ctl), ("delete", de, de_ctl)):
+            ctl_s = f"{ctl:.0f}" if ctl is not None else "-"
+            print(f"{n:>10} {n * BROKERS:>8} {raw * 1000:>15.1f} {policy:>10} {t * 1000:>15.1f} {ctl_s:>14} "
+                  f"{t / raw:>8.1f}")
+    for n, raw, ro, _, de, _ in rows:
+        print(f"summary: {n} partitions: read-only {ro * 1000:.0f} ms, delete {de * 1000:.0f} ms; "
+              f"{n} zk.exists {raw * 1000:.1f} ms; ratio {ro / raw:.1f} / {de / raw:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
