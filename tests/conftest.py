@@ -162,6 +162,20 @@ def cluster_factory(zookeeper, _zk_session_client, tmp_path):
 
 
 @pytest.fixture(scope="module")
+def module_cluster_factory(zookeeper, _zk_session_client, tmp_path_factory):
+    """Like ``cluster_factory``, for clusters shared by the tests of one module."""
+    made = []
+
+    def factory(**kw):
+        c = _start_cluster(zookeeper, _zk_session_client, tmp_path_factory.mktemp("cluster"), **kw)
+        made.append(c)
+        return c
+    yield factory
+    for c in made:
+        _stop_cluster(c)
+
+
+@pytest.fixture(scope="module")
 def cluster(zookeeper, _zk_session_client, tmp_path_factory):
     """A 3-broker cluster shared by the tests of one module (tests must not stop its brokers)."""
     c = _start_cluster(zookeeper, _zk_session_client, tmp_path_factory.mktemp("cluster"))

@@ -28,24 +28,8 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def tiered_cluster(zookeeper, _zk_session_client, tmp_path_factory):
-    from kafkatier.cluster.manager import ClusterManager
-    from kafkatier.zk.client import start_client
-    root = f"/tiered-e2e-{uuid.uuid4().hex[:10]}"
-    _zk_session_client.create(root)
-    m = ClusterManager(str(tmp_path_factory.mktemp("tiered-e2e")))
-    m.up(brokers=3, log_dirs_per_broker=1, zookeeper=zookeeper.connect_string + root, overrides=TIERED)
-
-    class C:
-        manager = m
-        zk = start_client(zookeeper.connect_string + root)
-        bootstrap_servers = m.bootstrap_servers
-        data_dir = m.data_dir
-        zookeeper_connect = m.zookeeper
-    yield C
-    C.zk.stop()
-    C.zk.close()
-    m.down()
+def tiered_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
 
 
 def unique(prefix: str) -> str:
@@ -201,7 +185,7 @@ def test_tiered_describe(tiered_cluster, kafkatier_cli):
     produce(c, t, [b"a", b"b", b"c"])
     wait_for(lambda: finished(c, t) == [(0, 0), (1, 1)], WAIT_S, interval=0.1, message="offloaded")
     tid = codecs.TopicAssignment.decode(c.zk.get(paths.topic(t))[0]).topic_id
-    for where in (["--bootstrap-server", c.bootstrap_servers], ["--zookeeper", c.zookeeper_connect],
+    for where in (["--bootstrap-server", c.bootstrap_servers], ["--zookeeper", c.zookeeper],
                   ["--data-dir", c.data_dir]):
         r = kafkatier_cli.run("tiered", "describe", "--topic", t, *where)
         assert r.returncode == 0, r.stderr
@@ -211,12 +195,12 @@ def test_tiered_describe(tiered_cluster, kafkatier_cli):
         assert lines[1].startswith("\tPartition: 0\tRemoteSegments: 2\t")
         assert "\tStartOffset: 0\tEndOffset: 0\t" in lines[2] and "State: COPY_SEGMENT_FINISHED" in lines[2]
         assert "\tStartOffset: 1\tEndOffset: 1\t" in lines[3] and "\tTieredEpoch: 0\t" in lines[3]
-    r = kafkatier_cli.run("tiered", "describe", "--topic", t, "--zookeeper", c.zookeeper_connect, "--json")
+    r = kafkatier_cli.run("tiered", "describe", "--topic", t, "--zookeeper", c.zookeeper, "--json")
     doc = json.loads(r.stdout)
     assert doc["tiered_epoch"] == 0 and doc["tiered_state"] == "ENABLED"
     assert [(s["start_offset"], s["state"]) for s in doc["partitions"][0]["segments"]] == [
         (0, "COPY_SEGMENT_FINISHED"), (1, "COPY_SEGMENT_FINISHED")]
-    r = kafkatier_cli.run("tiered", "describe", "--topic", "no-such-topic", "--zookeeper", c.zookeeper_connect)
+    r = kafkatier_cli.run("tiered", "describe", "--topic", "no-such-topic", "--zookeeper", c.zookeeper)
     assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION: Topic 'no-such-topic' does not exist." in r.stderr
     r = kafkatier_cli.run("tiered", "describe", "--topic", t)
     assert r.returncode == 2

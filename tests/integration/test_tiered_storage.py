@@ -264,22 +264,8 @@ def segments(first, last_exclusive, size=PER_SEGMENT) -> list[tuple[int, int]]:
 
 
 @pytest.fixture(scope="module")
-def tiered_cluster(zookeeper, _zk_session_client, tmp_path_factory):
-    from kafkatier.cluster.manager import ClusterManager
-    from kafkatier.zk.client import start_client
-    root = f"/tiered-{uuid.uuid4().hex[:10]}"
-    _zk_session_client.create(root)
-    m = ClusterManager(str(tmp_path_factory.mktemp("tiered")))
-    m.up(brokers=3, log_dirs_per_broker=1, zookeeper=zookeeper.connect_string + root, overrides=TIERED)
-
-    class C:
-        manager = m
-        zk = start_client(zookeeper.connect_string + root)
-        bootstrap_servers = m.bootstrap_servers
-    yield C
-    C.zk.stop()
-    C.zk.close()
-    m.down()
+def tiered_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
 
 
 def test_retention_by_size_deletes_oldest_remote_segments_and_moves_the_log_start_offset(tiered_cluster):
