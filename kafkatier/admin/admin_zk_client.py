@@ -30,6 +30,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from kafkatier.admin import topic_config as tc
 from kafkatier.admin.replica_assignment import (BrokerMetadata, assign_replicas_to_brokers,
                                                 validate_manual_assignment)
+from kafkatier.common.structs import is_valid_topic_name, topic_name_error
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, InvalidRequestError, InvalidTopicError,
                                        KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
@@ -39,7 +40,6 @@ from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("admin")
 
-MAX_TOPIC_NAME_LENGTH = 249
 NO_NUM_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 WRITE_ATTEMPTS = 5
@@ -62,22 +62,11 @@ class ConcurrentConfigChangeError(KafkaError):
 
 # ------------------------------------------------------------------------------------------------ topic names
 
-def _legal_char(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "._-"
-
-
 def validate_topic_name(name: str) -> None:
     """Kafka's ``Topic.validate``: InvalidTopicError with Kafka's messages."""
-    if not isinstance(name, str) or name == "":
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
-                                f"characters, Topic name: {name}")
-    if not all(_legal_char(c) for c in name):
-        raise InvalidTopicError(f'Topic name "{name}" is illegal, it contains a character other than '
-                                "ASCII alphanumerics, '.', '_' and '-'")
+    error = topic_name_error(name)
+    if error is not None:
+        raise InvalidTopicError(error)
 
 
 def has_collision_chars(name: str) -> bool:
@@ -87,14 +76,6 @@ def has_collision_chars(name: str) -> bool:
 def has_collision(a: str, b: str) -> bool:
     """``a`` and ``b`` map to the same metric names ('.' and '_' are interchangeable there)."""
     return a.replace(".", "_") == b.replace(".", "_")
-
-
-def _is_valid_topic_name(name: str) -> bool:
-    try:
-        validate_topic_name(name)
-        return True
-    except InvalidTopicError:
-        return False
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -167,10 +148,10 @@ class AdminZkClient:
 
     # --- reads ------------------------------------------------------------------------------------------------
     def topic_exists(self, name: str) -> bool:
-        return _is_valid_topic_name(name) and self.kafka_zk.topic_exists(name)
+        return is_valid_topic_name(name) and self.kafka_zk.topic_exists(name)
 
     def is_marked_for_deletion(self, name: str) -> bool:
-        return _is_valid_topic_name(name) and self.kafka_zk.is_topic_marked_for_deletion(name)
+        return is_valid_topic_name(name) and self.kafka_zk.is_topic_marked_for_deletion(name)
 
     def list_topics(self, include_marked_for_deletion: bool = True) -> list[str]:
         topics = self.kafka_zk.get_all_topics()
@@ -191,7 +172,7 @@ class AdminZkClient:
         return self._read_assignment(name).topic_id
 
     def _read_assignment(self, name: str) -> codecs.TopicAssignment:
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         try:
             data, _ = self.zk.get(paths.topic(name))
@@ -204,7 +185,7 @@ class AdminZkClient:
 
     def fetch_topic_config(self, name: str) -> dict[str, str]:
         """The topic's overrides as stored (``{}`` if none)."""
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             return {}
         return self.kafka_zk.get_topic_config_and_version(name)[0]
 
@@ -292,7 +273,7 @@ class AdminZkClient:
     def delete_topic(self, name: str) -> bool:
         """Mark the topic for deletion; True if newly marked, False if it already was.
         UnknownTopicOrPartitionError if the topic does not exist."""
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
         try:
             marked = self.kafka_zk.mark_topic_for_deletion(name)

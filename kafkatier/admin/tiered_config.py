@@ -26,13 +26,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kazoo.exceptions import NoNodeError
-
 from kafkatier.admin import topic_config as tc
-from kafkatier.log.remote.tiered_znodes import create_ops
+from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.protocol.errors import InvalidConfigurationError, InvalidRequestError
-from kafkatier.zk import codecs, paths
-from kafkatier.zk.fenced import read_retrying
 
 SYSTEM_DISABLED = ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote "
                    "log storage.")
@@ -97,29 +93,14 @@ def validate_policy_values(props: Mapping[str, Any]) -> None:
                                       f"true or false")
 
 
-def _initial_state(config: Mapping[str, Any]) -> str:
-    return codecs.TIERED_DISABLED if _flag(config, "remote.log.copy.disable") else codecs.TIERED_ENABLED
-
-
 def before_topic_create(zk, topic: str, config: Mapping[str, str], assignment: Mapping[int, Any], ops: list) -> None:
     """Create the ``tieredstorage`` znodes with a topic created tiered."""
-    if _flag(config, "remote.storage.enable"):
-        ops.extend(create_ops(topic, _initial_state(config)))
+    ops.extend(creation_ops(zk, topic, config, creating_topic=True))
 
 
 def before_config_change(zk, topic: str, old: Mapping[str, str], new: Mapping[str, str], ops: list) -> None:
     """Create the ``tieredstorage`` znodes with the first config change that enables tiering."""
-    if not _flag(new, "remote.storage.enable"):
-        return
-    try:
-        read_retrying(zk.get, paths.tiered_epoch(topic))
-        return  # tiered before: the disablement work owns later state changes
-    except NoNodeError:
-        pass
-    if zk.exists(paths.tiered_storage(topic)) is not None:
-        ops.extend(create_ops(topic, _initial_state(new))[1:])
-    else:
-        ops.extend(create_ops(topic, _initial_state(new)))
+    ops.extend(creation_ops(zk, topic, new, creating_topic=False))
 
 
 def install(admin: Any | None = None) -> None:

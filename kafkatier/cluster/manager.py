@@ -74,7 +74,7 @@ class ClusterManager:
 
     # --- state ----------------------------------------------------------------------------------------------
     def load(self) -> dict:
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         try:
             with open(self.cluster_file) as f:
                 self.state = json.load(f)
@@ -101,7 +101,7 @@ class ClusterManager:
         for b in self.state["brokers"]:
             if b["id"] == broker_id:
                 return b
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         raise UsageError(f"broker {broker_id} is not part of the cluster in {self.data_dir}")
 
     # --- up / down ------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ class ClusterManager:
     def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> int:
         b = self.broker(broker_id)
         if pid_alive(b.get("pid")):
-            from kafkatier.cli.main import UsageError
+            from kafkatier.common.errors import UsageError
             raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
         for d in b["log_dirs"]:
             os.makedirs(d, exist_ok=True)

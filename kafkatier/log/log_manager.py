@@ -37,7 +37,7 @@ from kafkatier.log.dir_names import (
 from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LONG_MAX, LogConfig
-from kafkatier.log.scheduler import Scheduler
+from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log-manager")
@@ -65,6 +65,7 @@ class LogManager:
                  flush_start_offset_checkpoint_interval_ms: int = 60000,
                  initial_task_delay_ms: int = 30000,
                  remote_log_system_enabled: bool = False,
+                 scheduler: KafkaScheduler | None = None,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -90,7 +91,10 @@ class LogManager:
         self.offline_dirs: set[str] = set()
         self.future_dirs_found: dict[TopicPartition, str] = {}
         self._preferred_dirs: dict[TopicPartition, str] = {}
-        self.scheduler = Scheduler("kafka-scheduler")
+        # The broker's scheduler (started and stopped by its owner), or one of our own.
+        self._owns_scheduler = scheduler is None
+        self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "kafka-scheduler-")
+        self._tasks: list[ScheduledTask] = []
         self._started = False
         self._shut_down = False
         self._prepare_dirs()
@@ -218,15 +222,19 @@ class LogManager:
             return
         self._started = True
         s = self.scheduler
-        s.startup()
+        if self._owns_scheduler:
+            s.startup()
         delay = self.initial_task_delay_ms
-        s.schedule("kafka-log-retention", self._safe(self.cleanup_logs), delay, self.retention_check_interval_ms)
+        tasks = [s.schedule("kafka-log-retention", self._safe(self.cleanup_logs), delay,
+                            self.retention_check_interval_ms)]
         if self.flush_check_interval_ms < LONG_MAX:
-            s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay, self.flush_check_interval_ms)
-        s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
-                   self.flush_recovery_offset_checkpoint_interval_ms)
-        s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets), delay,
-                   self.flush_start_offset_checkpoint_interval_ms)
+            tasks.append(s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay,
+                                    self.flush_check_interval_ms))
+        tasks.append(s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
+                                self.flush_recovery_offset_checkpoint_interval_ms))
+        tasks.append(s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets),
+                                delay, self.flush_start_offset_checkpoint_interval_ms))
+        self._tasks = tasks
 
     def _safe(self, fn: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -445,7 +453,10 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
-        self.scheduler.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        if self._owns_scheduler:
+            self.scheduler.shutdown()
         by_dir = self.logs_by_dir()
         for d in self.live_log_dirs:
             ok = True

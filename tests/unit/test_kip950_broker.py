@@ -12,14 +12,15 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.admin import tiered_config
 from kafkatier.admin import topic_config as tc
-from kafkatier.controller.tiered_storage_disablement_manager import classify_transition
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.remote.config import RemoteLogManagerConfig
-from kafkatier.log.remote.disablement import DELETE, ENABLED, READ_ONLY, become_leader_hook, disablement_kind
-from kafkatier.log.remote.remote_log_manager import CleanupTask, CopyTask, RemoteLogManager
+from kafkatier.log.remote.remote_log_manager import (DELETE, NOT_DISABLED, READ_ONLY, CleanupTask, CopyTask,
+                                                     RemoteLogManager, disablement_kind)
 from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMetadataManager
-from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
+from kafkatier.common.structs import TopicIdPartition
+from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState
+from kafkatier.log.remote.tiered_state import classify_transition
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError, KafkaError, OffsetOutOfRangeError
 from kafkatier.waiting import wait_for
@@ -188,12 +189,12 @@ def test_a_new_leader_of_a_formerly_tiered_topic_removes_leftovers(tmp_path, sto
     lg = make_log(tmp_path, "b2/orders-0", remote_storage_enable="false", remote_log_delete_on_disable="true")
     lg.remote_log_enabled = False                            # loaded with tiering off
     p = FakePartition(lg, broker_id=2, leader_id=2, leader_epoch=1)
-    become_leader_hook(rlm)(p)
+    rlm.on_leadership_change([p], [])                       # becomes leader
     wait_for(lambda: rlmm.list_remote_log_segments(TIP) == [] and rsm.segment_stems(TIP) == []
              and rlm.tasks("orders", 0) == {}, WAIT_S, message="leftovers deleted by the new leader")
     plain = FakePartition(make_log(tmp_path, "b3/plain-0", remote_storage_enable="false"), topic="plain")
     plain.log.remote_log_enabled = False
-    become_leader_hook(rlm)(plain)                           # never tiered: nothing scheduled
+    rlm.on_leadership_change([plain], [])                   # never tiered: nothing scheduled
     assert rlm.tasks("plain", 0) == {}
 
 
@@ -340,4 +341,4 @@ def test_which_config_changes_are_tiering_transitions(state, old, new, kind):
 
 
 def test_disablement_kind_follows_the_config():
-    assert disablement_kind(LogConfig.from_props({"remote.storage.enable": "true"})) == ENABLED
+    assert disablement_kind(LogConfig.from_props({"remote.storage.enable": "true"})) == NOT_DISABLED

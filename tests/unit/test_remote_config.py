@@ -7,7 +7,7 @@ import pytest
 from kafkatier.admin import tiered_config
 from kafkatier.admin import topic_config as tc
 from kafkatier.log.remote import config as rc
-from kafkatier.log.remote.broker_integration import validate_broker_local_retention
+from kafkatier.server.tiered_storage import validate_broker_local_retention
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
 from kafkatier.protocol.errors import InvalidConfigurationError

@@ -33,13 +33,13 @@ from kazoo.exceptions import (BadVersionError, ConnectionLoss, NodeExistsError, 
                               OperationTimeoutError, RolledBackError, RuntimeInconsistency)
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log.remote.remote_log_segment_metadata import (
     RemoteLogMetadataError,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    TopicIdPartition,
     is_valid_transition,
 )
 from kafkatier.log.remote.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
@@ -436,30 +436,3 @@ def _first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
                 return i, r
             failed = failed or (i, r)
     return failed
-
-
-def decode_segment_znode(data: bytes | None, path: str | None = None, stat: Any = None) -> RemoteLogSegmentMetadata:
-    """Decoder used by ``kafkatier.zk.validate`` (schema check + decode)."""
-    import json
-
-    from kafkatier.zk import codecs, schemas
-    what = path or "remote_log_segment_metadata"
-    try:
-        doc = json.loads(data or b"")
-    except ValueError as e:
-        raise codecs.MalformedZNodeError(what, f"not JSON: {e}") from None
-    errors = schemas.schema_errors("remote_log_segment_metadata", doc)
-    if errors:
-        raise codecs.MalformedZNodeError(what, "; ".join(errors))
-    try:
-        return RemoteLogSegmentMetadata.from_dict(doc)
-    except RemoteLogMetadataError as e:
-        raise codecs.MalformedZNodeError(what, str(e)) from None
-
-
-def _register_decoder() -> None:
-    from kafkatier.zk import codecs
-    codecs.DECODERS.setdefault("remote_log_segment_metadata", decode_segment_znode)
-
-
-_register_decoder()
