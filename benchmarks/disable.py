@@ -45,7 +45,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kazoo.exceptions import NoNodeError  # noqa: E402
 from kazoo.recipe.watchers import DataWatch  # noqa: E402
 
-from kafkatier.admin import tiered_config  # noqa: E402
 from kafkatier.admin.admin_zk_client import AdminZkClient  # noqa: E402
 from kafkatier.admin.client import AdminClient  # noqa: E402
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
@@ -176,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         m.up(brokers=BROKERS, log_dirs_per_broker=1, overrides=OVERRIDES)
         zk = start_client(m.zookeeper)
         admin_zk = AdminZkClient(zk, broker_config={"remote.log.storage.system.enable": "true"})
-        tiered_config.install(admin_zk)
         controller = json.loads(zk.get(paths.CONTROLLER)[0])["brokerid"]
         via = next(b for b in m.state["brokers"] if b["id"] != controller)   # forwarded to the controller
         with AdminClient([f"127.0.0.1:{via['port']}"]) as admin:

@@ -12,11 +12,13 @@ the write is conditional on the config znode's version and the whole read-valida
 concurrent change, so two concurrent incremental alters never lose an update, and validation always sees the
 topic's existing config (tiered_storage.md §3).
 
-Extension hooks (for features that keep state next to the config, e.g. KIP-950's ``tieredstorage`` znodes):
-``before_config_change`` / ``before_topic_create`` callables may raise a :class:`KafkaError` to refuse the
-change, or append ops to the same ZooKeeper multi.  Ops are ``kafkatier.zk.fenced`` op values (``Create``,
-``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  Hooks must not write on their
-own: with ``validate_only`` their ops are discarded, and on a version conflict they run again.
+Validation is the one topic ConfigDef's (``log/log_config.validate_topic_config``, tiered rules included).  A
+topic created tiered, or whose config enables tiering for the first time, gets its KIP-950 ``tieredstorage``
+znodes in the same multi (``log/remote/tiered_state.creation_ops``).  A config change may carry ``extra_ops``:
+a callable ``(zk, topic, old, new) -> ops`` (the controller's tiered transition) that may raise a
+:class:`KafkaError` to refuse the change, or return ops for the same multi -- ``kafkatier.zk.fenced`` op values
+(``Create``, ``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  It must not write on
+its own: with ``validate_only`` its ops are discarded, and on a version conflict it runs again.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from kafkatier.admin import topic_config as tc
 from kafkatier.admin.replica_assignment import (BrokerMetadata, assign_replicas_to_brokers,
                                                 validate_manual_assignment)
 from kafkatier.common.structs import is_valid_topic_name, topic_name_error
+from kafkatier.log.log_config import validate_topic_config
+from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, InvalidRequestError, InvalidTopicError,
                                        KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
@@ -44,14 +48,8 @@ NO_NUM_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 WRITE_ATTEMPTS = 5
 
-# (zk, topic, old_config, new_config, transaction_ops) -> None
-ConfigChangeHook = Callable[[Any, str, Mapping[str, str], Mapping[str, str], list], None]
-# (zk, topic, config, assignment, transaction_ops) -> None
-TopicCreateHook = Callable[[Any, str, Mapping[str, str], Mapping[int, tuple[int, ...]], list], None]
-
-# Hooks every AdminZkClient runs (before its own per-instance hooks).
-BEFORE_CONFIG_CHANGE: list[ConfigChangeHook] = []
-BEFORE_TOPIC_CREATE: list[TopicCreateHook] = []
+# (zk, topic, old_config, new_config) -> ops for the config change's multi
+ExtraOps = Callable[[Any, str, Mapping[str, str], Mapping[str, str]], list]
 
 
 class ConcurrentConfigChangeError(KafkaError):
@@ -142,8 +140,6 @@ class AdminZkClient:
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self.rng = rng
-        self.before_config_change: list[ConfigChangeHook] = []
-        self.before_topic_create: list[TopicCreateHook] = []
         self._paths_ready = False
 
     # --- reads ------------------------------------------------------------------------------------------------
@@ -233,9 +229,7 @@ class AdminZkClient:
         if validate_only:
             return CreatedTopic(name, None, final, config)
 
-        ops: list = []
-        for hook in [*BEFORE_TOPIC_CREATE, *self.before_topic_create]:
-            hook(self.zk, name, dict(config), dict(final), ops)
+        ops = creation_ops(self.zk, name, config, creating_topic=True)
         self._ensure_paths()
         try:
             topic_id = self.kafka_zk.create_topic_with_config(name, {p: list(r) for p, r in final.items()},
@@ -266,7 +260,7 @@ class AdminZkClient:
                 raise InvalidTopicError(f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
         if manual is not None:
             assignment = validate_manual_assignment({p: list(r) for p, r in manual.items()}, live_broker_ids)
-        tc.validate_topic_config(config, existing={}, broker_config=self.broker_config, topic=name)
+        validate_topic_config(config, existing={}, broker_config=self.broker_config)
         return dict(assignment or {})
 
     # --- delete -----------------------------------------------------------------------------------------------
@@ -284,17 +278,18 @@ class AdminZkClient:
         return marked
 
     # --- config changes ---------------------------------------------------------------------------------------
-    def change_topic_config(self, name: str, new_config: Mapping[str, Any],
-                            validate_only: bool = False) -> TopicConfigChange:
+    def change_topic_config(self, name: str, new_config: Mapping[str, Any], validate_only: bool = False,
+                            extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         """AlterConfigs semantics: ``new_config`` replaces all of the topic's overrides."""
         config = _str_config(new_config)
         nulls = [k for k, v in config.items() if v is None]
         if nulls:
             raise InvalidRequestError("Null value not supported for : " + ",".join(nulls))
-        return self._update_config(name, lambda old: dict(config), validate_only)
+        return self._update_config(name, lambda old: dict(config), validate_only, extra_ops)
 
     def alter_topic_config(self, name: str, set: Mapping[str, Any] | None = None,  # noqa: A002 - Kafka's op name
-                           delete: Iterable[str] = (), validate_only: bool = False) -> TopicConfigChange:
+                           delete: Iterable[str] = (), validate_only: bool = False,
+                           extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         """IncrementalAlterConfigs semantics: SET the given keys, DELETE the listed ones (absent keys are
         ignored); the resulting full config is validated."""
         to_set = _str_config(set)
@@ -312,7 +307,7 @@ class AdminZkClient:
                 new.pop(k, None)
             return new
 
-        return self._update_config(name, apply, validate_only)
+        return self._update_config(name, apply, validate_only, extra_ops)
 
     def _require_existing(self, name: str) -> None:
         validate_topic_name(name)
@@ -320,16 +315,16 @@ class AdminZkClient:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
 
     def _update_config(self, name: str, compute: Callable[[dict[str, str]], dict[str, str]],
-                       validate_only: bool) -> TopicConfigChange:
+                       validate_only: bool, extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         self._require_existing(name)
 
         def attempt() -> TopicConfigChange:
             old, version = self.kafka_zk.get_topic_config_and_version(name)
             new = compute(dict(old))
-            tc.validate_topic_config(new, existing=old, broker_config=self.broker_config, topic=name)
-            ops: list = []
-            for hook in [*BEFORE_CONFIG_CHANGE, *self.before_config_change]:
-                hook(self.zk, name, dict(old), dict(new), ops)
+            validate_topic_config(new, existing=old, broker_config=self.broker_config)
+            ops = creation_ops(self.zk, name, new, creating_topic=False)
+            if extra_ops is not None:
+                ops += extra_ops(self.zk, name, dict(old), dict(new))
             if validate_only:
                 return TopicConfigChange(name, old, new, None)
             self._ensure_paths()

@@ -530,8 +530,8 @@ class KafkaController:
         return self._admin
 
     def submit_topic_config_change(self, topic: str, compute, validate_only: bool):
-        """Run a topic config change on the controller thread.  ``compute(admin)`` performs it; the tiering
-        hook is added to the AdminZkClient multi.  Returns a Future (NOT_CONTROLLER if this broker is
+        """Run a topic config change on the controller thread.  ``compute(admin, extra_ops)`` performs it; the
+        tiered transition's ops join the AdminZkClient multi.  Returns a Future (NOT_CONTROLLER if this broker is
         not, or stops being, the active controller)."""
         from concurrent.futures import Future
         from kafkatier.protocol.errors import NotControllerError

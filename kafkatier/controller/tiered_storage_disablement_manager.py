@@ -107,8 +107,9 @@ class TieredStorageDisablementManager:
 
     # --- config changes (on the controller thread) ----------------------------------------------------------
     def alter_config(self, topic: str, compute, validate_only: bool):
-        """Apply a topic config change decided by the controller.  ``compute(admin)`` performs it through the
-        controller's AdminZkClient (incremental or full); the tiering hook joins the same ZooKeeper multi."""
+        """Apply a topic config change decided by the controller.  ``compute(admin, extra_ops)`` performs it
+        through the controller's AdminZkClient (incremental or full); the tiered transition's ops join the same
+        ZooKeeper multi."""
         admin = self.controller.admin_zk()
         z = self._read(topic)
         if z is not None and z.state == DISABLING:
@@ -117,7 +118,8 @@ class TieredStorageDisablementManager:
                 f"retry after it completes.")
         decision: dict = {}
 
-        def hook(zk, name, old, new, ops):
+        def transition_ops(zk, name, old, new) -> list:
+            ops: list = []
             cur = read_tiered_state(zk, name)
             if cur is not None and cur.state == DISABLING and any(
                     old.get(k) != new.get(k) for k in TIERED_KEYS):
@@ -128,7 +130,7 @@ class TieredStorageDisablementManager:
             decision.clear()
             decision.update(kind=kind, znodes=cur)
             if kind is None or kind == CREATE:
-                return  # first enablement: the tiered-storage config hook creates the znodes
+                return ops  # first enablement: the admin client creates the znodes
             # The multi's check fences the write; a failed check would only look like a concurrent config
             # change to the admin client (it retries those), so a moved controller is detected here first.
             stat = zk.exists(paths.CONTROLLER_EPOCH)
@@ -144,15 +146,13 @@ class TieredStorageDisablementManager:
                 ops.append(Check(paths.tiered_epoch(name), cur.epoch_version))
                 ops.append(SetData(paths.tiered_state(name), codecs.TieredState(ENABLED).encode(),
                                    cur.state_version))
-        admin.before_config_change.append(hook)
+            return ops
         try:
-            result = compute(admin)
+            result = compute(admin, transition_ops)
         except BadVersionError as e:
             if getattr(e, "op_index", None) == 2:
                 raise ControllerMovedError("controller epoch changed during a tiered config change") from e
             raise
-        finally:
-            admin.before_config_change.remove(hook)
         if validate_only or not decision:
             return result
         kind, cur = decision.get("kind"), decision.get("znodes")

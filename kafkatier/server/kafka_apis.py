@@ -407,8 +407,8 @@ class KafkaApis:
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):
             full = {c.name: c.value for c in r.configs if c.value is not None}
-            return (lambda admin: admin.change_topic_config(r.resource_name, full, validate_only=req.validate_only),
-                    set(full))
+            return (lambda admin, extra_ops=None: admin.change_topic_config(
+                        r.resource_name, full, validate_only=req.validate_only, extra_ops=extra_ops), set(full))
         return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
@@ -422,8 +422,8 @@ class KafkaApis:
                 else:
                     raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
                                      Errors.INVALID_REQUEST)
-            return (lambda admin: admin.alter_topic_config(r.resource_name, sets, deletes,
-                                                           validate_only=req.validate_only),
+            return (lambda admin, extra_ops=None: admin.alter_topic_config(
+                        r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False)
 

@@ -21,7 +21,6 @@ import attrs
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
 
-from kafkatier.admin import tiered_config
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
@@ -140,10 +139,8 @@ class KafkaServer:
         c = self.config
         broker_config = {"remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                          "min.insync.replicas": str(c.min_insync_replicas), **c.overrides}
-        admin = AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
-                              default_replication_factor=c.default_replication_factor)
-        tiered_config.install(admin)  # tiered-storage config rules and the tieredstorage znodes
-        return admin
+        return AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
+                             default_replication_factor=c.default_replication_factor)
 
     def _restart_fetcher(self, p) -> None:
         """The remote log manager rebuilt follower ``p`` from the remote tier: fetch again from its new end."""

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kazoo.exceptions import NoNodeError
 
-from kafkatier.admin.topic_config import topic_defaults_from_broker
+from kafkatier.log.log_config import topic_defaults_from_broker
 from kafkatier.log.remote import config as rc
 from kafkatier.log.remote.remote_log_manager import PartitionLike
 from kafkatier.log.remote.remote_log_metadata_manager import RemoteLogMetadataManager

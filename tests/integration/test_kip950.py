@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import OffsetOutOfRangeError
 
-from kafkatier.admin.tiered_config import COPY_DISABLED_MS, DISABLE_WITHOUT_DELETE
+from kafkatier.log.log_config import COPY_DISABLED_MS, DISABLE_WITHOUT_DELETE
 from kafkatier.log.remote.remote_log_manager import RemoteLogTaskFencedError
 from kafkatier.log.remote.tiered_state import zk_fence
 from kafkatier.waiting import wait_for

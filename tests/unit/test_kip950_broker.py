@@ -10,8 +10,7 @@ import attrs
 import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kafkatier.admin import tiered_config
-from kafkatier.admin import topic_config as tc
+from kafkatier.log import log_config as tc
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.remote.config import RemoteLogManagerConfig
@@ -287,18 +286,11 @@ def test_read_only_retention_expires_local_segments_only_after_the_remote_tier(t
 
 # ------------------------------------------------------------------------------------------------ configs
 
-@pytest.fixture
-def tiered_rules():
-    tiered_config.install()
-    yield
-    tiered_config.uninstall()
-
-
 BROKER = {"remote.log.storage.system.enable": "true"}
 
 
 @pytest.mark.parametrize("name", ["remote.log.copy.disable", "remote.log.delete.on.disable"])
-def test_an_unsupported_policy_value_is_an_invalid_request(tiered_rules, name):
+def test_an_unsupported_policy_value_is_an_invalid_request(name):
     with pytest.raises(KafkaError) as e:
         tc.validate_topic_config({"remote.storage.enable": "true", name: "maybe"}, broker_config=BROKER)
     assert e.value.error == Errors.INVALID_REQUEST
@@ -310,7 +302,7 @@ def test_an_unsupported_policy_value_is_an_invalid_request(tiered_rules, name):
     tc.validate_topic_config({"remote.storage.enable": "true", name: " TRUE "}, broker_config=BROKER)
 
 
-def test_disablement_rules_against_the_existing_config(tiered_rules):
+def test_disablement_rules_against_the_existing_config():
     on = {"remote.storage.enable": "true", "local.retention.ms": "100", "retention.ms": "1000"}
     with pytest.raises(InvalidConfigurationError, match="It is invalid to disable remote storage without deleting"):
         tc.validate_topic_config({**on, "remote.storage.enable": "false"}, existing=on, broker_config=BROKER)
