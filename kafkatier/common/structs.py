@@ -2,8 +2,9 @@
 ``TopicPartition``, ``TopicIdPartition`` and the controller's ``PartitionAndReplica``, ``LeaderAndIsr``,
 ``BrokerInfo``), and the one topic-name rule (Kafka's ``Topic.validate``).
 
-``TopicPartition`` is a named tuple so that it stays interchangeable with the ``(topic, partition)`` keys used on
-the data plane; it prints as ``topic-partition`` like Kafka's.
+``TopicPartition`` and ``PartitionAndReplica`` are named tuples: interchangeable with the ``(topic, partition)``
+keys used on the data plane, and cheap to hash and sort (the controller sorts thousands of them per request);
+they print like Kafka's (``topic-partition``, ``topic-partition-replica``).
 """
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ class TopicIdPartition:
         return f"{self.topic_id}:{self.topic}-{self.partition}"
 
 
-@attrs.frozen(order=True)
-class PartitionAndReplica:
+class PartitionAndReplica(NamedTuple):
     tp: TopicPartition
     replica: int
 

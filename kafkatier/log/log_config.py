@@ -514,15 +514,20 @@ class LogConfig:
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any] | None = None,
-                   defaults: Mapping[str, Any] | None = None) -> LogConfig:
-        """Parse Kafka topic config strings (``props`` override ``defaults``, both by Kafka name)."""
+                   defaults: Mapping[str, Any] | LogConfig | None = None) -> LogConfig:
+        """Parse Kafka topic config strings: ``props`` (by Kafka name) over ``defaults`` (Kafka names and
+        strings, or an already parsed LogConfig)."""
         values: dict[str, Any] = {}
+        if isinstance(defaults, LogConfig):
+            values = {f: getattr(defaults, f) for f in _FIELDS}
+            defaults = None
         for source in (defaults or {}, props or {}):
             for name, raw in source.items():
                 value = parse_value(name, raw)
                 values[_field(name)] = tuple(value) if isinstance(value, list) else value
         cfg = cls(**values, overridden=frozenset(props or {}))
-        validate_values({k.name: getattr(cfg, _field(k.name)) for k in _KEYS})
+        validate_values({"min.compaction.lag.ms": cfg.min_compaction_lag_ms,
+                         "max.compaction.lag.ms": cfg.max_compaction_lag_ms})
         return cfg
 
     def to_props(self) -> dict[str, str]:
@@ -531,8 +536,7 @@ class LogConfig:
 
     def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """This config with some topic configs replaced (parsed and validated)."""
-        base = {k: v for k, v in self.to_props().items()}
-        cfg = LogConfig.from_props(props, defaults=base)
+        cfg = LogConfig.from_props(props, defaults=self)
         return attrs.evolve(cfg, overridden=self.overridden | frozenset(props))
 
     # --- derived values (Kafka's LogConfig accessors) --------------------------------------------------
@@ -580,3 +584,6 @@ def broker_topic_defaults(broker_props: Mapping[str, Any]) -> dict[str, str]:
         if value is not None:
             out[key.name] = value
     return out
+
+
+_FIELDS = tuple(_field(k.name) for k in _KEYS)

@@ -73,6 +73,7 @@ class LogManager:
         if len(set(self.log_dirs)) != len(self.log_dirs):
             raise LogDirectoryError(f"Duplicate log directory found: {', '.join(self.log_dirs)}")
         self.default_config = default_config or LogConfig()
+        self._parsed_configs: dict[str, tuple[dict, LogConfig]] = {}
         self._topic_configs = topic_configs
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -252,13 +253,23 @@ class LogManager:
             cfg = src.get(topic)
         return cfg or self.default_config
 
-    def _loaded_config(self, topic: str) -> LogConfig:
-        """The topic's config for a log found at start-up; a bad stored config falls back to the defaults."""
-        cfg = self._config_for(topic)
+    def _parsed(self, topic: str, cfg: LogConfig | Mapping[str, Any] | None) -> LogConfig:
+        """``cfg`` as a LogConfig over the defaults, parsed once per topic and overrides (a topic with a
+        thousand partitions is not parsed a thousand times).  Raises KafkaError for a bad config."""
         if isinstance(cfg, LogConfig):
             return cfg
+        overrides = dict(cfg or {})
+        cached = self._parsed_configs.get(topic)
+        if cached is not None and cached[0] == overrides:
+            return cached[1]
+        parsed = LogConfig.from_props(overrides, defaults=self.default_config)
+        self._parsed_configs[topic] = (overrides, parsed)
+        return parsed
+
+    def _loaded_config(self, topic: str) -> LogConfig:
+        """The topic's config for a log found at start-up; a bad stored config falls back to the defaults."""
         try:
-            return LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+            return self._parsed(topic, self._config_for(topic))
         except KafkaError as e:
             log.error(kv(event="topic_config_invalid", topic=topic, error=e, action="using broker defaults"))
             return self.default_config
@@ -268,15 +279,15 @@ class LogManager:
         non-internal topic (tiered_storage.md §2)."""
         if not self.remote_log_system_enabled or topic.startswith("__"):
             return False
-        if not isinstance(cfg, LogConfig):
-            cfg = LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+        cfg = self._parsed(topic, cfg)
         return cfg.remote_storage_enable and not cfg.compact
 
     def update_topic_config(self, topic: str, config: LogConfig | Mapping[str, Any]) -> None:
         """Apply a changed topic config (LogConfig or Kafka topic config strings) to the topic's logs."""
+        parsed = self._parsed(topic, config)
         for lg in self.all_logs():
             if lg.topic == topic:
-                lg.update_config(config)
+                lg.update_config(parsed)
 
     # --- lookup and creation -------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -332,7 +343,7 @@ class LogManager:
             for d in self._next_log_dirs(tp):
                 path = os.path.join(d, partition_dir_name(topic, partition))
                 try:
-                    cfg = config if config is not None else self._config_for(topic)
+                    cfg = self._parsed(topic, config if config is not None else self._config_for(topic))
                     lg = Log(path, cfg, had_clean_shutdown=not os.path.exists(path), scheduler=self.scheduler,
                              clock=self._clock,
                              topic_id=topic_id, default_config=self.default_config,

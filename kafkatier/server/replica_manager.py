@@ -271,15 +271,21 @@ class ReplicaManager:
         or the topic has none (NONE)."""
         self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
         disable_answers = disable_answers or {}
-        errors = []
+        answers: list[tuple[str, int, Errors | None]] = []
+        to_disable: list[Partition] = []
         for ts in body.get("topic_states", []):
             topic = ts["topic_name"]
             for ps in ts.get("partition_states", []):
-                err = self._stop_one(topic, ps, disable_answers)
-                errors.append({"topic_name": topic, "partition_index": ps["partition_index"], "error_code": int(err)})
+                err = self._stop_one(topic, ps, disable_answers, to_disable)
+                answers.append((topic, ps["partition_index"], err))
+        disabled = self._disable_remote_partitions(to_disable)
+        errors = [{"topic_name": t, "partition_index": p, "error_code": int(disabled[(t, p)] if err is None else err)}
+                  for t, p, err in answers]
         return {"error_code": 0, "partition_errors": errors}
 
-    def _stop_one(self, topic: str, ps: dict, disable_answers: Mapping[str, Errors]) -> Errors:
+    def _stop_one(self, topic: str, ps: dict, disable_answers: Mapping[str, Errors],
+                  to_disable: list[Partition]) -> Errors | None:
+        """One StopReplica entry; None for a KIP-950 disable, which ``to_disable`` collects (done together)."""
         key = TopicPartition(topic, ps["partition_index"])
         delete = bool(ps.get("delete_partition"))
         disable = bool(ps.get("disable_remote_partition"))
@@ -295,7 +301,12 @@ class ReplicaManager:
         if disable:
             if topic in disable_answers:
                 return disable_answers[topic]
-            return self._disable_remote_partition(key)
+            p = self.partitions.get(key)
+            if (self.remote_log_manager is None or p is None or p.log.closed
+                    or topic.startswith(INTERNAL_TOPIC_PREFIX)):
+                return Errors.NONE
+            to_disable.append(p)
+            return None
         with self._lock:
             self.fetcher_manager.remove_fetcher(topic, key[1])
             cur = self.partitions.pop(key, None)
@@ -317,24 +328,27 @@ class ReplicaManager:
         log.info("stopped replica %s", kv(partition=f"{topic}-{key[1]}", delete=delete))
         return Errors.NONE
 
-    def _disable_remote_partition(self, tp: TopicPartition) -> Errors:
-        """KIP-950: one StopReplica v5 entry with ``DisableRemotePartition=true`` (the topic's config has been
-        re-read by the caller).  The replica is never stopped; NONE also for a repeat and for a partition this
-        broker does not host; any failure answers with an error code and the controller retries."""
-        p = self.partitions.get(tp)
-        if (self.remote_log_manager is None or p is None or p.log.closed
-                or tp.topic.startswith(INTERNAL_TOPIC_PREFIX)):
-            return Errors.NONE
-        try:
-            self.remote_log_manager.disable_remote_partition(p)
-            return Errors.NONE
-        except KafkaError as e:
-            log.warning(kv(event="disable_remote_partition_failed", partition=str(tp), error=e.error.name,
-                           message=e.message))
-            return e.error
-        except Exception as e:  # noqa: BLE001 - ZooKeeper or storage trouble: the controller retries
-            log.exception(kv(event="disable_remote_partition_failed", partition=str(tp), error=repr(e)))
-            return Errors.UNKNOWN_SERVER_ERROR
+    def _disable_remote_partitions(self, ps: list[Partition]) -> dict[TopicPartition, Errors]:
+        """KIP-950: the StopReplica v5 entries with ``DisableRemotePartition=true`` of hosted partitions (their
+        topics' configs have been re-read by the caller), done together by the remote log manager.  The replicas
+        are never stopped; NONE also for a repeat and for a partition this broker does not host; a failure
+        answers with an error code and the controller retries."""
+        if not ps:
+            return {}
+        out: dict[TopicPartition, Errors] = {}
+        for key, e in self.remote_log_manager.disable_remote_partitions(ps).items():
+            tp = TopicPartition(*key)
+            if e is None:
+                out[tp] = Errors.NONE
+            elif isinstance(e, KafkaError):
+                log.warning(kv(event="disable_remote_partition_failed", partition=str(tp), error=e.error.name,
+                               message=e.message))
+                out[tp] = e.error
+            else:  # ZooKeeper or storage trouble
+                log.error(kv(event="disable_remote_partition_failed", partition=str(tp), error=repr(e)),
+                          exc_info=e)
+                out[tp] = Errors.UNKNOWN_SERVER_ERROR
+        return out
 
     # --- produce --------------------------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, entries: Mapping[TopicPartition, bytes],

@@ -39,7 +39,7 @@ deleted as log-start-offset breaches; segments of an older epoch being deleted (
 count for size retention whatever their offsets.
 
 KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3; ``ReplicaManager`` calls
-:meth:`RemoteLogManager.disable_remote_partition` after re-reading the topic's config):
+:meth:`RemoteLogManager.disable_remote_partitions` after re-reading the topics' configs):
 :meth:`RemoteLogManager.stop_copy` (read-only: the copy task goes, expiration and follower tasks stay) and
 :meth:`RemoteLogManager.disable_with_delete` (every task goes, the log start offset moves up to the local log
 start offset and the log is no longer tiered; the leader marks every segment DELETE_SEGMENT_STARTED and a
@@ -524,12 +524,17 @@ class RemoteLogManager:
         st.partition = p
         return st
 
-    def _cancel(self, st: _PartitionTasks, kind: str) -> None:
+    def _cancel(self, st: _PartitionTasks, kind: str, quiet: bool = False) -> bool:
+        """Cancel the partition's task of ``kind``; True if there was one.  ``quiet``: the caller logs one line
+        for the partition instead (a StopReplica v5 of a thousand partitions)."""
         task = getattr(st, kind)
-        if task is not None:
-            task.cancel()
-            setattr(st, kind, None)
+        if task is None:
+            return False
+        task.cancel()
+        setattr(st, kind, None)
+        if not quiet:
             log.info(f"Cancelling the {kind} RLM task for tpId: {st.tip}")
+        return True
 
     def tasks(self, topic: str, partition: int) -> dict[str, _Task]:
         """The partition's scheduled tasks by kind (for tests and status)."""
@@ -589,13 +594,26 @@ class RemoteLogManager:
         local log start offset and stop tiering the log.  The leader then marks every remote segment
         DELETE_SEGMENT_STARTED (what it answers on) and leaves the storage deletions to a :class:`CleanupTask`;
         a follower stops the metadata manager for the partition.  Returns the number of segments marked."""
+        cancelled = self._switch_off(p)
+        log.info(kv(event="tiering_switched_off", partition=f"{p.topic}-{p.partition}",
+                    log_start_offset=p.log.log_start_offset, leader=p.is_leader,
+                    tasks_cancelled=",".join(cancelled) or None))
+        tip = _tip(p)
+        if tip is None:
+            return 0
+        segs = self.rlmm.list_remote_log_segments(tip) if p.is_leader else []
+        return self._delete_remote(p, tip, segs)
+
+    def _switch_off(self, p: PartitionLike) -> list[str]:
+        """First half of :meth:`disable_with_delete`: the tasks go (a copy in flight is found by its
+        registration), the log start offset moves up and the log stops being tiered.  Returns the kinds of the
+        tasks cancelled (logged by the caller, with the outcome)."""
+        cancelled = []
         with self._lock:
             st = self._partitions.get((p.topic, p.partition))
             if st is not None:
-                for kind in ("copy", "follower"):
-                    self._cancel(st, kind)
-                if not isinstance(st.expiration, CleanupTask):
-                    self._cancel(st, "expiration")
+                kinds = ["copy", "follower"] + ([] if isinstance(st.expiration, CleanupTask) else ["expiration"])
+                cancelled = [kind for kind in kinds if self._cancel(st, kind, quiet=True)]
         plog = p.log
         if plog.remote_log_enabled:
             local_start = plog.local_log_start_offset
@@ -605,15 +623,15 @@ class RemoteLogManager:
                 plog.update_log_start_offset_from_remote_tier(local_start)
             plog.remote_log_enabled = False
             plog.highest_offset_in_remote_storage = -1
-            log.info(kv(event="tiering_switched_off", partition=f"{p.topic}-{p.partition}",
-                        log_start_offset=plog.log_start_offset, leader=p.is_leader))
-        tip = _tip(p)
-        if tip is None:
-            return 0
+        return cancelled
+
+    def _delete_remote(self, p: PartitionLike, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> int:
+        """Second half of :meth:`disable_with_delete`, given the partition's segments listed after
+        :meth:`_switch_off`."""
         if not p.is_leader:
             self.rlmm.on_stop_partitions([tip])
             return 0
-        listed, marked = self.mark_for_deletion(tip)
+        listed, marked = self.mark_for_deletion(tip, segs)
         if listed or self._copying(tip):
             self.schedule_cleanup(p)
         else:  # no remote data at all (the copy task was cancelled above, no copy in flight): done already
@@ -623,12 +641,13 @@ class RemoteLogManager:
     def _copying(self, tip: TopicIdPartition) -> bool:
         return any(t == tip for t in list(self.segment_ids_being_copied.values()))
 
-    def mark_for_deletion(self, tip: TopicIdPartition) -> tuple[int, int]:
-        """DELETE_SEGMENT_STARTED for every segment not already being deleted (unfenced: whoever runs this was
-        told to delete everything, and the compare-and-set transitions keep it safe).  Returns (segments
-        listed, segments marked)."""
+    def mark_for_deletion(self, tip: TopicIdPartition,
+                          segs: list[RemoteLogSegmentMetadata] | None = None) -> tuple[int, int]:
+        """DELETE_SEGMENT_STARTED for every segment (``segs``: listed by the caller; None: list them now) not
+        already being deleted (unfenced: whoever runs this was told to delete everything, and the
+        compare-and-set transitions keep it safe).  Returns (segments listed, segments marked)."""
         marked = 0
-        segs = self.rlmm.list_remote_log_segments(tip)
+        segs = self.rlmm.list_remote_log_segments(tip) if segs is None else segs
         for md in segs:
             if md.state not in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED):
                 continue
@@ -643,23 +662,52 @@ class RemoteLogManager:
             log.info(kv(event="remote_segments_marked_for_deletion", partition=tip, segments=marked))
         return len(segs), marked
 
-    def disable_remote_partition(self, p: PartitionLike) -> None:
-        """KIP-950 (StopReplica v5 with ``DisableRemotePartition=true``) for one hosted replica, whose log config
-        is the topic's current one: a delete disablement (:meth:`disable_with_delete`) or a read-only one
-        (:meth:`stop_copy`); a config that has tiering on with copying is logged and ignored."""
-        name = f"{p.topic}-{p.partition}"
-        kind = disablement_kind(p.log.config)
-        if kind == DELETE:
-            marked = self.disable_with_delete(p)
-            log.info(kv(event="remote_partition_disabled", partition=name, policy=kind, leader=p.is_leader,
-                        log_start_offset=p.log.log_start_offset, segments_marked=marked))
-        elif kind == READ_ONLY:
-            cancelled = self.stop_copy(p.topic, p.partition)
-            log.info(kv(event="remote_partition_disabled", partition=name, policy=kind, leader=p.is_leader,
-                        copy_task_cancelled=cancelled))
-        else:
-            log.warning(kv(event="disable_remote_partition_ignored", partition=name,
-                           reason="the topic config has tiering enabled with copying"))
+    def disable_remote_partitions(self, ps: Sequence[PartitionLike]) -> dict[tuple[str, int], Exception | None]:
+        """KIP-950 (StopReplica v5 with ``DisableRemotePartition=true``) for hosted replicas whose log configs
+        are their topics' current ones: a delete disablement (:meth:`disable_with_delete`) or a read-only one
+        (:meth:`stop_copy`); a config that has tiering on with copying is logged and ignored.  The leaders'
+        remote-metadata listings of a delete disablement are read together, pipelined.  Returns each
+        partition's failure (None: done); a failure leaves the others alone."""
+        outcome: dict[tuple[str, int], Exception | None] = {}
+        deleting: list[tuple[PartitionLike, TopicIdPartition | None, list[str]]] = []
+        for p in ps:
+            key = (p.topic, p.partition)
+            try:
+                kind = disablement_kind(p.log.config)
+                if kind == DELETE:
+                    deleting.append((p, _tip(p), self._switch_off(p)))
+                    continue
+                if kind == READ_ONLY:
+                    cancelled = self.stop_copy(p.topic, p.partition)
+                    log.info(kv(event="remote_partition_disabled", partition=f"{p.topic}-{p.partition}",
+                                policy=kind, leader=p.is_leader, copy_task_cancelled=cancelled))
+                else:
+                    log.warning(kv(event="disable_remote_partition_ignored", partition=f"{p.topic}-{p.partition}",
+                                   reason="the topic config has tiering enabled with copying"))
+                outcome[key] = None
+            except Exception as e:  # noqa: BLE001 - answered per partition; the controller retries
+                outcome[key] = e
+        leaders = [tip for p, tip, _ in deleting if tip is not None and p.is_leader]
+        try:
+            listed = self.rlmm.list_remote_log_segments_of(leaders) if leaders else {}
+        except Exception as e:  # noqa: BLE001
+            listed = None
+            failure: Exception = e
+        for p, tip, cancelled in deleting:
+            key = (p.topic, p.partition)
+            try:
+                marked = 0
+                if tip is not None:
+                    if p.is_leader and listed is None:
+                        raise failure
+                    marked = self._delete_remote(p, tip, listed.get(tip, []) if listed else [])
+                log.info(kv(event="remote_partition_disabled", partition=f"{p.topic}-{p.partition}", policy=DELETE,
+                            leader=p.is_leader, log_start_offset=p.log.log_start_offset, segments_marked=marked,
+                            tasks_cancelled=",".join(cancelled) or None))
+                outcome[key] = None
+            except Exception as e:  # noqa: BLE001
+                outcome[key] = e
+        return outcome
 
     def schedule_cleanup(self, p: PartitionLike) -> bool:
         """Schedule a :class:`CleanupTask` for a leader whose topic's tiering is off (after a delete

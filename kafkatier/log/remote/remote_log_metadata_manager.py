@@ -96,6 +96,11 @@ class RemoteLogMetadataManager(abc.ABC):
         """Segments sorted by start offset; optionally only those holding ``leader_epoch``, stamped with
         ``tiered_epoch`` or in ``states``."""
 
+    def list_remote_log_segments_of(self, tips: Sequence[TopicIdPartition]
+                                    ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """:meth:`list_remote_log_segments` of several partitions (a store may pipeline the reads)."""
+        return {tip: self.list_remote_log_segments(tip) for tip in tips}
+
     @abc.abstractmethod
     def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
                                     ) -> RemoteLogSegmentMetadata | None:
@@ -318,6 +323,42 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
                 continue
             out.append(md)
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset, m.segment_id))
+
+    def list_remote_log_segments_of(self, tips: Sequence[TopicIdPartition]
+                                    ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """Every partition's listing in two pipelined rounds: all ``get_children``, then all segment reads."""
+        def list_all() -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+            children = [(tip, self.zk.get_children_async(self.partition_path(tip))) for tip in tips]
+            reads = []
+            for tip, res in children:
+                try:
+                    names = res.get(timeout=_READ_TIMEOUT_S)
+                except NoNodeError:
+                    names = []
+                ppath = self.partition_path(tip)
+                for n in sorted(names):
+                    if _SEGMENT_NODE.fullmatch(n) is None:
+                        log.warning(kv(event="unexpected_znode_skipped", path=f"{ppath}/{n}"))
+                        continue
+                    reads.append((tip, f"{ppath}/{n}", self.zk.get_async(f"{ppath}/{n}")))
+            out: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {tip: [] for tip in tips}
+            for tip, path, res in reads:
+                try:
+                    data, _ = res.get(timeout=_READ_TIMEOUT_S)
+                except NoNodeError:
+                    continue
+                try:
+                    md = RemoteLogSegmentMetadata.from_json(data)
+                except RemoteLogMetadataError as e:
+                    log.warning(kv(event="malformed_segment_metadata_skipped", path=path, error=e))
+                    continue
+                if md.topic_id_partition != tip:
+                    log.warning(kv(event="segment_metadata_of_other_partition_skipped", segment=md.segment_id))
+                    continue
+                out[tip].append(md)
+            return {tip: sorted(segs, key=lambda m: (m.start_offset, m.end_offset, m.segment_id))
+                    for tip, segs in out.items()}
+        return _retrying()(list_all)
 
     def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
                                     ) -> RemoteLogSegmentMetadata | None:
