@@ -32,7 +32,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from kafkatier.admin import topic_config as tc
 from kafkatier.admin.replica_assignment import (BrokerMetadata, assign_replicas_to_brokers,
                                                 validate_manual_assignment)
-from kafkatier.common.structs import is_valid_topic_name, topic_name_error
+from kafkatier.common import structs
+from kafkatier.common.structs import is_valid_topic_name
 from kafkatier.log.log_config import validate_topic_config
 from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.logsetup import get_logger, kv
@@ -62,9 +63,7 @@ class ConcurrentConfigChangeError(KafkaError):
 
 def validate_topic_name(name: str) -> None:
     """Kafka's ``Topic.validate``: InvalidTopicError with Kafka's messages."""
-    error = topic_name_error(name)
-    if error is not None:
-        raise InvalidTopicError(error)
+    structs.validate_topic_name(name, InvalidTopicError)
 
 
 def has_collision_chars(name: str) -> bool:

@@ -16,7 +16,7 @@ from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.admin.client import AdminClient, AdminError, ConfigEntry, NewTopicSpec, PartitionInfo, TopicInfo
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
-from kafkatier.common.structs import topic_name_error
+from kafkatier.common import structs
 from kafkatier.protocol.errors import Errors
 
 COLLISION_WARNING = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
@@ -56,9 +56,7 @@ def register(subparsers) -> None:
 
 def validate_topic_name(name: str) -> None:
     """Kafka's topic name rules; :class:`UsageError` with Kafka's message."""
-    error = topic_name_error(name)
-    if error is not None:
-        raise UsageError(error)
+    structs.validate_topic_name(name, UsageError)
 
 
 def has_collision_chars(name: str) -> bool:

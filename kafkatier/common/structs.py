@@ -8,7 +8,7 @@ they print like Kafka's (``topic-partition``, ``topic-partition-replica``).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import attrs
 
@@ -97,3 +97,10 @@ def topic_name_error(name: object) -> str | None:
 
 def is_valid_topic_name(name: object) -> bool:
     return topic_name_error(name) is None
+
+
+def validate_topic_name(name: object, error: Callable[[str], Exception]) -> None:
+    """Raise ``error(message)`` for an illegal topic name (the caller's layer picks the error type)."""
+    message = topic_name_error(name)
+    if message is not None:
+        raise error(message)

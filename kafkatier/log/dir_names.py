@@ -12,7 +12,7 @@ import uuid
 
 import attrs
 
-from kafkatier.common.structs import topic_name_error
+from kafkatier.common import structs
 from kafkatier.log.errors import InvalidTopicError
 
 DELETE_DIR_SUFFIX = "-delete"
@@ -93,6 +93,4 @@ def parse_partition_dir(path: str) -> PartitionDirName:
 
 def validate_topic_name(topic: str) -> None:
     """Kafka's topic name rules (``Topic.validate``); raise InvalidTopicError."""
-    error = topic_name_error(topic)
-    if error is not None:
-        raise InvalidTopicError(error)
+    structs.validate_topic_name(topic, InvalidTopicError)

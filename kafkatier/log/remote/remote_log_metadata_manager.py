@@ -29,8 +29,7 @@ import re
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
-from kazoo.exceptions import (BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError,
-                              OperationTimeoutError, RolledBackError, RuntimeInconsistency)
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from kafkatier.common.structs import TopicIdPartition
@@ -44,7 +43,7 @@ from kafkatier.log.remote.remote_log_segment_metadata import (
 )
 from kafkatier.log.remote.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.zk.fenced import read_retrying
+from kafkatier.zk.fenced import first_failure, read_retrying
 
 log = get_logger("remote.metadata")
 
@@ -188,7 +187,7 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
             for op in fence:
                 op.add_to(t)
             t.create(path, data)
-            failure = _first_failure(t.commit())
+            failure = first_failure(t.commit())
             if failure is None:
                 return
             idx, err = failure
@@ -236,7 +235,7 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
                 t.delete(path, version=stat.version)
             else:
                 t.set_data(path, new.to_json(), version=stat.version)
-            failure = _first_failure(t.commit())
+            failure = first_failure(t.commit())
             if failure is None:
                 return new
             idx, err = failure
@@ -467,13 +466,3 @@ class InMemoryRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             for sid in [k for k, m in self._segments.items() if m.topic_id_partition == tip]:
                 del self._segments[sid]
-
-
-def _first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
-    failed = None
-    for i, r in enumerate(results):
-        if isinstance(r, Exception):
-            if not isinstance(r, (RolledBackError, RuntimeInconsistency)):
-                return i, r
-            failed = failed or (i, r)
-    return failed
