@@ -149,6 +149,7 @@ class KafkaApis:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         topics = []
+        alive = {b.id for b in cache.alive_brokers()}
         for name in names:
             parts = cache.topic_partitions(name)
             if not parts:
@@ -158,8 +159,11 @@ class KafkaApis:
                 continue
             plist = []
             for pm in parts:
-                plist.append({"error_code": int(Errors.LEADER_NOT_AVAILABLE if pm.leader < 0 else Errors.NONE),
-                              "partition_index": pm.partition, "leader_id": pm.leader,
+                # Kafka's ZkMetadataCache: a leader on a broker that is not alive is no leader (a client would
+                # otherwise look for a broker missing from the brokers list).
+                leader = pm.leader if pm.leader in alive else -1
+                plist.append({"error_code": int(Errors.LEADER_NOT_AVAILABLE if leader < 0 else Errors.NONE),
+                              "partition_index": pm.partition, "leader_id": leader,
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
