@@ -16,23 +16,22 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from kafkatier.server.config import BrokerConfig
-from kafkatier.server.delete_records import DeleteRecordsManager
-from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
-from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
-                                              ReplicaManager)
-from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-from kafkatier.waiting import WaitTimeout, wait_for
-from kafkatier.zk.kafka_zk_client import read_topic_config
-
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.config import BrokerConfig
+from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
+from kafkatier.server.delete_records import DeleteRecordsManager
+from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
+                                              ReplicaManager)
+from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
+from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs
+from kafkatier.zk.kafka_zk_client import read_topic_config
 
 log = get_logger("server.apis")
 

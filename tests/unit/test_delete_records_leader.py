@@ -13,12 +13,12 @@ import pytest
 from kafka.protocol.admin import DeleteRecordsRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
-from kafkatier.common.structs import TopicPartition
 from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
 from kafkatier.waiting import wait_for
 

@@ -10,17 +10,17 @@ import attrs
 import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kafkatier.log import log_config as tc
+from kafkatier.common.structs import TopicIdPartition
+from kafkatier.log import log_config as lc
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.remote.config import RemoteLogManagerConfig
 from kafkatier.log.remote.remote_log_manager import (DELETE, NOT_DISABLED, READ_ONLY, CleanupTask, CopyTask,
                                                      RemoteLogManager, disablement_kind)
 from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMetadataManager
-from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState
-from kafkatier.log.remote.tiered_state import classify_transition
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
+from kafkatier.log.remote.tiered_state import classify_transition
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError, KafkaError, OffsetOutOfRangeError
 from kafkatier.waiting import wait_for
 
@@ -292,26 +292,26 @@ BROKER = {"remote.log.storage.system.enable": "true"}
 @pytest.mark.parametrize("name", ["remote.log.copy.disable", "remote.log.delete.on.disable"])
 def test_an_unsupported_policy_value_is_an_invalid_request(name):
     with pytest.raises(KafkaError) as e:
-        tc.validate_topic_config({"remote.storage.enable": "true", name: "maybe"}, broker_config=BROKER)
+        lc.validate_topic_config({"remote.storage.enable": "true", name: "maybe"}, broker_config=BROKER)
     assert e.value.error == Errors.INVALID_REQUEST
     assert e.value.message == f"Invalid value maybe for configuration {name}: Expected value to be either true or false"
     with pytest.raises(InvalidConfigurationError, match="Unknown topic config name: nope"):
-        tc.validate_topic_config({"nope": "1", name: "maybe"}, broker_config=BROKER)
+        lc.validate_topic_config({"nope": "1", name: "maybe"}, broker_config=BROKER)
     with pytest.raises(InvalidConfigurationError):                # KIP-405's own switch stays INVALID_CONFIG
-        tc.validate_topic_config({"remote.storage.enable": "maybe"}, broker_config=BROKER)
-    tc.validate_topic_config({"remote.storage.enable": "true", name: " TRUE "}, broker_config=BROKER)
+        lc.validate_topic_config({"remote.storage.enable": "maybe"}, broker_config=BROKER)
+    lc.validate_topic_config({"remote.storage.enable": "true", name: " TRUE "}, broker_config=BROKER)
 
 
 def test_disablement_rules_against_the_existing_config():
     on = {"remote.storage.enable": "true", "local.retention.ms": "100", "retention.ms": "1000"}
     with pytest.raises(InvalidConfigurationError, match="It is invalid to disable remote storage without deleting"):
-        tc.validate_topic_config({**on, "remote.storage.enable": "false"}, existing=on, broker_config=BROKER)
+        lc.validate_topic_config({**on, "remote.storage.enable": "false"}, existing=on, broker_config=BROKER)
     with pytest.raises(InvalidConfigurationError, match="the `local.retention.ms` and `retention.ms` must be set"):
-        tc.validate_topic_config({**on, "remote.log.copy.disable": "true"}, existing=on, broker_config=BROKER)
+        lc.validate_topic_config({**on, "remote.log.copy.disable": "true"}, existing=on, broker_config=BROKER)
     for ok in ({**on, "remote.log.copy.disable": "true", "local.retention.ms": "-2"},
                {**on, "remote.log.copy.disable": "true", "local.retention.ms": "1000"},
                {**on, "remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}):
-        tc.validate_topic_config(ok, existing=on, broker_config=BROKER)
+        lc.validate_topic_config(ok, existing=on, broker_config=BROKER)
 
 
 @pytest.mark.parametrize("state, old, new, kind", [

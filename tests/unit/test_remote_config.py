@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.log import log_config as tc
-from kafkatier.log.remote.tiered_state import creation_ops
+from kafkatier.log import log_config as lc
 from kafkatier.log.remote import config as rc
-from kafkatier.server.tiered_storage import validate_broker_local_retention
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
+from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.protocol.errors import InvalidConfigurationError
+from kafkatier.server.tiered_storage import validate_broker_local_retention
 
 ON = {"remote.log.storage.system.enable": "true"}
 
@@ -89,7 +89,7 @@ def test_broker_local_retention_defaults_pass():
 # -------------------------------------------------------------------------------------------- topic rules
 
 def validate(props, existing=None, system="true"):
-    return tc.validate_topic_config(props, existing=existing or {},
+    return lc.validate_topic_config(props, existing=existing or {},
                                     broker_config={"remote.log.storage.system.enable": system})
 
 
@@ -113,9 +113,9 @@ def validate(props, existing=None, system="true"):
      "Invalid value 1001 for configuration local.retention.ms: Value must not be more than retention.ms property "
      "value: 1000"),
     ({"remote.storage.enable": "true", "remote.log.copy.disable": "true", "retention.bytes": "100",
-      "local.retention.bytes": "50"}, "true", tc.COPY_DISABLED_BYTES),
+      "local.retention.bytes": "50"}, "true", lc.COPY_DISABLED_BYTES),
     ({"remote.storage.enable": "true", "remote.log.copy.disable": "true", "retention.ms": "1000",
-      "local.retention.ms": "100"}, "true", tc.COPY_DISABLED_MS),
+      "local.retention.ms": "100"}, "true", lc.COPY_DISABLED_MS),
 ])
 def test_tiered_topic_rules(props, system, message):
     with pytest.raises(InvalidConfigurationError) as e:
@@ -124,7 +124,7 @@ def test_tiered_topic_rules(props, system, message):
 
 
 def test_copy_disabled_message_is_the_seeds():
-    assert tc.COPY_DISABLED_MS.startswith("When `remote.log.copy.disable` is set to true, the "
+    assert lc.COPY_DISABLED_MS.startswith("When `remote.log.copy.disable` is set to true, the "
                                                      "`local.retention.ms` and `retention.ms` must be set to the "
                                                      "identical value")
 
@@ -146,7 +146,7 @@ def test_switching_off_needs_delete_on_disable():
     old = {"remote.storage.enable": "true"}
     with pytest.raises(InvalidConfigurationError) as e:
         validate({"remote.storage.enable": "false"}, existing=old)
-    assert e.value.message == tc.DISABLE_WITHOUT_DELETE
+    assert e.value.message == lc.DISABLE_WITHOUT_DELETE
     assert e.value.message.startswith("It is invalid to disable remote storage without deleting remote data.")
     with pytest.raises(InvalidConfigurationError):
         validate({}, existing=old)  # AlterConfigs replacing everything drops the flag too
