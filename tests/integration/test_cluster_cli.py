@@ -39,13 +39,27 @@ def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
             victim = state["brokers"][1]
             os.kill(victim["pid"], signal.SIGKILL)
             wait_for(lambda: not pid_alive(victim["pid"]), 10, message="broker to die")
+            stale = zk.exists("/brokers/ids/2")  # lives until the killed process's session expires
             r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
             assert r.returncode == 0, r.stderr
+            assert "registered and serving" in r.stdout
             new_pid = json.load(open(os.path.join(d, "cluster.json")))["brokers"][1]["pid"]
             assert new_pid != victim["pid"] and pid_alive(new_pid)
-            wait_for(lambda: "2" in zk.get_children("/brokers/ids"), 30, message="broker 2 to re-register")
+            assert stale is None or zk.exists("/brokers/ids/2").czxid > stale.czxid   # returned once re-registered
             r = kafkatier_cli.run("cluster", "describe", "--data-dir", d)
             assert r.returncode == 0 and "Broker 1" in r.stdout and "Broker 2" in r.stdout
+            # a broker that dies during start-up: exit 1 with the last error line of its log
+            r = kafkatier_cli.run("cluster", "stop-broker", "--id", "2", "--data-dir", d, timeout=60)
+            assert r.returncode == 0, r.stderr
+            state_now = json.load(open(os.path.join(d, "cluster.json")))
+            state_now["brokers"][1]["args"] += ["--override", "min.insync.replicas=two"]
+            with open(os.path.join(d, "cluster.json"), "w") as f:
+                json.dump(state_now, f)
+            r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
+            assert r.returncode == 1
+            assert r.stderr.strip().splitlines()[-1].startswith(
+                "kafkatier cluster start-broker: broker 2 exited with status 1 during start-up: ValueError: ")
+            assert "Traceback" not in r.stderr
         finally:
             zk.stop()
             zk.close()
