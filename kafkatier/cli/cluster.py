@@ -20,7 +20,8 @@ def register(sub) -> None:
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper (HOST:PORT) instead of an embedded one")
     up.add_argument("--session-timeout-ms", type=int, default=6000)
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="broker property for every broker (repeatable)")
+                    help="broker property for every broker (repeatable); tiered storage is on by default, "
+                         "--override remote.log.storage.system.enable=false turns it off")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.set_defaults(func=_up)
 
@@ -57,7 +58,7 @@ def _manager(args):
 def _up(args) -> int:
     from kafkatier.cli.broker import parse_overrides
     from kafkatier.cli.main import UsageError
-    from kafkatier.cluster.manager import BrokerStartError
+    from kafkatier.cluster.manager import CLUSTER_UP_DEFAULTS, BrokerStartError
     from kafkatier.waiting import WaitTimeout
     if args.brokers < 1:
         raise UsageError("--brokers must be at least 1")
@@ -66,7 +67,8 @@ def _up(args) -> int:
     m = _manager(args)
     try:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
-                     session_timeout_ms=args.session_timeout_ms, overrides=parse_overrides(args.override))
+                     session_timeout_ms=args.session_timeout_ms,
+                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)})
     except (BrokerStartError, WaitTimeout) as e:
         print(f"kafkatier cluster up: {e}", file=sys.stderr)
         if m.state:

@@ -30,6 +30,11 @@ log = get_logger("cluster")
 
 CLUSTER_FILE = "cluster.json"
 
+# What ``kafkatier cluster up`` and the demo set for every broker unless overridden (``--override k=v``):
+# tiered storage is what the simulator is for, so the cluster-wide flag is on; topics still opt in with
+# ``remote.storage.enable=true``.  The remote storage lives under the data dir (``remote-storage/``).
+CLUSTER_UP_DEFAULTS = {"remote.log.storage.system.enable": "true"}
+
 
 class BrokerStartError(RuntimeError):
     """A broker process exited during start-up; the message carries the last error line of its log."""

@@ -35,6 +35,11 @@ def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
             # zkCli reads our znodes
             out = kafkatier_cli.run("zookeeper", "shell", "--zookeeper", state["zookeeper"], "get", "/controller")
             assert '"brokerid"' in out.stdout
+            # tiered storage is on by default: a tiered topic is accepted, its remote storage under the data dir
+            assert state["remote_storage_dir"] == os.path.join(d, "remote-storage")
+            r = kafkatier_cli.run("topics", "--data-dir", d, "--create", "--topic", "tiered", "--partitions", "1",
+                                  "--replication-factor", "2", "--config", "remote.storage.enable=true")
+            assert r.returncode == 0, r.stderr
             # restart a SIGKILLed broker with its old settings
             victim = state["brokers"][1]
             os.kill(victim["pid"], signal.SIGKILL)
