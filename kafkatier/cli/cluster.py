@@ -70,9 +70,9 @@ def _up(args) -> int:
                      session_timeout_ms=args.session_timeout_ms,
                      overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)})
     except (BrokerStartError, WaitTimeout) as e:
-        print(f"kafkatier cluster up: {e}", file=sys.stderr)
         if m.state:
             m.down()
+        print(f"kafkatier cluster up: {e}", file=sys.stderr)
         return 1
     except BaseException:
         if m.state:

@@ -83,3 +83,15 @@ def test_bad_cluster_file_is_one_line_exit_2(kafkatier_cli, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "cluster.json" in r.stderr
     r = kafkatier_cli.run("cluster", "down", "--data-dir", str(tmp_path / "missing"))
     assert r.returncode == 2 and "cluster.json not found" in r.stderr
+
+
+def test_cluster_up_exits_1_with_the_error_line_of_a_broker_that_dies(kafkatier_cli, tmp_path):
+    d = str(tmp_path / "c")
+    r = kafkatier_cli.run("cluster", "up", "--brokers", "1", "--data-dir", d, "--detach",
+                          "--override", "min.insync.replicas=two", timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "kafkatier cluster up: broker 1 exited with status 1 during start-up: ValueError: ")
+    assert "Traceback" not in r.stderr
+    state = json.load(open(os.path.join(d, "cluster.json")))
+    assert state["zookeeper_pid"] is None or not pid_alive(state["zookeeper_pid"])   # cleaned up
