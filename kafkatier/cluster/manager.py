@@ -6,6 +6,12 @@
 
 Broker processes are started in their own session, so they outlive a ``--detach``-ed ``cluster up``; logs go
 to ``<data-dir>/logs/broker-<id>.log`` and a metrics snapshot to ``<data-dir>/status/broker-<id>.json``.
+
+A started broker counts as up once it is registered in ZooKeeper -- with a new ``/brokers/ids/<id>``, not the one
+its killed predecessor left until that session expires (the broker waits for it, see
+``kafkatier/zk/broker_registration.py``) -- and answers ApiVersions on its port.  A process that exits before
+that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
+brokers of one cluster at once: ``cluster.json`` is read, updated and written under ``cluster.json.lock``.
 """
 from __future__ import annotations
 
