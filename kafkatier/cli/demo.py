@@ -159,20 +159,24 @@ def _core(s: _Steps, m, zk, records: int, old: int) -> None:
         s.info(f"demo-{p}: leader={st['leader']} isr={st['isr']} leader_epoch={st['leader_epoch']}")
 
     s.step("Consuming everything back from the surviving brokers")
-    consumer = KafkaConsumer(bootstrap_servers=m.bootstrap_servers, enable_auto_commit=False,
-                             auto_offset_reset="earliest", consumer_timeout_ms=10000)
+    expected = {f"record-{i}".encode() for i, f in enumerate(futures) if f.succeeded()}
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=m.bootstrap_servers, enable_auto_commit=False, group_id=None,
+                             auto_offset_reset="earliest")
     tps = [TopicPartition("demo", p) for p in range(3)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    seen = set()
-    for msg in consumer:
-        seen.add(msg.value)
-        if len(seen) >= acked:
-            break
-    consumer.close()
-    producer.close()
-    s.info(f"consumed {len(seen)} distinct records; all acknowledged present: "
-           f"{all(f'record-{i}'.encode() in seen for i, f in enumerate(futures) if f.succeeded())}")
+    seen: set[bytes] = set()
+
+    def all_consumed() -> bool:
+        for batch in consumer.poll(timeout_ms=500).values():
+            seen.update(r.value for r in batch)
+        return expected <= seen
+    try:
+        s.wait(f"all {len(expected)} acknowledged records", all_consumed, timeout=60, interval=0)
+    finally:
+        consumer.close()
+    s.info(f"consumed {len(seen)} distinct records; all acknowledged present: {expected <= seen}")
 
     s.step(f"Restarting broker {old}; it rejoins with a new broker epoch")
     t = time.monotonic()
