@@ -251,7 +251,7 @@ def _disable_while_controller_dies(s: _Steps, m, zk, data_dir: str, tid: str, fr
     s.check(f"kafkatier zookeeper shell --zookeeper {m.zookeeper} get /brokers/topics/{TIERED}/tieredstorage/state")
     live = [b for b in _brokers(m) if b != follower]
     s.wait(f"brokers {live} to answer StopReplica v5 (DisableRemotePartition=true)",
-           lambda: all(_disabled_events(data_dir, b) == 1 for b in live))
+           lambda: all(_disabled_events(data_dir, b) >= 1 for b in live))
     s.wait("the leader to delete the remote segments",
            lambda: _describe(zk, data_dir)["remote_segments"] == 0 and not _remote_files(m, tid))
     s.info(f"still {_tiered_state(zk)}: broker {follower}'s replica has not answered")
@@ -263,7 +263,7 @@ def _disable_while_controller_dies(s: _Steps, m, zk, data_dir: str, tid: str, fr
     s.info(f"/controller_epoch={zk.get('/controller_epoch')[0].decode()}; the new controller found the DISABLING "
            f"state in ZooKeeper and sends StopReplica v5 to every replica again")
     s.wait(f"broker {survivor} to answer the repeated StopReplica v5 (NONE: already disabled)",
-           lambda: _disabled_events(data_dir, survivor) == 2)
+           lambda: _disabled_events(data_dir, survivor) >= 2)
     s.info(f"tiered state {_tiered_state(zk)}: brokers {controller} (killed) and {follower} (frozen) are pending")
     s.check(f"kafkatier tiered describe --topic {TIERED} --data-dir D   (PendingReplicas)")
     return controller, follower, frozen_epoch
@@ -289,10 +289,11 @@ def _finish_disablement(s: _Steps, m, zk, data_dir: str, tid: str, controller: i
     s.info(f"broker {controller} registered and serving after {time.monotonic() - t:.1f}s")
     s.wait("the controller to write DISABLED", lambda: _tiered_state(zk) == "DISABLED (tiered_epoch 1)")
     from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
     consumer = KafkaConsumer(bootstrap_servers=m.bootstrap_servers, group_id=None)
     tp = TopicPartition(TIERED, 0)
     earliest = s.wait("ListOffsets earliest to answer the former local log start offset 24",
-                      lambda: consumer.beginning_offsets([tp])[tp] == 24 and 24)
+                      lambda: consumer.beginning_offsets([tp])[tp] == 24 and 24, ignore=(KafkaError,))
     consumer.close()
     s.info(f"earliest offset {earliest}; remote segments: {_describe(zk, data_dir)['remote_segments']}; "
            f"remote files: {len(_remote_files(m, tid))}")
