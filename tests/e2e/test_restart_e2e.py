@@ -86,3 +86,26 @@ def test_kill_all_brokers_and_start_them_all_at_once(cluster_factory, kafkatier_
 def _log(c, broker_id: int) -> str:
     with open(os.path.join(c.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
         return f.read()
+
+
+def test_a_broker_whose_own_session_expired_registers_again_and_serves(cluster_factory):
+    """Frozen (SIGSTOP) past its session timeout, the broker loses its session and /brokers/ids/1; continued,
+    it registers again with a new broker epoch, is elected controller again and serves produce requests."""
+    c = cluster_factory(brokers=1, log_dirs=1, session_timeout_ms=2000)
+    before = c.zk.exists("/brokers/ids/1").czxid
+    pid = c.manager.broker(1)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: c.zk.exists("/brokers/ids/1") is None, 30, message="the frozen broker's session to expire")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: (st := c.zk.exists("/brokers/ids/1")) is not None and st.czxid > before, 30,
+             message="broker 1 to register again")
+    wait_for(lambda: c.controller_id() == 1, 30, message="broker 1 to be controller again")
+    assert "new ZooKeeper session; re-registering" in _log(c, 1)
+    create_topic(c, "after-expiry", rf=1)
+    producer = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", retries=5, request_timeout_ms=30000)
+    try:
+        assert producer.send("after-expiry", b"x").get(timeout=60).offset == 0
+    finally:
+        producer.close()
