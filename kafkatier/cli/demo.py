@@ -323,8 +323,8 @@ def _delete_records(s: _Steps, m, zk, data_dir: str, tid: str) -> None:
         rc = main(["delete-records", "--bootstrap-server", m.bootstrap_servers, "--offset-json-file", offsets])
     for line in out.getvalue().splitlines():
         s.info(f"  {line}")
-    if rc != 0:
-        raise RuntimeError(f"delete-records exited with status {rc}")
+    if rc != 0 or "low_watermark: 30" not in out.getvalue():
+        raise RuntimeError(f"delete-records did not answer low_watermark 30 (exit status {rc})")
     s.wait("the remote segment 24-29, now below the log start offset, to be deleted",
            lambda: _remote_ranges(zk, data_dir) == _ranges(30, 36))
     _show_tiered(s, zk, data_dir)
