@@ -89,6 +89,8 @@ def _demo(args) -> int:
              overrides={**CLUSTER_UP_DEFAULTS, **TIERED_BROKER_OVERRIDES})
         s.info(f"zookeeper={m.zookeeper} bootstrap_servers={m.bootstrap_servers}")
         s.info(f"remote.log.storage.system.enable=true, remote storage in {m.state['remote_storage_dir']}")
+        s.info(f"D = {data_dir} in the check commands below"
+               + ("" if args.data_dir or args.keep else " (removed at the end; keep it with --keep)"))
         zk = start_client(m.zookeeper)
         ctrl = json.loads(zk.get("/controller")[0])
         s.info(f"controller: broker {ctrl['brokerid']}, /controller_epoch={zk.get('/controller_epoch')[0].decode()}")
