@@ -6,9 +6,10 @@ same way: ``dockerd --bridge=none --iptables=false``):
 - host networking only (``network_mode="host"``), every port bound on 127.0.0.1 -- never a bridge network,
   never an address outside 127.0.0.0/8;
 - testcontainers' reaper (Ryuk) is off (``TESTCONTAINERS_RYUK_DISABLED=true``): it needs a pulled image and a
-  bridge port.  Instead every container carries the label ``kafkatier.testing=1`` plus the session that made it,
-  and :func:`remove_labelled` removes them (with their anonymous volumes) at the start of a session -- the
-  leftovers of an interrupted run -- and at its end.
+  bridge port.  Instead every container carries the label ``kafkatier.testing=1`` plus the session and the pid
+  that made it; a session removes its own containers (with their anonymous volumes) when it ends
+  (:func:`remove_labelled`) and, when it starts, those of sessions whose process is gone -- the leftovers of an
+  interrupted run -- without touching those of another live test run (:func:`remove_orphans`).
 """
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import os
 import uuid
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.embedded import pid_alive
 
 log = get_logger("docker")
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 LABEL = "kafkatier.testing"
 SESSION_LABEL = "kafkatier.testing.session"
+PID_LABEL = "kafkatier.testing.pid"
 
 #: This process's session id: the value of ``SESSION_LABEL`` on the containers it creates.
 SESSION_ID = uuid.uuid4().hex[:12]
@@ -40,7 +43,7 @@ def configure_environment() -> None:
 
 def labels() -> dict[str, str]:
     """The labels every container of this session carries."""
-    return {LABEL: "1", SESSION_LABEL: SESSION_ID}
+    return {LABEL: "1", SESSION_LABEL: SESSION_ID, PID_LABEL: str(os.getpid())}
 
 
 def docker_client(timeout: float = 30.0):
@@ -62,21 +65,37 @@ def docker_client(timeout: float = 30.0):
     return client
 
 
-def remove_labelled(client, session: str | None = None) -> int:
-    """Force-remove our containers (of ``session``, or of every session) and their volumes; returns how many."""
-    selector = f"{SESSION_LABEL}={session}" if session else f"{LABEL}=1"
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": selector}):
-        try:
-            container.remove(force=True, v=True)
-            removed += 1
-        except Exception as e:  # noqa: BLE001 - one stuck container must not keep the others alive
-            log.warning("could not remove container %s", kv(name=container.name, error=e))
+def _owner_alive(container) -> bool:
+    pid = container.labels.get(PID_LABEL, "")
+    return pid.isdigit() and pid_alive(int(pid))
+
+
+def remove_orphans(client) -> int:
+    """Remove the containers of test sessions whose process is gone; returns how many."""
+    return _remove(client, [c for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+                            if not _owner_alive(c)], f"{LABEL}=1 (orphans)")
+
+
+def remove_labelled(client, session: str = SESSION_ID) -> int:
+    """Force-remove the containers (and volumes) of ``session``, by default this one; returns how many."""
+    selector = f"{SESSION_LABEL}={session}"
+    removed = _remove(client, client.containers.list(all=True, filters={"label": selector}), selector)
     for volume in client.volumes.list(filters={"label": selector}):
         try:
             volume.remove(force=True)
         except Exception as e:  # noqa: BLE001
             log.warning("could not remove volume %s", kv(name=volume.name, error=e))
+    return removed
+
+
+def _remove(client, containers, selector: str) -> int:
+    removed = 0
+    for container in containers:
+        try:
+            container.remove(force=True, v=True)
+            removed += 1
+        except Exception as e:  # noqa: BLE001 - one stuck container must not keep the others alive
+            log.warning("could not remove container %s", kv(name=container.name, error=e))
     if removed:
         log.info("removed containers %s", kv(count=removed, selector=selector))
     return removed
