@@ -15,6 +15,7 @@ import time
 
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
 from kafkatier.logsetup import get_logger, kv
@@ -190,7 +191,23 @@ class KafkaServer:
         data, _ = self.zk.get(paths.CLUSTER_ID)
         return codecs.ClusterIdZNode.decode(data).id
 
-    def _register_broker(self) -> None:
+    def _register_broker(self, stale_wait_s: float = 0.0) -> None:
+        """Create ``/brokers/ids/<id>``; the broker epoch is its czxid.
+
+        After a session expiry (``stale_wait_s`` > 0) the znode of the expired session may still be there for a
+        moment: in an ensemble the server that tells a client its session expired can be ahead of the leader's
+        closeSession, which is what deletes the ephemerals.  Waits up to ``stale_wait_s`` for it to go rather
+        than staying unregistered; a znode of the current session (a retried create) is ours.
+        """
+        retrying = Retrying(stop=stop_after_delay(stale_wait_s), wait=wait_exponential(multiplier=0.05, max=1.0),
+                            retry=retry_if_exception_type(_StaleRegistration), reraise=True)
+        try:
+            retrying(self._create_registration)
+        except _StaleRegistration as e:
+            raise RuntimeError(f"broker id {self.broker_id} is already registered in ZooKeeper "
+                               f"({e}); is another broker with this id running?") from None
+
+    def _create_registration(self) -> None:
         c = self.config
         reg = codecs.BrokerRegistration.create(
             self.broker_id, endpoints=(c.listener,), listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"},
@@ -203,9 +220,12 @@ class KafkaServer:
         errs = [r for r in results if isinstance(r, Exception)]
         if errs:
             if any(isinstance(e, NodeExistsError) for e in errs):
-                raise RuntimeError(f"broker id {self.broker_id} is already registered in ZooKeeper "
-                                   f"({path} exists); is another broker with this id running?")
-            raise errs[0]
+                stat = self.zk.exists(path)
+                if stat is None or stat.ephemeralOwner != self.zk.client_id[0]:
+                    raise _StaleRegistration(f"{path} exists, owned by session "
+                                             f"{hex(stat.ephemeralOwner) if stat else 'gone'}")
+            else:
+                raise errs[0]
         stat = self.zk.exists(path)
         self.broker_epoch = stat.czxid
         log.info("registered %s", kv(path=path, broker_epoch=self.broker_epoch))
@@ -230,7 +250,7 @@ class KafkaServer:
             return
         log.info("new ZooKeeper session; re-registering")
         try:
-            self._register_broker()
+            self._register_broker(stale_wait_s=2 * self.config.zookeeper_session_timeout_ms / 1000.0)
         except Exception:  # noqa: BLE001
             log.exception("re-registration failed")
             return
@@ -326,3 +346,7 @@ def _write_status(server: KafkaServer, path: str) -> None:
         os.replace(tmp, path)
     except Exception:  # noqa: BLE001
         log.warning("could not write status file", exc_info=True)
+
+
+class _StaleRegistration(Exception):
+    """``/brokers/ids/<id>`` exists and belongs to another session."""

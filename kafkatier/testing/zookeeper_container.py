@@ -319,11 +319,18 @@ class ZooKeeperEnsemble:
 
     def wait_quorum(self, timeout: float = DEFAULT_START_TIMEOUT_S,
                     servers: list[ZooKeeperServer] | None = None) -> None:
-        """Until ``servers`` (default: all) serve, one of them as leader."""
+        """Until ``servers`` (default: all) serve, exactly one of them as leader.
+
+        (A leader that was paused believes it leads until it notices it lost its followers: two leaders for a
+        moment, the old one serving nobody.)
+        """
         servers = servers or self.servers
-        wait_for(lambda: all(s.mode() for s in servers) and any(s.mode() in ("leader", "standalone")
-                                                                 for s in servers),
-                 timeout, message=f"ZooKeeper servers {[s.server_id for s in servers]} to serve with a leader")
+
+        def one_leader() -> bool:
+            modes = [s.mode() for s in servers]
+            return all(modes) and sum(m in ("leader", "standalone") for m in modes) == 1
+        wait_for(one_leader, timeout,
+                 message=f"ZooKeeper servers {[s.server_id for s in servers]} to serve with one leader")
 
     def __enter__(self) -> "ZooKeeperEnsemble":
         return self.start()
