@@ -1,6 +1,7 @@
 """Shared pytest fixtures.
 
-Sections: the ``kafkatier`` command line; ZooKeeper and clusters (from the plugin).  Add new fixtures under a section header of their own.
+Sections: the ``kafkatier`` command line; ZooKeeper and clusters (from the plugin).  Add new fixtures under a
+section header of their own.
 """
 from __future__ import annotations
 

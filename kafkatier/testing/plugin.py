@@ -51,8 +51,6 @@ OPTION = "--kafkatier-zookeeper"
 ENV = "KAFKATIER_ZOOKEEPER"
 KINDS = ("embedded", "container", "ensemble")
 
-__all__ = ["RunningCluster"]
-
 
 @attrs.frozen
 class ExternalZooKeeper:

@@ -105,6 +105,7 @@ class ZooKeeperServer:
         self.peers = peers
         self.settings = settings
         self._container = None   # testcontainers DockerContainer
+        self._started_at = 0.0
         self.last_start_seconds: float | None = None
 
     @property
@@ -195,9 +196,12 @@ class ZooKeeperServer:
         log.info("ZooKeeper server killed %s", kv(server=self.server_id))
 
     def restart(self, wait: bool = True, timeout: float = DEFAULT_START_TIMEOUT_S) -> None:
-        """Start the killed (or running) container again, over the same data."""
-        self._started_at = time.monotonic()
+        """Start the killed (or running) container again, over the same data (after :meth:`stop`, whose
+        container is gone, use :meth:`create_and_start`)."""
         container = self.container
+        if container is None:
+            raise RuntimeError(f"ZooKeeper server {self.server_id} was stopped; start it with create_and_start()")
+        self._started_at = time.monotonic()
         container.reload()
         if container.status == "running":
             container.restart(timeout=10)
