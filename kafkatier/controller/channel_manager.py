@@ -27,6 +27,7 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import RETRYABLE as ZK_RETRYABLE
 from kafkatier.zk.fenced import ControllerMovedError
 
 log = get_logger("controller.channel")
@@ -88,7 +89,9 @@ class RequestSendThread(threading.Thread):
 
     def _send_until_answered(self, item: QueuedRequest) -> codecs.ControlResponse:
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(TimeoutError),
+            # A ZooKeeper connection loss (ZooKeeper restarting, a leader change) is no answer yet, not a reason
+            # to drop the request: Kafka's RequestSendThread also keeps resending while the broker is alive.
+            retry=tenacity.retry_if_exception_type((TimeoutError, *ZK_RETRYABLE)),
             stop=lambda rs: self.stopped.is_set(),
             wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
             before_sleep=lambda rs: log.info("no answer; resending %s", kv(
@@ -99,7 +102,7 @@ class RequestSendThread(threading.Thread):
             for attempt in retrying:
                 with attempt:
                     return self._send_once(item)
-        except TimeoutError:
+        except (TimeoutError, *ZK_RETRYABLE):
             raise _Stopped() from None
         raise _Stopped()
 
@@ -128,6 +131,8 @@ class RequestSendThread(threading.Thread):
                     break
             except NoNodeError:
                 pass
+            except ZK_RETRYABLE:
+                pass  # the watch went with the connection: the bounded wait below polls again
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._cleanup(name)

@@ -192,7 +192,7 @@ class KafkaServer:
             return
         log.info("new ZooKeeper session; re-registering")
         try:
-            self._register_broker()
+            self._register_broker()  # waits out the expired session's node (broker_registration)
         except Exception:  # noqa: BLE001
             log.exception("re-registration failed")
             return
