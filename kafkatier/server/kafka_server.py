@@ -81,7 +81,9 @@ class KafkaServer:
         self.control_handler.start()
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
-            unclean_leader_election_enable=c.unclean_leader_election_enable), admin_factory=self._new_admin_zk)
+            unclean_leader_election_enable=c.unclean_leader_election_enable,
+            control_request_latency_s=float(c.overrides.get("kafkatier.test.control.channel.latency.ms", 0)) / 1000),
+            admin_factory=self._new_admin_zk)
         self._extend_controller(self.controller)
         self.controller.startup()
         log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=c.listener,
