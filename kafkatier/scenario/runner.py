@@ -197,6 +197,7 @@ class ScenarioRunner:
             left = p.finish(FLUSH_TIMEOUT_S)
             if left:
                 h.info(p.process, "unfinished", left)
+        h.flush()
 
     def _progress(self, t0: float, duration: float, counter: dict) -> None:
         from tqdm import tqdm
@@ -206,7 +207,6 @@ class ScenarioRunner:
                 elapsed = time.monotonic() - t0
                 bar.n = min(round(elapsed), round(duration))
                 bar.set_postfix(acked=counter["n"], refresh=True)
-                self.history.flush()
                 if elapsed >= duration:
                     return
                 time.sleep(min(0.5, duration - elapsed))  # the workload phase's own clock, not synchronisation
@@ -225,12 +225,16 @@ class ScenarioRunner:
                 return
         try:
             self._apply(step, observer, faults)
-        except (FaultError, WaitTimeout) as e:
-            self.history.info("nemesis", "skipped", {"step": step.number, "reason": str(e)[:300]})
-            log.info("step skipped %s", kv(step=step.number, reason=e))
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
-            log.exception("step %s failed", step.number)
-            self.history.info("nemesis", "skipped", {"step": step.number, "reason": repr(e)[:300]})
+            if not isinstance(e, (FaultError, WaitTimeout)):
+                log.exception("step %s failed", step.number)
+            reason = (str(e) if isinstance(e, (FaultError, WaitTimeout)) else repr(e))[:300]
+            self.history.info("nemesis", "skipped", {"step": step.number, "reason": reason})
+            log.info("step skipped %s", kv(step=step.number, reason=reason.splitlines()[0]))
+            if step.origin != "nemesis" and not self._cancel.is_set():
+                # A step the scenario names did not happen: the run does not show what the scenario claims.
+                self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action} did not happen: "
+                                  f"{reason.splitlines()[0]}")
 
     def _apply(self, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
         a = step.action
