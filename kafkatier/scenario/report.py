@@ -44,12 +44,13 @@ def latencies(entries: list[dict]) -> dict[str, dict[str, float]]:
 def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anomalies: list[Anomaly],
             unmet: list[str], replay: str, elapsed_s: float, run_dir: str) -> dict:
     valid = not anomalies and not unmet
+    faults = Counter(e["f"] for e in entries if e["process"] == "nemesis")
     return {
         "scenario": spec.name, "file": spec.path, "seed": seed, "quick": quick, "valid": valid,
         "exit_code": 0 if valid else 1, "elapsed_s": round(elapsed_s, 1), "run_dir": run_dir,
         "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
         "anomalies": [a.to_json() for a in anomalies], "unmet_expectations": unmet,
-        "counts": counts(entries), "latencies": latencies(entries),
+        "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
     }
 
 
@@ -180,9 +181,8 @@ def summary(res: dict) -> str:
     sends = res["counts"].get("send", {})
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f" of {sends.get('invoke', 0)}; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
-                 + ", ".join(f"{f}={c.get('info', 0)}" for f, c in res["counts"].items()
-                             if f in ("kill", "terminate", "start", "pause", "expire_session", "zk_pause",
-                                      "zk_stop", "skipped")))
+                 + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
+                             if f not in ("cluster_up", "heal", "started", "resume", "zk_resume")))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")

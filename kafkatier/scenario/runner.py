@@ -223,6 +223,8 @@ class ScenarioRunner:
                     self.unmet.append(f"step #{step.number} ({step.origin}): condition not met within "
                                       f"{a.when.timeout_s:g}s")
                 return
+            if a.delay_s and self._cancel.wait(a.delay_s):
+                return
         try:
             self._apply(step, observer, faults)
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
@@ -458,6 +460,7 @@ def _holds(c, snap) -> bool:
 def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     """Re-run the checkers over a finished run's ``history.jsonl`` (``scenario replay --check``)."""
     import json
+    from collections import Counter
     with open(os.path.join(run_dir, "results.json")) as f:
         old = json.load(f)
     entries = read(os.path.join(run_dir, HISTORY_FILE))
@@ -465,7 +468,8 @@ def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     heal = final(entries, "heal")
     if heal and not heal.get("converged", True):
         anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
-    res = dict(old, anomalies=[a.to_json() for a in anomalies])
+    res = dict(old, anomalies=[a.to_json() for a in anomalies], counts=report.counts(entries),
+               faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
     res["valid"] = not anomalies and not old.get("unmet_expectations")
     res["exit_code"] = 0 if res["valid"] else 1
     out(report.summary(res))

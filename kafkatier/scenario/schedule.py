@@ -46,7 +46,8 @@ class Step:
 
     def describe(self) -> str:
         a = self.action
-        when = f"at {self.at:6.2f}s" if self.at is not None else f"when {_condition(a)}"
+        when = f"at {self.at:6.2f}s" if self.at is not None else f"when {_condition(a)}" + (
+            f" + {a.delay_s:g}s" if a.delay_s else "")
         parts = [a.action]
         if a.target is not None and a.action not in ("zk_pause", "zk_restart"):
             parts.append(f"target={a.target}")

@@ -90,6 +90,7 @@ class ActionSpec:
     action: str
     at: Time | None = None
     when: ConditionSpec | None = None
+    delay_s: float = 0.0                    # after `when` holds, wait this long
     target: int | str | None = None
     signal: str = "KILL"
     duration_s: Time = 0.0
@@ -293,7 +294,8 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
         if "topic" in w and w["topic"] not in topics:
             raise ScenarioSpecError(f"{where}.when.topic: unknown topic {w['topic']!r}")
         when = ConditionSpec(**w)
-    return ActionSpec(action=kind, at=_time(a.get("at")), when=when, target=target, signal=a.get("signal", "KILL"),
+    return ActionSpec(action=kind, at=_time(a.get("at")), when=when, delay_s=float(a.get("delay_s", 0.0)),
+                      target=target, signal=a.get("signal", "KILL"),
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),

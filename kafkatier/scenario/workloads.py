@@ -39,6 +39,20 @@ QUIET_LOGGER = __import__("logging").getLogger("scenario.librdkafka")
 QUIET_LOGGER.setLevel("CRITICAL")
 
 
+def error_name(err) -> str:
+    """librdkafka's name for a Kafka error, or ours for codes librdkafka does not know (KIP-950's 950)."""
+    if not hasattr(err, "name"):
+        return repr(err)
+    name = err.name()
+    if name.startswith("ERR_") and name.endswith("?"):
+        from kafkatier.protocol.errors import Errors
+        try:
+            return Errors(err.code()).name
+        except ValueError:
+            pass
+    return name
+
+
 def _base(bootstrap: str) -> dict:
     return {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500}
@@ -222,7 +236,7 @@ class AdminOperations:
                 f.result(timeout=timeout_s)
         except KafkaException as e:
             err = e.args[0]
-            name = err.name() if hasattr(err, "name") else repr(err)
+            name = error_name(err)
             definite = hasattr(err, "retriable") and not err.retriable() and name != "_TIMED_OUT"
             self.history.record(FAIL if definite else INFO, "admin", "alter-config", value, error=name,
                                 message=err.str() if hasattr(err, "str") else str(err))
@@ -246,8 +260,7 @@ class AdminOperations:
                                                 operation_timeout=timeout_ms / 1000)
             result = next(iter(futures.values())).result(timeout=timeout_ms / 1000 + 10)
         except KafkaException as e:
-            err = e.args[0]
-            name = err.name() if hasattr(err, "name") else repr(err)
+            name = error_name(e.args[0])
             self.history.record(INFO, "admin", "delete-records", value, error=name)
             return name
         self.history.record(OK, "admin", "delete-records", value, low_watermark=result.low_watermark)

@@ -82,3 +82,13 @@ def test_quick_profile_scales_times_and_rates():
                       "schedule": [{"action": "kill", "at": 8, "target": 1}]})
     q = spec.profile(quick=True)
     assert q.duration_s == 10 and q.schedule[0].at == 4 and q.workloads[0].rate == 50
+
+
+def test_cli_sweep_and_replay_bad_input_exit_2(tmp_path):
+    f = FILES[0]
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "sweep", f, "--seeds", "9..2"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "--seeds" in p.stderr and p.stderr.count("\n") == 1
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "replay", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "not a scenario run directory" in p.stderr and p.stderr.count("\n") == 1
