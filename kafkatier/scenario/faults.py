@@ -275,8 +275,8 @@ class Faults:
         for pid, what in paused.items():
             self._resume(pid, "zk_resume" if what == "zookeeper" else "resume",
                          [] if what == "zookeeper" else [int(what.split("-")[1])])
-        if self.manager.state.get("zookeeper_pid") is None and self.manager.state.get("embedded", True) \
-                and os.path.isdir(os.path.join(self.manager.data_dir, "zookeeper")):
+        if self.manager.state.get("zookeeper_pid") is None \
+                and os.path.isdir(os.path.join(self.manager.data_dir, "zookeeper")):  # embedded, stopped
             self._zk_start()
         for b in self.broker_ids():
             if not pid_alive(self._pid(b)):

@@ -21,6 +21,7 @@ Phases:
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -41,6 +42,8 @@ from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.scenario.schedule import Schedule, Step, derive
 from kafkatier.scenario.spec import ScenarioSpec, load
 from kafkatier.waiting import WaitTimeout, wait_for
+from kafkatier.zk import paths
+from kafkatier.zk.client import start_client
 
 log = get_logger("scenario")
 
@@ -137,14 +140,10 @@ class ScenarioRunner:
         admin = AdminClient({"bootstrap.servers": manager.bootstrap_servers})
         futures = admin.create_topics([NewTopic(t.name, t.partitions, t.replication_factor, config=t.configs)
                                        for t in self.spec.topics], request_timeout=30)
-        for name, f in futures.items():
+        for f in futures.values():
             f.result(timeout=30)
-        zk = manager._zk()  # noqa: SLF001 - the manager's own short-lived client
+        zk = start_client(manager.zookeeper, timeout=10.0, connect_timeout=30.0)
         try:
-            import json
-
-            from kafkatier.zk import paths
-
             def online() -> bool:
                 for t in self.spec.topics:
                     for p in range(t.partitions):
@@ -337,7 +336,7 @@ class ScenarioRunner:
         from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
         from kafkatier.log.remote.remote_log_segment_metadata import TopicIdPartition
         from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
-        from kafkatier.zk import codecs, paths
+        from kafkatier.zk import codecs
         zk = observer.zk
         topic_id = codecs.TopicAssignment.decode(zk.get(paths.topic(topic))[0]).topic_id
         storage = LocalTieredStorage(manager.state["remote_storage_dir"], broker_id=-1)
@@ -459,7 +458,6 @@ def _holds(c, snap) -> bool:
 
 def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     """Re-run the checkers over a finished run's ``history.jsonl`` (``scenario replay --check``)."""
-    import json
     from collections import Counter
     with open(os.path.join(run_dir, "results.json")) as f:
         old = json.load(f)

@@ -227,6 +227,7 @@ def test_nothing_below_an_acknowledged_low_watermark(after):
     h.add(1, "invoke", "admin", "delete-records", {"topic": "t", "partition": 0, "offset": 5})
     h.add(1.1, "ok", "admin", "delete-records", {"topic": "t", "partition": 0, "offset": 5}, low_watermark=5)
     if after == "poll":
+        h.add(1.5, "info", "consumer-0", "seek", "beginning")
         h.poll(2, {0: [(3, "producer-0:3")]})
         want = "served-below-low-watermark"
     elif after == "list-offsets":
@@ -236,13 +237,26 @@ def test_nothing_below_an_acknowledged_low_watermark(after):
         h.final_read({0: (0, 10, [])})
         want = "log-start-below-low-watermark"
     assert want in h.types(delete_records)
-    # a poll invoked before the acknowledgement may still return older records
+    # a read session started before the acknowledgement may still return records its client prefetched
     early = H()
+    early.add(0.5, "info", "consumer-0", "seek", "beginning")
     early.add(1, "ok", "admin", "delete-records", {"topic": "t", "partition": 0, "offset": 5}, low_watermark=5)
-    early.add(0.5, "ok", "consumer-0", "poll", {"0": [[3, "v"]]}, topic="t", invoked=int(0.5e9))
+    early.add(2, "ok", "consumer-0", "poll", {"0": [[3, "v"]]}, topic="t", invoked=int(2e9))
     assert early.types(delete_records) == set()
 
 
 def test_a_crashing_checker_is_reported_not_hidden():
     broken = [{"index": 0, "time": 0, "type": "ok", "process": "producer-0", "f": "send", "value": None}]
     assert any(a.type == "checker-crashed" for a in check_all(broken))
+
+
+def test_old_epoch_served_after_a_delete_disablement_is_reported():
+    h = H()
+    h.observe(0, kind="topic_config", topic="t", config={"remote.storage.enable": "false"}, version=1)
+    tier(h, 1, "DISABLED", 1, 2)
+    h.add(2, "ok", "offsets", "list-offsets", [40, 50], topic="t", partition=0, invoked=int(1.9e9))
+    h.poll(2.5, {0: [(3, "producer-0:3")]})          # a session started before: may return prefetched data
+    assert "old-epoch-served" not in h.types(tiered)
+    h.add(2.8, "info", "consumer-0", "seek", "beginning")
+    h.poll(3, {0: [(3, "producer-0:3")]})
+    assert "old-epoch-served" in h.types(tiered)

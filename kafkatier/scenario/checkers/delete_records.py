@@ -1,7 +1,8 @@
 """KIP-107 (delete_records.md): once DeleteRecords acknowledged low watermark *L* for a partition, nothing
 below *L* is served again, across leader changes and restarts.
 
-- **served-below-low-watermark**: a poll invoked after the acknowledgement returned an offset below *L*;
+- **served-below-low-watermark**: a poll in a read session that started (seek) after the acknowledgement
+  returned an offset below *L* (a session started earlier may return records its client prefetched before);
 - **log-start-below-low-watermark**: ListOffsets earliest, sampled after the acknowledgement, or the final read
   after heal reported a log start offset below *L*.
 """
@@ -15,17 +16,20 @@ NAME = "delete_records"
 def check(entries: list[dict]) -> list[Anomaly]:
     acked: dict[str, tuple[int, dict]] = {}   # "t/p" -> (highest acknowledged low watermark, its entry)
     served, reported = [], []
+    session_start: dict[str, int] = {}
     for e in entries:
-        if e["f"] == "delete-records" and e["type"] == "ok":
+        if e["f"] == "seek":
+            session_start[e["process"]] = e["time"]
+        elif e["f"] == "delete-records" and e["type"] == "ok":
             tp = f"{e['value']['topic']}/{e['value']['partition']}"
             if e["low_watermark"] > acked.get(tp, (-1, None))[0]:
                 acked[tp] = (e["low_watermark"], e)
         elif e["f"] == "poll" and e["type"] == "ok":
-            invoked = e.get("invoked", e["time"])
+            started = session_start.get(e["process"], -1)
             for p, recs in e["value"].items():
                 tp = f"{e['topic']}/{p}"
                 lw, ack = acked.get(tp, (-1, None))
-                if ack is not None and invoked > ack["time"]:
+                if ack is not None and started > ack["time"]:
                     below = [o for o, _ in recs if o < lw]
                     if below:
                         served.append((ack, e, below[0]))

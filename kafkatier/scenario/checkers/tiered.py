@@ -10,6 +10,10 @@ clients and the remote tier after heal.
   false after heal), or files of segments of an older tiered epoch wholly below the log start offset.
 - **log-start-decreased**: the log start offset of a tiered topic's partition (ListOffsets earliest) going
   down between two samples.
+- **old-epoch-served**: after a disablement with delete completed (DISABLED observed while the topic's config
+  has ``remote.storage.enable=false``), the first log start offset sampled is the floor of the new epoch; a
+  poll in a read session started (seek) after that sample returned a record below it (a deleted old-epoch
+  segment was served, before or after a re-enable).
 """
 from __future__ import annotations
 
@@ -50,7 +54,43 @@ def check(entries: list[dict]) -> list[Anomaly]:
                                ({"topic": topic, **st},)))
     out.extend(_remote_left(entries))
     out.extend(_log_start(entries, tiered_topics))
+    out.extend(_old_epoch_served(entries))
     return out
+
+
+def _old_epoch_served(entries: list[dict]) -> list[Anomaly]:
+    deleted_at: dict[str, int] = {}            # topic -> time a delete-disablement was seen complete
+    config: dict[str, dict] = {}
+    floor: dict[str, tuple[int, dict]] = {}     # "t/p" -> (log start sampled after it, the sample)
+    bad = []
+    session_start: dict[str, int] = {}
+    for e in entries:
+        v = e.get("value")
+        if e["f"] == "seek":
+            session_start[e["process"]] = e["time"]
+        elif e["process"] == "observer" and isinstance(v, dict):
+            if v.get("kind") == "topic_config":
+                config[v["topic"]] = v["config"]
+            elif v.get("kind") == "tiered" and v["state"] == "DISABLED" \
+                    and config.get(v["topic"], {}).get("remote.storage.enable") == "false":
+                deleted_at.setdefault(v["topic"], e["time"])
+        elif e["f"] == "list-offsets" and e["type"] == "ok" and e["topic"] in deleted_at:
+            tp = f"{e['topic']}/{e['partition']}"
+            if tp not in floor and e.get("invoked", e["time"]) > deleted_at[e["topic"]]:
+                floor[tp] = (v[0], e)
+        elif e["f"] == "poll" and e["type"] == "ok":
+            for p, recs in v.items():
+                tp = f"{e['topic']}/{p}"
+                if tp in floor and session_start.get(e["process"], -1) > floor[tp][1]["time"]:
+                    below = [o for o, _ in recs if o < floor[tp][0]]
+                    if below:
+                        bad.append((floor[tp][1], e, below[0]))
+    if not bad:
+        return []
+    sample, e, o = bad[0]
+    return [Anomaly(NAME, "old-epoch-served", f"{len(bad)} polls after a disablement with delete returned records "
+                    f"below the new log start offset, e.g. offset {o} < {sample['value'][0]}",
+                    (witness(sample), witness(e)))]
 
 
 def _remote_left(entries: list[dict]) -> list[Anomaly]:
