@@ -22,6 +22,9 @@ def register(sub) -> None:
     run.add_argument("file")
     _run_options(run)
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
+    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
+                     help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
+                          "then skipped")
     run.set_defaults(func=_run)
 
     rp = ssub.add_parser("replay", help="run a recorded run again with its seed (or only re-check its history)")
@@ -74,8 +77,16 @@ def _list(args) -> int:
 
 
 def _run(args) -> int:
+    import attrs
+
+    from kafkatier.cli.main import UsageError
     from kafkatier.scenario.runner import run_scenario
     spec = _load(args.file)
+    if args.zookeeper:
+        host, _, port = args.zookeeper.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--zookeeper: expected HOST:PORT, got {args.zookeeper!r}")
+        spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
     result = run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
                           progress=False if args.no_progress else None)
     return result.exit_code
