@@ -87,9 +87,21 @@ def _run(args) -> int:
         if not host or not port.isdigit():
             raise UsageError(f"--zookeeper: expected HOST:PORT, got {args.zookeeper!r}")
         spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
-    result = run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
-                          progress=False if args.no_progress else None)
-    return result.exit_code
+    return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
+                                         progress=False if args.no_progress else None))
+
+
+def _guarded(run) -> int:
+    """A run that could not complete (the cluster did not start...) is one line on stderr and exit 1."""
+    import sys
+
+    from kafkatier.waiting import WaitTimeout
+    try:
+        return run().exit_code
+    except (RuntimeError, OSError, WaitTimeout) as e:
+        print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else e!r}",
+              file=sys.stderr)
+        return 1
 
 
 def _replay(args) -> int:
@@ -104,9 +116,8 @@ def _replay(args) -> int:
         return recheck(args.run_dir).exit_code
     spec = _load(os.path.join(args.run_dir, "scenario.toml"))
     runs_dir = args.runs_dir or os.path.join(os.path.dirname(os.path.abspath(args.run_dir)), "replays")
-    result = run_scenario(spec, seed=res["seed"], quick=res["quick"], runs_dir=runs_dir,
-                          progress=False if args.no_progress else None)
-    return result.exit_code
+    return _guarded(lambda: run_scenario(spec, seed=res["seed"], quick=res["quick"], runs_dir=runs_dir,
+                                         progress=False if args.no_progress else None))
 
 
 def _sweep(args) -> int:

@@ -111,8 +111,14 @@ class ScenarioRunner:
         manager = ClusterManager(os.path.join(self.run_dir, "cluster"))
         c = spec.cluster
         self.history.info("nemesis", "cluster_up", {"brokers": c.brokers})
-        manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=c.zookeeper,
-                   session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(), timeout=SETUP_TIMEOUT_S)
+        try:
+            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=c.zookeeper,
+                       session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
+                       timeout=SETUP_TIMEOUT_S)
+        except BaseException:
+            if manager.state:
+                manager.down()
+            raise
         observer = faults = None
         try:
             self._create_topics(manager)
