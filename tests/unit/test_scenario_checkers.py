@@ -101,6 +101,16 @@ def test_duplicate_of_an_idempotent_producer_is_reported_and_not_of_others():
         assert h.types(kafka_clients) & {"duplicate"} == expected
 
 
+def test_duplicates_after_an_in_flight_timeout_are_not_reported():
+    h = H()
+    h.producer(idempotence=True)
+    a = h.send(0, 0, 0)
+    h.add(0.5, "invoke", "producer-0", "send", [None, "producer-0:1"], topic="t")
+    h.add(4.5, "info", "producer-0", "send", [None, "producer-0:1"], topic="t", error="_MSG_TIMED_OUT")
+    h.final_read({0: (0, 2, [(0, a), (1, a)])})
+    assert "duplicate" not in h.types(kafka_clients)
+
+
 def test_nonmonotonic_poll_is_reported_but_a_seek_starts_a_new_session():
     h = clean_log()
     h.poll(2.0, {0: [(1, "producer-0:1")]})

@@ -6,8 +6,10 @@ Per partition ``t/p``:
   DeleteRecords, retention, KIP-950 delete -- and are judged by the KIP-107 and KIP-950 checkers);
 - **unseen**: an acknowledged send at an offset at or above the final high watermark (never readable again);
 - **inconsistent-offsets**: one offset seen with two values (acks, polls, final read);
-- **duplicate**: one value of an idempotent producer at two offsets (a non-idempotent producer may duplicate
-  on retry; those are counted, not reported);
+- **duplicate**: one value of an idempotent producer at two offsets.  Only while the idempotence guarantee
+  holds: a non-idempotent producer may duplicate on retry, and so may an idempotent one once a send of it
+  timed out in flight (librdkafka then bumps the producer epoch and re-sequences what is still in flight, so
+  the broker can no longer recognise a retry -- documented client behaviour, Kafka's too);
 - **nonmonotonic-poll**: within one consumer read session, a partition's offsets not strictly increasing;
 - **poll-skip**: within a session, consecutive polled offsets *a* < *b* with a record between them that is
   still in the final read.
@@ -51,8 +53,10 @@ def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list
 
 
 def _idempotent_processes(entries: list[dict]) -> set[str]:
+    """Producers with idempotence on and no send that timed out in flight (see the module docstring)."""
+    timed_out = {e["process"] for e in entries if e["f"] == "send" and e["type"] == "info"}
     return {e["process"] for e in entries if e["f"] == "start" and e["process"].startswith("producer")
-            and e["value"].get("idempotence")}
+            and e["value"].get("idempotence") and e["process"] not in timed_out}
 
 
 def check(entries: list[dict]) -> list[Anomaly]:
