@@ -237,7 +237,9 @@ class AdminOperations:
         except KafkaException as e:
             err = e.args[0]
             name = error_name(err)
-            definite = hasattr(err, "retriable") and not err.retriable() and name != "_TIMED_OUT"
+            # A broker's answer is definite; a local error (_TRANSPORT, _TIMED_OUT...) leaves it unknown whether
+            # the change was made (the controller may have written it and died before answering).
+            definite = not name.startswith("_") and hasattr(err, "retriable") and not err.retriable()
             self.history.record(FAIL if definite else INFO, "admin", "alter-config", value, error=name,
                                 message=err.str() if hasattr(err, "str") else str(err))
             return name
