@@ -58,6 +58,17 @@ class History:
         if self.enabled:
             self._append((self._clock(), type_, process, f, value, extra))
 
+    def record_lazy(self, type_: str, process: str, f: str, obj: Any, expand) -> None:
+        """Record ``obj`` now and turn it into ``(value, extra)`` with ``expand(obj)`` at flush time: the
+        producer's delivery callback keeps the client's message and decodes it only when serialising."""
+        if self.enabled:
+            self._append((self._clock(), type_, process, f, obj, expand))
+
+    def raw_appender(self):
+        """For the hottest paths: ``(append, clock)`` to record ``append((clock(), type, process, f, obj,
+        expand))`` -- what :meth:`record_lazy` does without the call -- or None when recording is off."""
+        return (self._append, self._clock) if self.enabled else None
+
     def info(self, process: str, f: str, value: Any = None, **extra: Any) -> None:
         self.record(INFO, process, f, value, **extra)
 
@@ -70,6 +81,8 @@ class History:
             t0 = self._t0
             for _ in range(len(pending)):  # deque.popleft is atomic; later appends wait for the next flush
                 t, type_, process, f, value, extra = pending.popleft()
+                if callable(extra):
+                    value, extra = extra(value)
                 entry = {"index": self._index, "time": t - t0, "type": type_, "process": process, "f": f,
                          "value": value}
                 if extra:

@@ -101,17 +101,28 @@ class ProducerWorkload(Workload):
             conf["max.in.flight.requests.per.connection"] = 1
         self.producer = Producer(conf)
         self._pad = "x" * max(0, spec.value_bytes - 16)
+        self._raw = history.raw_appender()
+        self._invoke_extra = {"topic": spec.topic}   # shared by every invoke entry (never mutated)
+
+    def _invoke_expand(self, key_value: tuple) -> tuple[list, dict]:
+        return list(key_value), self._invoke_extra
+
+    def _expand_ok(self, msg) -> tuple[list, dict]:
+        key = msg.key().decode() if msg.key() is not None else None
+        return [key, msg.value().decode()], {"topic": msg.topic(), "partition": msg.partition(),
+                                             "offset": msg.offset(), "acks": self.spec.acks}
 
     def _delivered(self, err, msg) -> None:
-        value = msg.value().decode()
-        key = msg.key().decode() if msg.key() is not None else None
-        if err is None:
+        if err is None:   # the hot path: keep the message, decode it when the history is flushed
             self.acked += 1
-            self.history.record(OK, self.process, "send", [key, value], topic=msg.topic(),
-                                partition=msg.partition(), offset=msg.offset(), acks=self.spec.acks)
+            if self._raw:
+                self._raw[0]((self._raw[1](), OK, self.process, "send", msg, self._expand_ok))
             if self.on_ack:
                 self.on_ack()
-        elif err.code() in DEFINITE_FAILURES or (self.spec.idempotence and err.code() in DEFINITE_IF_IDEMPOTENT):
+            return
+        value = msg.value().decode()
+        key = msg.key().decode() if msg.key() is not None else None
+        if err.code() in DEFINITE_FAILURES or (self.spec.idempotence and err.code() in DEFINITE_IF_IDEMPOTENT):
             self.failed += 1
             self.history.record(FAIL, self.process, "send", [key, value], topic=msg.topic(), error=err.name())
         else:
@@ -130,7 +141,8 @@ class ProducerWorkload(Workload):
                 continue
             value = f"{self.process}:{seq}{self._pad}"
             key = f"k{seq % spec.keys}" if spec.keys else None
-            self.history.record(INVOKE, self.process, "send", [key, value], topic=spec.topic)
+            if self._raw:
+                self._raw[0]((self._raw[1](), INVOKE, self.process, "send", (key, value), self._invoke_expand))
             try:
                 self.producer.produce(spec.topic, value=value, key=key, on_delivery=self._delivered)
             except BufferError:
