@@ -10,10 +10,12 @@ process ``observer`` with ``f = "observe"``).  ``time`` is nanoseconds since the
 (``partition``, ``offset``, ``error``...) are allowed and listed per operation in the checkers.
 
 Recording is on the producer's hot path, so :meth:`History.record` only appends a tuple (clock reading
-included) to a deque, atomic under the GIL.  JSON is written by :meth:`flush`, which the runner calls between
-phases (after the workload phase, after heal, at the end), never while clients are measured: serialising costs
-~10x more than recording and would steal the GIL from the clients under test.  Indexes are given in append
-order, which is the order the recording threads got the GIL: an ``ok`` always follows its ``invoke``.
+included) to a deque, atomic under the GIL; a producer records one untracked tuple per acknowledgement and
+nothing at send time (the invoke is rebuilt at flush from the latency librdkafka measured, see
+:meth:`register_expander`).  JSON is written by :meth:`flush`, which the runner calls between phases (after the
+workload phase, after heal, at the end), never while clients are measured: serialising costs ~10x more than
+recording and would steal the GIL from the clients under test.  Each flush sorts its entries by time, so
+indexes follow real time within a phase: an ``ok`` always follows its ``invoke``.
 
 :func:`to_jepsen` exports the client operations in the shape of Jepsen's Kafka workload (``:f :send`` /
 ``:f :poll``, values as micro-operation lists), as JSON that elle-cli and Jepsen's checker can be fed after
@@ -42,11 +44,16 @@ class History:
         self._t0 = clock()
         self._pending: deque[tuple] = deque()
         self._append = self._pending.append
+        self._expanders: dict[str, Any] = {}
         self._entries: list[dict] = []   # only kept when path is None (tests, the benchmark)
         self._index = 0
         self._flush_lock = threading.Lock()
         if path:
             open(path, "w").close()
+
+    def clock(self) -> int:
+        """The raw clock reading entries are recorded with (see :meth:`record_at`)."""
+        return self._clock()
 
     def now(self) -> int:
         return self._clock() - self._t0
@@ -58,16 +65,23 @@ class History:
         if self.enabled:
             self._append((self._clock(), type_, process, f, value, extra))
 
-    def record_lazy(self, type_: str, process: str, f: str, obj: Any, expand) -> None:
-        """Record ``obj`` now and turn it into ``(value, extra)`` with ``expand(obj)`` at flush time: the
-        producer's delivery callback keeps the client's message and decodes it only when serialising."""
-        if self.enabled:
-            self._append((self._clock(), type_, process, f, obj, expand))
+    def register_expander(self, name: str, expand) -> None:
+        """``expand(obj) -> (value, extra, earlier)``, applied at flush to entries recorded with ``name`` as their
+        extra; ``earlier`` is a list of ``(time_ns, type, value, extra)`` entries of the same process and ``f``
+        that happened before (a send's invoke, reconstructed from the client's measured latency)."""
+        self._expanders[name] = expand
 
     def raw_appender(self):
-        """For the hottest paths: ``(append, clock)`` to record ``append((clock(), type, process, f, obj,
-        expand))`` -- what :meth:`record_lazy` does without the call -- or None when recording is off."""
+        """For the hottest paths: ``(append, clock)`` to record ``append((clock(), type, process, f, obj, name))``
+        with ``obj`` a tuple of ints, strs and bytes and ``name`` a registered expander -- no call, no dict, and
+        a tuple the garbage collector stops tracking (keeping client objects alive makes every collection slower
+        as the history grows) -- or None when recording is off."""
         return (self._append, self._clock) if self.enabled else None
+
+    def record_at(self, t_ns: int, type_: str, process: str, f: str, value: Any = None, **extra: Any) -> None:
+        """:meth:`record` with a clock reading taken earlier (same clock)."""
+        if self.enabled:
+            self._append((t_ns, type_, process, f, value, extra))
 
     def info(self, process: str, f: str, value: Any = None, **extra: Any) -> None:
         self.record(INFO, process, f, value, **extra)
@@ -77,12 +91,17 @@ class History:
             pending = self._pending
             if not pending:
                 return
-            out = []
-            t0 = self._t0
+            batch = []
             for _ in range(len(pending)):  # deque.popleft is atomic; later appends wait for the next flush
                 t, type_, process, f, value, extra = pending.popleft()
-                if callable(extra):
-                    value, extra = extra(value)
+                if type(extra) is str:
+                    value, extra, earlier = self._expanders[extra](value)
+                    batch.extend((et, etype, process, f, evalue, eextra) for et, etype, evalue, eextra in earlier)
+                batch.append((t, type_, process, f, value, extra))
+            batch.sort(key=lambda x: x[0])   # real-time order (stable: same-time entries keep append order)
+            out = []
+            t0 = self._t0
+            for t, type_, process, f, value, extra in batch:
                 entry = {"index": self._index, "time": t - t0, "type": type_, "process": process, "f": f,
                          "value": value}
                 if extra:

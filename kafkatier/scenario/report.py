@@ -51,6 +51,7 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
         "anomalies": [a.to_json() for a in anomalies], "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
+        "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
     }
 
 
@@ -180,7 +181,7 @@ def summary(res: dict) -> str:
              f"{'VALID' if res['valid'] else 'INVALID'} in {res['elapsed_s']} s"]
     sends = res["counts"].get("send", {})
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
-                 f" of {sends.get('invoke', 0)}; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
+                 f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
                  + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
                              if f not in ("cluster_up", "heal", "started", "resume", "zk_resume")))
     if "send" in res["latencies"]:

@@ -200,8 +200,8 @@ class ScenarioRunner:
             p.join(timeout=10)
         for p in self.producers:
             left = p.finish(FLUSH_TIMEOUT_S)
-            if left:
-                h.info(p.process, "unfinished", left)
+            h.info(p.process, "stop", {"sent": p.sent, "acked": p.acked, "failed": p.failed, "unknown": p.unknown,
+                                       "unfinished": left})
         h.flush()
 
     def _progress(self, t0: float, duration: float, counter: dict) -> None:
@@ -412,7 +412,8 @@ class ScenarioRunner:
             return []
         ex = self.spec.expect
         unmet = list(self.unmet)
-        sends = [e for e in entries if e["f"] == "send" and e["type"] in ("fail", "info")]
+        sends = [e for e in entries if e["f"] == "send" and e["type"] in ("fail", "info")] + [
+            e for e in entries if e["f"] == "stop" and e["value"].get("unfinished")]
         if ex.failed_sends == "some" and not sends:
             unmet.append("expected some sends to fail, none did")
         if ex.failed_sends == "none" and sends:

@@ -102,32 +102,41 @@ class ProducerWorkload(Workload):
         self.producer = Producer(conf)
         self._pad = "x" * max(0, spec.value_bytes - 16)
         self._raw = history.raw_appender()
-        self._invoke_extra = {"topic": spec.topic}   # shared by every invoke entry (never mutated)
+        self._ok_name = f"{name}:ok"
+        history.register_expander(self._ok_name, self._expand_ok)
 
-    def _invoke_expand(self, key_value: tuple) -> tuple[list, dict]:
-        return list(key_value), self._invoke_extra
+    def _expand_ok(self, v: tuple) -> tuple[list, dict, list]:
+        """An acknowledgement and, rebuilt from librdkafka's latency, its invoke."""
+        t, key, value, partition, offset, latency_s = v
+        kv = [key.decode() if key is not None else None, value.decode()]
+        invoke = (t - int(latency_s * 1e9), INVOKE, kv, {"topic": self.spec.topic})
+        return kv, {"topic": self.spec.topic, "partition": partition, "offset": offset, "acks": self.spec.acks}, \
+            [invoke]
 
-    def _expand_ok(self, msg) -> tuple[list, dict]:
-        key = msg.key().decode() if msg.key() is not None else None
-        return [key, msg.value().decode()], {"topic": msg.topic(), "partition": msg.partition(),
-                                             "offset": msg.offset(), "acks": self.spec.acks}
+    def _record_failed(self, type_: str, msg, error: str) -> None:
+        now = self.history.clock()
+        kv = [msg.key().decode() if msg.key() is not None else None, msg.value().decode()]
+        self.history.record_at(now - int((msg.latency() or 0) * 1e9), INVOKE, self.process, "send", kv,
+                               topic=msg.topic())
+        self.history.record_at(now, type_, self.process, "send", kv, topic=msg.topic(), error=error)
 
     def _delivered(self, err, msg) -> None:
         if err is None:   # the hot path: keep the message, decode it when the history is flushed
             self.acked += 1
             if self._raw:
-                self._raw[0]((self._raw[1](), OK, self.process, "send", msg, self._expand_ok))
+                t = self._raw[1]()
+                self._raw[0]((t, OK, self.process, "send",
+                              (t, msg.key(), msg.value(), msg.partition(), msg.offset(), msg.latency()),
+                              self._ok_name))
             if self.on_ack:
                 self.on_ack()
             return
-        value = msg.value().decode()
-        key = msg.key().decode() if msg.key() is not None else None
         if err.code() in DEFINITE_FAILURES or (self.spec.idempotence and err.code() in DEFINITE_IF_IDEMPOTENT):
             self.failed += 1
-            self.history.record(FAIL, self.process, "send", [key, value], topic=msg.topic(), error=err.name())
+            self._record_failed(FAIL, msg, err.name())
         else:
             self.unknown += 1
-            self.history.record(INFO, self.process, "send", [key, value], topic=msg.topic(), error=err.name())
+            self._record_failed(INFO, msg, err.name())
 
     def work(self) -> None:
         spec, period = self.spec, 1.0 / self.spec.rate
@@ -141,14 +150,14 @@ class ProducerWorkload(Workload):
                 continue
             value = f"{self.process}:{seq}{self._pad}"
             key = f"k{seq % spec.keys}" if spec.keys else None
-            if self._raw:
-                self._raw[0]((self._raw[1](), INVOKE, self.process, "send", (key, value), self._invoke_expand))
             try:
                 self.producer.produce(spec.topic, value=value, key=key, on_delivery=self._delivered)
             except BufferError:
+                self.history.record(INVOKE, self.process, "send", [key, value], topic=spec.topic)
                 self.history.record(FAIL, self.process, "send", [key, value], topic=spec.topic, error="_QUEUE_FULL")
                 self.producer.poll(0.1)
             except KafkaException as e:
+                self.history.record(INVOKE, self.process, "send", [key, value], topic=spec.topic)
                 self.history.record(FAIL, self.process, "send", [key, value], topic=spec.topic,
                                     error=e.args[0].name() if e.args else repr(e))
             self.sent += 1
