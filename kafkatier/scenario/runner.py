@@ -135,10 +135,12 @@ class ScenarioRunner:
                     faults.heal_processes_only()
                 except Exception:  # noqa: BLE001 - best effort before tearing down
                     log.exception("could not resume paused processes")
-            if observer is not None:
-                observer.stop()
-            self.history.flush()
-            manager.down()
+            try:
+                if observer is not None:
+                    observer.stop()
+                self.history.flush()
+            finally:
+                manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
         return self._report(time.monotonic() - started)
 
     def _create_topics(self, manager: ClusterManager) -> None:
