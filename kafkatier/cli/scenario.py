@@ -92,10 +92,16 @@ def _run(args) -> int:
 
 
 def _guarded(run) -> int:
-    """A run that could not complete (the cluster did not start...) is one line on stderr and exit 1."""
+    """A run that could not complete (the cluster did not start...) is one line on stderr and exit 1.  SIGTERM
+    (a sweep being stopped) unwinds like Ctrl-C, so the run's cluster is torn down."""
+    import signal
     import sys
 
     from kafkatier.waiting import WaitTimeout
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         return run().exit_code
     except (RuntimeError, OSError, WaitTimeout) as e:
