@@ -50,8 +50,9 @@ def _run_one(path: str, seed: int, quick: bool, runs_dir: str, name: str) -> See
         anomalies = tuple(f"{a['checker']}/{a['type']}" for a in res["anomalies"]) + tuple(
             f"unmet: {u}" for u in res["unmet_expectations"])
     except (OSError, json.JSONDecodeError):
-        if rc not in (0, 1):
-            anomalies = (f"run failed (exit {rc}); see {runs_dir}/.{name}-{seed}.out",)
+        # No verdict: the run did not complete (the cluster did not start...); never counted as valid.
+        rc = rc if rc not in (0, 1) else 3
+        anomalies = (f"run did not complete; see {runs_dir}/.{name}-{seed}.out",)
     return SeedOutcome(seed, rc, time.monotonic() - t0, anomalies, run_dir)
 
 
@@ -64,7 +65,7 @@ def sweep(path: str, name: str, seeds: range, parallel: int = 1, quick: bool = F
     out(f"{'seed':>8}  {'outcome':<9} {'time':>7}  anomalies")
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for r in pool.map(lambda s: _run_one(path, s, quick, runs_dir, name), seeds):
-            outcome = {0: "valid", 1: "ANOMALY"}.get(r.exit_code, f"error {r.exit_code}")
+            outcome = {0: "valid", 1: "ANOMALY"}.get(r.exit_code, "error")
             out(f"{r.seed:>8}  {outcome:<9} {r.elapsed_s:>6.1f}s  {', '.join(r.anomalies)}")
             if r.exit_code == 0:
                 shutil.rmtree(r.run_dir, ignore_errors=True)
