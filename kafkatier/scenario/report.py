@@ -132,7 +132,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
             lat_t.append(done["time"] / 1e9)
             lat_v.append((done["time"] - inv["time"]) / 1e6)
     if bins:
-        xs = list(range(0, max(bins) + 1))
+        xs = list(range(0, int(end * 2) + 1))
         ax_tp.plot([x / 2 for x in xs], [bins[x] for x in xs], color="#2e7d32", lw=1)
     ax_tp.set_ylabel("acked/s")
     if lat_t:
