@@ -388,8 +388,7 @@ class ScenarioRunner:
                         try:
                             wait_for(done, 60, interval=0, message=f"final read of {t.name}/{p}")
                         except WaitTimeout:
-                            self.extra_anomalies.append(Anomaly("heal", "final-read-incomplete",
-                                                                f"{t.name}/{p}: read up to {part['_next']} of {hi}"))
+                            pass   # judged from the history: kafka_clients' unreadable-after-heal
         finally:
             consumer.close()
         for part in reads.values():

@@ -270,3 +270,18 @@ def test_old_epoch_served_after_a_delete_disablement_is_reported():
     h.add(2.8, "info", "consumer-0", "seek", "beginning")
     h.poll(3, {0: [(3, "producer-0:3")]})
     assert "old-epoch-served" in h.types(tiered)
+
+
+def test_acks_without_offsets_and_incomplete_final_reads_are_judged_only_where_known():
+    h = H()
+    h.producer()
+    a, b, c = (h.send(0.1 * i, i, i) for i in range(3))
+    h.add(0.5, "ok", "producer-0", "send", [None, "producer-0:9"], topic="t", partition=0, offset=None, acks="all")
+    h.final_read({0: (0, 3, [(0, a)])})           # the read stopped after offset 0
+    assert h.types(kafka_clients) == {"unreadable-after-heal"} and h.types(partitions) == set()
+
+
+def test_unreadable_after_heal_is_reported():
+    h = H()
+    h.final_read({0: (0, 3, [(0, "producer-0:0")])})
+    assert "unreadable-after-heal" in h.types(kafka_clients)

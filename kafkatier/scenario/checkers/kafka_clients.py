@@ -12,7 +12,9 @@ Per partition ``t/p``:
   the broker can no longer recognise a retry -- documented client behaviour, Kafka's too);
 - **nonmonotonic-poll**: within one consumer read session, a partition's offsets not strictly increasing;
 - **poll-skip**: within a session, consecutive polled offsets *a* < *b* with a record between them that is
-  still in the final read.
+  still in the final read;
+- **unreadable-after-heal**: the final read could not get from the log start offset to the high watermark
+  (within its bound) -- records the broker counts as present cannot be consumed.
 """
 from __future__ import annotations
 
@@ -41,13 +43,18 @@ def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list
         if part is None:
             continue
         records = {o: v for o, v in part["records"]}
+        # A final read that stopped early is reported by the runner (final-read-incomplete); judge only what it
+        # covered, so one unreadable offset is not counted as every later record lost.
+        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
         for e in oks:
             if acks is not None and e.get("acks") != acks:
                 continue
             o, v = e["offset"], e["value"][1]
+            if o is None or o < 0:
+                continue   # acknowledged without an offset (a duplicate the broker recognised): nothing to place
             if o >= part["high_watermark"]:
                 unseen.append(e)
-            elif o >= part["log_start"] and records.get(o) != v:
+            elif part["log_start"] <= o < read_end and records.get(o) != v:
                 lost_.append(e)
     return lost_, unseen
 
@@ -77,7 +84,8 @@ def check(entries: list[dict]) -> list[Anomaly]:
         where[(tp.split("/")[0], v)].add((tp, o))
     for tp, oks in acknowledged(entries).items():
         for e in oks:
-            saw(tp, e["offset"], e["value"][1], e)
+            if e["offset"] is not None and e["offset"] >= 0:
+                saw(tp, e["offset"], e["value"][1], e)
     for e in entries:
         if e["f"] == "poll" and e["type"] == "ok":
             for p, recs in e["value"].items():
@@ -99,6 +107,13 @@ def check(entries: list[dict]) -> list[Anomaly]:
         v, offs = dups[0]
         out.append(Anomaly(NAME, "duplicate", f"{len(dups)} values of idempotent producers at several offsets, "
                                               f"e.g. {v!r} at {offs[:4]}", ({"value": v, "offsets": offs[:10]},)))
+    for tp, part in sorted(final(entries, "final-read").items()):
+        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+        if read_end < part["high_watermark"]:
+            out.append(Anomaly(NAME, "unreadable-after-heal", f"{tp}: the final read got no further than offset "
+                               f"{read_end} of [{part['log_start']}, {part['high_watermark']})",
+                               ({"partition": tp, "log_start": part["log_start"],
+                                 "high_watermark": part["high_watermark"], "read_up_to": read_end},)))
     out.extend(_polls(entries))
     return out
 
