@@ -108,7 +108,7 @@ class RequestSendThread(threading.Thread):
 
     def _send_once(self, item: QueuedRequest) -> codecs.ControlResponse:
         mgr = self.manager
-        if self.stopped.is_set():
+        if self.stopped.is_set() or (mgr.send_latency_s and self.stopped.wait(mgr.send_latency_s)):
             raise _Stopped()
         request = codecs.ControlRequest(
             api_key=item.api_key, api_version=item.api_version, api_name=item.api_name,
@@ -162,13 +162,15 @@ class RequestSendThread(threading.Thread):
 
 class ControllerChannelManager:
     def __init__(self, zk, controller_id: int, writer: Callable[[], object], controller_epoch: Callable[[], int],
-                 on_controller_moved: Callable[[Exception], None], request_timeout_s: float = 30.0):
+                 on_controller_moved: Callable[[Exception], None], request_timeout_s: float = 30.0,
+                 send_latency_s: float = 0.0):
         self.zk = zk
         self.controller_id = controller_id
         self.writer = writer
         self.controller_epoch = controller_epoch
         self.on_controller_moved = on_controller_moved
         self.request_timeout_s = request_timeout_s
+        self.send_latency_s = send_latency_s  # test only: see ControllerConfig.control_request_latency_s
         self._threads: dict[int, RequestSendThread] = {}
         self._lock = threading.Lock()
         self.metrics: dict[str, dict] = {}

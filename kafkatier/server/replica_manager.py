@@ -217,10 +217,12 @@ class ReplicaManager:
         if p.leader_id < 0:
             return
         plog = p.log
-        if plog.log_end_offset > plog.high_watermark:
-            log.info("truncating to the high watermark before following %s",
-                     kv(partition=p, log_end_offset=plog.log_end_offset, hw=plog.high_watermark))
-            p.truncate_to(max(plog.high_watermark, plog.log_start_offset))
+        target = max(plog.high_watermark, plog.log_start_offset)
+        if plog.log_end_offset > target:
+            # Truncated to the high watermark only once the new leader answers (replica_fetcher.py docstring).
+            self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, target, p.leader_epoch,
+                                             truncate_to=target)
+            return
         self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, plog.log_end_offset, p.leader_epoch)
 
     # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------
