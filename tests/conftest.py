@@ -181,3 +181,17 @@ def cluster(zookeeper, _zk_session_client, tmp_path_factory):
     c = _start_cluster(zookeeper, _zk_session_client, tmp_path_factory.mktemp("cluster"))
     yield c
     _stop_cluster(c)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spark: one local session for the whole test session (start-up costs seconds), ``kafkatier`` data source
+# registered.
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from kafkatier.spark.jobs import spark_session
+    session = spark_session("local[2]", app_name="kafkatier-tests",
+                            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
