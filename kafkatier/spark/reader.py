@@ -159,7 +159,7 @@ class RangeConsumer:
 
     def batches(self):
         import pyarrow as pa
-        from confluent_kafka import Consumer, KafkaError
+        from confluent_kafka import Consumer
         from confluent_kafka import TopicPartition as CkTopicPartition
 
         r, opts = self.range, self.options
@@ -169,31 +169,21 @@ class RangeConsumer:
         schema = _arrow_schema(opts.include_headers)
         pending: list = []
         position = r.from_offset
-        last_progress = time.monotonic()
+        started = last_progress = time.monotonic()
         try:
             consumer.assign([CkTopicPartition(r.tp.topic, r.tp.partition, r.from_offset)])
             while position < r.until_offset:
                 msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        continue
-                    code = err.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        continue
-                    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        raise DataLossError(f"offset {position} of {r.tp} is gone (retention or DeleteRecords) "
-                                            f"while reading: {err}. Set failOnDataLoss to false to skip lost offsets.")
-                    if err.fatal():
-                        raise RuntimeError(f"kafkatier source: reading {r.tp}: {err}")
-                    log.info("consumer error (retried by the client) %s", kv(partition=r.tp, error=err))
-                good = [m for m in msgs if m.error() is None and m.offset() < r.until_offset]
+                good = [m for m in msgs if m.error() is None]
+                if len(good) != len(msgs):
+                    self._check_errors(m.error() for m in msgs if m.error() is not None)
+                if good and good[-1].offset() >= r.until_offset:
+                    good = [m for m in good if m.offset() < r.until_offset]
+                    position = r.until_offset                 # records past the range arrived: done
                 if good:
                     position = max(position, good[-1].offset() + 1)
                     last_progress = time.monotonic()
                     pending += good
-                elif any(m.error() is None for m in msgs):
-                    position = r.until_offset  # only records past the range: done
                 elif time.monotonic() - last_progress > opts.poll_timeout_s:
                     if opts.fail_on_data_loss:
                         raise DataLossError(f"offsets [{position}, {r.until_offset}) of {r.tp} did not arrive within "
@@ -205,8 +195,27 @@ class RangeConsumer:
                     yield _to_arrow(chunk, r.tp, schema, opts.include_headers, pa)
             if pending:
                 yield _to_arrow(pending, r.tp, schema, opts.include_headers, pa)
+            log.info("task read %s", kv(partition=r.tp, offsets=f"{r.from_offset}..{r.until_offset}",
+                                        seconds=round(time.monotonic() - started, 3)))
         finally:
             consumer.close()
+
+    def _check_errors(self, errors) -> None:
+        """End of partition is expected; a reset means the offsets are gone; anything else not fatal is a
+        transient error librdkafka retries itself (a leader change, a broker down)."""
+        from confluent_kafka import KafkaError
+
+        for err in errors:
+            code = err.code()
+            if code == KafkaError._PARTITION_EOF:
+                continue
+            if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                raise DataLossError(f"offsets of {self.range.tp} from {self.range.from_offset} are gone "
+                                    f"(retention or DeleteRecords) while reading: {err}. Set failOnDataLoss to "
+                                    "false to skip lost offsets.")
+            if err.fatal():
+                raise RuntimeError(f"kafkatier source: reading {self.range.tp}: {err}")
+            log.info("consumer error (retried by the client) %s", kv(partition=self.range.tp, error=err))
 
 
 def _arrow_schema(include_headers: bool):

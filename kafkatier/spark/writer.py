@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import repeat
 
 import attrs
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -154,7 +155,6 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        n = batch.num_rows
         names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
 
         def binary(name: str):
@@ -167,32 +167,41 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         values = value_col.to_pylist()
         keys = binary("key").to_pylist() if self.columns.key else None
         topic = self.options.topic
-        topics = None if topic is not None else batch.column(names["topic"]).to_pylist()
+        topics = None
+        if topic is None:
+            column = batch.column(names["topic"])
+            if column.null_count:
+                raise RuntimeError("kafkatier sink: null in the topic column and no topic option")
+            topics = column.to_pylist()
         partitions = (pc.fill_null(batch.column(names["partition"]), -1).to_pylist()
                       if self.columns.partition else None)
         headers = batch.column(names["headers"]).to_pylist() if self.columns.headers else None
 
         produce = producer.produce
-        if topics is None and partitions is None and headers is None:
-            # The common shape: one topic, keys and values only.
-            for value, key in zip(values, keys or [None] * n):
+        wait = self._wait_for_room
+        topics_it = repeat(topic) if topics is None else topics
+        keys_it = repeat(None) if keys is None else keys
+        partitions_it = repeat(-1) if partitions is None else partitions
+        if headers is None and partitions is None:
+            # The common shape; an explicit partition argument, even -1, costs librdkafka time per record.
+            for t, value, key in zip(topics_it, values, keys_it):
                 try:
-                    produce(topic, value, key)
+                    produce(t, value, key)
                 except BufferError:
-                    self._wait_for_room(producer, lambda: produce(topic, value, key))
+                    wait(producer, lambda: produce(t, value, key))
+        elif headers is None:
+            for t, value, key, part in zip(topics_it, values, keys_it, partitions_it):
+                try:
+                    produce(t, value, key, part)
+                except BufferError:
+                    wait(producer, lambda: produce(t, value, key, part))
         else:
-            for i in range(n):
-                t = topic if topics is None else topics[i]
-                if t is None:
-                    raise RuntimeError("kafkatier sink: null topic in the topic column and no topic option")
-                kwargs = {"partition": partitions[i] if partitions is not None else -1}
-                if headers is not None and headers[i]:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-                key = keys[i] if keys is not None else None
+            for t, value, key, part, hs in zip(topics_it, values, keys_it, partitions_it, headers):
+                hs = [(h["key"], h["value"]) for h in hs] if hs else None
                 try:
-                    produce(t, values[i], key, **kwargs)
+                    produce(t, value, key, part, headers=hs)
                 except BufferError:
-                    self._wait_for_room(producer, lambda: produce(t, values[i], key, **kwargs))
+                    wait(producer, lambda: produce(t, value, key, part, headers=hs))
         return pc.sum(pc.binary_length(value_col)).as_py() or 0
 
     def _wait_for_room(self, producer, produce_again) -> None:
