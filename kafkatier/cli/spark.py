@@ -17,6 +17,8 @@ from kafkatier.cli.main import UsageError
 
 # Exceptions the data source raises before work, as Spark wraps them: "<module>.<Name>: message".
 _SOURCE_ERROR = re.compile(r"kafkatier\.spark\.\w+\.(\w+): (.+)")
+# Failures inside tasks: the sink's and source's own RuntimeErrors, inside Spark's task failure text.
+_TASK_ERROR = re.compile(r"(RuntimeError): (kafkatier (?:sink|source): .+)")
 _USAGE_ERRORS = {"DataSourceOptionError", "JobInputError"}
 
 
@@ -105,9 +107,10 @@ def _run(args, job) -> int:
 def source_error(exc: BaseException) -> tuple[str | None, str]:
     """``(error class, one-line message)`` of an exception Spark raised for the data source."""
     text = str(exc)
-    found = _SOURCE_ERROR.findall(text)
-    if found:
-        return found[-1][0], found[-1][1].strip()
+    for pattern in (_SOURCE_ERROR, _TASK_ERROR):
+        found = pattern.findall(text)
+        if found:
+            return found[-1][0], found[-1][1].strip()
     return None, next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 

@@ -80,3 +80,14 @@ def test_min_partitions_splits_ranges_in_proportion():
     assert sum(r.size for r in split) == 100 and all(r.size > 0 for r in split)
     assert [r.tp for r in split].count(T1) == 1
     assert split_ranges([OffsetRange(T0, 0, 2)], 5) == [OffsetRange(T0, 0, 1), OffsetRange(T0, 1, 2)]
+
+
+def test_cli_prints_one_line_of_the_data_source_error():
+    from kafkatier.cli.spark import source_error
+    planner = Exception("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: Traceback\n"
+                        "  File x\nkafkatier.spark.metadata.BrokerCheckError: topic 't' does not exist\n SQLSTATE: 38000")
+    assert source_error(planner) == ("BrokerCheckError", "topic 't' does not exist")
+    task = Exception("An error occurred while calling o65.save.\n: org.apache.spark.SparkException: Job aborted\n"
+                     "RuntimeError: kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered\n\tat x")
+    assert source_error(task) == ("RuntimeError", "kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered")
+    assert source_error(Exception("\nsomething else\nmore")) == (None, "something else")
