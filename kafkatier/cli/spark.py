@@ -121,6 +121,8 @@ def run_produce(args) -> int:
 
     def job() -> int:
         from kafkatier.spark import jobs
+        if args.input:
+            jobs.input_format(args.input)          # a bad file name fails before Spark starts
         bootstrap = _bootstrap(args)
         spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}")
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
@@ -137,6 +139,8 @@ def run_read(args) -> int:
 
     def job() -> int:
         from kafkatier.spark import jobs
+        if args.output:
+            jobs.output_format(args.output)
         bootstrap = _bootstrap(args)
         spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}")
         result = jobs.read(spark, bootstrap, args.topic, args.output, options, progress=_progress(args))

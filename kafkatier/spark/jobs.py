@@ -63,17 +63,30 @@ def generated_rows(spark, rows: int, record_size: int = 100, partitions: int | N
                      F.lpad(F.col("id").cast("string"), record_size, "0").cast("binary").alias("value"))
 
 
+def input_format(path: str) -> str:
+    """Spark's format name for an input file; a bad name or a missing file raises :class:`JobInputError`."""
+    fmt = INPUT_FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise JobInputError(f"--input {path}: unknown file type (use .csv, .parquet or .json)")
+    if not os.path.exists(path):
+        raise JobInputError(f"--input {path}: no such file")
+    return fmt
+
+
+def output_format(path: str) -> str:
+    fmt = OUTPUT_FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise JobInputError(f"--output {path}: unknown file type (use .parquet, .json or .csv)")
+    return fmt
+
+
 def file_rows(spark, path: str, rows: int | None = None):
     """Rows of a CSV (with a header line), Parquet or JSON-lines file.  A file with a ``value`` column is
     written as it is (``key``, ``headers``, ``partition``, ``topic`` columns too); otherwise each row becomes
     a JSON ``value``."""
     from pyspark.sql import functions as F
 
-    fmt = INPUT_FORMATS.get(os.path.splitext(path)[1].lower())
-    if fmt is None:
-        raise JobInputError(f"--input {path}: unknown file type (use .csv, .parquet or .json)")
-    if not os.path.exists(path):
-        raise JobInputError(f"--input {path}: no such file")
+    fmt = input_format(path)
     reader = spark.read.format(fmt)
     if fmt == "csv":
         reader = reader.option("header", "true")
@@ -176,11 +189,7 @@ def read(spark, bootstrap_servers: str, topic: str, output: str | None = None,
     when given; count rows and value bytes per partition."""
     from pyspark.sql import functions as F
 
-    fmt = None
-    if output is not None:
-        fmt = OUTPUT_FORMATS.get(os.path.splitext(output)[1].lower())
-        if fmt is None:
-            raise JobInputError(f"--output {output}: unknown file type (use .parquet, .json or .csv)")
+    fmt = output_format(output) if output is not None else None
     start = time.monotonic()
     reader = spark.read.format(NAME).option("kafka.bootstrap.servers", bootstrap_servers).option("subscribe", topic)
     for k, v in (options or {}).items():
