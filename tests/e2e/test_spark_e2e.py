@@ -292,16 +292,30 @@ def test_reading_a_tiered_topic_from_offset_0(spark, tiered_cluster):
 
 def kill_when(cluster, ready, leader_of, busy: threading.Event, done: list) -> threading.Thread:
     """A thread that waits for ``ready()``, then kill -9s the leader of partition ``leader_of()`` and records
-    ``(broker id, whether the job was still busy)`` in ``done``.  Spark jobs stay on the test's thread."""
+    ``(broker id, whether the job was still busy)`` in ``done`` (or the exception that stopped it).  Spark jobs
+    stay on the test's thread."""
     def run():
-        wait_for(ready, WAIT_S, interval=0.02, message="the job under way")
-        victim = leader_of()
-        still_busy = busy.is_set()
-        cluster.manager.kill_broker(victim)
-        done.append((victim, still_busy))
+        try:
+            wait_for(ready, WAIT_S, interval=0.02, ignore=(Exception,), message="the job under way")
+            victim = leader_of()
+            still_busy = busy.is_set()
+            cluster.manager.kill_broker(victim)
+            done.append((victim, still_busy))
+        except Exception as e:  # noqa: BLE001 - reported by the test's assertion
+            done.append(e)
     thread = threading.Thread(target=run, name="killer", daemon=True)
     thread.start()
     return thread
+
+
+def job_running(spark, group: str):
+    """``() -> bool``: a job of ``group`` has started its tasks (planning and the driver's checks are done)."""
+    tracker = spark.sparkContext.statusTracker()
+
+    def running() -> bool:
+        return any((info := tracker.getJobInfo(j)) is not None and info.status == "RUNNING"
+                   for j in tracker.getJobIdsForGroup(group))
+    return running
 
 
 def test_broker_kill_mid_write_loses_no_row_and_a_leader_kill_mid_read_none(spark, cluster_factory):
@@ -309,31 +323,29 @@ def test_broker_kill_mid_write_loses_no_row_and_a_leader_kill_mid_read_none(spar
     create_topic(c, t, partitions=3, rf=3, configs={"min.insync.replicas": "2"})
     df = spark.range(0, n, numPartitions=4).select(F.col("id").cast("string").alias("key"),
                                                    F.lpad(F.col("id").cast("string"), 200, "v").alias("value"))
-    busy, killed = threading.Event(), []
-    busy.set()
-    killer = kill_when(c, lambda: sum(end_offsets(c, t, 3)) > 0, lambda: state(c, t, 0)["leader"], busy, killed)
-    writer(df, c, topic=t, **{"kafka.request.timeout.ms": "10000"}).mode("append").save()
-    busy.clear()
-    killer.join(WAIT_S)
-    assert killed and killed[0][1], f"the broker was not killed while the write ran: {killed}"
-
-    # Read while the leader of the last partition (its task starts after the first two) is killed.
     sc = spark.sparkContext
-    sc.setJobGroup("failover-read", "read during a leader kill")
-    tracker = sc.statusTracker()
-
-    def read_running() -> bool:
-        return any((info := tracker.getJobInfo(j)) is not None and info.status == "RUNNING"
-                   for j in tracker.getJobIdsForGroup("failover-read"))
-    busy.set()
-    killer = kill_when(c, read_running, lambda: state(c, t, 2)["leader"], busy, killed)
+    busy, killed = threading.Event(), []
     try:
+        # Kill the leader of partition 0 as soon as the write's tasks run.
+        sc.setJobGroup("failover-write", "write during a broker kill")
+        busy.set()
+        killer = kill_when(c, job_running(spark, "failover-write"), lambda: state(c, t, 0)["leader"], busy, killed)
+        writer(df, c, topic=t, **{"kafka.request.timeout.ms": "10000"}).mode("append").save()
+        busy.clear()
+        killer.join(WAIT_S)
+        assert killed and killed[0][1] is True, f"the broker was not killed while the write ran: {killed}"
+
+        # Read while the leader of the last partition (its task starts after the first two) is killed.
+        sc.setJobGroup("failover-read", "read during a leader kill")
+        busy.set()
+        killer = kill_when(c, job_running(spark, "failover-read"), lambda: state(c, t, 2)["leader"], busy, killed)
         rows = reader(spark, c, subscribe=t).select("key").collect()
+        busy.clear()
+        killer.join(WAIT_S)
+        assert len(killed) == 2 and killed[1][1] is True, f"the leader was not killed while the read ran: {killed}"
     finally:
         busy.clear()
         sc.setLocalProperty("spark.jobGroup.id", None)
-    killer.join(WAIT_S)
-    assert len(killed) == 2 and killed[1][1], f"the leader was not killed while the read ran: {killed}"
 
     keys = [r["key"] for r in rows]
     distinct = set(keys)
