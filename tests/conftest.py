@@ -57,3 +57,17 @@ def kafkatier_cli() -> KafkatierCli:
 # ``expire_session`` come from kafkatier's pytest plugin (kafkatier/testing/plugin.py), the one users get.  It is
 # registered by the ``pytest11`` entry point; naming it here as well keeps a venv installed before the entry point
 # existed working (pytest loads a plugin once under that name).
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spark: one local session for the whole test session (start-up costs seconds), ``kafkatier`` data source
+# registered.
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from kafkatier.spark.jobs import spark_session
+    session = spark_session("local[2]", app_name="kafkatier-tests",
+                            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
