@@ -869,6 +869,7 @@ class Log:
             new_dir = os.path.join(self.parent_dir, name)
             os.rename(self._dir, new_dir)
             self._dir = new_dir
+            self.is_future = parse_partition_dir(new_dir).kind == "future"
             for seg in self._segments:
                 seg.change_dir(new_dir)
             self.leader_epoch_cache.move_to_dir(new_dir)

@@ -66,8 +66,11 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.producer_state = ProducerStateManager()
         self.producer_state.rebuild(log_)
-        # JBOD (KIP-113) hook: the ``<tp>.move`` future log while a move is in progress; counts for the low watermark.
+        # JBOD (KIP-113): the ``<tp>.move`` future log while a move is in progress (set and cleared by the
+        # ReplicaAlterLogDirsManager); it follows truncation and counts for the low watermark.  ``future_lock``
+        # (taken after ``lock``) guards it: a move round holds it while copying.
         self.future_log = None
+        self.future_lock = threading.Lock()
         # Called (outside the lock) when the high watermark or the low watermark moved.
         self.on_high_watermark_change: list[Callable[["Partition"], None]] = []
 
@@ -253,17 +256,28 @@ class Partition:
 
     # --- follower -------------------------------------------------------------------------------------------
     def append_records_to_follower(self, records) -> None:
-        info = self.log.append_as_follower(records)
-        if info.num_batches:
-            self.producer_state.update(info.records)
+        # Under the partition lock, like leader appends: a JBOD swap (KIP-113) must see no append.
+        with self.lock:
+            info = self.log.append_as_follower(records)
+            if info.num_batches:
+                self.producer_state.update(info.records)
 
     def truncate_to(self, offset: int) -> None:
-        self.log.truncate_to(offset)
-        self.producer_state.rebuild(self.log)
+        with self.lock:
+            self.log.truncate_to(offset)
+            self.producer_state.rebuild(self.log)
+            with self.future_lock:  # the future log follows truncation (jbod.md §5)
+                future = self.future_log
+                if future is not None and future.log_end_offset > self.log.log_end_offset:
+                    future.truncate_to(self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        self.log.truncate_fully_and_start_at(offset)
-        self.producer_state.rebuild(self.log)
+        with self.lock:
+            self.log.truncate_fully_and_start_at(offset)
+            self.producer_state.rebuild(self.log)
+            with self.future_lock:
+                if self.future_log is not None:
+                    self.future_log.truncate_fully_and_start_at(offset)
 
     def describe(self) -> dict:
         with self.lock:
