@@ -402,6 +402,10 @@ class KafkaApis:
                 else:
                     raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
                                      Errors.INVALID_REQUEST)
+            if r.resource_type == BROKER_RESOURCE:  # dynamic broker configs (the KIP-113 move throttle)
+                from kafkatier.admin import broker_config
+                return (lambda admin: broker_config.alter(self.server.zk, r.resource_name, sets, deletes,
+                                                          validate_only=req.validate_only), set())
             return (lambda admin: admin.alter_topic_config(r.resource_name, sets, deletes,
                                                            validate_only=req.validate_only),
                     set(sets) | set(deletes))
@@ -426,10 +430,11 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
-                if r.resource_type != TOPIC_RESOURCE:
+                broker = r.resource_type == BROKER_RESOURCE and api_key == INCREMENTAL_ALTER_CONFIGS
+                if r.resource_type != TOPIC_RESOURCE and not broker:
                     raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
                 compute, keys = changes(r)
-                plan = (compute, self._touches_tiering(r.resource_name, keys, full_replace))
+                plan = (compute, not broker and self._touches_tiering(r.resource_name, keys, full_replace))
             except KafkaError as e:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             plans.append((r, res, plan))

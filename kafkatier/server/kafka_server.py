@@ -22,6 +22,7 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
 
@@ -46,6 +47,8 @@ class KafkaServer:
         self.dynamic_config = None
         self.remote_log_manager = None
         self._topic_configs: dict[str, dict] = {}
+        self._broker_configs: dict[str, dict] = {}  # dynamic: "<default>" and this broker's id
+        self.alter_log_dirs_quota: ReplicationQuotaManager | None = None
         self.topic_config_listeners: list = []
         self.metadata_listeners: list = []  # called with no arguments after each UpdateMetadata
         self._shutdown = threading.Event()
@@ -64,10 +67,13 @@ class KafkaServer:
         from kafkatier.log.remote import broker_integration as tiered_storage
         remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
         self._start_log_manager()
+        self.alter_log_dirs_quota = ReplicationQuotaManager(self._intra_broker_throttle())
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self._topic_config, zk=self.zk, metadata_cache=self.metadata_cache,
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
-            replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms)
+            replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, alter_log_dirs_quota=self.alter_log_dirs_quota,
+            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
+            replica_fetch_max_bytes=c.replica_fetch_max_bytes)
         self.remote_log_manager = tiered_storage.attach(self, remote_log_config)  # None unless the flag is on
         if self.remote_log_manager is not None:
             self.replica_manager.fetcher_manager.on_offset_moved_to_tiered_storage = \
@@ -131,6 +137,7 @@ class KafkaServer:
         self.apis = KafkaApis(self)
         self.socket_server = SocketServer(self.config.host, self.config.port, self.apis)
         self._start_delete_records()  # before the port opens: the API, its authorizer, the SASL gate
+        self._start_log_dirs_apis()
         self.socket_server.start()
         if self.config.port == 0:
             import attrs
@@ -144,6 +151,35 @@ class KafkaServer:
         except ImportError:
             return
         install(self)
+
+    def _start_log_dirs_apis(self) -> None:
+        """KIP-113 AlterReplicaLogDirs (34) and DescribeLogDirs (35) (kafkatier/server/log_dirs.py)."""
+        from kafkatier.server.log_dirs import LogDirsApis
+        apis = LogDirsApis(self.replica_manager, getattr(self, "authorizer", None))
+        for key, (versions, handler) in apis.handlers().items():
+            self.apis.register(key, versions, handler)
+
+    # --- dynamic broker configs (the KIP-113 move throttle) ---------------------------------------------------
+    def _intra_broker_throttle(self) -> int:
+        from kafkatier.admin import broker_config
+        if self.zk is not None and not self._broker_configs:
+            for entity in (broker_config.DEFAULT_ENTITY, str(self.broker_id)):
+                self._broker_configs[entity] = broker_config.read(self.zk, entity)
+        return broker_config.intra_broker_throttle(
+            {k: str(v) for k, v in self.config.overrides.items()},
+            self._broker_configs.get(broker_config.DEFAULT_ENTITY, {}),
+            self._broker_configs.get(str(self.broker_id), {}))
+
+    def on_broker_config_change(self, entity: str, config: dict) -> None:
+        """DynamicConfigManager handler for ``/config/brokers/<id>`` and ``<default>``."""
+        from kafkatier.admin import broker_config
+        if entity not in (broker_config.DEFAULT_ENTITY, str(self.broker_id)):
+            return
+        self._broker_configs[entity] = dict(config)
+        rate = self._intra_broker_throttle()
+        log.info("broker config changed %s", kv(entity=entity, config=config, intra_broker_throttled_rate=rate))
+        if self.alter_log_dirs_quota is not None:
+            self.alter_log_dirs_quota.set_rate(rate)
 
     def _topic_config(self, topic: str) -> dict:
         """Topic config overrides, cached; refreshed by config change notifications."""
@@ -178,7 +214,8 @@ class KafkaServer:
             from kafkatier.server.dynamic_config_manager import DynamicConfigManager
         except ImportError:
             return
-        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self.on_topic_config_change})
+        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self.on_topic_config_change,
+                                                             "brokers": self.on_broker_config_change})
         self.dynamic_config.start()
 
     def _get_or_create_cluster_id(self) -> str:
@@ -278,6 +315,17 @@ class KafkaServer:
                 pass
         log.info("shut down %s", kv(broker=self.broker_id))
 
+    def _describe_log_dirs(self) -> dict:
+        """For ``kafkatier cluster describe``: per dir online/offline and free bytes, per move its progress."""
+        import attrs
+        rm = self.replica_manager
+        if rm is None or self.log_manager is None:
+            return {}
+        return {"dirs": [{"path": d.path, "online": d.error == 0, "usable_bytes": d.usable_bytes,
+                          "total_bytes": d.total_bytes, "replicas": len(d.replicas)} for d in rm.describe_log_dirs()],
+                "moves": [attrs.asdict(m) for m in rm.alter_log_dirs_manager.describe()],
+                "throttle_bytes_per_s": rm.alter_log_dirs_quota.rate}
+
     def _high_watermarks(self) -> dict:
         return self.replica_manager.high_watermarks() if self.replica_manager else {}
 
@@ -291,6 +339,7 @@ class KafkaServer:
                 "partitions": self.replica_manager.describe() if self.replica_manager else [],
                 "control_channel": self.control_handler.metrics if self.control_handler else {},
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
+                "log_dirs": self._describe_log_dirs(),
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
 
 

@@ -3,21 +3,30 @@
 Control plane: LeaderAndIsr (become leader / follower, start or stop fetchers) and StopReplica (stop, delete,
 or KIP-950 disable).  Data plane: leader appends with acks, reads for consumers and followers, the high
 watermark, ISR shrink / expand, delayed produce and fetch in purgatories.  Record batches move as bytes.
+
+JBOD (KIP-113, the section at the end): AlterReplicaLogDirs and DescribeLogDirs, with the moves themselves run
+by the ``ReplicaAlterLogDirsManager`` this class creates (as Kafka's ReplicaManager does) around the throttle
+it is given.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Mapping
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from kafkatier.server.partition import IsrUpdate, Partition
 from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
+from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
+from kafkatier.server.log_dirs import ANY_LOG_DIR, LogDirDescription, ReplicaLogDirInfo
 from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
@@ -26,7 +35,8 @@ log = get_logger("server.replica-manager")
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager, topic_config: Callable[[str], dict], zk=None,
                  metadata_cache=None, min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
-                 replica_fetch_wait_max_ms: int = 500):
+                 replica_fetch_wait_max_ms: int = 500, alter_log_dirs_quota: ReplicationQuotaManager | None = None,
+                 num_replica_alter_log_dirs_threads: int | None = None, replica_fetch_max_bytes: int = 1048576):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -44,6 +54,12 @@ class ReplicaManager:
         self.fetcher_manager = ReplicaFetcherManager(broker_id, self._broker_address, self.get_partition,
                                                      on_fetched=self._on_follower_fetched,
                                                      max_wait_ms=replica_fetch_wait_max_ms)
+        self.alter_log_dirs_quota = alter_log_dirs_quota or ReplicationQuotaManager()
+        self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            log_manager, self.alter_log_dirs_quota,
+            num_replica_alter_log_dirs_threads or len(getattr(log_manager, "log_dirs", ())) or 1,
+            fetch_max_bytes=replica_fetch_max_bytes)
+        self.alter_log_dirs_manager.startup()
         self.on_become_leader: list[Callable[[Partition], None]] = []
         self.on_become_follower: list[Callable[[Partition], None]] = []
         self.on_stop: list[Callable[[str, int, bool], None]] = []
@@ -106,6 +122,8 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         for p in followers:
             self._start_following(p)
+        for p in leaders + followers:
+            self._maybe_start_move(p)
         for hooks, items in ((self.on_become_leader, leaders), (self.on_become_follower, followers)):
             for hook in hooks:
                 for p in items:
@@ -245,7 +263,10 @@ class ReplicaManager:
             cur = self.partitions.pop(key, None)
         if cur is not None:
             cur.leader_id = -1
+            self.alter_log_dirs_manager.remove_partition(cur, delete_future_log=delete)
             self._complete_delayed(cur)
+        elif delete:
+            self.log_manager.abort_and_delete_future_log(topic, key[1])
         if delete:
             try:
                 self.log_manager.delete_log(topic, key[1])
@@ -359,12 +380,115 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._stopped.set()
+        self.alter_log_dirs_manager.shutdown()
         self.fetcher_manager.shutdown()
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
 
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]
+
+
+    # --- JBOD (KIP-113): AlterReplicaLogDirs, DescribeLogDirs, moves ---------------------------------------------
+    def alter_replica_log_dirs(self, requested: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], Errors]:
+        """Kafka's ``alterReplicaLogDirs`` with the seed's additions (jbod.md §3): per partition, in this order,
+        INVALID_TOPIC_EXCEPTION for a destination name over 255 chars; ``"any"`` cancels; LOG_DIR_NOT_FOUND /
+        KAFKA_STORAGE_ERROR for the path; a move to another dir is cancelled; the path is remembered; a replica
+        not hosted here answers REPLICA_NOT_AVAILABLE (created there by a later LeaderAndIsr); otherwise the
+        move starts (NONE)."""
+        out = {}
+        with self._lock:
+            for tp, path in requested.items():
+                try:
+                    out[tp] = self._alter_replica_log_dir(tp, path)
+                except KafkaError as e:
+                    log.warning("AlterReplicaLogDirs failed %s", kv(partition=f"{tp[0]}-{tp[1]}", dir=path, error=e))
+                    out[tp] = e.error
+                except Exception as e:  # noqa: BLE001
+                    log.exception("AlterReplicaLogDirs failed %s", kv(partition=f"{tp[0]}-{tp[1]}", dir=path))
+                    out[tp] = Errors.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else Errors.UNKNOWN_SERVER_ERROR
+        return out
+
+    def _alter_replica_log_dir(self, tp: tuple[str, int], path: str) -> Errors:
+        topic, partition = tp
+        lm = self.log_manager
+        if len(move_dir_name(topic, partition)) > MAX_DIR_NAME_LENGTH:
+            return Errors.INVALID_TOPIC_EXCEPTION
+        p = self.partitions.get(tp)
+        if path == ANY_LOG_DIR:
+            if p is not None:
+                self.alter_log_dirs_manager.remove_partition(p)
+            else:
+                lm.abort_and_delete_future_log(topic, partition)
+            lm.forget_preferred_log_dir(topic, partition)
+            return Errors.NONE
+        log_dir = os.path.normpath(path) if os.path.isabs(path) else None
+        if log_dir not in lm.log_dirs:
+            return Errors.LOG_DIR_NOT_FOUND
+        if log_dir in lm.offline_dirs:
+            return Errors.KAFKA_STORAGE_ERROR
+        if tp in self.offline_partitions:
+            return Errors.KAFKA_STORAGE_ERROR
+        future = lm.get_future_log(topic, partition)
+        if future is not None and future.parent_dir != log_dir:
+            if p is not None:
+                self.alter_log_dirs_manager.remove_partition(p)
+            else:
+                lm.abort_and_delete_future_log(topic, partition)
+            future = None
+        current = lm.get_log(topic, partition)
+        if not (current is not None and current.parent_dir == log_dir) and future is None:
+            lm.set_preferred_log_dir(topic, partition, log_dir)
+        if p is None:
+            return Errors.REPLICA_NOT_AVAILABLE
+        if current is None or current.parent_dir == log_dir or future is not None:
+            return Errors.NONE
+        lm.create_future_log(topic, partition, log_dir)
+        self.alter_log_dirs_manager.add_partition(p)
+        return Errors.NONE
+
+    def _maybe_start_move(self, p: Partition) -> None:
+        """After LeaderAndIsr: resume a move whose future log was found on disk, or start one to a dir an
+        AlterReplicaLogDirs remembered before the partition became a replica here."""
+        lm = self.log_manager
+        try:
+            preferred = lm.preferred_log_dir(p.topic, p.partition)
+            if (lm.get_future_log(p.topic, p.partition) is None and preferred is not None
+                    and preferred != p.log.parent_dir and preferred in lm.live_log_dirs):
+                lm.create_future_log(p.topic, p.partition, preferred)
+            self.alter_log_dirs_manager.add_partition(p)
+        except Exception:  # noqa: BLE001 - the partition keeps working in its current dir
+            log.exception("could not start the move %s", kv(partition=p))
+
+    def describe_log_dirs(self, partitions: set[tuple[str, int]] | None = None) -> list[LogDirDescription]:
+        """Kafka's ``describeLogDirs``: one entry per configured dir, current and future logs (``None`` = all
+        partitions), sizes, offset lags, and the volume's total / usable bytes."""
+        lm = self.log_manager
+        by_dir: dict[str, list[ReplicaLogDirInfo]] = {d: [] for d in lm.log_dirs}
+        for lg in lm.all_logs() + lm.all_future_logs():
+            tp = lg.topic_partition
+            if partitions is not None and tp not in partitions:
+                continue
+            if lg.is_future:
+                current = lm.get_log(*tp)
+                lag = current.log_end_offset - lg.log_end_offset if current is not None else -1
+            else:
+                lag = max(lg.high_watermark - lg.log_end_offset, 0)
+            by_dir.setdefault(lg.parent_dir, []).append(
+                ReplicaLogDirInfo(tp[0], tp[1], lg.size, lag, lg.is_future))
+        out = []
+        for d in lm.log_dirs:
+            if d in lm.offline_dirs:
+                out.append(LogDirDescription(d, Errors.KAFKA_STORAGE_ERROR, (), -1, -1))
+                continue
+            try:
+                st = os.statvfs(d)
+                total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+            except OSError:
+                total = usable = -1
+            out.append(LogDirDescription(d, Errors.NONE, tuple(sorted(by_dir.get(d, []))),
+                                         total if total >= 0 else LONG_MAX, usable if usable >= 0 else LONG_MAX))
+        return out
 
 
 class DelayedProduce(DelayedOperation):
