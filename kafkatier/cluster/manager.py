@@ -150,7 +150,8 @@ class ClusterManager:
             from kafkatier.cli.main import UsageError
             raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
         for d in b["log_dirs"]:
-            os.makedirs(d, exist_ok=True)
+            if not os.path.lexists(d):  # a dir failed on purpose (a file in its place) stays failed
+                os.makedirs(d)
         logf = open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), "ab")
         env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
@@ -265,6 +266,48 @@ class ClusterManager:
         self.state["zookeeper_pid"] = None
         if os.path.exists(self.cluster_file):
             self.save()
+
+    # --- log dir failures (KIP-112 / KIP-113 testing) --------------------------------------------------------
+    FAILED_SUFFIX = ".failed"
+
+    def _broker_log_dir(self, broker_id: int, log_dir: str) -> str:
+        b = self.broker(broker_id)
+        wanted = os.path.abspath(log_dir)
+        for d in b["log_dirs"]:
+            if os.path.abspath(d) == wanted:
+                return wanted
+        from kafkatier.cli.main import UsageError
+        raise UsageError(f"{log_dir} is not a log dir of broker {broker_id} (its log dirs: {', '.join(b['log_dirs'])})")
+
+    def fail_log_dir(self, broker_id: int, log_dir: str) -> str:
+        """Make a log dir fail the way a dead disk does: its contents move to ``<dir>.failed`` (kept, nothing is
+        lost) and a file takes its place, so the broker's next I/O there (or its periodic health check, within
+        a second) fails and takes the dir offline.  Returns where the data went."""
+        d = self._broker_log_dir(broker_id, log_dir)
+        if os.path.isfile(d):
+            from kafkatier.cli.main import UsageError
+            raise UsageError(f"log dir {d} of broker {broker_id} has already failed")
+        aside = d + self.FAILED_SUFFIX
+        if os.path.lexists(aside):
+            from kafkatier.cli.main import UsageError
+            raise UsageError(f"{aside} exists; restore or remove it first")
+        os.rename(d, aside)
+        with open(d, "w") as f:
+            f.write(f"log dir failed on purpose by kafkatier; data in {aside}\n")
+        log.info("log dir failed on purpose %s", kv(broker=broker_id, dir=d, data=aside))
+        return aside
+
+    def restore_log_dir(self, broker_id: int, log_dir: str) -> None:
+        """Undo :meth:`fail_log_dir` on disk; the broker uses the dir again after its next restart (as Kafka)."""
+        d = self._broker_log_dir(broker_id, log_dir)
+        aside = d + self.FAILED_SUFFIX
+        if not os.path.isdir(aside):
+            from kafkatier.cli.main import UsageError
+            raise UsageError(f"log dir {d} of broker {broker_id} was not failed by kafkatier ({aside} not found)")
+        if os.path.isfile(d):
+            os.unlink(d)
+        os.rename(aside, d)
+        log.info("log dir restored %s", kv(broker=broker_id, dir=d))
 
     def status(self) -> dict:
         out = {"zookeeper": self.zookeeper, "bootstrap_servers": self.bootstrap_servers, "brokers": []}

@@ -47,6 +47,7 @@ from kafkatier.log.dir_names import (
 )
 from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
 from kafkatier.log.log import Log
+from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.log_config import LONG_MAX, LogConfig
 from kafkatier.log.scheduler import Scheduler
 from kafkatier.logsetup import get_logger, kv
@@ -76,6 +77,8 @@ class LogManager:
                  flush_start_offset_checkpoint_interval_ms: int = 60000,
                  initial_task_delay_ms: int = 30000,
                  remote_log_system_enabled: bool = False,
+                 log_dir_failure_channel: LogDirFailureChannel | None = None,
+                 log_dir_health_check_interval_ms: int = 1000,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -93,6 +96,8 @@ class LogManager:
         self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
         self.initial_task_delay_ms = initial_task_delay_ms
         self.remote_log_system_enabled = remote_log_system_enabled
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
+        self.log_dir_health_check_interval_ms = log_dir_health_check_interval_ms
         self._clock = clock
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -237,6 +242,9 @@ class LogManager:
                    self.flush_recovery_offset_checkpoint_interval_ms)
         s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets), delay,
                    self.flush_start_offset_checkpoint_interval_ms)
+        if self.log_dir_health_check_interval_ms < LONG_MAX:
+            s.schedule("kafka-log-dir-health-check", self._safe(self.check_log_dirs),
+                       self.log_dir_health_check_interval_ms, self.log_dir_health_check_interval_ms)
         for path, delay_ms in self._pending_deletions:
             self._schedule_dir_deletion(path, delay_ms)
         self._pending_deletions.clear()
@@ -344,8 +352,7 @@ class LogManager:
                              topic_id=topic_id, default_config=self.default_config,
                              remote_log_enabled=self._remote_enabled(topic, cfg))
                 except OSError as e:
-                    log.error(kv(event="log_dir_offline", dir=d, error=e))
-                    self.offline_dirs.add(d)
+                    self.report_failure(d, f"Error while creating log for {topic}-{partition} in dir {d}", e)
                     errors.append(f"{d}: {e}")
                     continue
                 self._logs[tp] = lg
@@ -378,6 +385,43 @@ class LogManager:
         self.checkpoint_recovery_points(lg.parent_dir)
         self.checkpoint_log_start_offsets(lg.parent_dir)
         return lg
+
+    # --- log dir failures (KIP-112) ----------------------------------------------------------------------
+    def report_failure(self, log_dir: str, message: str, exc: BaseException | None = None) -> None:
+        """An I/O error in ``log_dir``: no new log goes there from now on; the failure channel's handler takes
+        it offline (:meth:`handle_log_dir_failure`)."""
+        log_dir = os.path.abspath(log_dir)
+        if log_dir in self.log_dirs:
+            self.offline_dirs.add(log_dir)
+            self.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message, exc)
+
+    def check_log_dirs(self) -> None:
+        """Periodic health check (project addition): a dir that stopped being a readable, writable directory
+        is reported without waiting for the next segment I/O."""
+        for d in self.live_log_dirs:
+            if not (os.path.isdir(d) and os.access(d, os.R_OK | os.W_OK | os.X_OK)):
+                self.report_failure(d, f"Log dir {d} is no longer a readable and writable directory")
+
+    def handle_log_dir_failure(self, log_dir: str) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Take ``log_dir`` offline: its current and future logs are dropped and closed (nothing is deleted).
+        Returns (partitions whose current log was there, partitions whose future log was there)."""
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            self.offline_dirs.add(log_dir)
+            current = [tp for tp, lg in self._logs.items() if lg.parent_dir == log_dir]
+            future = [tp for tp, lg in self._future_logs.items() if lg.parent_dir == log_dir]
+            closing = [self._logs.pop(tp) for tp in current] + [self._future_logs.pop(tp) for tp in future]
+            for tp, d in list(self._preferred_dirs.items()):
+                if d == log_dir:
+                    del self._preferred_dirs[tp]
+        for lg in closing:
+            try:
+                lg.close()
+            except Exception:  # noqa: BLE001 - the dir is broken; closing is best effort
+                log.warning(kv(event="close_failed", partition=lg.name, dir=log_dir))
+        log.error(kv(event="log_dir_offline", dir=log_dir, partitions=len(current), future_logs=len(future),
+                     live_dirs=",".join(self.live_log_dirs) or "-"))
+        return sorted(current), sorted(future)
 
     # --- JBOD: future logs (KIP-113) -------------------------------------------------------------------
     def get_future_log(self, topic: str, partition: int) -> Log | None:
@@ -545,8 +589,10 @@ class LogManager:
             if now - lg.last_flush_time_ms >= lg.config.flush_ms:
                 try:
                     lg.flush()
-                except Exception:
+                except Exception as e:
                     log.exception(kv(event="flush_failed", partition=lg.name))
+                    if is_storage_failure(e):
+                        self.report_failure(lg.parent_dir, f"Error while flushing {lg.name}", e)
 
     # --- checkpoints ---------------------------------------------------------------------------------
     def _dirs(self, log_dir: str | None) -> list[str]:
@@ -559,7 +605,7 @@ class LogManager:
             with self._checkpoint_lock:
                 OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
         except OSError as e:
-            log.error(kv(event="checkpoint_write_failed", file=os.path.join(d, name), error=e))
+            self.report_failure(d, f"Error while writing {name} in dir {d}", e)
             raise KafkaStorageError(f"Error while writing {name} in dir {d}: {e}") from e
 
     def checkpoint_recovery_points(self, log_dir: str | None = None) -> None:

@@ -9,10 +9,11 @@ from typing import Callable
 
 import attrs
 
+from kafkatier.log.log_dir_failure_channel import is_storage_failure
 from kafkatier.log.producer_state import ProducerStateManager
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
-                                       NotLeaderOrFollowerError)
+from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
+                                       NotEnoughReplicasError, NotLeaderOrFollowerError)
 
 log = get_logger("server.partition")
 
@@ -47,7 +48,8 @@ class IsrUpdate:
 
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log_, isr_writer: Callable[..., int | None],
-                 min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000):
+                 min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000,
+                 log_dir_failure: Callable[[str, str, BaseException], None] | None = None):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -56,6 +58,7 @@ class Partition:
         self._isr_writer = isr_writer
         self._min_isr = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._log_dir_failure = log_dir_failure  # (dir, message, error): an I/O error takes the dir offline
         self.lock = threading.RLock()
         self.leader_id = -1
         self.leader_epoch = -1
@@ -145,7 +148,11 @@ class Partition:
                 log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
                          kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
-            info = self.log.append_as_leader(records, self.leader_epoch)
+            try:
+                info = self.log.append_as_leader(records, self.leader_epoch)
+            except Exception as e:
+                self._maybe_log_dir_failure(e, "appending to")
+                raise
             if info.num_batches:
                 self.producer_state.update(info.records)
         self.maybe_increment_high_watermark()
@@ -258,9 +265,20 @@ class Partition:
     def append_records_to_follower(self, records) -> None:
         # Under the partition lock, like leader appends: a JBOD swap (KIP-113) must see no append.
         with self.lock:
-            info = self.log.append_as_follower(records)
+            try:
+                info = self.log.append_as_follower(records)
+            except Exception as e:
+                self._maybe_log_dir_failure(e, "appending to")
+                raise
             if info.num_batches:
                 self.producer_state.update(info.records)
+
+    def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
+        """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR (jbod.md §7)."""
+        if self._log_dir_failure is not None and is_storage_failure(e):
+            self._log_dir_failure(self.log.parent_dir, f"Error while {what} {self}", e)
+            if not isinstance(e, KafkaStorageError):
+                raise KafkaStorageError(f"Error while {what} {self} in dir {self.log.parent_dir}: {e}") from e
 
     def truncate_to(self, offset: int) -> None:
         with self.lock:

@@ -10,6 +10,7 @@ it is given.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Callable, Mapping
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
+from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from kafkatier.server.partition import IsrUpdate, Partition
@@ -36,7 +38,9 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_manager, topic_config: Callable[[str], dict], zk=None,
                  metadata_cache=None, min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
                  replica_fetch_wait_max_ms: int = 500, alter_log_dirs_quota: ReplicationQuotaManager | None = None,
-                 num_replica_alter_log_dirs_threads: int | None = None, replica_fetch_max_bytes: int = 1048576):
+                 num_replica_alter_log_dirs_threads: int | None = None, replica_fetch_max_bytes: int = 1048576,
+                 log_dir_failure_channel: LogDirFailureChannel | None = None,
+                 halt: Callable[[str], None] | None = None):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -58,8 +62,12 @@ class ReplicaManager:
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
             log_manager, self.alter_log_dirs_quota,
             num_replica_alter_log_dirs_threads or len(getattr(log_manager, "log_dirs", ())) or 1,
-            fetch_max_bytes=replica_fetch_max_bytes)
+            fetch_max_bytes=replica_fetch_max_bytes,
+            on_log_dir_failure=lambda d, msg: log_manager.report_failure(d, msg))
         self.alter_log_dirs_manager.startup()
+        self.log_dir_failure_channel = log_dir_failure_channel or getattr(log_manager, "log_dir_failure_channel", None)
+        self._halt = halt or _halt
+
         self.on_become_leader: list[Callable[[Partition], None]] = []
         self.on_become_follower: list[Callable[[Partition], None]] = []
         self.on_stop: list[Callable[[str, int, bool], None]] = []
@@ -77,6 +85,10 @@ class ReplicaManager:
         self._stopped = threading.Event()
         self._isr_thread = threading.Thread(target=self._isr_expiration, name="isr-expiration", daemon=True)
         self._isr_thread.start()
+        self._log_dir_failure_thread = threading.Thread(target=self._log_dir_failure_handler,
+                                                        name="LogDirFailureHandler", daemon=True)
+        if self.log_dir_failure_channel is not None:
+            self._log_dir_failure_thread.start()
 
     # --- lookup ---------------------------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -159,7 +171,8 @@ class ReplicaManager:
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
             cur = Partition(topic, key[1], self.broker_id, plog, self._write_isr, self._min_isr(topic),
-                            self.replica_lag_time_max_ms)
+                            self.replica_lag_time_max_ms,
+                            log_dir_failure=getattr(self.log_manager, "report_failure", None))
             cur.topic_id = topic_id
             cur.on_high_watermark_change.append(self._complete_delayed)
             self.partitions[key] = cur
@@ -336,8 +349,11 @@ class ReplicaManager:
             info = plog.read(fp["fetch_offset"], max_bytes, max_offset=max_offset, min_one_message=True)
             return {"error": Errors.NONE, "high_watermark": plog.high_watermark,
                     "log_start_offset": plog.log_start_offset, "records": info.records}
-        except KafkaError as e:
+        except (KafkaError, OSError) as e:
             p = self.partitions.get(tp)
+            if p is not None and is_storage_failure(e):
+                self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
+                e = KafkaError(str(e), Errors.KAFKA_STORAGE_ERROR)
             return {"error": e.error, "high_watermark": p.log.high_watermark if p else -1,
                     "log_start_offset": p.log.log_start_offset if p else -1, "records": b""}
 
@@ -388,6 +404,50 @@ class ReplicaManager:
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]
 
+
+    # --- log dir failures (KIP-112; jbod.md §7) ------------------------------------------------------------------
+    def _log_dir_failure_handler(self) -> None:
+        """Kafka's ``LogDirFailureHandler`` thread."""
+        while not self._stopped.is_set():
+            d = self.log_dir_failure_channel.take_next_offline_log_dir(timeout_s=0.5)
+            if d is None:
+                continue
+            try:
+                self.handle_log_dir_failure(d)
+            except Exception:  # noqa: BLE001
+                log.exception("handling the log dir failure failed %s", kv(dir=d))
+
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Partitions whose current log was in the dir go offline (fetchers and moves stopped, waiting requests
+        answered, KAFKA_STORAGE_ERROR from now on); partitions whose future log was there only lose the move.
+        The controller learns it from ``/log_dir_event_notification``; with no dir left the broker halts."""
+        current, future = self.log_manager.handle_log_dir_failure(log_dir)
+        gone = []
+        with self._lock:
+            for tp in current:
+                self.fetcher_manager.remove_fetcher(*tp)
+                p = self.partitions.pop(tp, None)
+                self.offline_partitions.add(tp)
+                if p is not None:
+                    self.alter_log_dirs_manager.remove_partition(p, delete_future_log=False)
+                    p.leader_id = -1
+                    gone.append(p)
+            for tp in future:
+                p = self.partitions.get(tp)
+                if p is not None:
+                    self.alter_log_dirs_manager.remove_partition(p, delete_future_log=False)
+        for p in gone:
+            self._complete_delayed(p)
+        log.error("log dir offline %s", kv(dir=log_dir, offline_partitions=len(current), moves_dropped=len(future)))
+        if not self.log_manager.live_log_dirs:
+            self._halt(f"Shutdown broker because all log dirs in {', '.join(self.log_manager.log_dirs)} have failed")
+            return
+        if self.zk is not None:
+            try:
+                self.zk.create(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{paths.LOG_DIR_EVENT_PREFIX}",
+                               codecs.LogDirEventNotification(self.broker_id).encode(), sequence=True, makepath=True)
+            except Exception:  # noqa: BLE001
+                log.exception("could not write the log dir event notification %s", kv(dir=log_dir))
 
     # --- JBOD (KIP-113): AlterReplicaLogDirs, DescribeLogDirs, moves ---------------------------------------------
     def alter_replica_log_dirs(self, requested: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], Errors]:
@@ -489,6 +549,13 @@ class ReplicaManager:
             out.append(LogDirDescription(d, Errors.NONE, tuple(sorted(by_dir.get(d, []))),
                                          total if total >= 0 else LONG_MAX, usable if usable >= 0 else LONG_MAX))
         return out
+
+
+def _halt(message: str) -> None:
+    """Kafka's ``Exit.halt(1)`` after a fatal storage failure: no clean shutdown (the dirs are not trusted)."""
+    log.critical(message)
+    logging.shutdown()
+    os._exit(1)
 
 
 class DelayedProduce(DelayedOperation):

@@ -217,3 +217,57 @@ def test_describe_log_dirs_v0_to_v4_and_null_topics(admin, cluster):
         assert topic in names
         if v >= 4:
             assert all(r.total_bytes > 0 and r.usable_bytes > 0 for r in resp.results)
+
+
+# ------------------------------------------------------------------------------------------------ log dir failure
+
+def test_d41_log_dir_failure_moves_leadership_and_is_reported(cluster_factory):
+    c = cluster_factory(brokers=2, log_dirs=3)
+    a = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    try:
+        topic = unique_topic()
+        create_topic(a, c, topic, {0: [1, 2]}, configs={"segment.bytes": "10000"})
+        produce(c, topic, 50)
+        leader_dir = current_dir(c, 1, topic)
+        seen_notes: list[str] = []
+
+        def note_watch(children):
+            seen_notes.extend(ch for ch in children if ch not in seen_notes)
+        c.zk.ChildrenWatch("/log_dir_event_notification", note_watch)
+        c.manager.fail_log_dir(1, leader_dir)
+        # the broker notices within a second (health check) or at its next roll; then the controller elects 2
+        wait_for(lambda: state_of(c, topic)["leader"] == 2, CONVERGE_S, message="leader moved to broker 2")
+        assert seen_notes and all(n.startswith("log_dir_event_") and len(n) == len("log_dir_event_") + 10
+                                  for n in seen_notes)
+        wait_for(lambda: not c.zk.get_children("/log_dir_event_notification"), CONVERGE_S,
+                 message="notifications deleted by the controller")
+        produce(c, topic, 50)
+        assert len(read_all(c, topic)) == 100
+        view = describe(a, 1)
+        assert view[leader_dir]["error"] == 56 and view[leader_dir]["total"] == -1 and not view[leader_dir]["replicas"]
+        assert all(v["error"] == 0 for d, v in view.items() if d != leader_dir)
+        # D34 (second half): a move to the offline dir is refused with KAFKA_STORAGE_ERROR
+        other = unique_topic()
+        create_topic(a, c, other, {0: [1]})
+        assert alter(a, {(other, 0, 1): leader_dir}) == {(other, 0, 1): KafkaStorageError}
+    finally:
+        a.close()
+
+
+def state_of(cluster, topic: str, partition: int = 0) -> dict:
+    import json
+    return json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
+
+
+def test_all_log_dirs_failed_halts_the_broker_with_kafkas_message(cluster_factory):
+    c = cluster_factory(brokers=1, log_dirs=2)
+    for d in dirs_of(c, 1):
+        c.manager.fail_log_dir(1, d)
+    proc = c.manager._procs[1]  # noqa: SLF001 - the broker process started by this cluster manager
+    wait_for(lambda: proc.poll() is not None, CONVERGE_S, message="broker 1 to halt")
+    assert proc.returncode == 1
+    assert "Shutdown broker because all log dirs in " in c.manager.log_tail(1, 50)
+    assert " have failed" in c.manager.log_tail(1, 50)
+    for d in dirs_of(c, 1):  # nothing lost: the data is still there to restore
+        c.manager.restore_log_dir(1, d)
+        assert os.path.isdir(d)
