@@ -271,3 +271,109 @@ def test_all_log_dirs_failed_halts_the_broker_with_kafkas_message(cluster_factor
     for d in dirs_of(c, 1):  # nothing lost: the data is still there to restore
         c.manager.restore_log_dir(1, d)
         assert os.path.isdir(d)
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+def test_d42_reassignment_with_log_dirs(admin, cluster, kafkatier_cli, tmp_path):
+    import json
+    topic = unique_topic()
+    create_topic(admin, cluster, topic, {0: [1, 2, 3]})
+    produce(cluster, topic, 200)
+    dest = other_dir(cluster, 1, topic)
+    f = tmp_path / "reassign.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1, 2, 3], "log_dirs": [dest, "any", "any"]}]}))
+    boot = ("--bootstrap-server", cluster.bootstrap_servers)
+    r = kafkatier_cli.run("reassign-partitions", *boot, "--execute", "--reassignment-json-file", str(f),
+                          "--replica-alter-log-dirs-throttle", "100000000")
+    assert r.returncode == 0, r.stderr
+    assert f"Successfully started log directory move(s) for: {topic}-0-1" in r.stdout
+    assert "The replica-alter-dir throttle limit was set to 100000000 B/s" in r.stdout
+    assert cluster.zk.exists("/admin/reassign_partitions") is None  # log_dirs never reach the znode
+
+    def verified() -> str | None:
+        v = kafkatier_cli.run("reassign-partitions", *boot, "--verify", "--reassignment-json-file", str(f))
+        return v.stdout if f"Reassignment of replica {topic}-0-1 completed successfully." in v.stdout else None
+    out = wait_for(verified, 60, interval=0.5, message="--verify to report completion")
+    assert out.startswith("Status of partition reassignment:")
+    assert "Clearing broker-level throttles on brokers 1" in out
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1", "--topics", topic)
+    doc = json.loads(r.stdout)
+    where = [d["path"] for d in doc["log_dirs"] for p in d["partitions"] if p["topic"] == topic]
+    assert where == [dest]
+    assert read_all(cluster, topic) == [b"%08d" % i + b"x" * 92 for i in range(200)]
+
+
+def test_reassignment_file_errors_exit_2_and_send_nothing(cluster, kafkatier_cli, tmp_path):
+    boot = ("--bootstrap-server", cluster.bootstrap_servers)
+    cases = {
+        "{nope": "The input string is not a valid JSON",
+        '{"version":2,"partitions":[{"topic":"a","partition":0,"replicas":[1]}]}': "Not supported version field value 2",
+        '{"partitions":[]}': "Partition reassignment list cannot be empty",
+        '{"partitions":[{"topic":"a","partition":0,"replicas":[]}]}': "Partition replica list cannot be empty",
+        '{"partitions":[{"topic":"a","partition":0,"replicas":[1,2],"log_dirs":["any"]}]}':
+            "Size of replicas list List(1, 2) is different from size of log dirs list List(any) for partition a-0",
+        '{"partitions":[{"topic":"a","partition":0,"replicas":[1]},{"topic":"a","partition":0,"replicas":[2]}]}':
+            "Partition reassignment contains duplicate topic partitions: a-0",
+        '{"partitions":[{"topic":"a","partition":0,"replicas":[1,1]}]}':
+            "Partition replica lists may not contain duplicate entries: a-0 contains multiple entries for 1",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        f = tmp_path / f"bad{i}.json"
+        f.write_text(text)
+        r = kafkatier_cli.run("reassign-partitions", *boot, "--execute", "--reassignment-json-file", str(f))
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, (text, r)
+
+
+def test_reassignment_across_brokers_is_refused_clearly(admin, cluster, kafkatier_cli, tmp_path):
+    import json
+    topic = unique_topic()
+    create_topic(admin, cluster, topic, {0: [1]})
+    f = tmp_path / "move.json"
+    f.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [2]}]}))
+    r = kafkatier_cli.run("reassign-partitions", "--bootstrap-server", cluster.bootstrap_servers, "--execute",
+                          "--reassignment-json-file", str(f))
+    assert r.returncode == 1 and "not supported yet" in r.stderr
+    assert current_dir(cluster, 1, topic) and current_dir(cluster, 2, topic) is None
+
+
+def test_d44_log_dirs_tool_with_an_offline_dir(cluster_factory, kafkatier_cli):
+    import json
+    c = cluster_factory(brokers=1, log_dirs=2)
+    a = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    try:
+        topic = unique_topic()
+        create_topic(a, c, topic, {0: [1], 1: [1]})
+        produce(c, topic, 20)
+        good, bad = dirs_of(c, 1)
+        moved_away = [p for p in (0, 1) if current_dir(c, 1, topic, p) == bad]
+        r = kafkatier_cli.run("cluster", "fail-log-dir", "--data-dir", c.data_dir, "--broker", "1", "--dir", bad)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: describe(a, 1)[bad]["error"] == 56, CONVERGE_S, message="the dir offline")
+    finally:
+        a.close()
+    boot = ("--bootstrap-server", c.bootstrap_servers)
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    by_path = {d["path"]: d for d in doc["log_dirs"]}
+    assert doc["version"] == 1 and by_path[good]["is_live"] is True and by_path[bad]["is_live"] is False
+    assert by_path[bad]["partitions"] == []
+    for p in by_path[good]["partitions"]:
+        assert set(p) == {"topic", "partition", "size", "offset_lag", "is_temporary"} and p["size"] > 0
+    if moved_away:
+        assert {(p["topic"], p["partition"]) for p in by_path["*"]["partitions"]} == {(topic, p) for p in moved_away}
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--format", "kafka")
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         "Received log directory information from brokers 1"]
+    k = json.loads(lines[2])
+    dirs = {d["logDir"]: d for d in k["brokers"][0]["logDirs"]}
+    assert dirs[bad]["error"] == "org.apache.kafka.common.errors.KafkaStorageException" and dirs[good]["error"] is None
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--format", "kafka", "--broker-list", "1,7")
+    assert r.returncode == 1
+    assert r.stdout.strip() == ("ERROR: The given brokers do not exist from --broker-list: 7. "
+                                "Current existent brokers: 1")
+    wait_for(lambda: "OFFLINE" in kafkatier_cli.run("cluster", "describe", "--data-dir", c.data_dir).stdout, 15,
+             interval=0.5, message="cluster describe to show the offline dir")
