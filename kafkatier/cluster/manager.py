@@ -144,7 +144,8 @@ class ClusterManager:
         self.wait_until_ready(timeout=timeout)
         return self.state
 
-    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> int:
+    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0,
+                     extra_env: dict[str, str] | None = None) -> int:
         b = self.broker(broker_id)
         if pid_alive(b.get("pid")):
             from kafkatier.cli.main import UsageError
@@ -153,7 +154,7 @@ class ClusterManager:
             if not os.path.lexists(d):  # a dir failed on purpose (a file in its place) stays failed
                 os.makedirs(d)
         logf = open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), "ab")
-        env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
+        env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1", **(extra_env or {}))
         proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)

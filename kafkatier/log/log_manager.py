@@ -50,6 +50,7 @@ from kafkatier.log.log import Log
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.log_config import LONG_MAX, LogConfig
 from kafkatier.log.scheduler import Scheduler
+from kafkatier.faults import crash_point
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log-manager")
@@ -528,6 +529,7 @@ class LogManager:
                 dest.maybe_increment_log_start_offset(source.log_start_offset)
             dest.flush()
             self._rename_for_deletion(source)
+            crash_point("jbod-between-renames")
             dest.rename_dir(partition_dir_name(topic, partition))
             self._logs[tp] = dest
             del self._future_logs[tp]
