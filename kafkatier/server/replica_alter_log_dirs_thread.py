@@ -9,8 +9,8 @@ it takes the lowest topic-partition.
 
 One round of a move (:meth:`ReplicaAlterLogDirsThread._copy_round`), holding ``Partition.future_lock``:
 
-1. if the future log ended below the current log start offset (retention or DeleteRecords ran), it restarts
-   there (``truncate_fully_and_start_at``);
+1. if the future log ended below the current local log start offset (retention or DeleteRecords ran; for a
+   tiered log, the data below it is remote and stays there), it restarts there (``truncate_fully_and_start_at``);
 2. read whole batches from the current log at the future log end offset, up to the current **LEO** (Kafka:
    the local leader end point with replica id -3), at most ``replica.fetch.max.bytes`` and at most what the
    shared throttle allows (:class:`~kafkatier.server.replication_quota_manager.ReplicationQuotaManager`; at
@@ -172,8 +172,9 @@ class ReplicaAlterLogDirsThread(threading.Thread):
             if future is None:
                 self.remove((p.topic, p.partition))
                 return False
-            if future.log_end_offset < current.log_start_offset:
-                future.truncate_fully_and_start_at(current.log_start_offset)
+            local_start = current.local_log_start_offset  # = the log start offset unless tiered
+            if future.log_end_offset < local_start:
+                future.truncate_fully_and_start_at(local_start, log_start_offset=current.log_start_offset)
             if future.log_end_offset >= current.log_end_offset:
                 caught_up = True
             else:

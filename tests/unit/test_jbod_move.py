@@ -254,3 +254,150 @@ def test_kafka_future_name_is_loaded_like_move(dirs):
     m2 = LogManager(dirs)
     assert m2.get_future_log("t", 0).parent_dir == dest
     m2.shutdown()
+
+
+# --- jbod.md §10: the Kafka issues a move must not repeat --------------------------------------------------------
+
+def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs):
+    """KAFKA-16709 / KAFKA-15082 / KAFKA-14824: there is no log cleaner to leave paused, and retention (the
+    disk-growth symptom) keeps working on the partition after a cancel and after a swap."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "retention.bytes": "8000"})
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    part.log.update_config({**CFG, "retention.bytes": "8000"})
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr.remove_partition(part)
+    assert m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    mgr.quota.set_rate(LONG_MAX)
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert m.get_log("t", 0) is part.log and m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_segments_deleted_during_a_move_leave_no_orphans(dirs):
+    """KAFKA-16424: segments marked deleted in the source during a move must not survive the renames."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "300"})
+    m.startup()
+    part = leader_partition(m)
+    part.log.update_config({**CFG, "file.delete.delay.ms": "300"})
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    part.log.maybe_increment_log_start_offset(120)
+    assert part.log.delete_old_segments() > 0  # renamed .deleted, removal scheduled 300 ms later
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert part.log.log_start_offset == 120
+
+    def leftovers():
+        return [os.path.join(r, f) for d in dirs for r, _, fs in os.walk(d) for f in fs if f.endswith(".deleted")]
+    wait_for(lambda: not leftovers(), 5, message="no .deleted segment files anywhere")
+    wait_for(lambda: not os.path.exists(os.path.join(os.path.abspath(dirs[0]), "t-0.delete"))
+             and not os.path.exists(os.path.join(os.path.abspath(dirs[1]), "t-0.delete")), 5, message=".delete gone")
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_watermark(dirs):
+    """KAFKA-9087: a future log recreated mid-move, or one holding data the current log does not have at that
+    offset, does not kill the move: it restarts from the future log's own high watermark."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    dest = other_dir(dirs, part.log)
+    start_move(m, mgr, part, dest)
+    mgr.remove_partition(part)
+    start_move(m, mgr, part, dest)  # recreated while the thread may be mid-round
+    before = segment_bytes(part.log.dir)
+    with part.future_lock:  # the future log ends inside one of the current log's batches
+        fut = part.future_log
+        fut.append_as_follower(part.log.read(0, 600).records)  # offsets 0-4
+        fut.append_as_leader(blob(n=2), 0)
+        assert fut.log_end_offset == 7
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert segment_bytes(part.log.dir) == before
+    assert part.log.parent_dir == dest and part.log.log_end_offset == 100
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs):
+    """KAFKA-9654: the move thread survives leadership changes (it never looks at leader epochs)."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m, epoch=1)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    part.make_follower({"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}, 1)
+    part.truncate_to(90)  # the new leader has less: the future log follows
+    assert part.future_log.log_end_offset <= 90
+    part.make_leader({"leader": 1, "leader_epoch": 3, "isr": [1], "replicas": [1, 2]}, 1)
+    part.append_records_to_leader(blob(), -1)
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap after two epoch changes")
+    assert part.log.log_end_offset == 95
+    assert [e.epoch for e in part.log.leader_epoch_cache.epoch_entries()] == [1, 3]
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs):
+    """KAFKA-16711: after a move the new log knows how far the remote tier goes (local cleanup needs it)."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    part.log.highest_offset_in_remote_storage = 59
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert part.log.highest_offset_in_remote_storage == 59
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_flush_after_the_renames_does_not_fail(dirs):
+    """The flush/rename race (user report: NoSuchFileException ...-future took the dir offline): files are
+    flushed through open descriptors, so flushing either log after the renames works and reports nothing."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    old = part.log
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    part.append_records_to_leader(blob(), -1)
+    part.log.flush()
+    if not old.closed:
+        old.flush()
+    m.flush_dirty_logs()
+    m.checkpoint_recovery_points()
+    assert m.offline_dirs == set() and m.log_dir_failure_channel.take_next_offline_log_dir(0) is None
+    mgr.shutdown()
+    m.shutdown()
