@@ -381,8 +381,17 @@ class KafkaApis:
                   "delete.topic.enable": str(c.delete_topic_enable).lower(),
                   "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                   **{k: str(v) for k, v in c.overrides.items()}}
-        return [{"name": k, "value": v, "read_only": True, "source": 4,
-                 "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in sorted(static.items())]
+        entries = {k: {"name": k, "value": v, "read_only": True, "source": 4,
+                       "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in static.items()}
+        # Dynamic broker configs (the KIP-113 move throttle): this broker's (source 2), then the default (3).
+        dynamic = getattr(self.server, "_broker_configs", {})
+        levels = [("<default>", 3)] if name == "" else [("<default>", 3), (str(c.broker_id), 2)]
+        for entity, source in levels:
+            for k, v in (dynamic.get(entity) or {}).items():
+                prev = entries.get(k)
+                synonyms = [{"name": k, "value": v, "source": source}] + (prev["synonyms"] if prev else [])
+                entries[k] = {"name": k, "value": v, "read_only": False, "source": source, "synonyms": synonyms}
+        return [entries[k] for k in sorted(entries)]
 
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):

@@ -377,3 +377,39 @@ def test_d44_log_dirs_tool_with_an_offline_dir(cluster_factory, kafkatier_cli):
                                 "Current existent brokers: 1")
     wait_for(lambda: "OFFLINE" in kafkatier_cli.run("cluster", "describe", "--data-dir", c.data_dir).stdout, 15,
              interval=0.5, message="cluster describe to show the offline dir")
+
+
+def test_move_throttle_through_kafkatier_configs(cluster, kafkatier_cli):
+    boot = ("--bootstrap-server", cluster.bootstrap_servers)
+    r = kafkatier_cli.run("configs", *boot, "--alter", "--entity-type", "brokers", "--entity-default",
+                          "--add-config", "replica.alter.log.dirs.io.max.bytes.per.second=7000")
+    assert r.returncode == 0 and "Completed updating default config for brokers in the cluster." in r.stdout, r
+    r = kafkatier_cli.run("configs", *boot, "--alter", "--entity-type", "brokers", "--entity-name", "2",
+                          "--add-config", "intra.broker.throttled.rate=5000")
+    assert r.returncode == 0 and "Completed updating config for broker 2." in r.stdout, r
+    import json
+    assert json.loads(cluster.zk.get("/config/brokers/2")[0]) == {
+        "version": 1, "config": {"intra.broker.throttled.rate": "5000"}}
+    assert json.loads(cluster.zk.get("/config/brokers/<default>")[0])["config"] == {
+        "replica.alter.log.dirs.io.max.bytes.per.second": "7000"}
+
+    def status_rate(b: int):
+        path = os.path.join(cluster.data_dir, "status", f"broker-{b}.json")
+        try:
+            with open(path) as f:
+                return json.load(f)["log_dirs"]["throttle_bytes_per_s"]
+        except (OSError, ValueError, KeyError):
+            return None
+    wait_for(lambda: status_rate(2) == 5000 and status_rate(1) == 7000, 20, interval=0.5,
+             message="brokers applying the broker and default throttles")
+    r = kafkatier_cli.run("configs", *boot, "--describe", "--entity-type", "brokers", "--entity-name", "2")
+    assert "intra.broker.throttled.rate=5000" in r.stdout, r.stdout
+    r = kafkatier_cli.run("configs", *boot, "--alter", "--entity-type", "brokers", "--entity-name", "2",
+                          "--add-config", "log.retention.ms=5")
+    assert r.returncode == 1 and "INVALID_CONFIG" in r.stderr
+    for args in (("--entity-name", "2", "--delete-config", "intra.broker.throttled.rate"),
+                 ("--entity-default", "--delete-config", "replica.alter.log.dirs.io.max.bytes.per.second")):
+        r = kafkatier_cli.run("configs", *boot, "--alter", "--entity-type", "brokers", *args)
+        assert r.returncode == 0, r
+    wait_for(lambda: status_rate(2) == status_rate(1) == (1 << 63) - 1, 20, interval=0.5,
+             message="throttles removed")
