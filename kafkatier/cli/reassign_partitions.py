@@ -262,7 +262,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _broker_changes(admin: AdminClient, moves: list[PartitionMove]) -> str | None:
-    """The message refusing a file that moves replicas between brokers (not supported yet), else None."""
+    """The message refusing a file that moves replicas between brokers (not supported yet), else None.
+    Unknown broker ids are bad input (Kafka's message, exit 2)."""
+    live = set(admin.broker_ids())
+    unknown = sorted({b for m in moves for b in m.replicas} - live)
+    if unknown:
+        raise UsageError(f"The proposed assignment contains non-existent brokerIDs: {','.join(map(str, unknown))}")
     topics = sorted({m.topic for m in moves})
     try:
         current = {(t.name, p.partition): p.replicas for t in admin.describe_topics(topics) for p in t.partitions}

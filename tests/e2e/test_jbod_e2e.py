@@ -336,6 +336,11 @@ def test_reassignment_across_brokers_is_refused_clearly(admin, cluster, kafkatie
                           "--reassignment-json-file", str(f))
     assert r.returncode == 1 and "not supported yet" in r.stderr
     assert current_dir(cluster, 1, topic) and current_dir(cluster, 2, topic) is None
+    f.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [9],
+                                             "log_dirs": ["/x"]}]}))
+    r = kafkatier_cli.run("reassign-partitions", "--bootstrap-server", cluster.bootstrap_servers, "--execute",
+                          "--reassignment-json-file", str(f))
+    assert r.returncode == 2 and "The proposed assignment contains non-existent brokerIDs: 9" in r.stderr
 
 
 def test_d44_log_dirs_tool_with_an_offline_dir(cluster_factory, kafkatier_cli):
