@@ -134,3 +134,56 @@ def test_throttle_precedence_and_validation():
         with pytest.raises(KafkaError) as e:
             broker_config.validate(bad)
         assert e.value.error == Errors.INVALID_CONFIG
+
+
+class RecordingZk:
+    def __init__(self):
+        self.created = []
+
+    def create(self, path, data, sequence=False, makepath=False):
+        self.created.append((path, data, sequence))
+        return path + "0000000000"
+
+
+def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypatch):
+    """ENOSPC on an append: KAFKA_STORAGE_ERROR to the producer, the dir offline, its partitions offline, one
+    /log_dir_event_notification for the controller (which then elects another leader)."""
+    import errno
+    import json
+
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    from kafkatier.log.segment import LogSegment
+    from kafkatier.waiting import wait_for
+
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    lm = LogManager(dirs)
+    lm.startup()
+    zk = RecordingZk()
+    r = ReplicaManager(1, lm, lambda t: {}, zk=zk)
+    try:
+        become_leader(r, "t")
+        full = r.log_manager.get_log("t", 0).parent_dir
+
+        def no_space(self, *a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(LogSegment, "append", no_space)
+        b = MemoryRecordsBuilder(2, 0, 1 << 16)
+        b.append(0, None, b"v")
+        b.close()
+        answers = []
+        for _ in range(2):
+            r.append_records(1000, 1, {("t", 0): bytes(b.buffer())}, answers.append)
+        assert [a[("t", 0)][0] for a in answers] == [Errors.KAFKA_STORAGE_ERROR, Errors.KAFKA_STORAGE_ERROR]
+        wait_for(lambda: ("t", 0) in r.offline_partitions and zk.created, 5, message="the dir taken offline")
+        assert full in lm.offline_dirs and len(zk.created) == 1
+        path, data, seq = zk.created[0]
+        assert path == "/log_dir_event_notification/log_dir_event_" and seq
+        assert json.loads(data) == {"version": 1, "broker": 1, "event": 1}
+        resp = r.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [{"topic_name": "t",
+                                        "partition_states": [{"partition_index": 0, "leader": 1, "leader_epoch": 1,
+                                                              "isr": [1], "replicas": [1]}]}]})
+        assert resp["topics"][0]["partition_errors"][0]["error_code"] == Errors.KAFKA_STORAGE_ERROR
+    finally:
+        r.shutdown()
+        lm.shutdown()
