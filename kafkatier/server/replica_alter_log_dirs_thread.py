@@ -11,14 +11,14 @@ One round of a move (:meth:`ReplicaAlterLogDirsThread._copy_round`), holding ``P
 
 1. if the future log ended below the current local log start offset (retention or DeleteRecords ran; for a
    tiered log, the data below it is remote and stays there), it restarts there (``truncate_fully_and_start_at``);
-2. read whole batches from the current log at the future log end offset, up to the current **LEO** (Kafka:
+2. copy whole batches from the current log at the future log end offset, up to the current **LEO** (Kafka:
    the local leader end point with replica id -3), at most ``replica.fetch.max.bytes`` and at most what the
    shared throttle allows (:class:`~kafkatier.server.replication_quota_manager.ReplicationQuotaManager`; at
    least one batch once the throttle allows any byte);
-3. append them as bytes (``append_as_follower``: offsets and leader epochs kept, headers and CRCs checked,
-   nothing per record in Python).  A batch that does not start at the future LEO fails with Kafka's
-   ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a log start offset inside the
-   first batch of an empty log;
+3. the bytes are copied by the kernel (``Log.append_copy_from``: ``copy_file_range``, the seed's "zero-copy";
+   only batch headers are read in Python, offsets and leader epochs kept).  A batch that does not start at the
+   future LEO fails with Kafka's ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a log
+   start offset inside the first batch of an empty log;
 4. the future log takes the current high watermark and log start offset (so DeleteRecords during a move also
    applies to it).
 
@@ -37,8 +37,9 @@ then the future log is dropped and the partition stays where it is.  An I/O erro
 reported to ``on_log_dir_failure`` and drops the future log; the partition stays online.
 
 Differences from Kafka: no fetch sessions or fetch states (the thread reads the local log directly, so leader
-epochs, fencing and OffsetsForLeaderEpoch are not involved); the throttle is a token bucket (same long-run
-rate as Kafka's sampled windows); there is no log cleaner, so nothing is paused.
+epochs, fencing and OffsetsForLeaderEpoch are not involved); batches are copied file to file without
+re-checking their CRCs (they were checked when appended to the current log); the throttle is a token bucket
+(same long-run rate as Kafka's sampled windows); there is no log cleaner, so nothing is paused.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from typing import Callable, Protocol
 import attrs
 
 from kafkatier.log.errors import KafkaStorageError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from kafkatier.log.record_batch import iter_batches
+from kafkatier.log.segment import SourceReadError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
 
@@ -185,6 +186,7 @@ class ReplicaAlterLogDirsThread(threading.Thread):
                     self._copy_round(move, future, current, min(self._manager.fetch_max_bytes, allowed))
                     return True
         if caught_up:
+            future.flush()  # fsync the copy before taking the partition lock: the swap then flushes only the rest
             self._swap(move)
             return False
         quota.await_allowance(self._stopped)
@@ -193,22 +195,15 @@ class ReplicaAlterLogDirsThread(threading.Thread):
     def _copy_round(self, move: _Move, future, current, max_bytes: int) -> int:
         start = future.log_end_offset
         try:
-            info = current.read(start, max_bytes, None, min_one_message=True)
+            n = future.append_copy_from(current, max_bytes)
         except OffsetOutOfRangeError:
-            return 0  # the current log moved under us (truncation or retention): the next round adjusts
-        records = info.records
-        if not records:
+            return 0  # the current log moved under us (retention): the next round adjusts
+        except UnexpectedAppendOffsetError as e:
+            raise OffsetMismatchError(
+                f"Offset mismatch for the future replica {current.name}: fetched offset = {e.first_offset}, "
+                f"log end offset = {start}.") from e
+        if n == 0:
             return 0
-        for _, h in iter_batches(records):
-            first_base = h.base_offset
-            if first_base != start and not (future.log_end_offset == future.log_start_offset
-                                            and first_base < start <= h.last_offset):
-                raise OffsetMismatchError(
-                    f"Offset mismatch for the future replica {current.name}: fetched offset = {first_base}, "
-                    f"log end offset = {start}.")
-            break
-        future.append_as_follower(records)
-        n = len(records)
         self._manager.quota.record(n)
         move.bytes_copied += n
         move.samples.append((time.monotonic(), n))
@@ -251,6 +246,10 @@ class ReplicaAlterLogDirsThread(threading.Thread):
         p = move.partition
         tp = (p.topic, p.partition)
         future = p.future_log
+        if isinstance(e, KafkaStorageError) and isinstance(e.__cause__, SourceReadError):
+            log.error("reading the current log failed %s", kv(partition=f"{tp[0]}-{tp[1]}", error=e))
+            self._manager.report_failure(p.log.parent_dir, f"Error while moving {tp[0]}-{tp[1]}: {e}")
+            return False  # the current log's dir goes offline: the partition and its move stop there
         if isinstance(e, KafkaStorageError) and future is not None:
             log.error("future log failed; the move is dropped %s", kv(partition=f"{tp[0]}-{tp[1]}", error=e))
             self._manager.abandon(tp, failed_dir=future.parent_dir)
@@ -343,6 +342,10 @@ class ReplicaAlterLogDirsManager:
             log.exception("could not delete the future log %s", kv(partition=f"{tp[0]}-{tp[1]}"))
         if failed_dir is not None and self._on_log_dir_failure is not None:
             self._on_log_dir_failure(failed_dir, f"the future log of {tp[0]}-{tp[1]} failed")
+
+    def report_failure(self, log_dir: str, message: str) -> None:
+        if self._on_log_dir_failure is not None:
+            self._on_log_dir_failure(log_dir, message)
 
     def on_move_completed(self, p: FutureLogPartition) -> None:
         self.completed_moves += 1
