@@ -416,3 +416,53 @@ def test_move_throttle_through_kafkatier_configs(cluster, kafkatier_cli):
         assert r.returncode == 0, r
     wait_for(lambda: status_rate(2) == status_rate(1) == (1 << 63) - 1, 20, interval=0.5,
              message="throttles removed")
+
+
+# ------------------------------------------------------------------------------------------------ tiered topics
+
+def test_moving_a_tiered_replica_keeps_remote_data_and_local_cleanup(cluster_factory):
+    """A tiered replica moves with only its local tail; the remote segments are untouched, a consumer still reads
+    the whole log, and after the move new segments are uploaded and deleted locally (KAFKA-16711: the moved log
+    knows the highest offset in remote storage)."""
+    from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
+    from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
+    from kafkatier.zk import codecs, paths
+    c = cluster_factory(brokers=2, log_dirs=2, overrides={
+        "remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "500", "log.initial.task.delay.ms": "0"})
+    a = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    topic = unique_topic("jbod-tiered")
+    try:
+        create_topic(a, c, topic, {0: [1, 2]}, configs={"remote.storage.enable": "true", "segment.bytes": "1024",
+                                                         "local.retention.bytes": "1", "file.delete.delay.ms": "0"})
+        wait_for(lambda: len(state_of(c, topic)["isr"]) == 2, CONVERGE_S, message="ISR 2")
+        producer = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", linger_ms=0)
+        for i in range(60):
+            producer.send(topic, f"v{i}".encode().ljust(100, b"."), partition=0).get(timeout=60)
+        tid = codecs.TopicAssignment.decode(c.zk.get(paths.topic(topic))[0]).topic_id
+        rlmm = ZkRemoteLogMetadataManager(c.zk)
+
+        def uploaded() -> list[tuple[int, int]]:
+            return [(m.start_offset, m.end_offset) for m in rlmm.list_remote_log_segments(TopicIdPartition(tid, topic, 0))
+                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+        def local_bases(b: int) -> list[int]:
+            d = current_dir(c, b, topic)
+            return sorted(int(n[:20]) for n in os.listdir(os.path.join(d, f"{topic}-0")) if n.endswith(".log")) if d else []
+        rolled = [(s, s + 5) for s in range(0, 54, 6)]
+        wait_for(lambda: uploaded() == rolled and local_bases(1) == [54], 60, interval=0.2,
+                 message="rolled segments offloaded, the tail left locally")
+        leader = state_of(c, topic)["leader"]
+        dest = other_dir(c, leader, topic)
+        assert alter(a, {(topic, 0, leader): dest}) == {(topic, 0, leader): NoError}
+        wait_moved(c, leader, topic, dest)
+        assert uploaded() == rolled  # remote metadata untouched by the move
+        assert [r.rstrip(b".") for r in read_all(c, topic)] == [f"v{i}".encode() for i in range(60)]
+        for i in range(60, 90):
+            producer.send(topic, f"v{i}".encode().ljust(100, b"."), partition=0).get(timeout=60)
+        producer.close()
+        wait_for(lambda: len(uploaded()) >= 14 and local_bases(leader)[0] >= 84, 60, interval=0.2,
+                 message="the moved replica keeps offloading and cleaning up locally")
+        assert [r.rstrip(b".") for r in read_all(c, topic)] == [f"v{i}".encode() for i in range(90)]
+    finally:
+        a.close()
