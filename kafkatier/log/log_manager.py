@@ -554,20 +554,23 @@ class LogManager:
         return dest
 
     def _rename_for_deletion(self, lg: Log) -> None:
-        """Rename to the seed's ``<tp>.delete``; an older directory of that name (a move A->B->A before the
-        first deletion ran, or a re-created topic) is removed first."""
+        """Rename to the seed's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the
+        first deletion ran, or a re-created topic) is first renamed to Kafka's unique ``.<uuid>-delete`` name and
+        removed in the background (renames only here: the caller may hold the partition lock)."""
         target = os.path.join(lg.parent_dir, seed_delete_dir_name(lg.topic, lg.partition))
         if os.path.exists(target):
-            log.info(kv(event="removing_older_delete_dir", dir=target))
-            shutil.rmtree(target, ignore_errors=True)
+            aside = os.path.join(lg.parent_dir, delete_dir_name(lg.topic, lg.partition))
+            os.rename(target, aside)
+            log.info(kv(event="older_delete_dir_renamed", dir=target, to=aside))
+            self._schedule_dir_deletion(aside, 0)
         lg.rename_dir(os.path.basename(target))
 
     def _schedule_dir_deletion(self, path: str, delay_ms: int) -> None:
         def remove() -> None:
             shutil.rmtree(path, ignore_errors=True)
             log.info(kv(event="deleted_log_dir", dir=path))
-        if self.scheduler.is_running and delay_ms > 0:
-            self.scheduler.schedule("kafka-delete-logs", remove, delay_ms)
+        if self.scheduler.is_running:
+            self.scheduler.schedule("kafka-delete-logs", remove, max(delay_ms, 0))
         else:
             remove()
 

@@ -401,3 +401,28 @@ def test_flush_after_the_renames_does_not_fail(dirs):
     assert m.offline_dirs == set() and m.log_dir_failure_channel.take_next_offline_log_dir(0) is None
     mgr.shutdown()
     m.shutdown()
+
+
+def test_move_back_before_the_first_deletion_ran(dirs):
+    """A->B->A->B within file.delete.delay.ms: the third move's source meets the first move's <tp>.delete; the
+    older one is set aside (renamed, removed in the background), the new one takes its name, and nothing is
+    left once the delays pass."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "2000"})
+    m.startup()
+    part = leader_partition(m)
+    part.log.update_config({**CFG, "file.delete.delay.ms": "2000"})
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    before = segment_bytes(part.log.dir)
+    a = part.log.parent_dir
+    b = other_dir(dirs, part.log)
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    for dest in (b, a, b):
+        start_move(m, mgr, part, dest)
+        wait_for(lambda: part.future_log is None and part.log.parent_dir == dest, 10, message=f"moved to {dest}")
+    assert os.path.isdir(os.path.join(a, "t-0.delete")) and segment_bytes(part.log.dir) == before
+    wait_for(lambda: sorted(n for d in (a, b) for n in os.listdir(d) if n.startswith("t-0")) == ["t-0"], 10,
+             message="only t-0 left")
+    mgr.shutdown()
+    m.shutdown()
