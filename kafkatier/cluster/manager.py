@@ -74,7 +74,7 @@ class ClusterManager:
 
     # --- state ----------------------------------------------------------------------------------------------
     def load(self) -> dict:
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         try:
             with open(self.cluster_file) as f:
                 self.state = json.load(f)
@@ -101,7 +101,7 @@ class ClusterManager:
         for b in self.state["brokers"]:
             if b["id"] == broker_id:
                 return b
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         raise UsageError(f"broker {broker_id} is not part of the cluster in {self.data_dir}")
 
     # --- up / down ------------------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class ClusterManager:
                      extra_env: dict[str, str] | None = None) -> int:
         b = self.broker(broker_id)
         if pid_alive(b.get("pid")):
-            from kafkatier.cli.main import UsageError
+            from kafkatier.common.errors import UsageError
             raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
         for d in b["log_dirs"]:
             if not os.path.lexists(d):  # a dir failed on purpose (a file in its place) stays failed
@@ -277,7 +277,7 @@ class ClusterManager:
         for d in b["log_dirs"]:
             if os.path.abspath(d) == wanted:
                 return wanted
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         raise UsageError(f"{log_dir} is not a log dir of broker {broker_id} (its log dirs: {', '.join(b['log_dirs'])})")
 
     def fail_log_dir(self, broker_id: int, log_dir: str) -> str:
@@ -286,11 +286,11 @@ class ClusterManager:
         a second) fails and takes the dir offline.  Returns where the data went."""
         d = self._broker_log_dir(broker_id, log_dir)
         if os.path.isfile(d):
-            from kafkatier.cli.main import UsageError
+            from kafkatier.common.errors import UsageError
             raise UsageError(f"log dir {d} of broker {broker_id} has already failed")
         aside = d + self.FAILED_SUFFIX
         if os.path.lexists(aside):
-            from kafkatier.cli.main import UsageError
+            from kafkatier.common.errors import UsageError
             raise UsageError(f"{aside} exists; restore or remove it first")
         os.rename(d, aside)
         with open(d, "w") as f:
@@ -303,7 +303,7 @@ class ClusterManager:
         d = self._broker_log_dir(broker_id, log_dir)
         aside = d + self.FAILED_SUFFIX
         if not os.path.isdir(aside):
-            from kafkatier.cli.main import UsageError
+            from kafkatier.common.errors import UsageError
             raise UsageError(f"log dir {d} of broker {broker_id} was not failed by kafkatier ({aside} not found)")
         if os.path.isfile(d):
             os.unlink(d)

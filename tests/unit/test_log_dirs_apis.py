@@ -174,7 +174,7 @@ def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypat
         answers = []
         for _ in range(2):
             r.append_records(1000, 1, {("t", 0): bytes(b.buffer())}, answers.append)
-        assert [a[("t", 0)][0] for a in answers] == [Errors.KAFKA_STORAGE_ERROR, Errors.KAFKA_STORAGE_ERROR]
+        assert [a[("t", 0)].error for a in answers] == [Errors.KAFKA_STORAGE_ERROR, Errors.KAFKA_STORAGE_ERROR]
         wait_for(lambda: ("t", 0) in r.offline_partitions and zk.created, 5, message="the dir taken offline")
         assert full in lm.offline_dirs and len(zk.created) == 1
         path, data, seq = zk.created[0]
