@@ -143,8 +143,8 @@ def test_move_under_load_with_kill_9_mid_move_and_between_renames(cluster_factor
     load.start(preload=3000)
     src = {b: where(c, b, tp_name)[0] for b in (1, 2)}
     dest = {b: [d for d in dirs_of(c, b) if d != src[b]][0] for b in (1, 2)}
-    for b in (1, 2):
-        set_throttle(c, b, THROTTLE)
+    set_throttle(c, 1, THROTTLE)
+    set_throttle(c, 2, 1)  # broker 2's move stays in progress (one batch copied) through broker 1's failovers
     res = admin.alter_replica_log_dirs({(topic, 0, 1): dest[1], (topic, 0, 2): dest[2]})
     assert set(res.values()) == {NoError}
     move = {b: os.path.join(dest[b], f"{tp_name}.move") for b in (1, 2)}
@@ -166,6 +166,8 @@ def test_move_under_load_with_kill_9_mid_move_and_between_renames(cluster_factor
              message="broker 1's move resumed and completed")
 
     # D39: broker 2 is killed mid-move, then crashes between the two renames of its swap
+    assert os.path.isdir(move[2])
+    set_throttle(c, 2, THROTTLE)
     wait_for(lambda: dir_bytes(move[2]) > 300_000, CONVERGE_S, message="broker 2's move under way")
     c.manager.kill_broker(2)
     from kafkatier.admin import broker_config  # broker 2 is down: write its dynamic config in ZooKeeper directly
