@@ -166,7 +166,9 @@ def main() -> int:
             print(f"produced {size / MIB:.0f} MiB in {time.monotonic() - t0:.1f}s into {src}")
             dst = [d for d in dirs if d != src][0]
 
-            # 1. cp -r baseline, then the unthrottled move, on the same disk
+            # 1. cp -r baseline, then the unthrottled move, on the same disk; the produced data is made durable
+            # first, so neither copy competes with its write-back
+            fsync_tree(os.path.join(src, f"{BIG}-0"))
             copy = os.path.join(dst, "cp-baseline")
             t0 = time.monotonic()
             subprocess.run(["cp", "-r", os.path.join(src, f"{BIG}-0"), copy], check=True)
