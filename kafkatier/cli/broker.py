@@ -64,7 +64,12 @@ def build_config(args):
 
 def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
+    from kafkatier.zk.broker_registration import BrokerIdConflictError
     logsetup.set_process_tag(f"broker-{args.id}")
     # Missing log dirs are created by the log manager; one that is not a usable directory is taken offline
     # there (KIP-112), so nothing is created or checked here.
-    return run_broker(build_config(args), status_file=args.status_file)
+    try:
+        return run_broker(build_config(args), status_file=args.status_file)
+    except BrokerIdConflictError as e:
+        logsetup.get_logger("server").error("start-up failed: %s", e)
+        return 1

@@ -47,7 +47,7 @@ from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 from kafkatier.server.sasl import sasl_server_from_config
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
-from kafkatier.zk import codecs, paths
+from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
 
 log = get_logger("server")
@@ -179,24 +179,14 @@ class KafkaServer:
         return codecs.ClusterIdZNode.decode(data).id
 
     def _register_broker(self) -> None:
+        """``/brokers/ids/{id}``; waits (bounded) for a previous incarnation's node to expire with its session."""
         c = self.config
         reg = codecs.BrokerRegistration.create(
             self.broker_id, endpoints=(c.listener,), listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"},
             timestamp_ms=int(time.time() * 1000), rack=c.rack)
-        path = paths.broker(self.broker_id)
-        t = self.zk.transaction()
-        t.create(path, b"", ephemeral=True)
-        t.set_data(path, reg.encode(), 0)
-        results = t.commit()
-        errs = [r for r in results if isinstance(r, Exception)]
-        if errs:
-            if any(isinstance(e, NodeExistsError) for e in errs):
-                raise RuntimeError(f"broker id {self.broker_id} is already registered in ZooKeeper "
-                                   f"({path} exists); is another broker with this id running?")
-            raise errs[0]
-        stat = self.zk.exists(path)
-        self.broker_epoch = stat.czxid
-        log.info("registered %s", kv(path=path, broker_epoch=self.broker_epoch))
+        self.broker_epoch = broker_registration.register_broker(
+            self.zk, self.broker_id, reg.encode(),
+            wait_s=broker_registration.stale_registration_wait_s(c.zookeeper_session_timeout_ms))
 
     # --- ZooKeeper session --------------------------------------------------------------------------------------
     def _on_zk_state(self, state) -> None:
