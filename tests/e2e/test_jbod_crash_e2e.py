@@ -51,9 +51,14 @@ def state(cluster, topic: str) -> dict:
 
 
 def set_throttle(cluster, b: int, rate: int) -> None:
+    """Set the broker's move throttle and wait until it applied it (DescribeConfigs shows the value)."""
     from kafkatier.admin.client import AdminClient
+    name = "intra.broker.throttled.rate"
     with AdminClient(cluster.bootstrap_servers.split(",")) as a:
-        a.alter_configs("brokers", str(b), {"intra.broker.throttled.rate": str(rate)})
+        a.alter_configs("brokers", str(b), {name: str(rate)})
+        wait_for(lambda: any(e.name == name and e.value == str(rate)
+                             for e in a.describe_configs("brokers", [str(b)])[str(b)]),
+                 CONVERGE_S, interval=0.1, message=f"broker {b} applying {name}={rate}")
 
 
 def restart(cluster, b: int, **kw) -> None:

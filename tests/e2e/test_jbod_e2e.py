@@ -92,10 +92,14 @@ def describe(admin, broker_id: int, topics=None) -> dict[str, dict]:
 
 
 def set_broker_throttle(cluster, broker_id: int, rate: int, name: str = "intra.broker.throttled.rate") -> None:
-    """IncrementalAlterConfigs on the BROKER resource (the project's admin client)."""
+    """IncrementalAlterConfigs on the BROKER resource (the project's admin client), then wait until the broker
+    applied it (its DescribeConfigs shows the value: the change travels through a ZooKeeper notification)."""
     from kafkatier.admin.client import AdminClient
     with AdminClient(cluster.bootstrap_servers.split(",")) as a:
         a.alter_configs("brokers", str(broker_id), {name: str(rate)})
+        wait_for(lambda: any(e.name == name and e.value == str(rate)
+                             for e in a.describe_configs("brokers", [str(broker_id)])[str(broker_id)]),
+                 CONVERGE_S, interval=0.1, message=f"broker {broker_id} applying {name}={rate}")
 
 
 def wait_moved(cluster, broker_id: int, topic: str, dest: str, partition: int = 0, timeout: float = 60) -> None:
