@@ -444,6 +444,14 @@ class AdminClient:
         return self._call("describe_log_dirs", lambda: self._admin.describe_log_dirs(
             topic_partitions=topic_partitions, brokers=list(brokers) if brokers is not None else None))
 
+    def alter_replica_log_dirs(self, assignments: Mapping[tuple[str, int, int], str]) -> dict[tuple[str, int, int], int]:
+        """kafka-python's ``alter_replica_log_dirs`` ({(topic, partition, broker): path}): the error code per
+        replica (0 = the move started, or nothing to do).  Sent once: REPLICA_NOT_AVAILABLE is returned, not
+        retried (the caller decides, as kafka-reassign-partitions does)."""
+        result = self._call("alter_replica_log_dirs",
+                            lambda: self._admin.alter_replica_log_dirs(dict(assignments)), idempotent=True)
+        return {(k.topic, k.partition, k.broker_id): int(getattr(v, "errno", 0) or 0) for k, v in result.items()}
+
 
 def _create_spec(t: NewTopicSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {"num_partitions": t.num_partitions, "replication_factor": t.replication_factor,

@@ -1,7 +1,6 @@
 """``kafkatier broker start``: run one broker in the foreground."""
 from __future__ import annotations
 
-import os
 
 from kafkatier import logsetup
 
@@ -67,9 +66,8 @@ def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
     from kafkatier.zk.broker_registration import BrokerIdConflictError
     logsetup.set_process_tag(f"broker-{args.id}")
-    for d in args.log_dirs.split(","):
-        if d:
-            os.makedirs(d, exist_ok=True)
+    # Missing log dirs are created by the log manager; one that is not a usable directory is taken offline
+    # there (KIP-112), so nothing is created or checked here.
     try:
         return run_broker(build_config(args), status_file=args.status_file)
     except BrokerIdConflictError as e:

@@ -1,4 +1,4 @@
-"""``kafkatier cluster up|down|start-broker|stop-broker|describe``."""
+"""``kafkatier cluster up|down|start-broker|stop-broker|describe|fail-log-dir|restore-log-dir``."""
 from __future__ import annotations
 
 import json
@@ -43,6 +43,20 @@ def register(sub) -> None:
     st.add_argument("--data-dir", required=True)
     st.add_argument("--kill", action="store_true")
     st.set_defaults(func=_stop_broker)
+
+    f = csub.add_parser("fail-log-dir", help="make a broker's log dir fail like a dead disk (data kept in DIR.failed); "
+                                             "the broker takes it offline within a second (KIP-112)")
+    f.add_argument("--broker", type=int, required=True)
+    f.add_argument("--dir", required=True)
+    f.add_argument("--data-dir", required=True)
+    f.set_defaults(func=_fail_log_dir)
+
+    r = csub.add_parser("restore-log-dir", help="undo fail-log-dir on disk; the broker uses the dir again once "
+                                                "restarted")
+    r.add_argument("--broker", type=int, required=True)
+    r.add_argument("--dir", required=True)
+    r.add_argument("--data-dir", required=True)
+    r.set_defaults(func=_restore_log_dir)
 
     d = csub.add_parser("describe", help="brokers, controller and metrics")
     d.add_argument("--data-dir", required=True)
@@ -122,6 +136,22 @@ def _stop_broker(args) -> int:
     return 0
 
 
+def _fail_log_dir(args) -> int:
+    m = _manager(args)
+    m.load()
+    aside = m.fail_log_dir(args.broker, args.dir)
+    print(f"log dir {args.dir} of broker {args.broker} failed (data kept in {aside})")
+    return 0
+
+
+def _restore_log_dir(args) -> int:
+    m = _manager(args)
+    m.load()
+    m.restore_log_dir(args.broker, args.dir)
+    print(f"log dir {args.dir} of broker {args.broker} restored; restart the broker to use it again")
+    return 0
+
+
 def _describe(args) -> int:
     m = _manager(args)
     m.load()
@@ -141,4 +171,22 @@ def _describe(args) -> int:
             print(f"  controller epoch={c.get('epoch')} live_brokers={c.get('live_brokers')} topics={c.get('topics')} "
                   f"events_processed={c.get('events_processed')} failover_ms={round(c.get('last_failover_ms', 0), 1)} "
                   f"topics_to_be_deleted={c.get('topics_to_be_deleted')}")
+        ld = s.get("log_dirs") or {}
+        for d in ld.get("dirs", []):
+            state = "online" if d.get("online") else "OFFLINE"
+            free = d.get("usable_bytes", -1)
+            print(f"  log dir {d['path']}: {state} free_bytes={free} replicas={d.get('replicas')}")
+        for mv in ld.get("moves", []):
+            print(f"  move {mv['partition']}: {mv['source_dir']} -> {mv['destination_dir']} "
+                  f"bytes_copied={mv['bytes_copied']} offset_lag={mv['offset_lag']} "
+                  f"rate={mv['rate_bytes_per_s']:.0f} B/s ({mv['thread']})")
+        if ld.get("moves") or (ld.get("throttle_bytes_per_s", LONG_MAX) < LONG_MAX):
+            print(f"  move throttle: {_rate(ld.get('throttle_bytes_per_s'))}")
     return 0
+
+
+LONG_MAX = (1 << 63) - 1
+
+
+def _rate(v) -> str:
+    return "unlimited" if v is None or v >= LONG_MAX else f"{v} B/s"

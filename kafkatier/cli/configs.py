@@ -3,8 +3,10 @@ with its options, parsing rules and output.
 
 ``--add-config 'k1=v1,k2=[a,b],k3=v3'`` groups a value containing commas in square brackets (the brackets are
 removed); ``--add-config-file`` reads a Java properties file; ``--delete-config k1,k2``.  The change is sent as
-one IncrementalAlterConfigs request (SET and DELETE operations).  Broker configs are read-only here:
-``--alter --entity-type brokers`` is refused.
+one IncrementalAlterConfigs request (SET and DELETE operations).  ``--alter --entity-type brokers`` (one broker
+with ``--entity-name``, all with ``--entity-default``) supports the dynamic broker configs the brokers support:
+the KIP-113 move throttle ``intra.broker.throttled.rate`` / ``replica.alter.log.dirs.io.max.bytes.per.second``;
+others are refused by the broker with INVALID_CONFIG.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from kafkatier.cli.main import UsageError
 
 ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "clients", "users", "ips")
 SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers")
-SUPPORTED_ALTER = ("topics",)
+SUPPORTED_ALTER = ("topics", "brokers")
 BROKER_DEFAULT = ""   # the cluster-wide default broker resource
 
 # Kafka's split rules: commas and '=' outside square brackets.
@@ -123,7 +125,7 @@ def check_args(args: argparse.Namespace) -> None:
         return
     if args.all:
         raise UsageError("--all can only be used with --describe")
-    if not args.entity_name:
+    if not args.entity_name and not args.entity_default:
         raise UsageError(f"--entity-name must be specified with --alter of {args.entity_type}")
     if args.add_config is not None and args.add_config_file is not None:
         raise UsageError("Only one of --add-config or --add-config-file must be specified")
@@ -239,8 +241,8 @@ def _describe(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str], to_delete: list[str]) -> int:
-    name = args.entity_name
-    if to_delete:
+    name = BROKER_DEFAULT if args.entity_default else args.entity_name.strip()
+    if to_delete and args.entity_type == "topics":
         current = admin.describe_configs(args.entity_type, [name], include_synonyms=False)[name]
         dynamic = {e.name for e in shown_entries(args.entity_type, name, current, describe_all=False)}
         missing = [k for k in to_delete if k not in dynamic]
@@ -248,5 +250,8 @@ def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str],
             print(f"Invalid config(s): {','.join(missing)}", file=sys.stderr)
             return 1
     admin.alter_configs(args.entity_type, name, set_configs=to_set, delete_configs=to_delete)
-    print(f"Completed updating config for {entity_label(args.entity_type, name)}.")
+    if args.entity_type == "brokers" and name == BROKER_DEFAULT:
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for {entity_label(args.entity_type, name)}.")
     return 0

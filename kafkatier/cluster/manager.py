@@ -175,10 +175,12 @@ class ClusterManager:
         self.wait_until_ready(timeout=timeout)
         return self.state
 
-    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> int:
-        """Start one broker with its original settings.  With ``wait``, return once it is registered (a new
-        ``/brokers/ids/{id}``, after the previous incarnation's has expired) and answers ApiVersions on its port;
-        :class:`BrokerStartError` if the process exits first, ``WaitTimeout`` if that takes over ``timeout`` s.
+    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0,
+                     extra_env: dict[str, str] | None = None) -> int:
+        """Start one broker with its original settings (``extra_env``: more environment, e.g. a test's crash
+        point).  With ``wait``, return once it is registered (a new ``/brokers/ids/{id}``, after the previous
+        incarnation's has expired) and answers ApiVersions on its port; :class:`BrokerStartError` if the process
+        exits first, ``WaitTimeout`` if that takes over ``timeout`` s.
 
         Several ``kafkatier cluster start-broker`` commands may run at once: the pid is recorded in
         ``cluster.json`` under a file lock."""
@@ -190,11 +192,12 @@ class ClusterManager:
                 from kafkatier.common.errors import UsageError
                 raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
             for d in b["log_dirs"]:
-                os.makedirs(d, exist_ok=True)
+                if not os.path.lexists(d):  # a dir failed on purpose (a file in its place) stays failed
+                    os.makedirs(d)
             self._previous_registration[broker_id] = self._registration_czxid(broker_id)
             logf = open(self._log_path(broker_id), "ab")
             self._log_start[broker_id] = logf.tell()
-            env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
+            env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1", **(extra_env or {}))
             proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
                                     stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
@@ -362,6 +365,48 @@ class ClusterManager:
         self.state["zookeeper_pid"] = None
         if os.path.exists(self.cluster_file):
             self.save()
+
+    # --- log dir failures (KIP-112 / KIP-113 testing) --------------------------------------------------------
+    FAILED_SUFFIX = ".failed"
+
+    def _broker_log_dir(self, broker_id: int, log_dir: str) -> str:
+        b = self.broker(broker_id)
+        wanted = os.path.abspath(log_dir)
+        for d in b["log_dirs"]:
+            if os.path.abspath(d) == wanted:
+                return wanted
+        from kafkatier.common.errors import UsageError
+        raise UsageError(f"{log_dir} is not a log dir of broker {broker_id} (its log dirs: {', '.join(b['log_dirs'])})")
+
+    def fail_log_dir(self, broker_id: int, log_dir: str) -> str:
+        """Make a log dir fail the way a dead disk does: its contents move to ``<dir>.failed`` (kept, nothing is
+        lost) and a file takes its place, so the broker's next I/O there (or its periodic health check, within
+        a second) fails and takes the dir offline.  Returns where the data went."""
+        d = self._broker_log_dir(broker_id, log_dir)
+        if os.path.isfile(d):
+            from kafkatier.common.errors import UsageError
+            raise UsageError(f"log dir {d} of broker {broker_id} has already failed")
+        aside = d + self.FAILED_SUFFIX
+        if os.path.lexists(aside):
+            from kafkatier.common.errors import UsageError
+            raise UsageError(f"{aside} exists; restore or remove it first")
+        os.rename(d, aside)
+        with open(d, "w") as f:
+            f.write(f"log dir failed on purpose by kafkatier; data in {aside}\n")
+        log.info("log dir failed on purpose %s", kv(broker=broker_id, dir=d, data=aside))
+        return aside
+
+    def restore_log_dir(self, broker_id: int, log_dir: str) -> None:
+        """Undo :meth:`fail_log_dir` on disk; the broker uses the dir again after its next restart (as Kafka)."""
+        d = self._broker_log_dir(broker_id, log_dir)
+        aside = d + self.FAILED_SUFFIX
+        if not os.path.isdir(aside):
+            from kafkatier.common.errors import UsageError
+            raise UsageError(f"log dir {d} of broker {broker_id} was not failed by kafkatier ({aside} not found)")
+        if os.path.isfile(d):
+            os.unlink(d)
+        os.rename(aside, d)
+        log.info("log dir restored %s", kv(broker=broker_id, dir=d))
 
     def status(self) -> dict:
         out = {"zookeeper": self.zookeeper, "bootstrap_servers": self.bootstrap_servers, "brokers": []}

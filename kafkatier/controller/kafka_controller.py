@@ -58,7 +58,8 @@ class KafkaController:
         self.active_controller_id = -1
         self.channel: ControllerChannelManager | None = None
         self.batch = ControllerBrokerRequestBatch(broker_id, self.ctx, self._send,
-                                                  stop_replica_callback=self._on_stop_replica_response)
+                                                  stop_replica_callback=self._on_stop_replica_response,
+                                                  leader_and_isr_callback=self._on_leader_and_isr_response)
         self.replica_state_machine = ReplicaStateMachine(self)
         self.partition_state_machine = PartitionStateMachine(self)
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
@@ -189,6 +190,8 @@ class KafkaController:
         self._children_watch(gen, paths.DELETE_TOPICS, "TopicDeletion", self.process_topic_deletion)
         self._children_watch(gen, paths.ISR_CHANGE_NOTIFICATION, "IsrChangeNotification",
                              self.process_isr_change_notification)
+        self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
+                             self.process_log_dir_event_notification)
         # 3. stale notifications
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
@@ -500,6 +503,68 @@ class KafkaController:
         fresh = self.kafka_zk.get_partition_states(tps)
         self.ctx.partition_leadership.update(fresh)
         self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
+
+    # --- log dir failures (KIP-112) ----------------------------------------------------------------------------
+    def process_log_dir_event_notification(self) -> None:
+        """Kafka's ``processLogDirEventNotification``: send LeaderAndIsr for every replica on the brokers that
+        reported a failed log dir (their answers say which replicas are offline), then delete the
+        notifications."""
+        children = sorted(self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION))
+        if not children:
+            return
+        brokers = set()
+        for c in children:
+            path = f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}"
+            try:
+                data, _ = self.zk.get(path)
+                note = codecs.LogDirEventNotification.decode(data, path)
+                if note.event == codecs.LOG_DIR_FAILURE_EVENT:
+                    brokers.add(note.broker_id)
+            except NoNodeError:
+                continue
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed log dir event notification %s", kv(path=path, reason=e))
+        live = sorted(b for b in brokers if b in self.ctx.live_broker_ids)
+        log.info("log dir failure reported %s", kv(brokers=sorted(brokers), live=live))
+        if live:
+            self.replica_state_machine.handle_state_changes(self.ctx.replicas_on_brokers(set(live)),
+                                                            ReplicaState.ONLINE)
+        for c in children:
+            self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
+
+    def _on_leader_and_isr_response(self, broker_id: int, response) -> None:
+        """Runs on the send thread: only enqueue."""
+        self._put(f"LeaderAndIsrResponseReceived(broker={broker_id})",
+                  self._active_only(lambda: self._handle_leader_and_isr_response(broker_id, response)))
+
+    def _handle_leader_and_isr_response(self, broker_id: int, response) -> None:
+        """KAFKA_STORAGE_ERROR marks the replica offline (a new one triggers ``onReplicasBecomeOffline``); NONE
+        marks it online again (controller.md §5)."""
+        ctx = self.ctx
+        body = response.body or {}
+        if response.error_code or body.get("error_code", 0):
+            log.warning("LeaderAndIsr failed %s", kv(broker=broker_id, error=response.error_code or body.get("error_code")))
+            return
+        names = {tid: t for t, tid in ctx.topic_ids.items()}
+        offline, online = set(), set()
+        entries = [(t.get("topic_name") or names.get(codecs.topic_id_from_wire(t.get("topic_id"))), pe)
+                   for t in body.get("topics", []) or [] for pe in t.get("partition_errors", []) or []]
+        entries += [(pe.get("topic_name"), pe) for pe in body.get("partition_errors", []) or []]
+        for topic, pe in entries:
+            if not topic:
+                continue
+            tp = TopicPartition(topic, pe["partition_index"])
+            if pe["error_code"] == Errors.KAFKA_STORAGE_ERROR:
+                offline.add(tp)
+            elif pe["error_code"] == Errors.NONE:
+                online.add(tp)
+        current = ctx.replicas_on_offline_dirs[broker_id]
+        newly = offline - current
+        current |= offline
+        current -= online
+        if newly:
+            log.info("replicas in offline log dirs %s", kv(broker=broker_id, partitions=sorted(map(str, newly))))
+            self.on_replicas_become_offline({PartitionAndReplica(tp, broker_id) for tp in newly})
 
     # --- StopReplica responses ------------------------------------------------------------------------------
     def _on_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:

@@ -27,11 +27,13 @@ class IllegalBatchState(Exception):
 
 class ControllerBrokerRequestBatch:
     def __init__(self, controller_id: int, context: ControllerContext, send: Callable[..., bool],
-                 stop_replica_callback: Callable[[int, dict, object], None] | None = None):
+                 stop_replica_callback: Callable[[int, dict, object], None] | None = None,
+                 leader_and_isr_callback: Callable[[int, object], None] | None = None):
         self.controller_id = controller_id
         self.ctx = context
         self._send = send
         self._stop_replica_callback = stop_replica_callback
+        self._leader_and_isr_callback = leader_and_isr_callback
         self._open = False
         self._clear()
 
@@ -80,7 +82,10 @@ class ControllerBrokerRequestBatch:
             live = self.ctx.live_or_shutting_down_broker_ids
             for b, parts in self.leader_and_isr.items():
                 if b in live and parts:
-                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch), None)
+                    cb = None
+                    if self._leader_and_isr_callback is not None:
+                        cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
+                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch), cb)
             if self.update_metadata_brokers:
                 partition_states = self._update_metadata_partition_states()
                 brokers_body = self._live_brokers_body()

@@ -53,6 +53,16 @@ def _capped_name(topic: str, partition: int, suffix: str) -> str:
     return topic[: max(0, MAX_DIR_NAME_LENGTH - len(tail))] + tail
 
 
+def move_dir_name(topic: str, partition: int) -> str:
+    """The seed's name for a JBOD move destination (project default): ``<tp>.move``."""
+    return f"{topic}-{partition}{SEED_MOVE_SUFFIX}"
+
+
+def seed_delete_dir_name(topic: str, partition: int) -> str:
+    """The seed's name for a moved-away source pending deletion: ``<tp>.delete``."""
+    return f"{topic}-{partition}{SEED_DELETE_SUFFIX}"
+
+
 def delete_dir_name(topic: str, partition: int) -> str:
     """Kafka's name for a directory scheduled for deletion (topic shortened so the name fits 255 chars)."""
     return _capped_name(topic, partition, DELETE_DIR_SUFFIX)

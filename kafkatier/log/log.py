@@ -48,6 +48,7 @@ from kafkatier.log.segment import (
     FetchDataInfo,
     LogOffsetMetadata,
     LogSegment,
+    SourceReadError,
     TimestampAndOffset,
     random_roll_jitter,
 )
@@ -444,6 +445,80 @@ class Log:
                 self.leader_epoch_cache.assign(epoch, base)
             self._maybe_flush_by_messages()
             return attrs.evolve(info, log_start_offset=self._log_start_offset)
+
+    def append_copy_from(self, source: "Log", max_bytes: int) -> int:
+        """JBOD moves: append ``source``'s batches from this log's end offset, at most ``max_bytes`` (at least
+        one batch) and never past the end of one source segment, with the bytes copied by the kernel
+        (:func:`~kafkatier.log.segment.copy_file_range`) and only batch headers read in Python.  Offsets and
+        leader epochs are kept, as :meth:`append_as_follower` keeps them; CRCs are not recomputed (the batches
+        were checked when they were appended to ``source``).  Returns the bytes copied (0 when ``source`` has
+        nothing more).
+
+        Raises UnexpectedAppendOffsetError when the source's batch does not start at this log's end offset
+        (except in an empty log whose start falls inside the batch, KAFKA-6975: the log restarts at the
+        batch's base offset), KafkaStorageError(cause SourceReadError) when reading the source fails, and
+        KafkaStorageError(cause OSError) when writing here fails."""
+        with source._lock:
+            source._check_open()
+            offset = self._next_offset
+            if offset >= source._next_offset:
+                return 0
+            i = max(0, bisect.bisect_right(source._bases, offset) - 1)
+            headers, src_seg = [], None
+            while i < len(source._segments) and not headers:
+                src_seg = source._segments[i]
+                try:
+                    headers = src_seg.batches_from(offset, max_bytes)
+                except OSError as e:
+                    raise KafkaStorageError(f"Error while reading {source.name} in dir {source.parent_dir}: "
+                                            f"{e}") from SourceReadError(e.errno, str(e))
+                i += 1
+            if not headers:
+                return 0
+            with self._lock:
+                self._check_open()
+                first = headers[0]
+                leo = self._next_offset
+                if first.base_offset != leo:
+                    if leo == self._log_start_offset and first.base_offset < leo <= first.last_offset:
+                        self.truncate_fully_and_start_at(first.base_offset)
+                    else:
+                        raise UnexpectedAppendOffsetError(
+                            f"Unexpected offset in append to {self.name}. First offset {first.base_offset} does "
+                            f"not match the log end offset {leo}.", first.base_offset, headers[-1].last_offset)
+                copied = 0
+                now = self._clock()
+                while headers:
+                    active = self._segments[-1]
+                    room = self._config.segment_bytes - active.size
+                    take = []
+                    size = 0
+                    for h in headers:
+                        if take and size + h.size > room:
+                            break
+                        take.append(h)
+                        size += h.size
+                    if active.should_roll(segment_bytes=self._config.segment_bytes, max_segment_ms=self._max_segment_ms,
+                                          messages_size=size, max_timestamp_in_messages=take[-1].max_timestamp,
+                                          max_offset_in_messages=take[-1].last_offset, now_ms=now):
+                        active = self._roll(take[0].base_offset)
+                    try:
+                        active.append_copy(src_seg, take)
+                    except SourceReadError as e:
+                        raise KafkaStorageError(f"Error while reading {source.name} in dir {source.parent_dir}: "
+                                                f"{e}") from e
+                    except OSError as e:
+                        raise KafkaStorageError(f"Error while appending records to {self.name} in dir "
+                                                f"{self.parent_dir}: {e}") from e
+                    self._next_offset = take[-1].last_offset + 1
+                    for h in take:
+                        if h.partition_leader_epoch >= 0 and h.partition_leader_epoch != \
+                                self.leader_epoch_cache.latest_epoch:
+                            self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+                    copied += size
+                    headers = headers[len(take):]
+                self._maybe_flush_by_messages()
+                return copied
 
     def _append_fetched(self, info: AppendInfo, now_ms: int) -> None:
         """Append fetched batches; when they do not all fit the active segment, one batch at a time, so the
@@ -869,6 +944,7 @@ class Log:
             new_dir = os.path.join(self.parent_dir, name)
             os.rename(self._dir, new_dir)
             self._dir = new_dir
+            self.is_future = parse_partition_dir(new_dir).kind == "future"
             for seg in self._segments:
                 seg.change_dir(new_dir)
             self.leader_epoch_cache.move_to_dir(new_dir)

@@ -5,9 +5,18 @@ Per log dir it owns ``.lock``, ``meta.properties``, the checkpoint files (``reco
 ``.kafka_cleanshutdown``. A background scheduler runs retention, flush and checkpoint tasks.
 
 Start-up: every ``<topic>-<partition>`` directory is loaded; directories marked for deletion
-(``.<uuid>-delete`` / ``.delete``) are removed; JBOD destinations (``.<uuid>-future`` / ``.move``) are left
-untouched and listed in :attr:`LogManager.future_dirs_found` for the JBOD work; other names are logged and
-skipped. Without a clean shutdown marker, logs are recovered from their checkpointed recovery points.
+(``.<uuid>-delete`` / ``.delete``) are removed after ``file.delete.delay.ms``; JBOD destinations
+(``.move``, Kafka's ``.<uuid>-future``) are loaded as future logs and recovered as jbod.md §6 says (see
+:meth:`LogManager._recover_future_logs`); other names are logged and skipped. Without a clean shutdown marker,
+logs are recovered from their checkpointed recovery points.
+
+JBOD (KIP-113): a partition may have a *current* log and a *future* log (``<tp>.move`` in another dir) while a
+move runs. :meth:`create_future_log`, :meth:`abort_and_delete_future_log` and
+:meth:`replace_current_with_future_log` are Kafka's ``maybeUpdatePreferredLogDir`` / ``getOrCreateLog(isFuture)``,
+``abortAndPauseCleaning`` + ``asyncDelete(isFuture)`` and ``replaceCurrentWithFutureLog``. Differences from
+Kafka: the seed's names (``.move`` / ``.delete``) are written, and the swap renames the source first (seed
+order), so a crash between the renames leaves ``.delete`` + ``.move``, which start-up completes. There is no
+log cleaner here, so there is no cleaning to pause during a move.
 """
 from __future__ import annotations
 
@@ -19,6 +28,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from kafkatier.common.faults import crash_point
+from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.log.broker_metadata import ensure_meta_properties
 from kafkatier.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -30,14 +41,16 @@ from kafkatier.log.dir_names import (
     REMOTE_INDEX_CACHE_DIR,
     MalformedDirNameError,
     delete_dir_name,
+    move_dir_name,
     parse_partition_dir,
     partition_dir_name,
+    seed_delete_dir_name,
     validate_topic_name,
 )
 from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
 from kafkatier.log.log import Log
+from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.log_config import LONG_MAX, LogConfig
-from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log-manager")
@@ -66,6 +79,8 @@ class LogManager:
                  initial_task_delay_ms: int = 30000,
                  remote_log_system_enabled: bool = False,
                  scheduler: KafkaScheduler | None = None,
+                 log_dir_failure_channel: LogDirFailureChannel | None = None,
+                 log_dir_health_check_interval_ms: int = 1000,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -84,13 +99,16 @@ class LogManager:
         self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
         self.initial_task_delay_ms = initial_task_delay_ms
         self.remote_log_system_enabled = remote_log_system_enabled
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
+        self.log_dir_health_check_interval_ms = log_dir_health_check_interval_ms
         self._clock = clock
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         self._lock_fds: dict[str, int] = {}
         self.offline_dirs: set[str] = set()
-        self.future_dirs_found: dict[TopicPartition, str] = {}
+        self._future_logs: dict[TopicPartition, Log] = {}
+        self._pending_deletions: list[tuple[str, int]] = []  # (dir, delay ms) found at start-up
         self._preferred_dirs: dict[TopicPartition, str] = {}
         # The broker's scheduler (started and stopped by its owner), or one of our own.
         self._owns_scheduler = scheduler is None
@@ -174,13 +192,9 @@ class LogManager:
                     continue
                 tp = parsed.topic_partition
                 if parsed.kind == "delete":
-                    log.info(kv(event="deleting_marked_dir", dir=path))
-                    shutil.rmtree(path, ignore_errors=True)
+                    self._pending_deletions.append((path, self._loaded_config(parsed.topic).file_delete_delay_ms))
                     continue
-                if parsed.kind == "future":
-                    self._found_future_dir(tp, path)
-                    continue
-                existing = self._logs.get(tp)
+                existing = self._logs.get(tp) if parsed.kind == "current" else None
                 if existing is not None:
                     self._release_locks()
                     raise LogDirectoryError(
@@ -190,6 +204,11 @@ class LogManager:
                         f"failure by manually deleting one of the two directories for this partition. It is "
                         f"recommended to delete the partition in the log directory that is known to have failed "
                         f"recently.")
+                if parsed.kind == "future":
+                    other = self._future_logs.get(tp)
+                    if other is not None:
+                        self._release_locks()
+                        raise LogDirectoryError(f"Duplicate log directories found: {other.dir}, {path}")
                 cfg = self._loaded_config(parsed.topic)
                 try:
                     lg = Log(path, cfg, log_start_offset=start_offsets.get(tp, 0),
@@ -200,10 +219,11 @@ class LogManager:
                 except Exception as e:  # an I/O error (or worse) takes the dir offline; nothing is deleted
                     log.exception(kv(event="log_dir_offline", dir=d, partition=f"{tp[0]}-{tp[1]}", error=e))
                     self.offline_dirs.add(d)
-                    for other in [k for k, v in self._logs.items() if v.parent_dir == d]:
-                        self._logs.pop(other).close()
+                    for logs in (self._logs, self._future_logs):
+                        for other in [k for k, v in logs.items() if v.parent_dir == d]:
+                            logs.pop(other).close()
                     break
-                self._logs[tp] = lg
+                (self._future_logs if parsed.kind == "future" else self._logs)[tp] = lg
             if clean:
                 try:
                     os.unlink(marker)
@@ -211,11 +231,7 @@ class LogManager:
                     pass
         if not self.live_log_dirs:
             raise KafkaStorageError(f"Shutdown broker because all log dirs in {', '.join(self.log_dirs)} have failed")
-
-    def _found_future_dir(self, tp: TopicPartition, path: str) -> None:
-        """Hook for JBOD moves: a destination directory is remembered, not loaded."""
-        log.info(kv(event="future_log_dir_found", dir=path, partition=f"{tp[0]}-{tp[1]}"))
-        self.future_dirs_found[tp] = path
+        self._recover_future_logs()
 
     def startup(self) -> None:
         """Start the background tasks (Kafka's names: kafka-log-retention, kafka-log-flusher, ...)."""
@@ -235,7 +251,13 @@ class LogManager:
                                 self.flush_recovery_offset_checkpoint_interval_ms))
         tasks.append(s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets),
                                 delay, self.flush_start_offset_checkpoint_interval_ms))
+        if self.log_dir_health_check_interval_ms < LONG_MAX:
+            tasks.append(s.schedule("kafka-log-dir-health-check", self._safe(self.check_log_dirs),
+                                    self.log_dir_health_check_interval_ms, self.log_dir_health_check_interval_ms))
         self._tasks = tasks
+        for path, delay_ms in self._pending_deletions:
+            self._schedule_dir_deletion(path, delay_ms)
+        self._pending_deletions.clear()
 
     def _safe(self, fn: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -298,8 +320,9 @@ class LogManager:
             return list(self._logs.values())
 
     def logs_by_dir(self) -> dict[str, list[Log]]:
+        """Current and future logs per log dir (checkpoints cover both, as in Kafka)."""
         out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
-        for lg in self.all_logs():
+        for lg in self.all_logs() + self.all_future_logs():
             out.setdefault(lg.parent_dir, []).append(lg)
         return out
 
@@ -311,7 +334,7 @@ class LogManager:
         live = self.live_log_dirs
         preferred = self._preferred_dirs.get(tp)
         counts = {d: 0 for d in live}
-        for lg in self.all_logs():
+        for lg in self.all_logs() + self.all_future_logs():
             if lg.parent_dir in counts:
                 counts[lg.parent_dir] += 1
         ordered = sorted(live, key=lambda d: counts[d])  # stable: ties keep the configured order
@@ -349,8 +372,7 @@ class LogManager:
                              topic_id=topic_id, default_config=self.default_config,
                              remote_log_enabled=self._remote_enabled(topic, cfg))
                 except OSError as e:
-                    log.error(kv(event="log_dir_offline", dir=d, error=e))
-                    self.offline_dirs.add(d)
+                    self.report_failure(d, f"Error while creating log for {topic}-{partition} in dir {d}", e)
                     errors.append(f"{d}: {e}")
                     continue
                 self._logs[tp] = lg
@@ -384,6 +406,193 @@ class LogManager:
         self.checkpoint_log_start_offsets(lg.parent_dir)
         return lg
 
+    # --- log dir failures (KIP-112) ----------------------------------------------------------------------
+    def report_failure(self, log_dir: str, message: str, exc: BaseException | None = None) -> None:
+        """An I/O error in ``log_dir``: no new log goes there from now on; the failure channel's handler takes
+        it offline (:meth:`handle_log_dir_failure`)."""
+        log_dir = os.path.abspath(log_dir)
+        if log_dir in self.log_dirs:
+            self.offline_dirs.add(log_dir)
+            self.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message, exc)
+
+    def check_log_dirs(self) -> None:
+        """Periodic health check (project addition): a dir that stopped being a readable, writable directory
+        is reported without waiting for the next segment I/O."""
+        for d in self.live_log_dirs:
+            if not (os.path.isdir(d) and os.access(d, os.R_OK | os.W_OK | os.X_OK)):
+                self.report_failure(d, f"Log dir {d} is no longer a readable and writable directory")
+
+    def handle_log_dir_failure(self, log_dir: str) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Take ``log_dir`` offline: its current and future logs are dropped and closed (nothing is deleted).
+        Returns (partitions whose current log was there, partitions whose future log was there)."""
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            self.offline_dirs.add(log_dir)
+            current = [tp for tp, lg in self._logs.items() if lg.parent_dir == log_dir]
+            future = [tp for tp, lg in self._future_logs.items() if lg.parent_dir == log_dir]
+            closing = [self._logs.pop(tp) for tp in current] + [self._future_logs.pop(tp) for tp in future]
+            for tp, d in list(self._preferred_dirs.items()):
+                if d == log_dir:
+                    del self._preferred_dirs[tp]
+        for lg in closing:
+            try:
+                lg.close()
+            except Exception:  # noqa: BLE001 - the dir is broken; closing is best effort
+                log.warning(kv(event="close_failed", partition=lg.name, dir=log_dir))
+        log.error(kv(event="log_dir_offline", dir=log_dir, partitions=len(current), future_logs=len(future),
+                     live_dirs=",".join(self.live_log_dirs) or "-"))
+        return sorted(current), sorted(future)
+
+    # --- JBOD: future logs (KIP-113) -------------------------------------------------------------------
+    def get_future_log(self, topic: str, partition: int) -> Log | None:
+        return self._future_logs.get((topic, partition))
+
+    def all_future_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._future_logs.values())
+
+    def preferred_log_dir(self, topic: str, partition: int) -> str | None:
+        return self._preferred_dirs.get((topic, partition))
+
+    def forget_preferred_log_dir(self, topic: str, partition: int) -> None:
+        self._preferred_dirs.pop((topic, partition), None)
+
+    def _recover_future_logs(self) -> None:
+        """jbod.md §6: a future log next to a current log is kept (the move resumes when the partition becomes
+        a replica again); a future log with no current log anywhere is renamed ``<tp>`` and becomes the
+        current log when every dir is good (a crash between the two renames of a swap), and is left untouched,
+        unloaded, when some dir is offline (the current log may be in it: the partition is offline)."""
+        for tp, future in sorted(self._future_logs.items()):
+            if tp in self._logs:
+                log.info(kv(event="future_log_found", partition=future.name, dir=future.dir,
+                            current_dir=self._logs[tp].dir, log_end_offset=future.log_end_offset))
+                continue
+            del self._future_logs[tp]
+            if self.offline_dirs:
+                log.warning(kv(event="future_log_left_untouched", partition=future.name, dir=future.dir,
+                               offline_dirs=",".join(sorted(self.offline_dirs)),
+                               reason="no current log in a good dir and some dir is offline"))
+                future.close()
+                continue
+            future.rename_dir(partition_dir_name(*tp))
+            self._logs[tp] = future
+            log.info(kv(event="future_log_promoted", partition=future.name, dir=future.dir,
+                        reason="no current log in any dir"))
+
+    def create_future_log(self, topic: str, partition: int, log_dir: str) -> Log:
+        """The partition's future log in ``log_dir`` (``<tp>.move``), created if needed.
+
+        Raises KafkaStorageError when any dir is offline or the dir cannot be written, and ValueError when the
+        current log is already there (Kafka: "without having a preferred log directory")."""
+        tp = (topic, partition)
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            existing = self._future_logs.get(tp)
+            if existing is not None and existing.parent_dir == log_dir:
+                return existing
+            if existing is not None:
+                raise ValueError(f"The future log of {topic}-{partition} is in {existing.parent_dir}, not {log_dir}")
+            current = self._logs.get(tp)
+            if current is None or current.parent_dir == log_dir:
+                raise ValueError(f"Can not create the future log for {topic}-{partition} without having a "
+                                 f"preferred log directory")
+            if self.offline_dirs:
+                raise KafkaStorageError(f"Can not create log for {topic}-{partition} because log directories "
+                                        f"{', '.join(sorted(self.offline_dirs))} are offline")
+            if log_dir not in self.live_log_dirs:
+                raise KafkaStorageError(f"Log dir {log_dir} is offline")
+            path = os.path.join(log_dir, move_dir_name(topic, partition))
+            try:
+                if os.path.exists(path):  # a leftover nobody tracks (e.g. an abandoned move); never data we serve
+                    shutil.rmtree(path)
+                lg = Log(path, current.config, had_clean_shutdown=True, scheduler=self.scheduler, clock=self._clock,
+                         topic_id=current.topic_id, default_config=self.default_config,
+                         remote_log_enabled=current.remote_log_enabled)
+            except OSError as e:
+                log.error(kv(event="future_log_create_failed", dir=log_dir, error=e))
+                raise KafkaStorageError(f"Error while creating the future log of {topic}-{partition} in dir "
+                                        f"{log_dir}: {e}") from e
+            self._future_logs[tp] = lg
+            self._preferred_dirs.pop(tp, None)
+        log.info(kv(event="future_log_created", partition=f"{topic}-{partition}", dir=lg.dir,
+                    current_dir=current.dir))
+        return lg
+
+    def abort_and_delete_future_log(self, topic: str, partition: int) -> Log | None:
+        """Drop the partition's future log (a cancelled or failed move): renamed ``<tp>.delete`` at once,
+        removed after ``file.delete.delay.ms``."""
+        with self._lock:
+            lg = self._future_logs.pop((topic, partition), None)
+        if lg is None:
+            return None
+        lg.close()
+        self._rename_for_deletion(lg)
+        self._schedule_dir_deletion(lg.dir, lg.config.file_delete_delay_ms)
+        log.info(kv(event="future_log_deleted", partition=lg.name, dir=lg.dir))
+        return lg
+
+    def replace_current_with_future_log(self, topic: str, partition: int) -> Log:
+        """The swap at the end of a move (the caller holds the partition lock, LEOs are equal): rename the
+        source ``<tp>`` to ``<tp>.delete``, then ``<tp>.move`` to ``<tp>`` (seed order); the new log takes the
+        old one's high watermark and log start offset. The old log stays open for readers that still hold it
+        and is deleted after ``file.delete.delay.ms``. Returns the new current log."""
+        tp = (topic, partition)
+        with self._lock:
+            source = self._logs[tp]
+            dest = self._future_logs[tp]
+            if dest.log_end_offset != source.log_end_offset:
+                raise KafkaError(f"The future log of {topic}-{partition} is not caught up: log end offset "
+                                 f"{dest.log_end_offset} vs {source.log_end_offset}")
+            dest.update_high_watermark(source.high_watermark)
+            if source.log_start_offset > dest.log_start_offset:
+                dest.maybe_increment_log_start_offset(source.log_start_offset)
+            dest.flush()
+            self._rename_for_deletion(source)
+            crash_point("jbod-between-renames")
+            dest.rename_dir(partition_dir_name(topic, partition))
+            self._logs[tp] = dest
+            del self._future_logs[tp]
+        log.info(kv(event="future_log_swapped_in", partition=dest.name, dir=dest.dir, old_dir=source.dir,
+                    log_end_offset=dest.log_end_offset, high_watermark=dest.high_watermark))
+        delay = source.config.file_delete_delay_ms
+
+        def delete_source() -> None:
+            source.close()
+            shutil.rmtree(source.dir, ignore_errors=True)
+            log.info(kv(event="deleted_log_dir", dir=source.dir))
+        if self.scheduler.is_running and delay > 0:
+            self.scheduler.schedule("kafka-delete-logs", delete_source, delay)
+        else:
+            delete_source()
+        for d in {source.parent_dir, dest.parent_dir}:
+            try:
+                self.checkpoint_recovery_points(d)
+                self.checkpoint_log_start_offsets(d)
+            except KafkaStorageError:
+                log.exception(kv(event="checkpoint_after_swap_failed", dir=d))
+        return dest
+
+    def _rename_for_deletion(self, lg: Log) -> None:
+        """Rename to the seed's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the
+        first deletion ran, or a re-created topic) is first renamed to Kafka's unique ``.<uuid>-delete`` name and
+        removed in the background (renames only here: the caller may hold the partition lock)."""
+        target = os.path.join(lg.parent_dir, seed_delete_dir_name(lg.topic, lg.partition))
+        if os.path.exists(target):
+            aside = os.path.join(lg.parent_dir, delete_dir_name(lg.topic, lg.partition))
+            os.rename(target, aside)
+            log.info(kv(event="older_delete_dir_renamed", dir=target, to=aside))
+            self._schedule_dir_deletion(aside, 0)
+        lg.rename_dir(os.path.basename(target))
+
+    def _schedule_dir_deletion(self, path: str, delay_ms: int) -> None:
+        def remove() -> None:
+            shutil.rmtree(path, ignore_errors=True)
+            log.info(kv(event="deleted_log_dir", dir=path))
+        if self.scheduler.is_running:
+            self.scheduler.schedule("kafka-delete-logs", remove, max(delay_ms, 0))
+        else:
+            remove()
+
     # --- periodic work -------------------------------------------------------------------------------
     def cleanup_logs(self) -> int:
         """Retention pass over every log; returns the number of segments deleted."""
@@ -404,8 +613,10 @@ class LogManager:
             if now - lg.last_flush_time_ms >= lg.config.flush_ms:
                 try:
                     lg.flush()
-                except Exception:
+                except Exception as e:
                     log.exception(kv(event="flush_failed", partition=lg.name))
+                    if is_storage_failure(e):
+                        self.report_failure(lg.parent_dir, f"Error while flushing {lg.name}", e)
 
     # --- checkpoints ---------------------------------------------------------------------------------
     def _dirs(self, log_dir: str | None) -> list[str]:
@@ -418,7 +629,7 @@ class LogManager:
             with self._checkpoint_lock:
                 OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
         except OSError as e:
-            log.error(kv(event="checkpoint_write_failed", file=os.path.join(d, name), error=e))
+            self.report_failure(d, f"Error while writing {name} in dir {d}", e)
             raise KafkaStorageError(f"Error while writing {name} in dir {d}: {e}") from e
 
     def checkpoint_recovery_points(self, log_dir: str | None = None) -> None:
@@ -447,7 +658,7 @@ class LogManager:
         for d in self._dirs(None):
             offsets = {}
             for lg in by_dir.get(d, []):
-                if high_watermarks is None:
+                if high_watermarks is None or lg.is_future:
                     offsets[lg.topic_partition] = lg.high_watermark
                 elif lg.topic_partition in high_watermarks:
                     offsets[lg.topic_partition] = high_watermarks[lg.topic_partition]
@@ -485,7 +696,7 @@ class LogManager:
             for lg in by_dir.get(d, []):
                 lg.close()
             hws = {lg.topic_partition: (high_watermarks.get(lg.topic_partition, lg.high_watermark)
-                                        if high_watermarks is not None else lg.high_watermark)
+                                        if high_watermarks is not None and not lg.is_future else lg.high_watermark)
                    for lg in by_dir.get(d, [])}
             try:
                 self._write_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT, hws)

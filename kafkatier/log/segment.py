@@ -5,6 +5,7 @@ and reads move whole byte ranges; batch headers are read only to find batch boun
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
@@ -40,6 +41,46 @@ SWAP_FILE_SUFFIX = ".swap"
 _INT32 = struct.Struct(">i")
 _SCAN_CHUNK = 64 * 1024
 _RECOVER_CHUNK = 1024 * 1024
+
+
+class SourceReadError(OSError):
+    """Reading the source of a copy failed (the error is the source's dir's, not the destination's)."""
+
+
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
+
+
+def copy_file_range(src_fd: int, src_pos: int, dst_fd: int, dst_pos: int, n: int) -> None:
+    """Copy ``n`` bytes between files in the kernel; falls back to ``pread``/``pwrite`` (1 MiB at a time)
+    when ``copy_file_range`` cannot do it.  Any other error is retried once that way, so a failure comes out
+    as :class:`SourceReadError` (reading) or a plain ``OSError`` (writing)."""
+    done = 0
+    use_kernel = hasattr(os, "copy_file_range")
+    while done < n:
+        if use_kernel:
+            try:
+                k = os.copy_file_range(src_fd, dst_fd, n - done, src_pos + done, dst_pos + done)
+            except OSError as e:
+                if e.errno not in _NO_COPY_FILE_RANGE:
+                    log.warning(kv(event="copy_file_range_failed", error=e, fallback="pread/pwrite"))
+                use_kernel = False
+                continue
+            if k <= 0:
+                use_kernel = False
+                continue
+            done += k
+            continue
+        want = min(n - done, _RECOVER_CHUNK)
+        try:
+            data = os.pread(src_fd, want, src_pos + done)
+        except OSError as e:
+            raise SourceReadError(e.errno, f"reading the source of a copy: {e.strerror}") from e
+        if not data:
+            raise SourceReadError(errno.EIO, f"the source of a copy ended at {src_pos + done}, {n - done} bytes short")
+        written = 0
+        while written < len(data):
+            written += os.pwrite(dst_fd, memoryview(data)[written:], dst_pos + done + written)
+        done += len(data)
 
 
 def filename_prefix(offset: int) -> str:
@@ -269,6 +310,52 @@ class LogSegment:
         data = os.pread(self._fd, fetch, start_pos)
         cut = whole_batches_size(data)
         return FetchDataInfo(meta, data if cut == len(data) else data[:cut])
+
+    # --- copying batches between segments (JBOD moves) -----------------------------------------------
+    def batches_from(self, start_offset: int, max_bytes: int) -> list[_Hdr]:
+        """Headers of the whole batches from the one containing ``start_offset``: at most ``max_bytes`` in
+        all, and at least one batch; [] when no batch here has an offset >= ``start_offset``."""
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return []
+        out: list[_Hdr] = []
+        total = 0
+        for h in self._headers(found[0]):
+            if out and total + h.size > max_bytes:
+                break
+            out.append(h)
+            total += h.size
+        return out
+
+    def append_copy(self, src: "LogSegment", headers: list[_Hdr]) -> None:
+        """Append ``src``'s contiguous batches ``headers`` with the data copied by the kernel
+        (``copy_file_range``; ``pread``/``pwrite`` where that is not possible, e.g. across file systems), and
+        the index entries :meth:`append` would make, batch by batch.  Raises :class:`SourceReadError` for a
+        failed read of ``src`` and ``OSError`` for a failed write here."""
+        if not headers:
+            return
+        start = headers[0].position
+        n = headers[-1].position + headers[-1].size - start
+        last = headers[-1].last_offset
+        if not self.can_convert_to_relative_offset(last):
+            raise LogSegmentOffsetOverflowError(
+                f"largest offset {last} cannot be safely converted to relative offset for segment "
+                f"with baseOffset {self.base_offset}")
+        position = self._size
+        copy_file_range(src._fd, start, self._fd, position, n)
+        if position == 0:
+            self._rolling_based_timestamp = headers[0].max_timestamp
+        self._size = position + n
+        for h in headers:
+            if h.max_timestamp > self._max_timestamp:
+                self._max_timestamp = h.max_timestamp
+                self._offset_of_max_timestamp = h.last_offset
+            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, position + h.position - start)
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += h.size
+        self._next_offset = last + 1
 
     # --- timestamps -----------------------------------------------------------------------------------
     def _load_first_batch_timestamp(self) -> None:

@@ -6,8 +6,9 @@ completes.  Record batches are passed through as bytes.
 
 Collaborators arrive through the constructor (``KafkaServer`` builds them): the replica manager, the metadata
 cache, the admin client and the controller (topic and config changes), the producer id manager, and the
-optional features -- DeleteRecords (API 21, ``server/delete_records.py``) and SASL/PLAIN (APIs 17 and 36,
-``server/sasl.py``), advertised only when given.
+optional features -- DeleteRecords (API 21, ``server/delete_records.py``), AlterReplicaLogDirs and DescribeLogDirs
+(APIs 34 and 35, ``server/log_dirs.py``) and SASL/PLAIN (APIs 17 and 36, ``server/sasl.py``), advertised only
+when given -- and the dynamic broker configs (``server/dynamic_broker_config.py``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from kafkatier.admin import broker_config
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
@@ -26,6 +28,8 @@ from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
+from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
                                               ReplicaManager)
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
@@ -66,7 +70,8 @@ class KafkaApis:
 
     def __init__(self, config: Callable[[], BrokerConfig], cluster_id: str, replica_manager: ReplicaManager,
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
-                 delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None):
+                 delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
+                 log_dirs: LogDirsApis | None = None, dynamic_broker_config: DynamicBrokerConfig | None = None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -77,6 +82,7 @@ class KafkaApis:
         self.producer_ids = producer_ids
         self.delete_records = delete_records
         self.sasl = sasl
+        self.dynamic_broker_config = dynamic_broker_config
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -87,6 +93,10 @@ class KafkaApis:
         if delete_records is not None:
             self._handlers[DELETE_RECORDS] = delete_records.handle
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
+        if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
+            for key, (versions, handler) in log_dirs.handlers().items():
+                self._handlers[key] = handler
+                self._versions[key] = versions
         if sasl is not None:
             self._handlers[SASL_HANDSHAKE] = sasl.handle_handshake
             self._handlers[SASL_AUTHENTICATE] = sasl.handle_authenticate
@@ -404,8 +414,15 @@ class KafkaApis:
                   "delete.topic.enable": str(c.delete_topic_enable).lower(),
                   "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                   **{k: str(v) for k, v in c.overrides.items()}}
-        return [{"name": k, "value": v, "read_only": True, "source": 4,
-                 "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in sorted(static.items())]
+        entries = {k: {"name": k, "value": v, "read_only": True, "source": 4,
+                       "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in static.items()}
+        # Dynamic broker configs (the KIP-113 move throttle): the default's (source 3), then this broker's (2).
+        if self.dynamic_broker_config is not None:
+            for k, v, source in self.dynamic_broker_config.describe_entries(name):
+                prev = entries.get(k)
+                synonyms = [{"name": k, "value": v, "source": source}] + (prev["synonyms"] if prev else [])
+                entries[k] = {"name": k, "value": v, "read_only": False, "source": source, "synonyms": synonyms}
+        return [entries[k] for k in sorted(entries)]
 
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):
@@ -425,6 +442,9 @@ class KafkaApis:
                 else:
                     raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
                                      Errors.INVALID_REQUEST)
+            if r.resource_type == BROKER_RESOURCE:  # dynamic broker configs (the KIP-113 move throttle)
+                return (lambda admin, extra_ops=None: broker_config.alter(
+                            self.zk, r.resource_name, sets, deletes, validate_only=req.validate_only), set())
             return (lambda admin, extra_ops=None: admin.alter_topic_config(
                         r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
@@ -451,10 +471,11 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
-                if r.resource_type != TOPIC_RESOURCE:
+                broker = r.resource_type == BROKER_RESOURCE and api_key == INCREMENTAL_ALTER_CONFIGS
+                if r.resource_type != TOPIC_RESOURCE and not broker:
                     raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
                 compute, keys = changes(r)
-                plan = (compute, self._touches_tiering(r.resource_name, keys, full_replace))
+                plan = (compute, not broker and self._touches_tiering(r.resource_name, keys, full_replace))
             except KafkaError as e:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             plans.append((r, res, plan))

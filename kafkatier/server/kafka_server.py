@@ -25,6 +25,7 @@ from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
 from kafkatier.log.atomic_file import atomic_write
+from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
@@ -35,12 +36,15 @@ from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.delete_records import DeleteRecordsManager
+from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
 from kafkatier.server.dynamic_config_manager import DynamicConfigManager
 from kafkatier.server.kafka_apis import KafkaApis
+from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import SocketServer
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 from kafkatier.server.sasl import sasl_server_from_config
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
@@ -70,6 +74,9 @@ class KafkaServer:
         self.admin_zk: AdminZkClient | None = None
         self.dynamic_config: DynamicConfigManager | None = None
         self.delete_records: DeleteRecordsManager | None = None
+        self.alter_log_dirs_quota = ReplicationQuotaManager()  # the KIP-113 move throttle, shared by move threads
+        self.dynamic_broker_config: DynamicBrokerConfig | None = None
+        self.log_dir_failure_channel = LogDirFailureChannel()
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -84,15 +91,20 @@ class KafkaServer:
         self.cluster_id = self._get_or_create_cluster_id()
         self.topic_configs = TopicConfigCache(self.zk)
         # Before any topic config is read, so no change is missed; changes are applied once the handler exists.
-        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self._on_topic_config_change})
+        self.dynamic_broker_config = DynamicBrokerConfig(self.broker_id, c.overrides, self.zk,
+                                                         self.alter_log_dirs_quota)
+        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self._on_topic_config_change,
+                                                             "brokers": self.dynamic_broker_config.on_change})
         self.dynamic_config.start()
+        self.dynamic_broker_config.startup()
         remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
         self.scheduler = KafkaScheduler(1, "kafka-scheduler-").startup()
         self.log_manager = LogManager(
             list(c.log_dirs), broker_id=self.broker_id, cluster_id=self.cluster_id, topic_configs=self.topic_configs,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
             initial_task_delay_ms=int(c.overrides.get("log.initial.task.delay.ms", 30000)),
-            remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler)
+            remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
+            log_dir_failure_channel=self.log_dir_failure_channel)
         self.log_manager.startup()
         if remote_log_config.remote_log_storage_system_enable:
             rsm, rlmm = tiered_storage.storage_managers(remote_log_config, c, self.zk)
@@ -107,7 +119,9 @@ class KafkaServer:
             self.broker_id, self.log_manager, self.topic_configs, zk=self.zk, metadata_cache=self.metadata_cache,
             remote_log_manager=self.remote_log_manager, scheduler=self.scheduler,
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
-            replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms)
+            replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
+            alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
+            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None)
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.admin_zk = self._new_admin_zk()
@@ -123,7 +137,9 @@ class KafkaServer:
                                                    authorizer)
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
-                              delete_records=self.delete_records, sasl=sasl)
+                              delete_records=self.delete_records, sasl=sasl,
+                              log_dirs=LogDirsApis(self.replica_manager, authorizer),
+                              dynamic_broker_config=self.dynamic_broker_config)
         self.socket_server = SocketServer(c.host, c.port, self.apis,
                                           request_gate=sasl.gate if sasl is not None else None)
         self.socket_server.start()  # binds the port before we advertise it
@@ -248,6 +264,17 @@ class KafkaServer:
                 pass
         log.info("shut down %s", kv(broker=self.broker_id))
 
+    def _describe_log_dirs(self) -> dict:
+        """For ``kafkatier cluster describe``: per dir online/offline and free bytes, per move its progress."""
+        import attrs
+        rm = self.replica_manager
+        if rm is None or self.log_manager is None:
+            return {}
+        return {"dirs": [{"path": d.path, "online": d.error == 0, "usable_bytes": d.usable_bytes,
+                          "total_bytes": d.total_bytes, "replicas": len(d.replicas)} for d in rm.describe_log_dirs()],
+                "moves": [attrs.asdict(m) for m in rm.alter_log_dirs_manager.describe()],
+                "throttle_bytes_per_s": rm.alter_log_dirs_quota.rate}
+
     def _high_watermarks(self) -> dict:
         return self.replica_manager.high_watermarks() if self.replica_manager else {}
 
@@ -261,6 +288,7 @@ class KafkaServer:
                 "partitions": self.replica_manager.describe() if self.replica_manager else [],
                 "control_channel": self.control_handler.metrics if self.control_handler else {},
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
+                "log_dirs": self._describe_log_dirs(),
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
 
 

@@ -9,10 +9,11 @@ from typing import Callable
 
 import attrs
 
+from kafkatier.log.log_dir_failure_channel import is_storage_failure
 from kafkatier.log.producer_state import ProducerStateManager
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
-                                       NotLeaderOrFollowerError)
+from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
+                                       NotEnoughReplicasError, NotLeaderOrFollowerError)
 
 log = get_logger("server.partition")
 
@@ -48,7 +49,8 @@ class IsrUpdate:
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log_, isr_writer: Callable[..., int | None],
                  min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000,
-                 on_high_watermark_change: Callable[["Partition"], None] | None = None):
+                 on_high_watermark_change: Callable[["Partition"], None] | None = None,
+                 log_dir_failure: Callable[[str, str, BaseException], None] | None = None):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -57,6 +59,7 @@ class Partition:
         self._isr_writer = isr_writer
         self._min_isr = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._log_dir_failure = log_dir_failure  # (dir, message, error): an I/O error takes the dir offline
         self.lock = threading.RLock()
         self.leader_id = -1
         self.leader_epoch = -1
@@ -67,8 +70,11 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.producer_state = ProducerStateManager()
         self.producer_state.rebuild(log_)
-        # JBOD (KIP-113) hook: the ``<tp>.move`` future log while a move is in progress; counts for the low watermark.
+        # JBOD (KIP-113): the ``<tp>.move`` future log while a move is in progress (set and cleared by the
+        # ReplicaAlterLogDirsManager); it follows truncation and counts for the low watermark.  ``future_lock``
+        # (taken after ``lock``) guards it: a move round holds it while copying.
         self.future_log = None
+        self.future_lock = threading.Lock()
         # Called (outside the lock) when the high watermark or the low watermark moved (the replica manager
         # completes the requests waiting in its purgatories).
         self._on_high_watermark_change = on_high_watermark_change
@@ -144,7 +150,11 @@ class Partition:
                 log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
                          kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
-            info = self.log.append_as_leader(records, self.leader_epoch)
+            try:
+                info = self.log.append_as_leader(records, self.leader_epoch)
+            except Exception as e:
+                self._maybe_log_dir_failure(e, "appending to")
+                raise
             if info.num_batches:
                 self.producer_state.update(info.records)
         self.maybe_increment_high_watermark()
@@ -254,17 +264,39 @@ class Partition:
 
     # --- follower -------------------------------------------------------------------------------------------
     def append_records_to_follower(self, records) -> None:
-        info = self.log.append_as_follower(records)
-        if info.num_batches:
-            self.producer_state.update(info.records)
+        # Under the partition lock, like leader appends: a JBOD swap (KIP-113) must see no append.
+        with self.lock:
+            try:
+                info = self.log.append_as_follower(records)
+            except Exception as e:
+                self._maybe_log_dir_failure(e, "appending to")
+                raise
+            if info.num_batches:
+                self.producer_state.update(info.records)
+
+    def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
+        """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR (jbod.md §7)."""
+        if self._log_dir_failure is not None and is_storage_failure(e):
+            self._log_dir_failure(self.log.parent_dir, f"Error while {what} {self}", e)
+            if not isinstance(e, KafkaStorageError):
+                raise KafkaStorageError(f"Error while {what} {self} in dir {self.log.parent_dir}: {e}") from e
 
     def truncate_to(self, offset: int) -> None:
-        self.log.truncate_to(offset)
-        self.producer_state.rebuild(self.log)
+        with self.lock:
+            self.log.truncate_to(offset)
+            self.producer_state.rebuild(self.log)
+            with self.future_lock:  # the future log follows truncation (jbod.md §5)
+                future = self.future_log
+                if future is not None and future.log_end_offset > self.log.log_end_offset:
+                    future.truncate_to(self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        self.log.truncate_fully_and_start_at(offset)
-        self.producer_state.rebuild(self.log)
+        with self.lock:
+            self.log.truncate_fully_and_start_at(offset)
+            self.producer_state.rebuild(self.log)
+            with self.future_lock:
+                if self.future_log is not None:
+                    self.future_log.truncate_fully_and_start_at(offset)
 
     def describe(self) -> dict:
         with self.lock:

@@ -13,9 +13,16 @@ local log start offset and for ListOffsets by timestamp -- as Kafka's ``ReplicaM
 ``remoteLogManager``.  After a log start offset moved (DeleteRecords on the leader, or a follower following it)
 the segments below it are deleted at once and ``log-start-offset-checkpoint`` is written (see
 ``server/delete_records.py``).
+
+JBOD (KIP-113, the section at the end): AlterReplicaLogDirs and DescribeLogDirs, with the moves themselves run
+by the ``ReplicaAlterLogDirsManager`` this class creates (as Kafka's ReplicaManager does) around the throttle
+it is given; I/O errors reach the ``LogDirFailureChannel`` it is given, and its ``LogDirFailureHandler`` thread
+takes failed dirs offline (KIP-112).
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from typing import Callable, Mapping, Protocol
 
@@ -24,14 +31,19 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
+from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
+from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.server.partition import IsrUpdate, Partition
+from kafkatier.server.log_dirs import ANY_LOG_DIR, LogDirDescription, ReplicaLogDirInfo
 from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
+from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
 from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
@@ -89,7 +101,11 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_manager, topic_config: TopicConfigs, zk=None, metadata_cache=None, *,
                  remote_log_manager: RemoteLogManager | None = None, scheduler: KafkaScheduler | None = None,
                  min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
-                 replica_fetch_wait_max_ms: int = 500):
+                 replica_fetch_wait_max_ms: int = 500, replica_fetch_max_bytes: int = 1048576,
+                 alter_log_dirs_quota: ReplicationQuotaManager | None = None,
+                 num_replica_alter_log_dirs_threads: int | None = None,
+                 log_dir_failure_channel: LogDirFailureChannel | None = None,
+                 halt: Callable[[str], None] | None = None):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -116,6 +132,20 @@ class ReplicaManager:
             interval_ms = max(200.0, replica_lag_time_max_ms / 2)
             self._isr_expiration_task = scheduler.schedule("isr-expiration", self._maybe_shrink_isr,
                                                            delay_ms=interval_ms, period_ms=interval_ms)
+        self.alter_log_dirs_quota = alter_log_dirs_quota or ReplicationQuotaManager()
+        self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            log_manager, self.alter_log_dirs_quota,
+            num_replica_alter_log_dirs_threads or len(getattr(log_manager, "log_dirs", ())) or 1,
+            fetch_max_bytes=replica_fetch_max_bytes,
+            on_log_dir_failure=lambda d, msg: log_manager.report_failure(d, msg))
+        self.alter_log_dirs_manager.startup()
+        self.log_dir_failure_channel = log_dir_failure_channel or getattr(log_manager, "log_dir_failure_channel", None)
+        self._halt = halt or _halt
+        self._stopped = threading.Event()
+        self._log_dir_failure_thread = threading.Thread(target=self._log_dir_failure_handler,
+                                                        name="LogDirFailureHandler", daemon=True)
+        if self.log_dir_failure_channel is not None:
+            self._log_dir_failure_thread.start()
 
     # --- lookup ---------------------------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -161,6 +191,8 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         for p in followers:
             self._start_following(p)
+        for p in leaders + followers:
+            self._maybe_start_move(p)
         if self.remote_log_manager is not None and (leaders or followers):
             try:
                 self.remote_log_manager.on_leadership_change(leaders, followers)
@@ -195,7 +227,8 @@ class ReplicaManager:
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
             cur = Partition(topic, key[1], self.broker_id, plog, self._write_isr, self._min_isr(topic),
-                            self.replica_lag_time_max_ms, on_high_watermark_change=self._complete_delayed)
+                            self.replica_lag_time_max_ms, on_high_watermark_change=self._complete_delayed,
+                            log_dir_failure=getattr(self.log_manager, "report_failure", None))
             cur.topic_id = topic_id
             self.partitions[key] = cur
         if ps["leader"] == self.broker_id:
@@ -315,7 +348,10 @@ class ReplicaManager:
             cur = self.partitions.pop(key, None)
         if cur is not None:
             cur.leader_id = -1
+            self.alter_log_dirs_manager.remove_partition(cur, delete_future_log=delete)
             self._complete_delayed(cur)
+        elif delete:
+            self.log_manager.abort_and_delete_future_log(topic, key[1])
         if delete:
             try:
                 self.log_manager.delete_log(topic, key[1])
@@ -422,9 +458,13 @@ class ReplicaManager:
                     return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
                 raise
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
-        except KafkaError as e:
+        except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
-            return FetchPartitionResult(e.error, p.log.high_watermark if p else -1,
+            error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
+            if p is not None and is_storage_failure(e):
+                self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
+                error = Errors.KAFKA_STORAGE_ERROR
+            return FetchPartitionResult(error, p.log.high_watermark if p else -1,
                                         p.log.log_start_offset if p else -1)
 
     def _read_from_remote_tier(self, p: Partition, replica_id: int, offset: int,
@@ -515,12 +555,167 @@ class ReplicaManager:
     def shutdown(self) -> None:
         if self._isr_expiration_task is not None:
             self._isr_expiration_task.cancel()
+        self._stopped.set()
+        self.alter_log_dirs_manager.shutdown()
         self.fetcher_manager.shutdown()
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
 
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]
+
+
+    # --- log dir failures (KIP-112; jbod.md §7) ------------------------------------------------------------------
+    def _log_dir_failure_handler(self) -> None:
+        """Kafka's ``LogDirFailureHandler`` thread."""
+        while not self._stopped.is_set():
+            d = self.log_dir_failure_channel.take_next_offline_log_dir(timeout_s=0.5)
+            if d is None:
+                continue
+            try:
+                self.handle_log_dir_failure(d)
+            except Exception:  # noqa: BLE001
+                log.exception("handling the log dir failure failed %s", kv(dir=d))
+
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Partitions whose current log was in the dir go offline (fetchers and moves stopped, waiting requests
+        answered, KAFKA_STORAGE_ERROR from now on); partitions whose future log was there only lose the move.
+        The controller learns it from ``/log_dir_event_notification``; with no dir left the broker halts."""
+        current, future = self.log_manager.handle_log_dir_failure(log_dir)
+        gone = []
+        with self._lock:
+            for tp in current:
+                self.fetcher_manager.remove_fetcher(*tp)
+                p = self.partitions.pop(tp, None)
+                self.offline_partitions.add(tp)
+                if p is not None:
+                    self.alter_log_dirs_manager.remove_partition(p, delete_future_log=False)
+                    p.leader_id = -1
+                    gone.append(p)
+            for tp in future:
+                p = self.partitions.get(tp)
+                if p is not None:
+                    self.alter_log_dirs_manager.remove_partition(p, delete_future_log=False)
+        for p in gone:
+            self._complete_delayed(p)
+        log.error("log dir offline %s", kv(dir=log_dir, offline_partitions=len(current), moves_dropped=len(future)))
+        if not self.log_manager.live_log_dirs:
+            self._halt(f"Shutdown broker because all log dirs in {', '.join(self.log_manager.log_dirs)} have failed")
+            return
+        if self.zk is not None:
+            try:
+                self.zk.create(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{paths.LOG_DIR_EVENT_PREFIX}",
+                               codecs.LogDirEventNotification(self.broker_id).encode(), sequence=True, makepath=True)
+            except Exception:  # noqa: BLE001
+                log.exception("could not write the log dir event notification %s", kv(dir=log_dir))
+
+    # --- JBOD (KIP-113): AlterReplicaLogDirs, DescribeLogDirs, moves ---------------------------------------------
+    def alter_replica_log_dirs(self, requested: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], Errors]:
+        """Kafka's ``alterReplicaLogDirs`` with the seed's additions (jbod.md §3): per partition, in this order,
+        INVALID_TOPIC_EXCEPTION for a destination name over 255 chars; ``"any"`` cancels; LOG_DIR_NOT_FOUND /
+        KAFKA_STORAGE_ERROR for the path; a move to another dir is cancelled; the path is remembered; a replica
+        not hosted here answers REPLICA_NOT_AVAILABLE (created there by a later LeaderAndIsr); otherwise the
+        move starts (NONE)."""
+        out = {}
+        with self._lock:
+            for tp, path in requested.items():
+                try:
+                    out[tp] = self._alter_replica_log_dir(tp, path)
+                except KafkaError as e:
+                    log.warning("AlterReplicaLogDirs failed %s", kv(partition=f"{tp[0]}-{tp[1]}", dir=path, error=e))
+                    out[tp] = e.error
+                except Exception as e:  # noqa: BLE001
+                    log.exception("AlterReplicaLogDirs failed %s", kv(partition=f"{tp[0]}-{tp[1]}", dir=path))
+                    out[tp] = Errors.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else Errors.UNKNOWN_SERVER_ERROR
+        return out
+
+    def _alter_replica_log_dir(self, tp: tuple[str, int], path: str) -> Errors:
+        topic, partition = tp
+        lm = self.log_manager
+        if len(move_dir_name(topic, partition)) > MAX_DIR_NAME_LENGTH:
+            return Errors.INVALID_TOPIC_EXCEPTION
+        p = self.partitions.get(tp)
+        if path == ANY_LOG_DIR:
+            if p is not None:
+                self.alter_log_dirs_manager.remove_partition(p)
+            else:
+                lm.abort_and_delete_future_log(topic, partition)
+            lm.forget_preferred_log_dir(topic, partition)
+            return Errors.NONE
+        log_dir = os.path.normpath(path) if os.path.isabs(path) else None
+        if log_dir not in lm.log_dirs:
+            return Errors.LOG_DIR_NOT_FOUND
+        if log_dir in lm.offline_dirs:
+            return Errors.KAFKA_STORAGE_ERROR
+        if tp in self.offline_partitions:
+            return Errors.KAFKA_STORAGE_ERROR
+        future = lm.get_future_log(topic, partition)
+        if future is not None and future.parent_dir != log_dir:
+            if p is not None:
+                self.alter_log_dirs_manager.remove_partition(p)
+            else:
+                lm.abort_and_delete_future_log(topic, partition)
+            future = None
+        current = lm.get_log(topic, partition)
+        if not (current is not None and current.parent_dir == log_dir) and future is None:
+            lm.set_preferred_log_dir(topic, partition, log_dir)
+        if p is None:
+            return Errors.REPLICA_NOT_AVAILABLE
+        if current is None or current.parent_dir == log_dir or future is not None:
+            return Errors.NONE
+        lm.create_future_log(topic, partition, log_dir)
+        self.alter_log_dirs_manager.add_partition(p)
+        return Errors.NONE
+
+    def _maybe_start_move(self, p: Partition) -> None:
+        """After LeaderAndIsr: resume a move whose future log was found on disk, or start one to a dir an
+        AlterReplicaLogDirs remembered before the partition became a replica here."""
+        lm = self.log_manager
+        try:
+            preferred = lm.preferred_log_dir(p.topic, p.partition)
+            if (lm.get_future_log(p.topic, p.partition) is None and preferred is not None
+                    and preferred != p.log.parent_dir and preferred in lm.live_log_dirs):
+                lm.create_future_log(p.topic, p.partition, preferred)
+            self.alter_log_dirs_manager.add_partition(p)
+        except Exception:  # noqa: BLE001 - the partition keeps working in its current dir
+            log.exception("could not start the move %s", kv(partition=p))
+
+    def describe_log_dirs(self, partitions: set[tuple[str, int]] | None = None) -> list[LogDirDescription]:
+        """Kafka's ``describeLogDirs``: one entry per configured dir, current and future logs (``None`` = all
+        partitions), sizes, offset lags, and the volume's total / usable bytes."""
+        lm = self.log_manager
+        by_dir: dict[str, list[ReplicaLogDirInfo]] = {d: [] for d in lm.log_dirs}
+        for lg in lm.all_logs() + lm.all_future_logs():
+            tp = lg.topic_partition
+            if partitions is not None and tp not in partitions:
+                continue
+            if lg.is_future:
+                current = lm.get_log(*tp)
+                lag = current.log_end_offset - lg.log_end_offset if current is not None else -1
+            else:
+                lag = max(lg.high_watermark - lg.log_end_offset, 0)
+            by_dir.setdefault(lg.parent_dir, []).append(
+                ReplicaLogDirInfo(tp[0], tp[1], lg.size, lag, lg.is_future))
+        out = []
+        for d in lm.log_dirs:
+            if d in lm.offline_dirs:
+                out.append(LogDirDescription(d, Errors.KAFKA_STORAGE_ERROR, (), -1, -1))
+                continue
+            try:
+                st = os.statvfs(d)
+                total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+            except OSError:
+                total = usable = -1
+            out.append(LogDirDescription(d, Errors.NONE, tuple(sorted(by_dir.get(d, []))),
+                                         total if total >= 0 else LONG_MAX, usable if usable >= 0 else LONG_MAX))
+        return out
+
+
+def _halt(message: str) -> None:
+    """Kafka's ``Exit.halt(1)`` after a fatal storage failure: no clean shutdown (the dirs are not trusted)."""
+    log.critical(message)
+    logging.shutdown()
+    os._exit(1)
 
 
 class DelayedProduce(DelayedOperation):

@@ -113,17 +113,18 @@ def test_crash_recovery_from_recovery_point(dirs):
     m2.shutdown()
 
 
-def test_startup_skips_bad_names_removes_delete_dirs_and_notes_future_dirs(dirs, caplog):
+def test_startup_skips_bad_names_removes_delete_dirs_and_promotes_lone_future_dirs(dirs, caplog):
     d1 = dirs[0]
     for name in ("not_a_partition", "t-x", "t-0.0123456789abcdef0123456789abcdef-delete", "u-1.delete",
                  "t-0.fedcba9876543210fedcba9876543210-future", "remote-log-index-cache"):
         os.makedirs(os.path.join(d1, name))
-    m = LogManager(dirs)
-    assert m.all_logs() == []
-    assert not os.path.exists(os.path.join(d1, "t-0.0123456789abcdef0123456789abcdef-delete"))
-    assert not os.path.exists(os.path.join(d1, "u-1.delete"))
+    m = LogManager(dirs, topic_configs=lambda t: {"file.delete.delay.ms": "0"})
+    # A future dir with no current log anywhere and no bad dir becomes the current log (jbod.md §6).
+    assert [lg.dir for lg in m.all_logs()] == [os.path.join(os.path.abspath(d1), "t-0")]
+    m.startup()  # marked dirs are removed asynchronously once the log manager runs
+    wait_until(lambda: not os.path.exists(os.path.join(d1, "t-0.0123456789abcdef0123456789abcdef-delete")))
+    wait_until(lambda: not os.path.exists(os.path.join(d1, "u-1.delete")))
     assert os.path.isdir(os.path.join(d1, "not_a_partition"))  # skipped, never deleted
-    assert m.future_dirs_found[("t", 0)].endswith("-future")
     assert "is not in the form of topic-partition" in caplog.text
     m.shutdown()
 

@@ -1,0 +1,428 @@
+"""KIP-113 moves at the log level: future logs, the move threads, the swap, truncation, throttle, and start-up
+recovery (jbod.md §5-6).  Real logs on disk; the partition is a real ``Partition`` without ZooKeeper."""
+from __future__ import annotations
+
+import filecmp
+import os
+import time
+
+import pytest
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from kafkatier.log.errors import LogDirectoryError
+from kafkatier.log.log_config import LogConfig
+from kafkatier.log.log_manager import LogManager
+from kafkatier.server.partition import Partition
+from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
+from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
+from kafkatier.waiting import wait_for
+
+CFG = {"segment.bytes": "4096", "file.delete.delay.ms": "0"}
+
+
+def blob(n: int = 5, value_size: int = 100, producer_id: int = -1, seq: int = -1) -> bytes:
+    now = int(time.time() * 1000)
+    b = MemoryRecordsBuilder(2, 0, 1 << 22)
+    if producer_id >= 0:
+        b.set_producer_state(producer_id, 0, seq, False)
+    for i in range(n):
+        b.append(now + i, None, b"x" * value_size)
+    b.close()
+    return bytes(b.buffer())
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return [str(tmp_path / "d1"), str(tmp_path / "d2")]
+
+
+def leader_partition(m: LogManager, topic="t", p=0, epoch=0) -> Partition:
+    lg = m.get_or_create_log(topic, p, CFG, is_new=True)
+    part = Partition(topic, p, 1, lg, lambda *a: 1, lambda: 1)
+    part.make_leader({"leader": 1, "leader_epoch": epoch, "isr": [1], "replicas": [1]}, 1)
+    return part
+
+
+def other_dir(dirs, lg) -> str:
+    return [d for d in map(os.path.abspath, dirs) if d != lg.parent_dir][0]
+
+
+def segment_bytes(log_dir: str) -> bytes:
+    return b"".join(open(os.path.join(log_dir, f), "rb").read()
+                    for f in sorted(os.listdir(log_dir)) if f.endswith(".log"))
+
+
+def copy_all(src, dst) -> None:
+    while dst.log_end_offset < src.log_end_offset:
+        dst.append_as_follower(src.read(dst.log_end_offset, 1 << 20).records)
+
+
+def start_move(m: LogManager, mgr: ReplicaAlterLogDirsManager, part: Partition, dest: str) -> None:
+    m.create_future_log(part.topic, part.partition, dest)
+    assert mgr.add_partition(part)
+
+
+def test_move_copies_bytes_swaps_in_seed_order_and_deletes_source(dirs):
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    src = part.log.parent_dir
+    dest = other_dir(dirs, part.log)
+    before = segment_bytes(part.log.dir)
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    start_move(m, mgr, part, dest)
+    assert os.path.isdir(os.path.join(dest, "t-0.move"))
+    mgr.startup()
+    wait_for(lambda: part.future_log is None and part.log.parent_dir == dest, 10, message="the swap")
+    assert segment_bytes(part.log.dir) == before
+    assert os.path.isdir(os.path.join(dest, "t-0")) and not os.path.exists(os.path.join(dest, "t-0.move"))
+    assert not os.path.exists(os.path.join(src, "t-0")) and not os.path.exists(os.path.join(src, "t-0.delete"))
+    assert part.log.high_watermark == part.log.log_end_offset == 200
+    info = part.append_records_to_leader(blob(), -1)  # appends go to the new log
+    assert info.first_offset == 200 and m.get_log("t", 0) is part.log
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs):
+    """KAFKA-15608: a leader epoch with no record yet must reach the new log; idempotent retries are still
+    recognised after the swap."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m, epoch=3)
+    first = blob(producer_id=7, seq=0)
+    part.append_records_to_leader(first, -1)
+    part.make_leader({"leader": 1, "leader_epoch": 4, "isr": [1], "replicas": [1]}, 1)  # epoch 4, no record
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 2)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert [(e.epoch, e.start_offset) for e in part.log.leader_epoch_cache.epoch_entries()] == [(3, 0), (4, 5)]
+    dup = part.append_records_to_leader(first, -1)
+    assert (dup.first_offset, dup.last_offset) == (0, 4)
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_throttle_holds_the_move_and_raising_it_completes(dirs):
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=1024)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: mgr.describe() and mgr.describe()[0].bytes_copied > 0, 10, message="the first round")
+    time.sleep(0.5)  # a throttled move must not finish: observe it over a while
+    status = mgr.describe()[0]
+    assert part.future_log is not None and status.offset_lag > 0
+    quota.set_rate(3_000_000)
+    wait_for(lambda: part.future_log is None, 10, message="the swap after the raise")
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_cancel_deletes_future_log_and_keeps_partition(dirs):
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
+    mgr.startup()
+    dest = other_dir(dirs, part.log)
+    start_move(m, mgr, part, dest)
+    mgr.remove_partition(part)
+    assert part.future_log is None and m.get_future_log("t", 0) is None
+    assert not os.path.exists(os.path.join(dest, "t-0.move"))
+    assert part.log.log_end_offset == 100 and part.log.parent_dir != dest
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_truncation_of_current_log_truncates_future_log(dirs):
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(10):
+        part.append_records_to_leader(blob(), -1)
+    m.create_future_log("t", 0, other_dir(dirs, part.log))
+    part.future_log = m.get_future_log("t", 0)
+    copy_all(part.log, part.future_log)
+    assert part.future_log.log_end_offset == 50
+    part.truncate_to(20)
+    assert part.future_log.log_end_offset == 20
+    m.shutdown()
+
+
+def test_delete_records_during_move_is_carried(dirs):
+    """Scenario 43 at the log level, with a log start offset inside a batch (KAFKA-6975)."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    part.log.maybe_increment_log_start_offset(3)
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert (part.log.log_start_offset, part.log.log_end_offset) == (3, 100)
+    mgr.shutdown()
+    m.shutdown()
+
+
+# --- start-up recovery (jbod.md §6) -----------------------------------------------------------------------------
+
+def crash(m: LogManager) -> None:
+    """Leave the dirs as a kill -9 would: no clean shutdown marker, no final checkpoints."""
+    for lg in m.all_logs() + m.all_future_logs():
+        lg.flush()
+        lg.close()
+    m.scheduler.shutdown()
+    m._release_locks()
+
+
+def test_current_and_move_resume(dirs):
+    m = LogManager(dirs)
+    part = leader_partition(m)
+    for _ in range(10):
+        part.append_records_to_leader(blob(), -1)
+    dest = other_dir(dirs, part.log)
+    m.create_future_log("t", 0, dest)
+    crash(m)
+    m2 = LogManager(dirs)
+    assert m2.get_future_log("t", 0).parent_dir == dest and m2.get_log("t", 0).parent_dir != dest
+    m2.shutdown()
+
+
+def test_delete_plus_move_is_completed_when_all_dirs_are_good(dirs):
+    m = LogManager(dirs)
+    part = leader_partition(m)
+    for _ in range(10):
+        part.append_records_to_leader(blob(), -1)
+    src, dest = part.log.parent_dir, other_dir(dirs, part.log)
+    m.create_future_log("t", 0, dest)
+    fut = m.get_future_log("t", 0)
+    copy_all(part.log, fut)
+    crash(m)
+    os.rename(os.path.join(src, "t-0"), os.path.join(src, "t-0.delete"))  # crash between the renames
+    m2 = LogManager(dirs, topic_configs=lambda t: CFG)
+    lg = m2.get_log("t", 0)
+    assert lg.parent_dir == dest and lg.log_end_offset == 50 and os.path.isdir(os.path.join(dest, "t-0"))
+    assert os.path.isdir(os.path.join(src, "t-0.delete"))  # removed asynchronously, after start-up
+    m2.startup()
+    wait_for(lambda: not os.path.exists(os.path.join(src, "t-0.delete")), 5, message=".delete removal")
+    m2.shutdown()
+
+
+def test_move_left_untouched_when_a_dir_is_bad(dirs, tmp_path):
+    m = LogManager(dirs)
+    part = leader_partition(m)
+    part.append_records_to_leader(blob(), -1)
+    src, dest = part.log.parent_dir, other_dir(dirs, part.log)
+    m.create_future_log("t", 0, dest)
+    crash(m)
+    os.rename(os.path.join(src, "t-0"), os.path.join(src, "t-0.delete"))
+    os.rename(src, str(tmp_path / "moved-away"))
+    with open(src, "w") as f:  # the source dir is now a file: offline
+        f.write("broken")
+    m2 = LogManager(dirs)
+    assert m2.offline_dirs == {src}
+    assert m2.get_log("t", 0) is None and os.path.isdir(os.path.join(dest, "t-0.move"))
+    m2.shutdown()
+
+
+def test_two_future_dirs_refuse_to_start(dirs):
+    for d in dirs:
+        os.makedirs(os.path.join(d, "t-0.move"))
+    with pytest.raises(LogDirectoryError, match="Duplicate log directories found: .*t-0.move, .*t-0.move"):
+        LogManager(dirs)
+
+
+def test_kafka_future_name_is_loaded_like_move(dirs):
+    m = LogManager(dirs)
+    part = leader_partition(m)
+    part.append_records_to_leader(blob(), -1)
+    dest = other_dir(dirs, part.log)
+    crash(m)
+    os.makedirs(os.path.join(dest, "t-0.0123456789abcdef0123456789abcdef-future"))
+    m2 = LogManager(dirs)
+    assert m2.get_future_log("t", 0).parent_dir == dest
+    m2.shutdown()
+
+
+# --- jbod.md §10: the Kafka issues a move must not repeat --------------------------------------------------------
+
+def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs):
+    """KAFKA-16709 / KAFKA-15082 / KAFKA-14824: there is no log cleaner to leave paused, and retention (the
+    disk-growth symptom) keeps working on the partition after a cancel and after a swap."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "retention.bytes": "8000"})
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    part.log.update_config({**CFG, "retention.bytes": "8000"})
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr.remove_partition(part)
+    assert m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    mgr.quota.set_rate(LONG_MAX)
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert m.get_log("t", 0) is part.log and m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_segments_deleted_during_a_move_leave_no_orphans(dirs):
+    """KAFKA-16424: segments marked deleted in the source during a move must not survive the renames."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "300"})
+    m.startup()
+    part = leader_partition(m)
+    part.log.update_config({**CFG, "file.delete.delay.ms": "300"})
+    for _ in range(40):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    part.log.maybe_increment_log_start_offset(120)
+    assert part.log.delete_old_segments() > 0  # renamed .deleted, removal scheduled 300 ms later
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert part.log.log_start_offset == 120
+
+    def leftovers():
+        return [os.path.join(r, f) for d in dirs for r, _, fs in os.walk(d) for f in fs if f.endswith(".deleted")]
+    wait_for(lambda: not leftovers(), 5, message="no .deleted segment files anywhere")
+    wait_for(lambda: not os.path.exists(os.path.join(os.path.abspath(dirs[0]), "t-0.delete"))
+             and not os.path.exists(os.path.join(os.path.abspath(dirs[1]), "t-0.delete")), 5, message=".delete gone")
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_watermark(dirs):
+    """KAFKA-9087: a future log recreated mid-move, or one holding data the current log does not have at that
+    offset, does not kill the move: it restarts from the future log's own high watermark."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    dest = other_dir(dirs, part.log)
+    start_move(m, mgr, part, dest)
+    mgr.remove_partition(part)
+    start_move(m, mgr, part, dest)  # recreated while the thread may be mid-round
+    before = segment_bytes(part.log.dir)
+    with part.future_lock:  # the future log ends inside one of the current log's batches
+        fut = part.future_log
+        fut.append_as_follower(part.log.read(0, 600).records)  # offsets 0-4
+        fut.append_as_leader(blob(n=2), 0)
+        assert fut.log_end_offset == 7
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert segment_bytes(part.log.dir) == before
+    assert part.log.parent_dir == dest and part.log.log_end_offset == 100
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs):
+    """KAFKA-9654: the move thread survives leadership changes (it never looks at leader epochs)."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m, epoch=1)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    quota = ReplicationQuotaManager(1)
+    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    part.make_follower({"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}, 1)
+    part.truncate_to(90)  # the new leader has less: the future log follows
+    assert part.future_log.log_end_offset <= 90
+    part.make_leader({"leader": 1, "leader_epoch": 3, "isr": [1], "replicas": [1, 2]}, 1)
+    part.append_records_to_leader(blob(), -1)
+    quota.set_rate(LONG_MAX)
+    wait_for(lambda: part.future_log is None, 10, message="the swap after two epoch changes")
+    assert part.log.log_end_offset == 95
+    assert [e.epoch for e in part.log.leader_epoch_cache.epoch_entries()] == [1, 3]
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs):
+    """KAFKA-16711: after a move the new log knows how far the remote tier goes (local cleanup needs it)."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    part.log.highest_offset_in_remote_storage = 59
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    assert part.log.highest_offset_in_remote_storage == 59
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_flush_after_the_renames_does_not_fail(dirs):
+    """The flush/rename race (user report: NoSuchFileException ...-future took the dir offline): files are
+    flushed through open descriptors, so flushing either log after the renames works and reports nothing."""
+    m = LogManager(dirs)
+    m.startup()
+    part = leader_partition(m)
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    old = part.log
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+    wait_for(lambda: part.future_log is None, 10, message="the swap")
+    part.append_records_to_leader(blob(), -1)
+    part.log.flush()
+    if not old.closed:
+        old.flush()
+    m.flush_dirty_logs()
+    m.checkpoint_recovery_points()
+    assert m.offline_dirs == set() and m.log_dir_failure_channel.take_next_offline_log_dir(0) is None
+    mgr.shutdown()
+    m.shutdown()
+
+
+def test_move_back_before_the_first_deletion_ran(dirs):
+    """A->B->A->B within file.delete.delay.ms: the third move's source meets the first move's <tp>.delete; the
+    older one is set aside (renamed, removed in the background), the new one takes its name, and nothing is
+    left once the delays pass."""
+    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "2000"})
+    m.startup()
+    part = leader_partition(m)
+    part.log.update_config({**CFG, "file.delete.delay.ms": "2000"})
+    for _ in range(20):
+        part.append_records_to_leader(blob(), -1)
+    before = segment_bytes(part.log.dir)
+    a = part.log.parent_dir
+    b = other_dir(dirs, part.log)
+    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr.startup()
+    for dest in (b, a, b):
+        start_move(m, mgr, part, dest)
+        wait_for(lambda: part.future_log is None and part.log.parent_dir == dest, 10, message=f"moved to {dest}")
+    assert os.path.isdir(os.path.join(a, "t-0.delete")) and segment_bytes(part.log.dir) == before
+    wait_for(lambda: sorted(n for d in (a, b) for n in os.listdir(d) if n.startswith("t-0")) == ["t-0"], 10,
+             message="only t-0 left")
+    mgr.shutdown()
+    m.shutdown()
