@@ -142,7 +142,7 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": False, "partitions": plist, "topic_authorized_operations": -2147483648})
+                           "is_internal": name == "__consumer_offsets", "partitions": plist, "topic_authorized_operations": -2147483648})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
             c = self.server.config

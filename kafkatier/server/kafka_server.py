@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import attrs
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
 
@@ -45,6 +46,7 @@ class KafkaServer:
         self.admin_zk = None
         self.dynamic_config = None
         self.remote_log_manager = None
+        self.group_coordinator = None
         self._topic_configs: dict[str, dict] = {}
         self.topic_config_listeners: list = []
         self.metadata_listeners: list = []  # called with no arguments after each UpdateMetadata
@@ -75,6 +77,7 @@ class KafkaServer:
         self._start_admin()
         from kafkatier.server.producer_id_manager import ProducerIdManager
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
+        self._start_group_coordinator()
         self._start_socket_server()  # binds the port before we advertise it
         self._register_broker()
         self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
@@ -131,6 +134,7 @@ class KafkaServer:
         self.apis = KafkaApis(self)
         self.socket_server = SocketServer(self.config.host, self.config.port, self.apis)
         self._start_delete_records()  # before the port opens: the API, its authorizer, the SASL gate
+        self._register_group_apis()
         self.socket_server.start()
         if self.config.port == 0:
             import attrs
@@ -144,6 +148,52 @@ class KafkaServer:
         except ImportError:
             return
         install(self)
+
+    # --- group coordinator (kafkatier/coordinator/group) ------------------------------------------------------
+    def _start_group_coordinator(self) -> None:
+        from kafkatier.coordinator.group import GroupConfig, GroupCoordinator
+        from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+        from kafkatier.log.scheduler import Scheduler
+        from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
+        config = GroupConfig.from_overrides(self.config.overrides)
+        try:  # an existing offsets topic keeps its partition count whatever the config says (as in Kafka)
+            data, _ = self.zk.get(paths.topic(OFFSETS_TOPIC))
+            count = len(codecs.TopicAssignment.decode(data).partitions)
+            if count:
+                config = attrs.evolve(config, offsets_topic_num_partitions=count)
+        except Exception:  # noqa: BLE001 - absent (created on first FindCoordinator) or unreadable: the config
+            pass
+        self.group_timer = Scheduler("group-coordinator")
+        self.group_timer.startup()
+        self.group_coordinator = GroupCoordinator(
+            self.broker_id, config, ReplicaManagerOffsetsLog(self.replica_manager), self.group_timer)
+        self.group_coordinator.startup()
+
+    def _register_group_apis(self) -> None:
+        from kafkatier.server.group_apis import GroupApis
+        group_apis = GroupApis(
+            self.group_coordinator, self.metadata_cache, self.broker_id,
+            create_offsets_topic=lambda n, rf, cfg: self.admin_zk.create_topic(
+                "__consumer_offsets", n, rf, cfg),
+            live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1)
+        for key, (versions, handler) in group_apis.handlers().items():
+            self.apis.register(key, versions, handler)
+
+    def _offsets_topic_leadership(self, body: dict, stopped: bool) -> None:
+        """Kafka's onLeadershipChange: the group coordinator loads the ``__consumer_offsets`` partitions this
+        broker now leads and unloads those it follows or stopped."""
+        if self.group_coordinator is None:
+            return
+        for ts in body.get("topic_states", []):
+            if ts.get("topic_name") != "__consumer_offsets":
+                continue
+            for ps in ts.get("partition_states", []):
+                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
+                part = self.replica_manager.get_partition("__consumer_offsets", p)
+                if not stopped and part is not None and part.is_leader:
+                    self.group_coordinator.on_election(p, part.leader_epoch)
+                else:
+                    self.group_coordinator.on_resignation(p, None if stopped else epoch)
 
     def _topic_config(self, topic: str) -> dict:
         """Topic config overrides, cached; refreshed by config change notifications."""
@@ -239,10 +289,14 @@ class KafkaServer:
 
     # --- control requests (called by ControlRequestHandler) --------------------------------------------------
     def handle_leader_and_isr(self, body: dict) -> dict:
-        return self.replica_manager.handle_leader_and_isr(body)
+        result = self.replica_manager.handle_leader_and_isr(body)
+        self._offsets_topic_leadership(body, stopped=False)
+        return result
 
     def handle_stop_replica(self, body: dict) -> dict:
-        return self.replica_manager.handle_stop_replica(body)
+        result = self.replica_manager.handle_stop_replica(body)
+        self._offsets_topic_leadership(body, stopped=True)
+        return result
 
     def handle_update_metadata(self, body: dict) -> dict:
         self.metadata_cache.update(body)
@@ -262,6 +316,8 @@ class KafkaServer:
         for step in (lambda: self.socket_server and self.socket_server.shutdown(),
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
+                     lambda: self.group_coordinator and self.group_coordinator.shutdown(),
+                     lambda: self.group_coordinator and self.group_timer.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
