@@ -1,0 +1,246 @@
+"""Consumer groups through five clients nobody here wrote: kafka-python, confluent-kafka, kcat -G, aiokafka and
+KafkaJS (issue 17).
+
+Per client: three consumers of one group share a 6-partition topic; once they have consumed (and committed) a
+first round of records, one is killed with SIGKILL; a second round is produced and the two others must take
+over the dead one's partitions within its session timeout (plus one rebalance) and resume exactly at the
+committed offsets: every record is consumed once, none twice, none lost.  A second scenario kills the group's
+coordinator (the leader of its ``__consumer_offsets`` partition) mid-consumption.
+
+The workers are the scripts in ``tests/e2e/group_workers/``; they print a record only once its offset is
+committed (kcat auto-commits every 100 ms, so the test waits for the committed offsets before a kill).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatier.coordinator.group.records import partition_for
+from kafkatier.waiting import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+REPO = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).resolve().parent / "group_workers"
+NODE_MODULES = REPO / ".node" / "node_modules"
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+SESSION_MS = 6000            # group.min.session.timeout.ms: the fastest takeover Kafka allows
+TAKEOVER_BOUND_S = SESSION_MS / 1000 + 12.0   # session expiry + one rebalance (heartbeats every second) + fetch
+PARTITIONS, PER_PARTITION = 6, 10
+OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "offsets.topic.num.partitions": "5"}
+
+
+def partition_state(zk, topic: str, partition: int) -> tuple[dict, object]:
+    data, stat = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    return json.loads(data), stat
+
+
+def create_topic(cluster, topic: str, partitions: int, rf: int) -> None:
+    """CreateTopics, then wait until every partition has a leader and a full ISR."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    wait_for(lambda: admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30) is None
+             or True, 60, interval=0.5, ignore=(Exception,), message=f"create {topic}")
+
+    def ready() -> bool:
+        states = [partition_state(cluster.zk, topic, p)[0] for p in range(partitions)]
+        return all(st["leader"] >= 0 and len(st["isr"]) == rf for st in states)
+    wait_for(ready, 30, interval=0.1, ignore=(Exception,), message=f"{topic} online")
+
+
+def _node_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "Node.js is not installed (KafkaJS needs it)"
+    if not (NODE_MODULES / "kafkajs").is_dir():
+        return "KafkaJS is not installed in .node/ (scripts/bootstrap.sh installs it when npm is present)"
+    return None
+
+
+def worker_argv(client: str, bootstrap: str, group: str, topic: str, client_id: str) -> list[str]:
+    args = [bootstrap, group, topic, client_id, str(SESSION_MS)]
+    if client == "kcat":
+        return [KCAT, "-b", bootstrap, "-G", group, topic, "-X", f"client.id={client_id}",
+                "-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=true",
+                "-X", "auto.commit.interval.ms=100", "-X", f"session.timeout.ms={SESSION_MS}",
+                "-X", "heartbeat.interval.ms=1000", "-u", "-q", "-f", '{"p": %p, "o": %o}\n']
+    if client == "kafkajs":
+        return ["node", str(WORKERS / "kafkajs_worker.js"), *args]
+    return [sys.executable, str(WORKERS / f"{client}_worker.py"), *args]
+
+
+class Worker:
+    """One consumer process; its printed records are collected with the time they arrived."""
+
+    def __init__(self, client: str, bootstrap: str, group: str, topic: str, client_id: str):
+        env = dict(os.environ, NODE_PATH=str(NODE_MODULES), PYTHONPATH=str(REPO))
+        self.client_id = client_id
+        self.proc = subprocess.Popen(worker_argv(client, bootstrap, group, topic, client_id), env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.records: list[tuple[float, int, int]] = []
+        self.stderr: list[str] = []
+        self._threads = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=self._read_err, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line.startswith("{"):
+                r = json.loads(line)
+                self.records.append((time.monotonic(), r["p"], r["o"]))
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def produce(bootstrap: str, topic: str, start: int) -> None:
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=10)
+    try:
+        for i in range(PARTITIONS * PER_PARTITION):
+            p.send(topic, f"{start + i}".encode(), partition=i % PARTITIONS)
+        p.flush(30)
+    finally:
+        p.close()
+
+
+def consumed(workers: list[Worker]) -> list[tuple[int, int]]:
+    return [(p, o) for w in workers for (_, p, o) in list(w.records)]
+
+
+def expected(rounds: int) -> set[tuple[int, int]]:
+    return {(p, o) for p in range(PARTITIONS) for o in range(rounds * PER_PARTITION)}
+
+
+def describe(admin: AdminClient, group: str):
+    return admin.describe_consumer_groups([group])[group].result(timeout=10)
+
+
+def committed(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    res = admin.list_consumer_group_offsets([req])[group].result(timeout=10)
+    return {tp.partition: tp.offset for tp in res.topic_partitions}
+
+
+def wait_stable(admin: AdminClient, group: str, members: int, timeout: float = 60.0):
+    def ok():
+        d = describe(admin, group)
+        if str(d.state).split(".")[-1] != "STABLE" or len(d.members) != members:
+            return None
+        if not all(m.assignment.topic_partitions for m in d.members):
+            return None
+        return d
+    return wait_for(ok, timeout, interval=0.2, ignore=(Exception,), message=f"{group} stable with {members} members")
+
+
+def wait_consumed(workers, rounds: int, timeout: float) -> None:
+    want = expected(rounds)
+    wait_for(lambda: want <= set(consumed(workers)), timeout, interval=0.1,
+             message=f"{len(want)} records consumed; stderr: {[w.stderr[-3:] for w in workers]}")
+
+
+def wait_committed(admin, group, topic, rounds: int, timeout: float = 30.0) -> None:
+    wait_for(lambda: committed(admin, group, topic) == {p: rounds * PER_PARTITION for p in range(PARTITIONS)},
+             timeout, interval=0.2, ignore=(Exception,), message="committed offsets at the log end")
+
+
+@pytest.fixture(scope="module")
+def group_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides=OVERRIDES)
+
+
+CLIENTS = ["kafka_python", "confluent_kafka", "kcat", "aiokafka", "kafkajs"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_three_consumers_share_partitions_and_survivors_resume_at_committed_offsets(group_cluster, client):
+    if client == "kafkajs" and _node_missing():
+        pytest.skip(_node_missing())
+    if client == "kcat" and not Path(KCAT).exists():
+        pytest.skip("kcat is not installed")
+    if client == "aiokafka":
+        pytest.importorskip("aiokafka")
+    bs = group_cluster.bootstrap_servers
+    topic, group = f"grp-{client}-{uuid.uuid4().hex[:6]}", f"g-{client}-{uuid.uuid4().hex[:6]}"
+    create_topic(group_cluster, topic, PARTITIONS, 2)
+    admin = AdminClient({"bootstrap.servers": bs})
+    workers = [Worker(client, bs, group, topic, f"{client}-{i}") for i in range(3)]
+    try:
+        desc = wait_stable(admin, group, 3)
+        produce(bs, topic, 0)
+        wait_consumed(workers, 1, 60)
+        wait_committed(admin, group, topic, 1)
+        owned = {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in desc.members}
+        victim = workers[0]
+        victim_parts = owned[victim.client_id]
+        assert victim_parts, owned
+
+        killed_at = time.monotonic()
+        victim.kill()
+        produce(bs, topic, PARTITIONS * PER_PARTITION)
+        survivors = workers[1:]
+        wait_consumed(workers, 2, TAKEOVER_BOUND_S + 30)
+
+        all_records = consumed(workers)
+        assert len(all_records) == len(set(all_records)), "a record was consumed twice"
+        assert set(all_records) == expected(2)
+        takeover = min(t for w in survivors for (t, p, o) in w.records if p in victim_parts and o >= PER_PARTITION)
+        assert takeover - killed_at <= TAKEOVER_BOUND_S, f"takeover took {takeover - killed_at:.1f}s"
+        wait_committed(admin, group, topic, 2)
+        d = wait_stable(admin, group, 2)
+        assert victim.client_id not in {m.client_id for m in d.members}
+    finally:
+        for w in workers:
+            w.kill()
+
+
+def test_coordinator_failover_keeps_every_committed_offset(cluster_factory):
+    """kill -9 the leader of the group's ``__consumer_offsets`` partition while two confluent-kafka consumers
+    consume: the group moves to the new leader, no committed offset goes back, no record is lost."""
+    c = cluster_factory(brokers=3, log_dirs=1, overrides=OVERRIDES)
+    bs = c.bootstrap_servers
+    topic, group = f"fo-{uuid.uuid4().hex[:6]}", f"fo-{uuid.uuid4().hex[:6]}"
+    create_topic(c, topic, PARTITIONS, 3)
+    admin = AdminClient({"bootstrap.servers": bs})
+    workers = [Worker("confluent_kafka", bs, group, topic, f"fo-{i}") for i in range(2)]
+    try:
+        wait_stable(admin, group, 2)
+        produce(bs, topic, 0)
+        wait_consumed(workers, 1, 60)
+        wait_committed(admin, group, topic, 1)
+        partition = partition_for(group, int(OVERRIDES["offsets.topic.num.partitions"]))
+        coordinator = partition_state(c.zk, "__consumer_offsets", partition)[0]["leader"]
+        before = committed(admin, group, topic)
+
+        c.manager.stop_broker(coordinator, kill=True)
+        produce(",".join(b for b in bs.split(",") if not b.endswith(f":{c.manager.broker(coordinator)['port']}")),
+                topic, PARTITIONS * PER_PARTITION)
+        wait_consumed(workers, 2, 90)
+        all_records = consumed(workers)
+        assert len(all_records) == len(set(all_records)) and set(all_records) == expected(2)
+        new_leader = wait_for(lambda: (lambda s: s["leader"] if s["leader"] not in (-1, coordinator) else None)(
+            partition_state(c.zk, "__consumer_offsets", partition)[0]), 30, message="new coordinator")
+        assert new_leader != coordinator
+        after = committed(admin, group, topic)
+        assert all(after[p] >= before[p] for p in before), (before, after)
+        wait_committed(admin, group, topic, 2, timeout=60)
+    finally:
+        for w in workers:
+            w.kill()
