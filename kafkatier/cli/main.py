@@ -15,7 +15,7 @@ from kafkatier import __version__, logsetup
 # (module, ...) in the order they appear in --help.
 COMMAND_MODULES = (
     "demo", "zookeeper", "broker", "cluster", "topics", "configs", "produce", "consume",
-    "tiered", "delete_records", "log_dirs",
+    "tiered", "delete_records", "log_dirs", "consumer_groups",
 )
 
 

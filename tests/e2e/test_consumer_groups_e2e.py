@@ -244,3 +244,48 @@ def test_coordinator_failover_keeps_every_committed_offset(cluster_factory):
     finally:
         for w in workers:
             w.kill()
+
+
+def test_cli_consume_group_describe_reset_delete(group_cluster, kafkatier_cli):
+    """``kafkatier consume --group`` then ``kafkatier consumer-groups`` as a Kafka user types them."""
+    bs = group_cluster.bootstrap_servers
+    topic, group = f"cli-{uuid.uuid4().hex[:6]}", f"cli-{uuid.uuid4().hex[:6]}"
+    create_topic(group_cluster, topic, PARTITIONS, 2)
+    produce(bs, topic, 0)
+    out = kafkatier_cli.run("consume", "--bootstrap-server", bs, "--topic", topic, "--group", group,
+                            "--from-beginning", "--max-messages", str(PARTITIONS * PER_PARTITION), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == PARTITIONS * PER_PARTITION
+
+    cg = lambda *a: kafkatier_cli.run("consumer-groups", "--bootstrap-server", bs, *a)  # noqa: E731
+    assert group in cg("--list").stdout.split()
+    d = cg("--describe", "--group", group)
+    assert d.returncode == 0, d.stderr
+    lines = [line.split() for line in d.stdout.splitlines() if line.startswith(group)]
+    header = next(line for line in d.stdout.splitlines() if line.startswith("GROUP")).split()
+    assert header == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+                      "HOST", "CLIENT-ID"]
+    assert sorted(int(r[2]) for r in lines) == list(range(PARTITIONS))
+    assert all(r[3] == r[4] == str(PER_PARTITION) and r[5] == "0" for r in lines), d.stdout
+
+    dry = cg("--reset-offsets", "--group", group, "--topic", f"{topic}:0,1", "--to-earliest")
+    assert dry.returncode == 0 and "NEW-OFFSET" in dry.stdout
+    assert all(r[3] == "0" for r in (line.split() for line in dry.stdout.splitlines() if line.startswith(group)))
+    assert "CURRENT-OFFSET" in cg("--describe", "--group", group).stdout      # a dry run changes nothing
+    assert all(line.split()[5] == "0" for line in cg("--describe", "--group", group).stdout.splitlines()
+               if line.startswith(group))
+    ex = cg("--reset-offsets", "--group", group, "--topic", f"{topic}:0", "--shift-by", "-4", "--execute")
+    assert ex.returncode == 0, ex.stderr
+    row0 = next(line.split() for line in cg("--describe", "--group", group).stdout.splitlines()
+                if line.startswith(group) and line.split()[2] == "0")
+    assert row0[3:6] == [str(PER_PARTITION - 4), str(PER_PARTITION), "4"]
+
+    bad = cg("--reset-offsets", "--group", group, "--all-topics")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    missing = cg("--describe", "--group", "no-such-group")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    deleted = cg("--delete", "--group", group)
+    assert deleted.returncode == 0 and "was successful" in deleted.stdout, deleted.stderr
+    assert group not in cg("--list").stdout.split()
+    again = cg("--delete", "--group", group)
+    assert again.returncode == 1 and "GroupIdNotFoundError" in again.stderr
