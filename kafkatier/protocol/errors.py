@@ -178,6 +178,7 @@ PolicyViolationError = _make("PolicyViolationError", Errors.POLICY_VIOLATION)
 KafkaStorageError = _make("KafkaStorageError", Errors.KAFKA_STORAGE_ERROR)
 FencedLeaderEpochError = _make("FencedLeaderEpochError", Errors.FENCED_LEADER_EPOCH)
 StaleBrokerEpochError = _make("StaleBrokerEpochError", Errors.STALE_BROKER_EPOCH)
+BrokerNotAvailableError = _make("BrokerNotAvailableError", Errors.BROKER_NOT_AVAILABLE)
 TieredStorageDisablementInProgressError = _make(
     "TieredStorageDisablementInProgressError", Errors.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS)
 

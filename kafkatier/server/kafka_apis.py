@@ -26,6 +26,7 @@ CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 DESCRIBE_CLUSTER = 60
 INIT_PRODUCER_ID = 22
+CREATE_PARTITIONS = 37
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 ZERO_UUID = uuid.UUID(int=0)
@@ -46,6 +47,7 @@ class KafkaApis:
         PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12),
         CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5), DESCRIBE_CONFIGS: (1, 4), ALTER_CONFIGS: (0, 2),
         INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1), INIT_PRODUCER_ID: (0, 4),
+        CREATE_PARTITIONS: (0, 3),
     }
 
     def __init__(self, server):
@@ -73,7 +75,8 @@ class KafkaApis:
               METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
               DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
               ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
-              DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id}[key]
+              DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id,
+              CREATE_PARTITIONS: self.handle_create_partitions}[key]
         return fn(header, request, context)
 
     def error_response(self, header, request, code: int):
@@ -309,6 +312,55 @@ class KafkaApis:
                     res.update(error_code=int(e.error), error_message=e.message or None)
             results.append(res)
         return self._await_metadata(DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
+
+    def handle_create_partitions(self, header, req, ctx):
+        """Kafka's handleCreatePartitionsRequest (ZooKeeper mode): on the controller only; duplicate topics are
+        INVALID_REQUEST; the answer waits (up to the request timeout) until the new partitions have leaders."""
+        v = header.request_api_version
+        counts: dict[str, int] = {}
+        for t in req.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results, growing = [], {}
+        for t in req.topics:
+            res = {"name": t.name, "error_code": 0, "error_message": None}
+            results.append(res)
+            if counts[t.name] > 1:
+                res.update(error_code=int(Errors.INVALID_REQUEST), error_message="Duplicate topic in request.")
+            elif not self._is_controller():
+                res.update(error_code=int(Errors.NOT_CONTROLLER),
+                           error_message="This is not the correct controller for this cluster.")
+            else:
+                try:
+                    assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
+                    self.server.admin_zk.add_partitions(t.name, t.count, assignment, validate_only=req.validate_only)
+                    if not req.validate_only:
+                        growing[t.name] = t.count
+                except KafkaError as e:
+                    res.update(error_code=int(e.error), error_message=e.message or None)
+                except Exception as e:  # noqa: BLE001
+                    log.exception("create partitions failed %s", kv(topic=t.name))
+                    res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
+        body = {"throttle_time_ms": 0, "results": results}
+        if not growing or req.timeout_ms <= 0:
+            return self._resp(CREATE_PARTITIONS, v, body)
+        fut: Future = Future()
+
+        def led(topic: str) -> bool:
+            parts = self.cache.topic_partitions(topic)
+            return len(parts) >= growing[topic] and all(p.leader >= 0 for p in parts)
+
+        def wait() -> None:
+            from kafkatier.waiting import WaitTimeout, wait_for
+            try:
+                wait_for(lambda: all(led(t) for t in growing), req.timeout_ms / 1000.0, interval=0.05,
+                         message="new partitions")
+            except WaitTimeout:
+                for r in results:
+                    if r["name"] in growing and not led(r["name"]):
+                        r["error_code"] = int(Errors.REQUEST_TIMED_OUT)
+            fut.set_result(self._resp(CREATE_PARTITIONS, v, body))
+        threading.Thread(target=wait, name="create-partitions-wait", daemon=True).start()
+        return fut
 
     def _await_metadata(self, api_key: int, version: int, results: list, names: list, timeout_ms: int,
                         present: bool):
