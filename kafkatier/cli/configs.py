@@ -3,8 +3,8 @@ with its options, parsing rules and output.
 
 ``--add-config 'k1=v1,k2=[a,b],k3=v3'`` groups a value containing commas in square brackets (the brackets are
 removed); ``--add-config-file`` reads a Java properties file; ``--delete-config k1,k2``.  The change is sent as
-one IncrementalAlterConfigs request (SET and DELETE operations).  Broker configs are read-only here:
-``--alter --entity-type brokers`` is refused.
+one IncrementalAlterConfigs request (SET and DELETE operations), for a topic, a broker (``--entity-name ID``)
+or every broker (``--entity-default``: the ``<default>`` dynamic broker config).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kafkatier.cli.main import UsageError
 
 ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "clients", "users", "ips")
 SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers")
-SUPPORTED_ALTER = ("topics",)
+SUPPORTED_ALTER = ("topics", "brokers")
 BROKER_DEFAULT = ""   # the cluster-wide default broker resource
 
 # Kafka's split rules: commas and '=' outside square brackets.
@@ -33,7 +33,7 @@ _DYNAMIC_SOURCE = {"topics": "DYNAMIC_TOPIC_CONFIG", "brokers": "DYNAMIC_BROKER_
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "configs", help="describe and alter topic configs, describe broker configs (kafka-configs)",
+        "configs", help="describe and alter topic and broker configs (kafka-configs)",
         description="Describe and alter dynamic configs as kafka-configs does.")
     common.add_connection_options(p)
     p.add_argument("--entity-type", required=True, choices=ENTITY_TYPES, metavar="TYPE",
@@ -123,7 +123,7 @@ def check_args(args: argparse.Namespace) -> None:
         return
     if args.all:
         raise UsageError("--all can only be used with --describe")
-    if not args.entity_name:
+    if not args.entity_name and not (args.entity_default and args.entity_type == "brokers"):
         raise UsageError(f"--entity-name must be specified with --alter of {args.entity_type}")
     if args.add_config is not None and args.add_config_file is not None:
         raise UsageError("Only one of --add-config or --add-config-file must be specified")
@@ -239,7 +239,8 @@ def _describe(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str], to_delete: list[str]) -> int:
-    name = args.entity_name
+    name = BROKER_DEFAULT if args.entity_default else args.entity_name.strip() if args.entity_type == "brokers" \
+        else args.entity_name
     if to_delete:
         current = admin.describe_configs(args.entity_type, [name], include_synonyms=False)[name]
         dynamic = {e.name for e in shown_entries(args.entity_type, name, current, describe_all=False)}
@@ -248,5 +249,8 @@ def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str],
             print(f"Invalid config(s): {','.join(missing)}", file=sys.stderr)
             return 1
     admin.alter_configs(args.entity_type, name, set_configs=to_set, delete_configs=to_delete)
-    print(f"Completed updating config for {entity_label(args.entity_type, name)}.")
+    if args.entity_type == "brokers" and name == BROKER_DEFAULT:
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for {entity_label(args.entity_type, name)}.")
     return 0

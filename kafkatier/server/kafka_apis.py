@@ -425,23 +425,18 @@ class KafkaApis:
         return self._resp(DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
 
     def _broker_config_entries(self, name: str) -> list[dict]:
-        c = self.server.config
-        if name not in ("", str(c.broker_id)):
-            raise KafkaError(f"broker {name} is not this broker ({c.broker_id})", Errors.INVALID_REQUEST)
-        static = {"broker.id": str(c.broker_id), "log.dirs": ",".join(c.log_dirs),
-                  "zookeeper.connect": c.zookeeper_connect, "min.insync.replicas": str(c.min_insync_replicas),
-                  "delete.topic.enable": str(c.delete_topic_enable).lower(),
-                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
-                  **{k: str(v) for k, v in c.overrides.items()}}
-        return [{"name": k, "value": v, "read_only": True, "source": 4,
-                 "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in sorted(static.items())]
+        return self.server.broker_configs.describe(name)
 
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):
             full = {c.name: c.value for c in r.configs if c.value is not None}
             return (lambda admin: admin.change_topic_config(r.resource_name, full, validate_only=req.validate_only),
                     set(full))
-        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True)
+
+        def broker_change(r):
+            return {c.name: c.value for c in r.configs}, [], True
+        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True,
+                                   broker_change=broker_change)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
@@ -457,7 +452,20 @@ class KafkaApis:
             return (lambda admin: admin.alter_topic_config(r.resource_name, sets, deletes,
                                                            validate_only=req.validate_only),
                     set(sets) | set(deletes))
-        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False)
+
+        def broker_change(r):
+            sets, deletes = {}, []
+            for c in r.configs:
+                if c.config_operation == 0:
+                    sets[c.name] = c.value
+                elif c.config_operation == 1:
+                    deletes.append(c.name)
+                else:
+                    raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
+                                     Errors.INVALID_REQUEST)
+            return sets, deletes, False
+        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
+                                   broker_change=broker_change)
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         from kafkatier.controller.tiered_storage_disablement_manager import TIERED_KEYS
@@ -468,7 +476,7 @@ class KafkaApis:
             return bool(set(current) & set(TIERED_KEYS))
         return False
 
-    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool):
+    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None):
         """Topic config changes.  Those that touch tiering (KIP-950) are decided by the active controller: on
         the controller they run on its event thread; any other broker forwards the whole request to it."""
         v = header.request_api_version
@@ -478,8 +486,14 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
+                if r.resource_type == BROKER_RESOURCE:   # dynamic broker configs (DynamicBrokerConfig)
+                    sets, deletes, replace = broker_change(r)
+                    self.server.broker_configs.alter(r.resource_name, sets, deletes, replace,
+                                                     validate_only=req.validate_only)
+                    plans.append((r, res, None))
+                    continue
                 if r.resource_type != TOPIC_RESOURCE:
-                    raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
+                    raise KafkaError("only topic and broker configs can be altered", Errors.INVALID_REQUEST)
                 compute, keys = changes(r)
                 plan = (compute, self._touches_tiering(r.resource_name, keys, full_replace))
             except KafkaError as e:

@@ -47,6 +47,7 @@ class KafkaServer:
         self.dynamic_config = None
         self.remote_log_manager = None
         self.group_coordinator = None
+        self.broker_configs = None
         self._topic_configs: dict[str, dict] = {}
         self.topic_config_listeners: list = []
         self.metadata_listeners: list = []  # called with no arguments after each UpdateMetadata
@@ -75,6 +76,8 @@ class KafkaServer:
             self.replica_manager.fetcher_manager.on_offset_moved_to_tiered_storage = \
                 self.remote_log_manager.on_offset_moved_to_tiered_storage
         self._start_admin()
+        if self.broker_configs is not None:
+            self.broker_configs.load()  # dynamic broker configs over the static ones, now that all can react
         from kafkatier.server.producer_id_manager import ProducerIdManager
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self._start_group_coordinator()
@@ -148,6 +151,51 @@ class KafkaServer:
         except ImportError:
             return
         install(self)
+
+    # --- dynamic broker configs (kafkatier/server/dynamic_broker_config.py) ---------------------------------
+    def _new_dynamic_broker_config(self):
+        from kafkatier.log.log_config import broker_topic_defaults
+        from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS, CLUSTER_WIDE, DynamicBrokerConfig
+        from kafkatier.zk.kafka_zk_client import KafkaZkClient
+        c = self.config
+        static = {"broker.id": c.broker_id, "zookeeper.connect": c.zookeeper_connect, "log.dirs": ",".join(c.log_dirs),
+                  "listeners": c.listener, "broker.rack": c.rack,
+                  "zookeeper.session.timeout.ms": c.zookeeper_session_timeout_ms,
+                  "delete.topic.enable": str(c.delete_topic_enable).lower(), "request.timeout.ms": c.request_timeout_ms,
+                  "num.partitions": c.num_partitions, "default.replication.factor": c.default_replication_factor,
+                  "min.insync.replicas": c.min_insync_replicas,
+                  "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
+                  "replica.lag.time.max.ms": c.replica_lag_time_max_ms,
+                  "replica.fetch.wait.max.ms": c.replica_fetch_wait_max_ms,
+                  "replica.fetch.max.bytes": c.replica_fetch_max_bytes,
+                  "log.retention.check.interval.ms": c.log_retention_check_interval_ms,
+                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
+                  **c.overrides}
+        log_names = frozenset(n for n, d in BROKER_CONFIGS.items() if d.mode == CLUSTER_WIDE)
+        pool_names = frozenset(n for n in BROKER_CONFIGS if n.startswith("remote.log.manager.")
+                               or n == "remote.log.reader.threads")
+
+        def min_isr(eff: dict) -> None:
+            if self.replica_manager is not None:
+                self.replica_manager.min_insync_replicas_default = int(eff["min.insync.replicas"])
+
+        def log_defaults(eff: dict) -> None:
+            if self.log_manager is not None:
+                from kafkatier.log.log_config import LogConfig
+                self.log_manager.update_broker_defaults(LogConfig.from_props(broker_topic_defaults(eff)),
+                                                        self._topic_config)
+
+        def rlm_pools(eff: dict) -> None:
+            if self.remote_log_manager is not None:
+                size = int(eff["remote.log.manager.thread.pool.size"])
+                copier, expiration = (int(eff["remote.log.manager.copier.thread.pool.size"]),
+                                      int(eff["remote.log.manager.expiration.thread.pool.size"]))
+                self.remote_log_manager.resize_thread_pools(size if copier == -1 else copier,
+                                                            size if expiration == -1 else expiration, size)
+        return DynamicBrokerConfig(self.broker_id, {k: str(v) for k, v in static.items() if v is not None},
+                                   KafkaZkClient(self.zk), reconfigurables=[
+                                       (frozenset({"min.insync.replicas"}), min_isr), (log_names, log_defaults),
+                                       (pool_names, rlm_pools)])
 
     # --- group coordinator (kafkatier/coordinator/group) ------------------------------------------------------
     def _start_group_coordinator(self) -> None:
@@ -228,7 +276,9 @@ class KafkaServer:
             from kafkatier.server.dynamic_config_manager import DynamicConfigManager
         except ImportError:
             return
-        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self.on_topic_config_change})
+        self.broker_configs = self._new_dynamic_broker_config()
+        self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self.on_topic_config_change,
+                                                             "brokers": self.broker_configs.on_change})
         self.dynamic_config.start()
 
     def _get_or_create_cluster_id(self) -> str:

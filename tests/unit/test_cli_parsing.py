@@ -91,10 +91,10 @@ def test_configs_option_combinations(capsys, argv, message):
     assert rc == 2 and message in err and err.count("\n") == 1
 
 
-def test_configs_brokers_are_describe_only(capsys):
-    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "brokers",
+def test_configs_alter_supports_topics_and_brokers_only(capsys):
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
                             "--entity-name", "1", "--alter", "--add-config", "a=1")
-    assert rc == 2 and "--alter supports --entity-type topics only" in err
+    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
 
 
 def test_configs_broker_name_must_be_an_id(capsys):

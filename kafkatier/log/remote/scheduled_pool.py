@@ -75,13 +75,37 @@ class ScheduledThreadPool:
             heapq.heappush(self._heap, (self._clock() + max(0.0, delay_s), next(self._seq), task))
             self._cond.notify()
 
+    def resize(self, size: int) -> None:
+        """Grow or shrink the pool at runtime (dynamic broker config): extra threads exit once idle."""
+        if size < 1:
+            raise ValueError(f"pool size must be at least 1, got {size}")
+        with self._cond:
+            self.size = size
+            if self._running:
+                self._threads = [t for t in self._threads if t.is_alive()]
+                names = {t.name for t in self._threads}
+                for i in range(size):
+                    name = f"{self.thread_name_prefix}{i}"
+                    if name not in names:
+                        t = threading.Thread(target=self._work, name=name, daemon=True)
+                        self._threads.append(t)
+                        t.start()
+            self._cond.notify_all()
+
+    def _retired(self) -> bool:
+        """Whether the calling worker is past the pool's size (after a shrink)."""
+        name = threading.current_thread().name
+        suffix = name[len(self.thread_name_prefix):]
+        return suffix.isdigit() and int(suffix) >= self.size
+
     def _work(self) -> None:
         while True:
             with self._cond:
-                while self._running and (not self._heap or self._heap[0][0] > self._clock()):
+                while self._running and not self._retired() and (
+                        not self._heap or self._heap[0][0] > self._clock()):
                     timeout = (self._heap[0][0] - self._clock()) if self._heap else None
                     self._cond.wait(timeout)
-                if not self._running:
+                if not self._running or self._retired():
                     return
                 _, _, task = heapq.heappop(self._heap)
             if task.cancelled:
