@@ -289,3 +289,89 @@ def test_cli_consume_group_describe_reset_delete(group_cluster, kafkatier_cli):
     assert group not in cg("--list").stdout.split()
     again = cg("--delete", "--group", group)
     assert again.returncode == 1 and "GroupIdNotFoundError" in again.stderr
+
+
+def test_group_requests_with_bad_input_get_kafka_error_codes(group_cluster):
+    """Raw requests (kafkatier's BrokerClient) for the issue's bad-input list: unknown protocols, a fenced
+    generation, an unknown member, oversized metadata, a bad session timeout, the wrong coordinator.  Every
+    refused commit leaves the committed offsets as they were; nothing hangs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.errors import Errors
+    from kafkatier.server.broker_client import BrokerClient
+
+    (FindCoordinatorRequest, OffsetCommitRequest, OffsetFetchRequest, JoinGroupRequest, HeartbeatRequest,
+     SyncGroupRequest, DeleteGroupsRequest) = (codec.request_class(k) for k in (10, 8, 9, 11, 12, 14, 42))
+    topic, group = f"bad-{uuid.uuid4().hex[:6]}", f"bad-{uuid.uuid4().hex[:6]}"
+    create_topic(group_cluster, topic, 2, 2)
+    ports = {b["id"]: b["port"] for b in group_cluster.manager.state["brokers"]}
+
+    def call(broker: int, request, api_key: int, version: int):
+        client = BrokerClient("127.0.0.1", ports[broker], "bad-input-test", timeout_s=30)
+        try:
+            return client.send(request, codec.response_class(api_key), version)
+        finally:
+            client.close()
+
+    def find() -> int:
+        r = call(1, FindCoordinatorRequest(key=group, key_type=0), 10, 3)
+        return r.node_id if r.error_code == 0 else None
+    coord = wait_for(find, 30, interval=0.2, ignore=(Exception,), message="coordinator")
+    other = next(b for b in ports if b != coord)
+    meta = b"\x00\x01\x00\x00\x00\x01" + len(topic).to_bytes(2, "big") + topic.encode() + b"\x00\x00\x00\x00"
+
+    def join(member_id="", protocol_type="consumer", protocols=(("range", meta),), session=SESSION_MS, gid=group,
+             broker=None):
+        req = JoinGroupRequest(group_id=gid, session_timeout_ms=session, rebalance_timeout_ms=10000,
+                               member_id=member_id, group_instance_id=None, protocol_type=protocol_type,
+                               protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m)
+                                          for n, m in protocols])
+        return call(broker or coord, req, 11, 5)
+
+    first = join()
+    assert first.error_code == Errors.MEMBER_ID_REQUIRED
+    member = first.member_id
+    with ThreadPoolExecutor(2) as pool:
+        joined = pool.submit(join, member)
+        # While the first member waits in JoinGroup: a different protocol type, an unknown protocol.
+        assert join(protocol_type="connect").error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+        pending = join().member_id
+        assert join(pending, protocols=(("no-such-assignor", meta),)).error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+        joined = joined.result(30)
+    assert joined.error_code == 0 and joined.leader == member
+    gen = joined.generation_id
+    sync = call(coord, SyncGroupRequest(group_id=group, generation_id=gen, member_id=member, group_instance_id=None,
+                                        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
+                                            member_id=member, assignment=b"")]), 14, 3)
+    assert sync.error_code == 0
+
+    def commit(offset, generation=gen, member_id=member, metadata="", t=topic):
+        req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                                  group_instance_id=None, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+                                      name=t, partitions=[OffsetCommitRequest.OffsetCommitRequestTopic
+                                                          .OffsetCommitRequestPartition(
+                                                              partition_index=0, committed_offset=offset,
+                                                              committed_leader_epoch=-1,
+                                                              committed_metadata=metadata)])])
+        return call(coord, req, 8, 7).topics[0].partitions[0].error_code
+
+    def committed() -> int:
+        req = OffsetFetchRequest(group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(
+            name=topic, partition_indexes=[0])], require_stable=False)
+        return call(coord, req, 9, 7).topics[0].partitions[0].committed_offset
+
+    assert commit(5) == 0 and committed() == 5
+    assert commit(6, generation=gen + 1) == Errors.ILLEGAL_GENERATION            # fenced generation
+    assert commit(6, member_id="stranger") == Errors.UNKNOWN_MEMBER_ID
+    assert commit(6, metadata="m" * 5000) == Errors.OFFSET_METADATA_TOO_LARGE      # oversized metadata
+    assert commit(6, t="no-such-topic") == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert committed() == 5                                                          # nothing lost, nothing moved
+    hb = lambda generation, broker=coord: call(broker, HeartbeatRequest(  # noqa: E731
+        group_id=group, generation_id=generation, member_id=member, group_instance_id=None), 12, 4).error_code
+    assert hb(gen) == 0 and hb(gen - 1) == Errors.ILLEGAL_GENERATION
+    assert hb(gen, broker=other) == Errors.NOT_COORDINATOR
+    assert join(session=1000).error_code == Errors.INVALID_SESSION_TIMEOUT
+    assert join(gid="").error_code == Errors.INVALID_GROUP_ID
+    deleted = call(coord, DeleteGroupsRequest(groups_names=[group]), 42, 2).results[0]
+    assert deleted.error_code == Errors.NON_EMPTY_GROUP
