@@ -302,7 +302,8 @@ def test_group_requests_with_bad_input_get_kafka_error_codes(group_cluster):
     from kafkatier.server.broker_client import BrokerClient
 
     (FindCoordinatorRequest, OffsetCommitRequest, OffsetFetchRequest, JoinGroupRequest, HeartbeatRequest,
-     SyncGroupRequest, DeleteGroupsRequest) = (codec.request_class(k) for k in (10, 8, 9, 11, 12, 14, 42))
+     SyncGroupRequest, DeleteGroupsRequest, DescribeGroupsRequest) = (
+        codec.request_class(k) for k in (10, 8, 9, 11, 12, 14, 42, 15))
     topic, group = f"bad-{uuid.uuid4().hex[:6]}", f"bad-{uuid.uuid4().hex[:6]}"
     create_topic(group_cluster, topic, 2, 2)
     ports = {b["id"]: b["port"] for b in group_cluster.manager.state["brokers"]}
@@ -329,11 +330,16 @@ def test_group_requests_with_bad_input_get_kafka_error_codes(group_cluster):
                                           for n, m in protocols])
         return call(broker or coord, req, 11, 5)
 
-    first = join()
+    # A client retries NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the new coordinator loads.
+    first = wait_for(lambda: (lambda r: r if r.error_code != Errors.NOT_COORDINATOR and
+                              r.error_code != Errors.COORDINATOR_LOAD_IN_PROGRESS else None)(join()), 30,
+                     interval=0.1, message="the coordinator to serve the group")
     assert first.error_code == Errors.MEMBER_ID_REQUIRED
     member = first.member_id
     with ThreadPoolExecutor(2) as pool:
         joined = pool.submit(join, member)
+        wait_for(lambda: call(coord, DescribeGroupsRequest(groups=[group]), 15, 5).groups[0].members, 10,
+                 interval=0.02, message="the first member waiting in JoinGroup")
         # While the first member waits in JoinGroup: a different protocol type, an unknown protocol.
         assert join(protocol_type="connect").error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
         pending = join().member_id
