@@ -248,3 +248,16 @@ def test_failed_append_is_reported_and_not_applied(env):
     coord.handle_commit_offsets("f", "", None, -1, {("t", 0): OffsetAndMetadata(9)}, out.append)
     assert out == [{("t", 0): Errors.NOT_COORDINATOR}]
     assert coord.handle_fetch_offsets("f", [("t", 0)]).offsets[("t", 0)] is None
+
+
+def test_a_newer_leader_epoch_on_the_same_coordinator_keeps_the_groups_in_memory(env):
+    coord, timer, _ = env
+    ids, gen, _ = form_group(coord, timer, "g", 2)
+    p = coord.partition_for("g")
+    coord.on_election(p, 5)           # e.g. a follower left the ISR: same leader, newer epoch
+    timer.advance(0)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
+    coord.on_resignation(p, 4)        # a stale resignation does not unload
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
+    coord.on_resignation(p, 6)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == Errors.NOT_COORDINATOR

@@ -155,6 +155,11 @@ class GroupCoordinator:
             current = self.manager.owned.get(partition)
             if current is not None and current >= epoch:
                 return
+            if current is not None and partition not in self.manager.loading:
+                # Still the leader, only a newer leader epoch (e.g. an ISR change): what we hold in memory is
+                # what we wrote, so no reload (Kafka keeps its cached groups over the loaded ones too).
+                self.manager.owned[partition] = epoch
+                return
             self.manager.owned[partition] = epoch
             self.manager.loading.add(partition)
         self.timer.schedule(f"load-groups-{partition}", lambda: self._load(partition, epoch), 0)
