@@ -98,9 +98,11 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("min.insync.replicas", "INT", 1, CLUSTER_WIDE, 1),
     _d("unclean.leader.election.enable", "BOOLEAN", False, CLUSTER_WIDE),
     # replication throttles (Kafka's DynamicReplicationQuota)
-    _d("leader.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 1),
-    _d("follower.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 1),
-    _d("replica.alter.log.dirs.io.max.bytes.per.second", "LONG", LONG_MAX, PER_BROKER, 1),
+    _d("leader.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 0),
+    _d("follower.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 0),
+    _d("replica.alter.log.dirs.io.max.bytes.per.second", "LONG", LONG_MAX, PER_BROKER, 0),
+    # KIP-113's name for the intra-broker (log dir move) throttle; a synonym of Kafka's name above
+    _d("intra.broker.throttled.rate", "LONG", None, PER_BROKER, 0),
     # remote log manager pools (KIP-950's split pools)
     _d("remote.log.manager.thread.pool.size", "INT", 10, PER_BROKER, 1),
     _d("remote.log.manager.copier.thread.pool.size", "INT", -1, PER_BROKER, -1),
@@ -112,6 +114,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
 SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     ("log.roll.ms", "log.roll.hours"),
+    ("intra.broker.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"),
 )
 _SYNONYMS_OF = {name: group for group in SYNONYMS for name in group}
 
