@@ -261,3 +261,22 @@ def test_a_newer_leader_epoch_on_the_same_coordinator_keeps_the_groups_in_memory
     assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
     coord.on_resignation(p, 6)
     assert coord.handle_heartbeat("g", ids[0], None, gen) == Errors.NOT_COORDINATOR
+
+
+def test_initial_rebalance_waits_while_new_members_keep_joining():
+    timer, log = ManualTimer(), FakeOffsetsLog()
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=3000),
+                             log, timer, time_ms=timer.time_ms)
+    coord.startup()
+    coord.on_election(0, 0)
+    timer.advance(0)
+    a = join(coord, "g")[0].member_id
+    first = join(coord, "g", a)
+    timer.advance(2000)
+    b = join(coord, "g")[0].member_id
+    second = join(coord, "g", b)
+    timer.advance(3500)                # the first delay ended at 3 s, a member had joined: wait 3 s more
+    assert first == [] and second == []
+    timer.advance(600)
+    assert first[0].generation_id == second[0].generation_id == 1
+    assert {m for m, _, _ in (first[0].members or second[0].members)} == {a, b}

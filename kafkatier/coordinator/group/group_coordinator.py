@@ -8,10 +8,11 @@ commit with generation -1); DescribeGroups, ListGroups, DeleteGroups, OffsetDele
 Every answer is delivered through a callback (JoinGroup and SyncGroup wait for the rebalance; commits wait for
 the ``__consumer_offsets`` append to be replicated).  Callbacks run *outside* the coordinator's lock.
 
-Timers.  Kafka's ``DelayedJoin`` / ``InitialDelayedJoin`` / ``DelayedHeartbeat`` purgatory operations are told
-here as tasks on the injected timer (one ``schedule(name, fn, delay_ms)``), each checking when it fires whether
-it still applies (the group's ``join_sequence`` for a rebalance, the member's session deadline for a heartbeat);
-a rebalance is also completed early, as Kafka's ``tryComplete``, when the last expected member joins.
+Timers.  Kafka's purgatory operations ``DelayedJoin`` / ``InitialDelayedJoin`` (``delayed_join.py``) and
+``DelayedHeartbeat`` (``delayed_heartbeat.py``) run on the injected timer (one ``schedule(name, fn,
+delay_ms)``) and call back ``on_expire_*``, which check whether they still apply (the group's rebalance, the
+member's session deadline); a rebalance also completes early, as Kafka's ``tryComplete``, when the last expected
+member joins.
 
 Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); no transactional offset
 commits; JoinGroup's KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
@@ -22,10 +23,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Callable, Protocol
+from typing import Callable
 
 import attrs
 
+from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
+from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
 from kafkatier.coordinator.group.group_metadata import (CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState,
                                                          JoinGroupResult, MemberMetadata, SyncGroupResult)
 from kafkatier.coordinator.group.group_metadata_manager import (DEFAULT_OFFSETS_TOPIC_PARTITIONS,
@@ -37,10 +40,6 @@ from kafkatier.protocol.errors import Errors
 log = get_logger("coordinator.group")
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-
-
-class Timer(Protocol):
-    def schedule(self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1) -> None: ...
 
 
 @attrs.frozen
@@ -288,7 +287,7 @@ class GroupCoordinator:
                                                session_ms, protocol_type, protocols, callback, answers)
         elif require_known:
             group.pending_members.add(new_id)
-            self.timer.schedule("pending-member-expiry", lambda: self._expire_pending(group, new_id), session_ms)
+            DelayedHeartbeat(self, group, None, new_id, self.time_ms() + session_ms, session_ms).schedule(self.timer)
             answers.append((callback, JoinGroupResult(int(Errors.MEMBER_ID_REQUIRED), new_id)))
         else:
             self._add_member_and_rebalance(group, new_id, None, client_id, client_host, rebalance_ms, session_ms,
@@ -408,37 +407,33 @@ class GroupCoordinator:
         group.initial_join = initial
         group.transition_to(GroupState.PREPARING_REBALANCE, self.time_ms())
         group.join_sequence += 1
-        seq = group.join_sequence
         log.info("preparing to rebalance %s", kv(group=group.group_id, generation=group.generation_id,
                                                  reason=reason))
-        if initial:   # Kafka's InitialDelayedJoin: give the other members of a starting group time to join
-            delay = min(self.config.group_initial_rebalance_delay_ms, group.max_rebalance_timeout_ms())
-            remaining = max(group.max_rebalance_timeout_ms() - delay, 0)
-            self.timer.schedule("initial-delayed-join", lambda: self._initial_join_expired(group, seq, delay,
-                                                                                           remaining), delay)
+        if initial:
+            configured = self.config.group_initial_rebalance_delay_ms
+            delay = min(configured, group.max_rebalance_timeout_ms())
+            InitialDelayedJoin(self, group, configured, delay,
+                               max(group.max_rebalance_timeout_ms() - delay, 0)).schedule(self.timer)
         else:
-            self.timer.schedule("delayed-join", lambda: self._join_expired(group, seq),
-                                group.max_rebalance_timeout_ms())
+            DelayedJoin(self, group, group.max_rebalance_timeout_ms()).schedule(self.timer)
 
-    def _initial_join_expired(self, group: GroupMetadata, seq: int, delay: int, remaining: int) -> None:
+    def on_expire_initial_join(self, op: InitialDelayedJoin) -> None:
         answers: list = []
         with self._lock:
-            if group.join_sequence != seq or not group.is_state(GroupState.PREPARING_REBALANCE):
+            if not op.is_current():
                 return
-            if group.new_member_added and remaining > 0:
-                group.new_member_added = False
-                step = min(delay, remaining)
-                self.timer.schedule("initial-delayed-join",
-                                    lambda: self._initial_join_expired(group, seq, delay, remaining - step), step)
+            extension = op.extension()
+            if extension is not None:
+                extension.schedule(self.timer)
                 return
-            self._complete_join(group, answers)
+            self._complete_join(op.group, answers)
         _run(answers)
 
-    def _join_expired(self, group: GroupMetadata, seq: int) -> None:
+    def on_expire_join(self, op: DelayedJoin) -> None:
         answers: list = []
         with self._lock:
-            if group.join_sequence == seq and group.is_state(GroupState.PREPARING_REBALANCE):
-                self._complete_join(group, answers)
+            if op.is_current():
+                self._complete_join(op.group, answers)
         _run(answers)
 
     def _try_complete_join(self, group: GroupMetadata, answers: list) -> None:
@@ -592,31 +587,29 @@ class GroupCoordinator:
         self._schedule_heartbeat_expiry(group, member, member.session_timeout_ms)
 
     def _schedule_heartbeat_expiry(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
-        """Kafka's DelayedHeartbeat: the member is removed if no heartbeat (or join/sync) arrives before the
-        new deadline; each heartbeat moves the deadline and schedules a check for it."""
         deadline = self.time_ms() + timeout_ms
         member.session_deadline_ms = deadline
-        self.timer.schedule("heartbeat-expiry", lambda: self._heartbeat_expired(group, member, deadline), timeout_ms)
+        DelayedHeartbeat(self, group, member, member.member_id, deadline, timeout_ms).schedule(self.timer)
 
-    def _heartbeat_expired(self, group: GroupMetadata, member: MemberMetadata, deadline: int) -> None:
+    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None:
+        """A member silent for a whole session is removed; a pending member id is dropped."""
         answers: list = []
+        group = op.group
         with self._lock:
-            if member.session_deadline_ms != deadline or group.members.get(member.member_id) is not member:
-                return
-            if member.awaiting_join is not None and not member.is_new:
-                return       # waiting in JoinGroup: the rebalance timeout governs it
-            log.info("member session expired %s", kv(group=group.group_id, member=member.member_id,
-                                                     session_timeout_ms=member.session_timeout_ms))
-            self._remove_member_and_update_group(group, member, answers)
-        _run(answers)
-
-    def _expire_pending(self, group: GroupMetadata, member_id: str) -> None:
-        answers: list = []
-        with self._lock:
-            if member_id in group.pending_members:
-                group.pending_members.discard(member_id)
-                if group.is_state(GroupState.PREPARING_REBALANCE):
-                    self._try_complete_join(group, answers)
+            if op.is_pending:
+                if op.member_id in group.pending_members:
+                    group.pending_members.discard(op.member_id)
+                    if group.is_state(GroupState.PREPARING_REBALANCE):
+                        self._try_complete_join(group, answers)
+            else:
+                member = op.member
+                if member.session_deadline_ms != op.deadline_ms or group.members.get(member.member_id) is not member:
+                    return
+                if member.awaiting_join is not None and not member.is_new:
+                    return       # waiting in JoinGroup: the rebalance timeout governs it
+                log.info("member session expired %s", kv(group=group.group_id, member=member.member_id,
+                                                         session_timeout_ms=member.session_timeout_ms))
+                self._remove_member_and_update_group(group, member, answers)
         _run(answers)
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, answers: list) -> None:
