@@ -381,3 +381,53 @@ def test_group_requests_with_bad_input_get_kafka_error_codes(group_cluster):
     assert join(gid="").error_code == Errors.INVALID_GROUP_ID
     deleted = call(coord, DeleteGroupsRequest(groups_names=[group]), 42, 2).results[0]
     assert deleted.error_code == Errors.NON_EMPTY_GROUP
+
+
+def test_group_consumes_a_tiered_topic_across_read_only_and_re_enable(cluster_factory, kafkatier_cli):
+    """Issue 17 item 5: a group reading a tiered topic from the beginning (the first records only in the remote
+    tier) across a KIP-950 switch to read-only tiering and back sees every record once per committed position,
+    and ``consumer-groups --describe`` computes the lag against the real log end offset."""
+    from kafka import KafkaConsumer
+    from kip950_support import (READ_ONLY, TIERED, TOPIC_CONFIG, alter, earliest, local_bases, produce as kproduce,
+                                remote)
+    from kip950_support import create_topic as kcreate_topic
+    c = cluster_factory(brokers=3, log_dirs=1, overrides={**TIERED, "group.initial.rebalance.delay.ms": "0"})
+    topic, group = f"tg-{uuid.uuid4().hex[:6]}", f"tg-{uuid.uuid4().hex[:6]}"
+    kcreate_topic(c, topic, 1, 2, TOPIC_CONFIG)
+    kproduce(c, topic, 30)
+    leader = partition_state(c.zk, topic, 0)[0]["leader"]
+    wait_for(lambda: remote(c.zk, topic) and min(local_bases(c, leader, topic)) > 0, 60, interval=0.2,
+             ignore=(Exception,), message="the first segments only in the remote tier")
+    assert earliest(c, topic) == 0
+
+    def consume_some(n: int) -> list[int]:
+        consumer = KafkaConsumer(topic, bootstrap_servers=c.bootstrap_servers, group_id=group,
+                                 auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=1,
+                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000)
+        got: list[int] = []
+        try:
+            def step():
+                for recs in consumer.poll(timeout_ms=500).values():
+                    for r in recs:
+                        got.append(r.offset)
+                        consumer.commit()
+                return len(got) >= n
+            wait_for(step, 60, interval=0, message=f"{n} records through the group")
+        finally:
+            consumer.close(autocommit=False)
+        return got
+
+    first = consume_some(15)
+    assert first == list(range(15))
+    assert alter(c, topic, READ_ONLY) is None             # KIP-950: read-only tiering
+    second = consume_some(15)
+    assert second == list(range(15, 30))                  # resumes at the committed offset, remote then local
+    kproduce(c, topic, 10, first=30)
+    assert alter(c, topic, {"remote.log.copy.disable": "false"}, delete=("local.retention.ms",)) is None
+    third = consume_some(10)
+    assert third == list(range(30, 40))
+    kproduce(c, topic, 5, first=40)
+    out = kafkatier_cli.run("consumer-groups", "--bootstrap-server", c.bootstrap_servers, "--describe",
+                            "--group", group)
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith(group))
+    assert row[3:6] == ["40", "45", "5"], out.stdout
