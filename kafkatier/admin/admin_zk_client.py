@@ -12,11 +12,13 @@ the write is conditional on the config znode's version and the whole read-valida
 concurrent change, so two concurrent incremental alters never lose an update, and validation always sees the
 topic's existing config (tiered_storage.md §3).
 
-Extension hooks (for features that keep state next to the config, e.g. KIP-950's ``tieredstorage`` znodes):
-``before_config_change`` / ``before_topic_create`` callables may raise a :class:`KafkaError` to refuse the
-change, or append ops to the same ZooKeeper multi.  Ops are ``kafkatier.zk.fenced`` op values (``Create``,
-``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  Hooks must not write on their
-own: with ``validate_only`` their ops are discarded, and on a version conflict they run again.
+Validation is the one topic ConfigDef's (``log/log_config.validate_topic_config``, tiered rules included).  A
+topic created tiered, or whose config enables tiering for the first time, gets its KIP-950 ``tieredstorage``
+znodes in the same multi (``log/remote/tiered_state.creation_ops``).  A config change may carry ``extra_ops``:
+a callable ``(zk, topic, old, new) -> ops`` (the controller's tiered transition) that may raise a
+:class:`KafkaError` to refuse the change, or return ops for the same multi -- ``kafkatier.zk.fenced`` op values
+(``Create``, ``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  It must not write on
+its own: with ``validate_only`` its ops are discarded, and on a version conflict it runs again.
 """
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from kafkatier.admin import topic_config as tc
 from kafkatier.admin.replica_assignment import (BrokerMetadata, InvalidReplicaAssignmentError,
                                                 assign_replicas_to_brokers, validate_manual_assignment)
+from kafkatier.common import structs
+from kafkatier.common.structs import is_valid_topic_name
+from kafkatier.log.log_config import validate_topic_config
+from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (BrokerNotAvailableError, Errors, InvalidConfigurationError,
                                        InvalidPartitionsError, InvalidRequestError,
@@ -41,7 +47,6 @@ from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("admin")
 
-MAX_TOPIC_NAME_LENGTH = 249
 NO_NUM_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 WRITE_ATTEMPTS = 5
@@ -49,14 +54,8 @@ WRITE_ATTEMPTS = 5
 #: answers INVALID_PARTITIONS.
 MAX_PARTITIONS_PER_TOPIC = 10000
 
-# (zk, topic, old_config, new_config, transaction_ops) -> None
-ConfigChangeHook = Callable[[Any, str, Mapping[str, str], Mapping[str, str], list], None]
-# (zk, topic, config, assignment, transaction_ops) -> None
-TopicCreateHook = Callable[[Any, str, Mapping[str, str], Mapping[int, tuple[int, ...]], list], None]
-
-# Hooks every AdminZkClient runs (before its own per-instance hooks).
-BEFORE_CONFIG_CHANGE: list[ConfigChangeHook] = []
-BEFORE_TOPIC_CREATE: list[TopicCreateHook] = []
+# (zk, topic, old_config, new_config) -> ops for the config change's multi
+ExtraOps = Callable[[Any, str, Mapping[str, str], Mapping[str, str]], list]
 
 
 class ConcurrentConfigChangeError(KafkaError):
@@ -67,22 +66,9 @@ class ConcurrentConfigChangeError(KafkaError):
 
 # ------------------------------------------------------------------------------------------------ topic names
 
-def _legal_char(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "._-"
-
-
 def validate_topic_name(name: str) -> None:
     """Kafka's ``Topic.validate``: InvalidTopicError with Kafka's messages."""
-    if not isinstance(name, str) or name == "":
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
-                                f"characters, Topic name: {name}")
-    if not all(_legal_char(c) for c in name):
-        raise InvalidTopicError(f'Topic name "{name}" is illegal, it contains a character other than '
-                                "ASCII alphanumerics, '.', '_' and '-'")
+    structs.validate_topic_name(name, InvalidTopicError)
 
 
 def has_collision_chars(name: str) -> bool:
@@ -92,14 +78,6 @@ def has_collision_chars(name: str) -> bool:
 def has_collision(a: str, b: str) -> bool:
     """``a`` and ``b`` map to the same metric names ('.' and '_' are interchangeable there)."""
     return a.replace(".", "_") == b.replace(".", "_")
-
-
-def _is_valid_topic_name(name: str) -> bool:
-    try:
-        validate_topic_name(name)
-        return True
-    except InvalidTopicError:
-        return False
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -166,16 +144,14 @@ class AdminZkClient:
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self.rng = rng
-        self.before_config_change: list[ConfigChangeHook] = []
-        self.before_topic_create: list[TopicCreateHook] = []
         self._paths_ready = False
 
     # --- reads ------------------------------------------------------------------------------------------------
     def topic_exists(self, name: str) -> bool:
-        return _is_valid_topic_name(name) and self.kafka_zk.topic_exists(name)
+        return is_valid_topic_name(name) and self.kafka_zk.topic_exists(name)
 
     def is_marked_for_deletion(self, name: str) -> bool:
-        return _is_valid_topic_name(name) and self.kafka_zk.is_topic_marked_for_deletion(name)
+        return is_valid_topic_name(name) and self.kafka_zk.is_topic_marked_for_deletion(name)
 
     def list_topics(self, include_marked_for_deletion: bool = True) -> list[str]:
         topics = self.kafka_zk.get_all_topics()
@@ -196,7 +172,7 @@ class AdminZkClient:
         return self._read_assignment(name).topic_id
 
     def _read_assignment(self, name: str) -> codecs.TopicAssignment:
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         try:
             data, _ = self.zk.get(paths.topic(name))
@@ -209,7 +185,7 @@ class AdminZkClient:
 
     def fetch_topic_config(self, name: str) -> dict[str, str]:
         """The topic's overrides as stored (``{}`` if none)."""
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             return {}
         return self.kafka_zk.get_topic_config_and_version(name)[0]
 
@@ -257,9 +233,7 @@ class AdminZkClient:
         if validate_only:
             return CreatedTopic(name, None, final, config)
 
-        ops: list = []
-        for hook in [*BEFORE_TOPIC_CREATE, *self.before_topic_create]:
-            hook(self.zk, name, dict(config), dict(final), ops)
+        ops = creation_ops(self.zk, name, config, creating_topic=True)
         self._ensure_paths()
         try:
             topic_id = self.kafka_zk.create_topic_with_config(name, {p: list(r) for p, r in final.items()},
@@ -290,14 +264,14 @@ class AdminZkClient:
                 raise InvalidTopicError(f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
         if manual is not None:
             assignment = validate_manual_assignment({p: list(r) for p, r in manual.items()}, live_broker_ids)
-        tc.validate_topic_config(config, existing={}, broker_config=self.broker_config, topic=name)
+        validate_topic_config(config, existing={}, broker_config=self.broker_config)
         return dict(assignment or {})
 
     # --- delete -----------------------------------------------------------------------------------------------
     def delete_topic(self, name: str) -> bool:
         """Mark the topic for deletion; True if newly marked, False if it already was.
         UnknownTopicOrPartitionError if the topic does not exist."""
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
         try:
             marked = self.kafka_zk.mark_topic_for_deletion(name)
@@ -308,17 +282,18 @@ class AdminZkClient:
         return marked
 
     # --- config changes ---------------------------------------------------------------------------------------
-    def change_topic_config(self, name: str, new_config: Mapping[str, Any],
-                            validate_only: bool = False) -> TopicConfigChange:
+    def change_topic_config(self, name: str, new_config: Mapping[str, Any], validate_only: bool = False,
+                            extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         """AlterConfigs semantics: ``new_config`` replaces all of the topic's overrides."""
         config = _str_config(new_config)
         nulls = [k for k, v in config.items() if v is None]
         if nulls:
             raise InvalidRequestError("Null value not supported for : " + ",".join(nulls))
-        return self._update_config(name, lambda old: dict(config), validate_only)
+        return self._update_config(name, lambda old: dict(config), validate_only, extra_ops)
 
     def alter_topic_config(self, name: str, set: Mapping[str, Any] | None = None,  # noqa: A002 - Kafka's op name
-                           delete: Iterable[str] = (), validate_only: bool = False) -> TopicConfigChange:
+                           delete: Iterable[str] = (), validate_only: bool = False,
+                           extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         """IncrementalAlterConfigs semantics: SET the given keys, DELETE the listed ones (absent keys are
         ignored); the resulting full config is validated."""
         to_set = _str_config(set)
@@ -336,7 +311,7 @@ class AdminZkClient:
                 new.pop(k, None)
             return new
 
-        return self._update_config(name, apply, validate_only)
+        return self._update_config(name, apply, validate_only, extra_ops)
 
     def _require_existing(self, name: str) -> None:
         validate_topic_name(name)
@@ -344,16 +319,16 @@ class AdminZkClient:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
 
     def _update_config(self, name: str, compute: Callable[[dict[str, str]], dict[str, str]],
-                       validate_only: bool) -> TopicConfigChange:
+                       validate_only: bool, extra_ops: ExtraOps | None = None) -> TopicConfigChange:
         self._require_existing(name)
 
         def attempt() -> TopicConfigChange:
             old, version = self.kafka_zk.get_topic_config_and_version(name)
             new = compute(dict(old))
-            tc.validate_topic_config(new, existing=old, broker_config=self.broker_config, topic=name)
-            ops: list = []
-            for hook in [*BEFORE_CONFIG_CHANGE, *self.before_config_change]:
-                hook(self.zk, name, dict(old), dict(new), ops)
+            validate_topic_config(new, existing=old, broker_config=self.broker_config)
+            ops = creation_ops(self.zk, name, new, creating_topic=False)
+            if extra_ops is not None:
+                ops += extra_ops(self.zk, name, dict(old), dict(new))
             if validate_only:
                 return TopicConfigChange(name, old, new, None)
             self._ensure_paths()
@@ -381,7 +356,7 @@ class AdminZkClient:
         rewritten conditionally on its version (topic id and any reassignment kept); the controller's partition
         modification watch then creates, elects and announces the new partitions.  Returns the new partitions'
         assignment."""
-        if not _is_valid_topic_name(name):
+        if not is_valid_topic_name(name):
             raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
         if self.kafka_zk.is_topic_marked_for_deletion(name):
             raise InvalidTopicError(f"The topic '{name}' is queued for deletion.")

@@ -65,8 +65,13 @@ def build_config(args):
 
 def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
+    from kafkatier.zk.broker_registration import BrokerIdConflictError
     logsetup.set_process_tag(f"broker-{args.id}")
     for d in args.log_dirs.split(","):
         if d:
             os.makedirs(d, exist_ok=True)
-    return run_broker(build_config(args), status_file=args.status_file)
+    try:
+        return run_broker(build_config(args), status_file=args.status_file)
+    except BrokerIdConflictError as e:
+        logsetup.get_logger("server").error("start-up failed: %s", e)
+        return 1

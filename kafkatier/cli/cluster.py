@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
+import time
 
 
 def register(sub) -> None:
@@ -18,7 +20,8 @@ def register(sub) -> None:
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper (HOST:PORT) instead of an embedded one")
     up.add_argument("--session-timeout-ms", type=int, default=6000)
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="broker property for every broker (repeatable)")
+                    help="broker property for every broker (repeatable); tiered storage is on by default, "
+                         "--override remote.log.storage.system.enable=false turns it off")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.set_defaults(func=_up)
 
@@ -26,9 +29,13 @@ def register(sub) -> None:
     down.add_argument("--data-dir", required=True)
     down.set_defaults(func=_down)
 
-    sb = csub.add_parser("start-broker", help="restart one broker with its original settings")
+    sb = csub.add_parser("start-broker", help="restart one broker with its original settings; returns once it is "
+                                              "registered and serving (after a kill -9, once the old "
+                                              "registration's ZooKeeper session has expired)")
     sb.add_argument("--id", type=int, required=True)
     sb.add_argument("--data-dir", required=True)
+    sb.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait until the broker is registered and serving (default 60)")
     sb.set_defaults(func=_start_broker)
 
     st = csub.add_parser("stop-broker", help="stop one broker (SIGTERM, or SIGKILL with --kill)")
@@ -51,6 +58,8 @@ def _manager(args):
 def _up(args) -> int:
     from kafkatier.cli.broker import parse_overrides
     from kafkatier.cli.main import UsageError
+    from kafkatier.cluster.manager import CLUSTER_UP_DEFAULTS, BrokerStartError
+    from kafkatier.waiting import WaitTimeout
     if args.brokers < 1:
         raise UsageError("--brokers must be at least 1")
     if args.log_dirs_per_broker < 1:
@@ -58,7 +67,13 @@ def _up(args) -> int:
     m = _manager(args)
     try:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
-                     session_timeout_ms=args.session_timeout_ms, overrides=parse_overrides(args.override))
+                     session_timeout_ms=args.session_timeout_ms,
+                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)})
+    except (BrokerStartError, WaitTimeout) as e:
+        if m.state:
+            m.down()
+        print(f"kafkatier cluster up: {e}", file=sys.stderr)
+        return 1
     except BaseException:
         if m.state:
             m.down()
@@ -85,10 +100,17 @@ def _down(args) -> int:
 
 
 def _start_broker(args) -> int:
+    from kafkatier.cluster.manager import BrokerStartError
+    from kafkatier.waiting import WaitTimeout
     m = _manager(args)
     m.load()
-    pid = m.start_broker(args.id)
-    print(f"broker {args.id} started (pid {pid})")
+    t0 = time.monotonic()
+    try:
+        pid = m.start_broker(args.id, timeout=args.timeout)
+    except (BrokerStartError, WaitTimeout) as e:
+        print(f"kafkatier cluster start-broker: {e}", file=sys.stderr)
+        return 1
+    print(f"broker {args.id} started (pid {pid}): registered and serving after {time.monotonic() - t0:.1f}s")
     return 0
 
 

@@ -11,16 +11,13 @@ import importlib
 import sys
 
 from kafkatier import __version__, logsetup
+from kafkatier.common.errors import UsageError  # noqa: F401 - the CLI's error type, used by every command
 
 # (module, ...) in the order they appear in --help.
 COMMAND_MODULES = (
     "demo", "zookeeper", "broker", "cluster", "topics", "configs", "produce", "consume",
     "tiered", "delete_records", "log_dirs", "consumer_groups",
 )
-
-
-class UsageError(Exception):
-    """A bad argument or input file: printed as one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

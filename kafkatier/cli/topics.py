@@ -16,10 +16,9 @@ from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.admin.client import AdminClient, AdminError, ConfigEntry, NewTopicSpec, PartitionInfo, TopicInfo
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
+from kafkatier.common import structs
 from kafkatier.protocol.errors import Errors
 
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 COLLISION_WARNING = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
                      "could collide. To avoid issues it is best to use either, but not both.")
 
@@ -58,16 +57,7 @@ def register(subparsers) -> None:
 
 def validate_topic_name(name: str) -> None:
     """Kafka's topic name rules; :class:`UsageError` with Kafka's message."""
-    if not name:
-        raise UsageError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise UsageError('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise UsageError(f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
-                         f"topic name: {name}")
-    if not _LEGAL_TOPIC_CHARS.match(name):
-        raise UsageError(f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
-                         "'.', '_' and '-'")
+    structs.validate_topic_name(name, UsageError)
 
 
 def has_collision_chars(name: str) -> bool:

@@ -6,11 +6,20 @@
 
 Broker processes are started in their own session, so they outlive a ``--detach``-ed ``cluster up``; logs go
 to ``<data-dir>/logs/broker-<id>.log`` and a metrics snapshot to ``<data-dir>/status/broker-<id>.json``.
+
+A started broker counts as up once it is registered in ZooKeeper -- with a new ``/brokers/ids/<id>``, not the one
+its killed predecessor left until that session expires (the broker waits for it, see
+``kafkatier/zk/broker_registration.py``) -- and answers ApiVersions on its port.  A process that exits before
+that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
+brokers of one cluster at once: ``cluster.json`` is read, updated and written under ``cluster.json.lock``.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,6 +35,26 @@ from kafkatier.zk.embedded import pid_alive as _pid_alive
 log = get_logger("cluster")
 
 CLUSTER_FILE = "cluster.json"
+
+# What ``kafkatier cluster up`` and the demo set for every broker unless overridden (``--override k=v``):
+# tiered storage is what the simulator is for, so the cluster-wide flag is on; topics still opt in with
+# ``remote.storage.enable=true``.  The remote storage lives under the data dir (``remote-storage/``).
+CLUSTER_UP_DEFAULTS = {"remote.log.storage.system.enable": "true"}
+
+
+class BrokerStartError(RuntimeError):
+    """A broker process exited during start-up; the message carries the last error line of its log."""
+
+
+# A log line at ERROR or worse, or the last line of a Python traceback ("pkg.SomeError: message").
+_ERROR_LINE = re.compile(r"^\S+ (ERROR|CRITICAL) |^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def last_error_line(log_text: str) -> str | None:
+    for line in reversed(log_text.splitlines()):
+        if _ERROR_LINE.match(line):
+            return line.strip()
+    return None
 
 
 def free_port() -> int:
@@ -67,6 +96,8 @@ class ClusterManager:
         self.data_dir = os.path.abspath(data_dir)
         self.state: dict = {}
         self._procs: dict[int, subprocess.Popen] = {}
+        self._previous_registration: dict[int, int | None] = {}  # broker id -> czxid before we started it
+        self._log_start: dict[int, int] = {}  # broker id -> size of its log when we started it
 
     @property
     def cluster_file(self) -> str:
@@ -74,7 +105,7 @@ class ClusterManager:
 
     # --- state ----------------------------------------------------------------------------------------------
     def load(self) -> dict:
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         try:
             with open(self.cluster_file) as f:
                 self.state = json.load(f)
@@ -101,7 +132,7 @@ class ClusterManager:
         for b in self.state["brokers"]:
             if b["id"] == broker_id:
                 return b
-        from kafkatier.cli.main import UsageError
+        from kafkatier.common.errors import UsageError
         raise UsageError(f"broker {broker_id} is not part of the cluster in {self.data_dir}")
 
     # --- up / down ------------------------------------------------------------------------------------------
@@ -145,55 +176,121 @@ class ClusterManager:
         return self.state
 
     def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> int:
-        b = self.broker(broker_id)
-        if pid_alive(b.get("pid")):
-            from kafkatier.cli.main import UsageError
-            raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
-        for d in b["log_dirs"]:
-            os.makedirs(d, exist_ok=True)
-        logf = open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), "ab")
-        env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
-                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-        logf.close()
-        self._procs[broker_id] = proc
-        b["pid"] = proc.pid
-        self.save()
+        """Start one broker with its original settings.  With ``wait``, return once it is registered (a new
+        ``/brokers/ids/{id}``, after the previous incarnation's has expired) and answers ApiVersions on its port;
+        :class:`BrokerStartError` if the process exits first, ``WaitTimeout`` if that takes over ``timeout`` s.
+
+        Several ``kafkatier cluster start-broker`` commands may run at once: the pid is recorded in
+        ``cluster.json`` under a file lock."""
+        with self._state_lock():
+            if os.path.exists(self.cluster_file):
+                self.load()  # another command may have started a broker since we read it
+            b = self.broker(broker_id)
+            if pid_alive(b.get("pid")):
+                from kafkatier.common.errors import UsageError
+                raise UsageError(f"broker {broker_id} is already running (pid {b['pid']})")
+            for d in b["log_dirs"]:
+                os.makedirs(d, exist_ok=True)
+            self._previous_registration[broker_id] = self._registration_czxid(broker_id)
+            logf = open(self._log_path(broker_id), "ab")
+            self._log_start[broker_id] = logf.tell()
+            env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1")
+            proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
+                                    stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+            logf.close()
+            self._procs[broker_id] = proc
+            b["pid"] = proc.pid
+            self.save()
         log.info("broker started %s", kv(id=broker_id, pid=proc.pid, port=b["port"]))
         if wait:
             self.wait_for_brokers([broker_id], timeout=timeout)
         return proc.pid
 
+    @contextlib.contextmanager
+    def _state_lock(self):
+        os.makedirs(self.data_dir, exist_ok=True)
+        with open(f"{self.cluster_file}.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def _zk(self):
         from kafkatier.zk.client import start_client
         return start_client(self.zookeeper, timeout=10.0, connect_timeout=30.0)
 
-    def wait_for_brokers(self, ids, timeout: float = 60.0, need_controller: bool = False) -> None:
+    def _registration_czxid(self, broker_id: int) -> int | None:
+        """The czxid of the broker's current registration, if any: a restarted broker is registered once the
+        node has another one (the old node may live on until its session expires)."""
         zk = self._zk()
         try:
-            def ready():
-                self._check_processes(ids)
-                have = set(zk.get_children("/brokers/ids")) if zk.exists("/brokers/ids") else set()
-                ok = {str(i) for i in ids} <= have
-                if ok and need_controller:
-                    ok = zk.exists("/controller") is not None
-                return ok
-            wait_for(ready, timeout, interval=0.1, message=f"brokers {sorted(ids)} to register")
+            stat = zk.exists(f"/brokers/ids/{broker_id}")
+            return stat.czxid if stat is not None else None
         finally:
             zk.stop()
             zk.close()
+
+    def wait_for_brokers(self, ids, timeout: float = 60.0, need_controller: bool = False) -> None:
+        """Until each broker (1) is registered by the process this manager started (not a stale node of its
+        previous incarnation) and (2) answers ApiVersions on its port; with ``need_controller`` also until a
+        controller is elected.  A broker process that exits meanwhile raises :class:`BrokerStartError`."""
+        zk = self._zk()
+        pending = {int(i) for i in ids}
+        try:
+            def ready():
+                self._check_processes(ids)
+                for i in sorted(pending):
+                    stat = zk.exists(f"/brokers/ids/{i}")
+                    if stat is None or stat.czxid == self._previous_registration.get(i):
+                        continue
+                    if self._answers_api_versions(self.broker(i)["port"]):
+                        pending.discard(i)
+                return not pending and (not need_controller or zk.exists("/controller") is not None)
+            wait_for(ready, timeout, interval=0.1,
+                     message=f"brokers {sorted(ids)} to register in ZooKeeper and answer ApiVersions"
+                             + (" and a controller" if need_controller else ""))
+        finally:
+            zk.stop()
+            zk.close()
+
+    @staticmethod
+    def _answers_api_versions(port: int) -> bool:
+        from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+        from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+        client = BrokerClient("127.0.0.1", port, client_id="kafkatier-cluster", timeout_s=5.0)
+        try:
+            resp = client.send(ApiVersionsRequest[2](), ApiVersionsResponse, 2)
+        except (BrokerConnectionError, OSError):
+            return False
+        finally:
+            client.close()
+        return resp.error_code == 0
 
     def _check_processes(self, ids) -> None:
         for i in ids:
             p = self._procs.get(i)
             if p is not None and p.poll() is not None:
-                tail = self.log_tail(i)
-                raise RuntimeError(f"broker {i} exited with status {p.returncode} during start-up; last log lines:\n{tail}")
+                line = last_error_line(self._log_since_start(i)) or "no error line in its log"
+                raise BrokerStartError(f"broker {i} exited with status {p.returncode} during start-up: {line} "
+                                       f"(log: {self._log_path(i)})")
+
+    def _log_path(self, broker_id: int) -> str:
+        return os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log")
+
+    def _log_since_start(self, broker_id: int) -> str:
+        try:
+            with open(self._log_path(broker_id), "rb") as f:
+                f.seek(self._log_start.get(broker_id, 0))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, broker_id: int, lines: int = 20) -> str:
         try:
-            with open(os.path.join(self.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
+            with open(self._log_path(broker_id), errors="replace") as f:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return ""

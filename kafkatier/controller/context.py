@@ -7,52 +7,9 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 
-import attrs
 
+from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, PartitionAndReplica, TopicPartition
 from kafkatier.zk.codecs import ReplicaAssignment  # noqa: F401 - the controller's assignment type
-
-
-@attrs.frozen(order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-
-@attrs.frozen(order=True)
-class PartitionAndReplica:
-    tp: TopicPartition
-    replica: int
-
-    def __str__(self) -> str:
-        return f"{self.tp}-{self.replica}"
-
-
-@attrs.frozen
-class LeaderAndIsr:
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    controller_epoch: int
-    partition_epoch: int  # the state znode's zkVersion
-    leader_recovery_state: int = 0
-
-    NO_LEADER = -1
-    LEADER_DURING_DELETE = -2
-    EPOCH_DURING_DELETE = -2
-    NO_EPOCH = -1
-
-
-@attrs.frozen
-class BrokerInfo:
-    id: int
-    host: str
-    port: int
-    epoch: int  # czxid of /brokers/ids/{id}
-    endpoints: tuple[str, ...] = ()
-    rack: str | None = None
 
 
 class ReplicaState(enum.Enum):

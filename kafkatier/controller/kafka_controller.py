@@ -15,9 +15,10 @@ import attrs
 from kazoo.exceptions import NoNodeError, NodeExistsError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.channel_manager import ControllerChannelManager
-from kafkatier.controller.context import (ControllerContext, PartitionAndReplica, PartitionState, ReplicaState,
-                                          TopicPartition)
+from kafkatier.common.structs import PartitionAndReplica, TopicPartition
+from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.controller.replica_state_machine import ReplicaStateMachine
@@ -41,7 +42,8 @@ class ControllerConfig:
 
 
 class KafkaController:
-    def __init__(self, broker_id: int, zk, config: ControllerConfig | None = None, admin_factory=None):
+    def __init__(self, broker_id: int, zk, config: ControllerConfig | None = None, admin_factory=None,
+                 scheduler: KafkaScheduler | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.kafka_zk = KafkaZkClient(zk)
@@ -56,7 +58,10 @@ class KafkaController:
         self.replica_state_machine = ReplicaStateMachine(self)
         self.partition_state_machine = PartitionStateMachine(self)
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
-        self.tiered_manager = TieredStorageDisablementManager(self)
+        # Timers (the disablement's retry backoff): the broker's scheduler, or one of our own.
+        self._owns_scheduler = scheduler is None
+        self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
+        self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
         self._admin_factory = admin_factory
         self._admin = None
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
@@ -67,6 +72,8 @@ class KafkaController:
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def startup(self) -> None:
+        if self._owns_scheduler:
+            self.scheduler.startup()
         self.event_manager.start()
         self._controller_watch = DataWatch(self.zk, paths.CONTROLLER, self._on_controller_znode)
         self._put("Startup", self.elect)
@@ -75,6 +82,8 @@ class KafkaController:
         ev = self.event_manager.clear_and_put(ControllerEvent("Shutdown", self._on_shutdown))
         ev.done.wait(10)
         self.event_manager.shutdown()
+        if self._owns_scheduler:
+            self.scheduler.shutdown()
 
     def _on_shutdown(self) -> None:
         if self.is_active:
@@ -521,8 +530,8 @@ class KafkaController:
         return self._admin
 
     def submit_topic_config_change(self, topic: str, compute, validate_only: bool):
-        """Run a topic config change on the controller thread.  ``compute(admin)`` performs it; the tiering
-        hook is added to the AdminZkClient multi.  Returns a Future (NOT_CONTROLLER if this broker is
+        """Run a topic config change on the controller thread.  ``compute(admin, extra_ops)`` performs it; the
+        tiered transition's ops join the AdminZkClient multi.  Returns a Future (NOT_CONTROLLER if this broker is
         not, or stops being, the active controller)."""
         from concurrent.futures import Future
         from kafkatier.protocol.errors import NotControllerError

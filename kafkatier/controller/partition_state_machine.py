@@ -2,7 +2,8 @@
 leader election (initial and offline-partition election from the ISR)."""
 from __future__ import annotations
 
-from kafkatier.controller.context import ControllerContext, LeaderAndIsr, PartitionState, TopicPartition
+from kafkatier.common.structs import LeaderAndIsr, TopicPartition
+from kafkatier.controller.context import ControllerContext, PartitionState
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("controller.partition-state-machine")

@@ -1,8 +1,8 @@
 """Replica state machine (controller.md §7)."""
 from __future__ import annotations
 
-from kafkatier.controller.context import (ControllerContext, LeaderAndIsr, PartitionAndReplica, ReplicaState,
-                                          TopicPartition)
+from kafkatier.common.structs import PartitionAndReplica
+from kafkatier.controller.context import ControllerContext, ReplicaState
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("controller.replica-state-machine")

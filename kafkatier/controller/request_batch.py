@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable
 
-from kafkatier.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
+from kafkatier.common.structs import LeaderAndIsr, TopicPartition
+from kafkatier.controller.context import ControllerContext
 from kafkatier.logsetup import get_logger
 from kafkatier.zk.codecs import wire_topic_id
 

@@ -12,55 +12,31 @@ from every ``state`` znode that says DISABLING.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
-from kafkatier.controller.context import PartitionAndReplica, TopicPartition
-from kafkatier.log.remote.tiered_znodes import TieredTopicState, read_tiered_state
+from kafkatier.common.scheduler import KafkaScheduler
+from kafkatier.common.structs import PartitionAndReplica, TopicPartition
+from kafkatier.log.remote.tiered_state import (CREATE, DISABLE, DISABLED, DISABLING, ENABLE, ENABLED, TIERED_KEYS,
+                                               TieredTopicState, classify_transition, read_tiered_state)
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import Errors, KafkaError, TieredStorageDisablementInProgressError
+from kafkatier.protocol.errors import Errors, TieredStorageDisablementInProgressError
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.fenced import Check, ControllerMovedError, Create, SetData
+from kafkatier.zk.fenced import Check, ControllerMovedError, SetData
 
 log = get_logger("controller.tiered-disablement")
 
-TIERED_KEYS = ("remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable")
-ENABLED, DISABLING, DISABLED = codecs.TIERED_ENABLED, codecs.TIERED_DISABLING, codecs.TIERED_DISABLED
 RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 STARTED, SUCCESSFUL, INELIGIBLE = "DisablementStarted", "DisablementSuccessful", "DisablementIneligible"
 
 
-def _true(config: dict, key: str) -> bool:
-    return str(config.get(key, "false")).strip().lower() == "true"
-
-
-def classify_transition(state: str | None, old: dict, new: dict) -> str | None:
-    """What a config change does to tiering: 'create', 'disable', 'enable' or None."""
-    old_on, new_on = _true(old, "remote.storage.enable"), _true(new, "remote.storage.enable")
-    new_ro = _true(new, "remote.log.copy.disable")
-    if state is None:
-        return "create" if new_on else None
-    if state == DISABLED:
-        if new_on and not new_ro:
-            return "enable"
-        if not new_on and _true(new, "remote.log.delete.on.disable") and old_on:
-            return "disable"  # a read-only topic now disabled with delete
-        return None
-    if state == ENABLED:
-        if old_on and not new_on:
-            return "disable"
-        if new_on and new_ro and not _true(old, "remote.log.copy.disable"):
-            return "disable"
-    return None
-
-
 class TieredStorageDisablementManager:
-    def __init__(self, controller):
+    def __init__(self, controller, scheduler: KafkaScheduler):
         self.controller = controller
+        self.scheduler = scheduler  # retry backoff timers
         self.reset()
 
     def reset(self) -> None:
@@ -131,8 +107,9 @@ class TieredStorageDisablementManager:
 
     # --- config changes (on the controller thread) ----------------------------------------------------------
     def alter_config(self, topic: str, compute, validate_only: bool):
-        """Apply a topic config change decided by the controller.  ``compute(admin)`` performs it through the
-        controller's AdminZkClient (incremental or full); the tiering hook joins the same ZooKeeper multi."""
+        """Apply a topic config change decided by the controller.  ``compute(admin, extra_ops)`` performs it
+        through the controller's AdminZkClient (incremental or full); the tiered transition's ops join the same
+        ZooKeeper multi."""
         admin = self.controller.admin_zk()
         z = self._read(topic)
         if z is not None and z.state == DISABLING:
@@ -141,7 +118,8 @@ class TieredStorageDisablementManager:
                 f"retry after it completes.")
         decision: dict = {}
 
-        def hook(zk, name, old, new, ops):
+        def transition_ops(zk, name, old, new) -> list:
+            ops: list = []
             cur = read_tiered_state(zk, name)
             if cur is not None and cur.state == DISABLING and any(
                     old.get(k) != new.get(k) for k in TIERED_KEYS):
@@ -151,41 +129,39 @@ class TieredStorageDisablementManager:
             kind = classify_transition(cur.state if cur else None, old, new)
             decision.clear()
             decision.update(kind=kind, znodes=cur)
-            if kind is None or kind == "create":
-                return  # first enablement: the tiered-storage config hook creates the znodes
+            if kind is None or kind == CREATE:
+                return ops  # first enablement: the admin client creates the znodes
             # The multi's check fences the write; a failed check would only look like a concurrent config
             # change to the admin client (it retries those), so a moved controller is detected here first.
             stat = zk.exists(paths.CONTROLLER_EPOCH)
             if stat is None or stat.version != self.ctx.epoch_zk_version:
                 raise ControllerMovedError("controller epoch changed during a tiered config change")
             ops.append(Check(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version))
-            if kind == "disable":
+            if kind == DISABLE:
                 ops.append(SetData(paths.tiered_epoch(name), codecs.encode_tiered_epoch(cur.tiered_epoch + 1),
                                    cur.epoch_version))
                 ops.append(SetData(paths.tiered_state(name), codecs.TieredState(DISABLING).encode(),
                                    cur.state_version))
-            elif kind == "enable":
+            elif kind == ENABLE:
                 ops.append(Check(paths.tiered_epoch(name), cur.epoch_version))
                 ops.append(SetData(paths.tiered_state(name), codecs.TieredState(ENABLED).encode(),
                                    cur.state_version))
-        admin.before_config_change.append(hook)
+            return ops
         try:
-            result = compute(admin)
+            result = compute(admin, transition_ops)
         except BadVersionError as e:
             if getattr(e, "op_index", None) == 2:
                 raise ControllerMovedError("controller epoch changed during a tiered config change") from e
             raise
-        finally:
-            admin.before_config_change.remove(hook)
         if validate_only or not decision:
             return result
         kind, cur = decision.get("kind"), decision.get("znodes")
-        if kind == "disable":
+        if kind == DISABLE:
             z = TieredTopicState(cur.tiered_epoch + 1, DISABLING, cur.epoch_version + 1, cur.state_version + 1)
             log.info("tiered storage disablement started %s", kv(topic=topic, tiered_epoch=z.tiered_epoch))
             self._enqueue(topic, z)
             self.resume_disablements()
-        elif kind == "enable":
+        elif kind == ENABLE:
             log.info("tiered storage re-enabled %s", kv(topic=topic, tiered_epoch=cur.tiered_epoch))
         return result
 
@@ -270,9 +246,7 @@ class TieredStorageDisablementManager:
                     self.replica_states.pop(pr, None)
                 self.resume_disablements()
             self.controller._put(f"TieredDisablementRetry({pr})", self.controller._active_only(run))
-        t = threading.Timer(delay, fire)
-        t.daemon = True
-        t.start()
+        self.scheduler.schedule_once(f"TieredDisablementRetry({pr})", fire, delay * 1000)
 
     def on_broker_startup(self, new_brokers) -> None:
         new = set(new_brokers)

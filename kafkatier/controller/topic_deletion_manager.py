@@ -2,7 +2,8 @@
 start-up and controller failover (controller.md §8)."""
 from __future__ import annotations
 
-from kafkatier.controller.context import ControllerContext, PartitionAndReplica, PartitionState, ReplicaState
+from kafkatier.common.structs import PartitionAndReplica
+from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("controller.topic-deletion")

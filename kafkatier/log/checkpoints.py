@@ -39,6 +39,50 @@ def _java_split(line: str) -> list[str]:
     return parts
 
 
+def encode_entries(entries: Iterable[T], format_entry: Callable[[T], str], version: int = CURRENT_VERSION) -> bytes:
+    """A checkpoint's bytes: version line, count line, one formatted entry per line."""
+    entries = list(entries)
+    lines = [str(version), str(len(entries))] + [format_entry(e) for e in entries]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def decode_entries(raw: bytes, parse_entry: Callable[[str], T | None], where: str,
+                   version: int = CURRENT_VERSION) -> list[T]:
+    """Inverse of :func:`encode_entries`; empty input reads as no entries.  Raises CheckpointReadError with
+    Kafka's messages (``where`` names the file) -- never skips a bad line."""
+    def malformed(line: str) -> CheckpointReadError:
+        return CheckpointReadError(f"Malformed line in checkpoint file [{where}]: {line}")
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise CheckpointReadError(f"Error while reading checkpoint file [{where}]: {e}") from None
+    if not lines:
+        return []
+    try:
+        found_version = int(lines[0])
+    except ValueError:
+        raise malformed(lines[0]) from None
+    if found_version != version:
+        raise CheckpointReadError(f"Unrecognised version:{found_version}, expected version: {version} "
+                                  f"in checkpoint file at: {where}")
+    if len(lines) < 2:
+        return []
+    try:
+        expected = int(lines[1])
+    except ValueError:
+        raise malformed(lines[1]) from None
+    entries: list[T] = []
+    for line in lines[2:]:
+        entry = parse_entry(line)
+        if entry is None:
+            raise malformed(line)
+        entries.append(entry)
+    if len(entries) != expected:
+        raise CheckpointReadError(f"Expected [{expected}] entries in checkpoint file [{where}], "
+                                  f"but found only [{len(entries)}]")
+    return entries
+
+
 class CheckpointFile(Generic[T]):
     """A versioned list of entries, one per line."""
 
@@ -54,12 +98,7 @@ class CheckpointFile(Generic[T]):
                 pass
 
     def write_entries(self, entries: Iterable[T]) -> None:
-        entries = list(entries)
-        lines = [str(self.version), str(len(entries))] + [self._format(e) for e in entries]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
-
-    def _malformed(self, line: str) -> CheckpointReadError:
-        return CheckpointReadError(f"Malformed line in checkpoint file [{self.path}]: {line}")
+        atomic_write(self.path, encode_entries(entries, self._format, self.version))
 
     def read_entries(self) -> list[T]:
         try:
@@ -67,35 +106,7 @@ class CheckpointFile(Generic[T]):
                 raw = f.read()
         except FileNotFoundError:
             return []
-        try:
-            lines = raw.decode("utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise CheckpointReadError(f"Error while reading checkpoint file [{self.path}]: {e}") from None
-        if not lines:
-            return []
-        try:
-            version = int(lines[0])
-        except ValueError:
-            raise self._malformed(lines[0]) from None
-        if version != self.version:
-            raise CheckpointReadError(f"Unrecognised version:{version}, expected version: {self.version} "
-                                      f"in checkpoint file at: {self.path}")
-        if len(lines) < 2:
-            return []
-        try:
-            expected = int(lines[1])
-        except ValueError:
-            raise self._malformed(lines[1]) from None
-        entries: list[T] = []
-        for line in lines[2:]:
-            entry = self._parse(line)
-            if entry is None:
-                raise self._malformed(line)
-            entries.append(entry)
-        if len(entries) != expected:
-            raise CheckpointReadError(f"Expected [{expected}] entries in checkpoint file [{self.path}], "
-                                      f"but found only [{len(entries)}]")
-        return entries
+        return decode_entries(raw, self._parse, self.path, self.version)
 
 
 def _parse_offset_line(line: str) -> tuple[tuple[str, int], int] | None:

@@ -12,6 +12,7 @@ import uuid
 
 import attrs
 
+from kafkatier.common import structs
 from kafkatier.log.errors import InvalidTopicError
 
 DELETE_DIR_SUFFIX = "-delete"
@@ -22,8 +23,6 @@ REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
 
 # Kafka: ".<32 hex chars>-delete" / "-future".
 _KAFKA_SUFFIX = re.compile(r"\.([0-9a-fA-F]{32})-(delete|future)$")
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_LENGTH = 249
 MAX_DIR_NAME_LENGTH = 255
 
 
@@ -94,13 +93,4 @@ def parse_partition_dir(path: str) -> PartitionDirName:
 
 def validate_topic_name(topic: str) -> None:
     """Kafka's topic name rules (``Topic.validate``); raise InvalidTopicError."""
-    if not topic:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if topic in (".", ".."):
-        raise InvalidTopicError('Topic name cannot be "." or ".."')
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than {MAX_TOPIC_LENGTH} "
-                                f"characters, topic name: {topic}")
-    if not _LEGAL_TOPIC.match(topic):
-        raise InvalidTopicError(f'Topic name "{topic}" is illegal, it contains a character other than '
-                                f"ASCII alphanumerics, '.', '_' and '-'")
+    structs.validate_topic_name(topic, InvalidTopicError)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Iterable
 
 import attrs
 
-from kafkatier.log.checkpoints import LEADER_EPOCH_CHECKPOINT, CheckpointFile, _java_split
+from kafkatier.log.checkpoints import (LEADER_EPOCH_CHECKPOINT, CheckpointFile, _java_split, decode_entries,
+                                       encode_entries)
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log")
@@ -42,6 +44,16 @@ def _parse(line: str) -> EpochEntry | None:
 
 def _format(entry: EpochEntry) -> str:
     return f"{entry.epoch} {entry.start_offset}"
+
+
+def encode_leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
+    """``leader-epoch-checkpoint`` bytes (also the remote tier's ``.leader_epoch_checkpoint`` index)."""
+    return encode_entries(entries, _format)
+
+
+def decode_leader_epoch_checkpoint(data: bytes, where: str = LEADER_EPOCH_CHECKPOINT) -> list[EpochEntry]:
+    """Inverse of :func:`encode_leader_epoch_checkpoint`; raises CheckpointReadError."""
+    return decode_entries(data, _parse, where)
 
 
 class LeaderEpochCheckpointFile:

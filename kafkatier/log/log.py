@@ -156,7 +156,7 @@ class Log:
             return self._default_config
         if isinstance(config, LogConfig):
             return config
-        return LogConfig.from_props(config, defaults=self._default_config.to_props())
+        return LogConfig.from_props(config, defaults=self._default_config)
 
     def update_config(self, config: LogConfig | Mapping[str, Any], default_config: LogConfig | None = None) -> None:
         """Apply a new topic config (a LogConfig, or Kafka topic config strings over the broker defaults, which

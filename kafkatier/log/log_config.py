@@ -1,285 +1,542 @@
-"""Topic-level log configuration with Kafka 3.x names, defaults and validation messages.
+"""LogConfig: the one definition of every topic config (Kafka's ``LogConfig`` ConfigDef and ``TopicConfig``):
+name, type, default, validator and broker synonyms, the rules spanning several configs, and the tiered storage
+rules (tiered_storage.md §3) -- used by the admin client to validate changes and by brokers to build each log's
+:class:`LogConfig`.
 
-``LogConfig.from_props({"segment.bytes": "1048576", ...})`` parses Kafka's string values (ints, bools and
-lists as Kafka's ``ConfigDef`` parses them) over defaults, and raises ``InvalidConfigurationError`` with
-Kafka's text for unknown names (``Unknown topic config name: x``) and bad values
-(``Invalid value x for configuration segment.bytes: Not a number of type INT``).
-``broker_topic_defaults(broker_props)`` maps broker settings (``log.segment.bytes``, ``log.retention.hours``,
-``message.max.bytes``...) onto topic names, to be used as ``defaults``.
+Values in ZooKeeper and in requests are strings.  They are parsed the way Kafka's ``ConfigDef`` parses them
+(trimmed; ``true``/``false`` case-insensitively; INT/LONG as 32/64-bit decimal; LIST split on commas) and then
+checked against each config's validator.  Every failure is an :class:`InvalidConfigurationError` whose message
+is Kafka's ``ConfigException`` text, ``Invalid value <v> for configuration <name>: <reason>``, or
+``Unknown topic config name: <name>`` for a name that is not a topic config; an unsupported value of a KIP-950
+disablement policy config is an :class:`InvalidRequestError` (seed 000).
+
+:func:`validate_topic_config` is Kafka's ``LogConfig.validate(existing, props, brokerProps,
+isRemoteLogStorageSystemEnabled)``: nulls, unknown names, policy values, each value in definition order,
+cross-config rules, then the tiered storage rules (which need the topic's existing overrides and the broker's
+``remote.log.storage.system.enable``).
+
+Broker defaults: a topic config without an override takes the value of its broker synonym
+(``log.retention.hours`` for ``retention.ms``, ``message.max.bytes`` for ``max.message.bytes``, ...), else Kafka's
+default (:func:`topic_defaults_from_broker`; :func:`broker_topic_defaults` gives only the synonyms that are set).
 """
 from __future__ import annotations
 
+import enum
+import math
+import re
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 import attrs
 
-from kafkatier.log.errors import InvalidConfigurationError
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import InvalidConfigurationError, InvalidRequestError
+
+log = get_logger("log.config")
 
 LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
 INT_MAX = 2**31 - 1
-_INT_MIN = -(2**31)
-_LONG_MIN = -(2**63)
+INT_MIN = -(2**31)
 
-COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-CLEANUP_POLICIES = ("compact", "delete")
+# ------------------------------------------------------------------------------------------------- ConfigException
 
 
-def _invalid(name: str, value: Any, message: str) -> InvalidConfigurationError:
-    return InvalidConfigurationError(f"Invalid value {value} for configuration {name}: {message}")
+def config_exception(name: str, value: Any, reason: str | None = None) -> InvalidConfigurationError:
+    """Kafka's ``ConfigException(name, value, message)`` as an INVALID_CONFIG error."""
+    text = f"Invalid value {_java_str(value)} for configuration {name}"
+    return InvalidConfigurationError(text + (f": {reason}" if reason else ""))
 
 
-def _parse_int(name: str, value: Any, lo: int, hi: int, type_name: str) -> int:
+def _java_str(value: Any) -> str:
+    """How Java's string concatenation renders a parsed config value."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
-        raise _invalid(name, value, f"Expected value to be a {'32' if type_name == 'INT' else '64'}-bit "
-                                    f"integer, but it was a {type(value).__name__}")
-    if isinstance(value, int):
-        n = value
-    else:
-        s = str(value).strip()
-        try:
-            if not s or not (s.lstrip("+-").isdigit()):
-                raise ValueError
-            n = int(s)
-        except ValueError:
-            raise _invalid(name, value, f"Not a number of type {type_name}") from None
-    if not lo <= n <= hi:
-        raise _invalid(name, value, f"Not a number of type {type_name}")
-    return n
-
-
-def _int(name, value):
-    return _parse_int(name, value, _INT_MIN, INT_MAX, "INT")
-
-
-def _long(name, value):
-    return _parse_int(name, value, _LONG_MIN, LONG_MAX, "LONG")
-
-
-def _bool(name, value):
-    if isinstance(value, bool):
-        return value
-    s = str(value).strip().lower()
-    if s == "true":
-        return True
-    if s == "false":
-        return False
-    raise _invalid(name, value, "Expected value to be either true or false")
-
-
-def _double(name, value):
-    try:
-        return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
-    except ValueError:
-        raise _invalid(name, value, "Not a number of type DOUBLE") from None
-
-
-def _string(name, value):
-    return str(value).strip()
-
-
-def _list(name, value):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double_str(value)
     if isinstance(value, (list, tuple)):
-        return tuple(str(v).strip() for v in value)
-    s = str(value).strip()
-    return tuple(p.strip() for p in s.split(",")) if s else ()
+        return "[" + ", ".join(_java_str(v) for v in value) + "]"
+    return str(value)
 
 
-def _at_least(minimum):
-    def check(name, value, raw):
-        if value < minimum:
-            raise _invalid(name, raw, f"Value must be at least {minimum}")
-    return check
+def java_double_str(x: float) -> str:
+    """``Double.toString``: ``0.5``, ``1.0``, ``1.0E-5``, ``1.0E7``, ``NaN``, ``Infinity``."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign, digit_tuple, exp = Decimal(repr(float(x))).normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    e10 = len(digits) + int(exp) - 1          # x = d.ddd * 10^e10
+    prefix = "-" if sign else ""
+    if 1e-3 <= abs(x) < 1e7:
+        if e10 >= 0:
+            return f"{prefix}{digits[:e10 + 1].ljust(e10 + 1, '0')}.{digits[e10 + 1:] or '0'}"
+        return f"{prefix}0.{'0' * (-e10 - 1)}{digits}"
+    return f"{prefix}{digits[0]}.{digits[1:] or '0'}E{e10}"
 
 
-def _between(lo, hi):
-    def check(name, value, raw):
-        if value < lo:
-            raise _invalid(name, raw, f"Value must be at least {lo}")
-        if value > hi:
-            raise _invalid(name, raw, f"Value must be no more than {hi}")
-    return check
+# ----------------------------------------------------------------------------------------------------- ConfigDef
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs ``ConfigType`` ids (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
 
 
-def _one_of(options, case_sensitive=True):
-    def check(name, value, raw):
-        v = value if case_sensitive else value.lower()
-        if v not in options:
-            raise _invalid(name, raw, f"String must be one of: {', '.join(options)}")
-    return check
-
-
-def _list_of(options):
-    def check(name, value, raw):
-        for item in value:
-            if item not in options:
-                raise _invalid(name, item, f"String must be one of: {', '.join(options)}")
-    return check
-
-
-def _throttled_replicas(name, value, raw):
-    # "*" or a list of "partition:brokerId".
-    if value == ("*",) or not value:
-        return
-    for item in value:
-        parts = item.split(":")
-        if len(parts) != 2 or not parts[0].strip().isdigit() or not parts[1].strip().isdigit():
-            raise _invalid(name, ",".join(value), "must be the literal '*' or a list of replicas in the following "
-                                                  "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+Validator = Callable[[str, Any], None]
 
 
 @attrs.frozen
-class _Def:
+class BrokerSynonym:
+    """A broker property that supplies a topic config's default; ``factor`` converts its unit (hours -> ms)."""
+
     name: str
-    parse: Callable[[str, Any], Any]
-    default: Any
-    check: Callable[[str, Any, Any], None] | None = None
+    default: str | None = None       # the broker property's own default, if Kafka defines one
+    factor: int = 1
 
 
-# Kafka 3.x topic configs (TopicConfig / LogConfig), in Kafka's order.
-_DEFS: tuple[_Def, ...] = (
-    _Def("segment.bytes", _int, 1073741824, _at_least(14)),
-    _Def("segment.ms", _long, 604800000, _at_least(1)),
-    _Def("segment.jitter.ms", _long, 0, _at_least(0)),
-    _Def("segment.index.bytes", _int, 10485760, _at_least(4)),
-    _Def("flush.messages", _long, LONG_MAX, _at_least(1)),
-    _Def("flush.ms", _long, LONG_MAX, _at_least(0)),
-    _Def("retention.bytes", _long, -1),
-    _Def("retention.ms", _long, 604800000, _at_least(-1)),
-    _Def("max.message.bytes", _int, 1048588, _at_least(0)),
-    _Def("index.interval.bytes", _int, 4096, _at_least(0)),
-    _Def("delete.retention.ms", _long, 86400000, _at_least(0)),
-    _Def("min.compaction.lag.ms", _long, 0, _at_least(0)),
-    _Def("max.compaction.lag.ms", _long, LONG_MAX, _at_least(1)),
-    _Def("file.delete.delay.ms", _long, 60000, _at_least(0)),
-    _Def("min.cleanable.dirty.ratio", _double, 0.5, _between(0, 1)),
-    _Def("cleanup.policy", _list, ("delete",), _list_of(CLEANUP_POLICIES)),
-    _Def("unclean.leader.election.enable", _bool, False),
-    _Def("min.insync.replicas", _int, 1, _at_least(1)),
-    _Def("compression.type", _string, "producer", _one_of(COMPRESSION_TYPES)),
-    _Def("compression.gzip.level", _int, -1, None),
-    _Def("compression.lz4.level", _int, 9, _between(1, 17)),
-    _Def("compression.zstd.level", _int, 3, _between(-131072, 22)),
-    _Def("preallocate", _bool, False),
-    _Def("message.format.version", _string, "3.0-IV1"),
-    _Def("message.timestamp.type", _string, "CreateTime", _one_of(TIMESTAMP_TYPES)),
-    _Def("message.timestamp.difference.max.ms", _long, LONG_MAX, _at_least(0)),
-    _Def("message.timestamp.before.max.ms", _long, LONG_MAX, _at_least(0)),
-    _Def("message.timestamp.after.max.ms", _long, LONG_MAX, _at_least(0)),
-    _Def("leader.replication.throttled.replicas", _list, (), _throttled_replicas),
-    _Def("follower.replication.throttled.replicas", _list, (), _throttled_replicas),
-    _Def("message.downconversion.enable", _bool, True),
-    _Def("remote.storage.enable", _bool, False),
-    _Def("local.retention.ms", _long, -2, _at_least(-2)),
-    _Def("local.retention.bytes", _long, -2, _at_least(-2)),
-    _Def("remote.log.copy.disable", _bool, False),
-    _Def("remote.log.delete.on.disable", _bool, False),
+@attrs.frozen
+class TopicConfigKey:
+    name: str
+    type: ConfigType
+    default: str                     # Kafka's default, as a string
+    validator: Validator | None = None
+    synonyms: tuple[BrokerSynonym, ...] = ()
+
+
+def at_least(minimum: int | float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value < minimum:
+            raise config_exception(name, value, f"Value must be at least {minimum}")
+    return check
+
+
+def between(minimum: int | float, maximum: int | float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if isinstance(value, float) and math.isnan(value):
+            raise config_exception(name, value, f"Value must be at least {minimum}")
+        if value < minimum:
+            raise config_exception(name, value, f"Value must be at least {minimum}")
+        if value > maximum:
+            raise config_exception(name, value, f"Value must be no more than {maximum}")
+    return check
+
+
+def one_of(*valid: str) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value not in valid:
+            raise config_exception(name, value, "String must be one of: " + ", ".join(valid))
+    return check
+
+
+def list_of(*valid: str) -> Validator:
+    item = one_of(*valid)
+
+    def check(name: str, value: Any) -> None:
+        for v in value:
+            item(name, v)
+    return check
+
+
+def _gzip_level(name: str, value: Any) -> None:
+    if value > 9 or (value < 1 and value != -1):
+        raise config_exception(name, value, "Value must be between 1 and 9 or equal to -1")
+
+
+_REPLICA_PAIR = re.compile(r"([0-9]+:[0-9]+)?")
+
+
+def _throttled_replicas(name: str, value: Any) -> None:
+    items = [v.strip() for v in value]
+    if not (all(_REPLICA_PAIR.fullmatch(v) for v in items) or "".join(items) == "*"):
+        raise config_exception(name, value, f"{name} must be the literal '*' or a list of replicas in the "
+                                            "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+_MESSAGE_FORMAT_RE = re.compile(r"(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|[12]\.[0-8]|3\.[0-9])(\.[0-9]+)?(-IV[0-9]+)?")
+
+
+def _message_format_version(name: str, value: Any) -> None:
+    # Approximates MetadataVersion.fromVersionString: Kafka versions 0.8.0 .. 3.9 with optional -IVn.
+    if not _MESSAGE_FORMAT_RE.fullmatch(str(value)):
+        raise config_exception(name, value, f"Version {value} is not a valid version")
+
+
+_HOUR_MS = 3_600_000
+_MINUTE_MS = 60_000
+_LONG_MAX_S = str(LONG_MAX)
+_S = BrokerSynonym
+
+
+def _key(name: str, type_: ConfigType, default: str, validator: Validator | None = None,
+         *synonyms: BrokerSynonym) -> TopicConfigKey:
+    return TopicConfigKey(name, type_, default, validator, tuple(synonyms))
+
+
+_T = ConfigType
+# Definition order is Kafka's (it decides which invalid value is reported first).
+_KEYS: tuple[TopicConfigKey, ...] = (
+    _key("segment.bytes", _T.INT, "1073741824", at_least(14), _S("log.segment.bytes", "1073741824")),
+    _key("segment.ms", _T.LONG, "604800000", at_least(1),
+         _S("log.roll.ms"), _S("log.roll.hours", "168", _HOUR_MS)),
+    _key("segment.jitter.ms", _T.LONG, "0", at_least(0),
+         _S("log.roll.jitter.ms"), _S("log.roll.jitter.hours", "0", _HOUR_MS)),
+    _key("segment.index.bytes", _T.INT, "10485760", at_least(4), _S("log.index.size.max.bytes", "10485760")),
+    _key("flush.messages", _T.LONG, _LONG_MAX_S, at_least(1), _S("log.flush.interval.messages", _LONG_MAX_S)),
+    _key("flush.ms", _T.LONG, _LONG_MAX_S, at_least(0),
+         _S("log.flush.interval.ms"), _S("log.flush.scheduler.interval.ms", _LONG_MAX_S)),
+    _key("retention.bytes", _T.LONG, "-1", None, _S("log.retention.bytes", "-1")),
+    _key("retention.ms", _T.LONG, "604800000", at_least(-1),
+         _S("log.retention.ms"), _S("log.retention.minutes", None, _MINUTE_MS),
+         _S("log.retention.hours", "168", _HOUR_MS)),
+    _key("max.message.bytes", _T.INT, "1048588", at_least(0), _S("message.max.bytes", "1048588")),
+    _key("index.interval.bytes", _T.INT, "4096", at_least(0), _S("log.index.interval.bytes", "4096")),
+    _key("delete.retention.ms", _T.LONG, "86400000", at_least(0), _S("log.cleaner.delete.retention.ms", "86400000")),
+    _key("min.compaction.lag.ms", _T.LONG, "0", at_least(0), _S("log.cleaner.min.compaction.lag.ms", "0")),
+    _key("max.compaction.lag.ms", _T.LONG, _LONG_MAX_S, at_least(1),
+         _S("log.cleaner.max.compaction.lag.ms", _LONG_MAX_S)),
+    _key("file.delete.delay.ms", _T.LONG, "60000", at_least(0), _S("log.segment.delete.delay.ms", "60000")),
+    _key("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", between(0, 1), _S("log.cleaner.min.cleanable.ratio", "0.5")),
+    _key("cleanup.policy", _T.LIST, "delete", list_of("compact", "delete"), _S("log.cleanup.policy", "delete")),
+    _key("unclean.leader.election.enable", _T.BOOLEAN, "false", None, _S("unclean.leader.election.enable", "false")),
+    _key("min.insync.replicas", _T.INT, "1", at_least(1), _S("min.insync.replicas", "1")),
+    _key("compression.type", _T.STRING, "producer",
+         one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), _S("compression.type", "producer")),
+    _key("compression.gzip.level", _T.INT, "-1", _gzip_level, _S("compression.gzip.level", "-1")),
+    _key("compression.lz4.level", _T.INT, "9", between(1, 17), _S("compression.lz4.level", "9")),
+    _key("compression.zstd.level", _T.INT, "3", between(-131072, 22), _S("compression.zstd.level", "3")),
+    _key("preallocate", _T.BOOLEAN, "false", None, _S("log.preallocate", "false")),
+    _key("message.format.version", _T.STRING, "3.0-IV1", _message_format_version,
+         _S("log.message.format.version", "3.0-IV1")),
+    _key("message.timestamp.type", _T.STRING, "CreateTime", one_of("CreateTime", "LogAppendTime"),
+         _S("log.message.timestamp.type", "CreateTime")),
+    _key("message.timestamp.difference.max.ms", _T.LONG, _LONG_MAX_S, at_least(0),
+         _S("log.message.timestamp.difference.max.ms", _LONG_MAX_S)),
+    _key("message.timestamp.before.max.ms", _T.LONG, _LONG_MAX_S, at_least(0),
+         _S("log.message.timestamp.before.max.ms", _LONG_MAX_S)),
+    _key("message.timestamp.after.max.ms", _T.LONG, _LONG_MAX_S, at_least(0),
+         _S("log.message.timestamp.after.max.ms", _LONG_MAX_S)),
+    _key("leader.replication.throttled.replicas", _T.LIST, "", _throttled_replicas),
+    _key("follower.replication.throttled.replicas", _T.LIST, "", _throttled_replicas),
+    _key("message.downconversion.enable", _T.BOOLEAN, "true", None,
+         _S("log.message.downconversion.enable", "true")),
+    _key("remote.storage.enable", _T.BOOLEAN, "false"),
+    _key("local.retention.ms", _T.LONG, "-2", at_least(-2), _S("log.local.retention.ms", "-2")),
+    _key("local.retention.bytes", _T.LONG, "-2", at_least(-2), _S("log.local.retention.bytes", "-2")),
+    _key("remote.log.copy.disable", _T.BOOLEAN, "false"),
+    _key("remote.log.delete.on.disable", _T.BOOLEAN, "false"),
 )
-_BY_NAME = {d.name: d for d in _DEFS}
-TOPIC_CONFIG_NAMES: tuple[str, ...] = tuple(d.name for d in _DEFS)
 
+TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {k.name: k for k in _KEYS}
+TOPIC_CONFIG_NAMES: tuple[str, ...] = tuple(sorted(TOPIC_CONFIG_KEYS))
+# Kafka's defaults for every topic config, as the strings DescribeConfigs shows.
+TOPIC_CONFIG_DEFAULTS: dict[str, str] = {k.name: k.default for k in _KEYS}
+
+
+# --------------------------------------------------------------------------------------------------- parsing
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_DOUBLE_RE = re.compile(r"[+-]?(NaN|Infinity|(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)[fFdD]?)")
+_LIST_SPLIT = re.compile(r"\s*,\s*")
+
+
+def parse_value(name: str, raw: Any) -> Any:
+    """Parse and validate one topic config value (``raw`` a string, or an already typed value)."""
+    key = TOPIC_CONFIG_KEYS.get(name)
+    if key is None:
+        raise InvalidConfigurationError(f"Unknown topic config name: {name}")
+    value = _parse_type(key, raw)
+    if key.validator is not None:
+        key.validator(name, value)
+    return value
+
+
+def _parse_type(key: TopicConfigKey, raw: Any) -> Any:
+    name, t = key.name, key.type
+    if raw is None:
+        raise config_exception(name, None, "Value must be non-null")
+    if not isinstance(raw, str):
+        raw = _format(key, raw)
+    s = raw.strip()
+    if t is ConfigType.BOOLEAN:
+        if s.lower() in ("true", "false"):
+            return s.lower() == "true"
+        raise config_exception(name, raw, "Expected value to be either true or false")
+    if t in (ConfigType.INT, ConfigType.LONG):
+        lo, hi = (INT_MIN, INT_MAX) if t is ConfigType.INT else (LONG_MIN, LONG_MAX)
+        if _INT_RE.fullmatch(s) and lo <= int(s) <= hi:
+            return int(s)
+        raise config_exception(name, raw, f"Not a number of type {t.name}")
+    if t is ConfigType.DOUBLE:
+        if _DOUBLE_RE.fullmatch(s):
+            body = s[:-1] if s[-1] in "fFdD" and not s.endswith("Infinity") else s
+            return float(body.replace("Infinity", "inf"))
+        raise config_exception(name, raw, f"Not a number of type {t.name}")
+    if t is ConfigType.LIST:
+        if not s:
+            return []
+        parts = _LIST_SPLIT.split(s)
+        while parts and parts[-1] == "":          # Java's String.split drops trailing empty strings
+            parts.pop()
+        return parts
+    return s
+
+
+def _format(key: TopicConfigKey, value: Any) -> str:
+    """``ConfigDef.convertToString`` for a parsed value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double_str(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def format_value(name: str, value: Any) -> str:
+    """The canonical string of a parsed topic config value (what DescribeConfigs returns)."""
+    return _format(TOPIC_CONFIG_KEYS[name], value)
+
+
+def normalize_value(name: str, raw: str) -> str:
+    """Parse, validate and re-render one value (``" 100 "`` -> ``"100"``)."""
+    return format_value(name, parse_value(name, raw))
+
+
+# ----------------------------------------------------------------------------------------- broker synonyms
+
+def topic_defaults_from_broker(broker_defaults: Mapping[str, str] | None) -> dict[str, str]:
+    """Each topic config's default on a broker with these properties (highest-priority synonym that is set,
+    else Kafka's default), as strings."""
+    out = dict(TOPIC_CONFIG_DEFAULTS)
+    for key in _KEYS:
+        value = _broker_value(key, broker_defaults or {})
+        if value is not None:
+            out[key.name] = value
+    return out
+
+
+def _broker_value(key: TopicConfigKey, broker: Mapping[str, str]) -> str | None:
+    for syn in key.synonyms:
+        if syn.name not in broker:
+            continue
+        raw = broker[syn.name]
+        try:
+            value = _parse_type(key if syn.factor == 1 else attrs.evolve(key, name=syn.name), raw)
+            if syn.factor != 1:
+                value = max(LONG_MIN, min(LONG_MAX, value * syn.factor))
+            return _format(key, value)
+        except InvalidConfigurationError as e:
+            log.warning("ignoring unparsable broker config %s", kv(name=syn.name, value=raw, reason=e.message))
+    return None
+
+
+# -------------------------------------------------------------------------------------------------- validation
+
+def validate_names(props: Mapping[str, Any]) -> None:
+    for name in props:
+        if name not in TOPIC_CONFIG_KEYS:
+            raise InvalidConfigurationError(f"Unknown topic config name: {name}")
+
+
+def parse_topic_config(props: Mapping[str, Any], broker_defaults: Mapping[str, str] | None = None
+                       ) -> dict[str, Any]:
+    """Every topic config parsed (overrides over broker defaults), in Kafka's definition order."""
+    validate_names(props)
+    defaults = topic_defaults_from_broker(broker_defaults)
+    return {k.name: parse_value(k.name, props[k.name] if k.name in props else defaults[k.name]) for k in _KEYS}
+
+
+def validate_values(values: Mapping[str, Any]) -> None:
+    """Kafka's ``LogConfig.validateValues`` (rules spanning several configs)."""
+    lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if lo > hi:
+        raise InvalidConfigurationError(
+            f"conflict topic config setting min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi})")
+
+
+# --- tiered storage (tiered_storage.md §3) ----------------------------------------------------------------------
+
+SYSTEM_DISABLED = ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote "
+                   "log storage.")
+COMPACTED_UNSUPPORTED = "Remote log storage is unsupported for the compacted topics"
+COPY_DISABLED_BYTES = ("When `remote.log.copy.disable` is set to true, the `local.retention.bytes` and "
+                       "`retention.bytes` must be set to the identical value because there will be no more logs "
+                       "copied to the remote storage.")
+COPY_DISABLED_MS = ("When `remote.log.copy.disable` is set to true, the `local.retention.ms` and `retention.ms` "
+                    "must be set to the identical value because there will be no more logs copied to the remote "
+                    "storage.")
+DISABLE_WITHOUT_DELETE = (
+    "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data, "
+    "but turn to read only, please set `remote.log.copy.disable=true`. If you want to disable remote storage and "
+    "delete all remote data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+
+
+POLICY_CONFIGS = ("remote.log.copy.disable", "remote.log.delete.on.disable")
+
+
+def _flag(config: Mapping[str, Any], name: str) -> bool:
+    v = config.get(name)
+    return str(v).strip().lower() == "true" if v is not None else False
+
+
+def validate_policy_values(props: Mapping[str, Any]) -> None:
+    """KIP-950: an unsupported value of a disablement policy config is INVALID_REQUEST (42), not INVALID_CONFIG
+    (seed 000, "other invalid formatted requests, such as an unsupported disablement policy option")."""
+    for name in POLICY_CONFIGS:
+        v = props.get(name)
+        if v is not None and str(v).strip().lower() not in ("true", "false"):
+            raise InvalidRequestError(f"Invalid value {v} for configuration {name}: Expected value to be either "
+                                      f"true or false")
+
+
+def _check_local_retention(kind: str, total: int, local: int) -> None:
+    """``validateRemoteStorageRetentionSize`` / ``...Time``: local -2 passes; -1 or more than the total fails."""
+    if total == -1 or local == -2:
+        return
+    name, total_name = f"local.retention.{kind}", f"retention.{kind}"
+    if local == -1:
+        raise config_exception(name, local, f"Value must not be -1 as {total_name} value is set as {total}.")
+    if local > total:
+        raise config_exception(name, local, f"Value must not be more than {total_name} property value: {total}")
+
+
+def validate_tiered_storage(values: Mapping[str, Any], existing: Mapping[str, str],
+                            remote_log_storage_system_enable: bool) -> None:
+    """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled`` / ``validateNoRemoteStorageForCompactedTopic`` /
+    ``validateRemoteStorageRetention*`` and KIP-950's rules: a tiered topic needs the broker flag, no compaction,
+    local retention within the total (and equal to it when copying is off); switching tiering off needs
+    ``remote.log.delete.on.disable=true``."""
+    if values["remote.storage.enable"]:
+        if not remote_log_storage_system_enable:
+            raise InvalidConfigurationError(SYSTEM_DISABLED)
+        if any("compact" in str(p).strip().lower() for p in values["cleanup.policy"]):
+            raise InvalidConfigurationError(COMPACTED_UNSUPPORTED)
+        _check_local_retention("bytes", values["retention.bytes"], values["local.retention.bytes"])
+        _check_local_retention("ms", values["retention.ms"], values["local.retention.ms"])
+        if values["remote.log.copy.disable"]:
+            for kind, message in (("bytes", COPY_DISABLED_BYTES), ("ms", COPY_DISABLED_MS)):
+                local = values[f"local.retention.{kind}"]
+                if local != -2 and local != values[f"retention.{kind}"]:
+                    raise InvalidConfigurationError(message)
+    elif _flag(existing, "remote.storage.enable") and not values["remote.log.delete.on.disable"]:
+        raise InvalidConfigurationError(DISABLE_WITHOUT_DELETE)
+
+
+def validate_topic_config(props: Mapping[str, Any], *, existing: Mapping[str, str] | None = None,
+                          broker_config: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Validate a topic's full set of overrides (``existing``: its overrides before the change, empty at
+    creation; ``broker_config``: the validating broker's properties); returns the parsed effective config.
+
+    Order (Kafka's ``LogConfig.validate``): null values, unknown names, policy values, each value in definition
+    order, cross-config rules, then the tiered storage rules.
+    """
+    nulls = [n for n, v in props.items() if v is None]
+    if nulls:
+        raise InvalidConfigurationError("Null value not supported for topic configs: " + ",".join(nulls))
+    validate_names(props)
+    validate_policy_values(props)
+    values = parse_topic_config(props, broker_config)
+    validate_values(values)
+    system = _flag(broker_config or {}, "remote.log.storage.system.enable")
+    validate_tiered_storage(values, existing or {}, system)
+    return values
+
+
+# --------------------------------------------------------------------------------------------------- LogConfig
 
 def _field(name: str) -> str:
     return name.replace(".", "_")
 
 
-def _gzip_level(name, value, raw):
-    if value != -1 and not 1 <= value <= 9:
-        raise _invalid(name, raw, "Value must be between 1 and 9, or equal to -1")
-
-
-_BY_NAME["compression.gzip.level"] = attrs.evolve(_BY_NAME["compression.gzip.level"], check=_gzip_level)
-_DEFS = tuple(_BY_NAME[d.name] for d in _DEFS)
+def _default(name: str) -> Any:
+    """A :class:`LogConfig` field's default: the ConfigDef's, parsed (lists as tuples)."""
+    value = parse_value(name, TOPIC_CONFIG_KEYS[name].default)
+    return tuple(value) if isinstance(value, list) else value
 
 
 @attrs.frozen
 class LogConfig:
     """Effective topic configuration. Attribute names are Kafka's with dots as underscores."""
 
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10485760
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    retention_bytes: int = -1
-    retention_ms: int = 604800000
-    max_message_bytes: int = 1048588
-    index_interval_bytes: int = 4096
-    delete_retention_ms: int = 86400000
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    file_delete_delay_ms: int = 60000
-    min_cleanable_dirty_ratio: float = 0.5
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    unclean_leader_election_enable: bool = False
-    min_insync_replicas: int = 1
-    compression_type: str = "producer"
-    compression_gzip_level: int = -1
-    compression_lz4_level: int = 9
-    compression_zstd_level: int = 3
-    preallocate: bool = False
-    message_format_version: str = "3.0-IV1"
-    message_timestamp_type: str = "CreateTime"
-    message_timestamp_difference_max_ms: int = LONG_MAX
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
-    leader_replication_throttled_replicas: tuple[str, ...] = ()
-    follower_replication_throttled_replicas: tuple[str, ...] = ()
-    message_downconversion_enable: bool = True
-    remote_storage_enable: bool = False
-    local_retention_ms: int = -2
-    local_retention_bytes: int = -2
-    remote_log_copy_disable: bool = False
-    remote_log_delete_on_disable: bool = False
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    segment_jitter_ms: int = _default("segment.jitter.ms")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    flush_messages: int = _default("flush.messages")
+    flush_ms: int = _default("flush.ms")
+    retention_bytes: int = _default("retention.bytes")
+    retention_ms: int = _default("retention.ms")
+    max_message_bytes: int = _default("max.message.bytes")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    delete_retention_ms: int = _default("delete.retention.ms")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    cleanup_policy: tuple[str, ...] = _default("cleanup.policy")
+    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
+    min_insync_replicas: int = _default("min.insync.replicas")
+    compression_type: str = _default("compression.type")
+    compression_gzip_level: int = _default("compression.gzip.level")
+    compression_lz4_level: int = _default("compression.lz4.level")
+    compression_zstd_level: int = _default("compression.zstd.level")
+    preallocate: bool = _default("preallocate")
+    message_format_version: str = _default("message.format.version")
+    message_timestamp_type: str = _default("message.timestamp.type")
+    message_timestamp_difference_max_ms: int = _default("message.timestamp.difference.max.ms")
+    message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    leader_replication_throttled_replicas: tuple[str, ...] = _default("leader.replication.throttled.replicas")
+    follower_replication_throttled_replicas: tuple[str, ...] = _default("follower.replication.throttled.replicas")
+    message_downconversion_enable: bool = _default("message.downconversion.enable")
+    remote_storage_enable: bool = _default("remote.storage.enable")
+    local_retention_ms: int = _default("local.retention.ms")
+    local_retention_bytes: int = _default("local.retention.bytes")
+    remote_log_copy_disable: bool = _default("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _default("remote.log.delete.on.disable")
     # Names set explicitly (topic overrides), for DescribeConfigs sources.
     overridden: frozenset[str] = frozenset()
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any] | None = None,
-                   defaults: Mapping[str, Any] | None = None) -> LogConfig:
-        """Parse Kafka topic config strings (``props`` override ``defaults``, both by Kafka name)."""
+                   defaults: Mapping[str, Any] | LogConfig | None = None) -> LogConfig:
+        """Parse Kafka topic config strings: ``props`` (by Kafka name) over ``defaults`` (Kafka names and
+        strings, or an already parsed LogConfig)."""
         values: dict[str, Any] = {}
+        if isinstance(defaults, LogConfig):
+            values = {f: getattr(defaults, f) for f in _FIELDS}
+            defaults = None
         for source in (defaults or {}, props or {}):
             for name, raw in source.items():
-                d = _BY_NAME.get(name)
-                if d is None:
-                    raise InvalidConfigurationError(f"Unknown topic config name: {name}")
-                if raw is None:
-                    raise _invalid(name, raw, "Value must not be null")
-                value = d.parse(name, raw)
-                if d.check is not None:
-                    d.check(name, value, raw)
-                values[_field(name)] = value
+                value = parse_value(name, raw)
+                values[_field(name)] = tuple(value) if isinstance(value, list) else value
         cfg = cls(**values, overridden=frozenset(props or {}))
-        cfg.validate()
+        validate_values({"min.compaction.lag.ms": cfg.min_compaction_lag_ms,
+                         "max.compaction.lag.ms": cfg.max_compaction_lag_ms})
         return cfg
-
-    def validate(self) -> None:
-        """Cross-field checks (Kafka's ``LogConfig.validateValues``)."""
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise InvalidConfigurationError(
-                f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
-                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
 
     def to_props(self) -> dict[str, str]:
         """Every topic config as Kafka renders it in DescribeConfigs."""
-        out = {}
-        for d in _DEFS:
-            v = getattr(self, _field(d.name))
-            if isinstance(v, bool):
-                s = "true" if v else "false"
-            elif isinstance(v, tuple):
-                s = ",".join(v)
-            else:
-                s = str(v)
-            out[d.name] = s
-        return out
+        return {k.name: _format(k, getattr(self, _field(k.name))) for k in _KEYS}
 
     def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """This config with some topic configs replaced (parsed and validated)."""
-        base = {k: v for k, v in self.to_props().items()}
-        cfg = LogConfig.from_props(props, defaults=base)
+        cfg = LogConfig.from_props(props, defaults=self)
         return attrs.evolve(cfg, overridden=self.overridden | frozenset(props))
 
     # --- derived values (Kafka's LogConfig accessors) --------------------------------------------------
@@ -318,50 +575,15 @@ class LogConfig:
         return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
 
-# Broker config -> topic config (Kafka's ServerTopicConfigSynonyms), highest priority first per topic name.
-_BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
-    "segment.bytes": (("log.segment.bytes", 1),),
-    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3600000)),
-    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3600000)),
-    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
-    "flush.messages": (("log.flush.interval.messages", 1),),
-    "flush.ms": (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
-    "retention.bytes": (("log.retention.bytes", 1),),
-    "retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60000), ("log.retention.hours", 3600000)),
-    "max.message.bytes": (("message.max.bytes", 1),),
-    "index.interval.bytes": (("log.index.interval.bytes", 1),),
-    "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
-    "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),
-    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
-    "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
-    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
-    "cleanup.policy": (("log.cleanup.policy", 1),),
-    "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
-    "min.insync.replicas": (("min.insync.replicas", 1),),
-    "compression.type": (("compression.type", 1),),
-    "preallocate": (("log.preallocate", 1),),
-    "message.timestamp.type": (("log.message.timestamp.type", 1),),
-    "message.timestamp.difference.max.ms": (("log.message.timestamp.difference.max.ms", 1),),
-    "message.timestamp.before.max.ms": (("log.message.timestamp.before.max.ms", 1),),
-    "message.timestamp.after.max.ms": (("log.message.timestamp.after.max.ms", 1),),
-    "message.downconversion.enable": (("log.message.downconversion.enable", 1),),
-    "local.retention.ms": (("log.local.retention.ms", 1),),
-    "local.retention.bytes": (("log.local.retention.bytes", 1),),
-}
-
-
 def broker_topic_defaults(broker_props: Mapping[str, Any]) -> dict[str, str]:
-    """Topic-config defaults from broker settings (``log.retention.hours=1`` -> ``retention.ms=3600000``)."""
-    out: dict[str, str] = {}
-    for topic_name, synonyms in _BROKER_SYNONYMS.items():
-        for broker_name, factor in synonyms:
-            raw = broker_props.get(broker_name)
-            if raw is None:
-                continue
-            if factor == 1:
-                out[topic_name] = str(raw)
-            else:
-                n = _long(broker_name, raw)
-                out[topic_name] = str(-1 if n < 0 else n * factor)
-            break
+    """The topic configs that these broker properties set through a synonym (``log.retention.hours=1`` ->
+    ``retention.ms=3600000``); configs without a set synonym are left out."""
+    out = {}
+    for key in _KEYS:
+        value = _broker_value(key, broker_props)
+        if value is not None:
+            out[key.name] = value
     return out
+
+
+_FIELDS = tuple(_field(k.name) for k in _KEYS)

@@ -37,7 +37,7 @@ from kafkatier.log.dir_names import (
 from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LONG_MAX, LogConfig
-from kafkatier.log.scheduler import Scheduler
+from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log-manager")
@@ -65,6 +65,7 @@ class LogManager:
                  flush_start_offset_checkpoint_interval_ms: int = 60000,
                  initial_task_delay_ms: int = 30000,
                  remote_log_system_enabled: bool = False,
+                 scheduler: KafkaScheduler | None = None,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -72,6 +73,7 @@ class LogManager:
         if len(set(self.log_dirs)) != len(self.log_dirs):
             raise LogDirectoryError(f"Duplicate log directory found: {', '.join(self.log_dirs)}")
         self.default_config = default_config or LogConfig()
+        self._parsed_configs: dict[str, tuple[dict, LogConfig]] = {}
         self._topic_configs = topic_configs
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -90,7 +92,10 @@ class LogManager:
         self.offline_dirs: set[str] = set()
         self.future_dirs_found: dict[TopicPartition, str] = {}
         self._preferred_dirs: dict[TopicPartition, str] = {}
-        self.scheduler = Scheduler("kafka-scheduler")
+        # The broker's scheduler (started and stopped by its owner), or one of our own.
+        self._owns_scheduler = scheduler is None
+        self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "kafka-scheduler-")
+        self._tasks: list[ScheduledTask] = []
         self._started = False
         self._shut_down = False
         self._prepare_dirs()
@@ -218,15 +223,19 @@ class LogManager:
             return
         self._started = True
         s = self.scheduler
-        s.startup()
+        if self._owns_scheduler:
+            s.startup()
         delay = self.initial_task_delay_ms
-        s.schedule("kafka-log-retention", self._safe(self.cleanup_logs), delay, self.retention_check_interval_ms)
+        tasks = [s.schedule("kafka-log-retention", self._safe(self.cleanup_logs), delay,
+                            self.retention_check_interval_ms)]
         if self.flush_check_interval_ms < LONG_MAX:
-            s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay, self.flush_check_interval_ms)
-        s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
-                   self.flush_recovery_offset_checkpoint_interval_ms)
-        s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets), delay,
-                   self.flush_start_offset_checkpoint_interval_ms)
+            tasks.append(s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay,
+                                    self.flush_check_interval_ms))
+        tasks.append(s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
+                                self.flush_recovery_offset_checkpoint_interval_ms))
+        tasks.append(s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets),
+                                delay, self.flush_start_offset_checkpoint_interval_ms))
+        self._tasks = tasks
 
     def _safe(self, fn: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -244,13 +253,23 @@ class LogManager:
             cfg = src.get(topic)
         return cfg or self.default_config
 
-    def _loaded_config(self, topic: str) -> LogConfig:
-        """The topic's config for a log found at start-up; a bad stored config falls back to the defaults."""
-        cfg = self._config_for(topic)
+    def _parsed(self, topic: str, cfg: LogConfig | Mapping[str, Any] | None) -> LogConfig:
+        """``cfg`` as a LogConfig over the defaults, parsed once per topic and overrides (a topic with a
+        thousand partitions is not parsed a thousand times).  Raises KafkaError for a bad config."""
         if isinstance(cfg, LogConfig):
             return cfg
+        overrides = dict(cfg or {})
+        cached = self._parsed_configs.get(topic)
+        if cached is not None and cached[0] == overrides:
+            return cached[1]
+        parsed = LogConfig.from_props(overrides, defaults=self.default_config)
+        self._parsed_configs[topic] = (overrides, parsed)
+        return parsed
+
+    def _loaded_config(self, topic: str) -> LogConfig:
+        """The topic's config for a log found at start-up; a bad stored config falls back to the defaults."""
         try:
-            return LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+            return self._parsed(topic, self._config_for(topic))
         except KafkaError as e:
             log.error(kv(event="topic_config_invalid", topic=topic, error=e, action="using broker defaults"))
             return self.default_config
@@ -260,15 +279,15 @@ class LogManager:
         non-internal topic (tiered_storage.md §2)."""
         if not self.remote_log_system_enabled or topic.startswith("__"):
             return False
-        if not isinstance(cfg, LogConfig):
-            cfg = LogConfig.from_props(cfg or {}, defaults=self.default_config.to_props())
+        cfg = self._parsed(topic, cfg)
         return cfg.remote_storage_enable and not cfg.compact
 
     def update_topic_config(self, topic: str, config: LogConfig | Mapping[str, Any]) -> None:
         """Apply a changed topic config (LogConfig or Kafka topic config strings) to the topic's logs."""
+        parsed = self._parsed(topic, config)
         for lg in self.all_logs():
             if lg.topic == topic:
-                lg.update_config(config)
+                lg.update_config(parsed)
 
     def update_broker_defaults(self, default_config: LogConfig,
                                topic_overrides: Callable[[str], Mapping[str, Any]]) -> None:
@@ -332,7 +351,7 @@ class LogManager:
             for d in self._next_log_dirs(tp):
                 path = os.path.join(d, partition_dir_name(topic, partition))
                 try:
-                    cfg = config if config is not None else self._config_for(topic)
+                    cfg = self._parsed(topic, config if config is not None else self._config_for(topic))
                     lg = Log(path, cfg, had_clean_shutdown=not os.path.exists(path), scheduler=self.scheduler,
                              clock=self._clock,
                              topic_id=topic_id, default_config=self.default_config,
@@ -453,7 +472,10 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
-        self.scheduler.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        if self._owns_scheduler:
+            self.scheduler.shutdown()
         by_dir = self.logs_by_dir()
         for d in self.live_log_dirs:
             ok = True

@@ -18,20 +18,22 @@ UNKNOWN_TOPIC_OR_PARTITION; expiry answers REQUEST_TIMED_OUT with the low waterm
 Project choices beyond Kafka:
 
 - after a move, the segments wholly below the new log start offset are deleted at once (leader here, followers
-  when they follow the leader's log start offset) and ``log-start-offset-checkpoint`` of that log dir is
-  written, so an acknowledged deletion survives a crash (Kafka only checkpoints every
-  ``log.flush.start.offset.checkpoint.interval.ms`` and at shutdown);
-- ``ReplicaManager.log_start_offset_listeners`` are called with ``(topic, partition, new_log_start_offset)``
-  after such a move (tiered storage deletes remote segments below it).
+  when they follow the leader's log start offset: ``ReplicaManager.after_log_start_offset_moved``) and
+  ``log-start-offset-checkpoint`` of that log dir is written, so an acknowledged deletion survives a crash
+  (Kafka only checkpoints every ``log.flush.start.offset.checkpoint.interval.ms`` and at shutdown).
+
+``KafkaApis`` serves API 21 with :meth:`DeleteRecordsManager.handle`; ``KafkaServer`` builds the manager with the
+replica manager, the metadata cache and the authorizer.
 """
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Protocol
 
 import attrs
 
+from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log import CLIENT_RECORD_DELETION
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
@@ -39,6 +41,12 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import (Errors, InvalidTopicError, KafkaError, NotLeaderOrFollowerError,
                                        OffsetOutOfRangeError, PolicyViolationError)
 from kafkatier.server.purgatory import DelayedOperation
+from kafkatier.server.replica_manager import ReplicaManager
+
+
+class Authorizer(Protocol):
+    def authorize(self, principal: str | None, host: str, operation: str, resource_type: str,
+                  name: str) -> bool: ...
 
 log = get_logger("server.delete-records")
 
@@ -48,7 +56,6 @@ HIGH_WATERMARK = -1
 INVALID_LOW_WATERMARK = -1
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-TopicPartition = tuple[str, int]
 
 
 def tp_str(tp: TopicPartition) -> str:
@@ -111,16 +118,15 @@ class DelayedDeleteRecords(DelayedOperation):
 
 
 class DeleteRecordsManager:
-    """Serves DeleteRecords for one broker; ``install(server)`` wires it in."""
+    """Serves DeleteRecords for one broker (Kafka's ``KafkaApis.handleDeleteRecordsRequest`` and
+    ``ReplicaManager.deleteRecords``)."""
 
-    def __init__(self, broker_id: int, replica_manager, metadata_cache, authorizer=None,
-                 checkpoint_log_start_offsets: Callable[[str], None] | None = None):
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache,
+                 authorizer: Authorizer | None = None):
         self.broker_id = broker_id
         self.rm = replica_manager
         self.cache = metadata_cache
         self.authorizer = authorizer
-        self.checkpoint_log_start_offsets = checkpoint_log_start_offsets
-        self._seen_log_start: dict[TopicPartition, int] = {}
 
     # --- request ----------------------------------------------------------------------------------------------
     def handle(self, header, request, context) -> Future:
@@ -216,7 +222,7 @@ class DeleteRecordsManager:
             lw = p.low_watermark(self.is_alive)
         if moved:
             log.info("log start offset raised by DeleteRecords %s", kv(partition=tp_str(tp), log_start_offset=converted))
-            self._after_move(p)
+            self.rm.after_log_start_offset_moved(p)
         return converted, lw
 
     def is_alive(self, broker_id: int) -> bool:
@@ -229,75 +235,3 @@ class DeleteRecordsManager:
             return Errors.NONE, p.low_watermark(self.is_alive)
         except KafkaError as e:
             return e.error, INVALID_LOW_WATERMARK
-
-    # --- after a log start offset moved -----------------------------------------------------------------------
-    def _after_move(self, p) -> None:
-        """Free the disk now, make the new log start offset durable, tell listeners (tiered storage)."""
-        plog = p.log
-        lso = plog.log_start_offset
-        self._seen_log_start[p.tp] = lso
-        try:
-            plog.delete_old_segments()
-        except Exception:  # noqa: BLE001 - the retention task will retry
-            log.exception("deleting segments below the log start offset failed %s", kv(partition=p))
-        if self.checkpoint_log_start_offsets is not None:
-            try:
-                self.checkpoint_log_start_offsets(plog.parent_dir)
-            except Exception:  # noqa: BLE001 - the periodic checkpoint will retry
-                log.exception("log start offset checkpoint failed %s", kv(partition=p, dir=plog.parent_dir))
-        for listener in list(self.rm.log_start_offset_listeners):
-            try:
-                listener(p.topic, p.partition, lso)
-            except Exception:  # noqa: BLE001
-                log.exception("log start offset listener failed %s", kv(partition=p))
-
-    def on_follower_fetched(self, p) -> None:
-        """ReplicaManager hook: a follower processed a fetch response; act if its log start offset moved."""
-        lso = p.log.log_start_offset
-        prev = self._seen_log_start.get(p.tp)
-        if prev == lso:
-            return
-        self._seen_log_start[p.tp] = lso
-        if prev is None:
-            segs = p.log.log_segments()
-            if not segs or lso <= segs[0].base_offset:
-                return  # nothing below the log start offset on disk, nothing new to checkpoint
-        log.info("follower log start offset moved %s", kv(partition=p, log_start_offset=lso, previous=prev))
-        self._after_move(p)
-
-    def on_metadata_update(self) -> None:
-        """A broker may have died (or come back): re-check pending requests, whose low watermarks only count
-        replicas on live brokers (a dead follower sends no fetch that would trigger the check)."""
-        purgatory = self.rm.delete_records_purgatory
-        if not purgatory.watched():
-            return
-        for tp, p in list(self.rm.partitions.items()):
-            if p.is_leader:
-                purgatory.check_and_complete(("delete_records", tp))
-
-    def on_stop(self, topic: str, partition: int, deleted: bool) -> None:
-        self._seen_log_start.pop((topic, partition), None)
-
-
-def install(server) -> DeleteRecordsManager:
-    """Register API 21 on ``server.apis``, with the authorizer from the broker's config, SASL/PLAIN if the
-    listener asks for it (kafkatier/server/sasl.py), and the replica manager hooks."""
-    from kafkatier.server.acl import authorizer_from_config
-    from kafkatier.server.sasl import install_sasl
-
-    overrides = dict(server.config.overrides)
-    authorizer = authorizer_from_config(server.zk, overrides)
-    lm = server.log_manager
-    mgr = DeleteRecordsManager(server.broker_id, server.replica_manager, server.metadata_cache, authorizer,
-                               lm.checkpoint_log_start_offsets if lm is not None else None)
-    rm = server.replica_manager
-    rm.on_follower_fetched.append(mgr.on_follower_fetched)
-    rm.on_stop.append(mgr.on_stop)
-    listeners = getattr(server, "metadata_listeners", None)
-    if listeners is not None:
-        listeners.append(mgr.on_metadata_update)
-    server.apis.register(DELETE_RECORDS, VERSIONS, mgr.handle)
-    install_sasl(server)
-    server.authorizer = authorizer
-    server.delete_records = mgr
-    return mgr

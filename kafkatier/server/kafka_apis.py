@@ -3,20 +3,38 @@
 Responses are built as dicts and turned into kafka-python messages by :func:`kafkatier.protocol.build.build`.
 Produce and Fetch may complete later (acks=all, long-poll fetch): they return a ``Future`` that the purgatory
 completes.  Record batches are passed through as bytes.
+
+Collaborators arrive through the constructor (``KafkaServer`` builds them): the replica manager, the metadata
+cache, the admin client and the controller (topic and config changes), the producer id manager, the dynamic
+broker configs (``server/dynamic_broker_config.py``: DescribeConfigs / AlterConfigs of BROKER resources), and the
+optional features -- DeleteRecords (API 21, ``server/delete_records.py``), SASL/PLAIN (APIs 17 and 36,
+``server/sasl.py``) and the group APIs (8-16, 42, 47, ``server/group_apis.py``), advertised only when given.
 """
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from kafkatier.common.structs import TopicPartition
+from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.config import BrokerConfig
+from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
+from kafkatier.server.delete_records import DeleteRecordsManager
+from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server.group_apis import GroupApis
+from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
+                                              ReplicaManager)
+from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
+from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs
+from kafkatier.zk.kafka_zk_client import read_topic_config
 
 log = get_logger("server.apis")
 
@@ -27,6 +45,7 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 DESCRIBE_CLUSTER = 60
 INIT_PRODUCER_ID = 22
 CREATE_PARTITIONS = 37
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 ZERO_UUID = uuid.UUID(int=0)
@@ -50,34 +69,51 @@ class KafkaApis:
         CREATE_PARTITIONS: (0, 3),
     }
 
-    def __init__(self, server):
-        self.server = server
-        self.extra_handlers: dict[int, tuple[tuple[int, int], Callable]] = {}
+    def __init__(self, config: Callable[[], BrokerConfig], cluster_id: str, replica_manager: ReplicaManager,
+                 metadata_cache, admin_zk, controller, zk, producer_ids, *,
+                 delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
+                 group_apis: GroupApis | None = None, broker_configs: DynamicBrokerConfig):
+        self._config = config  # the broker's config; its port is known once the socket server is bound
+        self.cluster_id = cluster_id
+        self.rm = replica_manager
+        self.cache = metadata_cache
+        self.admin_zk = admin_zk
+        self.controller = controller
+        self.zk = zk
+        self.producer_ids = producer_ids
+        self.delete_records = delete_records
+        self.sasl = sasl
+        self.broker_configs = broker_configs
+        self._handlers: dict[int, Callable] = {
+            PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
+            METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
+            DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id,
+            CREATE_PARTITIONS: self.handle_create_partitions}
+        self._versions = dict(self.VERSIONS)
+        for key, (versions, handler) in (group_apis.handlers() if group_apis is not None else {}).items():
+            self._handlers[key] = handler
+            self._versions[key] = versions
+        if delete_records is not None:
+            self._handlers[DELETE_RECORDS] = delete_records.handle
+            self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
+        if sasl is not None:
+            self._handlers[SASL_HANDSHAKE] = sasl.handle_handshake
+            self._handlers[SASL_AUTHENTICATE] = sasl.handle_authenticate
+            self._versions[SASL_HANDSHAKE] = HANDSHAKE_VERSIONS
+            self._versions[SASL_AUTHENTICATE] = AUTHENTICATE_VERSIONS
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._config()
 
     # --- dispatch -------------------------------------------------------------------------------------------
     def supported_versions(self) -> dict[int, tuple[int, int]]:
-        out = dict(self.VERSIONS)
-        out.update({k: v[0] for k, v in self.extra_handlers.items()})
-        return out
-
-    def register(self, api_key: int, versions: tuple[int, int], handler: Callable) -> None:
-        """Let a feature (e.g. DeleteRecords, log dirs) add an API: ``handler(header, request, context)``."""
-        self.extra_handlers[api_key] = (versions, handler)
-        ss = getattr(self.server, "socket_server", None)
-        if ss is not None and hasattr(ss, "refresh_api_versions"):
-            ss.refresh_api_versions()
+        return dict(self._versions)
 
     def handle(self, header, request, context) -> Any:
-        key = header.request_api_key
-        if key in self.extra_handlers:
-            return self.extra_handlers[key][1](header, request, context)
-        fn = {PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
-              METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
-              DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
-              ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
-              DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id,
-              CREATE_PARTITIONS: self.handle_create_partitions}[key]
-        return fn(header, request, context)
+        return self._handlers[header.request_api_key](header, request, context)
 
     def error_response(self, header, request, code: int):
         """An answer carrying ``code`` for every partition / topic, for APIs without a top-level error."""
@@ -103,7 +139,7 @@ class KafkaApis:
                                                 for p in t.partitions]} for t in request.topics]})
         if key == METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
-            return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": [], "cluster_id": self.server.cluster_id,
+            return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": [], "cluster_id": self.cluster_id,
                                             "controller_id": -1, "topics": [
                                                 {"error_code": code, "name": n, "topic_id": ZERO_UUID,
                                                  "is_internal": False, "partitions": []} for n in names]})
@@ -112,14 +148,6 @@ class KafkaApis:
     @staticmethod
     def _resp(api_key: int, version: int, body: dict):
         return build(codec.response_class(api_key), version, body)
-
-    @property
-    def rm(self):
-        return self.server.replica_manager
-
-    @property
-    def cache(self):
-        return self.server.metadata_cache
 
     # --- Metadata -------------------------------------------------------------------------------------------
     def handle_metadata(self, header, req, ctx):
@@ -131,6 +159,7 @@ class KafkaApis:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         topics = []
+        alive = {b.id for b in cache.alive_brokers()}
         for name in names:
             parts = cache.topic_partitions(name)
             if not parts:
@@ -140,26 +169,29 @@ class KafkaApis:
                 continue
             plist = []
             for pm in parts:
-                plist.append({"error_code": int(Errors.LEADER_NOT_AVAILABLE if pm.leader < 0 else Errors.NONE),
-                              "partition_index": pm.partition, "leader_id": pm.leader,
+                # Kafka's ZkMetadataCache: a leader on a broker that is not alive is no leader (a client would
+                # otherwise look for a broker missing from the brokers list).
+                leader = pm.leader if pm.leader in alive else -1
+                plist.append({"error_code": int(Errors.LEADER_NOT_AVAILABLE if leader < 0 else Errors.NONE),
+                              "partition_index": pm.partition, "leader_id": leader,
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
                            "is_internal": name == "__consumer_offsets", "partitions": plist, "topic_authorized_operations": -2147483648})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
-            c = self.server.config
+            c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
-                                        "cluster_id": self.server.cluster_id, "controller_id": cache.controller_id,
+                                        "cluster_id": self.cluster_id, "controller_id": cache.controller_id,
                                         "topics": topics, "cluster_authorized_operations": -2147483648})
 
     def _maybe_auto_create(self, name: str) -> Errors:
-        c = self.server.config
+        c = self.config
         if str(c.overrides.get("auto.create.topics.enable", "true")).lower() != "true":
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         try:
-            self.server.admin_zk.create_topic(name, c.num_partitions, c.default_replication_factor, {})
+            self.admin_zk.create_topic(name, c.num_partitions, c.default_replication_factor, {})
             log.info("auto-created topic %s", kv(topic=name))
             return Errors.LEADER_NOT_AVAILABLE
         except KafkaError as e:
@@ -178,26 +210,27 @@ class KafkaApis:
         if acks not in (-1, 0, 1):
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    errors[(td.name, pd.index)] = (Errors.INVALID_REQUIRED_ACKS, -1, -1, None)
+                    errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS)
         else:
             for td in req.topic_data:
                 for pd in td.partition_data:
                     if pd.records is None:
-                        errors[(td.name, pd.index)] = (Errors.CORRUPT_MESSAGE, -1, -1, "no records")
+                        errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.CORRUPT_MESSAGE,
+                                                                                            error_message="no records")
                     else:
-                        entries[(td.name, pd.index)] = pd.records
+                        entries[TopicPartition(td.name, pd.index)] = pd.records
         fut: Future = Future()
 
-        def respond(results: dict) -> None:
+        def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
             results = {**errors, **results}
             if acks == 0:
                 fut.set_result(None)
                 return
             by_topic: dict[str, list] = {}
-            for (t, p), (err, base, lso, msg) in sorted(results.items()):
-                by_topic.setdefault(t, []).append({"index": p, "error_code": int(err), "base_offset": base,
-                                                   "log_append_time_ms": -1, "log_start_offset": lso,
-                                                   "record_errors": [], "error_message": msg})
+            for (t, p), r in sorted(results.items()):
+                by_topic.setdefault(t, []).append({"index": p, "error_code": int(r.error), "base_offset": r.base_offset,
+                                                   "log_append_time_ms": -1, "log_start_offset": r.log_start_offset,
+                                                   "record_errors": [], "error_message": r.error_message})
             fut.set_result(self._resp(PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))
@@ -214,23 +247,22 @@ class KafkaApis:
         parts = []
         for t in req.topics:
             for p in t.partitions:
-                parts.append({"topic": t.topic, "partition": p.partition, "fetch_offset": p.fetch_offset,
-                              "partition_max_bytes": p.partition_max_bytes,
-                              "current_leader_epoch": getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
-                              "log_start_offset": getattr(p, "log_start_offset", -1) if v >= 5 else -1})
+                parts.append(FetchPartitionData(
+                    TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
+                    current_leader_epoch=getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
+                    log_start_offset=getattr(p, "log_start_offset", -1) if v >= 5 else -1))
         fut: Future = Future()
-        order = [(fp["topic"], fp["partition"]) for fp in parts]
+        order = [fp.tp for fp in parts]
 
-        def respond(results: dict) -> None:
+        def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
             by_topic: dict[str, list] = {}
             for tp in order:
-                r = results.get(tp) or {"error": Errors.UNKNOWN_SERVER_ERROR, "high_watermark": -1,
-                                        "log_start_offset": -1, "records": b""}
+                r = results.get(tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR)
                 by_topic.setdefault(tp[0], []).append({
-                    "partition_index": tp[1], "error_code": int(r["error"]), "high_watermark": r["high_watermark"],
-                    "last_stable_offset": r["high_watermark"], "log_start_offset": r["log_start_offset"],
-                    "aborted_transactions": None if r["error"] else [], "preferred_read_replica": -1,
-                    "records": r["records"] if r["records"] is not None else b""})
+                    "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": None if r.error else [], "preferred_read_replica": -1,
+                    "records": r.records})
             fut.set_result(self._resp(FETCH, v, {
                 "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
@@ -260,7 +292,7 @@ class KafkaApis:
 
     # --- topics ---------------------------------------------------------------------------------------------
     def _is_controller(self) -> bool:
-        c = self.server.controller
+        c = self.controller
         return c is not None and c.is_active
 
     def handle_create_topics(self, header, req, ctx):
@@ -280,7 +312,7 @@ class KafkaApis:
                     raise KafkaError(f"Null value not supported for topic configs: {','.join(nulls)}",
                                      Errors.INVALID_REQUEST)
                 configs = {c.name: c.value for c in t.configs}
-                out = self.server.admin_zk.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                out = self.admin_zk.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
                                                         assignment=assignment, validate_only=req.validate_only)
                 res["num_partitions"] = out.num_partitions
                 res["replication_factor"] = out.replication_factor
@@ -306,7 +338,7 @@ class KafkaApis:
                 res["error_code"] = int(Errors.NOT_CONTROLLER)
             else:
                 try:
-                    self.server.admin_zk.delete_topic(name)
+                    self.admin_zk.delete_topic(name)
                     deleting.append(name)
                 except KafkaError as e:
                     res.update(error_code=int(e.error), error_message=e.message or None)
@@ -332,7 +364,7 @@ class KafkaApis:
             else:
                 try:
                     assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
-                    self.server.admin_zk.add_partitions(t.name, t.count, assignment, validate_only=req.validate_only)
+                    self.admin_zk.add_partitions(t.name, t.count, assignment, validate_only=req.validate_only)
                     if not req.validate_only:
                         growing[t.name] = t.count
                 except KafkaError as e:
@@ -375,10 +407,9 @@ class KafkaApis:
             parts = self.cache.topic_partitions(t)
             if present:
                 return bool(parts) and all(p.leader >= 0 for p in parts)
-            return not parts and not self.server.zk.exists(f"/brokers/topics/{t}")
+            return not parts and not self.zk.exists(f"/brokers/topics/{t}")
 
         def wait() -> None:
-            from kafkatier.waiting import WaitTimeout, wait_for
             try:
                 wait_for(lambda: all(done(t) for t in names), timeout_ms / 1000.0, interval=0.05,
                          message="topic metadata")
@@ -403,7 +434,7 @@ class KafkaApis:
                    "resource_name": r.resource_name, "configs": []}
             try:
                 if r.resource_type == TOPIC_RESOURCE:
-                    entries = self.server.admin_zk.describe_topic_config(r.resource_name)
+                    entries = self.admin_zk.describe_topic_config(r.resource_name)
                 elif r.resource_type == BROKER_RESOURCE:
                     entries = self._broker_config_entries(r.resource_name)
                 else:
@@ -425,13 +456,13 @@ class KafkaApis:
         return self._resp(DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
 
     def _broker_config_entries(self, name: str) -> list[dict]:
-        return self.server.broker_configs.describe(name)
+        return self.broker_configs.describe(name)
 
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):
             full = {c.name: c.value for c in r.configs if c.value is not None}
-            return (lambda admin: admin.change_topic_config(r.resource_name, full, validate_only=req.validate_only),
-                    set(full))
+            return (lambda admin, extra_ops=None: admin.change_topic_config(
+                        r.resource_name, full, validate_only=req.validate_only, extra_ops=extra_ops), set(full))
 
         def broker_change(r):
             return {c.name: c.value for c in r.configs}, [], True
@@ -449,8 +480,8 @@ class KafkaApis:
                 else:
                     raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
                                      Errors.INVALID_REQUEST)
-            return (lambda admin: admin.alter_topic_config(r.resource_name, sets, deletes,
-                                                           validate_only=req.validate_only),
+            return (lambda admin, extra_ops=None: admin.alter_topic_config(
+                        r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
 
         def broker_change(r):
@@ -468,11 +499,13 @@ class KafkaApis:
                                    broker_change=broker_change)
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
-        from kafkatier.controller.tiered_storage_disablement_manager import TIERED_KEYS
         if keys & set(TIERED_KEYS):
             return True
         if full_replace:  # dropping a tiered key is a tiering change too
-            current = self.server._read_topic_config(topic)
+            try:
+                current = read_topic_config(self.zk, topic) or {}
+            except codecs.MalformedZNodeError:
+                current = {}  # logged by the reader; the change replaces it
             return bool(set(current) & set(TIERED_KEYS))
         return False
 
@@ -488,7 +521,7 @@ class KafkaApis:
             try:
                 if r.resource_type == BROKER_RESOURCE:   # dynamic broker configs (DynamicBrokerConfig)
                     sets, deletes, replace = broker_change(r)
-                    self.server.broker_configs.alter(r.resource_name, sets, deletes, replace,
+                    self.broker_configs.alter(r.resource_name, sets, deletes, replace,
                                                      validate_only=req.validate_only)
                     plans.append((r, res, None))
                     continue
@@ -507,11 +540,11 @@ class KafkaApis:
                 continue
             compute, tiered = plan
             if tiered:
-                futures.append((res, self.server.controller.submit_topic_config_change(
+                futures.append((res, self.controller.submit_topic_config_change(
                     r.resource_name, compute, req.validate_only)))
             else:
                 try:
-                    compute(self.server.admin_zk)
+                    compute(self.admin_zk)
                 except KafkaError as e:
                     res.update(error_code=int(e.error), error_message=e.message or None)
         results = [res for _, res, _ in plans]
@@ -549,13 +582,12 @@ class KafkaApis:
                  "resource_type": r.resource_type, "resource_name": r.resource_name} for r in req.resources]})
 
         def run():
-            from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
             cid = self.cache.controller_id
             b = self.cache.broker(cid) if cid >= 0 else None
-            if b is None or cid == self.server.broker_id:
+            if b is None or cid == self.config.broker_id:
                 fut.set_result(not_controller("The controller is not known yet."))
                 return
-            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.server.broker_id}-forwarder")
+            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.config.broker_id}-forwarder")
             try:
                 resp = client.send(req, codec.response_class(api_key), v)
                 resp._header = None
@@ -573,7 +605,7 @@ class KafkaApis:
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
-        pid = self.server.producer_ids.generate_producer_id()
+        pid = self.producer_ids.generate_producer_id()
         return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
                                                 "producer_epoch": 0})
 
@@ -583,6 +615,6 @@ class KafkaApis:
         brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in self.cache.alive_brokers()]
         return self._resp(DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
-                                                "endpoint_type": 1, "cluster_id": self.server.cluster_id or "",
+                                                "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.controller_id, "brokers": brokers,
                                                 "cluster_authorized_operations": -2147483648})

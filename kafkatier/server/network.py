@@ -166,7 +166,8 @@ class SocketServer:
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_in_flight_per_connection: int = 5,
                  listener_name: str = "PLAINTEXT",
-                 principal: str | None = "User:ANONYMOUS"):
+                 principal: str | None = "User:ANONYMOUS",
+                 request_gate: Callable[[ConnectionContext, RequestHeader, ApiMessage], bool] | None = None):
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
@@ -180,7 +181,7 @@ class SocketServer:
         self._principal = principal
         #: Optional ``gate(context, header, request) -> bool`` consulted before dispatch; False closes the
         #: connection (used to require SASL authentication, see kafkatier/server/sasl.py).
-        self.request_gate: Callable[[ConnectionContext, RequestHeader, ApiMessage], bool] | None = None
+        self._request_gate = request_gate
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -543,7 +544,7 @@ class SocketServer:
         if not table.is_supported(api_key, version):
             self._reject_version(conn, slot, header, request)
             return
-        gate = self.request_gate
+        gate = self._request_gate
         if gate is not None and not gate(context, header, request):
             log.warning("closing connection: request not allowed before authentication %s",
                         kv(api=codec.api_name(api_key), connection=context.connection_id, client_id=header.client_id))

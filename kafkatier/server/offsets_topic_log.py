@@ -7,21 +7,23 @@ from __future__ import annotations
 
 from typing import Callable
 
+from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 
 class ReplicaManagerOffsetsLog:
-    def __init__(self, replica_manager, commit_timeout_ms: int = 5000):
+    def __init__(self, replica_manager: ReplicaManager, commit_timeout_ms: int = 5000):
         self.replica_manager = replica_manager
         self.commit_timeout_ms = commit_timeout_ms   # Kafka's offsets.commit.timeout.ms
 
     def append(self, partition: int, records: bytes, callback: Callable[[int], None]) -> None:
-        tp = (OFFSETS_TOPIC, partition)
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
 
-        def respond(results: dict) -> None:
-            err = results.get(tp, (Errors.UNKNOWN_SERVER_ERROR,))[0]
-            callback(int(err))
+        def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
+            result = results.get(tp)
+            callback(int(result.error) if result is not None else int(Errors.UNKNOWN_SERVER_ERROR))
         self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond)
 
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:

@@ -47,7 +47,8 @@ class IsrUpdate:
 
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log_, isr_writer: Callable[..., int | None],
-                 min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000):
+                 min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000,
+                 on_high_watermark_change: Callable[["Partition"], None] | None = None):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -68,8 +69,9 @@ class Partition:
         self.producer_state.rebuild(log_)
         # JBOD (KIP-113) hook: the ``<tp>.move`` future log while a move is in progress; counts for the low watermark.
         self.future_log = None
-        # Called (outside the lock) when the high watermark or the low watermark moved.
-        self.on_high_watermark_change: list[Callable[["Partition"], None]] = []
+        # Called (outside the lock) when the high watermark or the low watermark moved (the replica manager
+        # completes the requests waiting in its purgatories).
+        self._on_high_watermark_change = on_high_watermark_change
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -229,9 +231,8 @@ class Partition:
             moved = new_hw > self.log.high_watermark
             if moved:
                 self.log.update_high_watermark(new_hw)
-        if moved:
-            for cb in self.on_high_watermark_change:
-                cb(self)
+        if moved and self._on_high_watermark_change is not None:
+            self._on_high_watermark_change(self)
         return moved
 
     def low_watermark(self, is_alive: Callable[[int], bool] = lambda _broker_id: True) -> int:

@@ -2,18 +2,17 @@
 DeleteRecords low watermark), completed by the event that satisfies them, or expired by a timer.
 
 Completion is event driven: whoever changes the state an operation waits on (a follower fetch moving the high
-watermark, an append, a log start offset change) calls ``check_and_complete(key)``.  The only timer is the
-expiration reaper, which sleeps until the next deadline.
+watermark, an append, a log start offset change) calls ``check_and_complete(key)``.  Expiry is a task on the
+purgatory's timer (the broker's :class:`KafkaScheduler` kind, ``ExpirationReaper-<name>``), cancelled when the
+operation completes, so a completed operation leaves the timer at once.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
-import time
 from collections import defaultdict
 from typing import Hashable, Iterable
 
+from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.logsetup import get_logger
 
 log = get_logger("server.purgatory")
@@ -25,8 +24,8 @@ class DelayedOperation:
 
     def __init__(self, delay_ms: int):
         self.delay_ms = delay_ms
-        self.deadline = time.monotonic() + delay_ms / 1000.0
         self._completed = False
+        self._expiration: ScheduledTask | None = None
         self._lock = threading.Lock()
 
     @property
@@ -38,6 +37,9 @@ class DelayedOperation:
             if self._completed:
                 return False
             self._completed = True
+            expiration = self._expiration
+        if expiration is not None:
+            expiration.cancel()
         try:
             self.on_complete()
         except Exception:  # noqa: BLE001
@@ -65,16 +67,13 @@ class DelayedOperation:
 
 
 class DelayedOperationPurgatory:
-    def __init__(self, name: str):
+    def __init__(self, name: str, timer: KafkaScheduler | None = None):
         self.name = name
         self._watchers: dict[Hashable, list[DelayedOperation]] = defaultdict(list)
         self._lock = threading.Lock()
-        self._timer: list[tuple[float, int, DelayedOperation]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._reaper, name=f"ExpirationReaper-{name}", daemon=True)
-        self._thread.start()
+        self._owns_timer = timer is None
+        self._timer = timer if timer is not None else KafkaScheduler(1, f"ExpirationReaper-{name}-").startup()
+        self._expired_since_purge = 0
         self.metrics = {"completed": 0, "expired": 0}
 
     def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
@@ -89,10 +88,29 @@ class DelayedOperationPurgatory:
         if op.try_complete():
             self.metrics["completed"] += 1
             return True
-        with self._cv:
-            heapq.heappush(self._timer, (op.deadline, next(self._seq), op))
-            self._cv.notify()
+        task = self._timer.schedule_once(f"expire-{self.name}", lambda: self._expire(op), op.delay_ms)
+        with op._lock:
+            op._expiration = task
+            completed = op._completed
+        if completed:  # completed meanwhile by another thread, which found no task to cancel
+            task.cancel()
         return False
+
+    def _expire(self, op: DelayedOperation) -> None:
+        if op.is_completed:
+            return
+        op.expire()
+        self.metrics["expired"] += 1
+        self._expired_since_purge += 1
+        if self._expired_since_purge >= 100:  # purge completed operations from the watch lists now and then
+            self._expired_since_purge = 0
+            with self._lock:
+                for k in list(self._watchers):
+                    live = [o for o in self._watchers[k] if not o.is_completed]
+                    if live:
+                        self._watchers[k] = live
+                    else:
+                        del self._watchers[k]
 
     def check_and_complete(self, key: Hashable) -> int:
         with self._lock:
@@ -121,28 +139,5 @@ class DelayedOperationPurgatory:
             return sum(1 for ops in self._watchers.values() for o in ops if not o.is_completed)
 
     def shutdown(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._cv.notify()
-
-    def _reaper(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopped and (not self._timer or self._timer[0][0] > time.monotonic()):
-                    timeout = (self._timer[0][0] - time.monotonic()) if self._timer else None
-                    self._cv.wait(timeout)
-                if self._stopped:
-                    return
-                _, _, op = heapq.heappop(self._timer)
-            if not op.is_completed:
-                op.expire()
-                self.metrics["expired"] += 1
-            # purge completed operations from the watch lists now and then
-            if self.metrics["expired"] % 100 == 0:
-                with self._lock:
-                    for k in list(self._watchers):
-                        live = [o for o in self._watchers[k] if not o.is_completed]
-                        if live:
-                            self._watchers[k] = live
-                        else:
-                            del self._watchers[k]
+        if self._owns_timer:
+            self._timer.shutdown()

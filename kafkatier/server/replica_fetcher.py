@@ -34,7 +34,8 @@ class ReplicaFetcherThread(threading.Thread):
     def __init__(self, broker_id: int, leader_id: int, leader_address: Callable[[], tuple[str, int] | None],
                  partition_lookup: Callable[[str, int], object], max_wait_ms: int = 500,
                  max_bytes: int = 10 * 1024 * 1024, partition_max_bytes: int = 1048576,
-                 on_fetched: Callable[[object], None] | None = None):
+                 on_fetched: Callable[[object], None] | None = None,
+                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None):
         super().__init__(name=f"ReplicaFetcherThread-0-{leader_id}", daemon=True)
         self.broker_id = broker_id
         self.leader_id = leader_id
@@ -44,7 +45,8 @@ class ReplicaFetcherThread(threading.Thread):
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.on_fetched = on_fetched
-        self.on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None
+        # Tiered storage: rebuild a follower that fell below the leader's local log start offset; True if done.
+        self.on_offset_moved_to_tiered_storage = on_offset_moved_to_tiered_storage
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -194,14 +196,14 @@ def _state(attempt: int):
 class ReplicaFetcherManager:
     def __init__(self, broker_id: int, leader_address: Callable[[int], tuple[str, int] | None],
                  partition_lookup: Callable[[str, int], object], on_fetched: Callable[[object], None] | None = None,
-                 max_wait_ms: int = 500):
+                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, max_wait_ms: int = 500):
         self.broker_id = broker_id
         self.leader_address = leader_address
         self.partition_lookup = partition_lookup
         self.on_fetched = on_fetched
         self.max_wait_ms = max_wait_ms
         self.threads: dict[int, ReplicaFetcherThread] = {}
-        self.on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None
+        self.on_offset_moved_to_tiered_storage = on_offset_moved_to_tiered_storage
         self.assignment: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
 
@@ -212,8 +214,8 @@ class ReplicaFetcherManager:
             if t is None or not t.is_alive():
                 t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
                                          self.partition_lookup, max_wait_ms=self.max_wait_ms,
-                                         on_fetched=self.on_fetched)
-                t.on_offset_moved_to_tiered_storage = self.on_offset_moved_to_tiered_storage
+                                         on_fetched=self.on_fetched,
+                                         on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage)
                 self.threads[leader_id] = t
                 t.start()
             t.add_partition(topic, partition, fetch_offset, leader_epoch)

@@ -1,18 +1,31 @@
-"""ReplicaManager: the partitions this broker hosts.
+"""ReplicaManager (Kafka's ``kafka.server.ReplicaManager``): the partitions this broker hosts.
 
 Control plane: LeaderAndIsr (become leader / follower, start or stop fetchers) and StopReplica (stop, delete,
 or KIP-950 disable).  Data plane: leader appends with acks, reads for consumers and followers, the high
-watermark, ISR shrink / expand, delayed produce and fetch in purgatories.  Record batches move as bytes.
+watermark, ISR shrink / expand, delayed produce, fetch and DeleteRecords in purgatories.  Record batches move as
+bytes; results travel as the frozen types below (:class:`ProducePartitionResult`, :class:`FetchPartitionResult`).
+
+Collaborators arrive through the constructor (``KafkaServer`` is the composition root): the log manager, the
+topic configs, ZooKeeper (ISR writes), the metadata cache, the scheduler (ISR expiry) and, with
+``remote.log.storage.system.enable=true``, the :class:`RemoteLogManager`, which this class calls directly on
+leadership changes, on StopReplica (stop, delete and the KIP-950 disable of a replica), for reads below the
+local log start offset and for ListOffsets by timestamp -- as Kafka's ``ReplicaManager`` calls
+``remoteLogManager``.  After a log start offset moved (DeleteRecords on the leader, or a follower following it)
+the segments below it are deleted at once and ``log-start-offset-checkpoint`` is written (see
+``server/delete_records.py``).
 """
 from __future__ import annotations
 
 import threading
-import time
-from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Mapping, Protocol
 
+import attrs
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from kafkatier.common.scheduler import KafkaScheduler
+from kafkatier.common.structs import TopicPartition
+from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
+from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from kafkatier.server.partition import IsrUpdate, Partition
@@ -22,45 +35,86 @@ from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
 
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+class TopicConfigs(Protocol):
+    """The topic config overrides this broker applies (``server/topic_config_handler.TopicConfigCache``)."""
+
+    def __call__(self, topic: str) -> Mapping[str, str]: ...
+
+
+@attrs.frozen
+class ProducePartitionResult:
+    """What a Produce answers for one partition."""
+
+    error: Errors
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@attrs.define
+class _ProducePartitionStatus:
+    """Kafka's ``ProducePartitionStatus``: the answer so far and the offset the high watermark must reach
+    (``required_offset``, -1 once satisfied or failed)."""
+
+    result: ProducePartitionResult
+    required_offset: int = -1
+
+
+@attrs.frozen
+class FetchPartitionData:
+    """One partition of a Fetch request."""
+
+    tp: TopicPartition
+    fetch_offset: int
+    max_bytes: int = 1048576
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1  # followers: their log start offset
+
+
+@attrs.frozen
+class FetchPartitionResult:
+    """What a Fetch answers for one partition."""
+
+    error: Errors
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager, topic_config: Callable[[str], dict], zk=None,
-                 metadata_cache=None, min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
+    def __init__(self, broker_id: int, log_manager, topic_config: TopicConfigs, zk=None, metadata_cache=None, *,
+                 remote_log_manager: RemoteLogManager | None = None, scheduler: KafkaScheduler | None = None,
+                 min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
                  replica_fetch_wait_max_ms: int = 500):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.zk = zk
         self.metadata_cache = metadata_cache
+        self.remote_log_manager = remote_log_manager
         self.min_insync_replicas_default = min_insync_replicas_default
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.offline_partitions: set[tuple[str, int]] = set()
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.offline_partitions: set[TopicPartition] = set()
         self._lock = threading.RLock()
         self.controller_epoch = 0
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
-        self.fetcher_manager = ReplicaFetcherManager(broker_id, self._broker_address, self.get_partition,
-                                                     on_fetched=self._on_follower_fetched,
-                                                     max_wait_ms=replica_fetch_wait_max_ms)
-        self.on_become_leader: list[Callable[[Partition], None]] = []
-        self.on_become_follower: list[Callable[[Partition], None]] = []
-        self.on_stop: list[Callable[[str, int, bool], None]] = []
-        # Called after a follower processed a fetch response without error (e.g. its log start offset moved).
-        self.on_follower_fetched: list[Callable[[Partition], None]] = []
-        # KIP-107 / tiered storage hook: (topic, partition, new_log_start_offset) after DeleteRecords raised a
-        # leader's log start offset or a follower followed it (see kafkatier/server/delete_records.py).
-        self.log_start_offset_listeners: list[Callable[[str, int, int], None]] = []
-        # KIP-950: StopReplica entries with DisableRemotePartition=true; returns an Errors value.
-        self.disable_remote_partition: Callable[[str, int], Errors] | None = None
-        # Tiered storage (KIP-405): a leader read below the local log start offset; returns a read_partition
-        # result, or None to read locally.  ListOffsets by timestamp over the remote tier first.
-        self.remote_read: Callable[[Partition, int, dict, int], dict | None] | None = None
-        self.remote_offset_for_timestamp: Callable[[Partition, int], tuple[int, int] | None] | None = None
-        self._stopped = threading.Event()
-        self._isr_thread = threading.Thread(target=self._isr_expiration, name="isr-expiration", daemon=True)
-        self._isr_thread.start()
+        self.fetcher_manager = ReplicaFetcherManager(
+            broker_id, self._broker_address, self.get_partition, on_fetched=self._on_follower_fetched,
+            on_offset_moved_to_tiered_storage=(remote_log_manager.on_offset_moved_to_tiered_storage
+                                               if remote_log_manager is not None else None),
+            max_wait_ms=replica_fetch_wait_max_ms)
+        self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
+        self._isr_expiration_task = None
+        if scheduler is not None:
+            interval_ms = max(200.0, replica_lag_time_max_ms / 2)
+            self._isr_expiration_task = scheduler.schedule("isr-expiration", self._maybe_shrink_isr,
+                                                           delay_ms=interval_ms, period_ms=interval_ms)
 
     # --- lookup ---------------------------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -106,13 +160,12 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         for p in followers:
             self._start_following(p)
-        for hooks, items in ((self.on_become_leader, leaders), (self.on_become_follower, followers)):
-            for hook in hooks:
-                for p in items:
-                    try:
-                        hook(p)
-                    except Exception:  # noqa: BLE001
-                        log.exception("leadership hook failed %s", kv(partition=p))
+        if self.remote_log_manager is not None and (leaders or followers):
+            try:
+                self.remote_log_manager.on_leadership_change(leaders, followers)
+            except Exception:  # noqa: BLE001
+                log.exception("remote log manager leadership change failed %s",
+                              kv(leaders=len(leaders), followers=len(followers)))
         for p in leaders + followers:
             self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
@@ -141,9 +194,8 @@ class ReplicaManager:
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
             cur = Partition(topic, key[1], self.broker_id, plog, self._write_isr, self._min_isr(topic),
-                            self.replica_lag_time_max_ms)
+                            self.replica_lag_time_max_ms, on_high_watermark_change=self._complete_delayed)
             cur.topic_id = topic_id
-            cur.on_high_watermark_change.append(self._complete_delayed)
             self.partitions[key] = cur
         if ps["leader"] == self.broker_id:
             self.fetcher_manager.remove_fetcher(topic, key[1])
@@ -199,34 +251,42 @@ class ReplicaManager:
             log.warning("could not write the ISR change notification", exc_info=True)
         return stat.version
 
-    def _isr_expiration(self) -> None:
-        interval = max(0.2, self.replica_lag_time_max_ms / 2000.0)
-        while not self._stopped.wait(interval):
-            for p in list(self.partitions.values()):
-                try:
-                    p.maybe_shrink_isr()
-                except Exception:  # noqa: BLE001
-                    log.exception("ISR shrink check failed %s", kv(partition=p))
+    def _maybe_shrink_isr(self) -> None:
+        """Kafka's ``isr-expiration`` task, every ``replica.lag.time.max.ms / 2``."""
+        for p in list(self.partitions.values()):
+            try:
+                p.maybe_shrink_isr()
+            except Exception:  # noqa: BLE001
+                log.exception("ISR shrink check failed %s", kv(partition=p))
+
+    def restart_fetcher(self, p: Partition) -> None:
+        """Fetch again from the leader at the log end offset (after the remote log manager rebuilt a follower
+        from the remote tier)."""
+        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, p.log.log_end_offset, p.leader_epoch)
 
     # --- StopReplica ----------------------------------------------------------------------------------------
-    def handle_stop_replica(self, body: dict) -> dict:
+    def handle_stop_replica(self, body: dict, disable_answers: Mapping[str, Errors] | None = None) -> dict:
+        """StopReplica.  ``disable_answers``: topics whose KIP-950 entries (``disable_remote_partition``) are
+        answered with the given code without acting -- the caller could not read the topic's config (an error)
+        or the topic has none (NONE)."""
         self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
-        errors, stopped = [], []
+        disable_answers = disable_answers or {}
+        answers: list[tuple[str, int, Errors | None]] = []
+        to_disable: list[Partition] = []
         for ts in body.get("topic_states", []):
             topic = ts["topic_name"]
             for ps in ts.get("partition_states", []):
-                err = self._stop_one(topic, ps, stopped)
-                errors.append({"topic_name": topic, "partition_index": ps["partition_index"], "error_code": int(err)})
-        for hook in self.on_stop:
-            for item in stopped:
-                try:
-                    hook(*item)
-                except Exception:  # noqa: BLE001
-                    log.exception("stop hook failed")
+                err = self._stop_one(topic, ps, disable_answers, to_disable)
+                answers.append((topic, ps["partition_index"], err))
+        disabled = self._disable_remote_partitions(to_disable)
+        errors = [{"topic_name": t, "partition_index": p, "error_code": int(disabled[(t, p)] if err is None else err)}
+                  for t, p, err in answers]
         return {"error_code": 0, "partition_errors": errors}
 
-    def _stop_one(self, topic: str, ps: dict, stopped: list) -> Errors:
-        key = (topic, ps["partition_index"])
+    def _stop_one(self, topic: str, ps: dict, disable_answers: Mapping[str, Errors],
+                  to_disable: list[Partition]) -> Errors | None:
+        """One StopReplica entry; None for a KIP-950 disable, which ``to_disable`` collects (done together)."""
+        key = TopicPartition(topic, ps["partition_index"])
         delete = bool(ps.get("delete_partition"))
         disable = bool(ps.get("disable_remote_partition"))
         if delete and disable:
@@ -239,7 +299,14 @@ class ReplicaManager:
             if cur is not None and epoch not in (-1, -2) and epoch < cur.leader_epoch:
                 return Errors.FENCED_LEADER_EPOCH
         if disable:
-            return self.disable_remote_partition(topic, key[1]) if self.disable_remote_partition else Errors.NONE
+            if topic in disable_answers:
+                return disable_answers[topic]
+            p = self.partitions.get(key)
+            if (self.remote_log_manager is None or p is None or p.log.closed
+                    or topic.startswith(INTERNAL_TOPIC_PREFIX)):
+                return Errors.NONE
+            to_disable.append(p)
+            return None
         with self._lock:
             self.fetcher_manager.remove_fetcher(topic, key[1])
             cur = self.partitions.pop(key, None)
@@ -252,87 +319,161 @@ class ReplicaManager:
             except Exception as e:  # noqa: BLE001
                 log.error("deleting log failed %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
-        stopped.append((topic, key[1], delete))
+        self._seen_log_start.pop(key, None)
+        if self.remote_log_manager is not None:
+            try:
+                self.remote_log_manager.on_replica_stopped(topic, key[1], delete)
+            except Exception:  # noqa: BLE001
+                log.exception("remote log manager stop failed %s", kv(partition=f"{topic}-{key[1]}"))
         log.info("stopped replica %s", kv(partition=f"{topic}-{key[1]}", delete=delete))
         return Errors.NONE
 
+    def _disable_remote_partitions(self, ps: list[Partition]) -> dict[TopicPartition, Errors]:
+        """KIP-950: the StopReplica v5 entries with ``DisableRemotePartition=true`` of hosted partitions (their
+        topics' configs have been re-read by the caller), done together by the remote log manager.  The replicas
+        are never stopped; NONE also for a repeat and for a partition this broker does not host; a failure
+        answers with an error code and the controller retries."""
+        if not ps:
+            return {}
+        out: dict[TopicPartition, Errors] = {}
+        for key, e in self.remote_log_manager.disable_remote_partitions(ps).items():
+            tp = TopicPartition(*key)
+            if e is None:
+                out[tp] = Errors.NONE
+            elif isinstance(e, KafkaError):
+                log.warning(kv(event="disable_remote_partition_failed", partition=str(tp), error=e.error.name,
+                               message=e.message))
+                out[tp] = e.error
+            else:  # ZooKeeper or storage trouble
+                log.error(kv(event="disable_remote_partition_failed", partition=str(tp), error=repr(e)),
+                          exc_info=e)
+                out[tp] = Errors.UNKNOWN_SERVER_ERROR
+        return out
+
     # --- produce --------------------------------------------------------------------------------------------
-    def append_records(self, timeout_ms: int, required_acks: int, entries: dict[tuple[str, int], object],
-                       respond: Callable[[dict], None]) -> None:
-        """``entries``: (topic, partition) -> records bytes.  ``respond`` receives
-        {(t, p): (error, base_offset, log_start_offset, error_message)}."""
-        results: dict[tuple[str, int], list] = {}
+    def append_records(self, timeout_ms: int, required_acks: int, entries: Mapping[TopicPartition, bytes],
+                       respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None]) -> None:
+        """Append ``entries`` (partition -> records bytes) on this leader; ``respond`` gets one
+        :class:`ProducePartitionResult` per partition, at once or (acks=all) once the ISR has the records."""
+        statuses: dict[TopicPartition, _ProducePartitionStatus] = {}
         for tp, records in entries.items():
+            tp = TopicPartition(*tp)
             try:
                 p = self.get_partition_or_error(*tp)
                 info = p.append_records_to_leader(records, required_acks)
-                results[tp] = [Errors.NONE, info.first_offset, p.log.log_start_offset, None, info.last_offset + 1]
+                statuses[tp] = _ProducePartitionStatus(
+                    ProducePartitionResult(Errors.NONE, info.first_offset, p.log.log_start_offset),
+                    info.last_offset + 1)
                 self.fetch_purgatory.check_and_complete(("follower", tp))
             except KafkaError as e:
-                results[tp] = [e.error, -1, -1, e.message or None, -1]
+                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(e.error, error_message=e.message or None))
             except Exception as e:  # noqa: BLE001
                 log.exception("append failed %s", kv(partition=f"{tp[0]}-{tp[1]}"))
-                results[tp] = [Errors.UNKNOWN_SERVER_ERROR, -1, -1, str(e), -1]
-        if required_acks != -1 or all(r[0] != Errors.NONE for r in results.values()):
-            respond({tp: tuple(r[:4]) for tp, r in results.items()})
+                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(Errors.UNKNOWN_SERVER_ERROR,
+                                                                              error_message=str(e)))
+        if required_acks != -1 or all(st.result.error != Errors.NONE for st in statuses.values()):
+            respond({tp: st.result for tp, st in statuses.items()})
             return
-        op = DelayedProduce(timeout_ms, self, results, respond)
-        self.produce_purgatory.try_complete_else_watch(op, [("produce", tp) for tp in results])
+        op = DelayedProduce(timeout_ms, self, statuses, respond)
+        self.produce_purgatory.try_complete_else_watch(op, [("produce", tp) for tp in statuses])
 
     # --- fetch ----------------------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                       partitions: list[dict], respond: Callable[[dict], None]) -> None:
-        """``partitions``: dicts with topic, partition, fetch_offset, partition_max_bytes,
-        current_leader_epoch, log_start_offset (followers).  ``respond`` gets {(t, p): FetchPartitionResult}."""
+                       partitions: list[FetchPartitionData],
+                       respond: Callable[[dict[TopicPartition, FetchPartitionResult]], None]) -> None:
+        """Read ``partitions`` for a consumer (``replica_id`` -1) or a follower; ``respond`` gets one
+        :class:`FetchPartitionResult` per partition, at once or when ``min_bytes`` are there or at the wait."""
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, partitions, respond)
         is_follower = replica_id >= 0
         if is_follower:
             # Record the follower's position first: it may move the high watermark.
             for fp in partitions:
-                p = self.partitions.get((fp["topic"], fp["partition"]))
+                p = self.partitions.get(fp.tp)
                 if p is not None and p.is_leader:
-                    p.update_follower_fetch_state(replica_id, fp["fetch_offset"], fp.get("log_start_offset", -1),
+                    p.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset,
                                                   p.log.log_end_offset)
-                    self.delete_records_purgatory.check_and_complete(("delete_records", (p.topic, p.partition)))
+                    self.delete_records_purgatory.check_and_complete(("delete_records", fp.tp))
         if max_wait_ms <= 0 or op.try_complete():
             if not op.is_completed:
                 op.force_complete()
             return
-        keys = [(("follower" if is_follower else "consumer"), (fp["topic"], fp["partition"])) for fp in partitions]
+        keys = [(("follower" if is_follower else "consumer"), fp.tp) for fp in partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
 
-    def read_partition(self, replica_id: int, fp: dict, max_bytes: int) -> dict:
-        tp = (fp["topic"], fp["partition"])
+    def read_partition(self, replica_id: int, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
         try:
-            p = self.get_partition_or_error(*tp, leader_only=True)
-            p.check_leader_epoch(fp.get("current_leader_epoch", -1))
+            p = self.get_partition_or_error(*fp.tp, leader_only=True)
+            p.check_leader_epoch(fp.current_leader_epoch)
             plog = p.log
-            if self.remote_read is not None:
-                remote = self.remote_read(p, replica_id, fp, max_bytes)
-                if remote is not None:
-                    return remote
+            if (self.remote_log_manager is not None and is_tiered(p)
+                    and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
+                return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
             max_offset = None if replica_id >= 0 else plog.high_watermark
-            info = plog.read(fp["fetch_offset"], max_bytes, max_offset=max_offset, min_one_message=True)
-            return {"error": Errors.NONE, "high_watermark": plog.high_watermark,
-                    "log_start_offset": plog.log_start_offset, "records": info.records}
+            info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
+            return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except KafkaError as e:
-            p = self.partitions.get(tp)
-            return {"error": e.error, "high_watermark": p.log.high_watermark if p else -1,
-                    "log_start_offset": p.log.log_start_offset if p else -1, "records": b""}
+            p = self.partitions.get(fp.tp)
+            return FetchPartitionResult(e.error, p.log.high_watermark if p else -1,
+                                        p.log.log_start_offset if p else -1)
+
+    def _read_from_remote_tier(self, p: Partition, replica_id: int, offset: int,
+                               max_bytes: int) -> FetchPartitionResult:
+        """Consumer reads in ``[log start, local log start)`` come from remote storage; followers get
+        OFFSET_MOVED_TO_TIERED_STORAGE (and rebuild from the remote tier)."""
+        if replica_id >= 0:
+            raise offset_moved_to_tiered_storage(offset)
+        plog = p.log
+        try:
+            records = self.remote_log_manager.read(p, offset, max_bytes, plog.high_watermark)
+        except RemoteStorageError as e:
+            log.warning(kv(event="remote_read_failed", partition=f"{p.topic}-{p.partition}", offset=offset, error=e))
+            raise KafkaError(f"Error reading remote storage: {e}", Errors.UNKNOWN_SERVER_ERROR) from e
+        return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records or b"")
 
     def _complete_delayed(self, p: Partition) -> None:
-        tp = (p.topic, p.partition)
+        tp = TopicPartition(p.topic, p.partition)
         self.produce_purgatory.check_and_complete(("produce", tp))
         self.fetch_purgatory.check_and_complete(("consumer", tp))
         self.delete_records_purgatory.check_and_complete(("delete_records", tp))
 
+    # --- log start offset moves (DeleteRecords) -------------------------------------------------------------
     def _on_follower_fetched(self, p: Partition) -> None:
-        # Consumers only read from leaders, so no purgatory to poke; features may watch the follower's log.
-        for hook in self.on_follower_fetched:
-            try:
-                hook(p)
-            except Exception:  # noqa: BLE001
-                log.exception("follower fetch hook failed %s", kv(partition=p))
+        """A follower processed a fetch response: act if its log start offset moved (it follows the leader's
+        DeleteRecords).  Consumers only read from leaders, so no purgatory to poke."""
+        lso = p.log.log_start_offset
+        prev = self._seen_log_start.get(p.tp)
+        if prev == lso:
+            return
+        self._seen_log_start[p.tp] = lso
+        if prev is None:
+            segs = p.log.log_segments()
+            if not segs or lso <= segs[0].base_offset:
+                return  # nothing below the log start offset on disk, nothing new to checkpoint
+        log.info("follower log start offset moved %s", kv(partition=p, log_start_offset=lso, previous=prev))
+        self.after_log_start_offset_moved(p)
+
+    def after_log_start_offset_moved(self, p: Partition) -> None:
+        """Free the disk now and make the new log start offset durable (``log-start-offset-checkpoint``)."""
+        plog = p.log
+        self._seen_log_start[p.tp] = plog.log_start_offset
+        try:
+            plog.delete_old_segments()
+        except Exception:  # noqa: BLE001 - the retention task will retry
+            log.exception("deleting segments below the log start offset failed %s", kv(partition=p))
+        try:
+            self.log_manager.checkpoint_log_start_offsets(plog.parent_dir)
+        except Exception:  # noqa: BLE001 - the periodic checkpoint will retry
+            log.exception("log start offset checkpoint failed %s", kv(partition=p, dir=plog.parent_dir))
+
+    def on_metadata_update(self) -> None:
+        """A broker may have died (or come back): re-check pending DeleteRecords, whose low watermarks only count
+        replicas on live brokers (a dead follower sends no fetch that would trigger the check)."""
+        purgatory = self.delete_records_purgatory
+        if not purgatory.watched():
+            return
+        for tp, p in list(self.partitions.items()):
+            if p.is_leader:
+                purgatory.check_and_complete(("delete_records", tp))
 
     # --- offsets --------------------------------------------------------------------------------------------
     def fetch_offset_for_timestamp(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
@@ -342,10 +483,13 @@ class ReplicaManager:
         plog = p.log
         if timestamp == -1:
             return (plog.high_watermark if replica_id < 0 else plog.log_end_offset), -1
-        if timestamp >= 0 and self.remote_offset_for_timestamp is not None:
-            remote = self.remote_offset_for_timestamp(p, timestamp)
-            if remote is not None:
-                return remote
+        if timestamp >= 0 and self.remote_log_manager is not None and is_tiered(p):
+            try:  # the remote tier first (Kafka's order)
+                found = self.remote_log_manager.find_offset_by_timestamp(p, timestamp)
+            except RemoteStorageError as e:
+                raise KafkaError(f"Error reading remote storage: {e}", Errors.UNKNOWN_SERVER_ERROR) from e
+            if found is not None:
+                return found.offset, found.timestamp
         found = plog.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return -1, -1
@@ -358,7 +502,8 @@ class ReplicaManager:
         return {k: p.log.high_watermark for k, p in list(self.partitions.items())}
 
     def shutdown(self) -> None:
-        self._stopped.set()
+        if self._isr_expiration_task is not None:
+            self._isr_expiration_task.cancel()
         self.fetcher_manager.shutdown()
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
@@ -368,50 +513,52 @@ class ReplicaManager:
 
 
 class DelayedProduce(DelayedOperation):
-    def __init__(self, delay_ms: int, rm: ReplicaManager, results: dict, respond):
+    def __init__(self, delay_ms: int, rm: ReplicaManager, statuses: dict[TopicPartition, _ProducePartitionStatus],
+                 respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None]):
         super().__init__(delay_ms)
         self.rm = rm
-        self.results = results
+        self.statuses = statuses
         self.respond = respond
 
+    @staticmethod
+    def _fail(st: _ProducePartitionStatus, error: Errors, message: str) -> None:
+        st.result = attrs.evolve(st.result, error=error, error_message=message)
+        st.required_offset = -1
+
     def try_complete(self) -> bool:
-        for tp, r in self.results.items():
-            if r[0] != Errors.NONE or r[4] < 0:
+        for tp, st in self.statuses.items():
+            if st.result.error != Errors.NONE or st.required_offset < 0:
                 continue
             p = self.rm.partitions.get(tp)
             if p is None or not p.is_leader:
-                r[0], r[3] = Errors.NOT_LEADER_OR_FOLLOWER, "leadership changed while waiting for replication"
-                r[4] = -1
+                self._fail(st, Errors.NOT_LEADER_OR_FOLLOWER, "leadership changed while waiting for replication")
                 continue
-            if p.log.high_watermark < r[4]:
+            if p.log.high_watermark < st.required_offset:
                 if len(p.isr) < p._min_isr():
-                    r[0] = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                    r[3] = f"ISR {list(p.isr)} shrank below min.insync.replicas after the append"
-                    r[4] = -1
+                    self._fail(st, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                               f"ISR {list(p.isr)} shrank below min.insync.replicas after the append")
                     continue
                 return False
-            r[4] = -1  # satisfied
+            st.required_offset = -1  # satisfied
         return self.force_complete()
 
-    def on_expiration(self) -> None:
-        pass
-
     def force_complete_on_expiry(self) -> bool:
-        for r in self.results.values():
-            if r[0] == Errors.NONE and r[4] >= 0:
-                r[0], r[3] = Errors.REQUEST_TIMED_OUT, "timed out waiting for replication"
+        for st in self.statuses.values():
+            if st.result.error == Errors.NONE and st.required_offset >= 0:
+                st.result = attrs.evolve(st.result, error=Errors.REQUEST_TIMED_OUT,
+                                         error_message="timed out waiting for replication")
         return self.force_complete()
 
     def on_complete(self) -> None:
-        # A completed operation stays in the purgatory's timer heap until its deadline (the request timeout):
-        # drop the callback, which reaches the request and its records through the response future.
+        # A completed operation may stay on the watch lists of other keys for a while: drop the callback, which
+        # reaches the request and its records through the response future.
         respond, self.respond = self.respond, None
-        respond({tp: tuple(r[:4]) for tp, r in self.results.items()})
+        respond({tp: st.result for tp, st in self.statuses.items()})
 
 
 class DelayedFetch(DelayedOperation):
     def __init__(self, delay_ms: int, rm: ReplicaManager, replica_id: int, min_bytes: int, max_bytes: int,
-                 partitions: list[dict], respond):
+                 partitions: list[FetchPartitionData], respond):
         super().__init__(max(delay_ms, 0))
         self.rm = rm
         self.replica_id = replica_id
@@ -419,22 +566,22 @@ class DelayedFetch(DelayedOperation):
         self.max_bytes = max_bytes
         self.partitions = partitions
         self.respond = respond
-        self._last: dict | None = None
+        self._last: dict[TopicPartition, FetchPartitionResult] | None = None
 
-    def _read_all(self) -> dict:
+    def _read_all(self) -> dict[TopicPartition, FetchPartitionResult]:
         out = {}
         budget = self.max_bytes
         for fp in self.partitions:
-            pmax = min(fp.get("partition_max_bytes", 1048576), max(budget, 0))
+            pmax = min(fp.max_bytes, max(budget, 0))
             r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
-            out[(fp["topic"], fp["partition"])] = r
-            budget -= len(r["records"] or b"")
+            out[fp.tp] = r
+            budget -= len(r.records)
         return out
 
     def try_complete(self) -> bool:
         res = self._read_all()
-        total = sum(len(r["records"] or b"") for r in res.values())
-        if total >= self.min_bytes or any(r["error"] != Errors.NONE for r in res.values()):
+        total = sum(len(r.records) for r in res.values())
+        if total >= self.min_bytes or any(r.error != Errors.NONE for r in res.values()):
             self._last = res
             return self.force_complete()
         return False

@@ -195,18 +195,14 @@ class SaslPlainServer:
         return answer(Errors.NONE, None)
 
 
-def install_sasl(server) -> SaslPlainServer | None:
-    """If ``listener.security.protocol=SASL_PLAINTEXT``, register APIs 17 and 36 and gate the listener."""
-    overrides = dict(server.config.overrides)
+def sasl_server_from_config(zk, overrides: Mapping[str, Any]) -> SaslPlainServer | None:
+    """The listener's SASL/PLAIN server if ``listener.security.protocol=SASL_PLAINTEXT``, else None.
+    ``KafkaApis`` serves APIs 17 and 36 with it and ``SocketServer`` gates the listener with :meth:`gate`."""
     if not sasl_enabled(overrides):
         return None
     mechanisms = str(overrides.get("sasl.enabled.mechanisms", "PLAIN"))
     if "PLAIN" not in [m.strip().upper() for m in mechanisms.split(",")]:
         log.warning("sasl.enabled.mechanisms does not list PLAIN; only PLAIN is supported %s", kv(value=mechanisms))
-    sasl = SaslPlainServer(PlainCredentialStore(server.zk, static_users(overrides)))
-    server.apis.register(SASL_HANDSHAKE, HANDSHAKE_VERSIONS, sasl.handle_handshake)
-    server.apis.register(SASL_AUTHENTICATE, AUTHENTICATE_VERSIONS, sasl.handle_authenticate)
-    server.socket_server.request_gate = sasl.gate
-    server.sasl = sasl
+    sasl = SaslPlainServer(PlainCredentialStore(zk, static_users(overrides)))
     log.info("SASL/PLAIN required on the listener %s", kv(static_users=len(sasl.store.static)))
     return sasl

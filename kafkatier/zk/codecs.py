@@ -763,14 +763,23 @@ DECODERS: dict[str, Callable[..., Any]] = {
     "tiered_state": _plain(TieredState),
     "control_request": _plain(ControlRequest),
     "control_response": _plain(ControlResponse),
-    "remote_log_segment_metadata": lambda data, path=None, stat=None: _remote_segment_decoder()(data, path, stat),
+    "remote_log_segment_metadata": lambda data, path=None, stat=None: decode_remote_log_segment(data, path),
 }
 
 
-def _remote_segment_decoder():
-    # The remote log metadata manager owns this payload; imported lazily (it imports this module).
-    from kafkatier.log.remote.remote_log_metadata_manager import decode_segment_znode
-    return decode_segment_znode
+def decode_remote_log_segment(data: bytes | None, path: str | None = None) -> dict[str, Any]:
+    """A remote log segment metadata znode (``/kafkatier/remote_log_metadata/...``) as its schema-valid JSON
+    document; the remote log metadata manager turns it into ``RemoteLogSegmentMetadata`` (Kafka's constructor
+    rules)."""
+    what = path or "remote_log_segment_metadata"
+    try:
+        doc = json.loads(data or b"")
+    except ValueError as e:
+        raise MalformedZNodeError(what, f"not JSON: {e}") from None
+    errors = schema_errors("remote_log_segment_metadata", doc)
+    if errors:
+        raise MalformedZNodeError(what, "; ".join(errors))
+    return doc
 
 
 def decode_path(path: str, data: bytes | None, stat: Any = None) -> Any:

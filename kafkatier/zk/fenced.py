@@ -108,7 +108,7 @@ def read_retrying(fn: Callable[..., T], *args: Any, attempts: int = DEFAULT_ATTE
     return _retrying(attempts)(fn, *args)
 
 
-def _first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
+def first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
     """Index and error of the op that made a multi fail (the others report RolledBack/RuntimeInconsistency)."""
     failed = None
     for i, r in enumerate(results):
@@ -188,7 +188,7 @@ class FencedZkWriter:
         return t.commit()
 
     def _interpret(self, ops: Sequence[Op], results: Sequence[Any]) -> list[Any]:
-        failure = _first_failure(results)
+        failure = first_failure(results)
         if failure is None:
             if len(results) != len(ops) + 1:
                 raise ZookeeperError(f"fenced transaction returned {len(results)} results for {len(ops) + 1} ops")
@@ -350,7 +350,7 @@ def register_controller_and_increment_epoch(client: KazooClient, broker_id: int,
         t.create(paths.CONTROLLER, payload, ephemeral=True)
         t.set_data(paths.CONTROLLER_EPOCH, encode_int(new_epoch), version=cur_version)
         results = t.commit()
-        failure = _first_failure(results)
+        failure = first_failure(results)
         if failure is None:
             return new_epoch, results[1].version
         index, err = failure

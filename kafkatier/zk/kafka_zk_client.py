@@ -4,6 +4,13 @@ Controller writes go through :class:`kafkatier.zk.fenced.FencedZkWriter` (fenced
 admin writes (topic creation, config changes, deletion markers) are not fenced, as in Kafka's ZooKeeper mode.
 Reads that fan out (all partition states, all broker registrations) use kazoo's async calls so that N znodes
 cost one round of pipelined requests, not N sequential round trips.  Malformed znodes are logged and skipped.
+
+Entity configs (``/config/{type}/{name}``) have ONE reader, :func:`read_entity_config` (and the batch
+:meth:`KafkaZkClient.get_topic_configs`), with one failure policy: a missing znode means no overrides; a
+malformed one is logged and *skipped* -- nothing acts on it, each caller keeps the view it had (the broker's
+config cache keeps its previous config, defaults if it had none; a StopReplica v5 disable answers an error so
+the controller retries; the dynamic config listener ignores the change; the controller and the admin client
+see no overrides, and an admin write replaces the znode).
 """
 from __future__ import annotations
 
@@ -11,10 +18,10 @@ import time
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 
-from kafkatier.controller.context import BrokerInfo, LeaderAndIsr, ReplicaAssignment, TopicPartition
+from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.fenced import FencedZkWriter
+from kafkatier.zk.fenced import FencedZkWriter, read_retrying
 
 log = get_logger("zk.client")
 
@@ -27,6 +34,25 @@ def _wait_all(asyncs):
         except NoNodeError:
             out.append(None)
     return out
+
+
+def read_entity_config(zk, entity_type: str, name: str) -> dict[str, str] | None:
+    """``/config/{entity_type}/{name}``: its overrides, None when the znode is missing.  A malformed payload is
+    logged and raises :class:`codecs.MalformedZNodeError` (see the module docstring for the policy)."""
+    path = paths.entity_config(entity_type, name)
+    try:
+        data, _ = read_retrying(zk.get, path)
+    except NoNodeError:
+        return None
+    try:
+        return dict(codecs.EntityConfig.decode(data, path=path).config)
+    except codecs.MalformedZNodeError as e:
+        log.warning("skipping malformed config %s", kv(path=path, reason=e.reason))
+        raise
+
+
+def read_topic_config(zk, topic: str) -> dict[str, str] | None:
+    return read_entity_config(zk, "topics", topic)
 
 
 class KafkaZkClient:
@@ -95,6 +121,8 @@ class KafkaZkClient:
         return out
 
     def get_topic_configs(self, topics) -> dict[str, dict[str, str]]:
+        """Pipelined :func:`read_topic_config` of ``topics``: missing ones have no overrides, malformed ones are
+        logged and left out."""
         topics = sorted(topics)
         results = _wait_all([self.zk.get_async(paths.topic_config(t)) for t in topics])
         out = {}
@@ -103,10 +131,9 @@ class KafkaZkClient:
                 out[t] = {}
                 continue
             try:
-                out[t] = dict(codecs.EntityConfig.decode(res[0]).config)
+                out[t] = dict(codecs.EntityConfig.decode(res[0], path=paths.topic_config(t)).config)
             except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed topic config %s", kv(topic=t, reason=e))
-                out[t] = {}
+                log.warning("skipping malformed config %s", kv(path=paths.topic_config(t), reason=e.reason))
         return out
 
     def get_children_or_empty(self, path: str) -> list[str]:
@@ -339,8 +366,8 @@ def _to_leader_and_isr(st, version: int) -> LeaderAndIsr:
                         leader_recovery_state=getattr(st, "leader_recovery_state", 0))
 
 
-def assignment_from_codec(ta) -> dict[int, ReplicaAssignment]:
-    return {int(p): ReplicaAssignment(tuple(r), tuple(ta.adding.get(p, ())), tuple(ta.removing.get(p, ())))
+def assignment_from_codec(ta) -> dict[int, codecs.ReplicaAssignment]:
+    return {int(p): codecs.ReplicaAssignment(tuple(r), tuple(ta.adding.get(p, ())), tuple(ta.removing.get(p, ())))
             for p, r in ta.partitions.items()}
 
 

@@ -189,3 +189,41 @@ def test_generated_records_summary_and_read_back(kt, kafka_cluster):
              "--timeout-ms", "30000", "--print-offset")
     assert one.returncode == 0, one.stderr
     assert one.stdout == f"Offset:0\t{first.group(3)}\n"
+
+
+# -------------------------------------------------------------------------------------------------- demo
+
+def test_demo_runs_end_to_end(kafkatier_cli, tmp_path):
+    """``make demo``: the core steps, then tiered offloading, a KIP-950 delete disablement finished by a new
+    controller after the old one was killed while DISABLING, a re-enable and a DeleteRecords; cluster stopped."""
+    import json
+    import os
+
+    from kafkatier.cluster.manager import pid_alive
+
+    data_dir = tmp_path / "demo"
+    r = kafkatier_cli.run("demo", "--data-dir", str(data_dir), timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    out = r.stdout
+    assert re.search(r"^demo completed in [\d.]+s$", out, re.M), out[-2000:]
+    for expected in (
+            "consumed 2000 distinct records; all acknowledged present: True",
+            "waiting for segments 0-23 offloaded and deleted locally",
+            "remote segment 18-23: COPY_SEGMENT_FINISHED tiered_epoch=0 size=1020",
+            "tiered state now DISABLING (tiered_epoch 1)",
+            "still DISABLING (tiered_epoch 1)",
+            "while DISABLING",
+            "tiered state DISABLING (tiered_epoch 1): brokers",
+            "waiting for the controller to write DISABLED",
+            "earliest offset 24; remote segments: 0; remote files: 0",
+            "tiered state ENABLED (tiered_epoch 1)",
+            "partition: tiered-0\tlow_watermark: 30",
+            "remote segment 30-35: COPY_SEGMENT_FINISHED tiered_epoch=1 size=1020",
+            "check: kafkatier tiered describe --topic tiered --data-dir D",
+            "check: kafkatier zookeeper shell --zookeeper "):
+        assert expected in out, f"{expected!r} missing from the demo output:\n{out[-4000:]}"
+    after_delete_records = out.split("DeleteRecords: tiered-0 before offset 30")[1]
+    assert "RemoteSegments: 1  RemoteBytes: 1020" in after_delete_records   # segment 24-29 deleted remotely
+    state = json.loads((data_dir / "cluster.json").read_text())
+    assert not any(pid_alive(p) for p in [state["zookeeper_pid"], *(b["pid"] for b in state["brokers"])])
+    assert os.path.isdir(state["remote_storage_dir"]) and state["remote_storage_dir"].startswith(str(data_dir))

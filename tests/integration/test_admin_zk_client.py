@@ -181,37 +181,32 @@ def test_invalid_alter_changes_nothing(admin, zk):
     assert snapshot(zk) == before
 
 
-def test_config_change_hook_shares_the_transaction(admin, zk):
+def test_extra_ops_share_the_config_change_transaction(admin, zk):
     admin.create_topic("t", 1, 1)
     calls = []
 
-    def hook(client, topic, old, new, ops):
+    def extra_ops(client, topic, old, new):
         calls.append((topic, old, new))
-        if new.get("remote.storage.enable") == "false":
-            raise KafkaError("refused by hook", Errors.INVALID_CONFIG)
-        ops.append(Create(paths.tiered_state(topic), codecs.TieredState("ENABLED").encode()))
+        if new.get("retention.ms") == "7":
+            raise KafkaError("refused by the caller", Errors.INVALID_CONFIG)
+        return [Create(paths.tiered_storage(topic))]
 
-    admin.before_config_change.append(hook)
-    zk.ensure_path(paths.tiered_storage("t"))
-    admin.alter_topic_config("t", {"remote.storage.enable": "true"})
-    assert calls == [("t", {}, {"remote.storage.enable": "true"})]
-    assert codecs.TieredState.decode(zk.get(paths.tiered_state("t"))[0]).state == "ENABLED"
+    admin.alter_topic_config("t", {"retention.ms": "5"}, extra_ops=extra_ops)
+    assert calls == [("t", {}, {"retention.ms": "5"})]
+    assert zk.exists(paths.tiered_storage("t")) is not None
 
     before = snapshot(zk)
-    with pytest.raises(KafkaError, match="refused by hook"):
-        admin.alter_topic_config("t", {"remote.storage.enable": "false"})
-    # A hook op that fails aborts the config write and the notification too.
+    with pytest.raises(KafkaError, match="refused by the caller"):
+        admin.alter_topic_config("t", {"retention.ms": "7"}, extra_ops=extra_ops)
+    # An op that fails aborts the config write and the notification too.
     with pytest.raises(NodeExistsError):
-        admin.alter_topic_config("t", {"retention.ms": "5"})      # the hook's Create of an existing node
+        admin.alter_topic_config("t", {"retention.ms": "6"}, extra_ops=extra_ops)  # Create of an existing node
     assert snapshot(zk) == before
 
 
-def test_topic_create_hook_shares_the_transaction(admin, zk):
-    def hook(client, topic, config, assignment, ops):
-        ops.append(Create(paths.tiered_storage(topic)))
-        ops.append(Create(paths.tiered_epoch(topic), codecs.encode_tiered_epoch(0)))
-
-    admin.before_topic_create.append(hook)
+def test_a_tiered_topic_gets_its_tieredstorage_znodes_in_the_creating_transaction(zk):
+    register_brokers(zk, [1])
+    admin = AdminZkClient(zk, broker_config={"remote.log.storage.system.enable": "true"})
     admin.create_topic("tiered", 1, 1, {"remote.storage.enable": "true"})
     assert zk.get(paths.tiered_epoch("tiered"))[0] == b"0"
 
@@ -220,14 +215,14 @@ def test_concurrent_change_is_retried_and_loses_nothing(admin, zk):
     admin.create_topic("t", 1, 1)
     interfered = []
 
-    def interfere(client, topic, old, new, ops):
+    def interfere(client, topic, old, new):
         # Another admin writes between our read and our conditional write (once).
         if not interfered:
             interfered.append(True)
             client.set(paths.topic_config(topic), codecs.EntityConfig({"segment.ms": "100"}).encode())
+        return []
 
-    admin.before_config_change.append(interfere)
-    change = admin.alter_topic_config("t", {"retention.ms": "1000"})
+    change = admin.alter_topic_config("t", {"retention.ms": "1000"}, extra_ops=interfere)
     assert change.old_config == {"segment.ms": "100"}
     assert admin.fetch_topic_config("t") == {"segment.ms": "100", "retention.ms": "1000"}
 

@@ -35,17 +35,36 @@ def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
             # zkCli reads our znodes
             out = kafkatier_cli.run("zookeeper", "shell", "--zookeeper", state["zookeeper"], "get", "/controller")
             assert '"brokerid"' in out.stdout
+            # tiered storage is on by default: a tiered topic is accepted, its remote storage under the data dir
+            assert state["remote_storage_dir"] == os.path.join(d, "remote-storage")
+            r = kafkatier_cli.run("topics", "--data-dir", d, "--create", "--topic", "tiered", "--partitions", "1",
+                                  "--replication-factor", "2", "--config", "remote.storage.enable=true")
+            assert r.returncode == 0, r.stderr
             # restart a SIGKILLed broker with its old settings
             victim = state["brokers"][1]
             os.kill(victim["pid"], signal.SIGKILL)
             wait_for(lambda: not pid_alive(victim["pid"]), 10, message="broker to die")
+            stale = zk.exists("/brokers/ids/2")  # lives until the killed process's session expires
             r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
             assert r.returncode == 0, r.stderr
+            assert "registered and serving" in r.stdout
             new_pid = json.load(open(os.path.join(d, "cluster.json")))["brokers"][1]["pid"]
             assert new_pid != victim["pid"] and pid_alive(new_pid)
-            wait_for(lambda: "2" in zk.get_children("/brokers/ids"), 30, message="broker 2 to re-register")
+            assert stale is None or zk.exists("/brokers/ids/2").czxid > stale.czxid   # returned once re-registered
             r = kafkatier_cli.run("cluster", "describe", "--data-dir", d)
             assert r.returncode == 0 and "Broker 1" in r.stdout and "Broker 2" in r.stdout
+            # a broker that dies during start-up: exit 1 with the last error line of its log
+            r = kafkatier_cli.run("cluster", "stop-broker", "--id", "2", "--data-dir", d, timeout=60)
+            assert r.returncode == 0, r.stderr
+            state_now = json.load(open(os.path.join(d, "cluster.json")))
+            state_now["brokers"][1]["args"] += ["--override", "min.insync.replicas=two"]
+            with open(os.path.join(d, "cluster.json"), "w") as f:
+                json.dump(state_now, f)
+            r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
+            assert r.returncode == 1
+            assert r.stderr.strip().splitlines()[-1].startswith(
+                "kafkatier cluster start-broker: broker 2 exited with status 1 during start-up: ValueError: ")
+            assert "Traceback" not in r.stderr
         finally:
             zk.stop()
             zk.close()
@@ -64,3 +83,15 @@ def test_bad_cluster_file_is_one_line_exit_2(kafkatier_cli, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "cluster.json" in r.stderr
     r = kafkatier_cli.run("cluster", "down", "--data-dir", str(tmp_path / "missing"))
     assert r.returncode == 2 and "cluster.json not found" in r.stderr
+
+
+def test_cluster_up_exits_1_with_the_error_line_of_a_broker_that_dies(kafkatier_cli, tmp_path):
+    d = str(tmp_path / "c")
+    r = kafkatier_cli.run("cluster", "up", "--brokers", "1", "--data-dir", d, "--detach",
+                          "--override", "min.insync.replicas=two", timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "kafkatier cluster up: broker 1 exited with status 1 during start-up: ValueError: ")
+    assert "Traceback" not in r.stderr
+    state = json.load(open(os.path.join(d, "cluster.json")))
+    assert state["zookeeper_pid"] is None or not pid_alive(state["zookeeper_pid"])   # cleaned up

@@ -16,9 +16,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import OffsetOutOfRangeError
 
-from kafkatier.admin.tiered_config import COPY_DISABLED_MS, DISABLE_WITHOUT_DELETE
-from kafkatier.log.remote.broker_integration import zk_fence
+from kafkatier.log.log_config import COPY_DISABLED_MS, DISABLE_WITHOUT_DELETE
 from kafkatier.log.remote.remote_log_manager import RemoteLogTaskFencedError
+from kafkatier.log.remote.tiered_state import zk_fence
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
@@ -65,7 +65,7 @@ def test_config_changes_start_tiering_tasks_only_when_the_state_allows(zk, tmp_p
     from kafkatier.log.log import Log
     from kafkatier.log.log_config import LogConfig
     from kafkatier.log.remote.config import RemoteLogManagerConfig
-    from kafkatier.log.remote.disablement import config_change_hook
+    from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
     from kafkatier.log.remote.remote_log_manager import RemoteLogManager
     from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMetadataManager
     from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
@@ -91,7 +91,10 @@ def test_config_changes_start_tiering_tasks_only_when_the_state_allows(zk, tmp_p
     try:
         lg = Log(str(tmp_path / "orders-0"), LogConfig.from_props({"remote.storage.enable": "false"}))
         p = Part(lg)
-        hook = config_change_hook(rlm, RM({("orders", 0): p}), zk)
+        class LogManager:
+            def update_topic_config(self, topic, cfg):
+                pass
+        handler = TopicConfigHandler(zk, TopicConfigCache(zk), LogManager(), RM({("orders", 0): p}), rlm)
 
         def change(state: str | None, **props) -> None:
             if state is not None:
@@ -100,7 +103,7 @@ def test_config_changes_start_tiering_tasks_only_when_the_state_allows(zk, tmp_p
                                    (paths.tiered_state("orders"), codecs.TieredState(state).encode())):
                     zk.set(path, data) if zk.exists(path) else zk.create(path, data)
             lg.update_config(lg.config.with_overrides({k.replace("_", "."): v for k, v in props.items()}))
-            hook("orders", {})
+            handler.process_config_changes("orders", {})
         change("DISABLING", remote_storage_enable="true")
         assert not lg.remote_log_enabled and rlm.tasks("orders", 0) == {}
         change("ENABLED")                                        # re-enable after a delete disablement

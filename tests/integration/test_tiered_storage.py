@@ -20,7 +20,6 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kazoo.exceptions import NoNodeError
 
-from kafkatier.admin import tiered_config
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.log.remote.remote_log_metadata_manager import (RemoteLogMetadataFencedError,
                                                               ZkRemoteLogMetadataManager)
@@ -120,10 +119,7 @@ def admin(zk):
     reg = codecs.BrokerRegistration.create(1, ["PLAINTEXT://127.0.0.1:9092"], {"PLAINTEXT": "PLAINTEXT"},
                                            1700000000000)
     zk.create(paths.broker(1), reg.encode(), ephemeral=True, makepath=True)
-    a = AdminZkClient(zk, broker_config={"remote.log.storage.system.enable": "true"})
-    tiered_config.install(a)
-    yield a
-    tiered_config.uninstall(a)
+    yield AdminZkClient(zk, broker_config={"remote.log.storage.system.enable": "true"})
 
 
 def tiered_nodes(zk, topic):

@@ -1,8 +1,8 @@
 """The controller's request bodies are valid LeaderAndIsr v7 / UpdateMetadata v8 / StopReplica v5 messages."""
 from __future__ import annotations
 
-from kafkatier.controller.context import (BrokerInfo, ControllerContext, LeaderAndIsr, ReplicaAssignment,
-                                          TopicPartition)
+from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
+from kafkatier.controller.context import ControllerContext, ReplicaAssignment
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.protocol.control_requests import (LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
                                                  from_body)

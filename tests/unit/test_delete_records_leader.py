@@ -13,12 +13,13 @@ import pytest
 from kafka.protocol.admin import DeleteRecordsRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
-from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
 from kafkatier.waiting import wait_for
 
 T = DeleteRecordsRequest.DeleteRecordsTopic
@@ -57,8 +58,7 @@ class Harness:
                              topic_configs=lambda t: self.configs.get(t, {}))
         self.rm = ReplicaManager(1, self.lm, lambda t: self.configs.get(t, {}), zk=None, metadata_cache=self.cache,
                                  replica_lag_time_max_ms=30000)
-        self.mgr = DeleteRecordsManager(1, self.rm, self.cache, authorizer, self.lm.checkpoint_log_start_offsets)
-        self.rm.on_follower_fetched.append(self.mgr.on_follower_fetched)
+        self.mgr = DeleteRecordsManager(1, self.rm, self.cache, authorizer)
         self.epoch = 0
         self.set_alive(alive)
 
@@ -82,9 +82,8 @@ class Harness:
     def follower_fetch(self, replica: int, log_start_offset: int, topic: str = "t", fetch_offset=None) -> None:
         p = self.partition(topic)
         off = p.log.log_end_offset if fetch_offset is None else fetch_offset
-        self.rm.fetch_messages(replica, 0, 1, 1 << 20, [{
-            "topic": topic, "partition": 0, "fetch_offset": off, "partition_max_bytes": 1 << 20,
-            "current_leader_epoch": -1, "log_start_offset": log_start_offset}], lambda _r: None)
+        self.rm.fetch_messages(replica, 0, 1, 1 << 20, [FetchPartitionData(
+            TopicPartition(topic, 0), off, 1 << 20, log_start_offset=log_start_offset)], lambda _r: None)
 
     def catch_up(self, lso: int = 0, topic: str = "t") -> None:
         for r in (2, 3):
@@ -270,7 +269,7 @@ def test_a_follower_dying_while_pending_is_noticed_on_update_metadata(h):
     h.follower_fetch(2, 4)
     assert not fut.done()  # broker 3 is alive and has not followed
     h.set_alive((1, 2))    # the controller's UpdateMetadata after broker 3 died
-    h.mgr.on_metadata_update()
+    h.rm.on_metadata_update()
     assert result(fut) == {("t", 0): (0, 4)}
 
 
@@ -339,8 +338,6 @@ def test_segments_below_are_deleted_and_the_checkpoint_is_written(tmp_path):
         plog = h.partition().log
         assert plog.num_segments > 3
         bases = [s.base_offset for s in plog.log_segments()]
-        seen = []
-        h.rm.log_start_offset_listeners.append(lambda t, p, o: seen.append((t, p, o)))
         fut = h.delete([(("t", 0), 12)])
         h.catch_up(12)
         assert result(fut) == {("t", 0): (0, 12)}
@@ -349,7 +346,6 @@ def test_segments_below_are_deleted_and_the_checkpoint_is_written(tmp_path):
         assert len(remaining) < len(bases)
         lines = read_checkpoint(str(tmp_path / "d1"))
         assert lines[:2] == ["0", "1"] and lines[2:] == ["t 0 12"]
-        assert seen == [("t", 0, 12)]
         with pytest.raises(Exception, match="only have log segments starting from offset: 12"):
             plog.read(11, 1000)
     finally:
@@ -364,15 +360,12 @@ def test_follower_hook_deletes_segments_and_checkpoints(tmp_path):
         for _ in range(6):
             p.log.append_as_leader(records(5), 1)  # stand-in for replicated batches
         p.log.update_high_watermark(30)
-        h.mgr.on_follower_fetched(p)  # first sighting, nothing to do
+        h.rm._on_follower_fetched(p)  # first sighting, nothing to do
         assert read_checkpoint(str(tmp_path / "d1"))[2:] == []
         p.log.maybe_increment_log_start_offset_as_follower(17)
-        seen = []
-        h.rm.log_start_offset_listeners.append(lambda t, pp, o: seen.append(o))
-        h.mgr.on_follower_fetched(p)
+        h.rm._on_follower_fetched(p)
         assert read_checkpoint(str(tmp_path / "d1"))[2:] == ["t 0 17"]
         assert p.log.log_segments()[0].base_offset <= 17 < (p.log.log_segments()[1].base_offset
                                                             if p.log.num_segments > 1 else 31)
-        assert seen == [17]
     finally:
         h.close()

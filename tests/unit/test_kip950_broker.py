@@ -10,17 +10,17 @@ import attrs
 import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kafkatier.admin import tiered_config
-from kafkatier.admin import topic_config as tc
-from kafkatier.controller.tiered_storage_disablement_manager import classify_transition
+from kafkatier.common.structs import TopicIdPartition
+from kafkatier.log import log_config as lc
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.remote.config import RemoteLogManagerConfig
-from kafkatier.log.remote.disablement import DELETE, ENABLED, READ_ONLY, become_leader_hook, disablement_kind
-from kafkatier.log.remote.remote_log_manager import CleanupTask, CopyTask, RemoteLogManager
+from kafkatier.log.remote.remote_log_manager import (DELETE, NOT_DISABLED, READ_ONLY, CleanupTask, CopyTask,
+                                                     RemoteLogManager, disablement_kind)
 from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMetadataManager
-from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
+from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
+from kafkatier.log.remote.tiered_state import classify_transition
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError, KafkaError, OffsetOutOfRangeError
 from kafkatier.waiting import wait_for
 
@@ -188,12 +188,12 @@ def test_a_new_leader_of_a_formerly_tiered_topic_removes_leftovers(tmp_path, sto
     lg = make_log(tmp_path, "b2/orders-0", remote_storage_enable="false", remote_log_delete_on_disable="true")
     lg.remote_log_enabled = False                            # loaded with tiering off
     p = FakePartition(lg, broker_id=2, leader_id=2, leader_epoch=1)
-    become_leader_hook(rlm)(p)
+    rlm.on_leadership_change([p], [])                       # becomes leader
     wait_for(lambda: rlmm.list_remote_log_segments(TIP) == [] and rsm.segment_stems(TIP) == []
              and rlm.tasks("orders", 0) == {}, WAIT_S, message="leftovers deleted by the new leader")
     plain = FakePartition(make_log(tmp_path, "b3/plain-0", remote_storage_enable="false"), topic="plain")
     plain.log.remote_log_enabled = False
-    become_leader_hook(rlm)(plain)                           # never tiered: nothing scheduled
+    rlm.on_leadership_change([plain], [])                   # never tiered: nothing scheduled
     assert rlm.tasks("plain", 0) == {}
 
 
@@ -286,39 +286,32 @@ def test_read_only_retention_expires_local_segments_only_after_the_remote_tier(t
 
 # ------------------------------------------------------------------------------------------------ configs
 
-@pytest.fixture
-def tiered_rules():
-    tiered_config.install()
-    yield
-    tiered_config.uninstall()
-
-
 BROKER = {"remote.log.storage.system.enable": "true"}
 
 
 @pytest.mark.parametrize("name", ["remote.log.copy.disable", "remote.log.delete.on.disable"])
-def test_an_unsupported_policy_value_is_an_invalid_request(tiered_rules, name):
+def test_an_unsupported_policy_value_is_an_invalid_request(name):
     with pytest.raises(KafkaError) as e:
-        tc.validate_topic_config({"remote.storage.enable": "true", name: "maybe"}, broker_config=BROKER)
+        lc.validate_topic_config({"remote.storage.enable": "true", name: "maybe"}, broker_config=BROKER)
     assert e.value.error == Errors.INVALID_REQUEST
     assert e.value.message == f"Invalid value maybe for configuration {name}: Expected value to be either true or false"
     with pytest.raises(InvalidConfigurationError, match="Unknown topic config name: nope"):
-        tc.validate_topic_config({"nope": "1", name: "maybe"}, broker_config=BROKER)
+        lc.validate_topic_config({"nope": "1", name: "maybe"}, broker_config=BROKER)
     with pytest.raises(InvalidConfigurationError):                # KIP-405's own switch stays INVALID_CONFIG
-        tc.validate_topic_config({"remote.storage.enable": "maybe"}, broker_config=BROKER)
-    tc.validate_topic_config({"remote.storage.enable": "true", name: " TRUE "}, broker_config=BROKER)
+        lc.validate_topic_config({"remote.storage.enable": "maybe"}, broker_config=BROKER)
+    lc.validate_topic_config({"remote.storage.enable": "true", name: " TRUE "}, broker_config=BROKER)
 
 
-def test_disablement_rules_against_the_existing_config(tiered_rules):
+def test_disablement_rules_against_the_existing_config():
     on = {"remote.storage.enable": "true", "local.retention.ms": "100", "retention.ms": "1000"}
     with pytest.raises(InvalidConfigurationError, match="It is invalid to disable remote storage without deleting"):
-        tc.validate_topic_config({**on, "remote.storage.enable": "false"}, existing=on, broker_config=BROKER)
+        lc.validate_topic_config({**on, "remote.storage.enable": "false"}, existing=on, broker_config=BROKER)
     with pytest.raises(InvalidConfigurationError, match="the `local.retention.ms` and `retention.ms` must be set"):
-        tc.validate_topic_config({**on, "remote.log.copy.disable": "true"}, existing=on, broker_config=BROKER)
+        lc.validate_topic_config({**on, "remote.log.copy.disable": "true"}, existing=on, broker_config=BROKER)
     for ok in ({**on, "remote.log.copy.disable": "true", "local.retention.ms": "-2"},
                {**on, "remote.log.copy.disable": "true", "local.retention.ms": "1000"},
                {**on, "remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}):
-        tc.validate_topic_config(ok, existing=on, broker_config=BROKER)
+        lc.validate_topic_config(ok, existing=on, broker_config=BROKER)
 
 
 @pytest.mark.parametrize("state, old, new, kind", [
@@ -340,4 +333,4 @@ def test_which_config_changes_are_tiering_transitions(state, old, new, kind):
 
 
 def test_disablement_kind_follows_the_config():
-    assert disablement_kind(LogConfig.from_props({"remote.storage.enable": "true"})) == ENABLED
+    assert disablement_kind(LogConfig.from_props({"remote.storage.enable": "true"})) == NOT_DISABLED

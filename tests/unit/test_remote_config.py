@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.admin import tiered_config
-from kafkatier.admin import topic_config as tc
+from kafkatier.log import log_config as lc
 from kafkatier.log.remote import config as rc
-from kafkatier.log.remote.broker_integration import validate_broker_local_retention
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
+from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.protocol.errors import InvalidConfigurationError
+from kafkatier.server.tiered_storage import validate_broker_local_retention
 
 ON = {"remote.log.storage.system.enable": "true"}
 
@@ -88,16 +88,9 @@ def test_broker_local_retention_defaults_pass():
 
 # -------------------------------------------------------------------------------------------- topic rules
 
-@pytest.fixture
-def rules():
-    tiered_config.install()
-    yield
-    tiered_config.uninstall()
-
-
 def validate(props, existing=None, system="true"):
-    return tc.validate_topic_config(props, existing=existing or {},
-                                    broker_config={"remote.log.storage.system.enable": system}, topic="t")
+    return lc.validate_topic_config(props, existing=existing or {},
+                                    broker_config={"remote.log.storage.system.enable": system})
 
 
 @pytest.mark.parametrize("props,system,message", [
@@ -120,18 +113,18 @@ def validate(props, existing=None, system="true"):
      "Invalid value 1001 for configuration local.retention.ms: Value must not be more than retention.ms property "
      "value: 1000"),
     ({"remote.storage.enable": "true", "remote.log.copy.disable": "true", "retention.bytes": "100",
-      "local.retention.bytes": "50"}, "true", tiered_config.COPY_DISABLED_BYTES),
+      "local.retention.bytes": "50"}, "true", lc.COPY_DISABLED_BYTES),
     ({"remote.storage.enable": "true", "remote.log.copy.disable": "true", "retention.ms": "1000",
-      "local.retention.ms": "100"}, "true", tiered_config.COPY_DISABLED_MS),
+      "local.retention.ms": "100"}, "true", lc.COPY_DISABLED_MS),
 ])
-def test_tiered_topic_rules(rules, props, system, message):
+def test_tiered_topic_rules(props, system, message):
     with pytest.raises(InvalidConfigurationError) as e:
         validate(props, system=system)
     assert e.value.message == message
 
 
 def test_copy_disabled_message_is_the_seeds():
-    assert tiered_config.COPY_DISABLED_MS.startswith("When `remote.log.copy.disable` is set to true, the "
+    assert lc.COPY_DISABLED_MS.startswith("When `remote.log.copy.disable` is set to true, the "
                                                      "`local.retention.ms` and `retention.ms` must be set to the "
                                                      "identical value")
 
@@ -145,36 +138,28 @@ def test_copy_disabled_message_is_the_seeds():
      "local.retention.ms": "1000"},
     {"cleanup.policy": "compact"},                                                # not tiered
 ])
-def test_valid_configs_pass(rules, props):
+def test_valid_configs_pass(props):
     validate(props)
 
 
-def test_switching_off_needs_delete_on_disable(rules):
+def test_switching_off_needs_delete_on_disable():
     old = {"remote.storage.enable": "true"}
     with pytest.raises(InvalidConfigurationError) as e:
         validate({"remote.storage.enable": "false"}, existing=old)
-    assert e.value.message == tiered_config.DISABLE_WITHOUT_DELETE
+    assert e.value.message == lc.DISABLE_WITHOUT_DELETE
     assert e.value.message.startswith("It is invalid to disable remote storage without deleting remote data.")
     with pytest.raises(InvalidConfigurationError):
         validate({}, existing=old)  # AlterConfigs replacing everything drops the flag too
     validate({"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}, existing=old)
 
 
-def test_rules_are_off_until_installed():
-    assert tiered_config.validate_tiered_storage not in tc.EXTRA_VALIDATORS
-    validate({"remote.storage.enable": "true"}, system="false")
-
-
-def test_znode_hooks_create_the_tieredstorage_nodes_with_the_right_state():
-    ops: list = []
-    tiered_config.before_topic_create(None, "t", {"remote.storage.enable": "true"}, {}, ops)
+def test_creation_ops_make_the_tieredstorage_nodes_with_the_right_state():
+    ops = creation_ops(None, "t", {"remote.storage.enable": "true"}, creating_topic=True)
     assert [o.path for o in ops] == ["/brokers/topics/t/tieredstorage", "/brokers/topics/t/tieredstorage/tiered_epoch",
                                      "/brokers/topics/t/tieredstorage/state"]
     assert ops[1].data == b"0" and b'"ENABLED"' in ops[2].data
-    ops = []
-    tiered_config.before_topic_create(None, "t", {"remote.storage.enable": "true",
-                                                  "remote.log.copy.disable": "true"}, {}, ops)
+    ops = creation_ops(None, "t", {"remote.storage.enable": "true", "remote.log.copy.disable": "true"},
+                       creating_topic=True)
     assert b'"DISABLED"' in ops[2].data
-    ops = []
-    tiered_config.before_topic_create(None, "t", {"retention.ms": "1"}, {}, ops)
+    ops = creation_ops(None, "t", {"retention.ms": "1"}, creating_topic=True)
     assert ops == []

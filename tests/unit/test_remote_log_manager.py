@@ -368,13 +368,13 @@ def test_stop_with_delete_removes_all_remote_data(tmp_path, stores):
 
 # ------------------------------------------------------------------------------------------------- pools
 
-def test_scheduled_pool_runs_with_fixed_delay_survives_errors_and_cancels():
+def test_scheduler_runs_with_fixed_delay_survives_errors_and_cancels():
     import threading
 
-    from kafkatier.log.remote.scheduled_pool import ScheduledThreadPool
+    from kafkatier.common.scheduler import KafkaScheduler
     from kafkatier.waiting import wait_for
-    pool = ScheduledThreadPool("test-pool-", 2)
-    pool.start()
+    pool = KafkaScheduler(2, "test-pool-")
+    pool.startup()
     try:
         running, overlaps, runs = [0], [], []
         lock = threading.Lock()
@@ -388,7 +388,7 @@ def test_scheduled_pool_runs_with_fixed_delay_survives_errors_and_cancels():
                 running[0] -= 1
             if len(runs) % 2:
                 raise RuntimeError("boom")  # logged; the task stays scheduled
-        task = pool.schedule_with_fixed_delay("flaky", flaky, 0, 0.01)
+        task = pool.schedule("flaky", flaky, 0, 10)
         wait_for(lambda: len(runs) >= 5, 10, message="five runs")
         task.cancel()
         assert not any(overlaps)

@@ -4,13 +4,15 @@ from __future__ import annotations
 import pytest
 
 from kafkatier.admin import topic_config as tc
+from kafkatier.log import log_config as lc
+from kafkatier.log.log_config import LogConfig
 from kafkatier.admin.topic_config import ConfigSource, ConfigSynonym
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError
 
 
 def invalid(props, **kw) -> str:
     with pytest.raises(InvalidConfigurationError) as e:
-        tc.validate_topic_config(props, **kw)
+        lc.validate_topic_config(props, **kw)
     assert e.value.error is Errors.INVALID_CONFIG
     return e.value.message
 
@@ -23,8 +25,8 @@ def test_known_names_and_kafka_defaults():
                  "index.interval.bytes", "segment.index.bytes", "compression.type", "flush.messages", "flush.ms",
                  "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
                  "min.cleanable.dirty.ratio", "preallocate", "segment.jitter.ms"):
-        assert name in tc.TOPIC_CONFIG_NAMES
-    d = tc.TOPIC_CONFIG_DEFAULTS
+        assert name in lc.TOPIC_CONFIG_NAMES
+    d = lc.TOPIC_CONFIG_DEFAULTS
     assert d["retention.ms"] == "604800000" and d["retention.bytes"] == "-1"
     assert d["segment.bytes"] == "1073741824" and d["max.message.bytes"] == "1048588"
     assert d["cleanup.policy"] == "delete" and d["min.insync.replicas"] == "1"
@@ -34,15 +36,15 @@ def test_known_names_and_kafka_defaults():
 
 
 def test_valid_config_parses_to_typed_values():
-    values = tc.validate_topic_config({"retention.ms": " 1000 ", "cleanup.policy": "compact, delete",
+    values = lc.validate_topic_config({"retention.ms": " 1000 ", "cleanup.policy": "compact, delete",
                                        "unclean.leader.election.enable": "TRUE", "min.cleanable.dirty.ratio": "0.25",
-                                       "remote.storage.enable": "true"})
+                                       "preallocate": "true"})
     assert values["retention.ms"] == 1000
     assert values["cleanup.policy"] == ["compact", "delete"]
     assert values["unclean.leader.election.enable"] is True
     assert values["min.cleanable.dirty.ratio"] == 0.25
     assert values["segment.bytes"] == 1073741824          # default filled in
-    assert tc.normalize_value("cleanup.policy", " compact ,delete ") == "compact,delete"
+    assert lc.normalize_value("cleanup.policy", " compact ,delete ") == "compact,delete"
 
 
 @pytest.mark.parametrize("props,message", [
@@ -68,8 +70,6 @@ def test_valid_config_parses_to_typed_values():
      "Invalid value yes for configuration unclean.leader.election.enable: Expected value to be either true or false"),
     ({"remote.storage.enable": "maybe"},
      "Invalid value maybe for configuration remote.storage.enable: Expected value to be either true or false"),
-    ({"remote.log.copy.disable": "1"},
-     "Invalid value 1 for configuration remote.log.copy.disable: Expected value to be either true or false"),
     ({"local.retention.ms": "-3"}, "Invalid value -3 for configuration local.retention.ms: Value must be at least -2"),
     ({"local.retention.bytes": "x"},
      "Invalid value x for configuration local.retention.bytes: Not a number of type LONG"),
@@ -93,39 +93,27 @@ def test_first_invalid_value_in_kafkas_definition_order_is_reported():
 
 
 def test_throttled_replicas_accept_star_and_pairs():
-    tc.validate_topic_config({"leader.replication.throttled.replicas": "*",
+    lc.validate_topic_config({"leader.replication.throttled.replicas": "*",
                               "follower.replication.throttled.replicas": "0:1, 1:2"})
 
 
-def test_extra_validators_see_existing_config_and_broker_flag(monkeypatch):
-    seen = []
-
-    def tiered_rule(ctx: tc.TopicConfigValidation) -> None:
-        seen.append(ctx)
-        if ctx.values["remote.storage.enable"] and not ctx.remote_log_storage_system_enable:
-            raise InvalidConfigurationError("Tiered Storage functionality is disabled in the broker. "
-                                            "Topic cannot be configured with remote log storage.")
-
-    monkeypatch.setattr(tc, "EXTRA_VALIDATORS", [tiered_rule])
-    msg = invalid({"remote.storage.enable": "true"}, existing={"retention.ms": "5"}, topic="t")
+def test_tiered_rules_see_the_broker_flag_after_every_value_parsed():
+    msg = invalid({"remote.storage.enable": "true"}, existing={"retention.ms": "5"})
     assert msg.startswith("Tiered Storage functionality is disabled in the broker.")
-    assert seen[0].existing == {"retention.ms": "5"} and seen[0].topic == "t"
-    tc.validate_topic_config({"remote.storage.enable": "true"},
+    lc.validate_topic_config({"remote.storage.enable": "true"},
                              broker_config={"remote.log.storage.system.enable": "true"})
-    # Hooks run only after every value parsed: a bad value is reported first.
-    seen.clear()
+    # The tiered rules run only after every value parsed: a bad value is reported first.
     assert "Not a number" in invalid({"remote.storage.enable": "true", "retention.ms": "x"})
-    assert seen == []
 
 
 def test_broker_properties_supply_defaults_with_unit_conversion():
-    d = tc.topic_defaults_from_broker({"log.retention.hours": "24", "log.roll.ms": "1000", "log.roll.hours": "1",
+    d = lc.topic_defaults_from_broker({"log.retention.hours": "24", "log.roll.ms": "1000", "log.roll.hours": "1",
                                        "message.max.bytes": "2000", "log.retention.bytes": "garbage"})
     assert d["retention.ms"] == str(24 * 3600 * 1000)
     assert d["segment.ms"] == "1000"                   # log.roll.ms wins over log.roll.hours
     assert d["max.message.bytes"] == "2000"
     assert d["retention.bytes"] == "-1"                # unparsable broker value: Kafka's default
-    assert tc.topic_defaults_from_broker({"log.retention.ms": "7", "log.retention.hours": "1"})["retention.ms"] == "7"
+    assert lc.topic_defaults_from_broker({"log.retention.ms": "7", "log.retention.hours": "1"})["retention.ms"] == "7"
 
 
 def entries(overrides, broker=None):
@@ -134,7 +122,7 @@ def entries(overrides, broker=None):
 
 def test_describe_override_broker_and_default_sources():
     es = entries({"retention.ms": " 1000 ", "cleanup.policy": "compact"}, {"log.segment.bytes": "2097152"})
-    assert set(es) == set(tc.TOPIC_CONFIG_NAMES)
+    assert set(es) == set(lc.TOPIC_CONFIG_NAMES)
     r = es["retention.ms"]
     assert (r.value, r.source, r.read_only, r.sensitive) == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG, False, False)
     assert r.synonyms == (ConfigSynonym("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG),)
@@ -160,18 +148,15 @@ def test_describe_selected_names_and_unparsable_override():
 
 
 def test_java_double_rendering():
-    assert [tc.java_double_str(x) for x in (0.5, 1.0, 1e-5, 1e7, 123.25)] == ["0.5", "1.0", "1.0E-5", "1.0E7",
+    assert [lc.java_double_str(x) for x in (0.5, 1.0, 1e-5, 1e7, 123.25)] == ["0.5", "1.0", "1.0E-5", "1.0E7",
                                                                              "123.25"]
 
 
-def test_to_log_config_builds_the_log_layers_config():
-    cfg = tc.to_log_config({"segment.ms": "100", "not.a.topic.config": "x"}, {"log.retention.hours": "1"})
+def test_the_log_layers_config_takes_broker_defaults():
+    cfg = LogConfig.from_props({"segment.ms": "100"}, defaults=lc.broker_topic_defaults({"log.retention.hours": "1"}))
     assert cfg.segment_ms == 100 and cfg.retention_ms == 3_600_000
     assert cfg.overridden == frozenset({"segment.ms"})
 
 
-def test_definitions_agree_with_the_log_layer():
-    from kafkatier.log.log_config import TOPIC_CONFIG_NAMES as LOG_NAMES, LogConfig
-
-    assert set(LOG_NAMES) == set(tc.TOPIC_CONFIG_NAMES)
+def test_describe_agrees_with_the_log_layer():
     assert LogConfig.from_props({}).to_props() == tc.effective_topic_config({})

@@ -7,16 +7,20 @@ MEMBER_ID_REQUIRED is *pending* until it joins with that id; its operation drops
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from kafkatier.coordinator.group.delayed_join import Timer
-    from kafkatier.coordinator.group.group_coordinator import GroupCoordinator
-    from kafkatier.coordinator.group.group_metadata import GroupMetadata, MemberMetadata
+from kafkatier.coordinator.group.delayed_join import Timer
+from kafkatier.coordinator.group.group_metadata import GroupMetadata, MemberMetadata
+
+
+class HeartbeatExpirer(Protocol):
+    """The GroupCoordinator, as this operation sees it."""
+
+    def on_expire_heartbeat(self, op: "DelayedHeartbeat") -> None: ...
 
 
 class DelayedHeartbeat:
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", member: "MemberMetadata | None",
+    def __init__(self, coordinator: HeartbeatExpirer, group: GroupMetadata, member: MemberMetadata | None,
                  member_id: str, deadline_ms: int, timeout_ms: int):
         self.coordinator = coordinator
         self.group = group
@@ -29,7 +33,7 @@ class DelayedHeartbeat:
     def is_pending(self) -> bool:
         return self.member is None
 
-    def schedule(self, timer: "Timer") -> None:
+    def schedule(self, timer: Timer) -> None:
         timer.schedule(f"heartbeat-{self.group.group_id}-{self.member_id}", self.on_expiration, self.timeout_ms)
 
     def on_expiration(self) -> None:

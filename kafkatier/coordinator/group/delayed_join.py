@@ -12,19 +12,25 @@ rebalance completed is a no-op.  Operations run on the coordinator's injected ti
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
-if TYPE_CHECKING:
-    from kafkatier.coordinator.group.group_coordinator import GroupCoordinator
-    from kafkatier.coordinator.group.group_metadata import GroupMetadata
+from kafkatier.coordinator.group.group_metadata import GroupMetadata, GroupState
 
 
 class Timer(Protocol):
     def schedule(self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1) -> object: ...
 
 
+class JoinCompleter(Protocol):
+    """The GroupCoordinator, as these operations see it."""
+
+    def on_expire_join(self, op: "DelayedJoin") -> None: ...
+
+    def on_expire_initial_join(self, op: "InitialDelayedJoin") -> None: ...
+
+
 class DelayedJoin:
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", delay_ms: int):
+    def __init__(self, coordinator: JoinCompleter, group: GroupMetadata, delay_ms: int):
         self.coordinator = coordinator
         self.group = group
         self.sequence = group.join_sequence
@@ -35,7 +41,6 @@ class DelayedJoin:
 
     def is_current(self) -> bool:
         """Whether the rebalance this operation belongs to is still in progress."""
-        from kafkatier.coordinator.group.group_metadata import GroupState
         return self.group.join_sequence == self.sequence and self.group.is_state(GroupState.PREPARING_REBALANCE)
 
     def on_expiration(self) -> None:
@@ -43,7 +48,7 @@ class DelayedJoin:
 
 
 class InitialDelayedJoin(DelayedJoin):
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", configured_delay_ms: int,
+    def __init__(self, coordinator: JoinCompleter, group: GroupMetadata, configured_delay_ms: int,
                  delay_ms: int, remaining_ms: int):
         super().__init__(coordinator, group, delay_ms)
         self.configured_delay_ms = configured_delay_ms

@@ -38,7 +38,8 @@ an older tiered epoch below the log start offset are garbage (never served, size
 deleted as log-start-offset breaches; segments of an older epoch being deleted (DELETE_SEGMENT_STARTED) do not
 count for size retention whatever their offsets.
 
-KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3; the broker side is in :mod:`.disablement`):
+KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3; ``ReplicaManager`` calls
+:meth:`RemoteLogManager.disable_remote_partitions` after re-reading the topics' configs):
 :meth:`RemoteLogManager.stop_copy` (read-only: the copy task goes, expiration and follower tasks stay) and
 :meth:`RemoteLogManager.disable_with_delete` (every task goes, the log start offset moves up to the local log
 start offset and the log is no longer tiered; the leader marks every segment DELETE_SEGMENT_STARTED and a
@@ -55,8 +56,11 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 import attrs
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from kafkatier.log.checkpoints import CURRENT_VERSION
-from kafkatier.log.leader_epoch_cache import EpochEntry
+from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
+from kafkatier.common.structs import TopicIdPartition
+from kafkatier.log.errors import CheckpointReadError
+from kafkatier.log.leader_epoch_cache import (EpochEntry, decode_leader_epoch_checkpoint,
+                                              encode_leader_epoch_checkpoint)
 from kafkatier.log.record_batch import HEADER, HEADER_SIZE
 from kafkatier.log.remote import remote_log_reader
 from kafkatier.log.remote.config import RemoteLogManagerConfig
@@ -67,12 +71,10 @@ from kafkatier.log.remote.remote_log_segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    TopicIdPartition,
     new_segment_metadata,
 )
 from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentData, RemoteResourceNotFoundError,
                                                          RemoteStorageError, RemoteStorageManager)
-from kafkatier.log.remote.scheduled_pool import ScheduledTask, ScheduledThreadPool
 from kafkatier.log.segment import TimestampAndOffset
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, OffsetOutOfRangeError
@@ -132,31 +134,31 @@ def is_tiered(p: PartitionLike) -> bool:
     return bool(getattr(plog, "remote_log_enabled", False)) and not plog.closed and bool(p.topic_id)
 
 
+READ_ONLY, DELETE, NOT_DISABLED = "read-only", "delete", "enabled"
+
+
+def disablement_kind(log_config: Any) -> str:
+    """What a topic's (current) config asks of its replicas on a KIP-950 disablement: ``delete``,
+    ``read-only``, or ``enabled`` (tiering on with copying: nothing to disable)."""
+    if not log_config.remote_storage_enable:
+        return DELETE
+    return READ_ONLY if log_config.remote_log_copy_disable else NOT_DISABLED
+
+
+def needs_cleanup(p: PartitionLike) -> bool:
+    """A leader of a topic whose tiering was switched off with deletion (``remote.log.delete.on.disable=true``,
+    log not tiered) runs the cleanup pass, so leftovers are removed whoever leads.  A topic that never had remote
+    data costs one metadata listing."""
+    lc = p.log.config
+    return not (p.topic.startswith("__") or is_tiered(p) or not p.topic_id or p.log.closed
+                or not getattr(lc, "remote_log_delete_on_disable", False) or lc.remote_storage_enable)
+
+
 def copy_disabled(plog: Any) -> bool:
     """The log's config stops uploads (KIP-950): read-only tiering (``remote.log.copy.disable=true``) or
     tiering switched off (``remote.storage.enable=false``)."""
     cfg = plog.config
     return bool(getattr(cfg, "remote_log_copy_disable", False)) or not getattr(cfg, "remote_storage_enable", True)
-
-
-def leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
-    """``leader-epoch-checkpoint`` text (version, count, ``<epoch> <startOffset>`` lines)."""
-    entries = list(entries)
-    lines = [str(CURRENT_VERSION), str(len(entries))] + [f"{e.epoch} {e.start_offset}" for e in entries]
-    return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-def parse_leader_epoch_checkpoint(data: bytes) -> list[EpochEntry]:
-    """Inverse of :func:`leader_epoch_checkpoint`; malformed lines are skipped with a warning."""
-    out = []
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    for line in lines[2:]:
-        parts = line.split()
-        try:
-            out.append(EpochEntry(int(parts[0]), int(parts[1])))
-        except (IndexError, ValueError):
-            log.warning(kv(event="malformed_leader_epoch_line_skipped", line=line[:80]))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------- tasks
@@ -254,7 +256,7 @@ class CopyTask(_Task):
         snapshot = os.path.join(plog.dir, f"{next_base:020d}.snapshot")
         data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path,
                               txn if os.path.exists(txn) else None,
-                              snapshot if os.path.exists(snapshot) else None, leader_epoch_checkpoint(entries))
+                              snapshot if os.path.exists(snapshot) else None, encode_leader_epoch_checkpoint(entries))
         sid = md.remote_log_segment_id
         rlm.segment_ids_being_copied[sid.id] = self.tip
         if self.cancelled:
@@ -400,10 +402,10 @@ class RemoteLogManager:
         self._leader_offsets = leader_offsets
         self._restart_fetcher = restart_fetcher
         self.clock = clock
-        self.copier_pool = ScheduledThreadPool("kafka-rlm-copy-thread-pool-", config.effective_copier_thread_pool_size)
-        self.expiration_pool = ScheduledThreadPool("kafka-rlm-expiration-thread-pool-",
-                                                   config.effective_expiration_thread_pool_size)
-        self.follower_pool = ScheduledThreadPool("kafka-rlm-follower-thread-pool-", config.thread_pool_size)
+        self.copier_pool = KafkaScheduler(config.effective_copier_thread_pool_size, "kafka-rlm-copy-thread-pool-")
+        self.expiration_pool = KafkaScheduler(config.effective_expiration_thread_pool_size,
+                                              "kafka-rlm-expiration-thread-pool-")
+        self.follower_pool = KafkaScheduler(config.thread_pool_size, "kafka-rlm-follower-thread-pool-")
         self.segment_ids_being_copied: dict[str, TopicIdPartition] = {}  # segment id -> partition
         self.remote_bytes_by_epoch: dict[str, dict[int, int]] = {}  # "topic-partition" -> tiered epoch -> bytes
         self._partitions: dict[tuple[str, int], _PartitionTasks] = {}
@@ -414,17 +416,17 @@ class RemoteLogManager:
     # --- lifecycle ----------------------------------------------------------------------------------------
     def startup(self) -> None:
         for pool in (self.copier_pool, self.expiration_pool, self.follower_pool):
-            pool.start()
+            pool.startup()
         self._started = True
         log.info(kv(event="remote_log_manager_started", broker=self.broker_id,
-                    copier_threads=self.copier_pool.size, expiration_threads=self.expiration_pool.size,
-                    follower_threads=self.follower_pool.size, task_interval_ms=self.config.task_interval_ms))
+                    copier_threads=self.copier_pool.threads, expiration_threads=self.expiration_pool.threads,
+                    follower_threads=self.follower_pool.threads, task_interval_ms=self.config.task_interval_ms))
 
     def resize_thread_pools(self, copier: int, expiration: int, follower: int) -> None:
         """Dynamic broker config: new pool sizes take effect without a restart."""
         for pool, size in ((self.copier_pool, copier), (self.expiration_pool, expiration),
                            (self.follower_pool, follower)):
-            if size != pool.size:
+            if size != pool.threads:
                 pool.resize(size)
         log.info(kv(event="remote_log_manager_pools_resized", copier_threads=copier, expiration_threads=expiration,
                     follower_threads=follower))
@@ -484,7 +486,11 @@ class RemoteLogManager:
         expiration task, followers a follower task; a replaced task is cancelled."""
         if not self._started:
             raise RemoteStorageError("RemoteLogManager is not configured when remote storage system is enabled")
-        interval = self.config.task_interval_ms / 1000.0
+        interval = self.config.task_interval_ms
+        leaders, followers = list(leaders), list(followers)
+        for p in leaders:
+            if needs_cleanup(p):
+                self.schedule_cleanup(p)
         leaders, followers = [p for p in leaders if is_tiered(p)], [p for p in followers if is_tiered(p)]
         self.rlmm.on_partition_leadership_changes([_tip(p) for p in leaders], [_tip(p) for p in followers])
         with self._lock:
@@ -496,10 +502,10 @@ class RemoteLogManager:
                 st.was_leader = True
                 if not getattr(p.log.config, "remote_log_copy_disable", False):
                     st.copy = CopyTask(self, p, st.tip)
-                    st.copy.handle = self.copier_pool.schedule_with_fixed_delay(
+                    st.copy.handle = self.copier_pool.schedule(
                         f"copy-{st.tip}", st.copy.run, 0, interval)
                 st.expiration = ExpirationTask(self, p, st.tip)
-                st.expiration.handle = self.expiration_pool.schedule_with_fixed_delay(
+                st.expiration.handle = self.expiration_pool.schedule(
                     f"expiration-{st.tip}", st.expiration.run, 0, interval)
                 log.info(kv(event="leader_tasks_scheduled", partition=st.tip, leader_epoch=p.leader_epoch,
                             copy=st.copy is not None))
@@ -510,7 +516,7 @@ class RemoteLogManager:
                 self._cancel(st, "follower")
                 st.was_leader = False
                 st.follower = FollowerTask(self, p, st.tip)
-                st.follower.handle = self.follower_pool.schedule_with_fixed_delay(
+                st.follower.handle = self.follower_pool.schedule(
                     f"follower-{st.tip}", st.follower.run, 0, interval)
                 log.info(kv(event="follower_task_scheduled", partition=st.tip, leader=p.leader_id))
 
@@ -527,12 +533,17 @@ class RemoteLogManager:
         st.partition = p
         return st
 
-    def _cancel(self, st: _PartitionTasks, kind: str) -> None:
+    def _cancel(self, st: _PartitionTasks, kind: str, quiet: bool = False) -> bool:
+        """Cancel the partition's task of ``kind``; True if there was one.  ``quiet``: the caller logs one line
+        for the partition instead (a StopReplica v5 of a thousand partitions)."""
         task = getattr(st, kind)
-        if task is not None:
-            task.cancel()
-            setattr(st, kind, None)
+        if task is None:
+            return False
+        task.cancel()
+        setattr(st, kind, None)
+        if not quiet:
             log.info(f"Cancelling the {kind} RLM task for tpId: {st.tip}")
+        return True
 
     def tasks(self, topic: str, partition: int) -> dict[str, _Task]:
         """The partition's scheduled tasks by kind (for tests and status)."""
@@ -592,13 +603,26 @@ class RemoteLogManager:
         local log start offset and stop tiering the log.  The leader then marks every remote segment
         DELETE_SEGMENT_STARTED (what it answers on) and leaves the storage deletions to a :class:`CleanupTask`;
         a follower stops the metadata manager for the partition.  Returns the number of segments marked."""
+        cancelled = self._switch_off(p)
+        log.info(kv(event="tiering_switched_off", partition=f"{p.topic}-{p.partition}",
+                    log_start_offset=p.log.log_start_offset, leader=p.is_leader,
+                    tasks_cancelled=",".join(cancelled) or None))
+        tip = _tip(p)
+        if tip is None:
+            return 0
+        segs = self.rlmm.list_remote_log_segments(tip) if p.is_leader else []
+        return self._delete_remote(p, tip, segs)
+
+    def _switch_off(self, p: PartitionLike) -> list[str]:
+        """First half of :meth:`disable_with_delete`: the tasks go (a copy in flight is found by its
+        registration), the log start offset moves up and the log stops being tiered.  Returns the kinds of the
+        tasks cancelled (logged by the caller, with the outcome)."""
+        cancelled = []
         with self._lock:
             st = self._partitions.get((p.topic, p.partition))
             if st is not None:
-                for kind in ("copy", "follower"):
-                    self._cancel(st, kind)
-                if not isinstance(st.expiration, CleanupTask):
-                    self._cancel(st, "expiration")
+                kinds = ["copy", "follower"] + ([] if isinstance(st.expiration, CleanupTask) else ["expiration"])
+                cancelled = [kind for kind in kinds if self._cancel(st, kind, quiet=True)]
         plog = p.log
         if plog.remote_log_enabled:
             local_start = plog.local_log_start_offset
@@ -608,15 +632,15 @@ class RemoteLogManager:
                 plog.update_log_start_offset_from_remote_tier(local_start)
             plog.remote_log_enabled = False
             plog.highest_offset_in_remote_storage = -1
-            log.info(kv(event="tiering_switched_off", partition=f"{p.topic}-{p.partition}",
-                        log_start_offset=plog.log_start_offset, leader=p.is_leader))
-        tip = _tip(p)
-        if tip is None:
-            return 0
+        return cancelled
+
+    def _delete_remote(self, p: PartitionLike, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> int:
+        """Second half of :meth:`disable_with_delete`, given the partition's segments listed after
+        :meth:`_switch_off`."""
         if not p.is_leader:
             self.rlmm.on_stop_partitions([tip])
             return 0
-        listed, marked = self.mark_for_deletion(tip)
+        listed, marked = self.mark_for_deletion(tip, segs)
         if listed or self._copying(tip):
             self.schedule_cleanup(p)
         else:  # no remote data at all (the copy task was cancelled above, no copy in flight): done already
@@ -626,12 +650,13 @@ class RemoteLogManager:
     def _copying(self, tip: TopicIdPartition) -> bool:
         return any(t == tip for t in list(self.segment_ids_being_copied.values()))
 
-    def mark_for_deletion(self, tip: TopicIdPartition) -> tuple[int, int]:
-        """DELETE_SEGMENT_STARTED for every segment not already being deleted (unfenced: whoever runs this was
-        told to delete everything, and the compare-and-set transitions keep it safe).  Returns (segments
-        listed, segments marked)."""
+    def mark_for_deletion(self, tip: TopicIdPartition,
+                          segs: list[RemoteLogSegmentMetadata] | None = None) -> tuple[int, int]:
+        """DELETE_SEGMENT_STARTED for every segment (``segs``: listed by the caller; None: list them now) not
+        already being deleted (unfenced: whoever runs this was told to delete everything, and the
+        compare-and-set transitions keep it safe).  Returns (segments listed, segments marked)."""
         marked = 0
-        segs = self.rlmm.list_remote_log_segments(tip)
+        segs = self.rlmm.list_remote_log_segments(tip) if segs is None else segs
         for md in segs:
             if md.state not in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED):
                 continue
@@ -645,6 +670,53 @@ class RemoteLogManager:
         if segs:
             log.info(kv(event="remote_segments_marked_for_deletion", partition=tip, segments=marked))
         return len(segs), marked
+
+    def disable_remote_partitions(self, ps: Sequence[PartitionLike]) -> dict[tuple[str, int], Exception | None]:
+        """KIP-950 (StopReplica v5 with ``DisableRemotePartition=true``) for hosted replicas whose log configs
+        are their topics' current ones: a delete disablement (:meth:`disable_with_delete`) or a read-only one
+        (:meth:`stop_copy`); a config that has tiering on with copying is logged and ignored.  The leaders'
+        remote-metadata listings of a delete disablement are read together, pipelined.  Returns each
+        partition's failure (None: done); a failure leaves the others alone."""
+        outcome: dict[tuple[str, int], Exception | None] = {}
+        deleting: list[tuple[PartitionLike, TopicIdPartition | None, list[str]]] = []
+        for p in ps:
+            key = (p.topic, p.partition)
+            try:
+                kind = disablement_kind(p.log.config)
+                if kind == DELETE:
+                    deleting.append((p, _tip(p), self._switch_off(p)))
+                    continue
+                if kind == READ_ONLY:
+                    cancelled = self.stop_copy(p.topic, p.partition)
+                    log.info(kv(event="remote_partition_disabled", partition=f"{p.topic}-{p.partition}",
+                                policy=kind, leader=p.is_leader, copy_task_cancelled=cancelled))
+                else:
+                    log.warning(kv(event="disable_remote_partition_ignored", partition=f"{p.topic}-{p.partition}",
+                                   reason="the topic config has tiering enabled with copying"))
+                outcome[key] = None
+            except Exception as e:  # noqa: BLE001 - answered per partition; the controller retries
+                outcome[key] = e
+        leaders = [tip for p, tip, _ in deleting if tip is not None and p.is_leader]
+        try:
+            listed = self.rlmm.list_remote_log_segments_of(leaders) if leaders else {}
+        except Exception as e:  # noqa: BLE001
+            listed = None
+            failure: Exception = e
+        for p, tip, cancelled in deleting:
+            key = (p.topic, p.partition)
+            try:
+                marked = 0
+                if tip is not None:
+                    if p.is_leader and listed is None:
+                        raise failure
+                    marked = self._delete_remote(p, tip, listed.get(tip, []) if listed else [])
+                log.info(kv(event="remote_partition_disabled", partition=f"{p.topic}-{p.partition}", policy=DELETE,
+                            leader=p.is_leader, log_start_offset=p.log.log_start_offset, segments_marked=marked,
+                            tasks_cancelled=",".join(cancelled) or None))
+                outcome[key] = None
+            except Exception as e:  # noqa: BLE001
+                outcome[key] = e
+        return outcome
 
     def schedule_cleanup(self, p: PartitionLike) -> bool:
         """Schedule a :class:`CleanupTask` for a leader whose topic's tiering is off (after a delete
@@ -660,8 +732,8 @@ class RemoteLogManager:
                 self._cancel(st, kind)
             st.was_leader = True
             st.expiration = CleanupTask(self, p, tip)
-            st.expiration.handle = self.expiration_pool.schedule_with_fixed_delay(
-                f"cleanup-{tip}", st.expiration.run, 0, self.config.task_interval_ms / 1000.0)
+            st.expiration.handle = self.expiration_pool.schedule(
+                f"cleanup-{tip}", st.expiration.run, 0, self.config.task_interval_ms)
         log.info(kv(event="remote_cleanup_scheduled", partition=tip))
         return True
 
@@ -856,8 +928,13 @@ class RemoteLogManager:
                 log.warning(kv(event="follower_rebuild_deferred", partition=tip,
                                reason=f"no remote segment holds offset {leader_local_start - 1}"))
                 return False
-            entries = [e for e in parse_leader_epoch_checkpoint(self.rsm.fetch_index(md, IndexType.LEADER_EPOCH))
-                       if e.start_offset < leader_local_start]
+            try:
+                lineage = decode_leader_epoch_checkpoint(self.rsm.fetch_index(md, IndexType.LEADER_EPOCH),
+                                                         f"{md.segment_id}{IndexType.LEADER_EPOCH.value}")
+            except CheckpointReadError as e:
+                log.warning(kv(event="follower_rebuild_deferred", partition=tip, reason=str(e)))
+                return False
+            entries = [e for e in lineage if e.start_offset < leader_local_start]
         log.info(kv(event="rebuilding_follower_from_remote", partition=tip, log_end_offset=plog.log_end_offset,
                     leader_local_log_start_offset=leader_local_start, leader_log_start_offset=leader_start))
         plog.truncate_fully_and_start_at(leader_local_start, log_start_offset=min(leader_start, leader_local_start))

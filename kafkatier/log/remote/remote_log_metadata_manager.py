@@ -29,22 +29,21 @@ import re
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
-from kazoo.exceptions import (BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError,
-                              OperationTimeoutError, RolledBackError, RuntimeInconsistency)
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log.remote.remote_log_segment_metadata import (
     RemoteLogMetadataError,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    TopicIdPartition,
     is_valid_transition,
 )
 from kafkatier.log.remote.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.zk.fenced import read_retrying
+from kafkatier.zk.fenced import first_failure, read_retrying
 
 log = get_logger("remote.metadata")
 
@@ -95,6 +94,11 @@ class RemoteLogMetadataManager(abc.ABC):
                                  ) -> list[RemoteLogSegmentMetadata]:
         """Segments sorted by start offset; optionally only those holding ``leader_epoch``, stamped with
         ``tiered_epoch`` or in ``states``."""
+
+    def list_remote_log_segments_of(self, tips: Sequence[TopicIdPartition]
+                                    ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """:meth:`list_remote_log_segments` of several partitions (a store may pipeline the reads)."""
+        return {tip: self.list_remote_log_segments(tip) for tip in tips}
 
     @abc.abstractmethod
     def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
@@ -183,7 +187,7 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
             for op in fence:
                 op.add_to(t)
             t.create(path, data)
-            failure = _first_failure(t.commit())
+            failure = first_failure(t.commit())
             if failure is None:
                 return
             idx, err = failure
@@ -231,7 +235,7 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
                 t.delete(path, version=stat.version)
             else:
                 t.set_data(path, new.to_json(), version=stat.version)
-            failure = _first_failure(t.commit())
+            failure = first_failure(t.commit())
             if failure is None:
                 return new
             idx, err = failure
@@ -318,6 +322,42 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
                 continue
             out.append(md)
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset, m.segment_id))
+
+    def list_remote_log_segments_of(self, tips: Sequence[TopicIdPartition]
+                                    ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """Every partition's listing in two pipelined rounds: all ``get_children``, then all segment reads."""
+        def list_all() -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+            children = [(tip, self.zk.get_children_async(self.partition_path(tip))) for tip in tips]
+            reads = []
+            for tip, res in children:
+                try:
+                    names = res.get(timeout=_READ_TIMEOUT_S)
+                except NoNodeError:
+                    names = []
+                ppath = self.partition_path(tip)
+                for n in sorted(names):
+                    if _SEGMENT_NODE.fullmatch(n) is None:
+                        log.warning(kv(event="unexpected_znode_skipped", path=f"{ppath}/{n}"))
+                        continue
+                    reads.append((tip, f"{ppath}/{n}", self.zk.get_async(f"{ppath}/{n}")))
+            out: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {tip: [] for tip in tips}
+            for tip, path, res in reads:
+                try:
+                    data, _ = res.get(timeout=_READ_TIMEOUT_S)
+                except NoNodeError:
+                    continue
+                try:
+                    md = RemoteLogSegmentMetadata.from_json(data)
+                except RemoteLogMetadataError as e:
+                    log.warning(kv(event="malformed_segment_metadata_skipped", path=path, error=e))
+                    continue
+                if md.topic_id_partition != tip:
+                    log.warning(kv(event="segment_metadata_of_other_partition_skipped", segment=md.segment_id))
+                    continue
+                out[tip].append(md)
+            return {tip: sorted(segs, key=lambda m: (m.start_offset, m.end_offset, m.segment_id))
+                    for tip, segs in out.items()}
+        return _retrying()(list_all)
 
     def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
                                     ) -> RemoteLogSegmentMetadata | None:
@@ -426,40 +466,3 @@ class InMemoryRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             for sid in [k for k, m in self._segments.items() if m.topic_id_partition == tip]:
                 del self._segments[sid]
-
-
-def _first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
-    failed = None
-    for i, r in enumerate(results):
-        if isinstance(r, Exception):
-            if not isinstance(r, (RolledBackError, RuntimeInconsistency)):
-                return i, r
-            failed = failed or (i, r)
-    return failed
-
-
-def decode_segment_znode(data: bytes | None, path: str | None = None, stat: Any = None) -> RemoteLogSegmentMetadata:
-    """Decoder used by ``kafkatier.zk.validate`` (schema check + decode)."""
-    import json
-
-    from kafkatier.zk import codecs, schemas
-    what = path or "remote_log_segment_metadata"
-    try:
-        doc = json.loads(data or b"")
-    except ValueError as e:
-        raise codecs.MalformedZNodeError(what, f"not JSON: {e}") from None
-    errors = schemas.schema_errors("remote_log_segment_metadata", doc)
-    if errors:
-        raise codecs.MalformedZNodeError(what, "; ".join(errors))
-    try:
-        return RemoteLogSegmentMetadata.from_dict(doc)
-    except RemoteLogMetadataError as e:
-        raise codecs.MalformedZNodeError(what, str(e)) from None
-
-
-def _register_decoder() -> None:
-    from kafkatier.zk import codecs
-    codecs.DECODERS.setdefault("remote_log_segment_metadata", decode_segment_znode)
-
-
-_register_decoder()

@@ -21,6 +21,8 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
+from kafkatier.common.structs import TopicIdPartition
+
 
 class RemoteLogMetadataError(ValueError):
     """Metadata that breaks one of Kafka's constructor rules, or that cannot be decoded."""
@@ -88,22 +90,6 @@ def is_valid_partition_transition(source: RemotePartitionDeleteState | None,
 
 
 # ---------------------------------------------------------------------------------------------------- ids
-
-@attrs.frozen(order=True)
-class TopicIdPartition:
-    """A partition with its topic id (22-char base64); printed like Kafka's ``TopicIdPartition``."""
-
-    topic_id: str
-    topic: str
-    partition: int
-
-    @property
-    def topic_partition(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
-
-    def __str__(self) -> str:
-        return f"{self.topic_id}:{self.topic}-{self.partition}"
-
 
 @attrs.frozen(order=True)
 class RemoteLogSegmentId:

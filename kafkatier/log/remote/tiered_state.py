@@ -1,0 +1,153 @@
+"""A topic's tiered state (KIP-950, tiered_storage.md §4, zookeeper.md §11): the one home of its config keys, its
+transition rules and its znode operations.
+
+The state lives in ``/brokers/topics/{t}/tieredstorage/{tiered_epoch,state}``; ``zk/codecs.py`` only turns
+those payloads into values and back.  Who uses what:
+
+* the controller (``TieredStorageDisablementManager``) decides every transition with :func:`classify_transition`
+  and writes it fenced, reading the znodes with :func:`read_tiered_state`;
+* the admin client creates the znodes with the topic, or with the first config change that enables tiering
+  (:func:`creation_ops`);
+* brokers fence their remote-metadata writes with :func:`zk_fence` and stamp copies with the tiered epoch
+  (:func:`read_tiered_epoch`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+from kazoo.exceptions import NoNodeError
+
+from kafkatier.log.remote.remote_log_manager import FenceProvider, PartitionLike, RemoteLogTaskFencedError
+from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import Check, Create, read_retrying
+
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+REMOTE_LOG_COPY_DISABLE = "remote.log.copy.disable"
+REMOTE_LOG_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
+TIERED_KEYS = (REMOTE_STORAGE_ENABLE, REMOTE_LOG_COPY_DISABLE, REMOTE_LOG_DELETE_ON_DISABLE)
+
+ENABLED, DISABLING, DISABLED = codecs.TIERED_ENABLED, codecs.TIERED_DISABLING, codecs.TIERED_DISABLED
+
+# What a config change does to a topic's tiering (classify_transition).
+CREATE, DISABLE, ENABLE = "create", "disable", "enable"
+
+
+def flag(config: Mapping[str, Any], key: str) -> bool:
+    return str(config.get(key, "false")).strip().lower() == "true"
+
+
+def classify_transition(state: str | None, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """What a config change does to tiering, given the topic's ``state`` (None: never tiered): ``create``,
+    ``disable``, ``enable`` or None."""
+    old_on, new_on = flag(old, REMOTE_STORAGE_ENABLE), flag(new, REMOTE_STORAGE_ENABLE)
+    new_ro = flag(new, REMOTE_LOG_COPY_DISABLE)
+    if state is None:
+        return CREATE if new_on else None
+    if state == DISABLED:
+        if new_on and not new_ro:
+            return ENABLE
+        if not new_on and flag(new, REMOTE_LOG_DELETE_ON_DISABLE) and old_on:
+            return DISABLE  # a read-only topic now disabled with delete
+        return None
+    if state == ENABLED:
+        if old_on and not new_on:
+            return DISABLE
+        if new_on and new_ro and not flag(old, REMOTE_LOG_COPY_DISABLE):
+            return DISABLE
+    return None
+
+
+def initial_state(config: Mapping[str, Any]) -> str:
+    """The state a topic starts in when tiering is first enabled (read-only from the start: DISABLED)."""
+    return DISABLED if flag(config, REMOTE_LOG_COPY_DISABLE) else ENABLED
+
+
+# --------------------------------------------------------------------------------------------------- znodes
+
+@attrs.frozen
+class TieredTopicState:
+    """``tiered_epoch`` and ``state`` of a topic with the znode versions they were read at."""
+
+    tiered_epoch: int
+    state: str
+    epoch_version: int
+    state_version: int
+
+    def epoch_check(self, topic: str) -> Check:
+        """A multi op that fails if ``tiered_epoch`` changed since this read."""
+        return Check(paths.tiered_epoch(topic), self.epoch_version)
+
+
+def read_tiered_state(zk, topic: str) -> TieredTopicState | None:
+    """The topic's tiered state, or None when the topic has never been tiered (no znodes).  Raises
+    :class:`codecs.MalformedZNodeError` for unreadable payloads."""
+    try:
+        edata, estat = read_retrying(zk.get, paths.tiered_epoch(topic))
+        sdata, sstat = read_retrying(zk.get, paths.tiered_state(topic))
+    except NoNodeError:
+        return None
+    epoch = codecs.decode_tiered_epoch(edata, paths.tiered_epoch(topic))
+    state = codecs.TieredState.decode(sdata, paths.tiered_state(topic)).state
+    return TieredTopicState(epoch, state, estat.version, sstat.version)
+
+
+def read_tiered_epoch(zk, topic: str, default: int = 0) -> int:
+    st = read_tiered_state(zk, topic)
+    return default if st is None else st.tiered_epoch
+
+
+def create_ops(topic: str, state: str = ENABLED) -> list[Create]:
+    """The three creates of a first enablement: ``tieredstorage``, ``tiered_epoch`` = 0 and ``state``."""
+    return [Create(paths.tiered_storage(topic)),
+            Create(paths.tiered_epoch(topic), codecs.encode_tiered_epoch(0)),
+            Create(paths.tiered_state(topic), codecs.TieredState(state).encode())]
+
+
+def creation_ops(zk, topic: str, new_config: Mapping[str, Any], *, creating_topic: bool) -> list[Create]:
+    """The creates that join a topic creation or config change enabling tiering for the first time (none when
+    tiering stays off, or when the topic was tiered before: later transitions are the controller's)."""
+    if not flag(new_config, REMOTE_STORAGE_ENABLE):
+        return []
+    ops = create_ops(topic, initial_state(new_config))
+    if creating_topic:
+        return ops
+    try:
+        read_retrying(zk.get, paths.tiered_epoch(topic))
+        return []
+    except NoNodeError:
+        pass
+    return ops[1:] if zk.exists(paths.tiered_storage(topic)) is not None else ops
+
+
+# ---------------------------------------------------------------------------------------------------- fence
+
+def zk_fence(zk, broker_id: int) -> FenceProvider:
+    """The remote log manager's fence: checks on the partition state znode (this broker leads at the epoch) and,
+    for a tiered epoch, on the topic's ``tiered_epoch`` and ``state`` znodes (ENABLED: KIP-950 read-only or
+    disabling topics get no more uploads)."""
+    def fence(p: PartitionLike, leader_epoch: int, tiered_epoch: int | None) -> list:
+        path = paths.partition_state(p.topic, p.partition)
+        try:
+            data, stat = read_retrying(zk.get, path)
+        except NoNodeError:
+            raise RemoteLogTaskFencedError(f"partition {p.topic}-{p.partition} no longer exists") from None
+        st = codecs.decode_partition_state(data, stat, path)
+        if st.leader != broker_id or st.leader_epoch != leader_epoch:
+            raise RemoteLogTaskFencedError(
+                f"broker {broker_id} no longer leads {p.topic}-{p.partition} at leader epoch {leader_epoch} "
+                f"(leader {st.leader}, leader epoch {st.leader_epoch})")
+        checks = [Check(path, stat.version)]
+        if tiered_epoch is not None:
+            ts = read_tiered_state(zk, p.topic)
+            if ts is not None:
+                if ts.tiered_epoch != tiered_epoch:
+                    raise RemoteLogTaskFencedError(f"tiered epoch of {p.topic} moved from {tiered_epoch} to "
+                                                   f"{ts.tiered_epoch}")
+                if ts.state != ENABLED:
+                    raise RemoteLogTaskFencedError(f"tiered storage of {p.topic} is {ts.state} at tiered epoch "
+                                                   f"{tiered_epoch}")
+                checks.append(ts.epoch_check(p.topic))
+                checks.append(Check(paths.tiered_state(p.topic), ts.state_version))
+        return checks
+    return fence
