@@ -40,7 +40,7 @@ HEARTBEAT_MS, SESSION_MS = 500, 6000
 class Member:
     """A group consumer polled on its own thread; records when its assignment last changed."""
 
-    def __init__(self, bs: str, group: str, name: str):
+    def __init__(self, bs: str, group: str, name: str, pump: bool = True):
         self.name = name
         self.assigned: list[int] = []
         self.assigned_at = 0.0
@@ -50,7 +50,11 @@ class Member:
         self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        if pump:
+            self._thread.start()
+        else:   # the caller polls (a synchronous commit must not race another thread's poll for its result)
+            wait_for(lambda: self.consumer.poll(0.05) is None and self.assigned, 60, interval=0,
+                     message=f"{name} assigned")
 
     def _on_assign(self, consumer, parts) -> None:
         self.assigned = sorted(p.partition for p in parts)
@@ -65,7 +69,8 @@ class Member:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
         self.consumer.close()      # LeaveGroup
 
 
@@ -83,8 +88,7 @@ def produce_round_trips(bs: str, n: int) -> list[float]:
 
 
 def commit_latencies(bs: str, n: int) -> list[float]:
-    m = Member(bs, "bench-commit", "committer")
-    wait_for(lambda: m.assigned, 60, message="committer assigned")
+    m = Member(bs, "bench-commit", "committer", pump=False)
     part = m.assigned[0]
     out = []
     for i in range(n):
