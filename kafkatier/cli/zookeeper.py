@@ -1,4 +1,5 @@
-"""``kafkatier zookeeper start|stop|shell``: run the embedded ZooKeeper and ZooKeeper's own CLI (zkCli)."""
+"""``kafkatier zookeeper start|stop|shell|build-image``: run the embedded ZooKeeper and ZooKeeper's own CLI
+(zkCli); build the ZooKeeper container image the docker tests use."""
 from __future__ import annotations
 
 import argparse
@@ -52,6 +53,13 @@ def register(subparsers) -> None:
     shell.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]")
     shell.add_argument("cmd", nargs=argparse.REMAINDER, help="zkCli command and arguments, e.g. ls /brokers/ids")
     shell.set_defaults(func=_shell)
+
+    build = sub.add_parser("build-image", help="build the ZooKeeper container image (Docker, root)",
+                           description="Builds kafkatier/zookeeper:<hash of inputs> with debootstrap (bookworm, "
+                                       "headless JRE) and the ZooKeeper jars from pyspark, then docker import; "
+                                       "reuses the image when its inputs are unchanged.  Prints the tag.")
+    build.add_argument("--rebuild", action="store_true", help="build even if the image exists")
+    build.set_defaults(func=_build_image)
 
 
 def _fail(error: Exception) -> int:
@@ -152,3 +160,19 @@ def _shell(args: argparse.Namespace) -> int:
             return subprocess.call(argv)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _build_image(args: argparse.Namespace) -> int:
+    from kafkatier.testing.docker_engine import DockerUnavailableError
+    from kafkatier.testing.zookeeper_image import ImageBuildError, ensure_image
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        result = ensure_image(rebuild=args.rebuild, progress=progress)
+    except (DockerUnavailableError, ImageBuildError, EmbeddedZooKeeperError) as e:
+        return _fail(e)
+    verb = "built" if result.built else "cached"
+    progress(f"{verb} {result.tag} in {result.seconds:.1f}s")
+    print(result.tag, flush=True)
+    return 0

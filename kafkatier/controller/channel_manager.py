@@ -27,6 +27,7 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import RETRYABLE as ZK_RETRYABLE
 from kafkatier.zk.fenced import ControllerMovedError
 
 log = get_logger("controller.channel")
@@ -88,7 +89,9 @@ class RequestSendThread(threading.Thread):
 
     def _send_until_answered(self, item: QueuedRequest) -> codecs.ControlResponse:
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(TimeoutError),
+            # A ZooKeeper connection loss (ZooKeeper restarting, a leader change) is no answer yet, not a reason
+            # to drop the request: Kafka's RequestSendThread also keeps resending while the broker is alive.
+            retry=tenacity.retry_if_exception_type((TimeoutError, *ZK_RETRYABLE)),
             stop=lambda rs: self.stopped.is_set(),
             wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
             before_sleep=lambda rs: log.info("no answer; resending %s", kv(
@@ -99,13 +102,13 @@ class RequestSendThread(threading.Thread):
             for attempt in retrying:
                 with attempt:
                     return self._send_once(item)
-        except TimeoutError:
+        except (TimeoutError, *ZK_RETRYABLE):
             raise _Stopped() from None
         raise _Stopped()
 
     def _send_once(self, item: QueuedRequest) -> codecs.ControlResponse:
         mgr = self.manager
-        if self.stopped.is_set():
+        if self.stopped.is_set() or (mgr.send_latency_s and self.stopped.wait(mgr.send_latency_s)):
             raise _Stopped()
         request = codecs.ControlRequest(
             api_key=item.api_key, api_version=item.api_version, api_name=item.api_name,
@@ -128,6 +131,8 @@ class RequestSendThread(threading.Thread):
                     break
             except NoNodeError:
                 pass
+            except ZK_RETRYABLE:
+                pass  # the watch went with the connection: the bounded wait below polls again
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._cleanup(name)
@@ -157,13 +162,15 @@ class RequestSendThread(threading.Thread):
 
 class ControllerChannelManager:
     def __init__(self, zk, controller_id: int, writer: Callable[[], object], controller_epoch: Callable[[], int],
-                 on_controller_moved: Callable[[Exception], None], request_timeout_s: float = 30.0):
+                 on_controller_moved: Callable[[Exception], None], request_timeout_s: float = 30.0,
+                 send_latency_s: float = 0.0):
         self.zk = zk
         self.controller_id = controller_id
         self.writer = writer
         self.controller_epoch = controller_epoch
         self.on_controller_moved = on_controller_moved
         self.request_timeout_s = request_timeout_s
+        self.send_latency_s = send_latency_s  # test only: see ControllerConfig.control_request_latency_s
         self._threads: dict[int, RequestSendThread] = {}
         self._lock = threading.Lock()
         self.metrics: dict[str, dict] = {}

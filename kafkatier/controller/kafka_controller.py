@@ -39,6 +39,10 @@ class ControllerConfig:
     delete_topic_enable: bool = True
     request_timeout_s: float = 30.0
     unclean_leader_election_enable: bool = False
+    # Test only (failover scenarios): a delay before each control request is written, from the broker override
+    # ``kafkatier.test.control.channel.latency.ms`` read at start-up.  Keeps a DISABLING or a reassignment in
+    # flight long enough for a scenario to act during it.  0 in every real configuration.
+    control_request_latency_s: float = 0.0
 
 
 class KafkaController:
@@ -194,7 +198,7 @@ class KafkaController:
             self.zk, self.broker_id, writer=lambda: self.kafka_zk.writer(self.ctx.epoch_zk_version),
             controller_epoch=lambda: self.ctx.epoch,
             on_controller_moved=lambda e: self._put("ControllerMoved", self.maybe_resign),
-            request_timeout_s=self.config.request_timeout_s)
+            request_timeout_s=self.config.request_timeout_s, send_latency_s=self.config.control_request_latency_s)
         self.channel.startup({b.id: b.epoch for b in self.ctx.live_brokers.values()})
         # 5-6. deletion
         to_delete = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))

@@ -1,0 +1,27 @@
+"""Failover scenarios: seeded fault schedules against a real cluster, recorded histories, Jepsen-style
+checkers, timelines.  See ``scenarios/`` for the library and README "Failover scenarios".
+
+Python API (a pytest test runs a scenario in a few lines)::
+
+    from kafkatier.scenario import run_scenario
+    result = run_scenario("scenarios/controller-kill-during-disabling.toml", seed=7, quick=True,
+                          runs_dir=str(tmp_path))
+    assert result.valid, result.anomalies
+
+Modules: ``spec`` (file format and loader), ``schedule`` (seeded PRNG), ``faults``, ``workloads``,
+``observer`` (ZooKeeper), ``history``, ``checkers/``, ``report``, ``runner``, ``sweep``.
+Imports point down: scenario -> cluster -> server/log/zk (never into server internals).
+"""
+from __future__ import annotations
+
+from kafkatier.scenario.spec import ScenarioSpec, ScenarioSpecError, load
+
+__all__ = ["RunResult", "ScenarioSpec", "ScenarioSpecError", "load", "recheck", "run_scenario"]
+
+
+def __getattr__(name: str):
+    # The runner pulls in clients and matplotlib; load it only when used.
+    if name in ("run_scenario", "recheck", "RunResult"):
+        from kafkatier.scenario import runner
+        return getattr(runner, name)
+    raise AttributeError(name)

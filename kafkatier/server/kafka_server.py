@@ -129,8 +129,9 @@ class KafkaServer:
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
-            unclean_leader_election_enable=c.unclean_leader_election_enable), admin_factory=self._new_admin_zk,
-            scheduler=self.scheduler)
+            unclean_leader_election_enable=c.unclean_leader_election_enable,
+            control_request_latency_s=float(c.overrides.get("kafkatier.test.control.channel.latency.ms", 0)) / 1000),
+            admin_factory=self._new_admin_zk, scheduler=self.scheduler)
         authorizer = authorizer_from_config(self.zk, c.overrides)
         sasl = sasl_server_from_config(self.zk, c.overrides)
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
@@ -282,7 +283,7 @@ class KafkaServer:
             return
         log.info("new ZooKeeper session; re-registering")
         try:
-            self._register_broker()
+            self._register_broker()  # waits out the expired session's node (broker_registration)
         except Exception:  # noqa: BLE001
             log.exception("re-registration failed")
             return

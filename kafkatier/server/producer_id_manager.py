@@ -40,14 +40,19 @@ class ProducerIdManager:
     @tenacity.retry(retry=tenacity.retry_if_exception_type(BadVersionError), stop=tenacity.stop_after_attempt(20),
                     wait=tenacity.wait_random(0.005, 0.05), reraise=True)
     def _claim_block(self) -> None:
+        # Every call goes through the client's bounded command retry: a ZooKeeper connection loss (a server
+        # paused, a leader change) waits for the reconnection, as Kafka's ZooKeeperClient does, instead of
+        # failing InitProducerId.  A retried ``set`` that had been applied fails its version check and the
+        # whole claim is retried: a block may be skipped, never handed out twice.
+        zk = self.zk
         try:
-            data, stat = self.zk.get(paths.LATEST_PRODUCER_ID_BLOCK)
+            data, stat = zk.retry(zk.get, paths.LATEST_PRODUCER_ID_BLOCK)
         except NoNodeError:
             try:
-                self.zk.create(paths.LATEST_PRODUCER_ID_BLOCK, b"", makepath=True)
+                zk.retry(zk.create, paths.LATEST_PRODUCER_ID_BLOCK, b"", makepath=True)
             except NodeExistsError:
                 pass
-            data, stat = self.zk.get(paths.LATEST_PRODUCER_ID_BLOCK)
+            data, stat = zk.retry(zk.get, paths.LATEST_PRODUCER_ID_BLOCK)
         start = 0
         if data:
             try:
@@ -58,6 +63,6 @@ class ProducerIdManager:
         end = start + BLOCK_SIZE - 1
         payload = json.dumps({"version": 1, "broker": self.broker_id, "block_start": str(start),
                               "block_end": str(end)}).encode()
-        self.zk.set(paths.LATEST_PRODUCER_ID_BLOCK, payload, version=stat.version)
+        zk.retry(zk.set, paths.LATEST_PRODUCER_ID_BLOCK, payload, version=stat.version)
         self._next, self._end = start, end
         log.info("claimed producer id block %s", kv(start=start, end=end))

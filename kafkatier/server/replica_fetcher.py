@@ -3,7 +3,11 @@ set) and appending the leader's record batches as they are (offsets kept).
 
 On becoming a follower a partition's log is truncated to its high watermark (see README "Differences from
 Kafka": Kafka truncates by leader epoch via OffsetsForLeaderEpoch; truncating to the high watermark never
-drops a committed record, it may only re-fetch a few).  The follower's high watermark and log start offset
+drops a committed record the leader has, it may only re-fetch a few).  The truncation waits for the new
+leader's first answer (``FetchState.truncate_to``) and is applied together with the records of that answer:
+a follower that never reaches the leader (it died) keeps its log, so when it is elected next it still holds
+the records acknowledged under the old leader -- its own high watermark can lag the one it acknowledged with
+(found by scenarios/isr-shrink-not-enough-replicas.toml).  The follower's high watermark and log start offset
 follow the leader's values in each fetch response.
 """
 from __future__ import annotations
@@ -28,6 +32,7 @@ FETCH_VERSION = 11
 class FetchState:
     fetch_offset: int
     leader_epoch: int
+    truncate_to: int | None = None   # truncate here when the leader first answers (see module docstring)
 
 
 class ReplicaFetcherThread(threading.Thread):
@@ -54,9 +59,10 @@ class ReplicaFetcherThread(threading.Thread):
         self.client: BrokerClient | None = None
         self.metrics = {"fetches": 0, "bytes": 0, "errors": 0}
 
-    def add_partition(self, topic: str, partition: int, fetch_offset: int, leader_epoch: int) -> None:
+    def add_partition(self, topic: str, partition: int, fetch_offset: int, leader_epoch: int,
+                      truncate_to: int | None = None) -> None:
         with self.lock:
-            self.partitions[(topic, partition)] = FetchState(fetch_offset, leader_epoch)
+            self.partitions[(topic, partition)] = FetchState(fetch_offset, leader_epoch, truncate_to)
             self.has_partitions.set()
 
     def remove_partition(self, topic: str, partition: int) -> None:
@@ -135,6 +141,12 @@ class ReplicaFetcherThread(threading.Thread):
         if part is None:
             return
         err = pd.error_code
+        if err == Errors.NONE and sent.truncate_to is not None:
+            if part.log.log_end_offset > sent.truncate_to:
+                log.info("truncating to the high watermark on the leader's first answer %s",
+                         kv(partition=f"{topic}-{pd.partition_index}", log_end_offset=part.log.log_end_offset,
+                            to=sent.truncate_to))
+                part.truncate_to(sent.truncate_to)
         if err == Errors.NONE:
             records = pd.records
             if records:
@@ -146,6 +158,7 @@ class ReplicaFetcherThread(threading.Thread):
             with self.lock:
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = plog.log_end_offset
+                    self.partitions[key].truncate_to = None
             if self.on_fetched:
                 self.on_fetched(part)
         elif err == Errors.OFFSET_OUT_OF_RANGE:
@@ -157,6 +170,7 @@ class ReplicaFetcherThread(threading.Thread):
             with self.lock:
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = part.log.log_end_offset
+                    self.partitions[key].truncate_to = None
         elif err in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
                      Errors.UNKNOWN_TOPIC_OR_PARTITION):
             # Wait for the controller's LeaderAndIsr; keep fetching at a slow pace.
@@ -185,6 +199,7 @@ class ReplicaFetcherThread(threading.Thread):
         with self.lock:
             if (topic, pd.partition_index) in self.partitions:
                 self.partitions[(topic, pd.partition_index)].fetch_offset = plog.log_end_offset
+                self.partitions[(topic, pd.partition_index)].truncate_to = None
 
 
 def _state(attempt: int):
@@ -207,7 +222,8 @@ class ReplicaFetcherManager:
         self.assignment: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
 
-    def add_fetcher(self, topic: str, partition: int, leader_id: int, fetch_offset: int, leader_epoch: int) -> None:
+    def add_fetcher(self, topic: str, partition: int, leader_id: int, fetch_offset: int, leader_epoch: int,
+                    truncate_to: int | None = None) -> None:
         with self.lock:
             self._remove_locked(topic, partition)
             t = self.threads.get(leader_id)
@@ -218,7 +234,7 @@ class ReplicaFetcherManager:
                                          on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage)
                 self.threads[leader_id] = t
                 t.start()
-            t.add_partition(topic, partition, fetch_offset, leader_epoch)
+            t.add_partition(topic, partition, fetch_offset, leader_epoch, truncate_to)
             self.assignment[(topic, partition)] = leader_id
 
     def remove_fetcher(self, topic: str, partition: int) -> None:

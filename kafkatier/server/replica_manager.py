@@ -27,7 +27,8 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
+                                       UnknownTopicOrPartitionError)
 from kafkatier.server.partition import IsrUpdate, Partition
 from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
@@ -216,10 +217,12 @@ class ReplicaManager:
         if p.leader_id < 0:
             return
         plog = p.log
-        if plog.log_end_offset > plog.high_watermark:
-            log.info("truncating to the high watermark before following %s",
-                     kv(partition=p, log_end_offset=plog.log_end_offset, hw=plog.high_watermark))
-            p.truncate_to(max(plog.high_watermark, plog.log_start_offset))
+        target = max(plog.high_watermark, plog.log_start_offset)
+        if plog.log_end_offset > target:
+            # Truncated to the high watermark only once the new leader answers (replica_fetcher.py docstring).
+            self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, target, p.leader_epoch,
+                                             truncate_to=target)
+            return
         self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, plog.log_end_offset, p.leader_epoch)
 
     # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------
@@ -409,7 +412,15 @@ class ReplicaManager:
                     and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
                 return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
             max_offset = None if replica_id >= 0 else plog.high_watermark
-            info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
+            try:
+                info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
+            except OffsetOutOfRangeError:
+                # Local retention removed the segment between the check above and the read: the data is in the
+                # remote tier (Kafka's readFromLocalLog turns this into a remote fetch too).
+                if (self.remote_log_manager is not None and is_tiered(p)
+                        and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
+                    return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
+                raise
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except KafkaError as e:
             p = self.partitions.get(fp.tp)

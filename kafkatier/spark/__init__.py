@@ -1,0 +1,12 @@
+"""Spark batch jobs on kafkatier topics: a PySpark Python data source named ``kafkatier`` with the options
+and columns of Spark's Kafka source and sink (``source``, ``options``, ``writer``, ``reader``), and ready-made
+jobs for the command line (``jobs``).
+
+    from kafkatier.spark import register
+    register(spark)
+    df.write.format("kafkatier").mode("append").option("kafka.bootstrap.servers", b).option("topic", t).save()
+    spark.read.format("kafkatier").option("kafka.bootstrap.servers", b).option("subscribe", t).load()
+"""
+from kafkatier.spark.source import NAME, KafkatierDataSource, register
+
+__all__ = ["NAME", "KafkatierDataSource", "register"]

@@ -1,0 +1,140 @@
+"""``kafkatier scenario list | run FILE [--seed N] [--quick] | replay RUN_DIR [--check] | sweep FILE --seeds A..B
+[--parallel K]``: failover scenarios (see kafkatier/scenario/)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+DEFAULT_DIR = "scenarios"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("scenario", help="run failover scenarios: seeded faults, recorded history, checkers")
+    ssub = p.add_subparsers(dest="scenario_command", metavar="ACTION")
+    ssub.required = True
+
+    ls = ssub.add_parser("list", help="the scenarios in a folder and what each shows")
+    ls.add_argument("--dir", default=DEFAULT_DIR)
+    ls.set_defaults(func=_list)
+
+    run = ssub.add_parser("run", help="run one scenario file")
+    run.add_argument("file")
+    _run_options(run)
+    run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
+    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
+                     help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
+                          "then skipped")
+    run.set_defaults(func=_run)
+
+    rp = ssub.add_parser("replay", help="run a recorded run again with its seed (or only re-check its history)")
+    rp.add_argument("run_dir")
+    rp.add_argument("--check", action="store_true", help="re-run the checkers on history.jsonl, no cluster")
+    rp.add_argument("--runs-dir", default=None)
+    rp.add_argument("--no-progress", action="store_true")
+    rp.set_defaults(func=_replay)
+
+    sw = ssub.add_parser("sweep", help="run a scenario for a range of seeds; keep only failing runs")
+    sw.add_argument("file")
+    sw.add_argument("--seeds", required=True, help="A..B (inclusive)")
+    sw.add_argument("--parallel", type=int, default=1)
+    _run_options(sw)
+    sw.set_defaults(func=_sweep)
+
+
+def _run_options(p) -> None:
+    p.add_argument("--quick", action="store_true", help="the scenario's short [quick] profile (CI)")
+    p.add_argument("--runs-dir", default="runs", help="where runs/<scenario>-<seed>/ go (default: runs)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _load(path: str):
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.spec import ScenarioSpecError, load
+    try:
+        return load(path)
+    except ScenarioSpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def _first_comment(path: str) -> str:
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                return line.lstrip("# ").rstrip()
+    return ""
+
+
+def _list(args) -> int:
+    from kafkatier.cli.main import UsageError
+    files = sorted(glob.glob(os.path.join(args.dir, "*.toml")))
+    if not files:
+        raise UsageError(f"no scenario files (*.toml) in {args.dir}")
+    for f in files:
+        spec = _load(f)
+        print(f"{spec.name:<44} {_first_comment(f)}")
+    return 0
+
+
+def _run(args) -> int:
+    import attrs
+
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.runner import run_scenario
+    spec = _load(args.file)
+    if args.zookeeper:
+        host, _, port = args.zookeeper.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--zookeeper: expected HOST:PORT, got {args.zookeeper!r}")
+        spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
+    return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
+                                         progress=False if args.no_progress else None))
+
+
+def _guarded(run) -> int:
+    """A run that could not complete (the cluster did not start...) is one line on stderr and exit 1.  SIGTERM
+    (a sweep being stopped) unwinds like Ctrl-C, so the run's cluster is torn down."""
+    import signal
+    import sys
+
+    from kafkatier.waiting import WaitTimeout
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return run().exit_code
+    except (RuntimeError, OSError, WaitTimeout) as e:
+        print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else e!r}",
+              file=sys.stderr)
+        return 1
+
+
+def _replay(args) -> int:
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.runner import recheck, run_scenario
+    try:
+        with open(os.path.join(args.run_dir, "results.json")) as f:
+            res = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"{args.run_dir} is not a scenario run directory ({e})") from None
+    if args.check:
+        return recheck(args.run_dir).exit_code
+    spec = _load(os.path.join(args.run_dir, "scenario.toml"))
+    runs_dir = args.runs_dir or os.path.join(os.path.dirname(os.path.abspath(args.run_dir)), "replays")
+    return _guarded(lambda: run_scenario(spec, seed=res["seed"], quick=res["quick"], runs_dir=runs_dir,
+                                         progress=False if args.no_progress else None))
+
+
+def _sweep(args) -> int:
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.sweep import parse_seeds, sweep
+    spec = _load(args.file)
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
+    results = sweep(args.file, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
+    return 0 if all(r.exit_code == 0 for r in results) else 1

@@ -1,0 +1,40 @@
+"""Checkers: each reads a run's history (``history.jsonl`` entries, heal and final reads included) and returns
+the anomalies it finds, each with the history entries that witness it.
+
+| module | checks |
+|---|---|
+| ``kafka_clients`` | Jepsen's Kafka anomalies: lost-write, unseen, duplicate, inconsistent-offsets, nonmonotonic-poll, poll-skip |
+| ``controller`` | one controller per epoch, epochs strictly increasing per tenure, no leader election written from a fenced controller epoch |
+| ``partitions`` | leader in ISR, ISR within replicas, leader epoch monotonic, no acknowledged acks=all record lost |
+| ``tiered`` | KIP-950: tiered epoch monotonic, only ENABLED->DISABLING->DISABLED->ENABLED (and DISABLED->DISABLING), no DISABLING left after heal, no remote data left of a delete-disabled topic or an old epoch below the log start |
+| ``delete_records`` | KIP-107: nothing below an acknowledged low watermark served or reported as log start, across restarts |
+
+Extension point (KIP-113, not built yet): a ``log_dirs`` checker (one current dir per replica, moved replicas
+byte-identical) is added to ``CHECKERS`` when JBOD moves land.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from kafkatier.scenario.checkers import controller, delete_records, kafka_clients, partitions, tiered
+from kafkatier.scenario.checkers.anomaly import Anomaly, Checker, final, observations, witness
+
+__all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations", "witness"]
+
+
+def checkers() -> dict[str, Checker]:
+    return {"kafka_clients": kafka_clients.check, "controller": controller.check, "partitions": partitions.check,
+            "tiered": tiered.check, "delete_records": delete_records.check}
+    # KIP-113: "log_dirs": log_dirs.check
+
+
+def check_all(entries: Iterable[dict]) -> list[Anomaly]:
+    entries = list(entries)
+    out: list[Anomaly] = []
+    for name, fn in checkers().items():
+        try:
+            out.extend(fn(entries))
+        except Exception as e:  # noqa: BLE001 - a checker crash is itself reported, never hidden
+            out.append(Anomaly(name, "checker-crashed", f"{name} checker failed: {e!r}"))
+    return out
+

@@ -1,0 +1,156 @@
+"""Jepsen's Kafka anomalies (jepsen.tests.kafka), over what our clients saw and the final read after heal.
+
+Per partition ``t/p``:
+- **lost-write**: an acknowledged send at offset *o* with ``log_start <= o < high_watermark`` after heal whose
+  value is not at *o* in the final read (records below the final log start offset were deleted on purpose --
+  DeleteRecords, retention, KIP-950 delete -- and are judged by the KIP-107 and KIP-950 checkers);
+- **unseen**: an acknowledged send at an offset at or above the final high watermark (never readable again);
+- **inconsistent-offsets**: one offset seen with two values (acks, polls, final read);
+- **duplicate**: one value of an idempotent producer at two offsets.  Only while the idempotence guarantee
+  holds: a non-idempotent producer may duplicate on retry, and so may an idempotent one once a send of it
+  timed out in flight (librdkafka then bumps the producer epoch and re-sequences what is still in flight, so
+  the broker can no longer recognise a retry -- documented client behaviour, Kafka's too);
+- **nonmonotonic-poll**: within one consumer read session, a partition's offsets not strictly increasing;
+- **poll-skip**: within a session, consecutive polled offsets *a* < *b* with a record between them that is
+  still in the final read;
+- **unreadable-after-heal**: the final read could not get from the log start offset to the high watermark
+  (within its bound) -- records the broker counts as present cannot be consumed.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kafkatier.scenario.checkers.anomaly import Anomaly, final, witness
+
+NAME = "kafka_clients"
+
+
+def acknowledged(entries: list[dict]) -> dict[str, list[dict]]:
+    """``"t/p" -> [ok send entries]``."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for e in entries:
+        if e["f"] == "send" and e["type"] == "ok":
+            out[f"{e['topic']}/{e['partition']}"].append(e)
+    return out
+
+
+def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``(lost, unseen)`` acknowledged sends (optionally only those sent with ``acks``)."""
+    read = final(entries, "final-read")
+    lost_, unseen = [], []
+    for tp, oks in acknowledged(entries).items():
+        part = read.get(tp)
+        if part is None:
+            continue
+        records = {o: v for o, v in part["records"]}
+        # A final read that stopped early is reported by the runner (final-read-incomplete); judge only what it
+        # covered, so one unreadable offset is not counted as every later record lost.
+        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+        for e in oks:
+            if acks is not None and e.get("acks") != acks:
+                continue
+            o, v = e["offset"], e["value"][1]
+            if o is None or o < 0:
+                continue   # acknowledged without an offset (a duplicate the broker recognised): nothing to place
+            if o >= part["high_watermark"]:
+                unseen.append(e)
+            elif part["log_start"] <= o < read_end and records.get(o) != v:
+                lost_.append(e)
+    return lost_, unseen
+
+
+def _idempotent_processes(entries: list[dict]) -> set[str]:
+    """Producers with idempotence on and no send that timed out in flight (see the module docstring)."""
+    timed_out = {e["process"] for e in entries if e["f"] == "send" and e["type"] == "info"}
+    return {e["process"] for e in entries if e["f"] == "start" and e["process"].startswith("producer")
+            and e["value"].get("idempotence") and e["process"] not in timed_out}
+
+
+def check(entries: list[dict]) -> list[Anomaly]:
+    out: list[Anomaly] = []
+    lost_, unseen = lost(entries)
+    if lost_:
+        out.append(Anomaly(NAME, "lost-write", f"{len(lost_)} acknowledged records missing from the log after heal",
+                           tuple(witness(e) for e in lost_[:10])))
+    if unseen:
+        out.append(Anomaly(NAME, "unseen", f"{len(unseen)} acknowledged records at or above the final high "
+                                           f"watermark", tuple(witness(e) for e in unseen[:10])))
+    # offset -> value, value -> offsets, from every source
+    seen: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)
+
+    def saw(tp: str, o: int, v: str, e: dict) -> None:
+        seen[(tp, o)].setdefault(v, e)
+        where[(tp.split("/")[0], v)].add((tp, o))
+    for tp, oks in acknowledged(entries).items():
+        for e in oks:
+            if e["offset"] is not None and e["offset"] >= 0:
+                saw(tp, e["offset"], e["value"][1], e)
+    for e in entries:
+        if e["f"] == "poll" and e["type"] == "ok":
+            for p, recs in e["value"].items():
+                for o, v in recs:
+                    saw(f"{e['topic']}/{p}", o, v, e)
+    final_entry = {"process": "final", "f": "final-read", "index": -1}
+    for tp, part in final(entries, "final-read").items():
+        for o, v in part["records"]:
+            saw(tp, o, v, final_entry)
+    inconsistent = [(k, vs) for k, vs in seen.items() if len(vs) > 1]
+    if inconsistent:
+        (tp, o), vs = inconsistent[0]
+        out.append(Anomaly(NAME, "inconsistent-offsets",
+                           f"{len(inconsistent)} offsets seen with different values, e.g. {tp} offset {o}: "
+                           f"{sorted(vs)[:3]}", tuple(witness(e) for e in list(vs.values())[:4])))
+    idempotent = _idempotent_processes(entries)
+    dups = [(v, sorted(offs)) for (t, v), offs in where.items() if len(offs) > 1 and v.split(":")[0] in idempotent]
+    if dups:
+        v, offs = dups[0]
+        out.append(Anomaly(NAME, "duplicate", f"{len(dups)} values of idempotent producers at several offsets, "
+                                              f"e.g. {v!r} at {offs[:4]}", ({"value": v, "offsets": offs[:10]},)))
+    for tp, part in sorted(final(entries, "final-read").items()):
+        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+        if read_end < part["high_watermark"]:
+            out.append(Anomaly(NAME, "unreadable-after-heal", f"{tp}: the final read got no further than offset "
+                               f"{read_end} of [{part['log_start']}, {part['high_watermark']})",
+                               ({"partition": tp, "log_start": part["log_start"],
+                                 "high_watermark": part["high_watermark"], "read_up_to": read_end},)))
+    out.extend(_polls(entries))
+    return out
+
+
+def _polls(entries: list[dict]) -> list[Anomaly]:
+    """nonmonotonic-poll and poll-skip, per consumer read session."""
+    present: dict[str, set[int]] = {tp: {o for o, _ in part["records"]}
+                                    for tp, part in final(entries, "final-read").items()}
+    last: dict[tuple[str, str], tuple[int, dict]] = {}
+    nonmono, skips = [], []
+    for e in entries:
+        if e["process"].startswith("consumer") and e["f"] == "seek":
+            for k in [k for k in last if k[0] == e["process"]]:
+                del last[k]
+            continue
+        if e["f"] != "poll" or e["type"] != "ok":
+            continue
+        for p, recs in e["value"].items():
+            tp = f"{e['topic']}/{p}"
+            for o, _ in recs:
+                prev = last.get((e["process"], tp))
+                if prev is not None:
+                    po, pe = prev
+                    if o <= po:
+                        nonmono.append((tp, po, o, pe, e))
+                    elif o > po + 1:
+                        between = [c for c in present.get(tp, ()) if po < c < o]
+                        if between:
+                            skips.append((tp, po, o, len(between), pe, e))
+                last[(e["process"], tp)] = (o, e)
+    out = []
+    if nonmono:
+        tp, a, b, pe, e = nonmono[0]
+        out.append(Anomaly(NAME, "nonmonotonic-poll", f"{len(nonmono)} polls went backwards, e.g. {tp} "
+                                                      f"offset {a} then {b}", (witness(pe), witness(e))))
+    if skips:
+        tp, a, b, n, pe, e = skips[0]
+        out.append(Anomaly(NAME, "poll-skip", f"{len(skips)} polls skipped records, e.g. {tp} offset {a} then {b} "
+                                              f"({n} records in between)", (witness(pe), witness(e))))
+    return out

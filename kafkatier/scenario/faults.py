@@ -1,0 +1,284 @@
+"""Faults a scenario injects into a running cluster, through public surfaces only: the ``ClusterManager`` API,
+process signals and ZooKeeper.
+
+| fault | how |
+|---|---|
+| kill / terminate | SIGKILL / SIGTERM to the broker process (``ClusterManager.stop_broker``) |
+| start / restart | wait until a kill -9'd broker's old ephemeral registration expired, ``ClusterManager.start_broker``, then wait until the broker **serves**: its ``/brokers/ids/{id}`` znode has a czxid other than the one it had before it stopped (a fast restart can still see the dead process's ephemeral node until its session expires) |
+| pause | SIGSTOP, SIGCONT after ``duration_s`` |
+| expire_session | SIGSTOP for session timeout + 1.5 s, then SIGCONT: ZooKeeper expires the session, the broker re-registers with a new broker epoch (the paused controller is fenced) |
+| zk_pause / zk_restart | SIGSTOP / SIGCONT, or stop and start the embedded ZooKeeper's java process on the same port and data dir |
+| rolling_restart | SIGTERM + start of each broker in turn, waiting for a full ISR before the next |
+| kill_all | SIGKILL every broker, start them all after ``down_s`` |
+
+Latency in the remote storage manager (``rsm.config.copy.delay.ms`` / ``rsm.config.delete.delay.ms``) and in
+the control channel (``kafkatier.test.control.channel.latency.ms``) are test-only broker overrides read at
+construction time; a scenario sets them in ``[cluster.overrides]``.
+
+Extension point (KIP-113, not built yet): a ``log_dir_failure`` fault (make a log dir unusable) and a
+``move_replica`` action belong here once AlterReplicaLogDirs lands; see ``FAULTS`` below.
+
+Every fault is recorded as an ``info`` entry of process ``nemesis``: ``f`` is the fault, ``value`` the broker
+ids it hit.  Heal (:meth:`Faults.heal`) resumes every paused process and starts ZooKeeper and every broker
+that is down.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from kazoo.exceptions import KazooException
+
+from kafkatier.cluster.manager import ClusterManager, pid_alive
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.scenario.history import History
+from kafkatier.scenario.observer import ZooKeeperObserver
+from kafkatier.waiting import wait_for
+from kafkatier.zk import paths
+
+log = get_logger("scenario.faults")
+
+BROKER_FAULTS = ("kill", "terminate", "restart", "start", "pause", "expire_session")
+CLUSTER_FAULTS = ("zk_pause", "zk_restart", "rolling_restart", "kill_all")
+# KIP-113 extension point: add "log_dir_failure" here (and a handler below) when JBOD moves land.
+FAULTS = BROKER_FAULTS + CLUSTER_FAULTS
+
+SERVE_TIMEOUT_S = 60.0
+
+
+class FaultError(Exception):
+    """A fault that could not be applied (no candidate target, ZooKeeper external...)."""
+
+
+class Faults:
+    def __init__(self, manager: ClusterManager, observer: ZooKeeperObserver, history: History,
+                 session_timeout_ms: int):
+        self.manager = manager
+        self.observer = observer
+        self.history = history
+        self.session_timeout_s = session_timeout_ms / 1000.0
+        self._paused: dict[int, str] = {}         # pid -> what ("broker-2", "zookeeper")
+        self._lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
+        self._czxid: dict[int, int | None] = {}    # registration seen when a broker was stopped
+
+    # -- targets -----------------------------------------------------------------------------------------------
+    def broker_ids(self) -> list[int]:
+        return sorted(b["id"] for b in self.manager.state["brokers"])
+
+    def _pid(self, broker_id: int) -> int | None:
+        return self.manager.broker(broker_id).get("pid")
+
+    def alive(self, broker_id: int) -> bool:
+        pid = self._pid(broker_id)
+        return pid_alive(pid) and pid not in self._paused
+
+    def resolve(self, target, pick: float) -> int:
+        """The broker a step's target means now (see schedule.py for ``pick``)."""
+        snap = self.observer.snapshot
+        live = [b for b in self.broker_ids() if self.alive(b)]
+        if isinstance(target, int):
+            return target
+        if target == "controller":
+            if snap.controller is None:
+                raise FaultError("no controller to target")
+            return snap.controller
+        if target == "random":
+            candidates = live
+        elif target == "non-controller":
+            candidates = [b for b in live if b != snap.controller]
+        elif target.startswith("leader:"):
+            topic, p = target[7:].rsplit("/", 1)
+            leader = snap.leader(topic, int(p))
+            if leader is None or not self.alive(leader):
+                raise FaultError(f"{target[7:]} has no live leader (ZooKeeper names {leader})")
+            return leader
+        elif target.startswith("follower:"):
+            topic, p = target[9:].rsplit("/", 1)
+            leader = snap.leader(topic, int(p))
+            candidates = [b for b in snap.replicas(topic, int(p)) if b != leader and b in live]
+        else:
+            raise FaultError(f"unknown target {target!r}")
+        candidates = sorted(candidates)
+        if not candidates:
+            raise FaultError(f"no live broker for target {target!r}")
+        return candidates[min(int(pick * len(candidates)), len(candidates) - 1)]
+
+    # -- brokers ---------------------------------------------------------------------------------------------
+    def _registration(self, broker_id: int) -> int | None:
+        try:
+            stat = self.observer.zk.exists(paths.broker(broker_id))
+        except KazooException:
+            return self.observer.snapshot.brokers.get(broker_id)
+        return stat.czxid if stat else None
+
+    def kill(self, broker_id: int, sig: str = "KILL") -> None:
+        pid = self._pid(broker_id)
+        if not pid_alive(pid):
+            raise FaultError(f"broker {broker_id} is not running")
+        self._czxid[broker_id] = self._registration(broker_id)
+        self.history.info("nemesis", "kill" if sig == "KILL" else "terminate", [broker_id], pid=pid)
+        if pid in self._paused:   # a stopped process only dies of SIGKILL; let SIGTERM run its shutdown
+            os.kill(pid, signal.SIGCONT)
+            self._paused.pop(pid, None)
+        self.manager.stop_broker(broker_id, kill=(sig == "KILL"))
+
+    def start(self, broker_id: int) -> None:
+        if pid_alive(self._pid(broker_id)):
+            raise FaultError(f"broker {broker_id} is already running")
+        old = self._czxid.get(broker_id, self._registration(broker_id))
+        self.wait_stale_registration_gone(broker_id, old)
+        self.history.info("nemesis", "start", [broker_id])
+        self.manager.start_broker(broker_id, wait=False)
+        self.wait_serving(broker_id, old)
+        self.history.info("nemesis", "started", [broker_id])
+
+    def wait_stale_registration_gone(self, broker_id: int, old_czxid: int | None) -> None:
+        """A broker killed with -9 leaves its ephemeral ``/brokers/ids/{id}`` until ZooKeeper expires the dead
+        session; today a broker started before that refuses to start (issue 9 makes it wait itself).  Wait for
+        the expiry here, bounded by twice the session timeout."""
+        if old_czxid is None:
+            return
+        wait_for(lambda: self._registration(broker_id) != old_czxid, self.session_timeout_s * 2 + 5, interval=0.1,
+                 message=f"broker {broker_id}'s old registration to expire")
+
+    def wait_serving(self, broker_id: int, old_czxid: int | None, timeout: float = SERVE_TIMEOUT_S) -> None:
+        def serving() -> bool:
+            if not pid_alive(self._pid(broker_id)):
+                raise FaultError(f"broker {broker_id} exited while starting:\n{self.manager.log_tail(broker_id)}")
+            czxid = self._registration(broker_id)
+            return czxid is not None and czxid != old_czxid
+        wait_for(serving, timeout, interval=0.1, message=f"broker {broker_id} to register again")
+
+    def restart(self, broker_id: int, sig: str = "KILL", down_s: float = 0.0) -> None:
+        self.kill(broker_id, sig)
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration, not synchronisation
+        self.start(broker_id)
+
+    def pause(self, broker_id: int, duration_s: float) -> None:
+        pid = self._pid(broker_id)
+        if not pid_alive(pid) or pid in self._paused:
+            raise FaultError(f"broker {broker_id} is not running")
+        self._stop_process(pid, f"broker-{broker_id}")
+        self.history.info("nemesis", "pause", [broker_id], duration_s=duration_s)
+        self._later(duration_s, self._resume, pid, "resume", [broker_id])
+
+    def expire_session(self, broker_id: int) -> None:
+        pid = self._pid(broker_id)
+        if not pid_alive(pid) or pid in self._paused:
+            raise FaultError(f"broker {broker_id} is not running")
+        old = self._registration(broker_id)
+        self._stop_process(pid, f"broker-{broker_id}")
+        self.history.info("nemesis", "expire_session", [broker_id])
+        # Resume once ZooKeeper dropped the session (its ephemeral node is gone), bounded by 3 session timeouts.
+        try:
+            wait_for(lambda: self._registration(broker_id) != old, self.session_timeout_s * 3 + 5, interval=0.1,
+                     message=f"broker {broker_id}'s session to expire")
+        finally:
+            self._resume(pid, "resume", [broker_id])
+
+    def _stop_process(self, pid: int, what: str) -> None:
+        with self._lock:
+            self._paused[pid] = what
+        os.kill(pid, signal.SIGSTOP)
+
+    def _resume(self, pid: int, f: str, value) -> None:
+        with self._lock:
+            if self._paused.pop(pid, None) is None:
+                return
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return
+        self.history.info("nemesis", f, value)
+
+    def _later(self, delay: float, fn, *args) -> None:
+        t = threading.Timer(delay, fn, args)
+        t.daemon = True
+        self._timers.append(t)
+        t.start()
+
+    # -- ZooKeeper -------------------------------------------------------------------------------------------
+    def _zk_pid(self) -> int:
+        pid = self.manager.state.get("zookeeper_pid")
+        if not pid:
+            raise FaultError("ZooKeeper faults need the embedded ZooKeeper (the scenario uses an external one)")
+        return pid
+
+    def zk_pause(self, duration_s: float) -> None:
+        pid = self._zk_pid()
+        self._stop_process(pid, "zookeeper")
+        self.history.info("nemesis", "zk_pause", [], duration_s=duration_s)
+        self._later(duration_s, self._resume, pid, "zk_resume", [])
+
+    def zk_restart(self, down_s: float = 0.0) -> None:
+        from kafkatier.zk.embedded import stop_pid
+        pid = self._zk_pid()
+        self.history.info("nemesis", "zk_stop", [])
+        with self._lock:
+            self._paused.pop(pid, None)
+        stop_pid(pid)
+        self.manager.state["zookeeper_pid"] = None
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration
+        self._zk_start()
+
+    def _zk_start(self) -> None:
+        from kafkatier.zk.embedded import EmbeddedZooKeeper
+        port = int(self.manager.zookeeper.rsplit(":", 1)[1])
+        zk = EmbeddedZooKeeper(os.path.join(self.manager.data_dir, "zookeeper"), port=port)
+        self.manager.state["zookeeper_pid"] = zk.start_detached()
+        self.manager.save()
+        self.history.info("nemesis", "zk_start", [])
+
+    # -- cluster-wide ----------------------------------------------------------------------------------------
+    def rolling_restart(self, converged, timeout: float) -> None:
+        for b in self.broker_ids():
+            self.restart(b, "TERM")
+            wait_for(converged, timeout, interval=0.2, message=f"full ISR after restarting broker {b}")
+
+    def kill_all(self, down_s: float) -> None:
+        ids = [b for b in self.broker_ids() if pid_alive(self._pid(b))]
+        for b in ids:
+            self.kill(b, "KILL")
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration
+        for b in ids:
+            self.wait_stale_registration_gone(b, self._czxid.get(b))
+            self.manager.start_broker(b, wait=False)
+            self.history.info("nemesis", "start", [b])
+        for b in ids:
+            self.wait_serving(b, self._czxid.get(b))
+
+    # -- heal ------------------------------------------------------------------------------------------------
+    def heal_processes_only(self) -> None:
+        """SIGCONT every process this run stopped (before tearing the cluster down)."""
+        for t in self._timers:
+            t.cancel()
+        with self._lock:
+            paused, self._paused = dict(self._paused), {}
+        for pid in paused:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def heal(self) -> None:
+        """Resume every paused process, start ZooKeeper and every stopped broker."""
+        for t in self._timers:
+            t.cancel()
+        with self._lock:
+            paused = dict(self._paused)
+        for pid, what in paused.items():
+            self._resume(pid, "zk_resume" if what == "zookeeper" else "resume",
+                         [] if what == "zookeeper" else [int(what.split("-")[1])])
+        if self.manager.state.get("zookeeper_pid") is None \
+                and os.path.isdir(os.path.join(self.manager.data_dir, "zookeeper")):  # embedded, stopped
+            self._zk_start()
+        for b in self.broker_ids():
+            if not pid_alive(self._pid(b)):
+                self.start(b)
+        log.info("healed %s", kv(brokers=self.broker_ids()))

@@ -1,0 +1,482 @@
+"""ScenarioRunner: one run of a scenario with one seed, from an empty cluster to a report.
+
+Phases:
+1. **Plan**: derive the schedule from the seed and print the seed and every step first.
+2. **Set-up**: ``ClusterManager.up`` in ``<run_dir>/cluster`` (embedded ZooKeeper unless the scenario names
+   one), create the topics and wait until every partition has a leader and a full ISR; start the ZooKeeper
+   observer and the workloads.
+3. **Workload phase** (``duration_s``): ``at`` steps run at their times, ``when`` steps as soon as the observer
+   sees their condition (or are recorded as skipped after ``timeout_s``); each step runs in its own thread so a
+   slow restart never delays the next fault.  A progress bar shows time and acknowledged sends.
+4. **Heal**: stop the producers (outstanding sends get ``heal_timeout`` to complete), resume paused processes,
+   start ZooKeeper and every broker that is down, then wait -- bounded by ``[heal] timeout_s`` -- until every
+   broker is registered, a controller is elected, every partition has a leader and its full ISR, no topic is
+   DISABLING and no remote data of a delete-disabled topic is left.  A heal that does not converge is itself an
+   anomaly.
+5. **Final reads**: every partition from its log start offset to its high watermark, the ``tieredstorage``
+   znodes and topic configs, the remote tier (files and segment metadata).  They go into the history as
+   ``final`` entries, so ``replay --check`` can re-judge a run from ``history.jsonl`` alone.
+6. **Check and report**: every checker, the scenario's ``[expect]`` section, ``results.json``, the Jepsen
+   export, ``timeline.png``, ``index.html`` and a one-screen summary.  Exit status 0 valid, 1 anomalies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from typing import Callable
+
+import attrs
+
+from kafkatier.cluster.manager import ClusterManager
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.scenario import report
+from kafkatier.scenario.checkers import Anomaly, check_all, final, observations
+from kafkatier.scenario.faults import FaultError, Faults
+from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
+from kafkatier.scenario.observer import ZooKeeperObserver
+from kafkatier.scenario.schedule import Schedule, Step, derive
+from kafkatier.scenario.spec import ScenarioSpec, load
+from kafkatier.waiting import WaitTimeout, wait_for
+from kafkatier.zk import paths
+from kafkatier.zk.client import start_client
+
+log = get_logger("scenario")
+
+SETUP_TIMEOUT_S = 60.0
+FLUSH_TIMEOUT_S = 15.0
+
+
+@attrs.frozen
+class RunResult:
+    valid: bool
+    exit_code: int
+    run_dir: str
+    results: dict
+
+    @property
+    def anomalies(self) -> list[dict]:
+        return self.results["anomalies"]
+
+
+def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
+    path = os.path.relpath(spec.path) if spec.path else spec.name
+    return f"kafkatier scenario run {path} --seed {seed}" + (" --quick" if quick else "")
+
+
+def run_scenario(scenario: str | ScenarioSpec, seed: int | None = None, quick: bool = False,
+                 runs_dir: str = "runs", progress: bool | None = None, out: Callable[[str], None] = print,
+                 record: bool = True) -> RunResult:
+    """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring."""
+    spec = load(scenario) if isinstance(scenario, str) else scenario
+    if seed is None:
+        seed = random.SystemRandom().randrange(1, 10**6)
+    return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record).run()
+
+
+class ScenarioRunner:
+    def __init__(self, spec: ScenarioSpec, seed: int, quick: bool, runs_dir: str, progress: bool | None,
+                 out: Callable[[str], None], record: bool = True):
+        self.base_spec = spec
+        self.spec = spec.profile(quick)
+        self.seed = seed
+        self.quick = quick
+        self.out = out
+        self.progress = progress
+        self.schedule: Schedule = derive(self.spec, seed)
+        self.run_dir = os.path.abspath(os.path.join(runs_dir, f"{spec.name}-{seed}"))
+        self.history: History | None = None
+        self.record = record
+        self.unmet: list[str] = []
+        self.extra_anomalies: list[Anomaly] = []
+        self._cancel = threading.Event()
+        self._step_threads: list[threading.Thread] = []
+
+    # -- the run ---------------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        spec = self.spec
+        self.out(f"scenario {spec.name}{' (quick)' if self.quick else ''}: seed {self.seed}")
+        self.out(self.schedule.describe())
+        if os.path.exists(self.run_dir):
+            shutil.rmtree(self.run_dir)
+        os.makedirs(self.run_dir)
+        if spec.path:
+            shutil.copyfile(spec.path, os.path.join(self.run_dir, "scenario.toml"))
+        self.history = History(os.path.join(self.run_dir, HISTORY_FILE), enabled=self.record)
+        started = time.monotonic()
+        manager = ClusterManager(os.path.join(self.run_dir, "cluster"))
+        c = spec.cluster
+        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers})
+        try:
+            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=c.zookeeper,
+                       session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
+                       timeout=SETUP_TIMEOUT_S)
+        except BaseException:
+            if manager.state:
+                manager.down()
+            raise
+        observer = faults = None
+        try:
+            self._create_topics(manager)
+            observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
+            observer.start()
+            faults = Faults(manager, observer, self.history, c.session_timeout_ms)
+            self._workload_phase(manager, observer, faults)
+            self._heal(manager, observer, faults)
+            self._final_reads(manager, observer)
+        finally:
+            if faults is not None:
+                self._cancel.set()
+                try:
+                    faults.heal_processes_only()
+                except Exception:  # noqa: BLE001 - best effort before tearing down
+                    log.exception("could not resume paused processes")
+            try:
+                if observer is not None:
+                    observer.stop()
+                self.history.flush()
+            finally:
+                manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+        return self._report(time.monotonic() - started)
+
+    def _create_topics(self, manager: ClusterManager) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": manager.bootstrap_servers})
+        futures = admin.create_topics([NewTopic(t.name, t.partitions, t.replication_factor, config=t.configs)
+                                       for t in self.spec.topics], request_timeout=30)
+        for f in futures.values():
+            f.result(timeout=30)
+        zk = start_client(manager.zookeeper, timeout=10.0, connect_timeout=30.0)
+        try:
+            def online() -> bool:
+                for t in self.spec.topics:
+                    for p in range(t.partitions):
+                        st = json.loads(zk.get(paths.partition_state(t.name, p))[0])
+                        if st["leader"] < 0 or len(st["isr"]) != t.replication_factor:
+                            return False
+                return True
+            wait_for(online, SETUP_TIMEOUT_S, interval=0.1, ignore=(Exception,), message="topics online")
+        finally:
+            zk.stop()
+            zk.close()
+
+    # -- workload phase ------------------------------------------------------------------------------------------
+    def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
+        from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
+                                                  ProducerWorkload)
+        spec, h = self.spec, self.history
+        bootstrap = manager.bootstrap_servers
+        self.producers, self.readers = [], []
+        counter = {"n": 0}
+
+        def on_ack() -> None:
+            counter["n"] += 1
+            observer.snapshot.acked = counter["n"]
+        for i, w in enumerate(spec.workloads):
+            for k in range(w.count):
+                name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
+                h.info(name, "start", attrs.asdict(w))
+                if w.type == "producer":
+                    self.producers.append(ProducerWorkload(name, w, bootstrap, h, on_ack=on_ack))
+                elif w.type == "consumer":
+                    self.readers.append(ConsumerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h))
+                else:
+                    self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
+        self.admin = AdminOperations(bootstrap, h)
+        for wl in self.producers + self.readers:
+            wl.start()
+        t0 = time.monotonic()
+        for step in self.schedule.steps:
+            th = threading.Thread(target=self._run_step, args=(step, t0, observer, faults),
+                                  name=f"scenario-step-{step.number}", daemon=True)
+            self._step_threads.append(th)
+            th.start()
+        self._progress(t0, spec.duration_s, counter)
+        for p in self.producers:
+            p.stop()
+        for p in self.producers:
+            p.join(timeout=10)
+        for p in self.producers:
+            left = p.finish(FLUSH_TIMEOUT_S)
+            h.info(p.process, "stop", {"sent": p.sent, "acked": p.acked, "failed": p.failed, "unknown": p.unknown,
+                                       "unfinished": left})
+        h.flush()
+
+    def _progress(self, t0: float, duration: float, counter: dict) -> None:
+        from tqdm import tqdm
+        disable = (not sys.stderr.isatty()) if self.progress is None else not self.progress
+        with tqdm(total=round(duration), unit="s", desc=self.spec.name, disable=disable, leave=False) as bar:
+            while True:
+                elapsed = time.monotonic() - t0
+                bar.n = min(round(elapsed), round(duration))
+                bar.set_postfix(acked=counter["n"], refresh=True)
+                if elapsed >= duration:
+                    return
+                time.sleep(min(0.5, duration - elapsed))  # the workload phase's own clock, not synchronisation
+
+    def _run_step(self, step: Step, t0: float, observer: ZooKeeperObserver, faults: Faults) -> None:
+        a = step.action
+        if step.at is not None:
+            if self._cancel.wait(max(0.0, t0 + step.at - time.monotonic())):
+                return
+        else:
+            if not observer.wait_until(lambda s: _holds(a.when, s), a.when.timeout_s, self._cancel):
+                if not self._cancel.is_set():
+                    self.history.info("nemesis", "skipped", {"step": step.number, "reason": "condition not met"})
+                    self.unmet.append(f"step #{step.number} ({step.origin}): condition not met within "
+                                      f"{a.when.timeout_s:g}s")
+                return
+            if a.delay_s and self._cancel.wait(a.delay_s):
+                return
+        try:
+            self._apply(step, observer, faults)
+        except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
+            if not isinstance(e, (FaultError, WaitTimeout)):
+                log.exception("step %s failed", step.number)
+            reason = (str(e) if isinstance(e, (FaultError, WaitTimeout)) else repr(e))[:300]
+            self.history.info("nemesis", "skipped", {"step": step.number, "reason": reason})
+            log.info("step skipped %s", kv(step=step.number, reason=reason.splitlines()[0]))
+            if step.origin != "nemesis" and not self._cancel.is_set():
+                # A step the scenario names did not happen: the run does not show what the scenario claims.
+                self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action} did not happen: "
+                                  f"{reason.splitlines()[0]}")
+
+    def _apply(self, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
+        a = step.action
+        kind = a.action
+        if kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
+            b = faults.resolve(a.target, step.pick)
+            if kind == "kill":
+                faults.kill(b, a.signal)
+            elif kind == "terminate":
+                faults.kill(b, "TERM")
+            elif kind == "restart":
+                faults.restart(b, a.signal, step.down_s)
+            elif kind == "start":
+                faults.start(b)
+            elif kind == "pause":
+                faults.pause(b, step.duration_s or 1.0)
+            else:
+                faults.expire_session(b)
+        elif kind == "zk_pause":
+            faults.zk_pause(step.duration_s or 1.0)
+        elif kind == "zk_restart":
+            faults.zk_restart(step.down_s)
+        elif kind == "kill_all":
+            faults.kill_all(step.down_s)
+        elif kind == "rolling_restart":
+            faults.rolling_restart(lambda: self._converged(observer, faults) is None, self.spec.heal_timeout_s)
+        elif kind == "alter_config":
+            err = self.admin.alter_config(a.topic, a.set, a.delete)
+            self._expect_error(step, err)
+        elif kind == "delete_records":
+            err = self.admin.delete_records(a.topic, a.partition, a.offset, a.timeout_ms)
+            self._expect_error(step, err)
+
+    def _expect_error(self, step: Step, err: str | None) -> None:
+        want = step.action.expect_error
+        if want is not None and (err or "NONE") != want:
+            self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action}: expected {want}, got "
+                              f"{err or 'NONE'}")
+
+    # -- heal ------------------------------------------------------------------------------------------------
+    def _converged(self, observer: ZooKeeperObserver, faults: Faults) -> str | None:
+        """None when the cluster is healthy, else what is still missing."""
+        snap = observer.snapshot
+        missing = [b for b in faults.broker_ids() if b not in snap.brokers]
+        if missing:
+            return f"brokers {missing} not registered"
+        if snap.controller is None:
+            return "no controller"
+        for t in self.spec.topics:
+            for p in range(t.partitions):
+                st = snap.partitions.get((t.name, p))
+                if st is None or st["leader"] < 0 or sorted(st["isr"]) != sorted(st["replicas"]):
+                    return f"{t.name}/{p} not fully replicated ({st and {'leader': st['leader'], 'isr': st['isr']}})"
+            tiered = snap.tiered.get(t.name)
+            if tiered and tiered["state"] == "DISABLING":
+                return f"{t.name} still DISABLING"
+        return None
+
+    def _heal(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
+        h = self.history
+        self._cancel.set()
+        for th in self._step_threads:
+            th.join(timeout=90)
+        h.info("nemesis", "heal", None)
+        t0 = time.monotonic()
+        faults.heal()
+        why: list[str | None] = [None]
+
+        def healthy() -> bool:
+            why[0] = self._converged(observer, faults) or self._remote_pending(manager, observer)
+            return why[0] is None
+        try:
+            wait_for(healthy, self.spec.heal_timeout_s, interval=0.2, message="the cluster to converge")
+            h.record(INFO, "final", "heal", {"converged": True, "waited_s": round(time.monotonic() - t0, 2)})
+        except WaitTimeout:
+            h.record(INFO, "final", "heal", {"converged": False, "reason": why[0]})
+            self.extra_anomalies.append(Anomaly("heal", "not-converged", f"the cluster did not converge within "
+                                                f"{self.spec.heal_timeout_s:g}s after heal: {why[0]}"))
+        # Readers keep going through heal so checkers see reads across the restarts; stop them now.
+        for r in self.readers:
+            r.stop()
+        for r in self.readers:
+            r.join(timeout=10)
+            r.close()
+        self.admin.close()
+
+    def _remote_pending(self, manager: ClusterManager, observer: ZooKeeperObserver) -> str | None:
+        for t in self.spec.topics:
+            config = observer.snapshot.configs.get(t.name, {})
+            if t.name in observer.snapshot.tiered and config.get("remote.storage.enable", "false") != "true":
+                for p, remote in self._remote(manager, observer, t.name, t.partitions).items():
+                    if remote["files"]:
+                        return f"{p}: {len(remote['files'])} remote files still to delete"
+        return None
+
+    @staticmethod
+    def _remote(manager: ClusterManager, observer: ZooKeeperObserver, topic: str, partitions: int) -> dict:
+        from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
+        from kafkatier.log.remote.remote_log_segment_metadata import TopicIdPartition
+        from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
+        from kafkatier.zk import codecs
+        zk = observer.zk
+        topic_id = codecs.TopicAssignment.decode(zk.get(paths.topic(topic))[0]).topic_id
+        storage = LocalTieredStorage(manager.state["remote_storage_dir"], broker_id=-1)
+        out = {}
+        for p in range(partitions):
+            tip = TopicIdPartition(topic_id, topic, p)
+            stems = storage.segment_stems(tip)
+            segs = []
+            for m in ZkRemoteLogMetadataManager(zk).list_remote_log_segments(tip):
+                segs.append({"start": m.start_offset, "end": m.end_offset, "state": m.state.name,
+                             "tiered_epoch": m.tiered_epoch,
+                             "has_files": any(s.startswith(f"{m.start_offset:020d}-") for s in stems)})
+            out[f"{topic}/{p}"] = {"files": stems, "segments": segs}
+        return out
+
+    # -- final reads -------------------------------------------------------------------------------------------
+    def _final_reads(self, manager: ClusterManager, observer: ZooKeeperObserver) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+        h = self.history
+        consumer = Consumer({"bootstrap.servers": manager.bootstrap_servers, "group.id": "scenario-final",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "logger": __import__("logging").getLogger("scenario.librdkafka")})
+        reads: dict[str, dict] = {}
+        try:
+            for t in self.spec.topics:
+                for p in range(t.partitions):
+                    lo, hi = consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=10, cached=False)
+                    reads[f"{t.name}/{p}"] = {"log_start": lo, "high_watermark": hi, "records": [],
+                                              "_next": lo}
+                    if hi > lo:
+                        consumer.assign([TopicPartition(t.name, p, lo)])
+                        part = reads[f"{t.name}/{p}"]
+
+                        def done() -> bool:
+                            for m in consumer.consume(num_messages=1000, timeout=0.5):
+                                if m.error():
+                                    continue
+                                part["records"].append([m.offset(), m.value().decode()])
+                                part["_next"] = m.offset() + 1
+                            return part["_next"] >= hi
+                        try:
+                            wait_for(done, 60, interval=0, message=f"final read of {t.name}/{p}")
+                        except WaitTimeout:
+                            pass   # judged from the history: kafka_clients' unreadable-after-heal
+        finally:
+            consumer.close()
+        for part in reads.values():
+            part.pop("_next", None)
+        h.record(INFO, "final", "final-read", reads)
+        observer.poll_once()
+        tiered = {}
+        remote: dict[str, dict] = {}
+        for t in self.spec.topics:
+            st = observer.snapshot.tiered.get(t.name)
+            if st is not None:
+                tiered[t.name] = {"state": st["state"], "epoch": st["epoch"],
+                                  "config": observer.snapshot.configs.get(t.name, {})}
+                remote.update(self._remote(manager, observer, t.name, t.partitions))
+        h.record(INFO, "final", "final-tiered", tiered)
+        h.record(INFO, "final", "final-remote", remote)
+        h.flush()
+
+    # -- report ------------------------------------------------------------------------------------------------
+    def _expectations(self, entries: list[dict]) -> list[str]:
+        if not self.record:
+            return []
+        ex = self.spec.expect
+        unmet = list(self.unmet)
+        sends = [e for e in entries if e["f"] == "send" and e["type"] in ("fail", "info")] + [
+            e for e in entries if e["f"] == "stop" and e["value"].get("unfinished")]
+        if ex.failed_sends == "some" and not sends:
+            unmet.append("expected some sends to fail, none did")
+        if ex.failed_sends == "none" and sends:
+            unmet.append(f"expected no failed sends, {len(sends)} failed or are unknown")
+        seen = {e["value"]["state"] for e in observations(entries, "tiered")}
+        for s in ex.tiered_states_seen:
+            if s not in seen:
+                unmet.append(f"expected to see tiered state {s}, saw {sorted(seen)}")
+        tenures = {e["value"]["czxid"] for e in observations(entries, "controller") if e["value"]["broker"] is not None}
+        if len(tenures) - 1 < ex.controller_changes_at_least:
+            unmet.append(f"expected at least {ex.controller_changes_at_least} controller changes, saw "
+                         f"{len(tenures) - 1}")
+        return unmet
+
+    def _report(self, elapsed: float) -> RunResult:
+        entries = read(self.history.path)
+        anomalies = (check_all(entries) if self.record else []) + self.extra_anomalies
+        res = report.results(spec=self.spec, seed=self.seed, quick=self.quick, schedule=self.schedule,
+                             entries=entries, anomalies=anomalies, unmet=self._expectations(entries),
+                             replay=replay_command(self.base_spec, self.seed, self.quick), elapsed_s=elapsed,
+                             run_dir=self.run_dir)
+        report.write_json(os.path.join(self.run_dir, "results.json"), res)
+        write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
+        try:
+            report.timeline(entries, [b + 1 for b in range(self.spec.cluster.brokers)],
+                            os.path.join(self.run_dir, "timeline.png"), f"{self.spec.name} seed {self.seed}")
+        except Exception:  # noqa: BLE001 - a picture must not hide the verdict
+            log.exception("timeline failed")
+        report.write_html(os.path.join(self.run_dir, "index.html"), res)
+        self.out(report.summary(res))
+        return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
+
+
+def _holds(c, snap) -> bool:
+    if c.tiered_state is not None:
+        st = snap.tiered.get(c.topic)
+        if st is None or st["state"] != c.tiered_state:
+            return False
+    if c.tiered_epoch_at_least is not None:
+        st = snap.tiered.get(c.topic)
+        if st is None or st["epoch"] < c.tiered_epoch_at_least:
+            return False
+    if c.controller_epoch_at_least is not None and snap.controller_epoch < c.controller_epoch_at_least:
+        return False
+    if c.acked_at_least is not None and snap.acked < c.acked_at_least:
+        return False
+    return True
+
+
+def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
+    """Re-run the checkers over a finished run's ``history.jsonl`` (``scenario replay --check``)."""
+    from collections import Counter
+    with open(os.path.join(run_dir, "results.json")) as f:
+        old = json.load(f)
+    entries = read(os.path.join(run_dir, HISTORY_FILE))
+    anomalies = check_all(entries)
+    heal = final(entries, "heal")
+    if heal and not heal.get("converged", True):
+        anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
+    res = dict(old, anomalies=[a.to_json() for a in anomalies], counts=report.counts(entries),
+               faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
+    res["valid"] = not anomalies and not old.get("unmet_expectations")
+    res["exit_code"] = 0 if res["valid"] else 1
+    out(report.summary(res))
+    return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=run_dir, results=res)

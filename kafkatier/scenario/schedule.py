@@ -1,0 +1,134 @@
+"""The schedule of a run, derived from the scenario and one seed.
+
+Every random choice of a run is drawn here, before the cluster starts, from ``random.Random(seed)``: times in
+``[low, high]`` ranges, durations, nemesis faults and their times, and for each step a ``pick`` in [0, 1) that
+chooses among the candidates of a ``random`` / ``non-controller`` / ``follower:`` target at run time
+(``candidates[int(pick * len(candidates))]`` over the sorted candidate ids).  So one seed gives one schedule,
+printed before the run starts, and replaying a seed replays the same choices; which broker a ``controller``
+target means still depends on what the cluster does, and is recorded in the history.
+
+Swarm testing (Groce et al.): with ``nemesis.swarm`` the seed also draws which faults of the menu are enabled
+and their weights, so different seeds explore different fault mixes.
+"""
+from __future__ import annotations
+
+import random
+
+import attrs
+
+from kafkatier.scenario.spec import ActionSpec, ScenarioSpec, Time
+
+# Nemesis menu entries as schedule actions.
+_MENU = {
+    "kill": dict(action="kill", target="random"),
+    "terminate": dict(action="terminate", target="random"),
+    "restart": dict(action="restart", target="random", signal="KILL"),
+    "pause": dict(action="pause", target="random"),
+    "expire_session": dict(action="expire_session", target="random"),
+    "zk_pause": dict(action="zk_pause"),
+    "zk_restart": dict(action="zk_restart"),
+    "kill_controller": dict(action="kill", target="controller"),
+    "pause_controller": dict(action="pause", target="controller"),
+}
+
+
+@attrs.frozen
+class Step:
+    """One action of the schedule with every random choice made."""
+
+    number: int
+    action: ActionSpec
+    at: float | None            # seconds after the workload starts; None for a `when` step
+    pick: float                 # chooses among a random target's candidates
+    duration_s: float
+    down_s: float
+    origin: str                 # "schedule[i]" or "nemesis"
+
+    def describe(self) -> str:
+        a = self.action
+        when = f"at {self.at:6.2f}s" if self.at is not None else f"when {_condition(a)}" + (
+            f" + {a.delay_s:g}s" if a.delay_s else "")
+        parts = [a.action]
+        if a.target is not None and a.action not in ("zk_pause", "zk_restart"):
+            parts.append(f"target={a.target}")
+        if a.action in ("kill", "restart", "rolling_restart", "kill_all") or a.signal != "KILL":
+            parts.append(f"signal={a.signal}")
+        if self.duration_s:
+            parts.append(f"for={self.duration_s:.2f}s")
+        if self.down_s:
+            parts.append(f"down={self.down_s:.2f}s")
+        if a.topic:
+            parts.append(f"topic={a.topic}")
+        if a.set:
+            parts.append("set=" + ",".join(f"{k}={v}" for k, v in a.set.items()))
+        if a.offset is not None:
+            parts.append(f"partition={a.partition} offset={a.offset}")
+        return f"#{self.number:<2} {when}  {' '.join(parts)}  ({self.origin}, pick={self.pick:.3f})"
+
+
+def _condition(a: ActionSpec) -> str:
+    c = a.when
+    parts = [f"{k}={v}" for k, v in attrs.asdict(c).items() if v is not None and k != "timeout_s"]
+    return "{" + ", ".join(parts) + f"}} within {c.timeout_s:g}s"
+
+
+@attrs.frozen
+class Schedule:
+    seed: int
+    steps: tuple[Step, ...]
+    swarm_weights: dict[str, float] | None = None
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}: {len(self.steps)} steps"]
+        if self.swarm_weights is not None:
+            lines.append("swarm weights: " + ", ".join(f"{k}={v:.2f}" for k, v in self.swarm_weights.items()))
+        lines += ["  " + s.describe() for s in self.steps]
+        return "\n".join(lines)
+
+    def to_json(self) -> list[dict]:
+        return [{"number": s.number, "action": s.action.action, "at": s.at, "pick": s.pick, "origin": s.origin,
+                 "target": s.action.target, "duration_s": s.duration_s, "down_s": s.down_s,
+                 "describe": s.describe()} for s in self.steps]
+
+
+def _draw(rng: random.Random, t: Time | None) -> float:
+    if t is None:
+        return 0.0
+    if isinstance(t, tuple):
+        return round(rng.uniform(t[0], t[1]), 3)
+    return float(t)
+
+
+def derive(spec: ScenarioSpec, seed: int) -> Schedule:
+    rng = random.Random(seed)
+    steps: list[tuple[float, int, Step]] = []
+    for i, a in enumerate(spec.schedule):
+        at = None if a.at is None else _draw(rng, a.at)
+        steps.append((at if at is not None else -1.0, i, Step(
+            number=0, action=a, at=at, pick=round(rng.random(), 6), duration_s=_draw(rng, a.duration_s),
+            down_s=_draw(rng, a.down_s), origin=f"schedule[{i}]")))
+    weights = None
+    n = spec.nemesis
+    if n is not None:
+        menu = list(n.menu)
+        if n.swarm:
+            # Each fault kind is enabled with probability 1/2 (at least one), with a random weight.
+            enabled = [m for m in menu if rng.random() < 0.5] or [rng.choice(menu)]
+            weights = {m: round(rng.uniform(0.1, 1.0), 3) for m in enabled}
+        kinds = list(weights) if weights else menu
+        kind_weights = list(weights.values()) if weights else [1.0] * len(menu)
+        stop = n.stop_s if n.stop_s is not None else spec.duration_s * 0.8
+        t = n.start_s + _draw(rng, n.interval_s) * 0.5
+        k = 0
+        while t < stop:
+            kind = rng.choices(kinds, kind_weights)[0]
+            a = ActionSpec(at=t, **_MENU[kind])
+            duration = round(rng.uniform(0.5, 2.0), 3) if kind in ("pause", "zk_pause", "pause_controller") else 0.0
+            down = round(rng.uniform(0.2, 1.5), 3) if kind in ("restart", "zk_restart") else 0.0
+            steps.append((t, 1000 + k, Step(number=0, action=a, at=round(t, 3), pick=round(rng.random(), 6),
+                                            duration_s=duration, down_s=down, origin="nemesis")))
+            t += _draw(rng, n.interval_s)
+            k += 1
+    steps.sort(key=lambda x: (x[0], x[1]))
+    numbered = tuple(attrs.evolve(s, number=i + 1) for i, (_, _, s) in enumerate(steps))
+    return Schedule(seed=seed, steps=numbered, swarm_weights=weights)

@@ -1,0 +1,300 @@
+"""Scenario files: a TOML document in ``scenarios/`` validated against ``scenario.schema.json`` and turned into
+frozen value types.
+
+A scenario says what cluster to run (``[cluster]``), which topics to create (``[[topics]]``), which client
+workloads run during the workload phase (``[[workloads]]``), which actions and faults happen at fixed or seeded
+times or when a condition holds (``[[schedule]]``), optionally a random fault generator (``[nemesis]``), the
+bound on the heal phase (``[heal]``), a shorter ``[quick]`` profile for CI, and outcomes it must show besides
+the checkers passing (``[expect]``).
+
+A bad file is a :class:`ScenarioSpecError` whose message is one line naming the field
+(``schedule[2].target: 'leader' does not match ...``); the CLI prints it and exits 2.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from functools import lru_cache
+from typing import Any
+
+import attrs
+from jsonschema import Draft202012Validator
+
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
+
+# Faults drive the brokers quickly through failure detection: a short session and fast tiered tasks.
+DEFAULT_SESSION_TIMEOUT_MS = 4000
+TIERED_OVERRIDES = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
+                    "log.retention.check.interval.ms": "500", "log.initial.task.delay.ms": "0"}
+
+
+class ScenarioSpecError(ValueError):
+    """A scenario file that cannot be used; the message is one line naming the field."""
+
+
+Time = float | tuple[float, float]  # a fixed time, or a range the seed picks from
+
+
+@attrs.frozen
+class ClusterSpec:
+    brokers: int = 3
+    log_dirs_per_broker: int = 1
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    tiered: bool = False
+    zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT) instead of the embedded one
+    overrides: dict[str, str] = attrs.field(factory=dict)
+
+    def broker_overrides(self) -> dict[str, str]:
+        out = dict(TIERED_OVERRIDES) if self.tiered else {}
+        out.update(self.overrides)
+        return out
+
+
+@attrs.frozen
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    replication_factor: int = 3
+    configs: dict[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class WorkloadSpec:
+    type: str                               # producer | consumer | offsets
+    topic: str
+    count: int = 1
+    rate: float = 100.0                     # records per second per producer
+    acks: str = "all"
+    idempotence: bool = True
+    keys: int = 0                           # distinct keys; 0 sends without keys
+    value_bytes: int = 16
+    delivery_timeout_ms: int = 30000
+    seek: str = "beginning"
+    reseek_s: float = 0.0                   # consumer: seek back to `seek` this often (0 = never)
+    interval_s: float = 0.5                 # offsets sampler period
+
+
+@attrs.frozen
+class ConditionSpec:
+    topic: str | None = None
+    tiered_state: str | None = None
+    tiered_epoch_at_least: int | None = None
+    controller_epoch_at_least: int | None = None
+    acked_at_least: int | None = None
+    timeout_s: float = 30.0
+
+
+@attrs.frozen
+class ActionSpec:
+    action: str
+    at: Time | None = None
+    when: ConditionSpec | None = None
+    delay_s: float = 0.0                    # after `when` holds, wait this long
+    target: int | str | None = None
+    signal: str = "KILL"
+    duration_s: Time = 0.0
+    down_s: Time = 0.0
+    topic: str | None = None
+    partition: int = 0
+    offset: int | str | None = None
+    timeout_ms: int = 5000
+    set: dict[str, str] = attrs.field(factory=dict)
+    delete: tuple[str, ...] = ()
+    expect_error: str | None = None
+
+
+@attrs.frozen
+class NemesisSpec:
+    menu: tuple[str, ...]
+    interval_s: Time = (2.0, 5.0)
+    start_s: float = 1.0
+    stop_s: float | None = None              # default: the end of the workload phase
+    swarm: bool = False
+
+
+@attrs.frozen
+class ExpectSpec:
+    failed_sends: str = "any"               # some | none | any
+    tiered_states_seen: tuple[str, ...] = ()
+    controller_changes_at_least: int = 0
+
+
+@attrs.frozen
+class ScenarioSpec:
+    name: str
+    path: str | None
+    description: str
+    duration_s: float
+    cluster: ClusterSpec
+    topics: tuple[TopicSpec, ...]
+    workloads: tuple[WorkloadSpec, ...]
+    schedule: tuple[ActionSpec, ...]
+    nemesis: NemesisSpec | None
+    heal_timeout_s: float
+    expect: ExpectSpec
+    quick_duration_s: float | None = None
+    quick_rate_scale: float = 1.0
+
+    def topic(self, name: str) -> TopicSpec:
+        for t in self.topics:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def profile(self, quick: bool) -> "ScenarioSpec":
+        """The scenario as run: with ``quick``, the shorter duration, scaled rates and ``at`` times."""
+        if not quick or self.quick_duration_s is None and self.quick_rate_scale == 1.0:
+            return self
+        duration = self.quick_duration_s or self.duration_s
+        scale = duration / self.duration_s if self.duration_s else 1.0
+
+        def scaled(t: Time | None) -> Time | None:
+            if t is None:
+                return None
+            return (t[0] * scale, t[1] * scale) if isinstance(t, tuple) else t * scale
+        schedule = tuple(attrs.evolve(a, at=scaled(a.at)) for a in self.schedule)
+        workloads = tuple(attrs.evolve(w, rate=w.rate * self.quick_rate_scale) for w in self.workloads)
+        nemesis = self.nemesis and attrs.evolve(
+            self.nemesis, start_s=self.nemesis.start_s * scale,
+            stop_s=None if self.nemesis.stop_s is None else self.nemesis.stop_s * scale)
+        return attrs.evolve(self, duration_s=duration, schedule=schedule, workloads=workloads, nemesis=nemesis)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    with open(SCHEMA_FILE) as f:
+        return Draft202012Validator(json.load(f))
+
+
+def _field(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def validate(doc: dict) -> None:
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if not errors:
+        return
+    e = errors[0]
+    # Name the field; keep the message to one short line (a oneOf failure repeats the whole value).
+    message = e.message if len(e.message) <= 160 else e.message[:157] + "..."
+    raise ScenarioSpecError(f"{_field(e.absolute_path)}: {message}")
+
+
+def load(path: str) -> ScenarioSpec:
+    """Read, validate and convert one scenario file."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ScenarioSpecError(f"{path}: no such scenario file") from None
+    except OSError as e:
+        raise ScenarioSpecError(f"{path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioSpecError(f"{path}: not valid TOML ({e})") from None
+    try:
+        return from_dict(doc, path=path)
+    except ScenarioSpecError as e:
+        raise ScenarioSpecError(f"{os.path.basename(path)}: {e}") from None
+
+
+def _time(v: Any) -> Time | None:
+    if v is None:
+        return None
+    if isinstance(v, list):
+        lo, hi = float(v[0]), float(v[1])
+        if hi < lo:
+            raise ScenarioSpecError(f"time range [{lo}, {hi}] has its high end below its low end")
+        return (lo, hi)
+    return float(v)
+
+
+def _configs(d: dict | None) -> dict[str, str]:
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (d or {}).items()}
+
+
+def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
+    validate(doc)
+    c = doc.get("cluster", {})
+    cluster = ClusterSpec(brokers=c.get("brokers", 3), log_dirs_per_broker=c.get("log_dirs_per_broker", 1),
+                          session_timeout_ms=c.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
+                          tiered=c.get("tiered", False), zookeeper=c.get("zookeeper"),
+                          overrides=_configs(c.get("overrides")))
+    topics = tuple(TopicSpec(name=t["name"], partitions=t.get("partitions", 1),
+                             replication_factor=t.get("replication_factor", min(3, cluster.brokers)),
+                             configs=_configs(t.get("configs"))) for t in doc["topics"])
+    names = {t.name for t in topics}
+    for i, t in enumerate(topics):
+        if t.replication_factor > cluster.brokers:
+            raise ScenarioSpecError(f"topics[{i}].replication_factor: {t.replication_factor} is more than the "
+                                    f"{cluster.brokers} brokers of the cluster")
+    workloads = []
+    for i, w in enumerate(doc.get("workloads", [])):
+        if w["topic"] not in names:
+            raise ScenarioSpecError(f"workloads[{i}].topic: unknown topic {w['topic']!r}")
+        kw = {k: v for k, v in w.items() if k != "acks"}
+        acks = str(w.get("acks", "all"))
+        workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))
+    schedule = []
+    for i, a in enumerate(doc.get("schedule", [])):
+        schedule.append(_action(a, i, names, cluster))
+    n = doc.get("nemesis")
+    nemesis = None
+    if n is not None:
+        nemesis = NemesisSpec(menu=tuple(n["menu"]), interval_s=_time(n.get("interval_s", [2.0, 5.0])),
+                              start_s=float(n.get("start_s", 1.0)), stop_s=n.get("stop_s"),
+                              swarm=n.get("swarm", False))
+    e = doc.get("expect", {})
+    expect = ExpectSpec(failed_sends=e.get("failed_sends", "any"),
+                        tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
+                        controller_changes_at_least=e.get("controller_changes_at_least", 0))
+    q = doc.get("quick", {})
+    return ScenarioSpec(name=doc["name"], path=os.path.abspath(path) if path else None,
+                        description=doc.get("description", ""), duration_s=float(doc.get("duration_s", 20.0)),
+                        cluster=cluster, topics=topics, workloads=tuple(workloads), schedule=tuple(schedule),
+                        nemesis=nemesis, heal_timeout_s=float(doc.get("heal", {}).get("timeout_s", 90.0)),
+                        expect=expect, quick_duration_s=q.get("duration_s"),
+                        quick_rate_scale=float(q.get("rate_scale", 1.0)))
+
+
+_NEEDS_TOPIC = ("alter_config", "delete_records")
+_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session")
+
+
+def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSpec:
+    where = f"schedule[{i}]"
+    if ("at" in a) == ("when" in a):
+        raise ScenarioSpecError(f"{where}: give exactly one of `at` and `when`")
+    kind = a["action"]
+    if kind in _NEEDS_TOPIC and "topic" not in a:
+        raise ScenarioSpecError(f"{where}.topic: required for action {kind!r}")
+    if kind in _NEEDS_TARGET and "target" not in a:
+        raise ScenarioSpecError(f"{where}.target: required for action {kind!r}")
+    if "topic" in a and a["topic"] not in topics:
+        raise ScenarioSpecError(f"{where}.topic: unknown topic {a['topic']!r}")
+    target = a.get("target")
+    if isinstance(target, int) and not 1 <= target <= cluster.brokers:
+        raise ScenarioSpecError(f"{where}.target: no broker {target} (brokers are 1..{cluster.brokers})")
+    if isinstance(target, str) and ":" in target and target.split(":", 1)[1].split("/")[0] not in topics:
+        raise ScenarioSpecError(f"{where}.target: unknown topic in {target!r}")
+    if kind == "delete_records" and "offset" not in a:
+        raise ScenarioSpecError(f"{where}.offset: required for action 'delete_records'")
+    when = None
+    if "when" in a:
+        w = a["when"]
+        if "tiered_state" in w and "topic" not in w:
+            raise ScenarioSpecError(f"{where}.when.topic: required with tiered_state")
+        if "topic" in w and w["topic"] not in topics:
+            raise ScenarioSpecError(f"{where}.when.topic: unknown topic {w['topic']!r}")
+        when = ConditionSpec(**w)
+    return ActionSpec(action=kind, at=_time(a.get("at")), when=when, delay_s=float(a.get("delay_s", 0.0)),
+                      target=target, signal=a.get("signal", "KILL"),
+                      duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
+                      topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
+                      timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
+                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"))

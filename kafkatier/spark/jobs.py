@@ -1,0 +1,215 @@
+"""Ready-made Spark batch jobs on kafkatier topics, used by ``kafkatier spark produce|read``.
+
+* :func:`spark_session` starts (or reuses) a session with the ``kafkatier`` data source registered.  With a
+  local master the Python workers run this interpreter, so they import the same installed ``kafkatier``;
+  with a cluster master the executors import the package from their own installation.
+* :func:`generated_rows` / :func:`file_rows` build the DataFrame a producer job writes;
+  :func:`produce` and :func:`read` run the jobs while :class:`StageProgress` shows Spark's task progress as a
+  tqdm bar.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+import attrs
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.spark.source import NAME, register
+
+log = get_logger("spark.jobs")
+
+INPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
+OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+PROGRESS_INTERVAL_S = 0.25
+
+
+class JobInputError(ValueError):
+    """A bad input or output file name or content (the command line prints it as a usage error)."""
+
+
+def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: Mapping[str, str] | None = None):
+    """A SparkSession on ``master`` (default ``local[*]``) with the data source registered."""
+    from pyspark.sql import SparkSession
+
+    master = master or "local[*]"
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4"))
+    if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        # Local workers (tasks, and the planner workers that call the data source's reader() and writer())
+        # must import this very environment's kafkatier and confluent-kafka.  The environment variable reaches
+        # both; the spark.pyspark.python setting does not reach the planner workers.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def generated_rows(spark, rows: int, record_size: int = 100, partitions: int | None = None):
+    """``rows`` rows ``key = "key-<n>"``, ``value`` = ``record_size`` bytes (the row number, zero-padded)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, rows, numPartitions=partitions or spark.sparkContext.defaultParallelism)
+    return df.select(F.concat(F.lit("key-"), F.col("id").cast("string")).alias("key"),
+                     F.lpad(F.col("id").cast("string"), record_size, "0").cast("binary").alias("value"))
+
+
+def input_format(path: str) -> str:
+    """Spark's format name for an input file; a bad name or a missing file raises :class:`JobInputError`."""
+    fmt = INPUT_FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise JobInputError(f"--input {path}: unknown file type (use .csv, .parquet or .json)")
+    if not os.path.exists(path):
+        raise JobInputError(f"--input {path}: no such file")
+    return fmt
+
+
+def output_format(path: str) -> str:
+    fmt = OUTPUT_FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise JobInputError(f"--output {path}: unknown file type (use .parquet, .json or .csv)")
+    return fmt
+
+
+def file_rows(spark, path: str, rows: int | None = None):
+    """Rows of a CSV (with a header line), Parquet or JSON-lines file.  A file with a ``value`` column is
+    written as it is (``key``, ``headers``, ``partition``, ``topic`` columns too); otherwise each row becomes
+    a JSON ``value``."""
+    from pyspark.sql import functions as F
+
+    fmt = input_format(path)
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true")
+    df = reader.load(path)
+    if not any(c.lower() == "value" for c in df.columns):
+        df = df.select(F.to_json(F.struct(*df.columns)).alias("value"))
+    return df.limit(rows) if rows is not None else df
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+class StageProgress:
+    """A tqdm bar of the tasks of the jobs Spark runs in this thread's job group, polled from Spark's status
+    tracker until :meth:`close`."""
+
+    def __init__(self, spark, description: str, enabled: bool = True):
+        self.spark = spark
+        self.group = f"kafkatier-{id(self)}"
+        self.description = description
+        self.enabled = enabled
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> StageProgress:
+        self.spark.sparkContext.setJobGroup(self.group, self.description)
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _tasks(self) -> tuple[int, int]:
+        tracker = self.spark.sparkContext.statusTracker()
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in (job.stageIds if job else []):
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    done += stage.numCompletedTasks
+                    total += stage.numTasks
+        return done, total
+
+    def _run(self) -> None:
+        from tqdm import tqdm
+
+        with tqdm(desc=self.description, unit="task", file=sys.stderr, leave=True) as bar:
+            while True:
+                stopping = self._stop.wait(PROGRESS_INTERVAL_S)
+                done, total = self._tasks()
+                if total and bar.total != total:
+                    bar.total = total
+                bar.update(done - bar.n)
+                if stopping:
+                    break
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+@attrs.frozen
+class ProduceResult:
+    topic: str
+    rows: int
+    seconds: float
+
+
+@attrs.frozen
+class ReadResult:
+    topic: str
+    rows: int
+    value_bytes: int
+    per_partition: dict[int, tuple[int, int, int]]  # partition -> (rows, first offset, last offset)
+    output: str | None
+    seconds: float
+
+
+def produce(spark, df, bootstrap_servers: str, topic: str, options: Mapping[str, str] | None = None,
+            progress: bool = True) -> ProduceResult:
+    """Write ``df`` to ``topic`` through the data source (``mode("append")``)."""
+    start = time.monotonic()
+    writer = (df.write.format(NAME).mode("append").option("kafka.bootstrap.servers", bootstrap_servers)
+              .option("topic", topic))
+    for k, v in (options or {}).items():
+        writer = writer.option(k, v)
+    with StageProgress(spark, f"writing {topic}", enabled=progress):
+        rows = df.count()
+        writer.save()
+    seconds = time.monotonic() - start
+    log.info("spark produce done %s", kv(topic=topic, rows=rows, seconds=round(seconds, 2)))
+    return ProduceResult(topic, rows, seconds)
+
+
+def read(spark, bootstrap_servers: str, topic: str, output: str | None = None,
+         options: Mapping[str, str] | None = None, progress: bool = True) -> ReadResult:
+    """Read ``topic`` from the earliest to the latest offset; write it to ``output`` (format by extension)
+    when given; count rows and value bytes per partition."""
+    from pyspark.sql import functions as F
+
+    fmt = output_format(output) if output is not None else None
+    start = time.monotonic()
+    reader = spark.read.format(NAME).option("kafka.bootstrap.servers", bootstrap_servers).option("subscribe", topic)
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    with StageProgress(spark, f"reading {topic}", enabled=progress):
+        df = reader.load()
+        if output is not None:
+            df = df.cache()
+            out = df.withColumn("key", F.col("key").cast("string")).withColumn("value", F.col("value").cast("string")) \
+                if fmt == "csv" else df
+            out = out.drop("headers") if fmt == "csv" else out
+            out.write.format(fmt).mode("overwrite").save(output)
+        stats = (df.groupBy("partition")
+                 .agg(F.count("*").alias("rows"), F.sum(F.length("value")).alias("bytes"),
+                      F.min("offset").alias("first"), F.max("offset").alias("last"))
+                 .collect())
+        if output is not None:
+            df.unpersist()
+    per_partition = {r["partition"]: (r["rows"], r["first"], r["last"]) for r in stats}
+    rows = sum(r["rows"] for r in stats)
+    seconds = time.monotonic() - start
+    log.info("spark read done %s", kv(topic=topic, rows=rows, seconds=round(seconds, 2)))
+    return ReadResult(topic, rows, sum(r["bytes"] or 0 for r in stats), per_partition, output, seconds)

@@ -1,0 +1,122 @@
+"""What the driver asks the brokers before any task runs: are they reachable, do the topics exist, which
+partitions do they have and what are their log start and end offsets.
+
+Spark's Kafka source asks the same questions through its ``KafkaOffsetReader`` (a Java consumer on the
+driver).  Here one librdkafka client per question, closed at once; every call has a deadline, and every
+failure is one :class:`BrokerCheckError` that names the brokers and the topic.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from kafkatier.spark.options import Subscription, TopicPartition
+
+DEFAULT_TIMEOUT_S = 15.0
+# librdkafka reports refused connections itself at level 3; the driver reports them in one error instead.
+QUIET = {"log_level": 0}
+
+
+class BrokerCheckError(RuntimeError):
+    """The brokers cannot answer, or a topic or partition the job needs does not exist."""
+
+
+def _unreachable(servers: str, timeout_s: float, e: BaseException) -> BrokerCheckError:
+    return BrokerCheckError(f"cannot reach the Kafka brokers at {servers} within {timeout_s:g} s: {e}")
+
+
+def check_topic_writable(producer_config: Mapping[str, str], topic: str | None, timeout_s: float) -> None:
+    """The brokers answer Metadata and ``topic`` (when given) exists or is auto-created by them.
+
+    The Metadata request carries the producer's ``allow.auto.create.topics`` (librdkafka's producer default
+    is true, like the Java producer), so a broker with ``auto.create.topics.enable=true`` creates the topic as
+    the first write would have."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    servers = producer_config["bootstrap.servers"]
+    producer = Producer({**producer_config, **QUIET})
+    try:
+        try:
+            md = producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as e:
+            raise _unreachable(servers, timeout_s, e) from None
+        if not md.brokers:
+            raise _unreachable(servers, timeout_s, "no broker in the Metadata answer")
+        if topic is None:
+            return
+        t = md.topics.get(topic)
+        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise BrokerCheckError(f"topic {topic!r} does not exist and was not auto-created "
+                                   f"(brokers {servers}; create it first, or enable auto.create.topics.enable "
+                                   "on the brokers and allow.auto.create.topics on the producer)")
+    finally:
+        producer.flush(0)
+
+
+def list_topic_partitions(consumer_config: Mapping[str, str], timeout_s: float) -> dict[str, int]:
+    """``{topic: partition count}`` of every topic the brokers list (internal topics included)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    servers = consumer_config["bootstrap.servers"]
+    admin = AdminClient({"bootstrap.servers": servers, **QUIET,
+                         **{k: v for k, v in consumer_config.items() if k.startswith(("security.", "sasl.", "ssl."))}})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise _unreachable(servers, timeout_s, e) from None
+    if not md.brokers:
+        raise _unreachable(servers, timeout_s, "no broker in the Metadata answer")
+    return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+
+def resolve_subscription(subscription: Subscription, topics: Mapping[str, int]) -> list[TopicPartition]:
+    """The partitions a subscription covers, sorted; a named topic or partition that does not exist raises."""
+    if subscription.kind == "subscribe":
+        missing = [t for t in subscription.topics if t not in topics]
+        if missing:
+            raise BrokerCheckError(f"topic(s) {', '.join(map(repr, missing))} do not exist")
+        return [TopicPartition(t, p) for t in sorted(set(subscription.topics)) for p in range(topics[t])]
+    if subscription.kind == "subscribePattern":
+        rx = re.compile(subscription.pattern)
+        matched = sorted(t for t in topics if rx.fullmatch(t) and not t.startswith("__"))
+        if not matched:
+            raise BrokerCheckError(f"no topic matches subscribePattern {subscription.pattern!r}")
+        return [TopicPartition(t, p) for t in matched for p in range(topics[t])]
+    for tp in subscription.partitions:
+        if tp.topic not in topics:
+            raise BrokerCheckError(f"topic {tp.topic!r} (option assign) does not exist")
+        if not 0 <= tp.partition < topics[tp.topic]:
+            raise BrokerCheckError(f"partition {tp} (option assign) does not exist: {tp.topic!r} has "
+                                   f"{topics[tp.topic]} partition(s)")
+    return sorted(set(subscription.partitions), key=lambda tp: (tp.topic, tp.partition))
+
+
+def watermarks(consumer_config: Mapping[str, str], partitions: Iterable[TopicPartition],
+               timeout_s: float) -> dict[TopicPartition, tuple[int, int]]:
+    """``{tp: (log start offset, log end offset)}`` from each partition's leader (ListOffsets).
+
+    With tiered storage the log start offset is the first offset still in remote storage, so reading from
+    it reads the remote tier."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+    config = {**consumer_config, **QUIET, "group.id": "kafkatier-spark-driver", "enable.auto.commit": "false"}
+    consumer = Consumer(config)
+    try:
+        out = {}
+        for tp in partitions:
+            # A leader that just died answers nothing until the controller elects another: retry until then.
+            retrying = Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential(multiplier=0.1, max=1.0),
+                                retry=retry_if_exception_type(KafkaException), reraise=True)
+            try:
+                low, high = retrying(consumer.get_watermark_offsets, CkTopicPartition(tp.topic, tp.partition),
+                                     timeout=min(timeout_s, 5.0), cached=False)
+            except KafkaException as e:
+                raise BrokerCheckError(f"cannot read the offsets of {tp} from its leader within "
+                                       f"{timeout_s:g} s: {e}") from None
+            out[tp] = (low, high)
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,241 @@
+"""The batch sink: ``df.write.format("kafkatier").mode("append")...save()`` (Spark's ``KafkaWriter`` and
+``KafkaDataWriter``, told with a Python data source).
+
+Driver (``KafkaBatchWriter.create``, before any task): options parsed, the DataFrame's columns checked against
+the sink's rules (:class:`SinkColumns`), the brokers asked whether the ``topic`` option's topic exists (or is
+auto-created).  Any failure there is one error and nothing is written.
+
+Tasks (``write``): one librdkafka producer per task receives Arrow record batches (``DataSourceArrowWriter``):
+each column is converted once per batch to a Python list of bytes in C (``to_pylist`` on a binary column), and
+the only per-row Python work left is the ``produce()`` call itself.  Delivery reports come back for failures
+only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
+acknowledged, so Spark's task retry or job failure follows.
+
+Guarantee: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
+(a leader killed mid-write) write nothing twice; but a task that fails after some of its records were
+acknowledged, and is run again by Spark, sends those records again.
+
+Differences from Spark: the ``topic`` column's topics are checked by the task, not the driver (the driver
+never reads the data); ``overwrite`` is refused as Spark refuses it for Kafka.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from itertools import repeat
+
+import attrs
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.spark import metadata
+from kafkatier.spark.options import DataSourceOptionError, WriterOptions, _get
+
+log = get_logger("spark.writer")
+
+POLL_WHEN_FULL_S = 0.1
+
+
+@attrs.frozen
+class SinkColumns:
+    """Which of the sink's columns the DataFrame has (``value`` always)."""
+
+    key: bool
+    topic: bool
+    partition: bool
+    headers: bool
+
+    @classmethod
+    def check(cls, schema: StructType, topic_option: str | None) -> SinkColumns:
+        """Spark's ``KafkaWriter.validateQuery``: value required, key/value string or binary, topic string
+        (required without the ``topic`` option), partition int, headers array<struct<key string, value
+        binary>>; other columns are ignored."""
+        fields = {f.name.lower(): f.dataType for f in schema.fields}
+
+        def typed(name: str, allowed: tuple, wanted: str) -> bool:
+            t = fields.get(name)
+            if t is None:
+                return False
+            if not isinstance(t, allowed):
+                raise DataSourceOptionError(f"{name} attribute type must be {wanted}, got {t.simpleString()}")
+            return True
+
+        if "value" not in fields:
+            raise DataSourceOptionError("Required attribute 'value' not found (the DataFrame needs a value column, "
+                                        "string or binary)")
+        typed("value", (StringType, BinaryType), "a string or binary")
+        key = typed("key", (StringType, BinaryType), "a string or binary")
+        topic = typed("topic", (StringType,), "a string")
+        if not topic and topic_option is None:
+            raise DataSourceOptionError("topic option required when no 'topic' attribute is present")
+        partition = typed("partition", (IntegerType,), "an int")
+        headers = typed("headers", (ArrayType,), "array<struct<key:string,value:binary>>")
+        if headers:
+            element = fields["headers"].elementType
+            names = {f.name: f.dataType for f in getattr(element, "fields", [])}
+            if not (isinstance(element, StructType) and isinstance(names.get("key"), StringType)
+                    and isinstance(names.get("value"), BinaryType)):
+                raise DataSourceOptionError("headers attribute type must be array<struct<key:string,value:binary>>, "
+                                            f"got {fields['headers'].simpleString()}")
+        return cls(key=key, topic=topic, partition=partition, headers=headers)
+
+
+@attrs.frozen
+class KafkaWriterCommitMessage(WriterCommitMessage):
+    """What one task sent (all of it acknowledged, or the task would have failed)."""
+
+    partition_id: int
+    attempt: int
+    records: int
+    value_bytes: int
+    seconds: float
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """Pickled to the tasks: only frozen options and the column layout travel."""
+
+    def __init__(self, options: WriterOptions, columns: SinkColumns):
+        self.options = options
+        self.columns = columns
+
+    @classmethod
+    def create(cls, raw_options, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        """Everything checked before work (runs on the driver side)."""
+        if overwrite:
+            raise DataSourceOptionError("Save mode overwrite not allowed for Kafka: records cannot be replaced; "
+                                        "use .mode(\"append\")")
+        options = WriterOptions.parse(raw_options)
+        columns = SinkColumns.check(schema, options.topic)
+        _check_producer_config(options.producer_config)
+        timeout = float(_get(raw_options, "metadataTimeoutMs") or metadata.DEFAULT_TIMEOUT_S * 1000) / 1000
+        metadata.check_topic_writable(options.producer_config, options.topic, timeout)
+        return cls(options, columns)
+
+    # --- tasks ------------------------------------------------------------------------------------------------
+    def write(self, iterator: Iterator) -> KafkaWriterCommitMessage:
+        from confluent_kafka import Producer
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        pid, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+        failures: list = []
+
+        def on_error(err, msg):  # called for failed deliveries only (delivery.report.only.error)
+            if err is not None:
+                failures.append((err, msg.topic(), msg.partition()))
+
+        config = {**self.options.producer_config, "on_delivery": on_error,
+                  "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
+        producer = Producer(config)
+        start = time.monotonic()
+        records = value_bytes = 0
+        try:
+            for batch in iterator:
+                records += batch.num_rows
+                value_bytes += self._send(producer, batch)
+                producer.poll(0)
+                if failures:
+                    break
+            remaining = producer.flush(self.options.flush_timeout_s)
+        finally:
+            producer.poll(0)
+        if failures or remaining:
+            err, topic, part = failures[0] if failures else ("flush timed out", "?", -1)
+            raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): "
+                               f"{len(failures)} record(s) not delivered, {remaining} still unacknowledged; "
+                               f"first error: {err} (topic {topic}, partition {part})")
+        seconds = time.monotonic() - start
+        log.info("task wrote %s", kv(task=pid, attempt=attempt, records=records, value_bytes=value_bytes,
+                                     seconds=round(seconds, 3)))
+        return KafkaWriterCommitMessage(pid, attempt, records, value_bytes, seconds)
+
+    def _send(self, producer, batch) -> int:
+        """Queue every row of one Arrow batch; returns the value bytes queued."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+
+        def binary(name: str):
+            col = batch.column(names[name])
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                col = col.cast(pa.binary())
+            return col
+
+        value_col = binary("value")
+        values = value_col.to_pylist()
+        keys = binary("key").to_pylist() if self.columns.key else None
+        topic = self.options.topic
+        topics = None
+        if topic is None:
+            column = batch.column(names["topic"])
+            if column.null_count:
+                raise RuntimeError("kafkatier sink: null in the topic column and no topic option")
+            topics = column.to_pylist()
+        partitions = (pc.fill_null(batch.column(names["partition"]), -1).to_pylist()
+                      if self.columns.partition else None)
+        headers = batch.column(names["headers"]).to_pylist() if self.columns.headers else None
+
+        produce = producer.produce
+        wait = self._wait_for_room
+        topics_it = repeat(topic) if topics is None else topics
+        keys_it = repeat(None) if keys is None else keys
+        partitions_it = repeat(-1) if partitions is None else partitions
+        if headers is None and partitions is None:
+            # The common shape; an explicit partition argument, even -1, costs librdkafka time per record.
+            for t, value, key in zip(topics_it, values, keys_it):
+                try:
+                    produce(t, value, key)
+                except BufferError:
+                    wait(producer, lambda: produce(t, value, key))
+        elif headers is None:
+            for t, value, key, part in zip(topics_it, values, keys_it, partitions_it):
+                try:
+                    produce(t, value, key, part)
+                except BufferError:
+                    wait(producer, lambda: produce(t, value, key, part))
+        else:
+            for t, value, key, part, hs in zip(topics_it, values, keys_it, partitions_it, headers):
+                hs = [(h["key"], h["value"]) for h in hs] if hs else None
+                try:
+                    produce(t, value, key, part, headers=hs)
+                except BufferError:
+                    wait(producer, lambda: produce(t, value, key, part, headers=hs))
+        return pc.sum(pc.binary_length(value_col)).as_py() or 0
+
+    def _wait_for_room(self, producer, produce_again) -> None:
+        """The local queue is full: serve delivery reports until the record fits.  Queued records are
+        acknowledged or fail within librdkafka's message.timeout.ms, so the flush timeout bounds the wait."""
+        deadline = time.monotonic() + self.options.flush_timeout_s
+        while time.monotonic() < deadline:
+            producer.poll(POLL_WHEN_FULL_S)
+            try:
+                produce_again()
+                return
+            except BufferError:
+                continue
+        raise RuntimeError(f"kafkatier sink: the producer queue stayed full for {self.options.flush_timeout_s:g} s")
+
+    # --- driver -----------------------------------------------------------------------------------------------
+    def commit(self, messages) -> None:
+        done = [m for m in messages if m is not None]
+        log.info("write committed %s", kv(tasks=len(done), records=sum(m.records for m in done),
+                                          value_bytes=sum(m.value_bytes for m in done)))
+
+    def abort(self, messages) -> None:
+        done = [m for m in messages if m is not None]
+        log.warning("write aborted %s", kv(
+            tasks_succeeded=len(done), tasks_failed=len(messages) - len(done),
+            records_already_written=sum(m.records for m in done),
+            note="records acknowledged before the failure stay in the topic (at least once)"))
+
+
+def _check_producer_config(config: dict) -> None:
+    """librdkafka refuses unknown or ill-typed properties when a client is built: do it on the driver."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({**config, **metadata.QUIET}).flush(0)
+    except (KafkaException, ValueError, TypeError) as e:
+        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None

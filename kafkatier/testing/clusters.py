@@ -1,0 +1,69 @@
+"""Broker clusters for tests: real broker processes against any ZooKeeper, each cluster in its own chroot.
+
+A ``RunningCluster`` wraps a :class:`~kafkatier.cluster.manager.ClusterManager` started on
+``<zookeeper connect string>/cluster-<random>`` and a kazoo client chrooted the same way, so tests read the
+cluster's znodes (``/controller``, ``/brokers/ids``...) at their usual paths.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import attrs
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from kafkatier.cluster.manager import ClusterManager
+from kafkatier.zk.client import start_client
+
+
+@attrs.define
+class RunningCluster:
+    manager: ClusterManager
+    zk: object  # kazoo client chrooted like the brokers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.manager.bootstrap_servers
+
+    @property
+    def zookeeper(self) -> str:
+        return self.manager.zookeeper
+
+    @property
+    def data_dir(self) -> str:
+        return self.manager.data_dir
+
+    def controller_id(self) -> int | None:
+        """The broker id in ``/controller``, or None when there is none (or ZooKeeper cannot be read)."""
+        try:
+            return json.loads(self.zk.get("/controller")[0])["brokerid"]
+        except (KazooException, KazooTimeoutError, ValueError, KeyError, TypeError):
+            return None
+
+    def broker_ids(self) -> list[int]:
+        return [b["id"] for b in self.manager.state["brokers"]]
+
+
+def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,
+                  overrides: dict | None = None, session_timeout_ms: int = 6000) -> RunningCluster:
+    """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client)."""
+    root = f"/cluster-{uuid.uuid4().hex[:10]}"
+    client.retry(client.create, root)
+    connect = connect_string + root
+    manager = ClusterManager(str(data_dir))
+    try:
+        manager.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
+                   session_timeout_ms=session_timeout_ms)
+    except BaseException:
+        manager.down()
+        raise
+    return RunningCluster(manager, start_client(connect))
+
+
+def stop_cluster(cluster: RunningCluster) -> None:
+    try:
+        cluster.zk.stop()
+        cluster.zk.close()
+    finally:
+        cluster.manager.down()

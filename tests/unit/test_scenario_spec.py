@@ -1,0 +1,94 @@
+"""Scenario files: every file in scenarios/ loads; bad files are one line naming the field (exit 2); a seed
+derives one schedule."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kafkatier.scenario import schedule
+from kafkatier.scenario.spec import ScenarioSpecError, from_dict, load
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FILES = sorted(glob.glob(os.path.join(REPO, "scenarios", "*.toml")))
+
+MINIMAL = {"name": "m", "cluster": {"brokers": 3}, "topics": [{"name": "t"}]}
+
+
+def test_the_library_has_at_least_a_dozen_files_each_opening_with_a_comment():
+    assert len(FILES) >= 12
+    for f in FILES:
+        with open(f) as fh:
+            assert fh.readline().startswith("# "), f"{f} must start with a comment on what it shows"
+        spec = load(f)
+        assert spec.name == os.path.basename(f)[:-5], f"{f}: name must match the file name"
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({**MINIMAL, "cluster": {"brokers": "3"}}, "cluster.brokers"),
+    ({**MINIMAL, "topics": [{"name": "t", "partitions": 0}]}, "topics[0].partitions"),
+    ({**MINIMAL, "schedule": [{"action": "explode", "at": 1}]}, "schedule[0].action"),
+    ({**MINIMAL, "schedule": [{"action": "kill", "at": 1, "target": "leader"}]}, "schedule[0].target"),
+    ({**MINIMAL, "schedule": [{"action": "kill", "at": 1}]}, "schedule[0].target"),
+    ({**MINIMAL, "schedule": [{"action": "kill", "target": 1}]}, "schedule[0]"),
+    ({**MINIMAL, "schedule": [{"action": "kill", "at": 1, "target": 7}]}, "schedule[0].target"),
+    ({**MINIMAL, "workloads": [{"type": "producer", "topic": "nope"}]}, "workloads[0].topic"),
+    ({**MINIMAL, "topics": [{"name": "t", "replication_factor": 4}]}, "topics[0].replication_factor"),
+    ({**MINIMAL, "colour": "red"}, "(top level)"),
+    ({**MINIMAL, "schedule": [{"action": "alter_config", "at": [5, 1], "topic": "t"}]}, "time range"),
+])
+def test_a_bad_file_names_the_field(doc, field):
+    with pytest.raises(ScenarioSpecError) as e:
+        from_dict(doc)
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_bad_file_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[cluster]\nbrokers = 2\n[[topics]]\nname = "t"\n[[schedule]]\nat = 1\n'
+                   'action = "kill"\ntarget = "leader:x/0"\n')
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "run", str(bad)], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "schedule[0].target" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "run", str(tmp_path / "missing.toml")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "no such scenario file" in p.stderr
+
+
+def test_cli_list_shows_every_scenario():
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "list"], capture_output=True, text=True,
+                       cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.splitlines()) == len(FILES)
+
+
+def test_one_seed_one_schedule_and_swarm_picks_weights():
+    spec = from_dict({**MINIMAL, "duration_s": 30,
+                      "schedule": [{"action": "kill", "at": [1, 9], "target": "random"}],
+                      "nemesis": {"menu": ["kill", "pause", "zk_pause", "restart"], "swarm": True}})
+    a, b, c = schedule.derive(spec, 5), schedule.derive(spec, 5), schedule.derive(spec, 6)
+    assert a.describe() == b.describe() and a.describe() != c.describe()
+    assert a.swarm_weights and set(a.swarm_weights) <= {"kill", "pause", "zk_pause", "restart"}
+    assert all(1 <= s.at <= 30 for s in a.steps)
+
+
+def test_quick_profile_scales_times_and_rates():
+    spec = from_dict({**MINIMAL, "duration_s": 20, "quick": {"duration_s": 10, "rate_scale": 0.5},
+                      "workloads": [{"type": "producer", "topic": "t", "rate": 100}],
+                      "schedule": [{"action": "kill", "at": 8, "target": 1}]})
+    q = spec.profile(quick=True)
+    assert q.duration_s == 10 and q.schedule[0].at == 4 and q.workloads[0].rate == 50
+
+
+def test_cli_sweep_and_replay_bad_input_exit_2(tmp_path):
+    f = FILES[0]
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "sweep", f, "--seeds", "9..2"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "--seeds" in p.stderr and p.stderr.count("\n") == 1
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "replay", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "not a scenario run directory" in p.stderr and p.stderr.count("\n") == 1

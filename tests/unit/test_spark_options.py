@@ -1,0 +1,93 @@
+"""The data source's option parsing and offset planning, without Spark or brokers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafkatier.spark.options import (DataSourceOptionError, OffsetSpec, ReaderOptions, Subscription,
+                                     TopicPartition, WriterOptions)
+from kafkatier.spark.reader import DataLossError, OffsetRange, resolve_ranges, split_ranges
+
+B = {"kafka.bootstrap.servers": "127.0.0.1:9092, 127.0.0.1:9093"}
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def test_writer_options_defaults_and_pass_through():
+    w = WriterOptions.parse({**B, "topic": "t", "kafka.linger.ms": "20", "KAFKA.acks": "1"})
+    assert w.topic == "t"
+    assert w.producer_config["bootstrap.servers"] == "127.0.0.1:9092,127.0.0.1:9093"
+    assert w.producer_config["linger.ms"] == "20" and w.producer_config["acks"] == "1"
+    assert WriterOptions.parse(B).producer_config["acks"] == "all"
+    assert WriterOptions.parse(B).producer_config["enable.idempotence"] == "true"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "kafka.bootstrap.servers is required"),
+    ({"kafka.bootstrap.servers": "nohost"}, "is not host:port"),
+    ({**B, "kafka.group.id": "g"}, "'group.id' is not supported"),
+    ({**B, "kafka.value.serializer": "x"}, "'value.serializer' is not supported"),
+    ({**B, "topic": " "}, "option topic is empty"),
+])
+def test_writer_options_refused(options, message):
+    with pytest.raises(DataSourceOptionError, match=message):
+        WriterOptions.parse(options)
+
+
+def test_reader_options():
+    r = ReaderOptions.parse({**B, "subscribe": "a, b", "failOnDataLoss": "false", "minPartitions": "4"})
+    assert r.subscription == Subscription("subscribe", topics=("a", "b"))
+    assert (r.starting.kind, r.ending.kind, r.fail_on_data_loss, r.min_partitions) == ("earliest", "latest", False, 4)
+    a = ReaderOptions.parse({**B, "assign": '{"t":[1,0]}'}).subscription
+    assert a.partitions == (T1, T0)
+    with pytest.raises(DataSourceOptionError, match="exactly one of"):
+        ReaderOptions.parse({**B, "subscribe": "a", "assign": '{"t":[0]}'})
+    with pytest.raises(DataSourceOptionError, match="endingOffsets cannot be earliest"):
+        OffsetSpec.parse("endingOffsets", "earliest", "latest")
+    with pytest.raises(DataSourceOptionError, match="must be earliest, latest or JSON"):
+        OffsetSpec.parse("startingOffsets", "{bad", "earliest")
+    with pytest.raises(DataSourceOptionError, match="must be true or false"):
+        ReaderOptions.parse({**B, "subscribe": "a", "failOnDataLoss": "maybe"})
+
+
+def reader_options(**options) -> ReaderOptions:
+    return ReaderOptions.parse({**B, "subscribe": "t", **options})
+
+
+def test_offsets_resolve_against_the_log_start_and_end():
+    marks = {T0: (10, 100), T1: (0, 50)}
+    assert resolve_ranges(reader_options(), marks) == [OffsetRange(T0, 10, 100), OffsetRange(T1, 0, 50)]
+    spec = reader_options(startingOffsets=json.dumps({"t": {"0": 20, "1": -1}}),
+                          endingOffsets=json.dumps({"t": {"0": 30, "1": -1}}))
+    assert resolve_ranges(spec, marks) == [OffsetRange(T0, 20, 30), OffsetRange(T1, 50, 50)]
+    below = json.dumps({"t": {"0": 5, "1": 0}})
+    with pytest.raises(DataLossError, match=r"Offsets \[5, 10\) of t-0 are gone"):
+        resolve_ranges(reader_options(startingOffsets=below), marks)
+    assert resolve_ranges(reader_options(startingOffsets=below, failOnDataLoss="false"), marks)[0] == \
+        OffsetRange(T0, 10, 100)
+    with pytest.raises(DataSourceOptionError, match="missing: t-1"):
+        resolve_ranges(reader_options(startingOffsets=json.dumps({"t": {"0": 20}})), marks)
+    with pytest.raises(DataSourceOptionError, match="out of range"):
+        resolve_ranges(reader_options(endingOffsets=json.dumps({"t": {"0": 200, "1": -1}})), marks)
+
+
+def test_min_partitions_splits_ranges_in_proportion():
+    ranges = [OffsetRange(T0, 0, 20), OffsetRange(T1, 0, 20)]
+    assert split_ranges(ranges, None) == ranges
+    assert split_ranges(ranges, 2) == ranges
+    split = split_ranges([OffsetRange(T0, 0, 90), OffsetRange(T1, 0, 10)], 7)
+    assert len(split) == 7
+    assert sum(r.size for r in split) == 100 and all(r.size > 0 for r in split)
+    assert [r.tp for r in split].count(T1) == 1
+    assert split_ranges([OffsetRange(T0, 0, 2)], 5) == [OffsetRange(T0, 0, 1), OffsetRange(T0, 1, 2)]
+
+
+def test_cli_prints_one_line_of_the_data_source_error():
+    from kafkatier.cli.spark import source_error
+    planner = Exception("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: Traceback\n"
+                        "  File x\nkafkatier.spark.metadata.BrokerCheckError: topic 't' does not exist\n SQLSTATE: 38000")
+    assert source_error(planner) == ("BrokerCheckError", "topic 't' does not exist")
+    task = Exception("An error occurred while calling o65.save.\n: org.apache.spark.SparkException: Job aborted\n"
+                     "RuntimeError: kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered\n\tat x")
+    assert source_error(task) == ("RuntimeError", "kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered")
+    assert source_error(Exception("\nsomething else\nmore")) == (None, "something else")
