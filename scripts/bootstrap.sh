@@ -29,3 +29,10 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     .venv/bin/pip install -q -e '.[test]'
     touch "$stamp"
 fi
+
+# KafkaJS for the consumer-group e2e tests, in a project-local node_modules (.node/); skipped without npm
+# (the KafkaJS test then skips with its reason).
+if command -v npm >/dev/null 2>&1 && [ ! -d .node/node_modules/kafkajs ]; then
+    npm install --prefix .node --no-audit --no-fund --silent kafkajs@2 >/dev/null 2>&1 \
+        || echo "bootstrap: warning: could not install KafkaJS (npm install kafkajs)" >&2
+fi

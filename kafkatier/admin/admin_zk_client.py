@@ -30,15 +30,17 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from kafkatier.admin import topic_config as tc
-from kafkatier.admin.replica_assignment import (BrokerMetadata, assign_replicas_to_brokers,
-                                                validate_manual_assignment)
+from kafkatier.admin.replica_assignment import (BrokerMetadata, InvalidReplicaAssignmentError,
+                                                assign_replicas_to_brokers, validate_manual_assignment)
 from kafkatier.common import structs
 from kafkatier.common.structs import is_valid_topic_name
 from kafkatier.log.log_config import validate_topic_config
 from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, InvalidRequestError, InvalidTopicError,
-                                       KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from kafkatier.protocol.errors import (BrokerNotAvailableError, Errors, InvalidConfigurationError,
+                                       InvalidPartitionsError, InvalidRequestError,
+                                       InvalidTopicError, KafkaError, TopicAlreadyExistsError,
+                                       UnknownTopicOrPartitionError)
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
@@ -48,6 +50,9 @@ log = get_logger("admin")
 NO_NUM_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 WRITE_ATTEMPTS = 5
+#: Not Kafka's: a simulated broker hosts every replica in one Python process; CreatePartitions beyond this
+#: answers INVALID_PARTITIONS.
+MAX_PARTITIONS_PER_TOPIC = 10000
 
 # (zk, topic, old_config, new_config) -> ops for the config change's multi
 ExtraOps = Callable[[Any, str, Mapping[str, str], Mapping[str, str]], list]
@@ -341,6 +346,77 @@ class AdminZkClient:
             raise ConcurrentConfigChangeError(
                 f"The config of topic '{name}' changed concurrently {WRITE_ATTEMPTS} times; retry the request."
             ) from None
+
+    # --- add partitions (CreatePartitions) ---------------------------------------------------------------------
+    def add_partitions(self, name: str, count: int, assignment: list[list[int]] | None = None,
+                       validate_only: bool = False) -> dict[int, tuple[int, ...]]:
+        """Grow ``name`` to ``count`` partitions (Kafka's ``ZkAdminManager.createPartitions`` and
+        ``AdminZkClient.createPartitions``): ``assignment`` lists the replicas of each new partition, else they
+        are placed as at creation, starting after partition 0's first replica.  ``/brokers/topics/{t}`` is
+        rewritten conditionally on its version (topic id and any reassignment kept); the controller's partition
+        modification watch then creates, elects and announces the new partitions.  Returns the new partitions'
+        assignment."""
+        if not is_valid_topic_name(name):
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+        if self.kafka_zk.is_topic_marked_for_deletion(name):
+            raise InvalidTopicError(f"The topic '{name}' is queued for deletion.")
+        try:
+            data, stat = self.zk.get(paths.topic(name))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
+        current = codecs.TopicAssignment.decode(data, path=paths.topic(name))
+        old = len(current.partitions)
+        if count == old:
+            raise InvalidPartitionsError(f"Topic already has {old} partitions.")
+        if count < old:
+            raise InvalidPartitionsError(f"The number of partitions for a topic can only be increased. Topic {name} "
+                                         f"currently has {old} partitions, {count} would not be an increase.")
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(f"Topic {name} cannot have {count} partitions: the simulator's limit is "
+                                         f"{MAX_PARTITIONS_PER_TOPIC} per topic.")
+        first = current.partitions.get(0)
+        if not first:
+            raise KafkaError(f"Unexpected existing replica assignment for topic '{name}', partition id 0 is missing.")
+        live = self.live_brokers()
+        if assignment is not None:
+            if len(assignment) != count - old:
+                raise InvalidReplicaAssignmentError(f"Increasing the number of partitions by {count - old} but "
+                                                    f"{len(assignment)} assignments provided.")
+            live_ids = {b.id for b in live}
+            added = {}
+            for i, replicas in enumerate(assignment):
+                pid = old + i
+                replicas = tuple(int(r) for r in replicas)
+                if not replicas:
+                    raise InvalidReplicaAssignmentError(f"Cannot have replication factor of 0 for partition id {pid}.")
+                if len(set(replicas)) != len(replicas):
+                    raise InvalidReplicaAssignmentError(f"Duplicate brokers not allowed in replica assignment: "
+                                                        f"{', '.join(map(str, replicas))} for partition id {pid}.")
+                if not set(replicas) <= live_ids:
+                    raise BrokerNotAvailableError(
+                        f"Some brokers specified for partition id {pid} are not available. Specified brokers: "
+                        f"{', '.join(map(str, replicas))}, available brokers: {', '.join(map(str, sorted(live_ids)))}.")
+                if len(replicas) != len(first):
+                    raise InvalidReplicaAssignmentError(
+                        f"Inconsistent replication factor between partitions, partition 0 has {len(first)} while "
+                        f"partition {pid} has {len(replicas)} replicas.")
+                added[pid] = replicas
+        else:
+            ids = [b.id for b in live]
+            start = next((i for i, b in enumerate(ids) if b >= first[0]), 0)
+            added = {p: tuple(r) for p, r in assign_replicas_to_brokers(
+                live, count - old, len(first), fixed_start_index=start, start_partition_id=old, rng=self.rng).items()}
+        if validate_only:
+            return added
+        new = codecs.TopicAssignment({**current.partitions, **added}, current.adding, current.removing,
+                                     current.topic_id)
+        try:
+            self.zk.set(paths.topic(name), new.encode(), version=stat.version)
+        except BadVersionError:
+            raise ConcurrentConfigChangeError(f"The assignment of topic '{name}' changed concurrently; retry.") \
+                from None
+        log.info("added partitions %s", kv(topic=name, old=old, new=count, assignment=added))
+        return added
 
     # --- helpers ----------------------------------------------------------------------------------------------
     def _ensure_paths(self) -> None:

@@ -332,6 +332,15 @@ class AdminClient:
         return self._per_topic("delete_topics", list(names), lambda pending: self._admin.delete_topics(
             list(pending), timeout_ms=timeout_ms or self._timeout_ms, raise_errors=False)["topics"])
 
+    def create_partitions(self, counts: Mapping[str, int], timeout_ms: int | None = None,
+                          validate_only: bool = False) -> dict[str, AdminError | None]:
+        """Grow topics to the given partition counts (CreatePartitions); per topic, None or the error."""
+        return self._per_topic("create_partitions", list(counts), lambda pending: [
+            {"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
+            for r in self._admin.create_partitions({n: counts[n] for n in pending},
+                                                   timeout_ms=timeout_ms or self._timeout_ms,
+                                                   validate_only=validate_only, raise_errors=False).results])
+
     def _per_topic(self, what: str, names: list[str],
                    send: Callable[[list[str]], list[Mapping[str, Any]]]) -> dict[str, AdminError | None]:
         results: dict[str, AdminError | None] = {}

@@ -3,10 +3,8 @@ with its options, parsing rules and output.
 
 ``--add-config 'k1=v1,k2=[a,b],k3=v3'`` groups a value containing commas in square brackets (the brackets are
 removed); ``--add-config-file`` reads a Java properties file; ``--delete-config k1,k2``.  The change is sent as
-one IncrementalAlterConfigs request (SET and DELETE operations).  ``--alter --entity-type brokers`` (one broker
-with ``--entity-name``, all with ``--entity-default``) supports the dynamic broker configs the brokers support:
-the KIP-113 move throttle ``intra.broker.throttled.rate`` / ``replica.alter.log.dirs.io.max.bytes.per.second``;
-others are refused by the broker with INVALID_CONFIG.
+one IncrementalAlterConfigs request (SET and DELETE operations), for a topic, a broker (``--entity-name ID``)
+or every broker (``--entity-default``: the ``<default>`` dynamic broker config).
 """
 from __future__ import annotations
 
@@ -35,7 +33,7 @@ _DYNAMIC_SOURCE = {"topics": "DYNAMIC_TOPIC_CONFIG", "brokers": "DYNAMIC_BROKER_
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "configs", help="describe and alter topic configs, describe broker configs (kafka-configs)",
+        "configs", help="describe and alter topic and broker configs (kafka-configs)",
         description="Describe and alter dynamic configs as kafka-configs does.")
     common.add_connection_options(p)
     p.add_argument("--entity-type", required=True, choices=ENTITY_TYPES, metavar="TYPE",
@@ -125,7 +123,7 @@ def check_args(args: argparse.Namespace) -> None:
         return
     if args.all:
         raise UsageError("--all can only be used with --describe")
-    if not args.entity_name and not args.entity_default:
+    if not args.entity_name and not (args.entity_default and args.entity_type == "brokers"):
         raise UsageError(f"--entity-name must be specified with --alter of {args.entity_type}")
     if args.add_config is not None and args.add_config_file is not None:
         raise UsageError("Only one of --add-config or --add-config-file must be specified")
@@ -241,8 +239,9 @@ def _describe(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _alter(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str], to_delete: list[str]) -> int:
-    name = BROKER_DEFAULT if args.entity_default else args.entity_name.strip()
-    if to_delete and args.entity_type == "topics":
+    name = BROKER_DEFAULT if args.entity_default else args.entity_name.strip() if args.entity_type == "brokers" \
+        else args.entity_name
+    if to_delete:
         current = admin.describe_configs(args.entity_type, [name], include_synonyms=False)[name]
         dynamic = {e.name for e in shown_entries(args.entity_type, name, current, describe_all=False)}
         missing = [k for k in to_delete if k not in dynamic]

@@ -34,11 +34,11 @@ from typing import Any
 import attrs
 
 from kafkatier.admin.bootstrap import NoReachableBrokerError
-from kafkatier.admin.broker_config import ALTER_LOG_DIRS_IO_MAX_BYTES, INTRA_BROKER_THROTTLED_RATE
 from kafkatier.admin.client import AdminClient, AdminError, error_name
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.dynamic_broker_config import ALTER_LOG_DIRS_THROTTLE_NAMES
 
 ANY = "any"
 RETRY_INTERVAL_S = 0.1
@@ -300,7 +300,7 @@ def _execute(admin: AdminClient, moves: list[PartitionMove], args) -> int:
         print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
               "throttle is removed.")
         for b in sorted({r.broker for r in targets}):
-            admin.alter_configs("brokers", str(b), {INTRA_BROKER_THROTTLED_RATE: str(args.replica_alter_log_dirs_throttle)})
+            admin.alter_configs("brokers", str(b), {ALTER_LOG_DIRS_THROTTLE_NAMES[0]: str(args.replica_alter_log_dirs_throttle)})
         print(f"The replica-alter-dir throttle limit was set to {args.replica_alter_log_dirs_throttle} B/s")
     if not targets:
         return 0
@@ -347,8 +347,7 @@ def _verify(admin: AdminClient, moves: list[PartitionMove], args) -> int:
         if brokers:
             print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
             for b in brokers:
-                admin.alter_configs("brokers", str(b), delete_configs=[INTRA_BROKER_THROTTLED_RATE,
-                                                                       ALTER_LOG_DIRS_IO_MAX_BYTES])
+                admin.alter_configs("brokers", str(b), delete_configs=list(ALTER_LOG_DIRS_THROTTLE_NAMES))
     return 0
 
 
@@ -367,8 +366,7 @@ def _cancel(admin: AdminClient, moves: list[PartitionMove], args) -> int:
         print(f"Successfully cancelled log directory move(s) for: {','.join(map(str, sorted(active)))}")
     if not args.preserve_throttles:
         for b in sorted({r.broker for r in targets}):
-            admin.alter_configs("brokers", str(b), delete_configs=[INTRA_BROKER_THROTTLED_RATE,
-                                                                   ALTER_LOG_DIRS_IO_MAX_BYTES])
+            admin.alter_configs("brokers", str(b), delete_configs=list(ALTER_LOG_DIRS_THROTTLE_NAMES))
     return 0
 
 

@@ -33,6 +33,7 @@ def register(subparsers) -> None:
     actions.add_argument("--list", action="store_true", help="list topic names")
     actions.add_argument("--describe", action="store_true", help="partitions, leaders, replicas, ISR and configs")
     actions.add_argument("--delete", action="store_true", help="delete topics")
+    actions.add_argument("--alter", action="store_true", help="add partitions (--partitions N) to topics")
     p.add_argument("--topic", help="the topic to create; for the other actions a regular expression of names")
     p.add_argument("--partitions", type=int, help="number of partitions (--create; default: the broker's)")
     p.add_argument("--replication-factor", type=int,
@@ -113,9 +114,12 @@ def select_topics(names: Iterable[str], pattern: re.Pattern | None) -> list[str]
 
 def check_args(args: argparse.Namespace) -> None:
     """Option combinations kafka-topics refuses."""
-    if (args.create or args.delete) and not args.topic:
-        raise UsageError(f'Missing required argument "[topic]" for --{"create" if args.create else "delete"}')
-    create_only = [("--partitions", args.partitions is not None),
+    if (args.create or args.delete or args.alter) and not args.topic:
+        action = "create" if args.create else "delete" if args.delete else "alter"
+        raise UsageError(f'Missing required argument "[topic]" for --{action}')
+    if args.alter and args.partitions is None:
+        raise UsageError("--alter needs --partitions (the new partition count)")
+    create_only = [("--partitions", args.partitions is not None and not args.alter),
                    ("--replication-factor", args.replication_factor is not None),
                    ("--replica-assignment", args.replica_assignment is not None),
                    ("--config", bool(args.config)), ("--if-not-exists", args.if_not_exists)]
@@ -216,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             if args.describe:
                 return _describe(admin, args, pattern)
+            if args.alter:
+                return _alter(admin, args, pattern)
             return _delete(admin, args, pattern)
     except (AdminError, NoReachableBrokerError) as e:
         return _fail(e)
@@ -263,6 +269,18 @@ def _describe(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern 
                                unavailable=args.unavailable_partitions):
         print(line)
     return 0
+
+
+def _alter(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern | None) -> int:
+    """kafka-topics --alter --partitions N: CreatePartitions for every matching topic."""
+    names = _matching(admin, args, pattern)
+    if names is None:
+        return 1
+    results = admin.create_partitions({n: args.partitions for n in names})
+    failed = [(n, e) for n, e in results.items() if e is not None]
+    for _name, err in failed:
+        _fail(err)
+    return 1 if failed else 0
 
 
 def _delete(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern | None) -> int:

@@ -132,16 +132,39 @@ class KafkaScheduler:
             heapq.heappush(self._queue, (self._clock() + max(0.0, delay_ms) / 1000.0, next(self._seq), task))
             self._cond.notify()
 
+    def resize(self, threads: int) -> None:
+        """Grow or shrink the worker pool at runtime (a dynamic broker config); surplus workers exit once idle."""
+        if threads < 1:
+            raise ValueError(f"the scheduler needs at least 1 thread, got {threads}")
+        with self._cond:
+            self.threads = threads
+            if self._running:
+                self._workers = [t for t in self._workers if t.is_alive()]
+                names = {t.name for t in self._workers}
+                for i in range(threads):
+                    name = f"{self.thread_name_prefix}{i}"
+                    if name not in names:
+                        t = threading.Thread(target=self._work, name=name, daemon=True)
+                        self._workers.append(t)
+                        t.start()
+            self._cond.notify_all()
+
+    def _retired(self) -> bool:
+        """Whether the calling worker is beyond the pool's size (after a shrink)."""
+        suffix = threading.current_thread().name[len(self.thread_name_prefix):]
+        return suffix.isdigit() and int(suffix) >= self.threads
+
     def _work(self) -> None:
         while True:
             with self._cond:
-                while self._running and (not self._queue or self._queue[0][0] > self._clock()):
+                while self._running and not self._retired() and (
+                        not self._queue or self._queue[0][0] > self._clock()):
                     if self._queue and self._queue[0][2].cancelled:
                         heapq.heappop(self._queue)  # drop cancelled tasks as they reach the head
                         continue
                     timeout = (self._queue[0][0] - self._clock()) if self._queue else None
                     self._cond.wait(timeout)
-                if not self._running:
+                if not self._running or self._retired():
                     return
                 _, _, task = heapq.heappop(self._queue)
             fn = task._fn

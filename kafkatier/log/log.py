@@ -159,10 +159,13 @@ class Log:
             return config
         return LogConfig.from_props(config, defaults=self._default_config)
 
-    def update_config(self, config: LogConfig | Mapping[str, Any]) -> None:
-        """Apply a new topic config (a LogConfig, or Kafka topic config strings over the broker defaults).
+    def update_config(self, config: LogConfig | Mapping[str, Any], default_config: LogConfig | None = None) -> None:
+        """Apply a new topic config (a LogConfig, or Kafka topic config strings over the broker defaults, which
+        ``default_config`` replaces when given: a dynamic broker config change).
 
         Segment and index settings affect segments created from now on."""
+        if default_config is not None:
+            self._default_config = default_config
         config = self._to_config(config)
         with self._lock:
             self._config = config

@@ -311,6 +311,14 @@ class LogManager:
             if lg.topic == topic:
                 lg.update_config(parsed)
 
+    def update_broker_defaults(self, default_config: LogConfig,
+                               topic_overrides: Callable[[str], Mapping[str, Any]]) -> None:
+        """Dynamic broker config (``log.retention.*`` and the other topic defaults): every log takes its topic
+        overrides over the new defaults."""
+        self.default_config = default_config
+        for lg in self.all_logs():
+            lg.update_config(dict(topic_overrides(lg.topic) or {}), default_config=default_config)
+
     # --- lookup and creation -------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))

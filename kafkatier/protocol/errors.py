@@ -74,6 +74,13 @@ class Errors(enum.IntEnum):
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60
     DELEGATION_TOKEN_AUTH_DISABLED = 61
+    DELEGATION_TOKEN_NOT_FOUND = 62
+    DELEGATION_TOKEN_OWNER_MISMATCH = 63
+    DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+    DELEGATION_TOKEN_AUTHORIZATION_FAILED = 65
+    DELEGATION_TOKEN_EXPIRED = 66
+    INVALID_PRINCIPAL_TYPE = 67
+    NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71
@@ -171,6 +178,7 @@ PolicyViolationError = _make("PolicyViolationError", Errors.POLICY_VIOLATION)
 KafkaStorageError = _make("KafkaStorageError", Errors.KAFKA_STORAGE_ERROR)
 FencedLeaderEpochError = _make("FencedLeaderEpochError", Errors.FENCED_LEADER_EPOCH)
 StaleBrokerEpochError = _make("StaleBrokerEpochError", Errors.STALE_BROKER_EPOCH)
+BrokerNotAvailableError = _make("BrokerNotAvailableError", Errors.BROKER_NOT_AVAILABLE)
 TieredStorageDisablementInProgressError = _make(
     "TieredStorageDisablementInProgressError", Errors.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS)
 

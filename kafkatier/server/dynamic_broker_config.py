@@ -1,66 +1,290 @@
-"""DynamicBrokerConfig: the broker's dynamic configs from ``/config/brokers/<id>`` and ``/config/brokers/<default>``
-(Kafka's ``DynamicBrokerConfig`` + ``BrokerConfigHandler``), for the keys this project supports: the KIP-113
-move throttle (see :mod:`kafkatier.admin.broker_config` for the keys, their validation and precedence).
+"""DynamicBrokerConfig: the broker configs, where each value comes from, and their changes at runtime (Kafka's
+``kafka.server.DynamicBrokerConfig`` with ``DynamicConfig.Broker``, ZooKeeper mode).
 
-``KafkaServer`` builds it with the throttle it controls, calls :meth:`startup` once ZooKeeper is up (after the
-``DynamicConfigManager`` started, so no change is missed), and registers :meth:`on_change` as the
-``DynamicConfigManager`` handler for ``brokers``; ``KafkaApis`` reads :meth:`describe_entries` for
-DescribeConfigs.  A change applies at once: the shared throttle's rate is set and waiting move threads wake.
+One definition per broker config (:data:`BROKER_CONFIGS`): type, default and mode -- ``read-only`` (only in
+the broker's static properties), ``per-broker`` or ``cluster-wide`` (also settable for all brokers at once).
+A value comes from, highest precedence first: ``/config/brokers/<id>`` (DYNAMIC_BROKER_CONFIG),
+``/config/brokers/<default>`` (DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's properties (STATIC_BROKER_CONFIG),
+the default (DEFAULT_CONFIG).  Configs that are aliases of one another (``log.retention.ms`` / ``.minutes`` /
+``.hours``) are synonyms: DescribeConfigs lists, for each entry, every set synonym in that order.
+
+Changes: AlterConfigs / IncrementalAlterConfigs on a BROKER resource validate the new layer (unknown or
+read-only names, bad values -> INVALID_REQUEST with Kafka's "Invalid config value for resource ..." text) and
+write it with a change notification (``brokers/<id>`` or ``brokers/<default>``).  Every broker's
+DynamicConfigManager then calls :meth:`on_change`; the effective values are recomputed and each
+*reconfigurable* whose names changed is called with the new effective config (Kafka's ``Reconfigurable``,
+registered by the composition root).  Readers that sample a value at use (e.g. a throttle) call :meth:`value`.
+
+Deliberate differences: unknown names are refused (Kafka accepts custom names); no listener or SSL configs; a
+password type is never stored encrypted.
 """
 from __future__ import annotations
 
 import threading
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
-from kafkatier.admin import broker_config
+import attrs
+
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
+from kafkatier.protocol.errors import Errors, InvalidRequestError, KafkaError
 
 log = get_logger("server.dynamic-broker-config")
 
-DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs' ConfigSource values
+DEFAULT_ENTITY = "<default>"
+LONG_MAX = 2**63 - 1
+
+# DescribeConfigs config_source values.
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 2, 3, 4, 5
+# DescribeConfigs config_type values.
+_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
+          "PASSWORD": 9}
+READ_ONLY, PER_BROKER, CLUSTER_WIDE = "read-only", "per-broker", "cluster-wide"
+
+
+@attrs.frozen
+class BrokerConfigDef:
+    name: str
+    type: str
+    default: str | None
+    mode: str
+    minimum: int | None = None
+
+
+def _d(name: str, type_: str, default, mode: str, minimum: int | None = None) -> BrokerConfigDef:
+    return BrokerConfigDef(name, type_, None if default is None else str(default).lower()
+                           if isinstance(default, bool) else str(default), mode, minimum)
+
+
+#: Every broker config this simulator knows, once.
+BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
+    _d("broker.id", "INT", -1, READ_ONLY),
+    _d("zookeeper.connect", "STRING", None, READ_ONLY),
+    _d("zookeeper.session.timeout.ms", "INT", 18000, READ_ONLY),
+    _d("log.dirs", "STRING", None, READ_ONLY),
+    _d("listeners", "STRING", "PLAINTEXT://:9092", READ_ONLY),
+    _d("broker.rack", "STRING", None, READ_ONLY),
+    _d("delete.topic.enable", "BOOLEAN", True, READ_ONLY),
+    _d("auto.create.topics.enable", "BOOLEAN", True, READ_ONLY),
+    _d("request.timeout.ms", "INT", 30000, READ_ONLY),
+    _d("num.partitions", "INT", 1, READ_ONLY),
+    _d("default.replication.factor", "INT", 1, READ_ONLY),
+    _d("replica.lag.time.max.ms", "LONG", 30000, READ_ONLY),
+    _d("replica.fetch.wait.max.ms", "INT", 500, READ_ONLY),
+    _d("replica.fetch.max.bytes", "INT", 1048576, READ_ONLY),
+    _d("log.retention.check.interval.ms", "LONG", 300000, READ_ONLY),
+    _d("remote.log.storage.system.enable", "BOOLEAN", False, READ_ONLY),
+    _d("offsets.topic.num.partitions", "INT", 10, READ_ONLY),
+    _d("offsets.topic.replication.factor", "SHORT", 3, READ_ONLY),
+    _d("offsets.retention.minutes", "INT", 10080, READ_ONLY),
+    _d("offsets.retention.check.interval.ms", "LONG", 600000, READ_ONLY),
+    _d("offset.metadata.max.bytes", "INT", 4096, READ_ONLY),
+    _d("group.min.session.timeout.ms", "INT", 6000, READ_ONLY),
+    _d("group.max.session.timeout.ms", "INT", 1800000, READ_ONLY),
+    _d("group.initial.rebalance.delay.ms", "INT", 3000, READ_ONLY),
+    _d("group.max.size", "INT", 2147483647, READ_ONLY),
+    # log configs: the defaults of every topic without an override (Kafka's DynamicLogConfig)
+    _d("log.retention.ms", "LONG", None, CLUSTER_WIDE, -1),
+    _d("log.retention.minutes", "INT", None, CLUSTER_WIDE, -1),
+    _d("log.retention.hours", "INT", 168, CLUSTER_WIDE, -1),
+    _d("log.retention.bytes", "LONG", -1, CLUSTER_WIDE, -1),
+    _d("log.local.retention.ms", "LONG", -2, CLUSTER_WIDE, -2),
+    _d("log.local.retention.bytes", "LONG", -2, CLUSTER_WIDE, -2),
+    _d("log.segment.bytes", "INT", 1073741824, CLUSTER_WIDE, 14),
+    _d("log.roll.ms", "LONG", None, CLUSTER_WIDE, 1),
+    _d("log.roll.hours", "INT", 168, CLUSTER_WIDE, 1),
+    _d("log.cleanup.policy", "LIST", "delete", CLUSTER_WIDE),
+    _d("message.max.bytes", "INT", 1048588, CLUSTER_WIDE, 0),
+    _d("compression.type", "STRING", "producer", CLUSTER_WIDE),
+    _d("min.insync.replicas", "INT", 1, CLUSTER_WIDE, 1),
+    _d("unclean.leader.election.enable", "BOOLEAN", False, CLUSTER_WIDE),
+    # replication throttles (Kafka's DynamicReplicationQuota)
+    _d("leader.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 0),
+    _d("follower.replication.throttled.rate", "LONG", LONG_MAX, PER_BROKER, 0),
+    _d("replica.alter.log.dirs.io.max.bytes.per.second", "LONG", LONG_MAX, PER_BROKER, 0),
+    # KIP-113's name for the intra-broker (log dir move) throttle; a synonym of Kafka's name above
+    _d("intra.broker.throttled.rate", "LONG", None, PER_BROKER, 0),
+    # remote log manager pools (KIP-950's split pools)
+    _d("remote.log.manager.thread.pool.size", "INT", 10, PER_BROKER, 1),
+    _d("remote.log.manager.copier.thread.pool.size", "INT", -1, PER_BROKER, -1),
+    _d("remote.log.manager.expiration.thread.pool.size", "INT", -1, PER_BROKER, -1),
+    _d("remote.log.reader.threads", "INT", 10, PER_BROKER, 1),
+)}
+
+#: Aliases, highest precedence first (Kafka's synonyms): a set member overrides those after it.
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("intra.broker.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"),
+)
+_SYNONYMS_OF = {name: group for group in SYNONYMS for name in group}
+#: KIP-113's intra-broker move throttle, under the seed's name and Kafka's, in precedence order.
+ALTER_LOG_DIRS_THROTTLE_NAMES = ("intra.broker.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second")
+
+Reconfigurable = tuple[frozenset, Callable[[dict[str, str]], None]]
+
+
+def _check_value(d: BrokerConfigDef, value: str) -> None:
+    if d.type in ("INT", "SHORT", "LONG"):
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"Invalid value {value} for configuration {d.name}: Not a number of type {d.type}") from None
+        if d.minimum is not None and n < d.minimum and not (d.minimum == -1 and n == -1):
+            raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be at least {d.minimum}")
+        if d.name.endswith("copier.thread.pool.size") or d.name.endswith("expiration.thread.pool.size"):
+            if n == 0 or n < -1:
+                raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be -1 or at least 1")
+    elif d.type == "BOOLEAN" and value.lower() not in ("true", "false"):
+        raise ValueError(f"Invalid value {value} for configuration {d.name}: Expected value to be either true or false")
 
 
 class DynamicBrokerConfig:
-    def __init__(self, broker_id: int, static_overrides: Mapping[str, object], zk,
-                 alter_log_dirs_quota: ReplicationQuotaManager):
+    def __init__(self, broker_id: int, static: Mapping[str, str], kafka_zk,
+                 reconfigurables: Iterable[Reconfigurable] = ()):
         self.broker_id = broker_id
-        self._static = {k: str(v) for k, v in static_overrides.items()}
-        self._zk = zk
-        self.alter_log_dirs_quota = alter_log_dirs_quota
+        self.static = {k: str(v) for k, v in static.items() if v is not None}
+        self.kafka_zk = kafka_zk
+        self.reconfigurables = list(reconfigurables)
         self._lock = threading.Lock()
-        self._entities: dict[str, dict[str, str]] = {}
+        self._default: dict[str, str] = {}
+        self._per_broker: dict[str, str] = {}
+        self._effective = self._compute()
 
-    def startup(self) -> None:
-        for entity in (broker_config.DEFAULT_ENTITY, str(self.broker_id)):
-            self._entities[entity] = broker_config.read(self._zk, entity) if self._zk is not None else {}
-        self._apply()
+    # --- reading ------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read both dynamic layers (after the change listener started, so no change is missed)."""
+        self.on_change(DEFAULT_ENTITY, self.kafka_zk.get_entity_config_and_version("brokers", DEFAULT_ENTITY)[0])
+        self.on_change(str(self.broker_id),
+                       self.kafka_zk.get_entity_config_and_version("brokers", str(self.broker_id))[0])
 
-    @property
-    def intra_broker_throttle(self) -> int:
+    def value(self, name: str) -> str | None:
+        return self._effective.get(name)
+
+    def synonym_value(self, names: tuple[str, ...]) -> str | None:
+        """The value of synonyms ``names`` (highest precedence first) from the highest layer that sets one of
+        them -- this broker's dynamic config, the cluster default, the static properties -- or None (the
+        default applies).  Within a layer the earlier name wins."""
         with self._lock:
-            return broker_config.intra_broker_throttle(
-                self._static, self._entities.get(broker_config.DEFAULT_ENTITY, {}),
-                self._entities.get(str(self.broker_id), {}))
+            layers = (self._per_broker, self._default, self.static)
+        for layer in layers:
+            for name in names:
+                if layer.get(name) is not None:
+                    return layer[name]
+        return None
 
+    def effective(self) -> dict[str, str]:
+        return dict(self._effective)
+
+    def _compute(self) -> dict[str, str]:
+        out = {n: d.default for n, d in BROKER_CONFIGS.items() if d.default is not None}
+        for layer in (self.static, self._default, self._per_broker):
+            out.update(layer)
+        return out
+
+    # --- DynamicConfigManager handler ---------------------------------------------------------------------
     def on_change(self, entity: str, config: Mapping[str, str]) -> None:
-        """DynamicConfigManager handler for ``brokers/<id>`` and ``brokers/<default>``."""
-        if entity not in (broker_config.DEFAULT_ENTITY, str(self.broker_id)):
+        if entity not in (DEFAULT_ENTITY, str(self.broker_id)):
             return
+        accepted = {}
+        for k, v in config.items():
+            d = BROKER_CONFIGS.get(k)
+            try:
+                if d is None or d.mode == READ_ONLY:
+                    raise ValueError("not a dynamic broker config")
+                _check_value(d, str(v))
+                accepted[k] = str(v)
+            except ValueError as e:
+                log.error("ignoring dynamic broker config %s", kv(entity=entity, name=k, value=v, reason=e))
         with self._lock:
-            self._entities[entity] = dict(config)
-        self._apply()
-        log.info("broker config changed %s", kv(entity=entity, config=dict(config) or "{}",
-                                                intra_broker_throttled_rate=self.intra_broker_throttle))
+            if entity == DEFAULT_ENTITY:
+                self._default = accepted
+            else:
+                self._per_broker = accepted
+            old, self._effective = self._effective, self._compute()
+        changed = {k for k in set(old) | set(self._effective) if old.get(k) != self._effective.get(k)}
+        if changed:
+            log.info("broker config changed %s", kv(entity=entity, changed=",".join(sorted(changed))))
+        for names, reconfigure in self.reconfigurables:
+            if changed & names:
+                try:
+                    reconfigure(self.effective())
+                except Exception:  # noqa: BLE001 - a failed reconfiguration keeps the old behaviour
+                    log.exception("reconfiguration failed %s", kv(names=",".join(sorted(changed & names))))
 
-    def _apply(self) -> None:
-        self.alter_log_dirs_quota.set_rate(self.intra_broker_throttle)
+    # --- DescribeConfigs ----------------------------------------------------------------------------------
+    def describe(self, resource_name: str) -> list[dict]:
+        """DescribeConfigs entries: every config of this broker, or for ``""`` the dynamic defaults only."""
+        if resource_name == "":
+            return [self._entry(n, {DYNAMIC_DEFAULT_BROKER_CONFIG: self._default}) for n in sorted(self._default)]
+        self._check_broker(resource_name)
+        layers = {DYNAMIC_BROKER_CONFIG: self._per_broker, DYNAMIC_DEFAULT_BROKER_CONFIG: self._default,
+                  STATIC_BROKER_CONFIG: self.static}
+        return [self._entry(n, layers) for n in sorted(BROKER_CONFIGS)]
 
-    def describe_entries(self, name: str) -> list[tuple[str, str, int]]:
-        """(key, value, source) of the dynamic configs DescribeConfigs shows for broker resource ``name``
-        ("" = the cluster default): the default's, then (for a broker id) the broker's own."""
-        levels = [(broker_config.DEFAULT_ENTITY, DYNAMIC_DEFAULT_BROKER_CONFIG)]
-        if name != "":
-            levels.append((str(self.broker_id), DYNAMIC_BROKER_CONFIG))
-        with self._lock:
-            return [(k, v, source) for entity, source in levels for k, v in sorted(self._entities.get(entity, {}).items())]
+    def _entry(self, name: str, layers: dict[int, dict[str, str]]) -> dict:
+        d = BROKER_CONFIGS.get(name)
+        group = _SYNONYMS_OF.get(name, (name,))
+        group = group[group.index(name):]       # a synonym only yields to those before it
+        synonyms = [{"name": s, "value": layer[s], "source": src}
+                    for src, layer in layers.items() for s in group if s in layer]
+        for s in group:
+            sd = BROKER_CONFIGS.get(s)
+            if sd is not None and sd.default is not None:
+                synonyms.append({"name": s, "value": sd.default, "source": DEFAULT_CONFIG})
+                break
+        own = next((x for x in synonyms if x["name"] == name), None)
+        top = synonyms[0] if synonyms else None
+        value = own["value"] if own is not None else (d.default if d is not None else None)
+        source = top["source"] if top is not None else DEFAULT_CONFIG
+        return {"name": name, "value": value, "source": source, "read_only": d is None or d.mode == READ_ONLY,
+                "sensitive": d is not None and d.type == "PASSWORD", "synonyms": synonyms,
+                "type": _TYPES.get(d.type, 0) if d is not None else 0}
+
+    def _check_broker(self, resource_name: str) -> None:
+        try:
+            bid = int(resource_name)
+        except ValueError:
+            raise InvalidRequestError(f"Broker id must be an integer, but it is: {resource_name}") from None
+        if bid != self.broker_id:
+            raise InvalidRequestError(f"Unexpected broker id, expected {self.broker_id} or empty string, but "
+                                      f"received {resource_name}")
+
+    # --- Alter / IncrementalAlterConfigs --------------------------------------------------------------------
+    def alter(self, resource_name: str, sets: Mapping[str, str | None], deletes: Iterable[str], replace: bool,
+              validate_only: bool = False) -> dict[str, str]:
+        """Validate and write the new dynamic layer of broker ``resource_name`` (``""``: the cluster default);
+        returns it.  ``replace``: AlterConfigs semantics (``sets`` is the whole layer)."""
+        if resource_name != "":
+            self._check_broker(resource_name)
+        entity = DEFAULT_ENTITY if resource_name == "" else resource_name
+        where = f"ConfigResource(type=BROKER, name='{resource_name}')"
+
+        def invalid(text: str) -> KafkaError:
+            return InvalidRequestError(f"Invalid config value for resource {where}: {text}")
+        nulls = sorted(k for k, v in sets.items() if v is None)
+        if nulls:
+            raise invalid(f"Null value not supported for : {','.join(nulls)}")
+        unknown = sorted(k for k in [*sets, *deletes] if k not in BROKER_CONFIGS)
+        if unknown:
+            raise invalid(f"Unknown broker configs: {', '.join(unknown)}")
+        static_only = sorted(k for k in [*sets, *deletes] if BROKER_CONFIGS[k].mode == READ_ONLY)
+        if static_only:
+            raise invalid(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
+        for k, v in sets.items():
+            try:
+                _check_value(BROKER_CONFIGS[k], str(v))
+            except ValueError as e:
+                raise invalid(str(e)) from None
+        current, version = self.kafka_zk.get_entity_config_and_version("brokers", entity)
+        new = {k: str(v) for k, v in sets.items()} if replace else {**current, **{k: str(v) for k, v in sets.items()}}
+        for k in deletes:
+            new.pop(k, None)
+        if validate_only:
+            return new
+        try:
+            note = self.kafka_zk.change_entity_config_conditionally("brokers", entity, new, version)
+        except Exception as e:  # noqa: BLE001 - BadVersion / NodeExists: a concurrent change; the client retries
+            raise KafkaError(f"The config of broker '{entity}' changed concurrently; retry ({type(e).__name__})",
+                             Errors.UNKNOWN_SERVER_ERROR) from None
+        log.info("wrote dynamic broker config %s", kv(entity=entity, config=new, notification=note))
+        return new

@@ -5,10 +5,11 @@ Produce and Fetch may complete later (acks=all, long-poll fetch): they return a 
 completes.  Record batches are passed through as bytes.
 
 Collaborators arrive through the constructor (``KafkaServer`` builds them): the replica manager, the metadata
-cache, the admin client and the controller (topic and config changes), the producer id manager, and the
-optional features -- DeleteRecords (API 21, ``server/delete_records.py``), AlterReplicaLogDirs and DescribeLogDirs
-(APIs 34 and 35, ``server/log_dirs.py``) and SASL/PLAIN (APIs 17 and 36, ``server/sasl.py``), advertised only
-when given -- and the dynamic broker configs (``server/dynamic_broker_config.py``).
+cache, the admin client and the controller (topic and config changes), the producer id manager, the dynamic
+broker configs (``server/dynamic_broker_config.py``: DescribeConfigs / AlterConfigs of BROKER resources), and the
+optional features -- DeleteRecords (API 21, ``server/delete_records.py``), AlterReplicaLogDirs and
+DescribeLogDirs (APIs 34 and 35, ``server/log_dirs.py``), SASL/PLAIN (APIs 17 and 36, ``server/sasl.py``) and the
+group APIs (8-16, 42, 47, ``server/group_apis.py``), advertised only when given.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from kafkatier.admin import broker_config
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
@@ -29,6 +29,7 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
                                               ReplicaManager)
@@ -45,6 +46,7 @@ CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 DESCRIBE_CLUSTER = 60
 INIT_PRODUCER_ID = 22
+CREATE_PARTITIONS = 37
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -66,12 +68,14 @@ class KafkaApis:
         PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12),
         CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5), DESCRIBE_CONFIGS: (1, 4), ALTER_CONFIGS: (0, 2),
         INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1), INIT_PRODUCER_ID: (0, 4),
+        CREATE_PARTITIONS: (0, 3),
     }
 
     def __init__(self, config: Callable[[], BrokerConfig], cluster_id: str, replica_manager: ReplicaManager,
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
-                 log_dirs: LogDirsApis | None = None, dynamic_broker_config: DynamicBrokerConfig | None = None):
+                 group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
+                 broker_configs: DynamicBrokerConfig):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -82,14 +86,18 @@ class KafkaApis:
         self.producer_ids = producer_ids
         self.delete_records = delete_records
         self.sasl = sasl
-        self.dynamic_broker_config = dynamic_broker_config
+        self.broker_configs = broker_configs
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
             DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
             ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
-            DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id}
+            DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id,
+            CREATE_PARTITIONS: self.handle_create_partitions}
         self._versions = dict(self.VERSIONS)
+        for key, (versions, handler) in (group_apis.handlers() if group_apis is not None else {}).items():
+            self._handlers[key] = handler
+            self._versions[key] = versions
         if delete_records is not None:
             self._handlers[DELETE_RECORDS] = delete_records.handle
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
@@ -176,7 +184,7 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": False, "partitions": plist, "topic_authorized_operations": -2147483648})
+                           "is_internal": name == "__consumer_offsets", "partitions": plist, "topic_authorized_operations": -2147483648})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
             c = self.config
@@ -344,6 +352,55 @@ class KafkaApis:
             results.append(res)
         return self._await_metadata(DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
 
+    def handle_create_partitions(self, header, req, ctx):
+        """Kafka's handleCreatePartitionsRequest (ZooKeeper mode): on the controller only; duplicate topics are
+        INVALID_REQUEST; the answer waits (up to the request timeout) until the new partitions have leaders."""
+        v = header.request_api_version
+        counts: dict[str, int] = {}
+        for t in req.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results, growing = [], {}
+        for t in req.topics:
+            res = {"name": t.name, "error_code": 0, "error_message": None}
+            results.append(res)
+            if counts[t.name] > 1:
+                res.update(error_code=int(Errors.INVALID_REQUEST), error_message="Duplicate topic in request.")
+            elif not self._is_controller():
+                res.update(error_code=int(Errors.NOT_CONTROLLER),
+                           error_message="This is not the correct controller for this cluster.")
+            else:
+                try:
+                    assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
+                    self.admin_zk.add_partitions(t.name, t.count, assignment, validate_only=req.validate_only)
+                    if not req.validate_only:
+                        growing[t.name] = t.count
+                except KafkaError as e:
+                    res.update(error_code=int(e.error), error_message=e.message or None)
+                except Exception as e:  # noqa: BLE001
+                    log.exception("create partitions failed %s", kv(topic=t.name))
+                    res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
+        body = {"throttle_time_ms": 0, "results": results}
+        if not growing or req.timeout_ms <= 0:
+            return self._resp(CREATE_PARTITIONS, v, body)
+        fut: Future = Future()
+
+        def led(topic: str) -> bool:
+            parts = self.cache.topic_partitions(topic)
+            return len(parts) >= growing[topic] and all(p.leader >= 0 for p in parts)
+
+        def wait() -> None:
+            from kafkatier.waiting import WaitTimeout, wait_for
+            try:
+                wait_for(lambda: all(led(t) for t in growing), req.timeout_ms / 1000.0, interval=0.05,
+                         message="new partitions")
+            except WaitTimeout:
+                for r in results:
+                    if r["name"] in growing and not led(r["name"]):
+                        r["error_code"] = int(Errors.REQUEST_TIMED_OUT)
+            fut.set_result(self._resp(CREATE_PARTITIONS, v, body))
+        threading.Thread(target=wait, name="create-partitions-wait", daemon=True).start()
+        return fut
+
     def _await_metadata(self, api_key: int, version: int, results: list, names: list, timeout_ms: int,
                         present: bool):
         """Answer once the metadata cache shows the topics created (with leaders) or gone, or at the timeout
@@ -406,30 +463,18 @@ class KafkaApis:
         return self._resp(DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
 
     def _broker_config_entries(self, name: str) -> list[dict]:
-        c = self.config
-        if name not in ("", str(c.broker_id)):
-            raise KafkaError(f"broker {name} is not this broker ({c.broker_id})", Errors.INVALID_REQUEST)
-        static = {"broker.id": str(c.broker_id), "log.dirs": ",".join(c.log_dirs),
-                  "zookeeper.connect": c.zookeeper_connect, "min.insync.replicas": str(c.min_insync_replicas),
-                  "delete.topic.enable": str(c.delete_topic_enable).lower(),
-                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
-                  **{k: str(v) for k, v in c.overrides.items()}}
-        entries = {k: {"name": k, "value": v, "read_only": True, "source": 4,
-                       "synonyms": [{"name": k, "value": v, "source": 4}]} for k, v in static.items()}
-        # Dynamic broker configs (the KIP-113 move throttle): the default's (source 3), then this broker's (2).
-        if self.dynamic_broker_config is not None:
-            for k, v, source in self.dynamic_broker_config.describe_entries(name):
-                prev = entries.get(k)
-                synonyms = [{"name": k, "value": v, "source": source}] + (prev["synonyms"] if prev else [])
-                entries[k] = {"name": k, "value": v, "read_only": False, "source": source, "synonyms": synonyms}
-        return [entries[k] for k in sorted(entries)]
+        return self.broker_configs.describe(name)
 
     def handle_alter_configs(self, header, req, ctx):
         def changes(r):
             full = {c.name: c.value for c in r.configs if c.value is not None}
             return (lambda admin, extra_ops=None: admin.change_topic_config(
                         r.resource_name, full, validate_only=req.validate_only, extra_ops=extra_ops), set(full))
-        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True)
+
+        def broker_change(r):
+            return {c.name: c.value for c in r.configs}, [], True
+        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True,
+                                   broker_change=broker_change)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
@@ -442,13 +487,23 @@ class KafkaApis:
                 else:
                     raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
                                      Errors.INVALID_REQUEST)
-            if r.resource_type == BROKER_RESOURCE:  # dynamic broker configs (the KIP-113 move throttle)
-                return (lambda admin, extra_ops=None: broker_config.alter(
-                            self.zk, r.resource_name, sets, deletes, validate_only=req.validate_only), set())
             return (lambda admin, extra_ops=None: admin.alter_topic_config(
                         r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
-        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False)
+
+        def broker_change(r):
+            sets, deletes = {}, []
+            for c in r.configs:
+                if c.config_operation == 0:
+                    sets[c.name] = c.value
+                elif c.config_operation == 1:
+                    deletes.append(c.name)
+                else:
+                    raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
+                                     Errors.INVALID_REQUEST)
+            return sets, deletes, False
+        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
+                                   broker_change=broker_change)
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -461,7 +516,7 @@ class KafkaApis:
             return bool(set(current) & set(TIERED_KEYS))
         return False
 
-    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool):
+    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None):
         """Topic config changes.  Those that touch tiering (KIP-950) are decided by the active controller: on
         the controller they run on its event thread; any other broker forwards the whole request to it."""
         v = header.request_api_version
@@ -471,11 +526,16 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
-                broker = r.resource_type == BROKER_RESOURCE and api_key == INCREMENTAL_ALTER_CONFIGS
-                if r.resource_type != TOPIC_RESOURCE and not broker:
-                    raise KafkaError("only topic configs can be altered", Errors.INVALID_REQUEST)
+                if r.resource_type == BROKER_RESOURCE:   # dynamic broker configs (DynamicBrokerConfig)
+                    sets, deletes, replace = broker_change(r)
+                    self.broker_configs.alter(r.resource_name, sets, deletes, replace,
+                                                     validate_only=req.validate_only)
+                    plans.append((r, res, None))
+                    continue
+                if r.resource_type != TOPIC_RESOURCE:
+                    raise KafkaError("only topic and broker configs can be altered", Errors.INVALID_REQUEST)
                 compute, keys = changes(r)
-                plan = (compute, not broker and self._touches_tiering(r.resource_name, keys, full_replace))
+                plan = (compute, self._touches_tiering(r.resource_name, keys, full_replace))
             except KafkaError as e:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             plans.append((r, res, plan))

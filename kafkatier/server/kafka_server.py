@@ -1,9 +1,9 @@
 """KafkaServer: one broker process, and the composition root of its parts.
 
-Start-up order: ZooKeeper session -> persistent paths and cluster id -> dynamic config listener -> tiered
-storage start-up checks -> scheduler, log manager -> remote log manager (with tiered storage) -> replica
-manager -> topic config handler -> admin client, controller object, DeleteRecords, authorizer, SASL ->
-request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
+Start-up order: ZooKeeper session -> persistent paths and cluster id -> dynamic broker configs, dynamic config
+listener -> tiered storage start-up checks -> scheduler, log manager -> remote log manager (with tiered storage)
+-> replica manager -> topic config handler -> dynamic broker configs loaded -> group coordinator -> admin
+client, controller object, DeleteRecords, authorizer, SASL -> request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
 broker epoch = its czxid) -> control-request handler -> controller start-up.
 
 Every collaborator is built here and passed to the constructors that use it (Kafka's ``KafkaServer.startup``):
@@ -24,7 +24,10 @@ from kazoo.exceptions import NodeExistsError
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
+from kafkatier.coordinator.group import GroupConfig, GroupCoordinator
+from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.log.atomic_file import atomic_write
+from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
@@ -36,12 +39,15 @@ from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.delete_records import DeleteRecordsManager
-from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server.dynamic_broker_config import (ALTER_LOG_DIRS_THROTTLE_NAMES, BROKER_CONFIGS, CLUSTER_WIDE,
+                                                     LONG_MAX, DynamicBrokerConfig)
 from kafkatier.server.dynamic_config_manager import DynamicConfigManager
+from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import SocketServer
+from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
@@ -49,6 +55,7 @@ from kafkatier.server.sasl import sasl_server_from_config
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("server")
 
@@ -74,9 +81,10 @@ class KafkaServer:
         self.admin_zk: AdminZkClient | None = None
         self.dynamic_config: DynamicConfigManager | None = None
         self.delete_records: DeleteRecordsManager | None = None
+        self.broker_configs: DynamicBrokerConfig | None = None
         self.alter_log_dirs_quota = ReplicationQuotaManager()  # the KIP-113 move throttle, shared by move threads
-        self.dynamic_broker_config: DynamicBrokerConfig | None = None
         self.log_dir_failure_channel = LogDirFailureChannel()
+        self.group_coordinator: GroupCoordinator | None = None
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -91,12 +99,10 @@ class KafkaServer:
         self.cluster_id = self._get_or_create_cluster_id()
         self.topic_configs = TopicConfigCache(self.zk)
         # Before any topic config is read, so no change is missed; changes are applied once the handler exists.
-        self.dynamic_broker_config = DynamicBrokerConfig(self.broker_id, c.overrides, self.zk,
-                                                         self.alter_log_dirs_quota)
+        self.broker_configs = self._new_dynamic_broker_config()
         self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self._on_topic_config_change,
-                                                             "brokers": self.dynamic_broker_config.on_change})
+                                                             "brokers": self.broker_configs.on_change})
         self.dynamic_config.start()
-        self.dynamic_broker_config.startup()
         remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
         self.scheduler = KafkaScheduler(1, "kafka-scheduler-").startup()
         self.log_manager = LogManager(
@@ -124,6 +130,11 @@ class KafkaServer:
             num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None)
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
+        self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
+        self._reconfigure_alter_log_dirs_throttle(self.broker_configs.effective())  # static or dynamic, at start
+        self.group_coordinator = GroupCoordinator(self.broker_id, self._group_config(),
+                                                  ReplicaManagerOffsetsLog(self.replica_manager), self.scheduler)
+        self.group_coordinator.startup()
         self.admin_zk = self._new_admin_zk()
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
@@ -138,8 +149,11 @@ class KafkaServer:
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
                               delete_records=self.delete_records, sasl=sasl,
+                              group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.broker_id,
+                                                   create_offsets_topic=self._create_offsets_topic,
+                                                   live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1),
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
-                              dynamic_broker_config=self.dynamic_broker_config)
+                              broker_configs=self.broker_configs)
         self.socket_server = SocketServer(c.host, c.port, self.apis,
                                           request_gate=sasl.gate if sasl is not None else None)
         self.socket_server.start()  # binds the port before we advertise it
@@ -158,6 +172,83 @@ class KafkaServer:
                          "min.insync.replicas": str(c.min_insync_replicas), **c.overrides}
         return AdminZkClient(self.zk, broker_config=broker_config, default_num_partitions=c.num_partitions,
                              default_replication_factor=c.default_replication_factor)
+
+    # --- group coordinator (kafkatier/coordinator/group) ------------------------------------------------------
+    def _group_config(self) -> GroupConfig:
+        """The coordinator's settings; an existing offsets topic keeps its partition count (as in Kafka)."""
+        config = GroupConfig.from_overrides(self.config.overrides)
+        try:
+            data, _ = self.zk.get(paths.topic(OFFSETS_TOPIC))
+            count = len(codecs.TopicAssignment.decode(data).partitions)
+        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
+            count = 0
+        return attrs.evolve(config, offsets_topic_num_partitions=count) if count else config
+
+    def _create_offsets_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
+        self.admin_zk.create_topic(OFFSETS_TOPIC, partitions, replication_factor, configs)
+
+    def _offsets_topic_leadership(self, body: dict, stopped: bool) -> None:
+        """Kafka's onLeadershipChange: the group coordinator loads the ``__consumer_offsets`` partitions this
+        broker now leads and unloads those it follows or stopped."""
+        for ts in body.get("topic_states", []):
+            if ts.get("topic_name") != OFFSETS_TOPIC:
+                continue
+            for ps in ts.get("partition_states", []):
+                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
+                part = self.replica_manager.get_partition(OFFSETS_TOPIC, p)
+                if not stopped and part is not None and part.is_leader:
+                    self.group_coordinator.on_election(p, part.leader_epoch)
+                else:
+                    self.group_coordinator.on_resignation(p, None if stopped else epoch)
+
+    # --- dynamic broker configs (kafkatier/server/dynamic_broker_config.py) ---------------------------------
+    def _new_dynamic_broker_config(self) -> DynamicBrokerConfig:
+        """The broker's configs with their sources; its reconfigurables act on the parts once they exist."""
+        c = self.config
+        static = {"broker.id": c.broker_id, "zookeeper.connect": c.zookeeper_connect, "log.dirs": ",".join(c.log_dirs),
+                  "listeners": c.listener, "broker.rack": c.rack,
+                  "zookeeper.session.timeout.ms": c.zookeeper_session_timeout_ms,
+                  "delete.topic.enable": str(c.delete_topic_enable).lower(), "request.timeout.ms": c.request_timeout_ms,
+                  "num.partitions": c.num_partitions, "default.replication.factor": c.default_replication_factor,
+                  "min.insync.replicas": c.min_insync_replicas,
+                  "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
+                  "replica.lag.time.max.ms": c.replica_lag_time_max_ms,
+                  "replica.fetch.wait.max.ms": c.replica_fetch_wait_max_ms,
+                  "replica.fetch.max.bytes": c.replica_fetch_max_bytes,
+                  "log.retention.check.interval.ms": c.log_retention_check_interval_ms,
+                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
+                  **c.overrides}
+        log_names = frozenset(n for n, d in BROKER_CONFIGS.items() if d.mode == CLUSTER_WIDE)
+        pool_names = frozenset(n for n in BROKER_CONFIGS
+                               if n.startswith("remote.log.manager.") or n == "remote.log.reader.threads")
+        return DynamicBrokerConfig(self.broker_id, {k: str(v) for k, v in static.items() if v is not None},
+                                   KafkaZkClient(self.zk), reconfigurables=[
+                                       (frozenset({"min.insync.replicas"}), self._reconfigure_min_isr),
+                                       (log_names, self._reconfigure_log_defaults),
+                                       (pool_names, self._reconfigure_remote_log_pools),
+                                       (frozenset(ALTER_LOG_DIRS_THROTTLE_NAMES), self._reconfigure_alter_log_dirs_throttle)])
+
+    def _reconfigure_alter_log_dirs_throttle(self, effective: dict) -> None:
+        """KIP-113's move throttle: the seed's name wins over Kafka's when both are set."""
+        rate = self.broker_configs.synonym_value(ALTER_LOG_DIRS_THROTTLE_NAMES)
+        self.alter_log_dirs_quota.set_rate(int(rate) if rate is not None else LONG_MAX)
+
+    def _reconfigure_min_isr(self, effective: dict) -> None:
+        if self.replica_manager is not None:
+            self.replica_manager.min_insync_replicas_default = int(effective["min.insync.replicas"])
+
+    def _reconfigure_log_defaults(self, effective: dict) -> None:
+        if self.log_manager is not None:
+            self.log_manager.update_broker_defaults(LogConfig.from_props(broker_topic_defaults(effective)),
+                                                    self.topic_configs)
+
+    def _reconfigure_remote_log_pools(self, effective: dict) -> None:
+        if self.remote_log_manager is not None:
+            size = int(effective["remote.log.manager.thread.pool.size"])
+            copier = int(effective["remote.log.manager.copier.thread.pool.size"])
+            expiration = int(effective["remote.log.manager.expiration.thread.pool.size"])
+            self.remote_log_manager.resize_thread_pools(size if copier == -1 else copier,
+                                                        size if expiration == -1 else expiration, size)
 
     def _restart_fetcher(self, p) -> None:
         """The remote log manager rebuilt follower ``p`` from the remote tier: fetch again from its new end."""
@@ -218,7 +309,9 @@ class KafkaServer:
 
     # --- control requests (called by ControlRequestHandler) --------------------------------------------------
     def handle_leader_and_isr(self, body: dict) -> dict:
-        return self.replica_manager.handle_leader_and_isr(body)
+        result = self.replica_manager.handle_leader_and_isr(body)
+        self._offsets_topic_leadership(body, stopped=False)
+        return result
 
     def handle_stop_replica(self, body: dict) -> dict:
         """KIP-950: the config of every topic with ``DisableRemotePartition`` entries is re-read first, once per
@@ -228,7 +321,9 @@ class KafkaServer:
         answers: dict[str, Errors] = {}
         if disabling and self.remote_log_manager is not None:
             answers = self.topic_config_handler.refresh_for_disablement(disabling)
-        return self.replica_manager.handle_stop_replica(body, answers)
+        result = self.replica_manager.handle_stop_replica(body, answers)
+        self._offsets_topic_leadership(body, stopped=True)
+        return result
 
     def handle_update_metadata(self, body: dict) -> dict:
         self.metadata_cache.update(body)
@@ -247,6 +342,7 @@ class KafkaServer:
         for step in (lambda: self.socket_server and self.socket_server.shutdown(),
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
+                     lambda: self.group_coordinator and self.group_coordinator.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
@@ -263,6 +359,12 @@ class KafkaServer:
             except Exception:  # noqa: BLE001
                 pass
         log.info("shut down %s", kv(broker=self.broker_id))
+
+    def _high_watermarks(self) -> dict:
+        return self.replica_manager.high_watermarks() if self.replica_manager else {}
+
+    def await_shutdown(self) -> None:
+        self._shutdown.wait()
 
     def _describe_log_dirs(self) -> dict:
         """For ``kafkatier cluster describe``: per dir online/offline and free bytes, per move its progress."""

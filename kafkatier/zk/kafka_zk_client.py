@@ -318,6 +318,37 @@ class KafkaZkClient:
         _raise_first_failure(results)
         return results[1]
 
+    def get_entity_config_and_version(self, entity_type: str, name: str) -> tuple[dict[str, str], int | None]:
+        """``(config, zk_version)`` of ``/config/{type}/{name}`` (e.g. ``brokers/<default>``); ``({}, None)`` if
+        absent; a malformed payload is logged and read as empty."""
+        path = paths.entity_config(entity_type, name)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return {}, None
+        try:
+            return dict(codecs.EntityConfig.decode(data, path=path).config), stat.version
+        except codecs.MalformedZNodeError as e:
+            log.warning("malformed entity config read as empty %s", kv(path=path, reason=e.reason))
+            return {}, stat.version
+
+    def change_entity_config_conditionally(self, entity_type: str, name: str, config: dict[str, str],
+                                           expected_version: int | None) -> str:
+        """Like :meth:`change_topic_config_conditionally` for any entity (Kafka's ``changeBrokerConfig`` writes
+        ``/config/brokers/{id|<default>}`` this way); returns the notification's path."""
+        t = self.zk.transaction()
+        path = paths.entity_config(entity_type, name)
+        data = codecs.EntityConfig(config=dict(config)).encode()
+        if expected_version is None:
+            t.create(path, data)
+        else:
+            t.set_data(path, data, version=expected_version)
+        t.create(paths.CONFIG_CHANGES + "/" + paths.CONFIG_CHANGE_PREFIX,
+                 codecs.ConfigChangeNotification.of(entity_type, name).encode(), sequence=True)
+        results = t.commit()
+        _raise_first_failure(results)
+        return results[1]
+
 
 def _version_of(stat, default: int) -> int:
     return getattr(stat, "version", default) if stat is not None else default

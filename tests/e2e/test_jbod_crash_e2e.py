@@ -175,8 +175,11 @@ def test_move_under_load_with_kill_9_mid_move_and_between_renames(cluster_factor
     set_throttle(c, 2, THROTTLE)
     wait_for(lambda: dir_bytes(move[2]) > 300_000, CONVERGE_S, message="broker 2's move under way")
     c.manager.kill_broker(2)
-    from kafkatier.admin import broker_config  # broker 2 is down: write its dynamic config in ZooKeeper directly
-    broker_config.alter(c.zk, "2", {"intra.broker.throttled.rate": "50000000"})
+    from kafkatier.zk.kafka_zk_client import KafkaZkClient  # broker 2 is down: write its config in ZooKeeper
+    kzk = KafkaZkClient(c.zk)
+    current, version = kzk.get_entity_config_and_version("brokers", "2")
+    kzk.change_entity_config_conditionally("brokers", "2", {**current, "intra.broker.throttled.rate": "50000000"},
+                                           version)
     restart(c, 2, wait=False, extra_env={"KAFKATIER_CRASH_AT": "jbod-between-renames"})
     proc = c.manager._procs[2]  # noqa: SLF001 - the broker process this cluster manager started
     wait_for(lambda: proc.poll() is not None, CONVERGE_S, message="broker 2 to crash between the renames")

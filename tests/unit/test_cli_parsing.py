@@ -97,6 +97,12 @@ def test_configs_broker_loggers_are_describe_only(capsys):
     assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
 
 
+def test_configs_alter_supports_topics_and_brokers_only(capsys):
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+                            "--entity-name", "1", "--alter", "--add-config", "a=1")
+    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
+
+
 def test_configs_broker_name_must_be_an_id(capsys):
     rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "brokers",
                             "--entity-name", "one", "--describe")

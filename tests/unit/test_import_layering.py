@@ -1,4 +1,4 @@
-"""Imports point down (STYLE.md): cli / scenario / spark / testing -> cluster -> server -> controller -> admin ->
+"""Imports point down (STYLE.md): cli / scenario / spark / testing -> cluster -> server -> coordinator -> controller -> admin ->
 log (with log/remote) -> zk -> protocol -> common (with the top-level helpers ``logsetup``, ``waiting``), and no
 module imports itself back through others (no cycles).
 
@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"__main__", "cli", "scenario", "spark", "testing"},
     {"cluster"},
     {"server"},
+    {"coordinator"},
     {"controller"},
     {"admin"},
     {"log"},

@@ -9,7 +9,6 @@ import pytest
 from kafka.protocol.admin.cluster import (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse,
                                           DescribeLogDirsRequest)
 
-from kafkatier.admin import broker_config
 from kafkatier.log.log_manager import LogManager
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.log_dirs import LogDirsApis
@@ -124,16 +123,30 @@ def test_v0_requests_decode():
 
 
 def test_throttle_precedence_and_validation():
-    seed, alias = broker_config.INTRA_BROKER_THROTTLED_RATE, broker_config.ALTER_LOG_DIRS_IO_MAX_BYTES
-    assert broker_config.intra_broker_throttle({}, {}, {}) == broker_config.LONG_MAX
-    assert broker_config.intra_broker_throttle({alias: "10"}, {}, {}) == 10
-    assert broker_config.intra_broker_throttle({alias: "10"}, {seed: "20"}, {}) == 20
-    assert broker_config.intra_broker_throttle({}, {seed: "20"}, {alias: "30"}) == 30
-    assert broker_config.intra_broker_throttle({}, {}, {alias: "30", seed: "40"}) == 40  # seed name wins
-    for bad in ({seed: "-1"}, {seed: "abc"}, {seed: str(1 << 63)}, {"log.retention.ms": "5"}):
+    """KIP-113's throttle: this broker's layer over the cluster default over the static properties; within one
+    layer the seed's name over Kafka's."""
+    from kafkatier.server.dynamic_broker_config import ALTER_LOG_DIRS_THROTTLE_NAMES, DynamicBrokerConfig
+    seed, alias = ALTER_LOG_DIRS_THROTTLE_NAMES
+
+    class Store:
+        def get_entity_config_and_version(self, entity_type, name):
+            return {}, None
+
+    def rate(static, default, own):
+        d = DynamicBrokerConfig(1, static, Store())
+        d.on_change("<default>", default)
+        d.on_change("1", own)
+        return d.synonym_value(ALTER_LOG_DIRS_THROTTLE_NAMES)
+    assert rate({}, {}, {}) is None  # the default: unthrottled
+    assert rate({alias: "10"}, {}, {}) == "10"
+    assert rate({alias: "10"}, {seed: "20"}, {}) == "20"
+    assert rate({}, {seed: "20"}, {alias: "30"}) == "30"
+    assert rate({}, {}, {alias: "30", seed: "40"}) == "40"  # seed name wins
+    d = DynamicBrokerConfig(1, {}, Store())
+    for bad in ({seed: "-1"}, {seed: "abc"}, {"log.dirs": "/x"}):
         with pytest.raises(KafkaError) as e:
-            broker_config.validate(bad)
-        assert e.value.error == Errors.INVALID_CONFIG
+            d.alter("1", bad, [], replace=False, validate_only=True)
+        assert e.value.error == Errors.INVALID_REQUEST  # Kafka's ZkAdminManager: "Invalid config value for resource"
 
 
 class RecordingZk:

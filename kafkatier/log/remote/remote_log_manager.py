@@ -422,6 +422,15 @@ class RemoteLogManager:
                     copier_threads=self.copier_pool.threads, expiration_threads=self.expiration_pool.threads,
                     follower_threads=self.follower_pool.threads, task_interval_ms=self.config.task_interval_ms))
 
+    def resize_thread_pools(self, copier: int, expiration: int, follower: int) -> None:
+        """Dynamic broker config: new pool sizes take effect without a restart."""
+        for pool, size in ((self.copier_pool, copier), (self.expiration_pool, expiration),
+                           (self.follower_pool, follower)):
+            if size != pool.threads:
+                pool.resize(size)
+        log.info(kv(event="remote_log_manager_pools_resized", copier_threads=copier, expiration_threads=expiration,
+                    follower_threads=follower))
+
     def shutdown(self) -> None:
         if self._closed:
             return

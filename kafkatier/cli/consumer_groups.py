@@ -1,0 +1,278 @@
+"""``kafkatier consumer-groups``: Kafka's ``kafka-consumer-groups.sh`` (``ConsumerGroupCommand``).
+
+``--list`` prints the group ids; ``--describe --group G`` the table Kafka prints (GROUP TOPIC PARTITION
+CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID), one row per partition with a committed offset or
+an assigned member, the log end offset being the partition's high watermark as ListOffsets(latest) reports it;
+``--reset-offsets`` (``--to-earliest | --to-latest | --to-offset N | --shift-by N | --to-datetime T``, on
+``--topic T[:P,P...]`` or ``--all-topics``; ``--dry-run`` by default, ``--execute`` to commit) only while the
+group is inactive, as in Kafka; ``--delete --group G`` (repeatable).
+
+Exit status: 2 for bad options (one line on stderr), 1 when a request fails, 0 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from typing import Any
+
+from kafkatier.admin.bootstrap import NoReachableBrokerError
+from kafkatier.cli import common
+from kafkatier.cli.main import UsageError
+
+COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+           "CLIENT-ID")
+RESET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("consumer-groups", help="list, describe, reset or delete consumer groups",
+                              description="List, describe, delete consumer groups and reset their offsets, as "
+                                          "kafka-consumer-groups does.")
+    common.add_connection_options(p)
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="list all consumer groups")
+    action.add_argument("--describe", action="store_true", help="describe the groups of --group")
+    action.add_argument("--reset-offsets", action="store_true", help="reset the committed offsets of --group")
+    action.add_argument("--delete", action="store_true", help="delete the groups of --group (must be empty)")
+    p.add_argument("--group", action="append", help="the group (repeatable for --describe and --delete)")
+    p.add_argument("--all-groups", action="store_true", help="every group (--describe, --delete)")
+    p.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P,... for --reset-offsets")
+    p.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-current", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--shift-by", type=int)
+    to.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss (UTC unless an offset is given)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    p.set_defaults(func=run)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    groups = [g for g in args.group or []]
+    if any(not g.strip() for g in groups):
+        raise UsageError("--group must not be empty")
+    if (args.describe or args.delete) and not groups and not args.all_groups:
+        raise UsageError("Option [describe] and [delete] take one of these options: [all-groups], [group]")
+    if args.reset_offsets:
+        if len(groups) != 1:
+            raise UsageError("Option [reset-offsets] takes exactly one [group]")
+        if not args.topic and not args.all_topics:
+            raise UsageError("Option [reset-offsets] takes one of these options: [all-topics], [topic]")
+        if not any((args.to_earliest, args.to_latest, args.to_current, args.to_offset is not None,
+                    args.shift_by is not None, args.to_datetime)):
+            raise UsageError("Option [reset-offsets] takes one of these options: [to-datetime], [to-earliest], "
+                             "[to-latest], [to-current], [to-offset], [shift-by]")
+        if args.to_offset is not None and args.to_offset < 0:
+            raise UsageError("--to-offset must not be negative")
+        if args.to_datetime:
+            parse_datetime(args.to_datetime)
+    elif any((args.to_earliest, args.to_latest, args.to_current, args.to_offset is not None,
+              args.shift_by is not None, args.to_datetime, args.execute, args.dry_run)):
+        raise UsageError("the --to-*/--shift-by/--execute/--dry-run options need --reset-offsets")
+
+
+def parse_datetime(text: str) -> int:
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--to-datetime {text!r} is not YYYY-MM-DDTHH:mm:SS.sss") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def parse_topics(specs: list[str]) -> list[tuple[str, list[int] | None]]:
+    out = []
+    for spec in specs:
+        topic, _, parts = spec.partition(":")
+        if not topic:
+            raise UsageError(f"--topic {spec!r}: no topic name")
+        if not parts:
+            out.append((topic, None))
+            continue
+        try:
+            nums = [int(x) for x in parts.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--topic {spec!r}: partitions must be numbers") from None
+        if not nums or any(n < 0 for n in nums):
+            raise UsageError(f"--topic {spec!r}: partitions must be non-negative numbers")
+        out.append((topic, nums))
+    return out
+
+
+def print_table(rows: list[tuple], columns: tuple[str, ...]) -> None:
+    """Kafka's layout: a blank line, then left-aligned columns as wide as their widest cell plus one space."""
+    cells = [tuple(str(c) for c in columns)] + [tuple("-" if c is None else str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    print()
+    for r in cells:
+        print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+# ------------------------------------------------------------------------------------------------ actions
+
+def _end_offsets(admin, tps) -> dict:
+    from kafka.admin import OffsetSpec
+    if not tps:
+        return {}
+    res = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+    return {tp: r.offset for tp, r in res.items()}
+
+
+def describe_rows(admin, group: str) -> tuple[str, list[tuple]]:
+    """(state, rows) of one group; state ``Dead`` means it does not exist."""
+    from kafka import TopicPartition
+    d = admin.describe_groups([group])[group]
+    if d.get("error"):
+        raise RuntimeError(str(d["error"]))
+    state = d["group_state"]
+    owners: dict = {}
+    for m in d.get("members") or []:
+        assignment = m.get("member_assignment") or {}
+        for entry in assignment.get("assigned_partitions", []) if isinstance(assignment, dict) else []:
+            for p in entry["partitions"]:
+                owners[TopicPartition(entry["topic"], p)] = m
+    committed = admin.list_group_offsets({group: None}).get(group, {}) if state != "Dead" else {}
+    tps = sorted(set(committed) | set(owners), key=lambda tp: (tp.topic, tp.partition))
+    ends = _end_offsets(admin, tps)
+    rows = []
+    for tp in tps:
+        o = committed.get(tp)
+        cur = o.offset if o is not None and o.offset >= 0 else None
+        end = ends.get(tp)
+        lag = end - cur if cur is not None and end is not None else None
+        m = owners.get(tp)
+        rows.append((group, tp.topic, tp.partition, cur, end, lag, m["member_id"] if m else None,
+                     m["client_host"] if m else None, m["client_id"] if m else None))
+    return state, rows
+
+
+def do_describe(admin, groups: list[str]) -> int:
+    rc = 0
+    for g in groups:
+        state, rows = describe_rows(admin, g)
+        if state == "Dead":
+            print(f"Error: Consumer group '{g}' does not exist.", file=sys.stderr)
+            rc = 1
+            continue
+        if state in ("Empty", "Dead"):
+            print(f"\nConsumer group '{g}' has no active members.")
+        elif state in ("PreparingRebalance", "CompletingRebalance"):
+            print(f"\nWarning: Consumer group '{g}' is rebalancing.")
+        print_table(rows, COLUMNS)
+    return rc
+
+
+def do_reset(client, args: argparse.Namespace) -> int:
+    from kafka import TopicPartition
+    from kafka.admin import OffsetSpec
+    admin = client.kafka_admin
+    group = args.group[0]
+    d = admin.describe_groups([group])[group]
+    state = d["group_state"]
+    if state not in ("Empty", "Dead"):
+        print(f"Error: Assignments can only be reset if the group '{group}' is inactive, but the current state is "
+              f"{state}.", file=sys.stderr)
+        return 1
+    committed = admin.list_group_offsets({group: None}).get(group, {}) if state != "Dead" else {}
+    if args.all_topics:
+        tps = sorted(committed, key=lambda tp: (tp.topic, tp.partition))
+    else:
+        tps = []
+        for topic, parts in parse_topics(args.topic):
+            if parts is None:
+                try:
+                    parts = [p.partition for t in client.describe_topics([topic]) for p in t.partitions]
+                except Exception:  # noqa: BLE001 - unknown topic
+                    parts = []
+                if not parts:
+                    print(f"Error: topic '{topic}' does not exist", file=sys.stderr)
+                    return 1
+            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+    earliest = {tp: r.offset for tp, r in admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps}).items()}
+    latest = _end_offsets(admin, tps)
+    targets = {}
+    for tp in tps:
+        cur = committed[tp].offset if tp in committed else latest[tp]
+        if args.to_earliest:
+            new = earliest[tp]
+        elif args.to_latest:
+            new = latest[tp]
+        elif args.to_current:
+            new = cur
+        elif args.to_offset is not None:
+            new = args.to_offset
+        elif args.shift_by is not None:
+            new = cur + args.shift_by
+        else:
+            ts = parse_datetime(args.to_datetime)
+            found = admin.list_partition_offsets({tp: ts}).get(tp)
+            new = found.offset if found is not None and found.offset >= 0 else latest[tp]
+        targets[tp] = min(max(new, earliest[tp]), latest[tp])   # Kafka clamps to the log's range
+    if args.execute:
+        from kafka.structs import OffsetAndMetadata
+        result = admin.alter_group_offsets(group, {tp: OffsetAndMetadata(o, "", -1) for tp, o in targets.items()})
+        failed = {tp: e for tp, e in (result or {}).items() if e is not None and getattr(e, "errno", 0)}
+        if failed:
+            for tp, e in failed.items():
+                print(f"Error: cannot reset {tp.topic}-{tp.partition}: {_error_text(e)}", file=sys.stderr)
+            return 1
+    print_table([(group, tp.topic, tp.partition, o) for tp, o in targets.items()], RESET_COLUMNS)
+    return 0
+
+
+def do_delete(admin, groups: list[str]) -> int:
+    result = admin.delete_groups(groups)
+    # kafka-python answers (group, "OK") or (group, error class name)
+    failed = {g: e for g, e in dict(result).items() if e not in (None, "OK")}
+    ok = [g for g in groups if g not in failed]
+    if ok:
+        print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
+    if failed:
+        print("Error: Deletion of some consumer groups failed:", file=sys.stderr)
+        for g, e in failed.items():
+            print(f"* Group '{g}' could not be deleted due to: {_error_text(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _error_text(e: Any) -> str:
+    """Kafka's exception name for an error class or instance (``GroupNotEmptyError``, ...)."""
+    if isinstance(e, str):
+        return e
+    cls = e if isinstance(e, type) else type(e)
+    text = "" if isinstance(e, type) else str(e)
+    return f"{cls.__name__}: {text}" if text else cls.__name__
+
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    from kafka.errors import KafkaError
+    try:
+        conn = common.connection_from_args(args)
+        client = common.open_admin(conn)
+    except (NoReachableBrokerError, KafkaError) as e:
+        return common.print_error("consumer-groups", e)
+    admin = client.kafka_admin
+    try:
+        if args.list:
+            for g in sorted(x["group_id"] for x in admin.list_groups()):
+                print(g)
+            return 0
+        groups = list(args.group or [])
+        if args.all_groups:
+            groups = sorted(x["group_id"] for x in admin.list_groups())
+        if args.describe:
+            return do_describe(admin, groups)
+        if args.delete:
+            return do_delete(admin, groups)
+        return do_reset(client, args)
+    except (KafkaError, RuntimeError) as e:
+        return common.print_error("consumer-groups", e)
+    finally:
+        client.close()

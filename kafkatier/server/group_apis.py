@@ -1,0 +1,287 @@
+"""The group APIs of KafkaApis: FindCoordinator (10), OffsetCommit (8), OffsetFetch (9), JoinGroup (11),
+Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42) and
+OffsetDelete (47) -- Kafka's ``KafkaApis.handle*Request`` for them, translating wire messages to and from the
+:class:`~kafkatier.coordinator.group.GroupCoordinator`.
+
+FindCoordinator creates ``__consumer_offsets`` on first use (Kafka's auto topic creation of internal topics:
+``offsets.topic.num.partitions`` partitions, replication ``min(offsets.topic.replication.factor, live
+brokers)`` -- Kafka refuses with fewer live brokers; a simulator with one broker should still work -- and the
+topic configs of :data:`OFFSETS_TOPIC_CONFIGS`); until the group's partition has a leader it answers
+COORDINATOR_NOT_AVAILABLE, which clients retry.
+
+Versions advertised are Kafka 3.6's for a ZooKeeper-mode broker.  OffsetCommit v0 is handled like v1 (Kafka
+stored v0 commits in ZooKeeper).  FindCoordinator's TRANSACTION key type is answered COORDINATOR_NOT_AVAILABLE
+(no transaction coordinator).
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Callable
+
+from kafkatier.coordinator.group.group_coordinator import GroupCoordinator
+from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+from kafkatier.coordinator.group.records import OffsetAndMetadata
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.build import build
+from kafkatier.protocol.errors import Errors, KafkaError
+
+log = get_logger("server.group-apis")
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+
+#: Kafka 3.6 (ZooKeeper mode) ranges.
+VERSIONS: dict[int, tuple[int, int]] = {
+    OFFSET_COMMIT: (0, 8), OFFSET_FETCH: (0, 8), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+
+GROUP_KEY_TYPE = 0
+
+
+def _resp(api_key: int, version: int, body: dict):
+    return build(codec.response_class(api_key), version, body)
+
+
+class GroupApis:
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
+                 create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int]):
+        self.coordinator = coordinator
+        self.cache = metadata_cache
+        self.broker_id = broker_id
+        self.create_offsets_topic = create_offsets_topic
+        self.live_brokers = live_brokers
+        self._handlers = {
+            OFFSET_COMMIT: self.handle_offset_commit, OFFSET_FETCH: self.handle_offset_fetch,
+            FIND_COORDINATOR: self.handle_find_coordinator, JOIN_GROUP: self.handle_join_group,
+            HEARTBEAT: self.handle_heartbeat, LEAVE_GROUP: self.handle_leave_group,
+            SYNC_GROUP: self.handle_sync_group, DESCRIBE_GROUPS: self.handle_describe_groups,
+            LIST_GROUPS: self.handle_list_groups, DELETE_GROUPS: self.handle_delete_groups,
+            OFFSET_DELETE: self.handle_offset_delete,
+        }
+
+    def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
+        return {k: (VERSIONS[k], fn) for k, fn in self._handlers.items()}
+
+    # --- FindCoordinator ------------------------------------------------------------------------------------
+    def handle_find_coordinator(self, header, req, ctx):
+        v = header.request_api_version
+        if v >= 4:
+            keys, key_type = list(req.coordinator_keys), req.key_type
+        else:
+            keys, key_type = [req.key], (req.key_type if v >= 1 else GROUP_KEY_TYPE)
+        answers = [self._coordinator_for(k, key_type) for k in keys]
+        if v >= 4:
+            return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
+                {"key": k, "node_id": n, "host": h, "port": p, "error_code": e, "error_message": m}
+                for k, (e, m, n, h, p) in zip(keys, answers)]})
+        e, m, n, h, p = answers[0]
+        return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "error_code": e, "error_message": m,
+                                           "node_id": n, "host": h, "port": p})
+
+    def _coordinator_for(self, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
+        none = (-1, "", -1)
+        if key_type != GROUP_KEY_TYPE:
+            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", *none)
+        if not key:
+            return (int(Errors.INVALID_REQUEST), "the group id must not be empty", *none)
+        parts = self.cache.topic_partitions(OFFSETS_TOPIC)
+        if not parts:
+            self._maybe_create_offsets_topic()
+            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the offsets topic is being created", *none)
+        partition = self.coordinator.partition_for(key)
+        pm = next((p for p in parts if p.partition == partition), None)
+        broker = self.cache.broker(pm.leader) if pm is not None and pm.leader >= 0 else None
+        if broker is None:
+            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available", *none)
+        return (0, None, broker.id, broker.host, broker.port)
+
+    def _maybe_create_offsets_topic(self) -> None:
+        cfg = self.coordinator.config
+        rf = max(1, min(cfg.offsets_topic_replication_factor, self.live_brokers()))
+        try:
+            self.create_offsets_topic(cfg.offsets_topic_num_partitions, rf, dict(OFFSETS_TOPIC_CONFIGS))
+            log.info("creating the offsets topic %s", kv(topic=OFFSETS_TOPIC,
+                                                          partitions=cfg.offsets_topic_num_partitions,
+                                                          replication_factor=rf))
+        except KafkaError as e:
+            if e.error != Errors.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot create the offsets topic %s", kv(reason=e))
+        except Exception:  # noqa: BLE001
+            log.exception("cannot create the offsets topic")
+
+    # --- membership -----------------------------------------------------------------------------------------
+    def handle_join_group(self, header, req, ctx):
+        v = header.request_api_version
+        fut: Future = Future()
+
+        def respond(r) -> None:
+            fut.set_result(_resp(JOIN_GROUP, v, {
+                "throttle_time_ms": 0, "error_code": r.error, "generation_id": r.generation_id,
+                "protocol_type": r.protocol_type, "protocol_name": r.protocol_name if v >= 7 else (r.protocol_name or ""),
+                "leader": r.leader_id, "skip_assignment": False, "member_id": r.member_id,
+                "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in r.members]}))
+        rebalance_ms = req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms
+        self.coordinator.handle_join_group(
+            req.group_id, req.member_id or "", req.group_instance_id if v >= 5 else None, v >= 4,
+            header.client_id or "", f"/{ctx.client_address[0]}", rebalance_ms, req.session_timeout_ms,
+            req.protocol_type, [(p.name, p.metadata) for p in req.protocols], respond)
+        return fut
+
+    def handle_sync_group(self, header, req, ctx):
+        v = header.request_api_version
+        fut: Future = Future()
+
+        def respond(r) -> None:
+            fut.set_result(_resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": r.error,
+                                                 "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
+                                                 "assignment": r.assignment}))
+        self.coordinator.handle_sync_group(
+            req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
+            req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
+            {a.member_id: a.assignment for a in req.assignments}, respond)
+        return fut
+
+    def handle_heartbeat(self, header, req, ctx):
+        v = header.request_api_version
+        err = self.coordinator.handle_heartbeat(req.group_id, req.member_id,
+                                                req.group_instance_id if v >= 3 else None, req.generation_id)
+        return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": err})
+
+    def handle_leave_group(self, header, req, ctx):
+        v = header.request_api_version
+        leaving = ([(m.member_id, m.group_instance_id) for m in req.members] if v >= 3
+                   else [(req.member_id, None)])
+        top, per_member = self.coordinator.handle_leave_group(req.group_id, leaving)
+        if v < 3:
+            return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top or per_member[0]})
+        return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top, "members": [
+            {"member_id": m, "group_instance_id": i, "error_code": e} for (m, i), e in zip(leaving, per_member)]})
+
+    # --- offsets --------------------------------------------------------------------------------------------
+    def handle_offset_commit(self, header, req, ctx):
+        v = header.request_api_version
+        now = self.coordinator.time_ms()
+        retention = getattr(req, "retention_time_ms", -1) if 2 <= v <= 4 else -1
+        offsets, order = {}, []
+        for t in req.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                order.append(tp)
+                ts = p.commit_timestamp if v == 1 and p.commit_timestamp >= 0 else now
+                expire = (now + retention) if retention >= 0 else (
+                    p.commit_timestamp + self.coordinator.config.offsets_retention_minutes * 60000
+                    if v == 1 and p.commit_timestamp >= 0 else None)
+                offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset, leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
+                    metadata=p.committed_metadata or "", commit_timestamp=ts, expire_timestamp=expire)
+        fut: Future = Future()
+
+        def respond(result: dict) -> None:
+            by_topic: dict[str, list] = {}
+            for tp in order:
+                by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": int(result.get(tp, 0))})
+            fut.set_result(_resp(OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
+                {"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        if not offsets:
+            respond({})
+            return fut
+        unknown = {tp for tp in offsets if self.cache.get_partition(*tp) is None}
+        known = {tp: o for tp, o in offsets.items() if tp not in unknown}
+
+        def done(result: dict) -> None:
+            respond({**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown}, **result})
+        if not known:
+            done({})
+            return fut
+        generation = req.generation_id_or_member_epoch if v >= 1 else -1
+        self.coordinator.handle_commit_offsets(req.group_id, req.member_id if v >= 1 else "",
+                                               req.group_instance_id if v >= 7 else None, generation, known, done)
+        return fut
+
+    def handle_offset_fetch(self, header, req, ctx):
+        v = header.request_api_version
+        if v >= 8:
+            groups = []
+            for g in req.groups:
+                parts = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
+                r = self.coordinator.handle_fetch_offsets(g.group_id, parts)
+                groups.append({"group_id": g.group_id, "error_code": r.error,
+                               "topics": self._offset_topics(r, parts, v)})
+            return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "groups": groups})
+        parts = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
+        r = self.coordinator.handle_fetch_offsets(req.group_id, parts)
+        if v < 2 and r.error:    # no top-level error before v2: report it per partition
+            return _resp(OFFSET_FETCH, v, {"topics": [
+                {"name": t, "partitions": [{"partition_index": p, "committed_offset": -1, "metadata": "",
+                                            "error_code": r.error} for (tt, p) in parts or [] if tt == t]}
+                for t in dict.fromkeys(t for t, _ in parts or [])]})
+        return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
+                                       "topics": self._offset_topics(r, parts, v)})
+
+    @staticmethod
+    def _offset_topics(r, parts, v) -> list[dict]:
+        if r.error:
+            return []
+        items = parts if parts is not None else sorted(r.offsets)
+        by_topic: dict[str, list] = {}
+        for tp in items:
+            o = r.offsets.get(tp)
+            by_topic.setdefault(tp[0], []).append({
+                "partition_index": tp[1], "committed_offset": o.offset if o else -1,
+                "committed_leader_epoch": o.leader_epoch if o else -1, "metadata": o.metadata if o else "",
+                "error_code": 0})
+        return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+    # --- admin ------------------------------------------------------------------------------------------------
+    def handle_describe_groups(self, header, req, ctx):
+        v = header.request_api_version
+        groups = []
+        for gid in req.groups:
+            s = self.coordinator.handle_describe_group(gid)
+            groups.append({"error_code": s.error, "error_message": None, "group_id": gid, "group_state": s.state,
+                           "protocol_type": s.protocol_type, "protocol_data": s.protocol,
+                           "members": [
+                               {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                "client_id": m.client_id, "client_host": m.client_host,
+                                "member_metadata": m.metadata, "member_assignment": m.assignment}
+                               for m in s.members]})
+        return _resp(DESCRIBE_GROUPS, v, {"throttle_time_ms": 0, "groups": groups})
+
+    def handle_list_groups(self, header, req, ctx):
+        v = header.request_api_version
+        states = set(req.states_filter or []) if v >= 4 else None
+        err, groups = self.coordinator.handle_list_groups(states)
+        return _resp(LIST_GROUPS, v, {"throttle_time_ms": 0, "error_code": err, "groups": [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state} for g in groups]})
+
+    def handle_delete_groups(self, header, req, ctx):
+        v = header.request_api_version
+        fut: Future = Future()
+        names = list(req.groups_names)
+
+        def respond(result: dict) -> None:
+            fut.set_result(_resp(DELETE_GROUPS, v, {"throttle_time_ms": 0, "results": [
+                {"group_id": g, "error_code": result.get(g, 0)} for g in names]}))
+        self.coordinator.handle_delete_groups(list(dict.fromkeys(names)), respond)
+        return fut
+
+    def handle_offset_delete(self, header, req, ctx):
+        v = header.request_api_version
+        fut: Future = Future()
+        parts = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        unknown = {tp for tp in parts if self.cache.get_partition(*tp) is None}
+
+        def respond(err: int, result: dict) -> None:
+            by_topic: dict[str, list] = {}
+            for tp in parts:
+                code = int(Errors.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown else result.get(tp, 0)
+                by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
+            fut.set_result(_resp(OFFSET_DELETE, v, {
+                "error_code": err, "throttle_time_ms": 0,
+                "topics": [] if err else [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        self.coordinator.handle_delete_offsets(req.group_id, [tp for tp in parts if tp not in unknown], respond)
+        return fut

@@ -1,0 +1,282 @@
+"""GroupCoordinator alone: a fake ``__consumer_offsets`` log and a manual timer (unit test of one class)."""
+from __future__ import annotations
+
+import heapq
+import itertools
+
+import pytest
+
+from kafkatier.coordinator.group import records
+from kafkatier.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from kafkatier.coordinator.group.records import OffsetAndMetadata
+from kafkatier.protocol.errors import Errors
+
+SESSION, REBALANCE = 10000, 30000
+
+
+class ManualTimer:
+    """A clock and a timer the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def time_ms(self) -> int:
+        return self.now
+
+    def schedule(self, name, fn, delay_ms=0, period_ms=-1):
+        heapq.heappush(self._heap, (self.now + delay_ms, next(self._seq), fn, period_ms))
+
+    def advance(self, ms: int) -> None:
+        end = self.now + ms
+        while self._heap and self._heap[0][0] <= end:
+            due, _, fn, period = heapq.heappop(self._heap)
+            self.now = max(self.now, due)
+            fn()
+            if period and period > 0:
+                self.schedule("periodic", fn, period, period)
+        self.now = end
+
+
+class FakeOffsetsLog:
+    def __init__(self) -> None:
+        self.data: dict[int, list[bytes]] = {}
+        self.fail_with = 0
+
+    def append(self, partition, records_, callback):
+        if not self.fail_with:
+            self.data.setdefault(partition, []).append(records_)
+        callback(self.fail_with)
+
+    def read(self, partition, offset, max_bytes):
+        # Re-number the batches as a log would.
+        from kafkatier.log.record_batch import rewrite_base_offset
+        out, next_offset = bytearray(), 0
+        for chunk in self.data.get(partition, []):
+            buf = bytearray(chunk)
+            rewrite_base_offset(buf, 0, next_offset)
+            from kafka.record.memory_records import MemoryRecords
+            batch = MemoryRecords(bytes(buf)).next_batch()
+            next_offset += batch.last_offset_delta + 1
+            out += buf
+        return (bytes(out) if offset == 0 else b""), next_offset
+
+
+@pytest.fixture
+def env():
+    timer, log = ManualTimer(), FakeOffsetsLog()
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=4, group_initial_rebalance_delay_ms=0),
+                             log, timer, time_ms=timer.time_ms)
+    coord.startup()
+    for p in range(4):
+        coord.on_election(p, 0)
+    timer.advance(0)
+    return coord, timer, log
+
+
+def join(coord, group, member_id="", instance=None, protocols=(("range", b"\x00\x00\x00\x00\x00\x01\x00\x01t"),)):
+    out = []
+    coord.handle_join_group(group, member_id, instance, True, "client", "/127.0.0.1", REBALANCE, SESSION, "consumer",
+                            list(protocols), out.append)
+    return out
+
+
+def sync(coord, group, generation, member_id, assignments=None):
+    out = []
+    coord.handle_sync_group(group, generation, member_id, None, "consumer", "range", assignments or {}, out.append)
+    return out
+
+
+def form_group(coord, timer, group, n):
+    ids = []
+    for _ in range(n):
+        r = join(coord, group)
+        assert r[0].error == Errors.MEMBER_ID_REQUIRED
+        ids.append(r[0].member_id)
+    pending = [join(coord, group, m) for m in ids]
+    results = [p[0] for p in pending if p]
+    assert len(results) == n, "the join completes once every member joined"
+    leader = next(r for r in results if r.members)
+    generation = leader.generation_id
+    outs = {r.member_id: sync(coord, group, generation, r.member_id, None if r.members == () else
+                              {m: m.encode() for m, _, _ in leader.members}) for r in results}
+    return ids, generation, outs
+
+
+def test_java_hash_partition():
+    assert records.java_string_hash("hello") == 99162322
+    assert records.java_string_hash("") == 0
+    assert records.partition_for("hello", 50) == 99162322 % 50
+    assert records.partition_for("polygenelubricants", 50) == 0   # hashCode == Integer.MIN_VALUE -> Utils.abs = 0
+
+
+def test_three_members_form_a_stable_group_and_each_gets_its_assignment(env):
+    coord, timer, _ = env
+    ids, gen, outs = form_group(coord, timer, "g", 3)
+    assert gen == 1
+    for m in ids:
+        assert outs[m][0].error == 0 and outs[m][0].assignment == m.encode()
+    assert coord.handle_describe_group("g").state == "Stable"
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
+    assert coord.handle_heartbeat("g", ids[0], None, gen + 1) == Errors.ILLEGAL_GENERATION
+    assert coord.handle_heartbeat("g", "nobody", None, gen) == Errors.UNKNOWN_MEMBER_ID
+
+
+def test_session_expiry_rebalances_the_rest(env):
+    coord, timer, _ = env
+    ids, gen, _ = form_group(coord, timer, "g", 3)
+    for _ in range(4):            # two keep heartbeating, the third is silent
+        timer.advance(3000)
+        for m in ids[:2]:
+            coord.handle_heartbeat("g", m, None, gen)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == Errors.REBALANCE_IN_PROGRESS
+    rejoins = [join(coord, "g", m) for m in ids[:2]]
+    results = [r[0] for r in rejoins if r]
+    assert len(results) == 2 and {r.generation_id for r in results} == {gen + 1}
+    assert len(next(r for r in results if r.members).members) == 2
+
+
+def test_leave_group_and_fenced_generation_commit(env):
+    coord, timer, _ = env
+    ids, gen, _ = form_group(coord, timer, "g", 2)
+    assert coord.handle_leave_group("g", [(ids[1], None)]) == (0, [0])
+    assert coord.handle_leave_group("g", [("ghost", None)]) == (0, [Errors.UNKNOWN_MEMBER_ID])
+    out = []
+    coord.handle_commit_offsets("g", ids[0], None, gen, {("t", 0): OffsetAndMetadata(5)}, out.append)
+    assert out == [{("t", 0): Errors.REBALANCE_IN_PROGRESS}] or out == [{("t", 0): 0}]
+    r = join(coord, "g", ids[0])[0]
+    assert r.generation_id == gen + 1
+    out = []
+    coord.handle_commit_offsets("g", ids[0], None, gen, {("t", 0): OffsetAndMetadata(5)}, out.append)
+    assert out == [{("t", 0): Errors.REBALANCE_IN_PROGRESS}]      # CompletingRebalance
+    sync(coord, "g", gen + 1, ids[0], {ids[0]: b"a"})
+    out = []
+    coord.handle_commit_offsets("g", ids[0], None, gen, {("t", 0): OffsetAndMetadata(5)}, out.append)
+    assert out == [{("t", 0): Errors.ILLEGAL_GENERATION}]
+    coord.handle_commit_offsets("g", "stranger", None, gen + 1, {("t", 0): OffsetAndMetadata(5)}, out.append)
+    assert out[-1] == {("t", 0): Errors.UNKNOWN_MEMBER_ID}
+    coord.handle_commit_offsets("g", ids[0], None, gen + 1, {("t", 0): OffsetAndMetadata(7)}, out.append)
+    assert out[-1] == {("t", 0): 0}
+    assert coord.handle_fetch_offsets("g", [("t", 0), ("t", 1)]).offsets == {("t", 0): OffsetAndMetadata(7), ("t", 1): None}
+
+
+def test_simple_consumer_commits_and_offsets_survive_a_reload(env):
+    coord, timer, log = env
+    out = []
+    coord.handle_commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(42, 3, "m", timer.now)},
+                                out.append)
+    assert out == [{("t", 0): 0}]
+    coord.handle_commit_offsets("simple", "", None, -1, {("t", 1): OffsetAndMetadata(1, -1, "x" * 5000, timer.now)},
+                                out.append)
+    assert out[-1] == {("t", 1): Errors.OFFSET_METADATA_TOO_LARGE}
+    ids, gen, _ = form_group(coord, timer, "g", 2)
+    # A new coordinator (another broker) loads the same partitions.
+    timer2 = ManualTimer()
+    other = GroupCoordinator(2, coord.config, log, timer2, time_ms=timer2.time_ms)
+    other.startup()
+    for p in range(4):
+        other.on_election(p, 1)
+    assert other.handle_fetch_offsets("simple", [("t", 0)]).error == Errors.COORDINATOR_LOAD_IN_PROGRESS
+    timer2.advance(0)
+    assert other.handle_fetch_offsets("simple", [("t", 0)]).offsets[("t", 0)].offset == 42
+    summary = other.handle_describe_group("g")
+    assert summary.state == "Stable" and {m.member_id for m in summary.members} == set(ids)
+    assert other.handle_heartbeat("g", ids[0], None, gen) == 0   # members carry on with the new coordinator
+    coord.on_resignation(coord.partition_for("g"), 1)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == Errors.NOT_COORDINATOR
+
+
+def test_static_member_rejoins_without_rebalance_and_old_id_is_fenced(env):
+    coord, timer, _ = env
+    first = join(coord, "s", instance="i-1")[0]
+    assert first.error == 0 and first.generation_id == 1
+    assert sync(coord, "s", 1, first.member_id, {first.member_id: b"A"})[0].assignment == b"A"
+    again = join(coord, "s", instance="i-1")[0]       # restarted: new member id, same instance
+    assert again.error == 0 and again.generation_id == 1 and again.member_id != first.member_id
+    assert sync(coord, "s", 1, again.member_id)[0].assignment == b"A"
+    assert coord.handle_heartbeat("s", first.member_id, "i-1", 1) == Errors.FENCED_INSTANCE_ID
+
+
+def test_inconsistent_protocol_and_bad_session_timeout(env):
+    coord, timer, _ = env
+    form_group(coord, timer, "g", 1)
+    r = join(coord, "g", protocols=(("roundrobin", b""),))
+    r2 = join(coord, "g", r[0].member_id, protocols=(("roundrobin", b""),)) if r[0].error == Errors.MEMBER_ID_REQUIRED else r
+    assert r2[0].error == Errors.INCONSISTENT_GROUP_PROTOCOL
+    out = []
+    coord.handle_join_group("g", "", None, True, "c", "h", 1000, 1000, "consumer", [("range", b"")], out.append)
+    assert out[0].error == Errors.INVALID_SESSION_TIMEOUT
+    coord.handle_join_group("", "", None, True, "c", "h", 1000, SESSION, "consumer", [("range", b"")], out.append)
+    assert out[-1].error == Errors.INVALID_GROUP_ID
+
+
+def test_delete_groups_and_offset_delete(env):
+    coord, timer, _ = env
+    out = []
+    coord.handle_commit_offsets("e", "", None, -1, {("t", 0): OffsetAndMetadata(1), ("u", 0): OffsetAndMetadata(2)},
+                                out.append)
+    res = []
+    coord.handle_delete_offsets("e", [("t", 0)], lambda err, r: res.append((err, r)))
+    assert res == [(0, {("t", 0): 0})]
+    form_group(coord, timer, "busy", 1)
+    got = []
+    coord.handle_delete_groups(["e", "busy", "none"], got.append)
+    assert got == [{"e": 0, "busy": Errors.NON_EMPTY_GROUP, "none": Errors.GROUP_ID_NOT_FOUND}]
+    assert coord.handle_describe_group("e").state == "Dead"
+    res = []
+    coord.handle_delete_offsets("busy", [("t", 0)], lambda err, r: res.append((err, r)))
+    assert res == [(0, {("t", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC})]
+
+
+def test_offsets_expire_after_retention_for_empty_groups(env):
+    coord, timer, _ = env
+    out = []
+    coord.handle_commit_offsets("old", "", None, -1, {("t", 0): OffsetAndMetadata(1, commit_timestamp=timer.now)},
+                                out.append)
+    timer.advance(coord.config.offsets_retention_minutes * 60000 - 1)
+    assert coord.handle_fetch_offsets("old", [("t", 0)]).offsets[("t", 0)] is not None
+    timer.advance(coord.config.offsets_retention_check_interval_ms + 1)
+    assert coord.handle_fetch_offsets("old", [("t", 0)]).offsets[("t", 0)] is None
+    assert coord.handle_list_groups()[1] == [] or all(g.group_id != "old" for g in coord.handle_list_groups()[1])
+
+
+def test_failed_append_is_reported_and_not_applied(env):
+    coord, timer, log = env
+    log.fail_with = int(Errors.NOT_LEADER_OR_FOLLOWER)
+    out = []
+    coord.handle_commit_offsets("f", "", None, -1, {("t", 0): OffsetAndMetadata(9)}, out.append)
+    assert out == [{("t", 0): Errors.NOT_COORDINATOR}]
+    assert coord.handle_fetch_offsets("f", [("t", 0)]).offsets[("t", 0)] is None
+
+
+def test_a_newer_leader_epoch_on_the_same_coordinator_keeps_the_groups_in_memory(env):
+    coord, timer, _ = env
+    ids, gen, _ = form_group(coord, timer, "g", 2)
+    p = coord.partition_for("g")
+    coord.on_election(p, 5)           # e.g. a follower left the ISR: same leader, newer epoch
+    timer.advance(0)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
+    coord.on_resignation(p, 4)        # a stale resignation does not unload
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == 0
+    coord.on_resignation(p, 6)
+    assert coord.handle_heartbeat("g", ids[0], None, gen) == Errors.NOT_COORDINATOR
+
+
+def test_initial_rebalance_waits_while_new_members_keep_joining():
+    timer, log = ManualTimer(), FakeOffsetsLog()
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=3000),
+                             log, timer, time_ms=timer.time_ms)
+    coord.startup()
+    coord.on_election(0, 0)
+    timer.advance(0)
+    a = join(coord, "g")[0].member_id
+    first = join(coord, "g", a)
+    timer.advance(2000)
+    b = join(coord, "g")[0].member_id
+    second = join(coord, "g", b)
+    timer.advance(3500)                # the first delay ended at 3 s, a member had joined: wait 3 s more
+    assert first == [] and second == []
+    timer.advance(600)
+    assert first[0].generation_id == second[0].generation_id == 1
+    assert {m for m, _, _ in (first[0].members or second[0].members)} == {a, b}
