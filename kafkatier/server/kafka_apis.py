@@ -190,7 +190,7 @@ class KafkaApis:
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
-                                        "cluster_id": self.cluster_id, "controller_id": cache.controller_id,
+                                        "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
                                         "topics": topics, "cluster_authorized_operations": -2147483648})
 
     def _maybe_auto_create(self, name: str) -> Errors:
@@ -623,5 +623,6 @@ class KafkaApis:
                    for b in self.cache.alive_brokers()]
         return self._resp(DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
-                                                "controller_id": self.cache.controller_id, "brokers": brokers,
+                                                "controller_id": self.cache.advertised_controller_id(),
+                                                "brokers": brokers,
                                                 "cluster_authorized_operations": -2147483648})

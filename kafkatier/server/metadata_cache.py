@@ -37,6 +37,14 @@ class MetadataCache:
         self.partitions: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_ids: dict[str, str] = {}
 
+    def advertised_controller_id(self) -> int:
+        """The controller id a Metadata / DescribeCluster answer gives: -1 unless the controller is among the
+        live brokers the same answer lists.  Kafka returns its cached id even after that broker died (until the
+        next UpdateMetadata); clients then ask a broker they have no address for (kafka-python's admin raises
+        UnknownBrokerIdError), while -1 makes them retry."""
+        with self._lock:
+            return self.controller_id if self.controller_id in self.brokers else -1
+
     def update(self, body: dict) -> list[str]:
         """Apply an UpdateMetadata body (kafka-python snake_case).  Returns topics that were deleted
         (leader -2)."""
