@@ -13,6 +13,14 @@ controller's per-broker send thread then reads the answer, deletes both znodes (
 Kafka's channel properties are kept: per-broker FIFO, one request in flight per broker, retried until answered
 or the broker is removed, the queue dropped on broker removal or resignation, callbacks only enqueue events.
 A new controller deletes whatever it finds in the queues before it sends anything.
+
+Requests and responses of any size: a body that does not fit one znode (``limits.MAX_ZNODE_BYTES``) is
+compressed and split into ``/kafkatier/control/<brokerId>/parts/<token>-NNNNN`` znodes written before the
+request znode that refers to them (:mod:`kafkatier.zk.control_parts`); the broker answers the same way.
+
+Unlike Kafka's RequestSendThread, which drops nothing either but only sees network errors, every error while
+sending (a ZooKeeper error, a malformed answer, a bug in a payload) is logged and the request resent with
+bounded exponential backoff; only the broker leaving, a resignation or shutdown end the attempts.
 """
 from __future__ import annotations
 
@@ -26,9 +34,10 @@ import tenacity
 from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.zk import codecs, paths
+from kafkatier.zk import codecs, control_parts, paths
 from kafkatier.zk.fenced import RETRYABLE as ZK_RETRYABLE
 from kafkatier.zk.fenced import ControllerMovedError
+from kafkatier.zk.limits import ZNodeTooLargeError
 
 log = get_logger("controller.channel")
 
@@ -76,10 +85,6 @@ class RequestSendThread(threading.Thread):
                 log.warning("fenced while sending to broker %s: %s", self.broker_id, e)
                 self.manager.on_controller_moved(e)
                 return
-            except Exception:  # noqa: BLE001
-                log.exception("send thread for broker %s failed; request dropped %s", self.broker_id,
-                              kv(api=item.api_name))
-                continue
             self.manager.metrics_record(self.broker_id, item, response)
             if item.callback is not None:
                 try:
@@ -88,23 +93,56 @@ class RequestSendThread(threading.Thread):
                     log.exception("response callback failed %s", kv(broker=self.broker_id, api=item.api_name))
 
     def _send_until_answered(self, item: QueuedRequest) -> codecs.ControlResponse:
+        def before_sleep(rs: tenacity.RetryCallState) -> None:
+            e = rs.outcome.exception()
+            if isinstance(e, (TimeoutError, *ZK_RETRYABLE)):
+                log.info("no answer; resending %s", kv(broker=self.broker_id, api=item.api_name,
+                                                        attempt=rs.attempt_number, reason=type(e).__name__))
+            else:
+                log.warning("sending failed; resending %s", kv(broker=self.broker_id, api=item.api_name,
+                                                                attempt=rs.attempt_number, error=repr(e)))
+
         retrying = tenacity.Retrying(
-            # A ZooKeeper connection loss (ZooKeeper restarting, a leader change) is no answer yet, not a reason
-            # to drop the request: Kafka's RequestSendThread also keeps resending while the broker is alive.
-            retry=tenacity.retry_if_exception_type((TimeoutError, *ZK_RETRYABLE)),
+            # No error drops a request: a ZooKeeper connection loss, a malformed or refused answer, anything
+            # else is resent after a bounded backoff until the broker answers or leaves the channel.
+            retry=tenacity.retry_if_exception(lambda e: not isinstance(e, (_Stopped, ControllerMovedError))),
             stop=lambda rs: self.stopped.is_set(),
             wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
-            before_sleep=lambda rs: log.info("no answer; resending %s", kv(
-                broker=self.broker_id, api=item.api_name, attempt=rs.attempt_number)),
+            before_sleep=before_sleep,
             reraise=True,
         )
         try:
             for attempt in retrying:
                 with attempt:
                     return self._send_once(item)
-        except (TimeoutError, *ZK_RETRYABLE):
+        except (_Stopped, ControllerMovedError):
+            raise
+        except Exception:  # noqa: BLE001 - stopped while the last attempt was failing
             raise _Stopped() from None
         raise _Stopped()
+
+    def _write_request(self, request: codecs.ControlRequest) -> tuple[str, codecs.BodyParts | None]:
+        """Create the request znode (after its parts, for a body too large for one znode); its name and parts."""
+        w = self.manager.writer()
+        prefix = paths.control_requests(self.broker_id) + "/" + paths.REQUEST_PREFIX
+        try:
+            data = request.encode()
+        except ZNodeTooLargeError:
+            ref, parts = control_parts.split_body(request.body)
+            log.info("control request split %s", kv(broker=self.broker_id, api=request.api_name,
+                                                    parts=ref.count, compressed_bytes=ref.size))
+            request = attrs.evolve(request, body={}, body_parts=ref)
+            try:
+                control_parts.write_parts(w.create, self.broker_id, parts)
+                return w.create(prefix, request.encode(), sequence=True).rsplit("/", 1)[1], ref
+            except Exception:
+                # Parts nobody refers to; if this fails too, the next controller clears them with the queues.
+                try:
+                    self._delete_quietly(control_parts.part_paths(self.broker_id, ref))
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+        return w.create(prefix, data, sequence=True).rsplit("/", 1)[1], None
 
     def _send_once(self, item: QueuedRequest) -> codecs.ControlResponse:
         mgr = self.manager
@@ -114,9 +152,7 @@ class RequestSendThread(threading.Thread):
             api_key=item.api_key, api_version=item.api_version, api_name=item.api_name,
             controller_id=mgr.controller_id, controller_epoch=mgr.controller_epoch(),
             broker_epoch=self.broker_epoch, body=item.body)
-        created = mgr.writer().create(paths.control_requests(self.broker_id) + "/" + paths.REQUEST_PREFIX,
-                                      request.encode(), sequence=True)
-        name = created.rsplit("/", 1)[1]
+        name, request_parts = self._write_request(request)
         self.in_flight = name
         response_path = paths.control_responses(self.broker_id) + "/" + name
         arrived = threading.Event()
@@ -135,25 +171,38 @@ class RequestSendThread(threading.Thread):
                 pass  # the watch went with the connection: the bounded wait below polls again
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._cleanup(name)
+                self._cleanup(name, request_parts)
                 self.in_flight = None
                 raise TimeoutError(f"no response from broker {self.broker_id} to {name}")
             # The watch wakes us up; the bounded wait only covers a watch lost with the connection.
             arrived.wait(min(remaining, 1.0))
         if self.stopped.is_set():
             raise _Stopped()
-        self._cleanup(name)
-        self.in_flight = None
+        response_parts = None
         try:
-            return codecs.ControlResponse.decode(data)
+            response = codecs.ControlResponse.decode(data, path=response_path)
+            response_parts = response.body_parts
+            if response_parts is not None:
+                body = control_parts.join_body(
+                    response_parts, control_parts.read_parts(mgr.zk.get, self.broker_id, response_parts),
+                    what=response_path)
+                response = attrs.evolve(response, body=body, body_parts=None)
         except codecs.MalformedZNodeError as e:
             log.warning("malformed response skipped %s", kv(broker=self.broker_id, node=name, reason=e))
             raise TimeoutError(str(e)) from e
+        finally:
+            self._cleanup(name, request_parts, response_parts)
+            self.in_flight = None
+        return response
 
-    def _cleanup(self, name: str) -> None:
+    def _cleanup(self, name: str, *parts: codecs.BodyParts | None) -> None:
+        self._delete_quietly([paths.control_responses(self.broker_id) + "/" + name,
+                              paths.control_requests(self.broker_id) + "/" + name,
+                              *(p for ref in parts for p in control_parts.part_paths(self.broker_id, ref))])
+
+    def _delete_quietly(self, znodes: list[str]) -> None:
         w = self.manager.writer()
-        for p in (paths.control_responses(self.broker_id) + "/" + name,
-                  paths.control_requests(self.broker_id) + "/" + name):
+        for p in znodes:
             try:
                 w.delete(p)
             except NoNodeError:
@@ -188,7 +237,7 @@ class ControllerChannelManager:
             return
         w = self.writer()
         for b in ids:
-            for sub in ("responses", "requests"):
+            for sub in ("responses", "requests", "parts"):
                 parent = f"{paths.CONTROL_ROOT}/{b}/{sub}"
                 try:
                     children = self.zk.get_children(parent)
@@ -206,7 +255,8 @@ class ControllerChannelManager:
         with self._lock:
             if broker_id in self._threads:
                 return
-            for sub in (paths.control_requests(broker_id), paths.control_responses(broker_id)):
+            for sub in (paths.control_requests(broker_id), paths.control_responses(broker_id),
+                        paths.control_parts(broker_id)):
                 try:
                     self.zk.ensure_path(sub)
                 except NodeExistsError:

@@ -4,6 +4,10 @@ sequence order, and writes each answer to ``/kafkatier/control/<id>/responses/<s
 Epoch checks follow Kafka (controller.md §11): a request whose broker epoch is not -1 and below this broker's
 czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
 STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.
+
+A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
+is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.
+An answer too large for one znode is split the same way.
 """
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
-from kafkatier.zk import codecs, paths
+import attrs
+
+from kafkatier.zk import codecs, control_parts, paths
+from kafkatier.zk.limits import ZNodeTooLargeError
 
 log = get_logger("server.control")
 
@@ -38,7 +45,8 @@ class ControlRequestHandler:
         self.metrics = {"requests": 0, "stale_controller_epoch": 0, "stale_broker_epoch": 0, "malformed": 0}
 
     def start(self) -> None:
-        for p in (paths.control_requests(self.broker_id), paths.control_responses(self.broker_id)):
+        for p in (paths.control_requests(self.broker_id), paths.control_responses(self.broker_id),
+                  paths.control_parts(self.broker_id)):
             try:
                 self.zk.ensure_path(p)
             except NodeExistsError:
@@ -97,15 +105,44 @@ class ControlRequestHandler:
                 log.warning("skipping malformed control request %s", kv(node=name, reason=e))
                 self._done.add(name)
                 continue
-            response = self.handle(req)
+            response = self._handle_complete(req, parent + "/" + name)
+            data = self._encode_response(response)
             try:
-                self.zk.create(resp_path, response.encode())
+                self.zk.create(resp_path, data)
             except NodeExistsError:
                 pass
             except NoNodeError:
                 self.zk.ensure_path(paths.control_responses(self.broker_id))
-                self.zk.create(resp_path, response.encode())
+                self.zk.create(resp_path, data)
             self._done.add(name)
+
+    def _handle_complete(self, req: codecs.ControlRequest, path: str) -> codecs.ControlResponse:
+        """``handle`` the request once its body is joined from its parts; a body that cannot be joined is
+        answered with INVALID_REQUEST (logged), never applied in part."""
+        if req.body_parts is None:
+            return self.handle(req)
+        try:
+            parts = control_parts.read_parts(self.zk.get, self.broker_id, req.body_parts)
+            body = control_parts.join_body(req.body_parts, parts, what=path)
+        except codecs.MalformedZNodeError as e:
+            self.metrics["malformed"] += 1
+            log.warning("refusing control request with bad parts %s", kv(node=path, api=req.api_name, reason=e))
+            return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
+                                          error_code=int(Errors.INVALID_REQUEST),
+                                          body=self._error_body(req, Errors.INVALID_REQUEST),
+                                          broker_id=self.broker_id, broker_epoch=self.broker_epoch())
+        return self.handle(attrs.evolve(req, body=body, body_parts=None))
+
+    def _encode_response(self, response: codecs.ControlResponse) -> bytes:
+        """The response znode's data; a body too large for one znode is written to parts first."""
+        try:
+            return response.encode()
+        except ZNodeTooLargeError:
+            ref, parts = control_parts.split_body(response.body)
+            control_parts.write_parts(self.zk.create, self.broker_id, parts)
+            log.info("control response split %s", kv(api=response.api_key, parts=ref.count,
+                                                     compressed_bytes=ref.size))
+            return attrs.evolve(response, body={}, body_parts=ref).encode()
 
     def handle(self, req) -> "codecs.ControlResponse":
         self.metrics["requests"] += 1

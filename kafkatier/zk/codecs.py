@@ -12,6 +12,7 @@ JSON is written compactly with keys in the order shown in zookeeper.md; readers 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import logging
 import re
@@ -22,6 +23,7 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import paths
+from kafkatier.zk.limits import check_znode_size
 from kafkatier.zk.schemas import match_path, schema_errors
 
 log = get_logger("zk.codecs")
@@ -81,7 +83,9 @@ def encode_json(value: Mapping[str, Any], schema: str) -> bytes:
     problems = schema_errors(schema, value)
     if problems:
         raise ValueError(f"refusing to encode an invalid {schema} payload: " + "; ".join(problems))
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    check_znode_size(data, schema)
+    return data
 
 
 _INT_RE = re.compile(r"-?[0-9]+")
@@ -661,6 +665,56 @@ class TieredState:
 
 # --------------------------------------------------------------------------------- control channel (Project)
 
+BODY_ENCODING = "zlib"
+
+
+@attrs.frozen(kw_only=True)
+class BodyParts:
+    """``body_parts`` of a control request or response: its body is in part znodes (see
+    :mod:`kafkatier.zk.control_parts`)."""
+
+    token: str
+    count: int
+    size: int           # compressed bytes, all parts joined
+    sha256: str         # of the compressed bytes
+    encoding: str = BODY_ENCODING
+
+    def to_json(self) -> dict[str, Any]:
+        return {"token": self.token, "count": self.count, "size": self.size, "sha256": self.sha256,
+                "encoding": self.encoding}
+
+    @classmethod
+    def from_json(cls, js: dict[str, Any]) -> BodyParts:
+        return cls(token=js["token"], count=int(js["count"]), size=int(js["size"]), sha256=js["sha256"],
+                   encoding=js["encoding"])
+
+
+@attrs.frozen(kw_only=True)
+class BodyPart:
+    """``/kafkatier/control/<brokerId>/parts/<token>-NNNNN``: one slice of a compressed control body
+    (:mod:`kafkatier.zk.control_parts`)."""
+
+    token: str
+    index: int
+    data: bytes
+
+    SCHEMA: ClassVar[str] = "control_part"
+
+    def encode(self) -> bytes:
+        return encode_json({"version": 1, "token": self.token, "index": self.index,
+                            "data": base64.b64encode(self.data).decode("ascii")}, self.SCHEMA)
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> BodyPart:
+        what = path or cls.SCHEMA
+        js = decode_json(data, cls.SCHEMA, what)
+        try:
+            raw = base64.b64decode(js["data"], validate=True)
+        except binascii.Error as e:
+            raise MalformedZNodeError(what, f"part data is not base64: {e}") from None
+        return cls(token=js["token"], index=int(js["index"]), data=raw)
+
+
 @attrs.frozen(kw_only=True)
 class ControlRequest:
     """``/kafkatier/control/<brokerId>/requests/request_NNNNNNNNNN``: one controller-to-broker request.
@@ -673,21 +727,23 @@ class ControlRequest:
     controller_epoch: int
     broker_epoch: int
     body: dict[str, Any] = attrs.field(factory=dict)
+    body_parts: BodyParts | None = None     # set: the body is in part znodes and ``body`` is empty
 
     SCHEMA: ClassVar[str] = "control_request"
 
     def encode(self) -> bytes:
+        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode."""
         return encode_json({"version": 1, "api_key": self.api_key, "api_name": self.api_name,
                             "api_version": self.api_version, "controller_id": self.controller_id,
                             "controller_epoch": self.controller_epoch, "broker_epoch": self.broker_epoch,
-                            "body": self.body}, self.SCHEMA)
+                            **_body_fields(self.body, self.body_parts)}, self.SCHEMA)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> ControlRequest:
         js = decode_json(data, cls.SCHEMA, _what(path, cls.SCHEMA))
         return cls(api_key=int(js["api_key"]), api_version=int(js["api_version"]), api_name=js["api_name"],
                    controller_id=int(js["controller_id"]), controller_epoch=int(js["controller_epoch"]),
-                   broker_epoch=int(js["broker_epoch"]), body=js["body"])
+                   broker_epoch=int(js["broker_epoch"]), **_body_values(js))
 
 
 @attrs.frozen(kw_only=True)
@@ -699,22 +755,35 @@ class ControlResponse:
     api_version: int
     error_code: int
     body: dict[str, Any] = attrs.field(factory=dict)
+    body_parts: BodyParts | None = None     # set: the body is in part znodes and ``body`` is empty
     broker_id: int
     broker_epoch: int
 
     SCHEMA: ClassVar[str] = "control_response"
 
     def encode(self) -> bytes:
+        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode."""
         return encode_json({"version": 1, "api_key": self.api_key, "api_version": self.api_version,
                             "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                            "error_code": self.error_code, "body": self.body}, self.SCHEMA)
+                            "error_code": self.error_code, **_body_fields(self.body, self.body_parts)},
+                           self.SCHEMA)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> ControlResponse:
         js = decode_json(data, cls.SCHEMA, _what(path, cls.SCHEMA))
         return cls(api_key=int(js["api_key"]), api_version=int(js["api_version"]),
-                   error_code=int(js["error_code"]), body=js["body"], broker_id=int(js["broker_id"]),
+                   error_code=int(js["error_code"]), **_body_values(js), broker_id=int(js["broker_id"]),
                    broker_epoch=int(js["broker_epoch"]))
+
+
+def _body_fields(body: dict[str, Any], parts: BodyParts | None) -> dict[str, Any]:
+    return {"body_parts": parts.to_json()} if parts is not None else {"body": body}
+
+
+def _body_values(js: Mapping[str, Any]) -> dict[str, Any]:
+    if "body_parts" in js:
+        return {"body": {}, "body_parts": BodyParts.from_json(js["body_parts"])}
+    return {"body": js["body"]}
 
 
 # ------------------------------------------------------------------------------------------- generic entry points
@@ -763,6 +832,7 @@ DECODERS: dict[str, Callable[..., Any]] = {
     "tiered_state": _plain(TieredState),
     "control_request": _plain(ControlRequest),
     "control_response": _plain(ControlResponse),
+    "control_part": _plain(BodyPart),
     "remote_log_segment_metadata": lambda data, path=None, stat=None: decode_remote_log_segment(data, path),
 }
 

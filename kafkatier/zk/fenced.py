@@ -31,6 +31,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import NotControllerError
 from kafkatier.zk import paths
 from kafkatier.zk.codecs import ControllerZNode, MalformedZNodeError, decode_controller_epoch, encode_int
+from kafkatier.zk.limits import check_znode_size
 
 log = get_logger("zk.fenced")
 
@@ -59,6 +60,7 @@ class Create:
     sequence: bool = False
 
     def add_to(self, t: Any) -> None:
+        check_znode_size(self.data, self.path)
         t.create(self.path, self.data, ephemeral=self.ephemeral, sequence=self.sequence)
 
 
@@ -69,6 +71,7 @@ class SetData:
     version: int = MATCH_ANY_VERSION
 
     def add_to(self, t: Any) -> None:
+        check_znode_size(self.data, self.path)
         t.set_data(self.path, self.data, version=self.version)
 
 

@@ -98,6 +98,11 @@ def control_responses(broker_id: int) -> str:
     return f"{CONTROL_ROOT}/{broker_id}/responses"
 
 
+def control_parts(broker_id: int) -> str:
+    """Slices of request and response bodies too large for one znode (kafkatier/zk/control_parts.py)."""
+    return f"{CONTROL_ROOT}/{broker_id}/parts"
+
+
 def sequence_number(node_name: str) -> int:
     """The integer suffix ZooKeeper appends to a sequential node (10 digits, ``%010d``)."""
     return int(node_name[-10:])
