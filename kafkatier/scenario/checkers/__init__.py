@@ -14,32 +14,11 @@ byte-identical) is added to ``CHECKERS`` when JBOD moves land.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Iterable
 
-import attrs
+from kafkatier.scenario.checkers.anomaly import Anomaly, Checker, final, observations, witness
 
-
-@attrs.frozen
-class Anomaly:
-    checker: str
-    type: str
-    message: str
-    witnesses: tuple = ()        # history entries (or their index) that show it
-
-    def to_json(self) -> dict:
-        return {"checker": self.checker, "type": self.type, "message": self.message,
-                "witnesses": list(self.witnesses)[:10]}
-
-
-def witness(entry: dict) -> dict:
-    """A compact copy of a history entry for a report (values of large polls cut)."""
-    out = {k: v for k, v in entry.items() if k != "value"}
-    v = entry.get("value")
-    out["value"] = v if len(repr(v)) < 400 else repr(v)[:400] + "..."
-    return out
-
-
-Checker = Callable[[list[dict]], list[Anomaly]]
+__all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations", "witness"]
 
 
 def checkers() -> dict[str, Checker]:
@@ -58,16 +37,3 @@ def check_all(entries: Iterable[dict]) -> list[Anomaly]:
         except Exception as e:  # noqa: BLE001 - a checker crash is itself reported, never hidden
             out.append(Anomaly(name, "checker-crashed", f"{name} checker failed: {e!r}"))
     return out
-
-
-def final(entries: list[dict], f: str) -> dict:
-    """The value of the last ``final`` entry ``f`` (``final-read``, ``final-remote``, ``heal``), or {}."""
-    for e in reversed(entries):
-        if e["process"] == "final" and e["f"] == f:
-            return e.get("value") or {}
-    return {}
-
-
-def observations(entries: list[dict], kind: str) -> list[dict]:
-    return [e for e in entries if e["process"] == "observer" and e["f"] == "observe"
-            and (e.get("value") or {}).get("kind") == kind]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from kafkatier.scenario.checkers import Anomaly, observations, witness
+from kafkatier.scenario.checkers.anomaly import Anomaly, observations, witness
 
 NAME = "controller"
 

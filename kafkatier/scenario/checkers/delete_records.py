@@ -8,7 +8,7 @@ below *L* is served again, across leader changes and restarts.
 """
 from __future__ import annotations
 
-from kafkatier.scenario.checkers import Anomaly, final, witness
+from kafkatier.scenario.checkers.anomaly import Anomaly, final, witness
 
 NAME = "delete_records"
 

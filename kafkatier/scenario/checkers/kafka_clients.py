@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kafkatier.scenario.checkers import Anomaly, final, witness
+from kafkatier.scenario.checkers.anomaly import Anomaly, final, witness
 
 NAME = "kafka_clients"
 

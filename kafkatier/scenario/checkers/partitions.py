@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from kafkatier.scenario.checkers import Anomaly, observations, witness
+from kafkatier.scenario.checkers.anomaly import Anomaly, observations, witness
 from kafkatier.scenario.checkers.kafka_clients import lost
 
 NAME = "partitions"

@@ -17,7 +17,7 @@ clients and the remote tier after heal.
 """
 from __future__ import annotations
 
-from kafkatier.scenario.checkers import Anomaly, final, observations, witness
+from kafkatier.scenario.checkers.anomaly import Anomaly, final, observations, witness
 
 NAME = "tiered"
 ALLOWED = {("ENABLED", "DISABLING"), ("DISABLING", "DISABLED"), ("DISABLED", "ENABLED"), ("DISABLED", "DISABLING")}
