@@ -731,6 +731,22 @@ class Log:
                 self.update_high_watermark(remote_log_start_offset)
             self.leader_epoch_cache.truncate_from_start(remote_log_start_offset)
 
+    def disable_remote_log(self) -> None:
+        """KIP-950 disablement with delete: the log start offset moves up to the local log start offset and the
+        log stops being tiered, in one step under the log's lock.  A retention pass in between would delete
+        local segments (moving the local log start offset) after it was read, leaving a log start offset
+        below data that is neither local nor (soon) remote."""
+        with self._lock:
+            if not self.remote_log_enabled:
+                return
+            local_start = self.local_log_start_offset
+            if local_start > self._high_watermark:  # a rebuilt follower: its local log starts above the HW
+                self.update_log_start_offset_from_remote_tier(local_start)
+            else:
+                self.maybe_increment_log_start_offset(local_start, SEGMENT_DELETION)
+            self.remote_log_enabled = False
+            self.highest_offset_in_remote_storage = -1
+
     def maybe_increment_log_start_offset_as_follower(self, leader_log_start_offset: int) -> bool:
         """Follow the leader's log start offset (from a fetch response), never past this log's end.
 

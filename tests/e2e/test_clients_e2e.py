@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -282,6 +283,16 @@ class _Rec:
 
 # ------------------------------------------------------------------------------ ISR below min.insync (A6)
 
+def leader_isr(cluster, broker_id: int, topic: str, partition: int = 0) -> list[int] | None:
+    """The ISR in the broker's own view of the partition (its status file)."""
+    try:
+        with open(os.path.join(cluster.data_dir, "status", f"broker-{broker_id}.json")) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return next((p["isr"] for p in doc.get("partitions", []) if p["partition"] == f"{topic}-{partition}"), None)
+
+
 def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory):
     cluster = cluster_factory(brokers=3, log_dirs=1)
     topic = unique_topic("min-isr")
@@ -298,6 +309,10 @@ def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory
             cluster.manager.stop_broker(b)
         wait_for(lambda: partition_state(cluster.zk, topic, 0)[0]["isr"] == [leader], CONVERGE_S, interval=0.1,
                  message="ISR to shrink to the leader alone")
+        # The controller writes the shrunk ISR to ZooKeeper before its LeaderAndIsr reaches the leader, and the
+        # leader decides NOT_ENOUGH_REPLICAS from its own ISR: wait for that (its status file, every 5 s).
+        wait_for(lambda: leader_isr(cluster, leader, topic) == [leader], CONVERGE_S, interval=0.2,
+                 message="the leader's own ISR to shrink to itself")
 
         futures = [producer.send(topic, value=f"lost-{i}".encode()) for i in range(10)]
         producer.flush(timeout=30)

@@ -334,3 +334,43 @@ def test_which_config_changes_are_tiering_transitions(state, old, new, kind):
 
 def test_disablement_kind_follows_the_config():
     assert disablement_kind(LogConfig.from_props({"remote.storage.enable": "true"})) == NOT_DISABLED
+
+
+class RetentionRacingLog(Log):
+    """A log whose local retention runs (on its own thread, as the log manager's would) the first time the local
+    log start offset is read: the moment a delete disablement decides where the log will start."""
+
+    armed = False
+    retention: threading.Thread | None = None
+
+    @property
+    def local_log_start_offset(self) -> int:
+        start = super().local_log_start_offset
+        if self.armed and self.retention is None:
+            self.retention = threading.Thread(target=self.delete_old_segments)
+            self.retention.start()
+            self.retention.join(timeout=1.0)  # done, or blocked on the log's lock until the disablement is over
+        return start
+
+
+def test_delete_disablement_racing_local_retention_keeps_the_log_start_offset_on_data(tmp_path, stores,
+                                                                                     rlm_factory):
+    # Seed 73 of nemesis-tiered-disable-cycle: local retention deleted uploaded segments between the
+    # disablement's read of the local log start offset and tiering being switched off; the log start offset
+    # stayed below data that was then neither local nor remote.
+    rlm = rlm_factory(started=False)
+    lg = make_log(tmp_path)
+    lg.__class__ = RetentionRacingLog
+    fill(lg, 6)
+    p = FakePartition(lg)
+    CopyTask(rlm, p, TIP).run()                           # [0,4) [4,8) uploaded, still local: retention not run
+    assert [s.base_offset for s in lg.log_segments()] == [0, 4, 8]
+    set_config(lg, remote_storage_enable="false", remote_log_delete_on_disable="true")
+    lg.armed = True
+    rlm.disable_with_delete(p)
+    lg.retention.join(timeout=10)
+    assert not lg.retention.is_alive()
+    assert not lg.remote_log_enabled
+    first_local = lg.log_segments()[0].base_offset
+    assert lg.log_start_offset == first_local             # every offset from the log start is still local
+    assert lg.read(lg.log_start_offset, 1 << 20).records[:8] != b""

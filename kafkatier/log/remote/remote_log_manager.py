@@ -623,15 +623,7 @@ class RemoteLogManager:
             if st is not None:
                 kinds = ["copy", "follower"] + ([] if isinstance(st.expiration, CleanupTask) else ["expiration"])
                 cancelled = [kind for kind in kinds if self._cancel(st, kind, quiet=True)]
-        plog = p.log
-        if plog.remote_log_enabled:
-            local_start = plog.local_log_start_offset
-            try:
-                plog.maybe_increment_log_start_offset(local_start, SEGMENT_DELETION)
-            except KafkaError:  # the local log starts above the high watermark (a rebuilt follower)
-                plog.update_log_start_offset_from_remote_tier(local_start)
-            plog.remote_log_enabled = False
-            plog.highest_offset_in_remote_storage = -1
+        p.log.disable_remote_log()  # atomic with local retention (which moves the local log start offset)
         return cancelled
 
     def _delete_remote(self, p: PartitionLike, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> int:
