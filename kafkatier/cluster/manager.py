@@ -28,6 +28,7 @@ import time
 
 import attrs
 
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import wait_for
 from kafkatier.zk.embedded import pid_alive as _pid_alive
@@ -68,18 +69,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def atomic_write_json(path: str, obj) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    atomic_write(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
 @attrs.define

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from kafkatier.log.atomic_file import atomic_write
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.errors import InconsistentBrokerIdError, InconsistentClusterIdError
 
 META_PROPERTIES_FILE = "meta.properties"

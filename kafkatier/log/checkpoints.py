@@ -16,7 +16,7 @@ import os
 import re
 from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
-from kafkatier.log.atomic_file import atomic_write
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.errors import CheckpointReadError
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

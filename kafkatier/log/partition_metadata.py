@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from kafkatier.log.atomic_file import atomic_write
+from kafkatier.common.atomic_file import atomic_write
 
 PARTITION_METADATA_FILE = "partition.metadata"
 CURRENT_VERSION = 0

@@ -24,11 +24,12 @@ keyword conversion.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import deque
 from typing import Any, Iterable, Iterator
+
+from kafkatier.common.atomic_file import atomic_write
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 HISTORY_FILE = "history.jsonl"
@@ -182,7 +183,4 @@ def to_jepsen(entries: Iterable[dict]) -> list[dict]:
 
 
 def write_jepsen(entries: Iterable[dict], path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(to_jepsen(entries), f)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(to_jepsen(entries)).encode())

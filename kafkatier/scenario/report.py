@@ -13,6 +13,7 @@ import json
 import os
 from collections import Counter, defaultdict
 
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.scenario.checkers import Anomaly
 from kafkatier.scenario.history import pairs
 
@@ -56,11 +57,7 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
 
 
 def write_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
 # ------------------------------------------------------------------------------------------------ timeline

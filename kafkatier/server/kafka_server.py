@@ -26,7 +26,7 @@ from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
 from kafkatier.coordinator.group import GroupConfig, GroupCoordinator
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
-from kafkatier.log.atomic_file import atomic_write
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_manager import LogManager

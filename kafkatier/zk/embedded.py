@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from contextlib import contextmanager
 from importlib.util import find_spec
@@ -31,6 +30,7 @@ import attrs
 from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 from tenacity import stop_after_delay, wait_fixed
 
+from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("zookeeper")
@@ -256,24 +256,8 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``: write a temp file, fsync, rename, fsync the directory."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace ``path`` with ``text`` (write-temp, fsync, rename, fsync the directory)."""
+    atomic_write(str(path), text.encode("utf-8"))
 
 
 @attrs.frozen

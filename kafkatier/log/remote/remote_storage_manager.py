@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from kafkatier.log.atomic_file import fsync_dir
+from kafkatier.common.atomic_file import fsync_dir
 from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from kafkatier.logsetup import get_logger, kv
