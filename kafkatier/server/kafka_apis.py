@@ -478,29 +478,13 @@ class KafkaApis:
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
-            sets, deletes = {}, []
-            for c in r.configs:
-                if c.config_operation == 0:
-                    sets[c.name] = c.value
-                elif c.config_operation == 1:
-                    deletes.append(c.name)
-                else:
-                    raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
-                                     Errors.INVALID_REQUEST)
+            sets, deletes = _incremental_ops(r)
             return (lambda admin, extra_ops=None: admin.alter_topic_config(
                         r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
 
         def broker_change(r):
-            sets, deletes = {}, []
-            for c in r.configs:
-                if c.config_operation == 0:
-                    sets[c.name] = c.value
-                elif c.config_operation == 1:
-                    deletes.append(c.name)
-                else:
-                    raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
-                                     Errors.INVALID_REQUEST)
+            sets, deletes = _incremental_ops(r)
             return sets, deletes, False
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
                                    broker_change=broker_change)
@@ -626,3 +610,18 @@ class KafkaApis:
                                                 "controller_id": self.cache.advertised_controller_id(),
                                                 "brokers": brokers,
                                                 "cluster_authorized_operations": -2147483648})
+
+
+def _incremental_ops(resource) -> tuple[dict[str, str | None], list[str]]:
+    """An IncrementalAlterConfigs resource's SET (0) and DELETE (1) operations; others are not supported."""
+    sets: dict[str, str | None] = {}
+    deletes: list[str] = []
+    for c in resource.configs:
+        if c.config_operation == 0:
+            sets[c.name] = c.value
+        elif c.config_operation == 1:
+            deletes.append(c.name)
+        else:
+            raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
+                             Errors.INVALID_REQUEST)
+    return sets, deletes
