@@ -15,8 +15,11 @@ Latency in the remote storage manager (``rsm.config.copy.delay.ms`` / ``rsm.conf
 the control channel (``kafkatier.test.control.channel.latency.ms``) are test-only broker overrides read at
 construction time; a scenario sets them in ``[cluster.overrides]``.
 
-Extension point (KIP-113, not built yet): a ``log_dir_failure`` fault (make a log dir unusable) and a
-``move_replica`` action belong here once AlterReplicaLogDirs lands; see ``FAULTS`` below.
+KIP-113: ``fail_log_dir`` fails log dir number ``dir`` of a broker the way a dead disk does
+(``ClusterManager.fail_log_dir``: the data moves aside, a file takes the dir's place; the broker takes the dir
+offline within a second, or exits if it was its last).  Heal stops that broker (SIGTERM), restores the dir and
+starts it again, as an operator replacing the disk would.  (``move_replica`` is an admin action: see
+``workloads.AdminOperations``.)
 
 Every fault is recorded as an ``info`` entry of process ``nemesis``: ``f`` is the fault, ``value`` the broker
 ids it hit.  Heal (:meth:`Faults.heal`) resumes every paused process and starts ZooKeeper and every broker
@@ -42,8 +45,8 @@ log = get_logger("scenario.faults")
 
 BROKER_FAULTS = ("kill", "terminate", "restart", "start", "pause", "expire_session")
 CLUSTER_FAULTS = ("zk_pause", "zk_restart", "rolling_restart", "kill_all")
-# KIP-113 extension point: add "log_dir_failure" here (and a handler below) when JBOD moves land.
-FAULTS = BROKER_FAULTS + CLUSTER_FAULTS
+LOG_DIR_FAULTS = ("fail_log_dir",)
+FAULTS = BROKER_FAULTS + CLUSTER_FAULTS + LOG_DIR_FAULTS
 
 SERVE_TIMEOUT_S = 60.0
 
@@ -63,6 +66,7 @@ class Faults:
         self._lock = threading.Lock()
         self._timers: list[threading.Timer] = []
         self._czxid: dict[int, int | None] = {}    # registration seen when a broker was stopped
+        self._failed_dirs: list[tuple[int, str]] = []   # (broker, log dir) failed by fail_log_dir
 
     # -- targets -----------------------------------------------------------------------------------------------
     def broker_ids(self) -> list[int]:
@@ -201,6 +205,31 @@ class Faults:
         self._timers.append(t)
         t.start()
 
+    # -- log dirs (KIP-112 / KIP-113) ---------------------------------------------------------------------------
+    def log_dir(self, broker_id: int, index: int) -> str:
+        dirs = self.manager.broker(broker_id)["log_dirs"]
+        if not 0 <= index < len(dirs):
+            raise FaultError(f"broker {broker_id} has no log dir {index} (it has {len(dirs)})")
+        return dirs[index]
+
+    def fail_log_dir(self, broker_id: int, index: int) -> None:
+        from kafkatier.common.errors import UsageError
+        d = self.log_dir(broker_id, index)
+        try:
+            self.manager.fail_log_dir(broker_id, d)
+        except UsageError as e:
+            raise FaultError(str(e)) from None
+        self._failed_dirs.append((broker_id, d))
+        self.history.info("nemesis", "fail_log_dir", [broker_id], dir=d)
+
+    def _restore_log_dirs(self) -> None:
+        failed, self._failed_dirs = self._failed_dirs, []
+        for b, d in failed:
+            if pid_alive(self._pid(b)):
+                self.kill(b, "TERM")
+            self.manager.restore_log_dir(b, d)
+            self.history.info("nemesis", "restore_log_dir", [b], dir=d)
+
     # -- ZooKeeper -------------------------------------------------------------------------------------------
     def _zk_pid(self) -> int:
         pid = self.manager.state.get("zookeeper_pid")
@@ -278,6 +307,7 @@ class Faults:
         if self.manager.state.get("zookeeper_pid") is None \
                 and os.path.isdir(os.path.join(self.manager.data_dir, "zookeeper")):  # embedded, stopped
             self._zk_start()
+        self._restore_log_dirs()
         for b in self.broker_ids():
             if not pid_alive(self._pid(b)):
                 self.start(b)

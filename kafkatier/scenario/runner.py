@@ -270,6 +270,21 @@ class ScenarioRunner:
             faults.kill_all(step.down_s)
         elif kind == "rolling_restart":
             faults.rolling_restart(lambda: self._converged(observer, faults) is None, self.spec.heal_timeout_s)
+        elif kind == "fail_log_dir":
+            faults.fail_log_dir(faults.resolve(a.target, step.pick), a.dir)
+        elif kind == "move_replica":
+            b = faults.resolve(a.target, step.pick)
+            dirs = faults.manager.broker(b)["log_dirs"]
+            index = a.dir
+            if index is None:   # the dir after the one holding the replica now
+                here = [i for i, d in enumerate(dirs) if os.path.isdir(os.path.join(d, f"{a.topic}-{a.partition}"))]
+                if not here:
+                    raise FaultError(f"broker {b} has no current directory of {a.topic}-{a.partition}")
+                index = (here[0] + 1) % len(dirs)
+            err = self.admin.move_replica(a.topic, a.partition, b, faults.log_dir(b, index))
+            self._expect_error(step, err)
+            if err is not None and step.action.expect_error is None:
+                raise FaultError(f"AlterReplicaLogDirs answered {err}")
         elif kind == "alter_config":
             err = self.admin.alter_config(a.topic, a.set, a.delete)
             self._expect_error(step, err)
@@ -313,7 +328,8 @@ class ScenarioRunner:
         why: list[str | None] = [None]
 
         def healthy() -> bool:
-            why[0] = self._converged(observer, faults) or self._remote_pending(manager, observer)
+            why[0] = (self._converged(observer, faults) or self._remote_pending(manager, observer)
+                      or self._moves_pending(manager))
             return why[0] is None
         try:
             wait_for(healthy, self.spec.heal_timeout_s, interval=0.2, message="the cluster to converge")
@@ -337,6 +353,16 @@ class ScenarioRunner:
                 for p, remote in self._remote(manager, observer, t.name, t.partitions).items():
                     if remote["files"]:
                         return f"{p}: {len(remote['files'])} remote files still to delete"
+        return None
+
+    def _moves_pending(self, manager: ClusterManager) -> str | None:
+        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``."""
+        if self.spec.cluster.log_dirs_per_broker < 2:
+            return None
+        for d in _log_dirs(manager):
+            for name, parsed in d["entries"]:
+                if parsed.kind != "current":
+                    return f"{name} still in {d['dir']}"
         return None
 
     @staticmethod
@@ -395,6 +421,8 @@ class ScenarioRunner:
             part.pop("_next", None)
         h.record(INFO, "final", "final-read", reads)
         observer.poll_once()
+        if self.spec.cluster.log_dirs_per_broker > 1:
+            h.record(INFO, "final", "final-log-dirs", self._final_log_dirs(manager, observer, reads))
         tiered = {}
         remote: dict[str, dict] = {}
         for t in self.spec.topics:
@@ -406,6 +434,32 @@ class ScenarioRunner:
         h.record(INFO, "final", "final-tiered", tiered)
         h.record(INFO, "final", "final-remote", remote)
         h.flush()
+
+    def _final_log_dirs(self, manager: ClusterManager, observer: ZooKeeperObserver, reads: dict) -> dict:
+        """Per broker and log dir the partition directories there, with a current one's batches below the
+        high watermark as ``[base offset, last offset, crc]`` (for the log_dirs checker)."""
+        from kafkatier.log.record_batch import iter_batches
+        replicas = {f"{t.name}/{p}": observer.snapshot.replicas(t.name, p)
+                    for t in self.spec.topics for p in range(t.partitions)}
+        dirs = []
+        for d in _log_dirs(manager):
+            parts = {}
+            for name, parsed in d["entries"]:
+                tp = f"{parsed.topic}/{parsed.partition}"
+                if tp not in replicas:
+                    continue
+                batches = []
+                if parsed.kind == "current":
+                    hw = reads.get(tp, {}).get("high_watermark", 0)
+                    path = os.path.join(d["dir"], name)
+                    for seg in sorted(f for f in os.listdir(path) if f.endswith(".log")):
+                        with open(os.path.join(path, seg), "rb") as f:
+                            buf = f.read()
+                        batches += [[b.base_offset, b.last_offset, b.crc] for _, b in iter_batches(buf)
+                                    if b.last_offset < hw]
+                parts[name] = {"tp": tp, "kind": parsed.kind, "batches": batches}
+            dirs.append({"broker": d["broker"], "dir": d["dir"], "partitions": parts})
+        return {"replicas": replicas, "dirs": dirs}
 
     # -- report ------------------------------------------------------------------------------------------------
     def _expectations(self, entries: list[dict]) -> list[str]:
@@ -446,6 +500,25 @@ class ScenarioRunner:
         report.write_html(os.path.join(self.run_dir, "index.html"), res)
         self.out(report.summary(res))
         return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
+
+
+def _log_dirs(manager: ClusterManager) -> list[dict]:
+    """Every broker's log dirs with the partition directories in them: ``[(name, PartitionDirName)]``."""
+    from kafkatier.log.dir_names import MalformedDirNameError, parse_partition_dir
+    out = []
+    for b in manager.state["brokers"]:
+        for d in b["log_dirs"]:
+            entries = []
+            if os.path.isdir(d):
+                for name in sorted(os.listdir(d)):
+                    if not os.path.isdir(os.path.join(d, name)):
+                        continue
+                    try:
+                        entries.append((name, parse_partition_dir(os.path.join(d, name))))
+                    except MalformedDirNameError:
+                        continue
+            out.append({"broker": b["id"], "dir": d, "entries": entries})
+    return out
 
 
 def _holds(c, snap) -> bool:

@@ -102,6 +102,7 @@ class ActionSpec:
     set: dict[str, str] = attrs.field(factory=dict)
     delete: tuple[str, ...] = ()
     expect_error: str | None = None
+    dir: int | None = None                  # fail_log_dir / move_replica: index of a log dir of the target
 
 
 @attrs.frozen
@@ -262,8 +263,8 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         quick_rate_scale=float(q.get("rate_scale", 1.0)))
 
 
-_NEEDS_TOPIC = ("alter_config", "delete_records")
-_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session")
+_NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica")
+_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica")
 
 
 def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSpec:
@@ -284,6 +285,13 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
         raise ScenarioSpecError(f"{where}.target: unknown topic in {target!r}")
     if kind == "delete_records" and "offset" not in a:
         raise ScenarioSpecError(f"{where}.offset: required for action 'delete_records'")
+    if kind == "fail_log_dir" and "dir" not in a:
+        raise ScenarioSpecError(f"{where}.dir: required for action 'fail_log_dir'")
+    if kind in ("fail_log_dir", "move_replica") and cluster.log_dirs_per_broker < 2:
+        raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.log_dirs_per_broker >= 2")
+    if a.get("dir", 0) >= cluster.log_dirs_per_broker:
+        raise ScenarioSpecError(f"{where}.dir: no log dir {a['dir']} (brokers have dirs 0.."
+                                f"{cluster.log_dirs_per_broker - 1})")
     when = None
     if "when" in a:
         w = a["when"]
@@ -297,4 +305,4 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
-                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"))
+                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"))

@@ -10,7 +10,9 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
 - :class:`OffsetsSampler` (process ``offsets``): ListOffsets earliest and latest of every partition every
   ``interval_s`` (``{"<partition>": [log_start_offset, high_watermark]}``).
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
-  ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``.
+  ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
+  ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
+  accepted the move (``value``: topic, partition, broker, destination dir).
 """
 from __future__ import annotations
 
@@ -242,6 +244,8 @@ class AdminOperations:
         self.admin = AdminClient(_base(bootstrap))
         self.offsets = Consumer(_base(bootstrap) | {"group.id": "scenario-admin", "enable.auto.commit": False})
         self._lock = threading.Lock()
+        self.bootstrap = bootstrap
+        self._kafkatier_admin = None
 
     def alter_config(self, topic: str, set_: dict[str, str], delete: tuple[str, ...], timeout_s: float = 30.0):
         """Returns the error name, or None."""
@@ -289,5 +293,33 @@ class AdminOperations:
         self.history.record(OK, "admin", "delete-records", value, low_watermark=result.low_watermark)
         return None
 
+    def move_replica(self, topic: str, partition: int, broker: int, log_dir: str) -> str | None:
+        """AlterReplicaLogDirs of one replica to ``log_dir`` of its broker.  Returns the error name, or None."""
+        from kafka.errors import for_code
+
+        from kafkatier.admin.client import AdminClient as KafkatierAdmin, AdminError
+        value = {"topic": topic, "partition": partition, "broker": broker, "dir": log_dir}
+        self.history.record(INVOKE, "admin", "move-replica", value)
+        try:
+            with self._lock:
+                if self._kafkatier_admin is None:
+                    self._kafkatier_admin = KafkatierAdmin(self.bootstrap.split(","), request_timeout_ms=10000)
+                codes = self._kafkatier_admin.alter_replica_log_dirs({(topic, partition, broker): log_dir})
+        except AdminError as e:
+            self.history.record(INFO, "admin", "move-replica", value, error=e.name)
+            return e.name
+        except Exception as e:  # noqa: BLE001 - a connection error: whether the broker got it is unknown
+            self.history.record(INFO, "admin", "move-replica", value, error=type(e).__name__)
+            return type(e).__name__
+        code = codes.get((topic, partition, broker), 0)
+        if code:
+            name = for_code(code).message
+            self.history.record(FAIL, "admin", "move-replica", value, error=name)
+            return name
+        self.history.record(OK, "admin", "move-replica", value)
+        return None
+
     def close(self) -> None:
+        if self._kafkatier_admin is not None:
+            self._kafkatier_admin.close()
         self.offsets.close()

@@ -39,6 +39,13 @@ def test_the_library_has_at_least_a_dozen_files_each_opening_with_a_comment():
     ({**MINIMAL, "topics": [{"name": "t", "replication_factor": 4}]}, "topics[0].replication_factor"),
     ({**MINIMAL, "colour": "red"}, "(top level)"),
     ({**MINIMAL, "schedule": [{"action": "alter_config", "at": [5, 1], "topic": "t"}]}, "time range"),
+    ({**MINIMAL, "schedule": [{"action": "fail_log_dir", "at": 1, "target": 1, "dir": 0}]}, "schedule[0].action"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "fail_log_dir", "at": 1, "target": 1}]}, "schedule[0].dir"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "move_replica", "at": 1, "target": 1, "topic": "t", "dir": 2}]}, "schedule[0].dir"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "move_replica", "at": 1, "target": 1}]}, "schedule[0].topic"),
 ])
 def test_a_bad_file_names_the_field(doc, field):
     with pytest.raises(ScenarioSpecError) as e:
