@@ -51,6 +51,27 @@ SETUP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 15.0
 
 
+class ScenarioUnavailableError(RuntimeError):
+    """The scenario cannot run on this machine (its ZooKeeper ensemble needs Docker); the CLI exits 2."""
+
+
+def start_ensemble(base_dir: str):
+    """A 3-server ZooKeeper ensemble in containers (``kafkatier.testing``) for ``zookeeper = "ensemble"``."""
+    from kafkatier.testing import docker_engine
+    from kafkatier.testing.zookeeper_container import ZooKeeperEnsemble
+    from kafkatier.testing.zookeeper_image import ensure_image
+    try:
+        client = docker_engine.docker_client()
+    except docker_engine.DockerUnavailableError as e:
+        raise ScenarioUnavailableError(f'[cluster] zookeeper = "ensemble" needs Docker: {e}') from None
+    try:
+        docker_engine.remove_orphans(client)
+    finally:
+        client.close()
+    tag = ensure_image(progress=lambda line: None).tag
+    return ZooKeeperEnsemble(tag, base_dir, size=3).start()
+
+
 @attrs.frozen
 class RunResult:
     valid: bool
@@ -110,21 +131,30 @@ class ScenarioRunner:
         started = time.monotonic()
         manager = ClusterManager(os.path.join(self.run_dir, "cluster"))
         c = spec.cluster
-        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers})
+        ensemble = None
+        zookeeper = c.zookeeper
+        if zookeeper == "ensemble":
+            ensemble = start_ensemble(os.path.join(self.run_dir, "zookeeper-ensemble"))
+            zookeeper = ensemble.connect_string
+        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper})
         try:
-            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=c.zookeeper,
+            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
                        timeout=SETUP_TIMEOUT_S)
         except BaseException:
-            if manager.state:
-                manager.down()
+            try:
+                if manager.state:
+                    manager.down()
+            finally:
+                if ensemble is not None:
+                    ensemble.stop()
             raise
         observer = faults = None
         try:
             self._create_topics(manager)
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
-            faults = Faults(manager, observer, self.history, c.session_timeout_ms)
+            faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
             self._workload_phase(manager, observer, faults)
             self._heal(manager, observer, faults)
             self._final_reads(manager, observer)
@@ -140,7 +170,11 @@ class ScenarioRunner:
                     observer.stop()
                 self.history.flush()
             finally:
-                manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                try:
+                    manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                finally:
+                    if ensemble is not None:
+                        ensemble.stop()
         return self._report(time.monotonic() - started)
 
     def _create_topics(self, manager: ClusterManager) -> None:
@@ -270,6 +304,12 @@ class ScenarioRunner:
             faults.kill_all(step.down_s)
         elif kind == "rolling_restart":
             faults.rolling_restart(lambda: self._converged(observer, faults) is None, self.spec.heal_timeout_s)
+        elif kind == "zk_kill_leader":
+            faults.zk_kill_leader(step.down_s)
+        elif kind == "zk_pause_server":
+            faults.zk_pause_server(a.server, step.duration_s or 1.0)
+        elif kind == "zk_restart_ensemble":
+            faults.zk_restart_ensemble(step.down_s)
         elif kind == "fail_log_dir":
             faults.fail_log_dir(faults.resolve(a.target, step.pick), a.dir)
         elif kind == "move_replica":

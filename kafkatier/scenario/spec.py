@@ -42,7 +42,7 @@ class ClusterSpec:
     log_dirs_per_broker: int = 1
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     tiered: bool = False
-    zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT) instead of the embedded one
+    zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT), or "ensemble" (3 containers)
     overrides: dict[str, str] = attrs.field(factory=dict)
 
     def broker_overrides(self) -> dict[str, str]:
@@ -103,6 +103,7 @@ class ActionSpec:
     delete: tuple[str, ...] = ()
     expect_error: str | None = None
     dir: int | None = None                  # fail_log_dir / move_replica: index of a log dir of the target
+    server: str = "follower"                # zk_pause_server: the ensemble's leader or a follower
 
 
 @attrs.frozen
@@ -263,6 +264,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         quick_rate_scale=float(q.get("rate_scale", 1.0)))
 
 
+ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
 _NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica")
 _NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica")
 
@@ -293,6 +295,8 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
         raise ScenarioSpecError(f"{where}.dir: no log dir {a['dir']} (brokers have dirs 0.."
                                 f"{cluster.log_dirs_per_broker - 1})")
     when = None
+    if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
+        raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
     if "when" in a:
         w = a["when"]
         if "tiered_state" in w and "topic" not in w:
@@ -305,4 +309,5 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
-                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"))
+                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
+                      server=a.get("server", "follower"))
