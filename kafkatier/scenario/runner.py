@@ -201,27 +201,32 @@ class ScenarioRunner:
     # -- workload phase ------------------------------------------------------------------------------------------
     def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
         from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
-                                                  ProducerWorkload)
+                                                  ProducerWorkload, SparkProducerWorkload)
         spec, h = self.spec, self.history
         bootstrap = manager.bootstrap_servers
-        self.producers, self.readers = [], []
+        self.producers, self.readers, self.spark_jobs = [], [], []
         counter = {"n": 0}
 
         def on_ack() -> None:
             counter["n"] += 1
             observer.snapshot.acked = counter["n"]
+
+        def on_written(rows: int) -> None:   # a Spark job's committed rows count as acknowledged progress
+            observer.snapshot.acked = max(observer.snapshot.acked, counter["n"] + rows)
         for i, w in enumerate(spec.workloads):
             for k in range(w.count):
                 name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
                 h.info(name, "start", attrs.asdict(w))
                 if w.type == "producer":
                     self.producers.append(ProducerWorkload(name, w, bootstrap, h, on_ack=on_ack))
+                elif w.type == "spark_producer":
+                    self.spark_jobs.append(SparkProducerWorkload(name, w, bootstrap, h, on_progress=on_written))
                 elif w.type == "consumer":
                     self.readers.append(ConsumerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h))
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
         self.admin = AdminOperations(bootstrap, h)
-        for wl in self.producers + self.readers:
+        for wl in self.producers + self.readers + self.spark_jobs:
             wl.start()
         t0 = time.monotonic()
         for step in self.schedule.steps:
@@ -238,6 +243,8 @@ class ScenarioRunner:
             left = p.finish(FLUSH_TIMEOUT_S)
             h.info(p.process, "stop", {"sent": p.sent, "acked": p.acked, "failed": p.failed, "unknown": p.unknown,
                                        "unfinished": left})
+        for job in self.spark_jobs:   # a Spark job runs to its end (bounded), faults still going on meanwhile
+            h.info(job.process, "stop", {"unfinished": job.finish(SparkProducerWorkload.JOB_TIMEOUT_S)})
         h.flush()
 
     def _progress(self, t0: float, duration: float, counter: dict) -> None:
@@ -513,6 +520,9 @@ class ScenarioRunner:
             unmet.append("expected some sends to fail, none did")
         if ex.failed_sends == "none" and sends:
             unmet.append(f"expected no failed sends, {len(sends)} failed or are unknown")
+        for job in (e for e in entries if e["f"] == "spark-produce" and e["type"] != "invoke"):
+            if job["type"] != "ok":
+                unmet.append(f"expected the Spark job of {job['process']} to succeed: {job.get('error', job['type'])}")
         seen = {e["value"]["state"] for e in observations(entries, "tiered")}
         for s in ex.tiered_states_seen:
             if s not in seen:

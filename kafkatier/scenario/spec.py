@@ -73,6 +73,8 @@ class WorkloadSpec:
     seek: str = "beginning"
     reseek_s: float = 0.0                   # consumer: seek back to `seek` this often (0 = never)
     interval_s: float = 0.5                 # offsets sampler period
+    rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
+    start_s: float = 0.0                    # spark_producer: when the job starts
 
 
 @attrs.frozen

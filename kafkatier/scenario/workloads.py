@@ -9,6 +9,10 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   new read session (checkers compare offsets only within one session).
 - :class:`OffsetsSampler` (process ``offsets``): ListOffsets earliest and latest of every partition every
   ``interval_s`` (``{"<partition>": [log_start_offset, high_watermark]}``).
+- :class:`SparkProducerWorkload` (process ``spark_producer-N``): one PySpark batch job, ``kafkatier spark
+  produce --rows N --record-size S`` in a subprocess (the scenario process stays light), recorded as one
+  ``spark-produce`` invoke and ``ok`` (the job succeeded: every row ``str(i).zfill(S)``, ``0 <= i < N``, is
+  acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
   ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
   ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
@@ -234,6 +238,71 @@ class OffsetsSampler(Workload):
 
     def close(self) -> None:
         self.consumer.close()
+
+
+class SparkProducerWorkload(Workload):
+    JOB_TIMEOUT_S = 240.0
+
+    def __init__(self, name: str, spec: WorkloadSpec, bootstrap: str, history: History, on_progress=None):
+        super().__init__(name, history)
+        self.spec = spec
+        self.bootstrap = bootstrap
+        self.process = name
+        self.on_progress = on_progress
+        self._offsets = None
+
+    def work(self) -> None:
+        import subprocess
+        import sys
+        w = self.spec
+        if w.start_s and self.stopping.wait(w.start_s):
+            return
+        value = {"topic": w.topic, "rows": w.rows, "record_size": w.value_bytes}
+        self.history.record(INVOKE, self.process, "spark-produce", value)
+        cmd = [sys.executable, "-m", "kafkatier", "spark", "produce", "--bootstrap-server", self.bootstrap,
+               "--topic", w.topic, "--rows", str(w.rows), "--record-size", str(w.value_bytes), "--no-progress",
+               "--master", "local[2]", "--option", f"kafka.acks={'all' if w.acks == 'all' else w.acks}",
+               "--option", "kafka.delivery.timeout.ms=120000"]
+        deadline = time.monotonic() + self.JOB_TIMEOUT_S
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            # While the job runs, report the topic's committed rows (sum of high watermarks) as progress, so a
+            # schedule step can wait for the job to be writing (``when = { acked_at_least = N }``).
+            while True:
+                try:
+                    out, err = p.communicate(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        p.kill()
+                        p.communicate()
+                        self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
+                        return
+                    self._report_progress(w.topic)
+        if p.returncode == 0:
+            self.history.record(OK, self.process, "spark-produce", value, output=out.strip()[-200:])
+        else:
+            last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            self.history.record(FAIL, self.process, "spark-produce", value, error=last[:300])
+
+    def _report_progress(self, topic: str) -> None:
+        if self.on_progress is None:
+            return
+        try:
+            if self._offsets is None:
+                self._offsets = Consumer(_base(self.bootstrap) | {"group.id": "scenario-spark-progress"})
+            md = self._offsets.list_topics(topic, timeout=2.0).topics[topic]
+            total = sum(self._offsets.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)[1]
+                        for p in md.partitions)
+        except KafkaException:
+            return   # a broker being killed: try again next time
+        self.on_progress(total)
+
+    def finish(self, timeout: float) -> int:
+        """Wait for the job (it is not cut short by the end of the workload phase); 1 if still running."""
+        self.join(timeout)
+        if self._offsets is not None and not self.is_alive():
+            self._offsets.close()
+        return int(self.is_alive())
 
 
 class AdminOperations:

@@ -342,3 +342,33 @@ def test_log_dirs_reports_its_anomalies(anomaly):
     want = "replica-diverged" if anomaly == "replica-gap" else anomaly
     assert want in found, found
     assert want in [a.type for a in check_all(h.entries)]
+
+
+# -- Spark producer rows -----------------------------------------------------------------------------------------
+
+def _spark(h: H, rows: int, final_values: list[str], type_: str = "ok") -> None:
+    v = {"topic": "t", "rows": rows, "record_size": 4}
+    h.add(1, "invoke", "spark_producer-0", "spark-produce", v)
+    h.add(9, type_, "spark_producer-0", "spark-produce", v)
+    h.add(99, "info", "final", "final-read", {"t/0": {"log_start": 0, "high_watermark": len(final_values),
+                                                      "records": [[o, x] for o, x in enumerate(final_values)]}})
+
+
+def test_spark_rows_all_there_with_duplicates_pass_and_are_counted():
+    h = H()
+    _spark(h, 3, ["0000", "0001", "0001", "0002"])
+    anomalies, counts = kafka_clients.spark_rows(h.entries)
+    assert anomalies == [] and counts == {"rows": 3, "lost": 0, "duplicates": 1}
+    assert [a for a in check_all(h.entries) if a.checker == "kafka_clients"] == []
+
+
+def test_spark_row_missing_after_a_successful_job_is_lost():
+    h = H()
+    _spark(h, 3, ["0000", "0002"])
+    assert [a.type for a in kafka_clients.check(h.entries)] == ["spark-row-lost"]
+
+
+def test_spark_rows_of_a_failed_job_are_not_acknowledged():
+    h = H()
+    _spark(h, 3, ["0000"], type_="fail")
+    assert kafka_clients.check(h.entries) == []
