@@ -102,8 +102,12 @@ def _guarded(run) -> int:
     def interrupted(signum, frame):
         raise KeyboardInterrupt()
     signal.signal(signal.SIGTERM, interrupted)
+    from kafkatier.scenario.runner import ScenarioUnavailableError
     try:
         return run().exit_code
+    except ScenarioUnavailableError as e:
+        print(f"kafkatier scenario: cannot run here: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     except (RuntimeError, OSError, WaitTimeout) as e:
         print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else e!r}",
               file=sys.stderr)

@@ -15,8 +15,17 @@ Latency in the remote storage manager (``rsm.config.copy.delay.ms`` / ``rsm.conf
 the control channel (``kafkatier.test.control.channel.latency.ms``) are test-only broker overrides read at
 construction time; a scenario sets them in ``[cluster.overrides]``.
 
-Extension point (KIP-113, not built yet): a ``log_dir_failure`` fault (make a log dir unusable) and a
-``move_replica`` action belong here once AlterReplicaLogDirs lands; see ``FAULTS`` below.
+KIP-113: ``fail_log_dir`` fails log dir number ``dir`` of a broker the way a dead disk does
+(``ClusterManager.fail_log_dir``: the data moves aside, a file takes the dir's place; the broker takes the dir
+offline within a second, or exits if it was its last).  Heal stops that broker (SIGTERM), restores the dir and
+starts it again, as an operator replacing the disk would.  (``move_replica`` is an admin action: see
+``workloads.AdminOperations``.)
+
+With ``[cluster] zookeeper = "ensemble"`` (a 3-server ensemble in Docker containers, ``kafkatier.testing``):
+``zk_kill_leader`` (SIGKILL the ensemble's leader container; restarted after ``down_s``, or at heal),
+``zk_pause_server`` (``docker pause`` the leader or a follower for ``duration_s``) and ``zk_restart_ensemble``
+(every container stopped and removed, new ones started from the data after ``down_s``).  Heal unpauses and
+restarts every server and waits for a quorum with one leader.
 
 Every fault is recorded as an ``info`` entry of process ``nemesis``: ``f`` is the fault, ``value`` the broker
 ids it hit.  Heal (:meth:`Faults.heal`) resumes every paused process and starts ZooKeeper and every broker
@@ -42,8 +51,9 @@ log = get_logger("scenario.faults")
 
 BROKER_FAULTS = ("kill", "terminate", "restart", "start", "pause", "expire_session")
 CLUSTER_FAULTS = ("zk_pause", "zk_restart", "rolling_restart", "kill_all")
-# KIP-113 extension point: add "log_dir_failure" here (and a handler below) when JBOD moves land.
-FAULTS = BROKER_FAULTS + CLUSTER_FAULTS
+LOG_DIR_FAULTS = ("fail_log_dir",)
+ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
+FAULTS = BROKER_FAULTS + CLUSTER_FAULTS + LOG_DIR_FAULTS + ENSEMBLE_FAULTS
 
 SERVE_TIMEOUT_S = 60.0
 
@@ -54,8 +64,11 @@ class FaultError(Exception):
 
 class Faults:
     def __init__(self, manager: ClusterManager, observer: ZooKeeperObserver, history: History,
-                 session_timeout_ms: int):
+                 session_timeout_ms: int, ensemble=None):
         self.manager = manager
+        self.ensemble = ensemble                   # a kafkatier.testing ZooKeeperEnsemble, or None
+        self._zk_paused_servers: list = []
+        self._zk_killed_servers: list = []
         self.observer = observer
         self.history = history
         self.session_timeout_s = session_timeout_ms / 1000.0
@@ -63,6 +76,7 @@ class Faults:
         self._lock = threading.Lock()
         self._timers: list[threading.Timer] = []
         self._czxid: dict[int, int | None] = {}    # registration seen when a broker was stopped
+        self._failed_dirs: list[tuple[int, str]] = []   # (broker, log dir) failed by fail_log_dir
 
     # -- targets -----------------------------------------------------------------------------------------------
     def broker_ids(self) -> list[int]:
@@ -201,6 +215,31 @@ class Faults:
         self._timers.append(t)
         t.start()
 
+    # -- log dirs (KIP-112 / KIP-113) ---------------------------------------------------------------------------
+    def log_dir(self, broker_id: int, index: int) -> str:
+        dirs = self.manager.broker(broker_id)["log_dirs"]
+        if not 0 <= index < len(dirs):
+            raise FaultError(f"broker {broker_id} has no log dir {index} (it has {len(dirs)})")
+        return dirs[index]
+
+    def fail_log_dir(self, broker_id: int, index: int) -> None:
+        from kafkatier.common.errors import UsageError
+        d = self.log_dir(broker_id, index)
+        try:
+            self.manager.fail_log_dir(broker_id, d)
+        except UsageError as e:
+            raise FaultError(str(e)) from None
+        self._failed_dirs.append((broker_id, d))
+        self.history.info("nemesis", "fail_log_dir", [broker_id], dir=d)
+
+    def _restore_log_dirs(self) -> None:
+        failed, self._failed_dirs = self._failed_dirs, []
+        for b, d in failed:
+            if pid_alive(self._pid(b)):
+                self.kill(b, "TERM")
+            self.manager.restore_log_dir(b, d)
+            self.history.info("nemesis", "restore_log_dir", [b], dir=d)
+
     # -- ZooKeeper -------------------------------------------------------------------------------------------
     def _zk_pid(self) -> int:
         pid = self.manager.state.get("zookeeper_pid")
@@ -234,6 +273,68 @@ class Faults:
         self.manager.save()
         self.history.info("nemesis", "zk_start", [])
 
+    # -- ZooKeeper ensemble (containers) --------------------------------------------------------------------------
+    def _ensemble(self):
+        if self.ensemble is None:
+            raise FaultError('ZooKeeper ensemble faults need [cluster] zookeeper = "ensemble"')
+        return self.ensemble
+
+    def zk_kill_leader(self, down_s: float = 0.0) -> None:
+        leader = self._ensemble().leader()
+        self.history.info("nemesis", "zk_kill_leader", [], server=leader.server_id)
+        leader.kill()
+        with self._lock:
+            self._zk_killed_servers.append(leader)
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration
+            self._zk_restart_killed()
+
+    def _zk_restart_killed(self) -> None:
+        with self._lock:
+            killed, self._zk_killed_servers = self._zk_killed_servers, []
+        for server in killed:
+            server.restart(wait=True)
+            self.history.info("nemesis", "zk_server_start", [], server=server.server_id)
+
+    def zk_pause_server(self, which: str, duration_s: float) -> None:
+        ensemble = self._ensemble()
+        server = ensemble.leader() if which == "leader" else ensemble.followers()[0]
+        server.pause()
+        with self._lock:
+            self._zk_paused_servers.append(server)
+        self.history.info("nemesis", "zk_pause_server", [], server=server.server_id, role=which,
+                          duration_s=duration_s)
+        self._later(duration_s, self._zk_unpause, server)
+
+    def _zk_unpause(self, server) -> None:
+        with self._lock:
+            if server not in self._zk_paused_servers:
+                return
+            self._zk_paused_servers.remove(server)
+        server.unpause()
+        self.history.info("nemesis", "zk_resume_server", [], server=server.server_id)
+
+    def zk_restart_ensemble(self, down_s: float = 0.0) -> None:
+        ensemble = self._ensemble()
+        self.history.info("nemesis", "zk_stop", [], ensemble=True)
+        with self._lock:
+            self._zk_paused_servers, self._zk_killed_servers = [], []
+        ensemble.stop()
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration
+        ensemble.start()
+        self.history.info("nemesis", "zk_start", [], ensemble=True)
+
+    def _heal_ensemble(self) -> None:
+        if self.ensemble is None:
+            return
+        with self._lock:
+            paused = list(self._zk_paused_servers)
+        for server in paused:
+            self._zk_unpause(server)
+        self._zk_restart_killed()
+        self.ensemble.wait_quorum()
+
     # -- cluster-wide ----------------------------------------------------------------------------------------
     def rolling_restart(self, converged, timeout: float) -> None:
         for b in self.broker_ids():
@@ -260,6 +361,12 @@ class Faults:
             t.cancel()
         with self._lock:
             paused, self._paused = dict(self._paused), {}
+            zk_paused, self._zk_paused_servers = self._zk_paused_servers, []
+        for server in zk_paused:
+            try:
+                server.unpause()
+            except Exception:  # noqa: BLE001 - best effort before tearing down
+                log.exception("could not unpause ZooKeeper server %s", server.server_id)
         for pid in paused:
             try:
                 os.kill(pid, signal.SIGCONT)
@@ -278,6 +385,8 @@ class Faults:
         if self.manager.state.get("zookeeper_pid") is None \
                 and os.path.isdir(os.path.join(self.manager.data_dir, "zookeeper")):  # embedded, stopped
             self._zk_start()
+        self._heal_ensemble()
+        self._restore_log_dirs()
         for b in self.broker_ids():
             if not pid_alive(self._pid(b)):
                 self.start(b)

@@ -53,7 +53,14 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "anomalies": [a.to_json() for a in anomalies], "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
+        "spark_rows": _spark_rows(entries),
     }
+
+
+def _spark_rows(entries: list[dict]) -> dict:
+    """Rows of successful Spark producer jobs: written, lost, duplicated (allowed, counted)."""
+    from kafkatier.scenario.checkers.kafka_clients import spark_rows
+    return spark_rows(entries)[1]
 
 
 def write_json(path: str, obj) -> None:

@@ -51,6 +51,27 @@ SETUP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 15.0
 
 
+class ScenarioUnavailableError(RuntimeError):
+    """The scenario cannot run on this machine (its ZooKeeper ensemble needs Docker); the CLI exits 2."""
+
+
+def start_ensemble(base_dir: str):
+    """A 3-server ZooKeeper ensemble in containers (``kafkatier.testing``) for ``zookeeper = "ensemble"``."""
+    from kafkatier.testing import docker_engine
+    from kafkatier.testing.zookeeper_container import ZooKeeperEnsemble
+    from kafkatier.testing.zookeeper_image import ensure_image
+    try:
+        client = docker_engine.docker_client()
+    except docker_engine.DockerUnavailableError as e:
+        raise ScenarioUnavailableError(f'[cluster] zookeeper = "ensemble" needs Docker: {e}') from None
+    try:
+        docker_engine.remove_orphans(client)
+    finally:
+        client.close()
+    tag = ensure_image(progress=lambda line: None).tag
+    return ZooKeeperEnsemble(tag, base_dir, size=3).start()
+
+
 @attrs.frozen
 class RunResult:
     valid: bool
@@ -110,21 +131,30 @@ class ScenarioRunner:
         started = time.monotonic()
         manager = ClusterManager(os.path.join(self.run_dir, "cluster"))
         c = spec.cluster
-        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers})
+        ensemble = None
+        zookeeper = c.zookeeper
+        if zookeeper == "ensemble":
+            ensemble = start_ensemble(os.path.join(self.run_dir, "zookeeper-ensemble"))
+            zookeeper = ensemble.connect_string
+        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper})
         try:
-            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=c.zookeeper,
+            manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
                        timeout=SETUP_TIMEOUT_S)
         except BaseException:
-            if manager.state:
-                manager.down()
+            try:
+                if manager.state:
+                    manager.down()
+            finally:
+                if ensemble is not None:
+                    ensemble.stop()
             raise
         observer = faults = None
         try:
             self._create_topics(manager)
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
-            faults = Faults(manager, observer, self.history, c.session_timeout_ms)
+            faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
             self._workload_phase(manager, observer, faults)
             self._heal(manager, observer, faults)
             self._final_reads(manager, observer)
@@ -140,7 +170,11 @@ class ScenarioRunner:
                     observer.stop()
                 self.history.flush()
             finally:
-                manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                try:
+                    manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                finally:
+                    if ensemble is not None:
+                        ensemble.stop()
         return self._report(time.monotonic() - started)
 
     def _create_topics(self, manager: ClusterManager) -> None:
@@ -167,27 +201,32 @@ class ScenarioRunner:
     # -- workload phase ------------------------------------------------------------------------------------------
     def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
         from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
-                                                  ProducerWorkload)
+                                                  ProducerWorkload, SparkProducerWorkload)
         spec, h = self.spec, self.history
         bootstrap = manager.bootstrap_servers
-        self.producers, self.readers = [], []
+        self.producers, self.readers, self.spark_jobs = [], [], []
         counter = {"n": 0}
 
         def on_ack() -> None:
             counter["n"] += 1
             observer.snapshot.acked = counter["n"]
+
+        def on_written(rows: int) -> None:   # a Spark job's committed rows count as acknowledged progress
+            observer.snapshot.acked = max(observer.snapshot.acked, counter["n"] + rows)
         for i, w in enumerate(spec.workloads):
             for k in range(w.count):
                 name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
                 h.info(name, "start", attrs.asdict(w))
                 if w.type == "producer":
                     self.producers.append(ProducerWorkload(name, w, bootstrap, h, on_ack=on_ack))
+                elif w.type == "spark_producer":
+                    self.spark_jobs.append(SparkProducerWorkload(name, w, bootstrap, h, on_progress=on_written))
                 elif w.type == "consumer":
                     self.readers.append(ConsumerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h))
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
         self.admin = AdminOperations(bootstrap, h)
-        for wl in self.producers + self.readers:
+        for wl in self.producers + self.readers + self.spark_jobs:
             wl.start()
         t0 = time.monotonic()
         for step in self.schedule.steps:
@@ -204,6 +243,8 @@ class ScenarioRunner:
             left = p.finish(FLUSH_TIMEOUT_S)
             h.info(p.process, "stop", {"sent": p.sent, "acked": p.acked, "failed": p.failed, "unknown": p.unknown,
                                        "unfinished": left})
+        for job in self.spark_jobs:   # a Spark job runs to its end (bounded), faults still going on meanwhile
+            h.info(job.process, "stop", {"unfinished": job.finish(SparkProducerWorkload.JOB_TIMEOUT_S)})
         h.flush()
 
     def _progress(self, t0: float, duration: float, counter: dict) -> None:
@@ -270,6 +311,27 @@ class ScenarioRunner:
             faults.kill_all(step.down_s)
         elif kind == "rolling_restart":
             faults.rolling_restart(lambda: self._converged(observer, faults) is None, self.spec.heal_timeout_s)
+        elif kind == "zk_kill_leader":
+            faults.zk_kill_leader(step.down_s)
+        elif kind == "zk_pause_server":
+            faults.zk_pause_server(a.server, step.duration_s or 1.0)
+        elif kind == "zk_restart_ensemble":
+            faults.zk_restart_ensemble(step.down_s)
+        elif kind == "fail_log_dir":
+            faults.fail_log_dir(faults.resolve(a.target, step.pick), a.dir)
+        elif kind == "move_replica":
+            b = faults.resolve(a.target, step.pick)
+            dirs = faults.manager.broker(b)["log_dirs"]
+            index = a.dir
+            if index is None:   # the dir after the one holding the replica now
+                here = [i for i, d in enumerate(dirs) if os.path.isdir(os.path.join(d, f"{a.topic}-{a.partition}"))]
+                if not here:
+                    raise FaultError(f"broker {b} has no current directory of {a.topic}-{a.partition}")
+                index = (here[0] + 1) % len(dirs)
+            err = self.admin.move_replica(a.topic, a.partition, b, faults.log_dir(b, index))
+            self._expect_error(step, err)
+            if err is not None and step.action.expect_error is None:
+                raise FaultError(f"AlterReplicaLogDirs answered {err}")
         elif kind == "alter_config":
             err = self.admin.alter_config(a.topic, a.set, a.delete)
             self._expect_error(step, err)
@@ -313,7 +375,8 @@ class ScenarioRunner:
         why: list[str | None] = [None]
 
         def healthy() -> bool:
-            why[0] = self._converged(observer, faults) or self._remote_pending(manager, observer)
+            why[0] = (self._converged(observer, faults) or self._remote_pending(manager, observer)
+                      or self._moves_pending(manager))
             return why[0] is None
         try:
             wait_for(healthy, self.spec.heal_timeout_s, interval=0.2, message="the cluster to converge")
@@ -337,6 +400,16 @@ class ScenarioRunner:
                 for p, remote in self._remote(manager, observer, t.name, t.partitions).items():
                     if remote["files"]:
                         return f"{p}: {len(remote['files'])} remote files still to delete"
+        return None
+
+    def _moves_pending(self, manager: ClusterManager) -> str | None:
+        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``."""
+        if self.spec.cluster.log_dirs_per_broker < 2:
+            return None
+        for d in _log_dirs(manager):
+            for name, parsed in d["entries"]:
+                if parsed.kind != "current":
+                    return f"{name} still in {d['dir']}"
         return None
 
     @staticmethod
@@ -395,6 +468,8 @@ class ScenarioRunner:
             part.pop("_next", None)
         h.record(INFO, "final", "final-read", reads)
         observer.poll_once()
+        if self.spec.cluster.log_dirs_per_broker > 1:
+            h.record(INFO, "final", "final-log-dirs", self._final_log_dirs(manager, observer, reads))
         tiered = {}
         remote: dict[str, dict] = {}
         for t in self.spec.topics:
@@ -406,6 +481,32 @@ class ScenarioRunner:
         h.record(INFO, "final", "final-tiered", tiered)
         h.record(INFO, "final", "final-remote", remote)
         h.flush()
+
+    def _final_log_dirs(self, manager: ClusterManager, observer: ZooKeeperObserver, reads: dict) -> dict:
+        """Per broker and log dir the partition directories there, with a current one's batches below the
+        high watermark as ``[base offset, last offset, crc]`` (for the log_dirs checker)."""
+        from kafkatier.log.record_batch import iter_batches
+        replicas = {f"{t.name}/{p}": observer.snapshot.replicas(t.name, p)
+                    for t in self.spec.topics for p in range(t.partitions)}
+        dirs = []
+        for d in _log_dirs(manager):
+            parts = {}
+            for name, parsed in d["entries"]:
+                tp = f"{parsed.topic}/{parsed.partition}"
+                if tp not in replicas:
+                    continue
+                batches = []
+                if parsed.kind == "current":
+                    hw = reads.get(tp, {}).get("high_watermark", 0)
+                    path = os.path.join(d["dir"], name)
+                    for seg in sorted(f for f in os.listdir(path) if f.endswith(".log")):
+                        with open(os.path.join(path, seg), "rb") as f:
+                            buf = f.read()
+                        batches += [[b.base_offset, b.last_offset, b.crc] for _, b in iter_batches(buf)
+                                    if b.last_offset < hw]
+                parts[name] = {"tp": tp, "kind": parsed.kind, "batches": batches}
+            dirs.append({"broker": d["broker"], "dir": d["dir"], "partitions": parts})
+        return {"replicas": replicas, "dirs": dirs}
 
     # -- report ------------------------------------------------------------------------------------------------
     def _expectations(self, entries: list[dict]) -> list[str]:
@@ -419,6 +520,9 @@ class ScenarioRunner:
             unmet.append("expected some sends to fail, none did")
         if ex.failed_sends == "none" and sends:
             unmet.append(f"expected no failed sends, {len(sends)} failed or are unknown")
+        for job in (e for e in entries if e["f"] == "spark-produce" and e["type"] != "invoke"):
+            if job["type"] != "ok":
+                unmet.append(f"expected the Spark job of {job['process']} to succeed: {job.get('error', job['type'])}")
         seen = {e["value"]["state"] for e in observations(entries, "tiered")}
         for s in ex.tiered_states_seen:
             if s not in seen:
@@ -446,6 +550,25 @@ class ScenarioRunner:
         report.write_html(os.path.join(self.run_dir, "index.html"), res)
         self.out(report.summary(res))
         return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
+
+
+def _log_dirs(manager: ClusterManager) -> list[dict]:
+    """Every broker's log dirs with the partition directories in them: ``[(name, PartitionDirName)]``."""
+    from kafkatier.log.dir_names import MalformedDirNameError, parse_partition_dir
+    out = []
+    for b in manager.state["brokers"]:
+        for d in b["log_dirs"]:
+            entries = []
+            if os.path.isdir(d):
+                for name in sorted(os.listdir(d)):
+                    if not os.path.isdir(os.path.join(d, name)):
+                        continue
+                    try:
+                        entries.append((name, parse_partition_dir(os.path.join(d, name))))
+                    except MalformedDirNameError:
+                        continue
+            out.append({"broker": b["id"], "dir": d, "entries": entries})
+    return out
 
 
 def _holds(c, snap) -> bool:

@@ -49,7 +49,7 @@ class Step:
         when = f"at {self.at:6.2f}s" if self.at is not None else f"when {_condition(a)}" + (
             f" + {a.delay_s:g}s" if a.delay_s else "")
         parts = [a.action]
-        if a.target is not None and a.action not in ("zk_pause", "zk_restart"):
+        if a.target is not None and a.action not in ("zk_pause", "zk_restart", "zk_kill_leader", "zk_restart_ensemble"):
             parts.append(f"target={a.target}")
         if a.action in ("kill", "restart", "rolling_restart", "kill_all") or a.signal != "KILL":
             parts.append(f"signal={a.signal}")

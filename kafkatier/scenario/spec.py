@@ -42,7 +42,7 @@ class ClusterSpec:
     log_dirs_per_broker: int = 1
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     tiered: bool = False
-    zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT) instead of the embedded one
+    zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT), or "ensemble" (3 containers)
     overrides: dict[str, str] = attrs.field(factory=dict)
 
     def broker_overrides(self) -> dict[str, str]:
@@ -73,6 +73,8 @@ class WorkloadSpec:
     seek: str = "beginning"
     reseek_s: float = 0.0                   # consumer: seek back to `seek` this often (0 = never)
     interval_s: float = 0.5                 # offsets sampler period
+    rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
+    start_s: float = 0.0                    # spark_producer: when the job starts
 
 
 @attrs.frozen
@@ -102,6 +104,8 @@ class ActionSpec:
     set: dict[str, str] = attrs.field(factory=dict)
     delete: tuple[str, ...] = ()
     expect_error: str | None = None
+    dir: int | None = None                  # fail_log_dir / move_replica: index of a log dir of the target
+    server: str = "follower"                # zk_pause_server: the ensemble's leader or a follower
 
 
 @attrs.frozen
@@ -262,8 +266,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         quick_rate_scale=float(q.get("rate_scale", 1.0)))
 
 
-_NEEDS_TOPIC = ("alter_config", "delete_records")
-_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session")
+ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
+_NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica")
+_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica")
 
 
 def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSpec:
@@ -284,7 +289,16 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
         raise ScenarioSpecError(f"{where}.target: unknown topic in {target!r}")
     if kind == "delete_records" and "offset" not in a:
         raise ScenarioSpecError(f"{where}.offset: required for action 'delete_records'")
+    if kind == "fail_log_dir" and "dir" not in a:
+        raise ScenarioSpecError(f"{where}.dir: required for action 'fail_log_dir'")
+    if kind in ("fail_log_dir", "move_replica") and cluster.log_dirs_per_broker < 2:
+        raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.log_dirs_per_broker >= 2")
+    if a.get("dir", 0) >= cluster.log_dirs_per_broker:
+        raise ScenarioSpecError(f"{where}.dir: no log dir {a['dir']} (brokers have dirs 0.."
+                                f"{cluster.log_dirs_per_broker - 1})")
     when = None
+    if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
+        raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
     if "when" in a:
         w = a["when"]
         if "tiered_state" in w and "topic" not in w:
@@ -297,4 +311,5 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
-                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"))
+                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
+                      server=a.get("server", "follower"))

@@ -9,8 +9,14 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   new read session (checkers compare offsets only within one session).
 - :class:`OffsetsSampler` (process ``offsets``): ListOffsets earliest and latest of every partition every
   ``interval_s`` (``{"<partition>": [log_start_offset, high_watermark]}``).
+- :class:`SparkProducerWorkload` (process ``spark_producer-N``): one PySpark batch job, ``kafkatier spark
+  produce --rows N --record-size S`` in a subprocess (the scenario process stays light), recorded as one
+  ``spark-produce`` invoke and ``ok`` (the job succeeded: every row ``str(i).zfill(S)``, ``0 <= i < N``, is
+  acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
-  ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``.
+  ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
+  ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
+  accepted the move (``value``: topic, partition, broker, destination dir).
 """
 from __future__ import annotations
 
@@ -234,6 +240,71 @@ class OffsetsSampler(Workload):
         self.consumer.close()
 
 
+class SparkProducerWorkload(Workload):
+    JOB_TIMEOUT_S = 240.0
+
+    def __init__(self, name: str, spec: WorkloadSpec, bootstrap: str, history: History, on_progress=None):
+        super().__init__(name, history)
+        self.spec = spec
+        self.bootstrap = bootstrap
+        self.process = name
+        self.on_progress = on_progress
+        self._offsets = None
+
+    def work(self) -> None:
+        import subprocess
+        import sys
+        w = self.spec
+        if w.start_s and self.stopping.wait(w.start_s):
+            return
+        value = {"topic": w.topic, "rows": w.rows, "record_size": w.value_bytes}
+        self.history.record(INVOKE, self.process, "spark-produce", value)
+        cmd = [sys.executable, "-m", "kafkatier", "spark", "produce", "--bootstrap-server", self.bootstrap,
+               "--topic", w.topic, "--rows", str(w.rows), "--record-size", str(w.value_bytes), "--no-progress",
+               "--master", "local[2]", "--option", f"kafka.acks={'all' if w.acks == 'all' else w.acks}",
+               "--option", "kafka.delivery.timeout.ms=120000"]
+        deadline = time.monotonic() + self.JOB_TIMEOUT_S
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            # While the job runs, report the topic's committed rows (sum of high watermarks) as progress, so a
+            # schedule step can wait for the job to be writing (``when = { acked_at_least = N }``).
+            while True:
+                try:
+                    out, err = p.communicate(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        p.kill()
+                        p.communicate()
+                        self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
+                        return
+                    self._report_progress(w.topic)
+        if p.returncode == 0:
+            self.history.record(OK, self.process, "spark-produce", value, output=out.strip()[-200:])
+        else:
+            last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            self.history.record(FAIL, self.process, "spark-produce", value, error=last[:300])
+
+    def _report_progress(self, topic: str) -> None:
+        if self.on_progress is None:
+            return
+        try:
+            if self._offsets is None:
+                self._offsets = Consumer(_base(self.bootstrap) | {"group.id": "scenario-spark-progress"})
+            md = self._offsets.list_topics(topic, timeout=2.0).topics[topic]
+            total = sum(self._offsets.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)[1]
+                        for p in md.partitions)
+        except KafkaException:
+            return   # a broker being killed: try again next time
+        self.on_progress(total)
+
+    def finish(self, timeout: float) -> int:
+        """Wait for the job (it is not cut short by the end of the workload phase); 1 if still running."""
+        self.join(timeout)
+        if self._offsets is not None and not self.is_alive():
+            self._offsets.close()
+        return int(self.is_alive())
+
+
 class AdminOperations:
     """The schedule's admin steps, recorded as process ``admin``."""
 
@@ -242,6 +313,8 @@ class AdminOperations:
         self.admin = AdminClient(_base(bootstrap))
         self.offsets = Consumer(_base(bootstrap) | {"group.id": "scenario-admin", "enable.auto.commit": False})
         self._lock = threading.Lock()
+        self.bootstrap = bootstrap
+        self._kafkatier_admin = None
 
     def alter_config(self, topic: str, set_: dict[str, str], delete: tuple[str, ...], timeout_s: float = 30.0):
         """Returns the error name, or None."""
@@ -289,5 +362,33 @@ class AdminOperations:
         self.history.record(OK, "admin", "delete-records", value, low_watermark=result.low_watermark)
         return None
 
+    def move_replica(self, topic: str, partition: int, broker: int, log_dir: str) -> str | None:
+        """AlterReplicaLogDirs of one replica to ``log_dir`` of its broker.  Returns the error name, or None."""
+        from kafka.errors import for_code
+
+        from kafkatier.admin.client import AdminClient as KafkatierAdmin, AdminError
+        value = {"topic": topic, "partition": partition, "broker": broker, "dir": log_dir}
+        self.history.record(INVOKE, "admin", "move-replica", value)
+        try:
+            with self._lock:
+                if self._kafkatier_admin is None:
+                    self._kafkatier_admin = KafkatierAdmin(self.bootstrap.split(","), request_timeout_ms=10000)
+                codes = self._kafkatier_admin.alter_replica_log_dirs({(topic, partition, broker): log_dir})
+        except AdminError as e:
+            self.history.record(INFO, "admin", "move-replica", value, error=e.name)
+            return e.name
+        except Exception as e:  # noqa: BLE001 - a connection error: whether the broker got it is unknown
+            self.history.record(INFO, "admin", "move-replica", value, error=type(e).__name__)
+            return type(e).__name__
+        code = codes.get((topic, partition, broker), 0)
+        if code:
+            name = for_code(code).message
+            self.history.record(FAIL, "admin", "move-replica", value, error=name)
+            return name
+        self.history.record(OK, "admin", "move-replica", value)
+        return None
+
     def close(self) -> None:
+        if self._kafkatier_admin is not None:
+            self._kafkatier_admin.close()
         self.offsets.close()

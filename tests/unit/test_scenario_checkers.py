@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.scenario.checkers import check_all, controller, delete_records, kafka_clients, partitions, tiered
+from kafkatier.scenario.checkers import check_all, controller, delete_records, kafka_clients, log_dirs, partitions, tiered
 
 
 class H:
@@ -285,3 +285,90 @@ def test_unreadable_after_heal_is_reported():
     h = H()
     h.final_read({0: (0, 3, [(0, "producer-0:0")])})
     assert "unreadable-after-heal" in h.types(kafka_clients)
+
+
+# -- KIP-113: log dirs ------------------------------------------------------------------------------------------
+
+def _log_dirs(h: H, dirs: list[dict], moved_broker: int | None = 2) -> None:
+    if moved_broker is not None:
+        v = {"topic": "t", "partition": 0, "broker": moved_broker, "dir": "/b2/d1"}
+        h.add(1, "invoke", "admin", "move-replica", v)
+        h.add(1.1, "ok", "admin", "move-replica", v)
+    h.add(99, "info", "final", "final-log-dirs", {"replicas": {"t/0": [1, 2]}, "dirs": dirs})
+
+
+def _dir(broker: int, path: str, parts: dict) -> dict:
+    return {"broker": broker, "dir": path, "partitions": parts}
+
+
+BATCHES = [[0, 9, 111], [10, 19, 222], [20, 29, 333]]
+
+
+def _healthy_dirs() -> list[dict]:
+    return [_dir(1, "/b1/d0", {"t-0": {"tp": "t/0", "kind": "current", "batches": BATCHES}}),
+            _dir(1, "/b1/d1", {}),
+            _dir(2, "/b2/d0", {}),
+            _dir(2, "/b2/d1", {"t-0": {"tp": "t/0", "kind": "current", "batches": BATCHES[1:]}})]
+
+
+def test_log_dirs_healthy_moved_replica_passes():
+    h = H()
+    _log_dirs(h, _healthy_dirs())
+    assert log_dirs.check(h.entries) == []
+
+
+def test_log_dirs_without_final_entry_checks_nothing():
+    assert log_dirs.check(H().entries) == []
+
+
+@pytest.mark.parametrize("anomaly", ["replica-in-several-dirs", "replica-missing", "move-left-behind",
+                                     "replica-diverged", "replica-gap"])
+def test_log_dirs_reports_its_anomalies(anomaly):
+    dirs = _healthy_dirs()
+    if anomaly == "replica-in-several-dirs":
+        dirs[2]["partitions"]["t-0"] = {"tp": "t/0", "kind": "current", "batches": BATCHES}
+    elif anomaly == "replica-missing":
+        dirs[3]["partitions"] = {}
+    elif anomaly == "move-left-behind":
+        dirs[2]["partitions"]["t-0.move"] = {"tp": "t/0", "kind": "future", "batches": []}
+    elif anomaly == "replica-diverged":
+        dirs[3]["partitions"]["t-0"]["batches"] = [[10, 19, 222], [20, 29, 999]]
+    else:   # the moved copy lost a batch in the middle
+        dirs[3]["partitions"]["t-0"]["batches"] = [[10, 19, 222], [30, 39, 444]]
+        dirs[0]["partitions"]["t-0"]["batches"] = BATCHES + [[30, 39, 444]]
+    h = H()
+    _log_dirs(h, dirs)
+    found = [a.type for a in log_dirs.check(h.entries)]
+    want = "replica-diverged" if anomaly == "replica-gap" else anomaly
+    assert want in found, found
+    assert want in [a.type for a in check_all(h.entries)]
+
+
+# -- Spark producer rows -----------------------------------------------------------------------------------------
+
+def _spark(h: H, rows: int, final_values: list[str], type_: str = "ok") -> None:
+    v = {"topic": "t", "rows": rows, "record_size": 4}
+    h.add(1, "invoke", "spark_producer-0", "spark-produce", v)
+    h.add(9, type_, "spark_producer-0", "spark-produce", v)
+    h.add(99, "info", "final", "final-read", {"t/0": {"log_start": 0, "high_watermark": len(final_values),
+                                                      "records": [[o, x] for o, x in enumerate(final_values)]}})
+
+
+def test_spark_rows_all_there_with_duplicates_pass_and_are_counted():
+    h = H()
+    _spark(h, 3, ["0000", "0001", "0001", "0002"])
+    anomalies, counts = kafka_clients.spark_rows(h.entries)
+    assert anomalies == [] and counts == {"rows": 3, "lost": 0, "duplicates": 1}
+    assert [a for a in check_all(h.entries) if a.checker == "kafka_clients"] == []
+
+
+def test_spark_row_missing_after_a_successful_job_is_lost():
+    h = H()
+    _spark(h, 3, ["0000", "0002"])
+    assert [a.type for a in kafka_clients.check(h.entries)] == ["spark-row-lost"]
+
+
+def test_spark_rows_of_a_failed_job_are_not_acknowledged():
+    h = H()
+    _spark(h, 3, ["0000"], type_="fail")
+    assert kafka_clients.check(h.entries) == []

@@ -39,6 +39,13 @@ def test_the_library_has_at_least_a_dozen_files_each_opening_with_a_comment():
     ({**MINIMAL, "topics": [{"name": "t", "replication_factor": 4}]}, "topics[0].replication_factor"),
     ({**MINIMAL, "colour": "red"}, "(top level)"),
     ({**MINIMAL, "schedule": [{"action": "alter_config", "at": [5, 1], "topic": "t"}]}, "time range"),
+    ({**MINIMAL, "schedule": [{"action": "fail_log_dir", "at": 1, "target": 1, "dir": 0}]}, "schedule[0].action"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "fail_log_dir", "at": 1, "target": 1}]}, "schedule[0].dir"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "move_replica", "at": 1, "target": 1, "topic": "t", "dir": 2}]}, "schedule[0].dir"),
+    ({**MINIMAL, "cluster": {"brokers": 3, "log_dirs_per_broker": 2},
+      "schedule": [{"action": "move_replica", "at": 1, "target": 1}]}, "schedule[0].topic"),
 ])
 def test_a_bad_file_names_the_field(doc, field):
     with pytest.raises(ScenarioSpecError) as e:
@@ -92,3 +99,22 @@ def test_cli_sweep_and_replay_bad_input_exit_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "replay", str(tmp_path)],
                        capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 2 and "not a scenario run directory" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_ensemble_scenario_without_docker_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from kafkatier.cli.main import main
+    from kafkatier.testing import docker_engine
+
+    def no_docker(timeout: float = 30.0):
+        raise docker_engine.DockerUnavailableError("no Docker daemon at unix:///var/run/docker.sock")
+    monkeypatch.setattr(docker_engine, "docker_client", no_docker)
+    code = main(["scenario", "run", os.path.join(REPO, "scenarios", "zk-ensemble-leader-loss.toml"), "--quick",
+                 "--runs-dir", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "needs Docker" in err, err
+
+
+def test_ensemble_faults_need_an_ensemble():
+    with pytest.raises(ScenarioSpecError, match=r"schedule\[0\].action: 'zk_kill_leader' needs"):
+        from_dict({**MINIMAL, "schedule": [{"action": "zk_kill_leader", "at": 1}]})

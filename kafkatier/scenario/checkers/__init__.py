@@ -9,14 +9,13 @@ the anomalies it finds, each with the history entries that witness it.
 | ``tiered`` | KIP-950: tiered epoch monotonic, only ENABLED->DISABLING->DISABLED->ENABLED (and DISABLED->DISABLING), no DISABLING left after heal, no remote data left of a delete-disabled topic or an old epoch below the log start |
 | ``delete_records`` | KIP-107: nothing below an acknowledged low watermark served or reported as log start, across restarts |
 
-Extension point (KIP-113, not built yet): a ``log_dirs`` checker (one current dir per replica, moved replicas
-byte-identical) is added to ``CHECKERS`` when JBOD moves land.
+| ``log_dirs`` | KIP-113: one current dir per replica, no ``.move`` / ``.delete`` left after heal, moved replicas hold the same batches (offsets, CRCs) as the others |
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-from kafkatier.scenario.checkers import controller, delete_records, kafka_clients, partitions, tiered
+from kafkatier.scenario.checkers import controller, delete_records, kafka_clients, log_dirs, partitions, tiered
 from kafkatier.scenario.checkers.anomaly import Anomaly, Checker, final, observations, witness
 
 __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations", "witness"]
@@ -24,8 +23,7 @@ __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations
 
 def checkers() -> dict[str, Checker]:
     return {"kafka_clients": kafka_clients.check, "controller": controller.check, "partitions": partitions.check,
-            "tiered": tiered.check, "delete_records": delete_records.check}
-    # KIP-113: "log_dirs": log_dirs.check
+            "tiered": tiered.check, "delete_records": delete_records.check, "log_dirs": log_dirs.check}
 
 
 def check_all(entries: Iterable[dict]) -> list[Anomaly]:

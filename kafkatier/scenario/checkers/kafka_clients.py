@@ -115,7 +115,42 @@ def check(entries: list[dict]) -> list[Anomaly]:
                                ({"partition": tp, "log_start": part["log_start"],
                                  "high_watermark": part["high_watermark"], "read_up_to": read_end},)))
     out.extend(_polls(entries))
+    out.extend(spark_rows(entries)[0])
     return out
+
+
+def spark_rows(entries: list[dict]) -> tuple[list[Anomaly], dict]:
+    """Rows of a Spark producer job that succeeded are acknowledged (``spark-produce`` ok: values
+    ``str(i).zfill(record_size)`` for ``i < rows``).  **spark-row-lost**: such a row is not in the final read
+    of its topic and no poll saw it below the final log start offset (deleted on purpose).  Duplicates are
+    allowed (Spark retries tasks; counted in the returned ``{"rows", "lost", "duplicates"}``)."""
+    jobs = [e for e in entries if e["f"] == "spark-produce" and e["type"] == "ok"]
+    if not jobs:
+        return [], {}
+    read = final(entries, "final-read")
+    out, counts = [], {"rows": 0, "lost": 0, "duplicates": 0}
+    for job in jobs:
+        topic, rows, size = job["value"]["topic"], job["value"]["rows"], job["value"]["record_size"]
+        parts = {tp: part for tp, part in read.items() if tp.rsplit("/", 1)[0] == topic}
+        times: dict[str, int] = defaultdict(int)
+        for part in parts.values():
+            for _, v in part["records"]:
+                times[v] += 1
+        deleted = set()   # seen by a poll below its partition's final log start offset
+        for e in entries:
+            if e["f"] == "poll" and e["type"] == "ok" and e.get("topic") == topic:
+                for p, recs in e["value"].items():
+                    start = parts.get(f"{topic}/{p}", {}).get("log_start", 0)
+                    deleted.update(v for o, v in recs if o < start)
+        missing = [v for v in (str(i).zfill(size) for i in range(rows)) if v not in times and v not in deleted]
+        counts["rows"] += rows
+        counts["lost"] += len(missing)
+        counts["duplicates"] += sum(n - 1 for v, n in times.items() if n > 1 and len(v) == size and v.isdigit())
+        if missing:
+            out.append(Anomaly(NAME, "spark-row-lost", f"{len(missing)} of {rows} rows of a Spark job that "
+                               f"succeeded are missing from {topic} after heal, e.g. {missing[0]!r}",
+                               (witness(job), {"missing": missing[:10]})))
+    return out, counts
 
 
 def _polls(entries: list[dict]) -> list[Anomaly]:
