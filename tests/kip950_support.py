@@ -98,6 +98,14 @@ def local_bases(cluster, broker_id: int, topic: str, partition: int = 0) -> list
     return []
 
 
+def wait_offloaded(cluster, topic: str, active_base: int, brokers=(1, 2, 3)) -> None:
+    """Every segment below ``active_base`` is in the remote tier (COPY_SEGMENT_FINISHED) and each broker holds
+    only the active segment locally."""
+    wait_for(lambda: finished_chain(remote(cluster.zk, topic)) == segments(0, active_base)
+             and all(local_bases(cluster, b, topic) == [active_base] for b in brokers), WAIT_S, interval=0.2,
+             message="offloaded, only the active segment local")
+
+
 def broker_log(cluster, broker_id: int) -> str:
     with open(os.path.join(cluster.manager.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
         return f.read()

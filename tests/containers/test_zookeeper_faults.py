@@ -18,9 +18,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kafkatier.testing.zookeeper_faults import expire_session_id
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs
-from kip950_support import (DELETE, TIERED, TOPIC_CONFIG, WAIT_S, alter, consume, create_topic, earliest,
-                            finished_chain, local_bases, produce, remote, segments, tiered, topic_id, values,
-                            wait_state)
+from kip950_support import (DELETE, TIERED, TOPIC_CONFIG, WAIT_S, alter, consume, create_topic, earliest, produce,
+                           remote, tiered, topic_id, values, wait_offloaded, wait_state)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -205,9 +204,7 @@ def test_kip950_delete_disablement_in_progress_across_a_zookeeper_restart(zookee
     create_topic(c, t, configs=TOPIC_CONFIG)
     tid = topic_id(c.zk, t)
     produce(c, t, 30)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 24)
-             and all(local_bases(c, b, t) == [24] for b in (1, 2, 3)), WAIT_S, interval=0.2,
-             message="offloaded, only the active segment local")
+    wait_offloaded(c, t, 24)
     assert alter(c, t, DELETE) is None
     wait_for(lambda: tiered(c.zk, t)[0] == 1, WAIT_S, interval=0.05, message="the disablement started")
     assert remote(c.zk, t, tid=tid) != []                   # deletions still in progress

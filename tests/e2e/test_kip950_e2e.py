@@ -22,9 +22,9 @@ from kafkatier.admin.client import AdminError
 from kafkatier.waiting import wait_for
 from kafkatier.zk import paths
 from kip950_support import (DELETE, READ_ONLY, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_status, consume,
-                            create_topic, disabled_events, earliest, finished_chain, local_bases, partition_state,
-                            produce, remote, remote_files, segments, snapshot, tiered, topic_config, topic_id,
-                            values, wait_state)
+                           create_topic, disabled_events, earliest, finished_chain, partition_state, produce,
+                           remote, remote_files, segments, snapshot, tiered, topic_config, topic_id, values,
+                           wait_offloaded, wait_state)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -40,9 +40,7 @@ def test_delete_disablement_survives_a_killed_broker_and_a_killed_controller(clu
         create_topic(c, topic, configs=TOPIC_CONFIG)
     tid = topic_id(c.zk, t)
     produce(c, t, 30)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 24)
-             and all(local_bases(c, b, t) == [24] for b in (1, 2, 3)), WAIT_S, interval=0.2,
-             message="offloaded, only the active segment local")
+    wait_offloaded(c, t, 24)
     controller = c.controller_id()
     down = next(b for b in (1, 2, 3) if b != controller)
     survivor = next(b for b in (1, 2, 3) if b not in (controller, down))

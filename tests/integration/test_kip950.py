@@ -23,9 +23,9 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
 from kip950_support import (DELETE, READ_ONLY, SEGMENT_BYTES, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_log,
-                            consume, create_topic, disabled_events, earliest, finished_chain, local_bases,
-                            partition_state, produce, remote, remote_files, segments, snapshot,
-                            status_log_start_offset, tiered, topic_id, unique, values, wait_state)
+                           consume, create_topic, disabled_events, earliest, finished_chain, local_bases,
+                           partition_state, produce, remote, remote_files, segments, snapshot,
+                           status_log_start_offset, tiered, topic_id, unique, values, wait_offloaded, wait_state)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -213,9 +213,7 @@ def test_delete_disablement_then_re_enable(c):
     create_topic(c, t, configs=TOPIC_CONFIG)
     tid = topic_id(c.zk, t)
     produce(c, t, 30)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 24)
-             and all(local_bases(c, b, t) == [24] for b in (1, 2, 3)), WAIT_S, interval=0.2,
-             message="offloaded, only the active segment local")
+    wait_offloaded(c, t, 24)
     assert alter(c, t, DELETE) is None
     wait_state(c.zk, t, "DISABLED", 1)
     for b in (1, 2, 3):
@@ -288,9 +286,7 @@ def test_a_read_only_topic_disabled_with_delete(c):
     create_topic(c, t, configs=TOPIC_CONFIG)
     tid = topic_id(c.zk, t)
     produce(c, t, 18)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 12)
-             and all(local_bases(c, b, t) == [12] for b in (1, 2, 3)), WAIT_S, interval=0.2,
-             message="offloaded, only the active segment local")
+    wait_offloaded(c, t, 12)
     assert alter(c, t, READ_ONLY) is None
     wait_state(c.zk, t, "DISABLED", 1)
     assert consume(c, t) == values(0, 18)

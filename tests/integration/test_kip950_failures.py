@@ -13,8 +13,8 @@ import pytest
 
 from kafkatier.waiting import wait_for
 from kip950_support import (DELETE, S, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_log, consume, create_topic,
-                            earliest, finished_chain, local_bases, partition_state, produce, remote, remote_files,
-                            segments, tiered, topic_id, values, wait_state)
+                           earliest, finished_chain, partition_state, produce, remote, remote_files, segments,
+                           tiered, topic_id, values, wait_offloaded, wait_state)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -47,9 +47,7 @@ def test_re_enable_while_old_segments_are_still_being_deleted(cluster_factory):
     create_topic(c, t, configs=TOPIC_CONFIG)
     tid = topic_id(c.zk, t)
     produce(c, t, 30)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 24)
-             and all(local_bases(c, b, t) == [24] for b in (1, 2, 3)), WAIT_S, interval=0.2,
-             message="offloaded, only the active segment local")
+    wait_offloaded(c, t, 24)
     old_ids = {m.segment_id for m in remote(c.zk, t)}
     assert alter(c, t, DELETE) is None
     wait_state(c.zk, t, "DISABLED", 1)                               # answered once all were DELETE_STARTED
