@@ -227,24 +227,21 @@ def kafkatier_cluster(request, tmp_path):
 @pytest.fixture
 def cluster_factory(zookeeper, _zk_session_client, tmp_path):
     """``factory(brokers=3, log_dirs=2, overrides=None)`` -> a running cluster, stopped after the test."""
-    made = []
-
-    def factory(**kw):
-        c = start_cluster(zookeeper.connect_string, _zk_session_client, tmp_path / f"cluster{len(made)}", **kw)
-        made.append(c)
-        return c
-    yield factory
-    for c in made:
-        stop_cluster(c)
+    yield from _clusters(zookeeper, _zk_session_client, lambda n: tmp_path / f"cluster{n}")
 
 
 @pytest.fixture(scope="module")
 def module_cluster_factory(zookeeper, _zk_session_client, tmp_path_factory):
     """Like ``cluster_factory``, for clusters shared by the tests of one module."""
+    yield from _clusters(zookeeper, _zk_session_client, lambda n: tmp_path_factory.mktemp("cluster"))
+
+
+def _clusters(zookeeper, client, data_dir):
+    """A cluster factory (``data_dir(n)`` for the n-th cluster) whose clusters are stopped when it is done."""
     made = []
 
     def factory(**kw):
-        c = start_cluster(zookeeper.connect_string, _zk_session_client, tmp_path_factory.mktemp("cluster"), **kw)
+        c = start_cluster(zookeeper.connect_string, client, data_dir(len(made)), **kw)
         made.append(c)
         return c
     yield factory
