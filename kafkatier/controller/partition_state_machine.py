@@ -1,9 +1,13 @@
 """Partition state machine: NewPartition / OnlinePartition / OfflinePartition / NonExistentPartition, with
-leader election (initial and offline-partition election from the ISR)."""
+leader election: initial election for new partitions, then one of the strategies of
+:mod:`kafkatier.controller.election` (offline by default; reassign, preferred and controlled shutdown when the
+caller asks for them)."""
 from __future__ import annotations
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
+from kafkatier.controller import election
 from kafkatier.controller.context import ControllerContext, PartitionState
+from kafkatier.controller.election import ElectionStrategy
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("controller.partition-state-machine")
@@ -41,15 +45,23 @@ class PartitionStateMachine:
         if parts:
             self.handle_state_changes(sorted(parts), PartitionState.ONLINE)
 
-    def handle_state_changes(self, partitions, target: PartitionState) -> None:
+    def handle_state_changes(self, partitions, target: PartitionState,
+                             strategy: ElectionStrategy = ElectionStrategy.OFFLINE) -> dict[TopicPartition, str]:
+        """Move ``partitions`` to ``target``; for OnlinePartition, elect with ``strategy``.
+
+        Returns the partitions whose election failed, with the reason (empty when all succeeded).
+        """
         if not partitions:
-            return
+            return {}
         batch = self.controller.batch
         batch.new_batch()
-        self._do_handle(partitions, target)
+        failed = self._do_handle(partitions, target, strategy)
         batch.send_requests_to_brokers(self.ctx.epoch)
+        return failed
 
-    def _do_handle(self, partitions, target: PartitionState) -> None:
+    def _do_handle(self, partitions, target: PartitionState,
+                   strategy: ElectionStrategy = ElectionStrategy.OFFLINE) -> dict[TopicPartition, str]:
+        failed: dict[TopicPartition, str] = {}
         valid = []
         for tp in partitions:
             cur = self.ctx.partition_states.get(tp, PartitionState.NON_EXISTENT)
@@ -65,12 +77,16 @@ class PartitionStateMachine:
             others = [tp for tp in valid if tp not in new]
             for tp in self._initialize_leader_and_isr(new):
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
-            need_election = [tp for tp in others if self.ctx.partition_states.get(tp) is PartitionState.OFFLINE
-                             or self._leader_offline(tp)]
+            if strategy is ElectionStrategy.OFFLINE:
+                need_election = [tp for tp in others if self.ctx.partition_states.get(tp) is PartitionState.OFFLINE
+                                 or self._leader_offline(tp)]
+            else:
+                need_election = list(others)
             for tp in others:
                 if tp not in need_election:
                     self.ctx.partition_states[tp] = PartitionState.ONLINE
-            for tp in self._elect_leaders(need_election):
+            elected, failed = self._elect_leaders(need_election, strategy)
+            for tp in elected:
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
         elif target is PartitionState.OFFLINE:
             for tp in valid:
@@ -78,6 +94,7 @@ class PartitionStateMachine:
         elif target is PartitionState.NON_EXISTENT:
             for tp in valid:
                 self.ctx.partition_states[tp] = PartitionState.NON_EXISTENT
+        return failed
 
     def _leader_offline(self, tp: TopicPartition) -> bool:
         l = self.ctx.partition_leadership.get(tp)
@@ -104,35 +121,54 @@ class PartitionStateMachine:
             done.append(tp)
         return done
 
-    def _elect_leaders(self, partitions) -> list[TopicPartition]:
-        """Offline-partition election: first replica in assignment order that is alive and in the ISR."""
-        done = []
+    def _elect(self, tp: TopicPartition, cur: LeaderAndIsr, strategy: ElectionStrategy):
+        ctx = self.ctx
+        replicas = ctx.partition_replicas(tp)
+        live = [r for r in replicas if ctx.is_replica_online(r, tp)]
+        if strategy is ElectionStrategy.OFFLINE:
+            return election.leader_for_offline(replicas, cur.isr, live,
+                                               self.controller.unclean_leader_election_enabled(tp.topic))
+        if strategy is ElectionStrategy.REASSIGN:
+            a = ctx.assignment(tp)
+            return election.leader_for_reassign(a.target if a else replicas, cur.isr, live)
+        if strategy is ElectionStrategy.PREFERRED:
+            return election.leader_for_preferred(replicas, cur.isr, live)
+        live_or_shutting_down = [r for r in replicas if r in ctx.live_or_shutting_down_broker_ids
+                                 and tp not in ctx.replicas_on_offline_dirs.get(r, ())]
+        return election.leader_for_controlled_shutdown(replicas, cur.isr, live_or_shutting_down,
+                                                       ctx.shutting_down_broker_ids)
+
+    def _elect_leaders(self, partitions, strategy: ElectionStrategy = ElectionStrategy.OFFLINE
+                       ) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+        """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
+        done: list[TopicPartition] = []
+        failed: dict[TopicPartition, str] = {}
         zkc = self.controller.kafka_zk
         updates = {}
         for tp in partitions:
             cur = self.ctx.partition_leadership.get(tp)
             if cur is None:
+                failed[tp] = "no leadership znode"
                 continue
-            replicas = self.ctx.partition_replicas(tp)
-            live_isr = [r for r in cur.isr if self.ctx.is_replica_online(r, tp)]
-            leader = next((r for r in replicas if r in live_isr), None)
-            if leader is None:
-                unclean = self.controller.unclean_leader_election_enabled(tp.topic)
-                if unclean:
-                    leader = next((r for r in replicas if self.ctx.is_replica_online(r, tp)), None)
-                    live_isr = [leader] if leader is not None else []
-                if leader is None:
-                    log.error("no eligible leader; partition stays offline %s",
-                              kv(partition=tp, isr=list(cur.isr), replicas=list(replicas)))
-                    continue
-            updates[tp] = LeaderAndIsr(leader=leader, leader_epoch=cur.leader_epoch + 1, isr=tuple(live_isr),
+            result = self._elect(tp, cur, strategy)
+            if result is None:
+                failed[tp] = f"no eligible leader ({strategy.value})"
+                log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
+                                                      replicas=list(self.ctx.partition_replicas(tp))))
+                continue
+            if result.unclean:
+                log.warning("unclean leader election %s", kv(partition=tp, leader=result.leader))
+            updates[tp] = LeaderAndIsr(leader=result.leader, leader_epoch=cur.leader_epoch + 1, isr=result.isr,
                                        controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
                                        leader_recovery_state=cur.leader_recovery_state)
-        for tp, l in zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version).items():
+        written = zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version)
+        for tp in updates.keys() - written.keys():
+            failed[tp] = "leader and ISR update failed"
+        for tp, l in written.items():
             self.ctx.partition_leadership[tp] = l
             log.info("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
-                                              isr=list(l.isr)))
+                                              isr=list(l.isr), strategy=strategy.value))
             self.controller.batch.add_leader_and_isr(
                 [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r, tp)], tp, l)
             done.append(tp)
-        return done
+        return done, failed
