@@ -335,7 +335,7 @@ class ClusterManager:
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
             if pid_alive(pid):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGINT)  # the whole cluster stops: no controlled shutdown (nowhere to move)
         deadline = time.monotonic() + timeout
         for b in self.state.get("brokers", []):
             pid = b.get("pid")

@@ -54,6 +54,9 @@ class QueuedRequest:
     enqueued_at: float = attrs.field(factory=time.monotonic)
 
 
+BARRIER = -1  # not a request: its callback runs once everything queued before it was answered
+
+
 class _Stopped(Exception):
     pass
 
@@ -77,6 +80,9 @@ class RequestSendThread(threading.Thread):
             item = self.queue.get()
             if item is None or self.stopped.is_set():
                 return
+            if item.api_key == BARRIER:
+                item.callback(None)
+                continue
             try:
                 response = self._send_until_answered(item)
             except _Stopped:
@@ -279,6 +285,17 @@ class ControllerChannelManager:
             log.warning("not sending %s to broker %s: not registered in the channel manager", api_name, broker_id)
             return False
         t.queue.put(QueuedRequest(api_key, api_name, api_version, body, callback))
+        return True
+
+    def barrier(self, broker_id: int, callback: Callable[[], None]) -> bool:
+        """Run ``callback()`` (on the send thread) once every request queued to ``broker_id`` before this call
+        has been answered.  False when the broker is not registered; a callback behind a dropped queue never
+        runs."""
+        with self._lock:
+            t = self._threads.get(broker_id)
+        if t is None:
+            return False
+        t.queue.put(QueuedRequest(BARRIER, "Barrier", 0, {}, lambda _response: callback()))
         return True
 
     def shutdown(self) -> None:

@@ -19,8 +19,10 @@ from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.channel_manager import ControllerChannelManager
 from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
+from kafkatier.controller.controlled_shutdown import ControlledShutdownManager
 from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
+from kafkatier.controller.replica_election_manager import AutoRebalanceConfig, ReplicaElectionManager
 from kafkatier.controller.replica_state_machine import ReplicaStateMachine
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.controller.tiered_storage_disablement_manager import TieredStorageDisablementManager
@@ -29,7 +31,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import ControllerMovedError, register_controller_and_increment_epoch
-from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms
+from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms, read_entity_config
 
 log = get_logger("controller")
 
@@ -43,6 +45,7 @@ class ControllerConfig:
     # ``kafkatier.test.control.channel.latency.ms`` read at start-up.  Keeps a DISABLING or a reassignment in
     # flight long enough for a scenario to act during it.  0 in every real configuration.
     control_request_latency_s: float = 0.0
+    auto_rebalance: AutoRebalanceConfig = AutoRebalanceConfig()
 
 
 class KafkaController:
@@ -67,6 +70,8 @@ class KafkaController:
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
         self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
+        self.replica_election_manager = ReplicaElectionManager(self, self.scheduler, self.config.auto_rebalance)
+        self.controlled_shutdown_manager = ControlledShutdownManager(self)
         self._admin_factory = admin_factory
         self._admin = None
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
@@ -224,6 +229,7 @@ class KafkaController:
         # 10. resume deletion
         self.topic_deletion_manager.resume_deletions()
         self.tiered_manager.resume_disablements()
+        self.replica_election_manager.on_failover()  # pending preferred election, auto rebalance
         self.metrics["failovers"] += 1
         self.metrics["last_failover_ms"] = (time.monotonic() - t0) * 1000
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
@@ -479,8 +485,26 @@ class KafkaController:
         self.tiered_manager.on_topic_queued_for_deletion([topic])
 
     def unclean_leader_election_enabled(self, topic: str) -> bool:
-        v = self.ctx.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
-        return (v == "true") if v is not None else self.config.unclean_leader_election_enable
+        """The topic's ``unclean.leader.election.enable``, else the broker's (dynamic, then static), read from
+        ZooKeeper at election time as Kafka does (only asked when no in-sync replica can lead)."""
+        key = "unclean.leader.election.enable"
+        for entity, name in (("topics", topic), ("brokers", str(self.broker_id)), ("brokers", "<default>")):
+            try:
+                v = (read_entity_config(self.zk, entity, name) or {}).get(key)
+            except codecs.MalformedZNodeError:
+                v = None  # logged by the reader
+            if v is not None:
+                return str(v).lower() == "true"
+        return self.config.unclean_leader_election_enable
+
+    # --- elections and controlled shutdown asked for by requests (ElectLeaders, ControlledShutdown) ----------
+    def elect_leaders(self, partitions, election_type):
+        """ElectLeaders: a future of {partition: ElectionOutcome} (replica_election_manager.py)."""
+        return self.replica_election_manager.submit(partitions, election_type)
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int):
+        """ControlledShutdown: a future of the partitions the broker still leads (controlled_shutdown.py)."""
+        return self.controlled_shutdown_manager.submit(broker_id, broker_epoch)
 
     # --- ISR change notifications (leaders write ISR changes themselves, as with IBPs before AlterPartition) --
     def process_isr_change_notification(self) -> None:
@@ -635,4 +659,6 @@ class KafkaController:
                 "event_queue": self.event_manager.queue_size(),
                 "tiered_storage_disablement": self.tiered_manager.describe() if self.is_active else {},
                 "channel_queues": self.channel.queue_sizes() if self.channel else {},
+                "shutting_down_brokers": sorted(ctx.shutting_down_broker_ids),
+                **self.replica_election_manager.metrics, **self.controlled_shutdown_manager.metrics,
                 **self.metrics, **self.event_manager.metrics}

@@ -4,6 +4,8 @@ leader election: initial election for new partitions, then one of the strategies
 caller asks for them)."""
 from __future__ import annotations
 
+import functools
+
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller import election
 from kafkatier.controller.context import ControllerContext, PartitionState
@@ -46,8 +48,11 @@ class PartitionStateMachine:
             self.handle_state_changes(sorted(parts), PartitionState.ONLINE)
 
     def handle_state_changes(self, partitions, target: PartitionState,
-                             strategy: ElectionStrategy = ElectionStrategy.OFFLINE) -> dict[TopicPartition, str]:
-        """Move ``partitions`` to ``target``; for OnlinePartition, elect with ``strategy``.
+                             strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
+                             allow_unclean: bool = False) -> dict[TopicPartition, str]:
+        """Move ``partitions`` to ``target``; for OnlinePartition, elect with ``strategy``.  ``allow_unclean``
+        (offline strategy only, ElectLeaders UNCLEAN): elect a live out-of-sync replica whatever the topic's
+        ``unclean.leader.election.enable`` says.
 
         Returns the partitions whose election failed, with the reason (empty when all succeeded).
         """
@@ -55,12 +60,13 @@ class PartitionStateMachine:
             return {}
         batch = self.controller.batch
         batch.new_batch()
-        failed = self._do_handle(partitions, target, strategy)
+        failed = self._do_handle(partitions, target, strategy, allow_unclean)
         batch.send_requests_to_brokers(self.ctx.epoch)
         return failed
 
     def _do_handle(self, partitions, target: PartitionState,
-                   strategy: ElectionStrategy = ElectionStrategy.OFFLINE) -> dict[TopicPartition, str]:
+                   strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
+                   allow_unclean: bool = False) -> dict[TopicPartition, str]:
         failed: dict[TopicPartition, str] = {}
         valid = []
         for tp in partitions:
@@ -85,7 +91,7 @@ class PartitionStateMachine:
             for tp in others:
                 if tp not in need_election:
                     self.ctx.partition_states[tp] = PartitionState.ONLINE
-            elected, failed = self._elect_leaders(need_election, strategy)
+            elected, failed = self._elect_leaders(need_election, strategy, allow_unclean)
             for tp in elected:
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
         elif target is PartitionState.OFFLINE:
@@ -121,13 +127,14 @@ class PartitionStateMachine:
             done.append(tp)
         return done
 
-    def _elect(self, tp: TopicPartition, cur: LeaderAndIsr, strategy: ElectionStrategy):
+    def _elect(self, tp: TopicPartition, cur: LeaderAndIsr, strategy: ElectionStrategy, unclean_enabled):
         ctx = self.ctx
         replicas = ctx.partition_replicas(tp)
         live = [r for r in replicas if ctx.is_replica_online(r, tp)]
         if strategy is ElectionStrategy.OFFLINE:
-            return election.leader_for_offline(replicas, cur.isr, live,
-                                               self.controller.unclean_leader_election_enabled(tp.topic))
+            # The unclean setting is read (from ZooKeeper) only when no in-sync replica can lead.
+            return (election.leader_for_offline(replicas, cur.isr, live, False)
+                    or election.leader_for_offline(replicas, cur.isr, live, unclean_enabled(tp.topic)))
         if strategy is ElectionStrategy.REASSIGN:
             a = ctx.assignment(tp)
             return election.leader_for_reassign(a.target if a else replicas, cur.isr, live)
@@ -138,19 +145,21 @@ class PartitionStateMachine:
         return election.leader_for_controlled_shutdown(replicas, cur.isr, live_or_shutting_down,
                                                        ctx.shutting_down_broker_ids)
 
-    def _elect_leaders(self, partitions, strategy: ElectionStrategy = ElectionStrategy.OFFLINE
-                       ) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+    def _elect_leaders(self, partitions, strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
+                       allow_unclean: bool = False) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
         """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
         zkc = self.controller.kafka_zk
         updates = {}
+        unclean_enabled = functools.lru_cache(maxsize=None)(
+            lambda topic: allow_unclean or self.controller.unclean_leader_election_enabled(topic))
         for tp in partitions:
             cur = self.ctx.partition_leadership.get(tp)
             if cur is None:
                 failed[tp] = "no leadership znode"
                 continue
-            result = self._elect(tp, cur, strategy)
+            result = self._elect(tp, cur, strategy, unclean_enabled)
             if result is None:
                 failed[tp] = f"no eligible leader ({strategy.value})"
                 log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
@@ -168,7 +177,14 @@ class PartitionStateMachine:
             self.ctx.partition_leadership[tp] = l
             log.info("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
                                               isr=list(l.isr), strategy=strategy.value))
-            self.controller.batch.add_leader_and_isr(
-                [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r, tp)], tp, l)
+            self.controller.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
             done.append(tp)
         return done, failed
+
+    def _recipients(self, tp: TopicPartition, strategy: ElectionStrategy) -> list[int]:
+        """The online replicas; for a controlled shutdown the shutting-down ones too (Kafka's
+        ``leaderForControlledShutdown``), so the old leader becomes a follower before it exits."""
+        ctx = self.ctx
+        return [r for r in ctx.partition_replicas(tp) if ctx.is_replica_online(r, tp)
+                or (strategy is ElectionStrategy.CONTROLLED_SHUTDOWN and r in ctx.shutting_down_broker_ids
+                    and r in ctx.live_brokers)]

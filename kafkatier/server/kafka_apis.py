@@ -9,7 +9,8 @@ cache, the admin client and the controller (topic and config changes), the produ
 broker configs (``server/dynamic_broker_config.py``: DescribeConfigs / AlterConfigs of BROKER resources), and the
 optional features -- DeleteRecords (API 21, ``server/delete_records.py``), AlterReplicaLogDirs and
 DescribeLogDirs (APIs 34 and 35, ``server/log_dirs.py``), SASL/PLAIN (APIs 17 and 36, ``server/sasl.py``) and the
-group APIs (8-16, 42, 47, ``server/group_apis.py``), advertised only when given.
+group APIs (8-16, 42, 47, ``server/group_apis.py``), ElectLeaders (43, ``server/election_apis.py``) and
+ControlledShutdown (7, ``server/controlled_shutdown.py``), advertised only when given.
 """
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
+from kafkatier.server.controlled_shutdown import ControlledShutdownApis
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
@@ -75,6 +78,7 @@ class KafkaApis:
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
+                 elections: ElectionApis | None = None, controlled_shutdown: ControlledShutdownApis | None = None,
                  broker_configs: DynamicBrokerConfig):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
@@ -103,6 +107,10 @@ class KafkaApis:
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
         if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
             for key, (versions, handler) in log_dirs.handlers().items():
+                self._handlers[key] = handler
+                self._versions[key] = versions
+        for apis in (elections, controlled_shutdown):  # ElectLeaders (43), ControlledShutdown (7)
+            for key, (versions, handler) in (apis.handlers() if apis is not None else {}).items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:

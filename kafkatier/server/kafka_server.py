@@ -24,6 +24,7 @@ from kazoo.exceptions import NodeExistsError
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.kafka_controller import ControllerConfig, KafkaController
+from kafkatier.controller.replica_election_manager import AutoRebalanceConfig
 from kafkatier.coordinator.group import GroupConfig, GroupCoordinator
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.common.atomic_file import atomic_write
@@ -38,10 +39,12 @@ from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.control_request_handler import ControlRequestHandler
+from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import (ALTER_LOG_DIRS_THROTTLE_NAMES, BROKER_CONFIGS, CLUSTER_WIDE,
                                                      LONG_MAX, DynamicBrokerConfig)
 from kafkatier.server.dynamic_config_manager import DynamicConfigManager
+from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
@@ -140,7 +143,8 @@ class KafkaServer:
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
             unclean_leader_election_enable=c.unclean_leader_election_enable,
-            control_request_latency_s=float(c.overrides.get("kafkatier.test.control.channel.latency.ms", 0)) / 1000),
+            control_request_latency_s=float(c.overrides.get("kafkatier.test.control.channel.latency.ms", 0)) / 1000,
+            auto_rebalance=AutoRebalanceConfig.from_props(c.overrides)),
             admin_factory=self._new_admin_zk, scheduler=self.scheduler)
         authorizer = authorizer_from_config(self.zk, c.overrides)
         sasl = sasl_server_from_config(self.zk, c.overrides)
@@ -153,6 +157,8 @@ class KafkaServer:
                                                    create_offsets_topic=self._create_offsets_topic,
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1),
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
+                              elections=ElectionApis(self.controller, self.metadata_cache, authorizer),
+                              controlled_shutdown=ControlledShutdownApis(self.controller, authorizer),
                               broker_configs=self.broker_configs)
         self.socket_server = SocketServer(c.host, c.port, self.apis,
                                           request_gate=sasl.gate if sasl is not None else None)
@@ -334,6 +340,24 @@ class KafkaServer:
         return {"error_code": 0}
 
     # --- shutdown -------------------------------------------------------------------------------------------
+    def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaders away first (server/controlled_shutdown.py); True when
+        it did.  Call before :meth:`shutdown`."""
+        if self.socket_server is None or self._shutdown.is_set():
+            return False
+        c = self.config
+        return ControlledShutdown(self.broker_id, lambda: self.broker_epoch, self._controller_endpoint,
+                                  ControlledShutdownConfig.from_props(c.overrides, c.request_timeout_ms)).run()
+
+    def _controller_endpoint(self) -> tuple[int, str, int] | None:
+        cid = KafkaZkClient(self.zk).get_controller_id()
+        if cid is None:
+            return None
+        if cid == self.broker_id:
+            return cid, self.config.host, self.config.port
+        b = self.metadata_cache.broker(cid)
+        return None if b is None else (cid, b.host, b.port)
+
     def shutdown(self) -> None:
         if self._shutdown.is_set():
             return
@@ -398,8 +422,11 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     """Run a broker in the foreground until SIGTERM/SIGINT."""
     server = KafkaServer(config)
     stop = threading.Event()
+    controlled = []
 
     def _signal(signum, frame):
+        # SIGTERM: controlled shutdown first, as Kafka.  SIGINT (Ctrl-C, ``kafkatier cluster down``): stop at once.
+        controlled.append(signum == signal.SIGTERM)
         stop.set()
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
@@ -411,6 +438,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
         if status_file and time.monotonic() - last >= 5:
             _write_status(server, status_file)
             last = time.monotonic()
+    if controlled and controlled[0]:
+        server.controlled_shutdown()
     server.shutdown()
     return 0
 

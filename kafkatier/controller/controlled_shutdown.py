@@ -1,0 +1,129 @@
+"""Controlled shutdown, controller side: Kafka's ``KafkaController.processControlledShutdown`` /
+``doControlledShutdown`` (controller.md §5).
+
+A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; the request handler calls
+:meth:`ControlledShutdownManager.submit`, which runs on the controller event thread:
+
+1. not the active controller → STALE_CONTROLLER_EPOCH (Kafka's ``ControllerMovedException``; also when the event
+   is pre-empted by a resignation); unknown broker → BROKER_NOT_AVAILABLE; a broker epoch that is not -1 and
+   below the registered one → STALE_BROKER_EPOCH;
+2. the broker joins ``shutting_down_broker_ids`` (its replicas are no longer online);
+3. of its partitions with more than one replica, not being deleted and with a leadership znode: those it leads
+   get a new leader with the controlled-shutdown strategy (the first in-sync, live, not shutting-down replica;
+   the shutting-down brokers leave the ISR), those it follows go OfflineReplica (StopReplica(delete=false), out
+   of the ISR);
+4. the answer is the replicated partitions it still leads (no eligible replica); the broker retries while
+   that is not empty.
+
+Deliberate difference from Kafka: the answer is sent once every broker has applied the control requests of
+step 3 (a barrier on each broker's control queue, at most ``request.timeout.ms``), not as soon as they are
+queued, so that when the broker exits the new leaders already lead and clients see no NOT_LEADER_OR_FOLLOWER.
+
+Deliberate difference from Kafka: an unknown broker is checked before its epoch (Kafka looks the epoch up
+first and fails on an unknown id with an internal error).
+"""
+from __future__ import annotations
+
+import time
+import threading
+from concurrent.futures import Future
+
+from kafkatier.common.structs import PartitionAndReplica, TopicPartition
+from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
+from kafkatier.controller.election import ElectionStrategy
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import BrokerNotAvailableError, StaleBrokerEpochError, StaleControllerEpochError
+
+log = get_logger("controller.controlled-shutdown")
+
+UNKNOWN_BROKER_EPOCH = -1
+
+
+class ControlledShutdownManager:
+    def __init__(self, controller) -> None:
+        self.controller = controller
+        self.metrics = {"controlled_shutdowns": 0, "last_controlled_shutdown_ms": 0.0}
+
+    @property
+    def ctx(self) -> ControllerContext:
+        return self.controller.ctx
+
+    def submit(self, broker_id: int, broker_epoch: int) -> Future[set[TopicPartition]]:
+        """Enqueue ``ControlledShutdown(broker_id)``; the future holds the partitions the broker still leads, or
+        a KafkaError carrying the error code for the response."""
+        fut: Future = Future()
+
+        def run():
+            try:
+                remaining = self.do_controlled_shutdown(broker_id, broker_epoch)
+            except BaseException as e:
+                fut.set_exception(e)
+                raise
+            self._answer_once_applied(fut, remaining)
+
+        def preempt():
+            if not fut.done():
+                fut.set_exception(StaleControllerEpochError(
+                    "Controller moved to another broker. Aborting controlled shutdown"))
+        self.controller._put(f"ControlledShutdown({broker_id})", run, preempt)
+        return fut
+
+    def _answer_once_applied(self, fut: Future, remaining: set[TopicPartition]) -> None:
+        """Complete ``fut`` when every live broker has answered what was queued to it so far (or at the
+        request timeout)."""
+        lock = threading.Lock()
+        pending = set(self.ctx.live_or_shutting_down_broker_ids)
+
+        def complete():
+            with lock:
+                if fut.done():
+                    return
+                fut.set_result(remaining)
+
+        def applied(broker: int):
+            with lock:
+                pending.discard(broker)
+                last = not pending
+            if last:
+                complete()
+        channel = self.controller.channel
+        for b in sorted(pending):
+            if channel is None or not channel.barrier(b, lambda b=b: applied(b)):
+                applied(b)
+        if not fut.done():
+            self.controller.scheduler.schedule_once("ControlledShutdownAnswerTimeout", complete,
+                                                    self.controller.config.request_timeout_s * 1000)
+
+    def do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
+        t0 = time.monotonic()
+        ctx = self.ctx
+        if not self.controller.is_active:
+            raise StaleControllerEpochError("Controller moved to another broker. Aborting controlled shutdown")
+        if broker_id not in ctx.live_or_shutting_down_broker_ids:
+            raise BrokerNotAvailableError(f"Broker id {broker_id} does not exist.")
+        cached = ctx.live_broker_epoch(broker_id)
+        if broker_epoch != UNKNOWN_BROKER_EPOCH and broker_epoch < cached:
+            log.info("controlled shutdown from an old broker epoch %s",
+                     kv(broker=broker_id, epoch=broker_epoch, current=cached))
+            raise StaleBrokerEpochError(f"Received controlled shutdown request from an old broker epoch "
+                                        f"{broker_epoch} for broker {broker_id}. Current broker epoch is {cached}.")
+        log.info("shutting down broker %s", kv(broker=broker_id, epoch=broker_epoch))
+        ctx.shutting_down_broker_ids.add(broker_id)
+        to_act_on = [tp for tp in ctx.partitions_on_broker(broker_id)
+                     if len(ctx.partition_replicas(tp)) > 1 and tp in ctx.partition_leadership
+                     and not ctx.is_topic_queued_for_deletion(tp.topic)]
+        led = sorted(tp for tp in to_act_on if ctx.partition_leadership[tp].leader == broker_id)
+        followed = {PartitionAndReplica(tp, broker_id) for tp in to_act_on
+                    if ctx.partition_leadership[tp].leader != broker_id}
+        failed = self.controller.partition_state_machine.handle_state_changes(
+            led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
+        self.controller.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
+        remaining = {tp for tp in ctx.partitions_led_by(broker_id)
+                     if len(ctx.partition_replicas(tp)) > 1 and not ctx.is_topic_queued_for_deletion(tp.topic)}
+        ms = (time.monotonic() - t0) * 1000
+        self.metrics["controlled_shutdowns"] += 1
+        self.metrics["last_controlled_shutdown_ms"] = round(ms, 1)
+        log.info("controlled shutdown handled %s", kv(broker=broker_id, moved=len(led) - len(failed),
+                                                      followers_stopped=len(followed), remaining=len(remaining),
+                                                      ms=round(ms, 1)))
+        return remaining
