@@ -21,9 +21,11 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.fenced import FencedZkWriter, read_retrying
+from kafkatier.zk.fenced import FencedZkWriter, SetData, read_retrying
 
 log = get_logger("zk.client")
+
+STATE_WRITES_PER_MULTI = 50  # partition state znodes (~150 bytes each) per fenced multi
 
 
 def _wait_all(asyncs):
@@ -164,19 +166,32 @@ class KafkaZkClient:
     def update_leader_and_isr(self, updates: dict[TopicPartition, LeaderAndIsr],
                               epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
         """Conditional updates: ``l.partition_epoch`` is the expected zkVersion.  Returns the written states
-        with their new partition epoch; a BADVERSION is logged and that partition left out."""
+        with their new partition epoch; a BADVERSION is logged and that partition left out.
+
+        Written in fenced multis of up to :data:`STATE_WRITES_PER_MULTI` partitions (a controlled shutdown or a
+        failover writes thousands); a multi that fails on one partition is rolled back whole and its partitions
+        are written one by one, so only the failing ones are left out."""
         out = {}
         w = self.writer(epoch_zk_version)
-        for tp, l in sorted(updates.items()):
+        items = sorted(updates.items())
+        for i in range(0, len(items), STATE_WRITES_PER_MULTI):
+            chunk = items[i:i + STATE_WRITES_PER_MULTI]
             try:
-                stat = w.set_data(paths.partition_state(tp.topic, tp.partition),
-                                  _to_codec(l).encode(), version=l.partition_epoch)
-            except (BadVersionError, NoNodeError) as e:
-                log.warning("partition state update failed %s", kv(partition=tp, reason=type(e).__name__))
-                continue
-            out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
-                                   partition_epoch=_version_of(stat, l.partition_epoch + 1),
-                                   leader_recovery_state=l.leader_recovery_state)
+                stats = w.multi([SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
+                                         version=l.partition_epoch) for tp, l in chunk])
+            except (BadVersionError, NoNodeError):
+                stats = [None] * len(chunk)
+            for (tp, l), stat in zip(chunk, stats):
+                if stat is None:
+                    try:
+                        stat = w.set_data(paths.partition_state(tp.topic, tp.partition),
+                                          _to_codec(l).encode(), version=l.partition_epoch)
+                    except (BadVersionError, NoNodeError) as e:
+                        log.warning("partition state update failed %s", kv(partition=tp, reason=type(e).__name__))
+                        continue
+                out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
+                                       partition_epoch=_version_of(stat, l.partition_epoch + 1),
+                                       leader_recovery_state=l.leader_recovery_state)
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
