@@ -32,7 +32,9 @@ from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.election import ElectionStrategy
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.errors import BrokerNotAvailableError, StaleBrokerEpochError, StaleControllerEpochError
+from kafkatier.protocol.errors import (BrokerNotAvailableError, KafkaError, StaleBrokerEpochError,
+                                       StaleControllerEpochError)
+from kafkatier.zk.fenced import ControllerMovedError
 
 log = get_logger("controller.controlled-shutdown")
 
@@ -56,6 +58,13 @@ class ControlledShutdownManager:
         def run():
             try:
                 remaining = self.do_controlled_shutdown(broker_id, broker_epoch)
+            except ControllerMovedError:
+                fut.set_exception(StaleControllerEpochError(
+                    "Controller moved to another broker. Aborting controlled shutdown"))
+                raise  # the controller resigns
+            except KafkaError as e:
+                fut.set_exception(e)  # the answer's error code; nothing else to do
+                return
             except BaseException as e:
                 fut.set_exception(e)
                 raise

@@ -39,6 +39,7 @@ from kafkatier.controller.election import ElectionStrategy
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.fenced import ControllerMovedError
 
 log = get_logger("controller.replica-election")
 
@@ -167,6 +168,9 @@ class ReplicaElectionManager:
                 return
             try:
                 fut.set_result(self.elect(partitions, election_type, ElectionTrigger.ADMIN_CLIENT))
+            except ControllerMovedError:
+                fut.set_result(not_controller())
+                raise  # the controller resigns
             except BaseException as e:
                 fut.set_exception(e)
                 raise

@@ -82,6 +82,13 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("group.max.session.timeout.ms", "INT", 1800000, READ_ONLY),
     _d("group.initial.rebalance.delay.ms", "INT", 3000, READ_ONLY),
     _d("group.max.size", "INT", 2147483647, READ_ONLY),
+    # leader balance and controlled shutdown (controller/replica_election_manager.py, server/controlled_shutdown.py)
+    _d("auto.leader.rebalance.enable", "BOOLEAN", True, READ_ONLY),
+    _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY),
+    _d("leader.imbalance.per.broker.percentage", "INT", 10, READ_ONLY),
+    _d("controlled.shutdown.enable", "BOOLEAN", True, READ_ONLY),
+    _d("controlled.shutdown.max.retries", "INT", 3, READ_ONLY),
+    _d("controlled.shutdown.retry.backoff.ms", "LONG", 5000, READ_ONLY),
     # log configs: the defaults of every topic without an override (Kafka's DynamicLogConfig)
     _d("log.retention.ms", "LONG", None, CLUSTER_WIDE, -1),
     _d("log.retention.minutes", "INT", None, CLUSTER_WIDE, -1),
