@@ -953,6 +953,20 @@ class Log:
                 seg.close()
             log.info(kv(event="log_closed", partition=self.name))
 
+    def release_files(self) -> int:
+        """Close every segment's .log descriptor and drop the index entries of all but the active segment;
+        both come back on next use.  Returns the number of descriptors closed (the log manager's idle-file
+        sweep, see :mod:`kafkatier.log.segment`)."""
+        with self._lock:
+            if self._closed:
+                return 0
+            closed = 0
+            active = self._segments[-1] if self._segments else None
+            for seg in self._segments:
+                closed += seg.has_open_file
+                seg.release_files(unload_indexes=seg is not active)
+            return closed
+
     @property
     def closed(self) -> bool:
         return self._closed
