@@ -15,8 +15,11 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see either the old or the new content, never a mix."""
+def atomic_write(path: str, data: bytes, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` so readers see either the old or the new content, never a mix.
+
+    ``sync=False`` skips both fsyncs: still atomic for readers, but a machine crash may leave the old content
+    (for files the caller makes durable later or can rebuild, like the leader epoch checkpoint)."""
     tmp = path + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -24,8 +27,10 @@ def atomic_write(path: str, data: bytes) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -20,7 +20,10 @@ request znode that refers to them (:mod:`kafkatier.zk.control_parts`); the broke
 
 Unlike Kafka's RequestSendThread, which drops nothing either but only sees network errors, every error while
 sending (a ZooKeeper error, a malformed answer, a bug in a payload) is logged and the request resent with
-bounded exponential backoff; only the broker leaving, a resignation or shutdown end the attempts.
+bounded exponential backoff; only the broker leaving, a resignation or shutdown end the attempts.  A request
+not answered within ``request_timeout_s`` is not resent while the broker that received it is still registered
+(same broker epoch) and its request znode is still there: the broker is working on it (Kafka's socket stays
+open for as long too; only a disconnect makes it resend).
 """
 from __future__ import annotations
 
@@ -176,6 +179,12 @@ class RequestSendThread(threading.Thread):
             except ZK_RETRYABLE:
                 pass  # the watch went with the connection: the bounded wait below polls again
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and self._still_working_on(name):
+                waited = time.monotonic() - (deadline - mgr.request_timeout_s)
+                log.info("no answer yet; broker alive and request pending, waiting %s",
+                         kv(broker=self.broker_id, api=item.api_name, node=name, waited_s=round(waited, 1)))
+                deadline = time.monotonic() + mgr.request_timeout_s
+                continue
             if remaining <= 0:
                 self._cleanup(name, request_parts)
                 self.in_flight = None
@@ -200,6 +209,19 @@ class RequestSendThread(threading.Thread):
             self._cleanup(name, request_parts, response_parts)
             self.in_flight = None
         return response
+
+    def _still_working_on(self, name: str) -> bool:
+        """True while the broker (this incarnation: its registration's czxid is our broker epoch) is registered
+        and the request znode is still there: the broker applies requests in order and answers each one, so a
+        slow answer (a LeaderAndIsr creating thousands of logs) is waited for, not resent.  Resending would
+        make the broker apply it twice and, past ``request_timeout_s``, never catch up."""
+        try:
+            registration = self.manager.zk.exists(paths.broker(self.broker_id))
+            pending = self.manager.zk.exists(paths.control_requests(self.broker_id) + "/" + name)
+        except ZK_RETRYABLE:
+            return False
+        return (registration is not None and registration.czxid == self.broker_epoch and pending is not None
+                and not self.stopped.is_set())
 
     def _cleanup(self, name: str, *parts: codecs.BodyParts | None) -> None:
         self._delete_quietly([paths.control_responses(self.broker_id) + "/" + name,

@@ -218,14 +218,15 @@ class KafkaController:
                       if any(not self.ctx.is_replica_online(pr.replica, pr.tp) for pr in self.ctx.replicas_for_topic(t))}
         self.topic_deletion_manager.init(to_delete, ineligible)
         self.tiered_manager.on_failover()
-        # 7. UpdateMetadata with the live brokers
-        self._send_update_metadata(self.ctx.live_broker_ids, [])
-        # 8-9. state machines.  Kafka starts the replica state machine first, which removes dead replicas from
-        # the ISR (a leader epoch bump) before the partition state machine elects (a second bump).  Electing
-        # first gives the dead leader's partitions exactly one new leader epoch, as acceptance scenario A2
-        # requires; the dead replicas have then already left the ISR.
-        self.partition_state_machine.startup()
-        self.replica_state_machine.startup()
+        # 7-9. UpdateMetadata with the live brokers, then the state machines, as one request of each kind per
+        # broker (the batch is coalesced).  Kafka starts the replica state machine first, which removes dead
+        # replicas from the ISR (a leader epoch bump) before the partition state machine elects (a second
+        # bump).  Electing first gives the dead leader's partitions exactly one new leader epoch, as acceptance
+        # scenario A2 requires; the dead replicas have then already left the ISR.
+        with self.batch.coalesced(lambda: self.ctx.epoch):
+            self._send_update_metadata(self.ctx.live_broker_ids, [])
+            self.partition_state_machine.startup()
+            self.replica_state_machine.startup()
         # 10. resume deletion
         self.topic_deletion_manager.resume_deletions()
         self.tiered_manager.resume_disablements()

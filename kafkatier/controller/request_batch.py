@@ -1,13 +1,19 @@
 """ControllerBrokerRequestBatch: collect LeaderAndIsr, UpdateMetadata and StopReplica entries per broker during
 one round of state changes, then send them (in that order) through the channel manager.
 
+:meth:`ControllerBrokerRequestBatch.coalesced` widens "one round" to a whole sequence of rounds: the controller
+failover runs its UpdateMetadata and both state machines' start-up inside it, so each broker gets one
+LeaderAndIsr and one UpdateMetadata carrying the final state of every partition, not one per state machine
+(Kafka sends one per state machine; at 20,000 partitions each is a full pass over the broker's replicas).
+
 Bodies use kafka-python's snake_case field names for Kafka's message specs (see
 ``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950 seed).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Iterator
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext
@@ -35,7 +41,27 @@ class ControllerBrokerRequestBatch:
         self._stop_replica_callback = stop_replica_callback
         self._leader_and_isr_callback = leader_and_isr_callback
         self._open = False
+        self._coalescing = False
         self._clear()
+
+    @contextlib.contextmanager
+    def coalesced(self, controller_epoch: Callable[[], int]) -> Iterator[None]:
+        """Rounds started inside add to one batch, sent when the block ends (not sent if it raises: the
+        controller then resigns and its successor sends everything again)."""
+        if self._coalescing:
+            yield
+            return
+        self.new_batch()
+        self._coalescing = True
+        try:
+            yield
+        except BaseException:
+            self._coalescing = False
+            self._clear()
+            self._open = False
+            raise
+        self._coalescing = False
+        self.send_requests_to_brokers(controller_epoch())
 
     def _clear(self) -> None:
         # broker -> tp -> (leader_and_isr, replicas/assignment, is_new)
@@ -46,6 +72,8 @@ class ControllerBrokerRequestBatch:
         self.update_metadata_partitions: set[TopicPartition] = set()
 
     def new_batch(self) -> None:
+        if self._coalescing:
+            return
         if self._open and (self.leader_and_isr or self.stop_replica or self.update_metadata_brokers):
             raise IllegalBatchState("a new batch was started before the previous one was sent")
         self._clear()
@@ -78,6 +106,8 @@ class ControllerBrokerRequestBatch:
 
     # --- sending --------------------------------------------------------------------------------------------
     def send_requests_to_brokers(self, controller_epoch: int) -> None:
+        if self._coalescing:
+            return
         try:
             live = self.ctx.live_or_shutting_down_broker_ids
             for b, parts in self.leader_and_isr.items():

@@ -11,6 +11,13 @@ entries at all times, so the file is always in the trimmed form Kafka leaves aft
 reads such files as-is). ``segment.index.bytes`` still bounds the number of entries (``is_full`` makes the
 log roll). A crash can leave a partial trailing entry; the sanity check then fails and the index is rebuilt
 from the log.
+
+Lazy, without a file descriptor (Kafka's ``LazyIndex``): a broker with 20,000 replicas must not hold 40,000 index
+files open nor their entries in memory.  Constructing an index only makes sure its file exists; the entries are
+read on first use (any access to the entry arrays named in ``_LAZY_FIELDS``, through ``__getattr__``, so a loaded
+index pays nothing), and :meth:`unload` drops them again (the segment's idle-file sweep).  No descriptor is kept:
+each write of buffered entries, truncation or fsync opens the file, acts and closes it.  Difference from
+Kafka: Kafka keeps the mmap of a loaded index until the segment is closed.
 """
 from __future__ import annotations
 
@@ -24,20 +31,65 @@ _PENDING_LIMIT = 8192
 
 class AbstractIndex:
     ENTRY_SIZE = 8
+    _LAZY_FIELDS: frozenset[str] = frozenset()  # the entry arrays set by ``_load``
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = 10 * 1024 * 1024):
         self.path = path
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self._max_entries = max_index_size // self.ENTRY_SIZE
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._closed = False
         self._pending = bytearray()
-        length = os.fstat(self._fd).st_size
+        self._loaded = False
+        self._unflushed = False  # written since the last fsync
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+    def __getattr__(self, name: str):
+        # Only called for attributes not set yet: the entry arrays of an index not loaded.
+        if name in type(self)._LAZY_FIELDS and not self.__dict__.get("_loaded", True):
+            self._ensure_loaded()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # deleted with its segment: nothing to read
+            length, data = 0, b""
+        else:
+            try:
+                length = os.fstat(fd).st_size
+                n = length // self.ENTRY_SIZE
+                data = os.pread(fd, n * self.ENTRY_SIZE, 0) if n else b""
+            finally:
+                os.close(fd)
         self._file_length = length
-        n = length // self.ENTRY_SIZE
-        data = os.pread(self._fd, n * self.ENTRY_SIZE, 0) if n else b""
         self._load(data)
+        self._loaded = True
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._loaded
+
+    def unload(self) -> None:
+        """Write buffered entries and drop the in-memory entries; the next use reads the file again."""
+        if not self._loaded:
+            return
+        self.write_pending()
+        for name in type(self)._LAZY_FIELDS:
+            self.__dict__.pop(name, None)
+        self._loaded = False
+
+    def _write_at(self, data: bytes, position: int) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, position)
+        finally:
+            os.close(fd)
+        self._unflushed = True
 
     # --- subclass hooks -------------------------------------------------------------------------------
     def _load(self, data: bytes) -> None:
@@ -64,6 +116,7 @@ class AbstractIndex:
         return self.entries * self.ENTRY_SIZE
 
     def _check_length(self) -> None:
+        self._ensure_loaded()
         if self._file_length % self.ENTRY_SIZE != 0:
             raise CorruptIndexError(f"Index file {self.path} is corrupt, found {self._file_length} bytes which is "
                                     f"neither positive nor a multiple of {self.ENTRY_SIZE}.")
@@ -79,7 +132,7 @@ class AbstractIndex:
         if self._pending and not self._closed:
             n = self.entries if total_entries is None else total_entries
             position = n * self.ENTRY_SIZE - len(self._pending)
-            os.pwrite(self._fd, bytes(self._pending), position)
+            self._write_at(bytes(self._pending), position)
             self._file_length = n * self.ENTRY_SIZE
             self._pending.clear()
 
@@ -94,22 +147,29 @@ class AbstractIndex:
         self.write_pending()
         self._truncate_entries(n)
         self._file_length = n * self.ENTRY_SIZE
-        os.ftruncate(self._fd, self._file_length)
+        os.truncate(self.path, self._file_length)
+        self._unflushed = True
 
     def reset(self) -> None:
         """Remove every entry."""
         self._truncate_to_entries(0)
 
     def flush(self) -> None:
-        if not self._closed:
-            self.write_pending()
-            os.fsync(self._fd)
+        if self._closed:
+            return
+        self.write_pending()
+        if self._unflushed:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._unflushed = False
 
     def close(self) -> None:
         if not self._closed:
             self.write_pending()
             self._closed = True
-            os.close(self._fd)
 
     def rename_to(self, path: str) -> None:
         if os.path.exists(self.path):

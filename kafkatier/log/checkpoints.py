@@ -97,8 +97,9 @@ class CheckpointFile(Generic[T]):
             with open(path, "ab"):
                 pass
 
-    def write_entries(self, entries: Iterable[T]) -> None:
-        atomic_write(self.path, encode_entries(entries, self._format, self.version))
+    def write_entries(self, entries: Iterable[T], sync: bool = True) -> None:
+        """Replace the file atomically; ``sync=False`` leaves durability to a later synced write."""
+        atomic_write(self.path, encode_entries(entries, self._format, self.version), sync=sync)
 
     def read_entries(self) -> list[T]:
         try:

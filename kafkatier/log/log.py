@@ -112,6 +112,7 @@ class Log:
         self.highest_offset_in_remote_storage = -1
         os.makedirs(self._dir, exist_ok=True)
         self.topic_id: str | None = None
+        self._topic_id_unsynced = False
         self._load_topic_id()
         self.leader_epoch_cache = self._load_leader_epoch_cache()
         self._log_start_offset = log_start_offset
@@ -385,15 +386,20 @@ class Log:
 
     # --- topic id ------------------------------------------------------------------------------------
     def assign_topic_id(self, topic_id: str) -> None:
-        """Record the topic id in ``partition.metadata``; a different stored id is an error."""
+        """Record the topic id in ``partition.metadata``; a different stored id is an error.
+
+        Written without fsync, made durable when the log closes (Kafka flushes it on its scheduler): a new
+        log per partition of a big LeaderAndIsr must not cost two fsyncs, and an id lost in a machine crash
+        is assigned again by the next LeaderAndIsr."""
         with self._lock:
             if self.topic_id is not None and self.topic_id != topic_id:
                 raise InconsistentTopicIdError(
                     f"Tried to assign topic ID {topic_id} to log for topic partition {self.name}, but log "
                     f"already contained topic ID {self.topic_id}")
             if self.topic_id is None or not os.path.exists(os.path.join(self._dir, "partition.metadata")):
-                write_partition_metadata(self._dir, topic_id)
+                write_partition_metadata(self._dir, topic_id, sync=False)
                 self.topic_id = topic_id
+                self._topic_id_unsynced = True
 
     # --- append --------------------------------------------------------------------------------------
     def append_as_leader(self, records, leader_epoch: int, *, now_ms: int | None = None) -> AppendInfo:
@@ -938,6 +944,10 @@ class Log:
             except OSError as e:
                 if not seg.closed:
                     raise KafkaStorageError(f"Error while flushing {self.name}: {e}") from e
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            raise KafkaStorageError(f"Error while flushing the leader epoch checkpoint of {self.name}: {e}") from e
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = target
@@ -951,7 +961,28 @@ class Log:
             self._closed = True
             for seg in self._segments:
                 seg.close()
+            try:
+                self.leader_epoch_cache.flush()
+                if self._topic_id_unsynced and self.topic_id is not None:
+                    write_partition_metadata(self._dir, self.topic_id)
+                    self._topic_id_unsynced = False
+            except OSError as e:
+                log.warning(kv(event="log_metadata_flush_failed", partition=self.name, error=e))
             log.info(kv(event="log_closed", partition=self.name))
+
+    def release_files(self) -> int:
+        """Close every segment's .log descriptor and drop the index entries of all but the active segment;
+        both come back on next use.  Returns the number of descriptors closed (the log manager's idle-file
+        sweep, see :mod:`kafkatier.log.segment`)."""
+        with self._lock:
+            if self._closed:
+                return 0
+            closed = 0
+            active = self._segments[-1] if self._segments else None
+            for seg in self._segments:
+                closed += seg.has_open_file
+                seg.release_files(unload_indexes=seg is not active)
+            return closed
 
     @property
     def closed(self) -> bool:

@@ -8,7 +8,15 @@ Start-up: every ``<topic>-<partition>`` directory is loaded; directories marked 
 (``.<uuid>-delete`` / ``.delete``) are removed after ``file.delete.delay.ms``; JBOD destinations
 (``.move``, Kafka's ``.<uuid>-future``) are loaded as future logs and recovered as jbod.md §6 says (see
 :meth:`LogManager._recover_future_logs`); other names are logged and skipped. Without a clean shutdown marker,
-logs are recovered from their checkpointed recovery points.
+logs are recovered from their checkpointed recovery points.  Logs of one dir load in parallel on
+``num.recovery.threads.per.data.dir`` threads (:data:`DEFAULT_RECOVERY_THREADS_PER_DATA_DIR`).
+
+At scale (20,000 replicas per broker): no log keeps a file descriptor it does not use.  Segments open their
+``.log`` file on first use and indexes load on first use (:mod:`kafkatier.log.segment`); every loaded log
+releases its files at once, and the ``kafka-log-file-release`` task releases every log's files each
+``file_release_interval_ms``, so open descriptors track the partitions used in the last interval, not the
+partitions hosted.  Choosing the dir of a new log counts logs per dir once and keeps the counts up to date,
+not once per new log.
 
 JBOD (KIP-113): a partition may have a *current* log and a *future* log (``<tp>.move`` in another dir) while a
 move runs. :meth:`create_future_log`, :meth:`abort_and_delete_future_log` and
@@ -26,6 +34,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from kafkatier.common.faults import crash_point
@@ -56,6 +65,12 @@ from kafkatier.logsetup import get_logger, kv
 log = get_logger("log-manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+# Kafka's default is 1.  Loading a log is mostly Python work under the GIL, so threads only help where a log
+# waits on the disk: an unclean start reads and checksums its unflushed segments.  Measured on 10,000 empty logs
+# (2 busy cores): a clean load costs ~0.28 ms/partition on 1 or 2 threads and ~0.39 on 4; an unclean one 0.60 on
+# 1 thread, 0.49 on 2, 0.62 on 4.  Two threads per dir: never slower, faster when recovery reads data.
+DEFAULT_RECOVERY_THREADS_PER_DATA_DIR = 2
+DEFAULT_FILE_RELEASE_INTERVAL_MS = 60_000
 LOCK_FILE = ".lock"
 
 TopicPartition = tuple[str, int]
@@ -81,6 +96,8 @@ class LogManager:
                  scheduler: KafkaScheduler | None = None,
                  log_dir_failure_channel: LogDirFailureChannel | None = None,
                  log_dir_health_check_interval_ms: int = 1000,
+                 num_recovery_threads_per_data_dir: int = DEFAULT_RECOVERY_THREADS_PER_DATA_DIR,
+                 file_release_interval_ms: int = DEFAULT_FILE_RELEASE_INTERVAL_MS,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -101,6 +118,12 @@ class LogManager:
         self.remote_log_system_enabled = remote_log_system_enabled
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self.log_dir_health_check_interval_ms = log_dir_health_check_interval_ms
+        if num_recovery_threads_per_data_dir < 1:
+            raise ValueError(f"num.recovery.threads.per.data.dir must be at least 1, got "
+                             f"{num_recovery_threads_per_data_dir}")
+        self.num_recovery_threads_per_data_dir = num_recovery_threads_per_data_dir
+        self.file_release_interval_ms = file_release_interval_ms
+        self._dir_counts: dict[str, int] | None = None  # logs per dir for placing new logs; None = recount
         self._clock = clock
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -181,6 +204,8 @@ class LogManager:
                 log.error(kv(event="log_dir_offline", dir=d, error=e))
                 self.offline_dirs.add(d)
                 continue
+            jobs = []  # (tp, kind, path) of the logs to load from this dir
+            seen: dict[tuple[TopicPartition, bool], str] = {}
             for name in entries:
                 path = os.path.join(d, name)
                 if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE_DIR:
@@ -206,24 +231,49 @@ class LogManager:
                         f"recently.")
                 if parsed.kind == "future":
                     other = self._future_logs.get(tp)
-                    if other is not None:
+                    other_dir = other.dir if other is not None else seen.get((tp, True))
+                    if other_dir is not None:
                         self._release_locks()
-                        raise LogDirectoryError(f"Duplicate log directories found: {other.dir}, {path}")
-                cfg = self._loaded_config(parsed.topic)
-                try:
-                    lg = Log(path, cfg, log_start_offset=start_offsets.get(tp, 0),
-                             recovery_point=recovery_points.get(tp, 0), high_watermark=high_watermarks.get(tp),
-                             had_clean_shutdown=clean, scheduler=self.scheduler, clock=self._clock,
-                             default_config=self.default_config,
-                             remote_log_enabled=self._remote_enabled(parsed.topic, cfg))
-                except Exception as e:  # an I/O error (or worse) takes the dir offline; nothing is deleted
-                    log.exception(kv(event="log_dir_offline", dir=d, partition=f"{tp[0]}-{tp[1]}", error=e))
-                    self.offline_dirs.add(d)
-                    for logs in (self._logs, self._future_logs):
-                        for other in [k for k, v in logs.items() if v.parent_dir == d]:
-                            logs.pop(other).close()
-                    break
-                (self._future_logs if parsed.kind == "future" else self._logs)[tp] = lg
+                        raise LogDirectoryError(f"Duplicate log directories found: {other_dir}, {path}")
+                    seen[(tp, True)] = path
+                jobs.append((tp, parsed.kind, path))
+
+            def load(job) -> Log:
+                tp, _, path = job
+                cfg = self._loaded_config(tp[0])
+                lg = Log(path, cfg, log_start_offset=start_offsets.get(tp, 0),
+                         recovery_point=recovery_points.get(tp, 0), high_watermark=high_watermarks.get(tp),
+                         had_clean_shutdown=clean, scheduler=self.scheduler, clock=self._clock,
+                         default_config=self.default_config, remote_log_enabled=self._remote_enabled(tp[0], cfg))
+                lg.release_files()
+                return lg
+
+            loaded: list[tuple[tuple, Log]] = []
+            failure: tuple[tuple, BaseException] | None = None
+            with ThreadPoolExecutor(max_workers=self.num_recovery_threads_per_data_dir,
+                                    thread_name_prefix="log-recovery-") as pool:
+                futures = [(job, pool.submit(load, job)) for job in jobs]
+                for job, fut in futures:
+                    try:
+                        loaded.append((job, fut.result()))
+                    except Exception as e:  # noqa: BLE001 - handled below: the dir goes offline
+                        if failure is None:
+                            failure = (job, e)
+                            for _, later in futures:
+                                later.cancel()
+            if failure is not None:  # an I/O error (or worse) takes the dir offline; nothing is deleted
+                (tp, _, _), e = failure
+                log.error(kv(event="log_dir_offline", dir=d, partition=f"{tp[0]}-{tp[1]}", error=e),
+                          exc_info=e)
+                self.offline_dirs.add(d)
+                for _, lg in loaded:
+                    lg.close()
+                for logs in (self._logs, self._future_logs):
+                    for other in [k for k, v in logs.items() if v.parent_dir == d]:
+                        logs.pop(other).close()
+            else:
+                for (tp, kind, _), lg in loaded:
+                    (self._future_logs if kind == "future" else self._logs)[tp] = lg
             if clean:
                 try:
                     os.unlink(marker)
@@ -254,6 +304,9 @@ class LogManager:
         if self.log_dir_health_check_interval_ms < LONG_MAX:
             tasks.append(s.schedule("kafka-log-dir-health-check", self._safe(self.check_log_dirs),
                                     self.log_dir_health_check_interval_ms, self.log_dir_health_check_interval_ms))
+        if self.file_release_interval_ms < LONG_MAX:
+            tasks.append(s.schedule("kafka-log-file-release", self._safe(self.release_files),
+                                    self.file_release_interval_ms, self.file_release_interval_ms))
         self._tasks = tasks
         for path, delay_ms in self._pending_deletions:
             self._schedule_dir_deletion(path, delay_ms)
@@ -320,6 +373,13 @@ class LogManager:
             lg.update_config(dict(topic_overrides(lg.topic) or {}), default_config=default_config)
 
     # --- lookup and creation -------------------------------------------------------------------------
+    def release_files(self) -> int:
+        """Close the descriptors (and drop the index entries) every log holds; they reopen on next use."""
+        closed = sum(lg.release_files() for lg in self.all_logs() + self.all_future_logs())
+        if closed:
+            log.debug(kv(event="log_files_released", descriptors=closed))
+        return closed
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -341,10 +401,11 @@ class LogManager:
     def _next_log_dirs(self, tp: TopicPartition) -> list[str]:
         live = self.live_log_dirs
         preferred = self._preferred_dirs.get(tp)
-        counts = {d: 0 for d in live}
-        for lg in self.all_logs() + self.all_future_logs():
-            if lg.parent_dir in counts:
-                counts[lg.parent_dir] += 1
+        if self._dir_counts is None:
+            self._dir_counts = {}
+            for lg in self.all_logs() + self.all_future_logs():
+                self._dir_counts[lg.parent_dir] = self._dir_counts.get(lg.parent_dir, 0) + 1
+        counts = {d: self._dir_counts.get(d, 0) for d in live}
         ordered = sorted(live, key=lambda d: counts[d])  # stable: ties keep the configured order
         if preferred in counts:
             ordered.remove(preferred)
@@ -384,6 +445,8 @@ class LogManager:
                     errors.append(f"{d}: {e}")
                     continue
                 self._logs[tp] = lg
+                if self._dir_counts is not None:
+                    self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
                 self._preferred_dirs.pop(tp, None)
                 log.info(kv(event="log_created", partition=f"{topic}-{partition}", dir=d, topic_id=topic_id,
                             overrides=",".join(sorted(lg.config.overridden)) or "-"))
@@ -396,6 +459,7 @@ class LogManager:
         removed after ``file.delete.delay.ms`` (immediately if that is 0 or the scheduler is not running)."""
         with self._lock:
             lg = self._logs.pop((topic, partition), None)
+            self._dir_counts = None
         if lg is None:
             return None
         lg.close()
@@ -436,6 +500,7 @@ class LogManager:
         log_dir = os.path.abspath(log_dir)
         with self._lock:
             self.offline_dirs.add(log_dir)
+            self._dir_counts = None
             current = [tp for tp, lg in self._logs.items() if lg.parent_dir == log_dir]
             future = [tp for tp, lg in self._future_logs.items() if lg.parent_dir == log_dir]
             closing = [self._logs.pop(tp) for tp in current] + [self._future_logs.pop(tp) for tp in future]
@@ -521,6 +586,7 @@ class LogManager:
                 raise KafkaStorageError(f"Error while creating the future log of {topic}-{partition} in dir "
                                         f"{log_dir}: {e}") from e
             self._future_logs[tp] = lg
+            self._dir_counts = None
             self._preferred_dirs.pop(tp, None)
         log.info(kv(event="future_log_created", partition=f"{topic}-{partition}", dir=lg.dir,
                     current_dir=current.dir))
@@ -531,6 +597,7 @@ class LogManager:
         removed after ``file.delete.delay.ms``."""
         with self._lock:
             lg = self._future_logs.pop((topic, partition), None)
+            self._dir_counts = None
         if lg is None:
             return None
         lg.close()
@@ -560,6 +627,7 @@ class LogManager:
             dest.rename_dir(partition_dir_name(topic, partition))
             self._logs[tp] = dest
             del self._future_logs[tp]
+            self._dir_counts = None
         log.info(kv(event="future_log_swapped_in", partition=dest.name, dir=dest.dir, old_dir=source.dir,
                     log_end_offset=dest.log_end_offset, high_watermark=dest.high_watermark))
         delay = source.config.file_delete_delay_ms

@@ -27,6 +27,7 @@ class OffsetPosition:
 
 class OffsetIndex(AbstractIndex):
     ENTRY_SIZE = 8
+    _LAZY_FIELDS = frozenset({"_rel", "_pos"})
 
     def _load(self, data: bytes) -> None:
         both = array("i")

@@ -19,9 +19,10 @@ class PartitionMetadataError(ValueError):
     """A malformed ``partition.metadata`` file."""
 
 
-def write_partition_metadata(dir_path: str, topic_id: str) -> None:
+def write_partition_metadata(dir_path: str, topic_id: str, sync: bool = True) -> None:
+    """Write the file atomically; ``sync=False`` skips the fsyncs (see ``Log.assign_topic_id``)."""
     atomic_write(os.path.join(dir_path, PARTITION_METADATA_FILE),
-                 f"version: {CURRENT_VERSION}\ntopic_id: {topic_id}\n".encode("utf-8"))
+                 f"version: {CURRENT_VERSION}\ntopic_id: {topic_id}\n".encode("utf-8"), sync=sync)
 
 
 def read_partition_metadata(dir_path: str) -> str | None:

@@ -2,6 +2,12 @@
 
 The ``.log`` file holds v2 record batches back to back, exactly as they are served to consumers. Appends
 and reads move whole byte ranges; batch headers are read only to find batch boundaries.
+
+File descriptors: a broker may hold 20,000 replicas, more than a usual ``ulimit -n``.  The ``.log`` file is
+opened on first use (any access to ``_fd``) and closed again by :meth:`LogSegment.release_files`, which the
+log manager's idle-file sweep calls for logs nobody used since the previous sweep; the indexes hold no
+descriptor and load lazily (:mod:`kafkatier.log.abstract_index`).  Difference from Kafka: Kafka keeps every
+segment's ``FileChannel`` open and asks for a large ``ulimit -n`` instead.
 """
 from __future__ import annotations
 
@@ -158,9 +164,12 @@ class LogSegment:
         self._clock = clock
         self._suffix = file_suffix
         self.log_path = log_file_path(dir_path, base_offset, file_suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._closed = False
-        self._size = os.fstat(self._fd).st_size
+        try:
+            self._size = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            os.close(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
+            self._size = 0
         self.offset_index = OffsetIndex(index_file_path(dir_path, base_offset, file_suffix), base_offset,
                                         max_index_size)
         self.time_index = TimeIndex(time_index_file_path(dir_path, base_offset, file_suffix), base_offset,
@@ -172,6 +181,33 @@ class LogSegment:
         self._offset_of_max_timestamp = last.offset if last.timestamp != NO_TIMESTAMP else -1
         self._rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None
+
+    def __getattr__(self, name: str):
+        # Only called while ``_fd`` is not set: open the .log file on first use after creation or a release.
+        if name == "_fd":
+            if self.__dict__.get("_closed", True):
+                raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+            fd = os.open(self.log_path, os.O_RDWR)
+            self.__dict__["_fd"] = fd
+            return fd
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def has_open_file(self) -> bool:
+        return "_fd" in self.__dict__
+
+    def release_files(self, unload_indexes: bool = True) -> None:
+        """Close the .log descriptor (reopened on next use) and, with ``unload_indexes``, drop the in-memory
+        index entries (re-read on next use).  The owning log's lock must be held."""
+        self._close_fd()
+        if unload_indexes:
+            self.offset_index.unload()
+            self.time_index.unload()
+
+    def _close_fd(self) -> None:
+        fd = self.__dict__.pop("_fd", None)
+        if fd is not None:
+            os.close(fd)
 
     @classmethod
     def open(cls, dir_path: str, base_offset: int, **kwargs) -> LogSegment:
@@ -535,7 +571,7 @@ class LogSegment:
         except Exception as e:  # closing must not fail on a bad index entry
             log.warning(kv(event="time_index_final_entry_failed", segment=self.log_path, error=repr(e)))
         self._closed = True
-        os.close(self._fd)
+        self._close_fd()
         self.offset_index.close()
         self.time_index.close()
 
@@ -543,7 +579,7 @@ class LogSegment:
         if self._closed:
             return
         self._closed = True
-        os.close(self._fd)
+        self._close_fd()
         self.offset_index.close()
         self.time_index.close()
 

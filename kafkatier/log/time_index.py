@@ -6,6 +6,7 @@ the batch holding it) is t.
 """
 from __future__ import annotations
 
+import os
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
@@ -27,6 +28,7 @@ class TimestampOffset:
 
 class TimeIndex(AbstractIndex):
     ENTRY_SIZE = 12
+    _LAZY_FIELDS = frozenset({"_ts", "_rel"})
 
     def _load(self, data: bytes) -> None:
         self._ts = array("q")
@@ -49,10 +51,27 @@ class TimeIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> TimestampOffset:
-        """The last entry, or (-1, base offset) when empty."""
+        """The last entry, or (-1, base offset) when empty (read from the file when not loaded)."""
+        if not self.is_loaded:
+            return self._last_entry_on_disk()
         if not self._ts:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return TimestampOffset(self._ts[-1], self.base_offset + self._rel[-1])
+
+    def _last_entry_on_disk(self) -> TimestampOffset:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        try:
+            n = os.fstat(fd).st_size // self.ENTRY_SIZE
+            data = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE) if n else b""
+        finally:
+            os.close(fd)
+        if len(data) < self.ENTRY_SIZE:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        ts, rel = _ENTRY.unpack(data)
+        return TimestampOffset(ts, self.base_offset + rel)
 
     def entry(self, n: int) -> TimestampOffset:
         return TimestampOffset(self._ts[n], self.base_offset + self._rel[n])

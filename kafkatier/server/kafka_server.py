@@ -30,7 +30,7 @@ from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
-from kafkatier.log.log_manager import LogManager
+from kafkatier.log.log_manager import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
 from kafkatier.logsetup import get_logger, kv
@@ -112,6 +112,8 @@ class KafkaServer:
             list(c.log_dirs), broker_id=self.broker_id, cluster_id=self.cluster_id, topic_configs=self.topic_configs,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
             initial_task_delay_ms=int(c.overrides.get("log.initial.task.delay.ms", 30000)),
+            num_recovery_threads_per_data_dir=int(c.overrides.get("num.recovery.threads.per.data.dir",
+                                                                  DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
             log_dir_failure_channel=self.log_dir_failure_channel)
         self.log_manager.startup()

@@ -9,13 +9,14 @@ Session expiry is never retried here: ephemerals are gone and the caller must re
 """
 from __future__ import annotations
 
+import collections
 import functools
 import logging
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
@@ -156,3 +157,48 @@ def ensure_persistent_paths(client: KazooClient, paths: Iterable[str], value: by
             zk_retry(client.create, path, value, makepath=True)
         except NodeExistsError:
             pass
+
+
+# --- pipelined reads ----------------------------------------------------------------------------------------------
+
+# Reads in flight at once on one session.  Kafka's controller bounds its pipelined reads the same way
+# (``zookeeper.max.in.flight.requests``, default 10 there, per request of up to thousands of paths); here each
+# in-flight read is one path, and 1,000 keeps the socket busy without queuing 20,000 callbacks in kazoo at once.
+MAX_IN_FLIGHT_READS = 1000
+
+
+def get_many(client: KazooClient, paths: Sequence[str], max_in_flight: int = MAX_IN_FLIGHT_READS,
+             attempts: int = 5) -> list[tuple[bytes, Any] | None]:
+    """``(data, stat)`` of each path in order, None for a missing node: kazoo's ``get_async`` pipelined with at
+    most ``max_in_flight`` reads outstanding, so N znodes cost about one round trip per window instead of N.
+
+    A read that fails with a connection loss is read again on its own with :func:`zk_retry` (bounded); any
+    other error is raised.
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    out: list[tuple[bytes, Any] | None] = [None] * len(paths)
+    window: collections.deque = collections.deque()
+    retry: list[int] = []
+
+    def collect_oldest() -> None:
+        i, result = window.popleft()
+        try:
+            out[i] = result.get()
+        except NoNodeError:
+            out[i] = None
+        except RETRYABLE_ERRORS:
+            retry.append(i)
+
+    for i, path in enumerate(paths):
+        if len(window) >= max_in_flight:
+            collect_oldest()
+        window.append((i, client.get_async(path)))
+    while window:
+        collect_oldest()
+    for i in retry:
+        try:
+            out[i] = zk_retry(client.get, paths[i], attempts=attempts)
+        except NoNodeError:
+            out[i] = None
+    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import logging
 import re
@@ -67,6 +68,14 @@ def _check(schema: str, value: Any, what: str) -> None:
         raise MalformedZNodeError(what, f"does not match {schema}.json: " + "; ".join(problems))
 
 
+@functools.lru_cache(maxsize=4096)
+def _payload_problems(schema: str, text: str) -> tuple[str, ...]:
+    """Schema violations of the JSON text ``text``, remembered per (schema, text).  Validation dominates reading
+    and writing many znodes, and payloads repeat: a cluster's 20,000 partition states are a few dozen distinct
+    texts (leader, ISR, epochs), so each is validated once.  Only texts that parse reach this function."""
+    return tuple(schema_errors(schema, json.loads(text, parse_constant=_reject_constant)))
+
+
 def decode_json(data: bytes | None, schema: str, what: str) -> Any:
     """Parse ``data`` as UTF-8 JSON and validate it against ``schema``; the single decode path for JSON znodes."""
     text = _text(data, what)
@@ -74,16 +83,22 @@ def decode_json(data: bytes | None, schema: str, what: str) -> Any:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise MalformedZNodeError(what, f"invalid JSON: {e}") from None
-    _check(schema, value, what)
+    problems = _payload_problems(schema, text)
+    if problems:
+        raise MalformedZNodeError(what, f"does not match {schema}.json: " + "; ".join(problems))
     return value
 
 
 def encode_json(value: Mapping[str, Any], schema: str) -> bytes:
-    """Validate ``value`` against ``schema`` and serialise it compactly as UTF-8 JSON."""
-    problems = schema_errors(schema, value)
+    """Serialise ``value`` compactly as UTF-8 JSON after validating the text against ``schema``."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"refusing to encode an invalid {schema} payload: {e}") from None
+    problems = _payload_problems(schema, text)
     if problems:
         raise ValueError(f"refusing to encode an invalid {schema} payload: " + "; ".join(problems))
-    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = text.encode("utf-8")
     check_znode_size(data, schema)
     return data
 

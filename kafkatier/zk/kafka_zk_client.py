@@ -2,8 +2,10 @@
 
 Controller writes go through :class:`kafkatier.zk.fenced.FencedZkWriter` (fenced by ``/controller_epoch``);
 admin writes (topic creation, config changes, deletion markers) are not fenced, as in Kafka's ZooKeeper mode.
-Reads that fan out (all partition states, all broker registrations) use kazoo's async calls so that N znodes
-cost one round of pipelined requests, not N sequential round trips.  Malformed znodes are logged and skipped.
+Reads that fan out (all partition states, all broker registrations) are pipelined (:func:`client.get_many`,
+bounded in flight) so that N znodes cost about one round trip per window, not N.  Controller writes that fan
+out (leader and ISR of many partitions) go in fenced multis of :data:`MULTI_BATCH_PARTITIONS` partitions; a
+partition whose conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes are logged and skipped.
 
 Entity configs (``/config/{type}/{name}``) have ONE reader, :func:`read_entity_config` (and the batch
 :meth:`KafkaZkClient.get_topic_configs`), with one failure policy: a missing znode means no overrides; a
@@ -21,21 +23,16 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.fenced import FencedZkWriter, SetData, read_retrying
+from kafkatier.zk.client import get_many
+from kafkatier.zk.fenced import Create, FencedZkWriter, SetData, read_retrying
 
 log = get_logger("zk.client")
 
-STATE_WRITES_PER_MULTI = 50  # partition state znodes (~150 bytes each) per fenced multi
 
-
-def _wait_all(asyncs):
-    out = []
-    for a in asyncs:
-        try:
-            out.append(a.get())
-        except NoNodeError:
-            out.append(None)
-    return out
+# Partitions per fenced multi when the controller writes leader and ISR states (elections, new partitions): a state
+# is ~100 bytes and its path ~60, so 500 of them (1,000 ops for new partitions) stay far below jute.maxbuffer.
+# Kafka's controller sends the same writes as one pipelined batch of conditional setData requests.
+MULTI_BATCH_PARTITIONS = 500
 
 
 def read_entity_config(zk, entity_type: str, name: str) -> dict[str, str] | None:
@@ -71,7 +68,7 @@ class KafkaZkClient:
         except NoNodeError:
             return {}
         ids = [i for i in ids if i.isdigit()]
-        results = _wait_all([self.zk.get_async(paths.broker(int(i))) for i in ids])
+        results = get_many(self.zk, [paths.broker(int(i)) for i in ids])
         out = {}
         for i, res in zip(ids, results):
             if res is None:
@@ -95,7 +92,7 @@ class KafkaZkClient:
 
     def get_topic_assignments(self, topics) -> dict[str, codecs.TopicAssignment]:
         topics = sorted(topics)
-        results = _wait_all([self.zk.get_async(paths.topic(t)) for t in topics])
+        results = get_many(self.zk, [paths.topic(t) for t in topics])
         out = {}
         for t, res in zip(topics, results):
             if res is None:
@@ -108,7 +105,7 @@ class KafkaZkClient:
 
     def get_partition_states(self, tps) -> dict[TopicPartition, LeaderAndIsr]:
         tps = sorted(tps)
-        results = _wait_all([self.zk.get_async(paths.partition_state(tp.topic, tp.partition)) for tp in tps])
+        results = get_many(self.zk, [paths.partition_state(tp.topic, tp.partition) for tp in tps])
         out = {}
         for tp, res in zip(tps, results):
             if res is None:
@@ -126,7 +123,7 @@ class KafkaZkClient:
         """Pipelined :func:`read_topic_config` of ``topics``: missing ones have no overrides, malformed ones are
         logged and left out."""
         topics = sorted(topics)
-        results = _wait_all([self.zk.get_async(paths.topic_config(t)) for t in topics])
+        results = get_many(self.zk, [paths.topic_config(t) for t in topics])
         out = {}
         for t, res in zip(topics, results):
             if res is None:
@@ -150,13 +147,35 @@ class KafkaZkClient:
 
     def create_partition_states(self, states: dict[TopicPartition, LeaderAndIsr],
                                 epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
-        """Create ``partitions``, ``partitions/{p}`` and ``state`` for new partitions, one fenced multi each."""
+        """Create ``partitions``, ``partitions/{p}`` and ``state`` for new partitions, in fenced multis of
+        :data:`MULTI_BATCH_PARTITIONS` partitions.  A batch that fails on a node that already exists (a previous
+        controller's partial work) is written again one partition per multi, skipping the existing states."""
         created = {}
         w = self.writer(epoch_zk_version)
-        for tp, l in sorted(states.items()):
+        items = sorted(states.items())
+        topics = sorted({tp.topic for tp, _ in items})
+        have_parent = {t: res is not None for t, res in
+                       zip(topics, get_many(self.zk, [paths.topic_partitions(t) for t in topics]))}
+        for batch in _batches(items, MULTI_BATCH_PARTITIONS):
+            ops = []
+            for tp, l in batch:
+                if not have_parent[tp.topic]:
+                    ops.append(Create(paths.topic_partitions(tp.topic)))
+                    have_parent[tp.topic] = True
+                ops.append(Create(paths.partition(tp.topic, tp.partition)))
+                ops.append(Create(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode()))
             try:
-                w.create(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
-                         create_parents=True)
+                w.multi(ops)
+                created.update(batch)
+            except (NodeExistsError, NoNodeError):
+                created.update(self._create_partition_states_one_by_one(w, batch))
+        return created
+
+    def _create_partition_states_one_by_one(self, w: FencedZkWriter, batch) -> dict[TopicPartition, LeaderAndIsr]:
+        created = {}
+        for tp, l in batch:
+            try:
+                w.create(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(), create_parents=True)
             except NodeExistsError:
                 log.warning("partition state already exists %s", kv(partition=tp))
                 continue
@@ -165,33 +184,30 @@ class KafkaZkClient:
 
     def update_leader_and_isr(self, updates: dict[TopicPartition, LeaderAndIsr],
                               epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
-        """Conditional updates: ``l.partition_epoch`` is the expected zkVersion.  Returns the written states
-        with their new partition epoch; a BADVERSION is logged and that partition left out.
-
-        Written in fenced multis of up to :data:`STATE_WRITES_PER_MULTI` partitions (a controlled shutdown or a
-        failover writes thousands); a multi that fails on one partition is rolled back whole and its partitions
-        are written one by one, so only the failing ones are left out."""
+        """Conditional updates (``l.partition_epoch`` is the expected zkVersion) in fenced multis of
+        :data:`MULTI_BATCH_PARTITIONS`.  Returns the written states with their new partition epoch; a partition
+        whose update fails (BADVERSION, NONODE) is logged, left out, and the rest of its batch written again."""
         out = {}
         w = self.writer(epoch_zk_version)
-        items = sorted(updates.items())
-        for i in range(0, len(items), STATE_WRITES_PER_MULTI):
-            chunk = items[i:i + STATE_WRITES_PER_MULTI]
-            try:
-                stats = w.multi([SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
-                                         version=l.partition_epoch) for tp, l in chunk])
-            except (BadVersionError, NoNodeError):
-                stats = [None] * len(chunk)
-            for (tp, l), stat in zip(chunk, stats):
-                if stat is None:
-                    try:
-                        stat = w.set_data(paths.partition_state(tp.topic, tp.partition),
-                                          _to_codec(l).encode(), version=l.partition_epoch)
-                    except (BadVersionError, NoNodeError) as e:
-                        log.warning("partition state update failed %s", kv(partition=tp, reason=type(e).__name__))
-                        continue
-                out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
-                                       partition_epoch=_version_of(stat, l.partition_epoch + 1),
-                                       leader_recovery_state=l.leader_recovery_state)
+        for batch in _batches(sorted(updates.items()), MULTI_BATCH_PARTITIONS):
+            while batch:
+                ops = [SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
+                               version=l.partition_epoch) for tp, l in batch]
+                try:
+                    stats = w.multi(ops)
+                except (BadVersionError, NoNodeError) as e:
+                    index = getattr(e, "op_index", None)
+                    if index is None or not 0 <= index < len(batch):
+                        raise
+                    log.warning("partition state update failed %s", kv(partition=batch[index][0],
+                                                                       reason=type(e).__name__))
+                    batch = batch[:index] + batch[index + 1:]
+                    continue
+                for (tp, l), stat in zip(batch, stats):
+                    out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
+                                           partition_epoch=_version_of(stat, l.partition_epoch + 1),
+                                           leader_recovery_state=l.leader_recovery_state)
+                break
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
@@ -363,6 +379,10 @@ class KafkaZkClient:
         results = t.commit()
         _raise_first_failure(results)
         return results[1]
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def _version_of(stat, default: int) -> int:

@@ -90,3 +90,55 @@ def test_a_body_over_the_znode_limit_goes_through_parts_and_everything_is_cleane
     assert _send(zk, BIG).error_code == 0
     assert 0 < zk.largest <= MAX_ZNODE_BYTES
     assert not [p for p in zk.nodes if p.startswith(paths.control_broker(1))]
+
+
+class SlowBrokerZk(FakeZk):
+    """The broker (registered, czxid 5) answers only after the controller's request timeout passed three times."""
+
+    def __init__(self):
+        super().__init__(fail_creates=0)
+        self.checks = 0
+        self.requests_written = 0
+        self.nodes[paths.broker(1)] = b"{}"
+
+    def create(self, path, data=b"", sequence=False, **_):
+        if not sequence:
+            return super().create(path, data)
+        self.requests_written += 1
+        path = f"{path}{self.seq:010d}"
+        self.seq += 1
+        self.nodes[path] = data
+        return path
+
+    def exists(self, path, watch=None):
+        if path == paths.broker(1):
+            return _Stat(czxid=5)
+        if path.startswith(paths.control_requests(1) + "/") and path in self.nodes:
+            self.checks += 1
+            if self.checks == 3:
+                req = codecs.ControlRequest.decode(self.nodes[path])
+                name = path.rsplit("/", 1)[1]
+                self.nodes[paths.control_responses(1) + "/" + name] = codecs.ControlResponse(
+                    api_key=req.api_key, api_version=req.api_version, error_code=0, body={"error_code": 0},
+                    broker_id=1, broker_epoch=5).encode()
+        return super().exists(path)
+
+
+class _Stat:
+    def __init__(self, czxid):
+        self.czxid = czxid
+
+
+def test_a_slow_answer_from_a_live_broker_is_waited_for_not_resent():
+    zk = SlowBrokerZk()
+    mgr = ControllerChannelManager(zk, controller_id=1, writer=lambda: zk, controller_epoch=lambda: 1,
+                                   on_controller_moved=lambda e: None, request_timeout_s=0.05)
+    answered = threading.Event()
+    mgr.add_broker(1, 5)
+    mgr.send(1, 4, "LeaderAndIsr", 7, {"x": 1}, callback=lambda r: answered.set())
+    try:
+        assert answered.wait(20), "the request was never answered"
+    finally:
+        mgr.shutdown()
+    assert zk.requests_written == 1
+    assert not [p for p in zk.nodes if p.startswith(paths.control_broker(1))]

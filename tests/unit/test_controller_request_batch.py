@@ -74,3 +74,40 @@ def test_stop_replica_entries_for_one_partition_are_merged():
     sent = collect(ctx, fill)
     req = from_body(StopReplicaRequest, 5, sent[0][4])
     assert [p.delete_partition for p in req.topic_states[0].partition_states] == [True]
+
+
+def test_coalesced_rounds_send_one_request_of_each_kind_per_broker_with_the_final_state():
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    tp = TopicPartition("t", 0)
+    with batch.coalesced(lambda: ctx.epoch):
+        for leader_epoch in (5, 6):  # two rounds, e.g. an election then an ISR shrink
+            batch.new_batch()
+            ctx.partition_leadership[tp] = LeaderAndIsr(2, leader_epoch, (2, 3), 3, partition_epoch=8)
+            batch.add_leader_and_isr([2, 3], tp, ctx.partition_leadership[tp])
+            batch.send_requests_to_brokers(ctx.epoch)
+        assert sent == []
+    kinds = sorted((s[0], s[2]) for s in sent)
+    assert kinds == [(1, "UpdateMetadata"), (2, "LeaderAndIsr"), (2, "UpdateMetadata"), (3, "LeaderAndIsr"),
+                     (3, "UpdateMetadata")]
+    lai = from_body(LeaderAndIsrRequest, 7, next(s[4] for s in sent if s[0] == 2 and s[2] == "LeaderAndIsr"))
+    assert lai.topic_states[0].partition_states[0].leader_epoch == 6
+
+
+def test_a_coalesced_block_that_fails_sends_nothing():
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    try:
+        with batch.coalesced(lambda: ctx.epoch):
+            batch.new_batch()
+            batch.add_update_metadata([1, 2, 3], [TopicPartition("t", 0)])
+            raise RuntimeError("failover failed")
+    except RuntimeError:
+        pass
+    assert sent == []
+    batch.new_batch()  # the batch is usable again
+    batch.add_update_metadata([1], [])
+    batch.send_requests_to_brokers(ctx.epoch)
+    assert len(sent) == 1
