@@ -24,6 +24,8 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.acl_apis import AclApis
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
@@ -75,7 +77,7 @@ class KafkaApis:
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
-                 broker_configs: DynamicBrokerConfig):
+                 broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None, acl_apis: AclApis | None = None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -87,6 +89,7 @@ class KafkaApis:
         self.delete_records = delete_records
         self.sasl = sasl
         self.broker_configs = broker_configs
+        self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -103,6 +106,10 @@ class KafkaApis:
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
         if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
             for key, (versions, handler) in log_dirs.handlers().items():
+                self._handlers[key] = handler
+                self._versions[key] = versions
+        if acl_apis is not None:  # DescribeAcls (29), CreateAcls (30), DeleteAcls (31)
+            for key, (versions, handler) in acl_apis.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:
@@ -165,7 +172,13 @@ class KafkaApis:
         else:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
-        topics = []
+        names, denied = self.auth.metadata_topics(
+            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create and str(
+                self.config.overrides.get("auto.create.topics.enable", "true")).lower() == "true")
+        topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
+                   "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
+                  for n in denied]
+        want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
         alive = {b.id for b in cache.alive_brokers()}
         for name in names:
             parts = cache.topic_partitions(name)
@@ -184,14 +197,16 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": name == "__consumer_offsets", "partitions": plist, "topic_authorized_operations": -2147483648})
+                           "is_internal": name == "__consumer_offsets", "partitions": plist,
+                           "topic_authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
                                         "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "cluster_authorized_operations": -2147483648})
+                                        "topics": topics, "cluster_authorized_operations": self.auth.cluster_operations(
+                                            ctx, 8 <= v <= 10 and bool(getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
@@ -219,9 +234,13 @@ class KafkaApis:
                 for pd in td.partition_data:
                     errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS)
         else:
+            writable = self.auth.filter_authorized(ctx, "Write", "Topic", (td.name for td in req.topic_data))
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    if pd.records is None:
+                    if td.name not in writable:
+                        errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
+                            Errors.TOPIC_AUTHORIZATION_FAILED)
+                    elif pd.records is None:
                         errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.CORRUPT_MESSAGE,
                                                                                             error_message="no records")
                     else:
@@ -251,20 +270,22 @@ class KafkaApis:
     def handle_fetch(self, header, req, ctx):
         v = header.request_api_version
         replica_id = req.replica_id if v <= 14 else -1
-        parts = []
+        readable = self.auth.readable_topics(ctx, replica_id, (t.topic for t in req.topics))
+        parts, denied = [], []
         for t in req.topics:
             for p in t.partitions:
-                parts.append(FetchPartitionData(
+                (parts if t.topic in readable else denied).append(FetchPartitionData(
                     TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
                     current_leader_epoch=getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
                     log_start_offset=getattr(p, "log_start_offset", -1) if v >= 5 else -1))
         fut: Future = Future()
-        order = [fp.tp for fp in parts]
+        order = [fp.tp for fp in parts + denied]
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
             by_topic: dict[str, list] = {}
             for tp in order:
-                r = results.get(tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR)
+                r = results.get(tp) or FetchPartitionResult(
+                    Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
                     "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
@@ -274,6 +295,10 @@ class KafkaApis:
                 "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
+        parts_set = {fp.tp for fp in parts}
+        if not parts:  # nothing authorized: answer at once, read nothing
+            respond({})
+            return fut
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)
         return fut
 
@@ -281,10 +306,13 @@ class KafkaApis:
     def handle_list_offsets(self, header, req, ctx):
         v = header.request_api_version
         topics = []
+        describable = self.auth.filter_authorized(ctx, "Describe", "Topic", (t.name for t in req.topics))
         for t in req.topics:
             plist = []
             for p in t.partitions:
                 try:
+                    if t.name not in describable:
+                        raise KafkaError("", Errors.TOPIC_AUTHORIZATION_FAILED)
                     off, ts = self.rm.fetch_offset_for_timestamp(
                         t.name, p.partition_index, p.timestamp,
                         getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id)
@@ -310,6 +338,10 @@ class KafkaApis:
                    "num_partitions": -1, "replication_factor": -1, "configs": None}
             if not self._is_controller():
                 res.update(error_code=int(Errors.NOT_CONTROLLER), error_message="This is not the correct controller for this cluster.")
+                results.append(res)
+                continue
+            if not self.auth.may_create_topic(ctx, t.name):
+                res.update(error_code=int(Errors.TOPIC_AUTHORIZATION_FAILED), error_message="Authorization failed.")
                 results.append(res)
                 continue
             try:
@@ -343,6 +375,8 @@ class KafkaApis:
             res = {"name": name, "error_code": 0, "error_message": None}
             if not self._is_controller():
                 res["error_code"] = int(Errors.NOT_CONTROLLER)
+            elif not self.auth.authorize(ctx, "Delete", "Topic", name):
+                res["error_code"] = int(Errors.TOPIC_AUTHORIZATION_FAILED)
             else:
                 try:
                     self.admin_zk.delete_topic(name)
@@ -368,6 +402,9 @@ class KafkaApis:
             elif not self._is_controller():
                 res.update(error_code=int(Errors.NOT_CONTROLLER),
                            error_message="This is not the correct controller for this cluster.")
+            elif not self.auth.authorize(ctx, "Alter", "Topic", t.name):
+                res.update(error_code=int(Errors.TOPIC_AUTHORIZATION_FAILED),
+                           error_message="The topic authorization is failed.")
             else:
                 try:
                     assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
@@ -440,6 +477,7 @@ class KafkaApis:
             res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                    "resource_name": r.resource_name, "configs": []}
             try:
+                self.auth.check_config_resource(ctx, r.resource_type, r.resource_name, alter=False)
                 if r.resource_type == TOPIC_RESOURCE:
                     entries = self.admin_zk.describe_topic_config(r.resource_name)
                 elif r.resource_type == BROKER_RESOURCE:
@@ -474,7 +512,7 @@ class KafkaApis:
         def broker_change(r):
             return {c.name: c.value for c in r.configs}, [], True
         return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True,
-                                   broker_change=broker_change)
+                                   broker_change=broker_change, ctx=ctx)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
@@ -487,7 +525,7 @@ class KafkaApis:
             sets, deletes = _incremental_ops(r)
             return sets, deletes, False
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
-                                   broker_change=broker_change)
+                                   broker_change=broker_change, ctx=ctx)
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -500,7 +538,7 @@ class KafkaApis:
             return bool(set(current) & set(TIERED_KEYS))
         return False
 
-    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None):
+    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None, ctx=None):
         """Topic config changes.  Those that touch tiering (KIP-950) are decided by the active controller: on
         the controller they run on its event thread; any other broker forwards the whole request to it."""
         v = header.request_api_version
@@ -510,6 +548,7 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
+                self.auth.check_config_resource(ctx, r.resource_type, r.resource_name, alter=True)
                 if r.resource_type == BROKER_RESOURCE:   # dynamic broker configs (DynamicBrokerConfig)
                     sets, deletes, replace = broker_change(r)
                     self.broker_configs.alter(r.resource_name, sets, deletes, replace,
@@ -593,6 +632,10 @@ class KafkaApis:
     # --- InitProducerId (idempotent producers only) -------------------------------------------------------
     def handle_init_producer_id(self, header, req, ctx):
         v = header.request_api_version
+        denied = self.auth.init_producer_id_error(ctx, req.transactional_id)
+        if denied is not None:
+            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                                                    "error_code": int(denied)})
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
@@ -609,7 +652,8 @@ class KafkaApis:
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.advertised_controller_id(),
                                                 "brokers": brokers,
-                                                "cluster_authorized_operations": -2147483648})
+                                                "cluster_authorized_operations": self.auth.cluster_operations(
+                                                    ctx, req.include_cluster_authorized_operations)})
 
 
 def _incremental_ops(resource) -> tuple[dict[str, str | None], list[str]]:
