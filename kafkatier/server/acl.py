@@ -81,6 +81,11 @@ def _canonical(value: str, allowed: Iterable[str], what: str) -> str:
     raise AclFormatError(f"unknown {what} {value!r}")
 
 
+def parse_operation(text: str) -> str:
+    """Kafka's name of an operation given in any case, with or without underscores (``describe_configs``)."""
+    return _canonical(text, OPERATIONS, "operation")
+
+
 @attrs.frozen
 class AclEntry:
     """One access control entry (Kafka's ``AccessControlEntry``)."""

@@ -45,8 +45,9 @@ SUPPORTED_OPERATIONS = {
     "User": ("CreateTokens", "DescribeTokens"),
 }
 
-#: "No authorized operations were asked for" in Metadata / DescribeCluster / DescribeGroups.
-OPERATIONS_NOT_REQUESTED = -2147483648
+#: "No authorized operations were asked for" in Metadata / DescribeCluster / DescribeGroups (kafka-python's
+#: bitfield type encodes None as Kafka's -2147483648 and a set of operation codes as their bits).
+OPERATIONS_NOT_REQUESTED = None
 
 
 @attrs.frozen
@@ -160,14 +161,11 @@ class AuthHelper:
             log.exception("authorization failed %s", kv(operation=operation, resource_type=resource_type))
             return False
 
-    def authorized_operations(self, context, resource_type: str, name: str) -> int:
-        """Kafka's bit field (``1 << operation code``) of the supported operations the principal may do."""
-        ops = [op for op in SUPPORTED_OPERATIONS[resource_type]
-               if self.authorize(context, op, resource_type, name)]
-        bits = 0
-        for op in ops:
-            bits |= 1 << OPERATION_CODES[op]
-        return bits
+    def authorized_operations(self, context, resource_type: str, name: str) -> set[int]:
+        """The codes of the supported operations the principal may do (Kafka's bit field, as kafka-python's
+        bitfield type takes it)."""
+        return {OPERATION_CODES[op] for op in SUPPORTED_OPERATIONS[resource_type]
+                if self.authorize(context, op, resource_type, name)}
 
     # --- the per-API rules of the table that take more than one check ------------------------------------------
     def readable_topics(self, context, replica_id: int, topics: Iterable[str]) -> set[str]:
@@ -221,13 +219,14 @@ class AuthHelper:
             return None
         return Errors.CLUSTER_AUTHORIZATION_FAILED
 
-    def cluster_operations(self, context, requested: bool) -> int:
-        """``cluster_authorized_operations``: not requested -> Kafka's marker; without DESCRIBE on the cluster 0."""
+    def cluster_operations(self, context, requested: bool) -> set[int] | None:
+        """``cluster_authorized_operations``: not requested -> Kafka's marker; without DESCRIBE on the cluster
+        none."""
         if not requested:
             return OPERATIONS_NOT_REQUESTED
         if not self.authorize_cluster(context, "Describe"):
-            return 0
+            return set()
         return self.authorized_operations(context, "Cluster", CLUSTER_NAME)
 
-    def topic_operations(self, context, requested: bool, topic: str) -> int:
+    def topic_operations(self, context, requested: bool, topic: str) -> set[int] | None:
         return self.authorized_operations(context, "Topic", topic) if requested else OPERATIONS_NOT_REQUESTED

@@ -176,8 +176,7 @@ class KafkaApis:
             ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create and str(
                 self.config.overrides.get("auto.create.topics.enable", "true")).lower() == "true")
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
-                   "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
-                  for n in denied]
+                   "is_internal": False, "partitions": []} for n in denied]
         want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
         alive = {b.id for b in cache.alive_brokers()}
         for name in names:
@@ -198,14 +197,14 @@ class KafkaApis:
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
                            "is_internal": name == "__consumer_offsets", "partitions": plist,
-                           "topic_authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
+                           "authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
                                         "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "cluster_authorized_operations": self.auth.cluster_operations(
+                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(
                                             ctx, 8 <= v <= 10 and bool(getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
@@ -652,7 +651,8 @@ class KafkaApis:
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.advertised_controller_id(),
                                                 "brokers": brokers,
-                                                "cluster_authorized_operations": self.auth.cluster_operations(
+                                                # kafka-python's name of cluster_authorized_operations
+                                                "authorized_operations": self.auth.cluster_operations(
                                                     ctx, req.include_cluster_authorized_operations)})
 
 

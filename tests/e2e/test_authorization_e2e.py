@@ -297,3 +297,205 @@ def test_authorization_matrix(authz_cluster, case):
     assert outcome[user] in allowed, (name, outcome)
     assert outcome[SUPER] in allowed | {OK}, (name, outcome)
     assert outcome["bob"] == denied, (name, outcome)
+
+
+def fetch_request(replica_id: int):
+    return FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                        session_id=0, session_epoch=-1, topics=[{"topic": TOPIC, "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                        forgotten_topics_data=[], rack_id="")
+
+
+def test_fetch_claiming_a_replica_id_needs_cluster_action(authz_cluster):
+    """A Fetch with replica_id=2 from a client without CLUSTER_ACTION -- anonymous (the pre-authentication gate
+    lets it through) or authenticated, even one allowed to READ the topic -- reads nothing."""
+    reader = "r" + uuid.uuid4().hex[:8]
+    grant(authz_cluster, reader, [lit("Topic", TOPIC, "Read")])
+    for who in (None, "bob", reader):
+        conn = Conn(authz_cluster, who)
+        try:
+            part = conn.send(fetch_request(2), 11).responses[0].partitions[0]
+        finally:
+            conn.close()
+        assert (part.error_code, bytes(part.records or b"")) == (TOPIC_DENIED, b""), who
+    conn = Conn(authz_cluster, SUPER)  # CLUSTER_ACTION (a super user): the records
+    try:
+        part = conn.send(fetch_request(2), 11).responses[0].partitions[0]
+        assert part.error_code == 0 and part.records
+    finally:
+        conn.close()
+
+
+def test_metadata_hides_topics_and_creates_only_with_create(authz_cluster):
+    describer = "d" + uuid.uuid4().hex[:8]
+    grant(authz_cluster, describer, [lit("Topic", TOPIC, "Describe")])
+    shown = {}
+    for who in (SUPER, describer, "bob"):
+        conn = Conn(authz_cluster, who)
+        try:
+            shown[who] = {t.name: t.error_code for t in conn.send(MetadataRequest(topics=None), 9).topics}
+        finally:
+            conn.close()
+    assert shown[SUPER][TOPIC] == 0 and shown[describer] == {TOPIC: 0} and shown["bob"] == {}
+    missing = "nope-" + uuid.uuid4().hex[:6]
+    conn = Conn(authz_cluster, describer)
+    try:
+        r = conn.send(MetadataRequest(topics=[{"name": missing}], allow_auto_topic_creation=True), 9)
+        assert r.topics[0].error_code == TOPIC_DENIED  # not even DESCRIBE on it: nothing is disclosed
+    finally:
+        conn.close()
+    assert not authz_cluster.zk.exists(f"/brokers/topics/{missing}")
+    conn = Conn(authz_cluster, SUPER)
+    try:
+        ops = conn.send(DescribeClusterRequest(include_cluster_authorized_operations=True), 0)
+        assert ops.authorized_operations == {5, 7, 8, 9, 10, 11, 12}  # every cluster operation
+    finally:
+        conn.close()
+    conn = Conn(authz_cluster, "bob")
+    try:
+        assert conn.send(DescribeClusterRequest(include_cluster_authorized_operations=True), 0
+                         ).authorized_operations == set()
+        assert conn.send(ListGroupsRequest(states_filter=[]), 3).groups == []
+    finally:
+        conn.close()
+
+
+def sasl_kwargs(user: str, mechanism: str) -> dict:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": PASSWORD}
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kafka_python_clients(authz_cluster, mechanism):
+    """kafka-python: a producer / consumer / admin without ACLs get Kafka's authorization errors; with
+    ``--producer`` / ``--consumer``-style ACLs they work."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAuthorizationFailedError
+
+    user = "kp" + uuid.uuid4().hex[:6]
+    topic = "kp-" + uuid.uuid4().hex[:6]
+    grant(authz_cluster, user, [lit("Topic", topic, "Write"), lit("Topic", topic, "Describe"),
+                                lit("Topic", topic, "Create"), lit("Topic", topic, "Read"),
+                                lit("Group", f"g-{topic}", "Read")])
+    bob = KafkaAdminClient(bootstrap_servers=authz_cluster.bootstrap_servers, request_timeout_ms=10000,
+                           **sasl_kwargs("bob", mechanism))
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            bob.create_topics([NewTopic(topic, 1, 1)])
+        assert topic not in bob.list_topics()
+    finally:
+        bob.close()
+    admin = KafkaAdminClient(bootstrap_servers=authz_cluster.bootstrap_servers, request_timeout_ms=10000,
+                             **sasl_kwargs(user, mechanism))
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=authz_cluster.bootstrap_servers, request_timeout_ms=10000,
+                             max_block_ms=10000, **sasl_kwargs(user, mechanism))
+    try:
+        producer.send(topic, b"hello").get(timeout=20)
+    finally:
+        producer.close(timeout=5)
+    with pytest.raises(TopicAuthorizationFailedError):
+        p = KafkaProducer(bootstrap_servers=authz_cluster.bootstrap_servers, request_timeout_ms=10000,
+                          max_block_ms=10000, **sasl_kwargs("bob", mechanism))
+        try:
+            p.send(topic, b"no").get(timeout=20)
+        finally:
+            p.close(timeout=5)
+    consumer = KafkaConsumer(bootstrap_servers=authz_cluster.bootstrap_servers, group_id=f"g-{topic}",
+                             auto_offset_reset="earliest", consumer_timeout_ms=15000, **sasl_kwargs(user, mechanism))
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert [m.value for m in consumer][:1] == [b"hello"]
+        consumer.commit()
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_confluent_kafka_clients(authz_cluster, mechanism):
+    """confluent-kafka (librdkafka): TOPIC_AUTHORIZATION_FAILED for a producer without WRITE, a topic hidden
+    from a user without DESCRIBE, and a consumer with READ on topic and group reading."""
+    from confluent_kafka import Consumer, KafkaError, Producer
+    from confluent_kafka.admin import AdminClient
+
+    def conf(user: str) -> dict:
+        return {"bootstrap.servers": authz_cluster.bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": PASSWORD}
+    user = "ck" + uuid.uuid4().hex[:6]
+    group = f"g-{user}"
+    grant(authz_cluster, user, [lit("Topic", TOPIC, "Read"), lit("Group", group, "Read")])
+    assert TOPIC not in AdminClient(conf("bob")).list_topics(timeout=10).topics
+    assert TOPIC in AdminClient(conf(user)).list_topics(timeout=10).topics
+    errors = []
+    p = Producer({**conf("bob"), "message.timeout.ms": 10000})
+    p.produce(TOPIC, b"x", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(20)
+    assert errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    c = Consumer({**conf(user), "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([TOPIC])
+        got = None
+        deadline = time.monotonic() + 30
+        while got is None and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got = m.value()
+        assert got is not None
+    finally:
+        c.close()
+
+
+def test_acls_cli(authz_cluster, kafkatier_cli, tmp_path):
+    """``kafkatier acls`` end to end: add (kafka-acls' output), list, --producer/--consumer, remove --force;
+    bad input exits 2 with one line; a refused request exits 1 with one line."""
+    def props(user: str):
+        path = tmp_path / f"{user}.properties"
+        path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache."
+                        f"kafka.common.security.plain.PlainLoginModule required username=\"{user}\" "
+                        f"password=\"{PASSWORD}\";\n")
+        return str(path)
+
+    def acls(*args: str, user: str = SUPER):
+        return kafkatier_cli.run("acls", "--bootstrap-server", authz_cluster.bootstrap_servers,
+                                 "--command-config", props(user), *args)
+    topic = "cli-" + uuid.uuid4().hex[:6]
+    rp = f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)"
+    out = acls("--add", "--allow-principal", "User:carol", "--operation", "Read", "--operation", "Describe",
+               "--topic", topic)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        f"Adding ACLs for resource `{rp}`: \n \t(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)"
+        "\n\t(principal=User:carol, host=*, operation=DESCRIBE, permissionType=ALLOW) \n\n"
+        f"Current ACLs for resource `{rp}`: \n \t(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)"
+        "\n\t(principal=User:carol, host=*, operation=DESCRIBE, permissionType=ALLOW) \n\n")
+    out = acls("--add", "--producer", "--consumer", "--allow-principal", "User:dave", "--topic", f"{topic}-",
+               "--group", "cg", "--resource-pattern-type", "prefixed", "--idempotent")
+    assert out.returncode == 0, out.stderr
+    listed = acls("--list", "--principal", "User:dave").stdout
+    assert f"ResourcePattern(resourceType=TOPIC, name={topic}-, patternType=PREFIXED)" in listed
+    for op in ("WRITE", "DESCRIBE", "CREATE", "READ"):
+        assert f"(principal=User:dave, host=*, operation={op}, permissionType=ALLOW)" in listed
+    assert "ResourcePattern(resourceType=CLUSTER, name=kafka-cluster, patternType=LITERAL)" in listed
+    assert "operation=IDEMPOTENT_WRITE" in listed
+    assert "User:carol" not in listed
+    out = acls("--list", "--topic", f"{topic}-x", "--resource-pattern-type", "match")
+    assert f"name={topic}-, patternType=PREFIXED" in out.stdout and "User:carol" not in out.stdout
+    out = acls("--remove", "--force", "--allow-principal", "User:carol", "--operation", "Read", "--topic", topic)
+    assert out.returncode == 0, out.stderr
+    assert "operation=READ" not in out.stdout.split("Current ACLs")[-1]
+    assert "operation=DESCRIBE" in out.stdout.split("Current ACLs")[-1]
+    out = acls("--remove", "--force", "--topic", topic)
+    assert out.returncode == 0 and "Current ACLs" not in out.stdout.split("resource filter")[-1]
+    for bad in (["--add", "--topic", topic, "--allow-principal", "carol"], ["--list", "--add"],
+                ["--add", "--topic", topic, "--allow-principal", "User:x", "--resource-pattern-type", "match"],
+                ["--add", "--group", "g", "--allow-principal", "User:x", "--operation", "Write"],
+                ["--add", "--consumer", "--topic", topic, "--allow-principal", "User:x"]):
+        out = acls(*bad)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (bad, out.stderr)
+    out = acls("--add", "--allow-principal", "User:x", "--topic", topic, user="bob")
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        "kafkatier acls: CLUSTER_AUTHORIZATION_FAILED: Cluster authorization failed."], out.stderr
