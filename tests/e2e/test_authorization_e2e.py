@@ -4,8 +4,9 @@ exactly the ACLs Kafka's table asks for (``server/auth_helper.API_ACL_TABLE``), 
 ACLs, and an anonymous connection -- with Kafka's expected error codes; then the same rules through
 kafka-python's and confluent-kafka's clients, and ``kafkatier acls`` end to end.
 
-The raw requests are kafka-python's protocol classes over a SASL/PLAIN connection.  ``MECHANISMS`` is the
-parameter for the client-level tests: add ``"SCRAM-SHA-256"`` once SCRAM is on main (branch ``harden``).
+The raw requests are kafka-python's protocol classes over a SASL connection authenticated with kafka-python's
+own SASL mechanisms.  ``MECHANISMS`` parametrizes the matrix and the client tests: add ``"SCRAM-SHA-256"`` once
+SCRAM is on main (branch ``harden``), and give :func:`grant`'s users SCRAM credentials too.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 import uuid
 
 import pytest
+from kafka.net.sasl import get_sasl_mechanism
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.protocol import codec
@@ -83,14 +85,17 @@ def records(n: int = 3) -> bytes:
 class Conn:
     """One connection; ``user`` None stays anonymous (no SASL)."""
 
-    def __init__(self, cluster, user: str | None):
+    def __init__(self, cluster, user: str | None, mechanism: str = "PLAIN"):
         host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
         self.client = BrokerClient(host, int(port), client_id=f"authz-{user}", timeout_s=20)
         if user is not None:
-            hs = self.send(SaslHandshakeRequest(mechanism="PLAIN"), 1)
-            assert hs.error_code == 0
-            auth = self.send(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORD}".encode()), 2)
-            assert auth.error_code == 0, auth.error_message
+            sasl = get_sasl_mechanism(mechanism)(sasl_mechanism=mechanism, sasl_plain_username=user,
+                                                 sasl_plain_password=PASSWORD)
+            assert self.send(SaslHandshakeRequest(mechanism=mechanism), 1).error_code == 0
+            while not sasl.is_done():
+                auth = self.send(SaslAuthenticateRequest(auth_bytes=sasl.auth_bytes()), 2)
+                assert auth.error_code == 0, auth.error_message
+                sasl.receive(auth.auth_bytes)
 
     def send(self, req, version: int):
         api_key, fields = req
@@ -274,8 +279,9 @@ def cases():
 CASES = cases()
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_authorization_matrix(authz_cluster, case):
+def test_authorization_matrix(authz_cluster, case, mechanism):
     """Super user and right-ACL user pass the check; an authenticated user without ACLs gets Kafka's error; an
     anonymous connection is closed before any of these APIs (SASL is required)."""
     name, acls, version, build_req, error_of, allowed, denied = case
@@ -283,7 +289,7 @@ def test_authorization_matrix(authz_cluster, case):
     grant(authz_cluster, user, acls)
     outcome = {}
     for who in (SUPER, user, "bob"):
-        conn = Conn(authz_cluster, who)
+        conn = Conn(authz_cluster, who, mechanism)
         try:
             outcome[who] = error_of(conn.send(build_req(who), version))
         finally:
@@ -432,8 +438,11 @@ def test_confluent_kafka_clients(authz_cluster, mechanism):
     assert TOPIC in AdminClient(conf(user)).list_topics(timeout=10).topics
     errors = []
     p = Producer({**conf("bob"), "message.timeout.ms": 10000})
-    p.produce(TOPIC, b"x", on_delivery=lambda err, msg: errors.append(err))
-    p.flush(20)
+    try:
+        p.produce(TOPIC, b"x", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(20)
+    finally:
+        p.close()
     assert errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     c = Consumer({**conf(user), "group.id": group, "auto.offset.reset": "earliest"})
     try:
