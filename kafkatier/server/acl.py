@@ -31,6 +31,7 @@ ACL bindings for the ACL APIs (``server/acl_apis.py``) with Kafka's filter seman
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any, Iterable, Mapping
@@ -232,7 +233,7 @@ class AclAuthorizer:
         self.zk = zk
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-        self._cache: dict[ResourcePattern, tuple[AclEntry, ...]] | None = None
+        self._cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] | None = None
         self._lock = threading.RLock()
         self._listener: AclChangeListener | None = None
 
@@ -249,11 +250,11 @@ class AclAuthorizer:
             self._listener = None
 
     def reload_all(self) -> None:
-        cache: dict[ResourcePattern, tuple[AclEntry, ...]] = {}
+        cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] = {}
         for pattern in _all_patterns(self.zk):
             entries = tuple(self._read(pattern.path))
             if entries:
-                cache[pattern] = entries
+                cache[_key(pattern)] = entries
         with self._lock:
             self._cache = cache
         log.info("ACL cache loaded %s", kv(resources=len(cache), acls=sum(len(v) for v in cache.values())))
@@ -268,13 +269,13 @@ class AclAuthorizer:
             if self._cache is None:
                 return
             if entries:
-                self._cache[pattern] = entries
+                self._cache[_key(pattern)] = entries
             else:
-                self._cache.pop(pattern, None)
+                self._cache.pop(_key(pattern), None)
         log.debug("ACL cache refreshed %s", kv(resource=pattern.path, acls=len(entries)))
 
     # --- reading --------------------------------------------------------------------------------------------------
-    def _snapshot(self) -> dict[ResourcePattern, tuple[AclEntry, ...]] | None:
+    def _snapshot(self) -> dict[tuple[str, str, str], tuple[AclEntry, ...]] | None:
         with self._lock:
             return self._cache
 
@@ -283,13 +284,11 @@ class AclAuthorizer:
         rtype = _canonical(resource_type, RESOURCE_TYPES, "resource type")
         cache = self._snapshot()
         out: list[AclEntry] = []
-        if cache is not None:
+        if cache is not None:  # keys are (type, pattern type, name): one lookup per candidate, no scan
             for n in dict.fromkeys((name, WILDCARD)):
-                out += cache.get(ResourcePattern(rtype, n), ())
-            for pattern, entries in list(cache.items()):
-                if (pattern.pattern_type == "PREFIXED" and pattern.resource_type == rtype
-                        and name.startswith(pattern.name)):
-                    out += entries
+                out += cache.get((rtype, "LITERAL", n), ())
+            for i in range(1, len(name) + 1):
+                out += cache.get((rtype, "PREFIXED", name[:i]), ())
             return out
         for n in dict.fromkeys((name, WILDCARD)):
             out += self._read(literal_path(rtype, n))
@@ -313,8 +312,10 @@ class AclAuthorizer:
         """Every ACL (from the cache when started)."""
         cache = self._snapshot()
         if cache is None:
-            cache = {p: tuple(self._read(p.path)) for p in _all_patterns(self.zk)}
-        return [AclBinding(p, e) for p, entries in sorted(cache.items()) for e in entries]
+            patterns = {p: tuple(self._read(p.path)) for p in _all_patterns(self.zk)}
+        else:
+            patterns = {ResourcePattern(t, n, pt): entries for (t, pt, n), entries in cache.items()}
+        return [AclBinding(p, e) for p, entries in sorted(patterns.items()) for e in entries]
 
     def acls(self, flt: AclBindingFilter) -> list[AclBinding]:
         """The bindings ``flt`` matches (Kafka's ``Authorizer.acls``)."""
@@ -338,8 +339,9 @@ class AclAuthorizer:
         else:
             ops = _IMPLIED_BY.get(op, {op}) | {"All"}
             allowed = any(a.permission_type == "Allow" and a.operation in ops for a in acls)
-        log.debug("authorization %s", kv(
-            principal=principal, host=host, operation=op, resource_type=resource_type, name=name, allowed=allowed))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("authorization %s", kv(principal=principal, host=host, operation=op,
+                                             resource_type=resource_type, name=name, allowed=allowed))
         return allowed
 
     def authorize_by_resource_type(self, principal: str | None, host: str, operation: str,
@@ -391,6 +393,10 @@ class AclAuthorizer:
             remove_acls(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
             self._refresh(pattern)
         return matched
+
+
+def _key(p: ResourcePattern) -> tuple[str, str, str]:
+    return (p.resource_type, p.pattern_type, p.name)
 
 
 def _all_patterns(zk) -> list[ResourcePattern]:
