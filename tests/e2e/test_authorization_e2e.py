@@ -346,6 +346,8 @@ def test_metadata_hides_topics_and_creates_only_with_create(authz_cluster):
     missing = "nope-" + uuid.uuid4().hex[:6]
     conn = Conn(authz_cluster, describer)
     try:
+        r = conn.send(MetadataRequest(topics=[{"name": TOPIC}], include_topic_authorized_operations=True), 9)
+        assert r.topics[0].authorized_operations == {8}  # DESCRIBE only
         r = conn.send(MetadataRequest(topics=[{"name": missing}], allow_auto_topic_creation=True), 9)
         assert r.topics[0].error_code == TOPIC_DENIED  # not even DESCRIBE on it: nothing is disclosed
     finally:
