@@ -171,10 +171,10 @@ def bindings(args: argparse.Namespace) -> dict[ResourcePattern, list[AclEntry]]:
     operations = _operations(args)
     for p in resources(args):
         supported = set(SUPPORTED_OPERATIONS[p.resource_type]) | {"All"}
-        bad = [o for o in operations if o not in supported]
-        if bad:
+        if any(o not in supported for o in operations):
+            names = ", ".join(sorted(_WIRE_NAMES.get(o, o.upper()) for o in supported))
             raise UsageError(f"ResourceType {_WIRE_NAMES.get(p.resource_type, p.resource_type.upper())} only "
-                             f"supports operations {', '.join(sorted(_WIRE_NAMES.get(o, o.upper()) for o in supported))}")
+                             f"supports operations {names}")
         out[p] = _entries(args, operations)
     return out
 
@@ -235,6 +235,24 @@ def confirm(args: argparse.Namespace, question: str) -> bool:
     return answer in ("y", "yes")
 
 
+def remove(admin: AdminClient, args: argparse.Namespace, pattern: ResourcePattern, entries: list[AclEntry]) -> None:
+    """Kafka's removeAcls: the given entries, or every ACL of the resource filter without principals."""
+    ptype = args.resource_pattern_type.upper()
+    ptype = ptype if ptype in ("ANY", "MATCH") else pattern.pattern_type
+    where = f"resource filter `{pattern_text(pattern)}`"
+    if not entries:
+        question = f"Are you sure you want to delete all ACLs for {where}? (y/n)"
+        filters = [_filter(pattern, ptype)]
+    else:
+        listed = "\n".join("\t" + entry_text(e) for e in entries)
+        question = f"Are you sure you want to remove ACLs: \n {listed} \n from {where}? (y/n)"
+        filters = [_filter(pattern, ptype, e) for e in entries]
+    if confirm(args, question):
+        for err, _ in admin.delete_acls(filters):
+            if err is not None:
+                raise err
+
+
 def run(args: argparse.Namespace) -> int:
     check_args(args)
     to_change = bindings(args) if (args.add or args.remove) else {}
@@ -249,19 +267,7 @@ def run(args: argparse.Namespace) -> int:
                             raise err
             elif args.remove:
                 for pattern, entries in to_change.items():
-                    ptype = args.resource_pattern_type.upper()
-                    ptype = ptype if ptype in ("ANY", "MATCH") else pattern.pattern_type
-                    if not entries:
-                        q = f"Are you sure you want to delete all ACLs for resource filter `{pattern_text(pattern)}`? (y/n)"
-                        filters = [_filter(pattern, ptype)]
-                    else:
-                        q = "Are you sure you want to remove ACLs: \n " + "\n".join(
-                            "\t" + entry_text(e) for e in entries) + f" \n from resource filter `{pattern_text(pattern)}`? (y/n)"
-                        filters = [_filter(pattern, ptype, e) for e in entries]
-                    if confirm(args, q):
-                        for err, _ in admin.delete_acls(filters):
-                            if err is not None:
-                                raise err
+                    remove(admin, args, pattern, entries)
             list_acls(admin, args)
     except (AdminError, NoReachableBrokerError) as e:
         return common.print_error("acls", e)

@@ -81,11 +81,11 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
     13: (AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED"),),                                    # LeaveGroup
     14: (AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED"),),                                    # SyncGroup
     15: (AclCheck("Describe", "Group", "GROUP_AUTHORIZATION_FAILED"),),                                # DescribeGroups
-    16: (AclCheck("Describe", "Cluster", "", "else only groups with DESCRIBE on the group are listed"),),  # ListGroups
+    16: (AclCheck("Describe", "Cluster", "", "else only the groups it may DESCRIBE are listed"),),     # ListGroups
     19: (AclCheck("Create", "Cluster", "TOPIC_AUTHORIZATION_FAILED", "or CREATE on the topic"),),      # CreateTopics
     20: (AclCheck("Delete", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                  # DeleteTopics
     21: (AclCheck("Delete", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                  # DeleteRecords
-    22: (AclCheck("IdempotentWrite", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or WRITE on some topic"),  # InitPid
+    22: (AclCheck("IdempotentWrite", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or WRITE on any topic"),  # InitPid
          AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional")),
     29: (AclCheck("Describe", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                            # DescribeAcls
     30: (AclCheck("Alter", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                               # CreateAcls
@@ -94,9 +94,9 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
          AclCheck("DescribeConfigs", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "broker resources")),
     33: (AclCheck("AlterConfigs", "Topic", "TOPIC_AUTHORIZATION_FAILED"),                              # AlterConfigs
          AclCheck("AlterConfigs", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "broker resources")),
-    34: (AclCheck("Alter", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                               # AlterReplicaLogDirs
-    35: (AclCheck("Describe", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                            # DescribeLogDirs
-    37: (AclCheck("Alter", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                   # CreatePartitions
+    34: (AclCheck("Alter", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                               # AlterLogDirs
+    35: (AclCheck("Describe", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                            # DescrLogDirs
+    37: (AclCheck("Alter", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                   # CreatePart.
     42: (AclCheck("Delete", "Group", "GROUP_AUTHORIZATION_FAILED"),),                                  # DeleteGroups
     44: (AclCheck("AlterConfigs", "Topic", "TOPIC_AUTHORIZATION_FAILED"),                              # IncrAlterConfigs
          AclCheck("AlterConfigs", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "broker resources")),

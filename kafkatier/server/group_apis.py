@@ -48,6 +48,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 GROUP_KEY_TYPE = 0
+DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
 def _resp(api_key: int, version: int, body: dict):
@@ -142,7 +143,7 @@ class GroupApis:
                 "leader": r.leader_id, "skip_assignment": False, "member_id": r.member_id,
                 "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in r.members]}))
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(JOIN_GROUP, v, {"throttle_time_ms": 0, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "generation_id": -1,
+            return _resp(JOIN_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "generation_id": -1,
                                          "protocol_type": None, "protocol_name": None if v >= 7 else "",
                                          "leader": "", "skip_assignment": False, "member_id": "", "members": []})
         rebalance_ms = req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms
@@ -161,7 +162,7 @@ class GroupApis:
                                                  "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
                                                  "assignment": r.assignment}))
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "protocol_type": None,
+            return _resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "protocol_type": None,
                                          "protocol_name": None, "assignment": b""})
         self.coordinator.handle_sync_group(
             req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
@@ -172,7 +173,7 @@ class GroupApis:
     def handle_heartbeat(self, header, req, ctx):
         v = header.request_api_version
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
+            return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": DENIED})
         err = self.coordinator.handle_heartbeat(req.group_id, req.member_id,
                                                 req.group_instance_id if v >= 3 else None, req.generation_id)
         return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": err})
@@ -182,7 +183,7 @@ class GroupApis:
         leaving = ([(m.member_id, m.group_instance_id) for m in req.members] if v >= 3
                    else [(req.member_id, None)])
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            top, per_member = int(Errors.GROUP_AUTHORIZATION_FAILED), [int(Errors.GROUP_AUTHORIZATION_FAILED)] * len(leaving)
+            top, per_member = DENIED, [DENIED] * len(leaving)
         else:
             top, per_member = self.coordinator.handle_leave_group(req.group_id, leaving)
         if v < 3:
@@ -219,7 +220,7 @@ class GroupApis:
             respond({})
             return fut
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            respond({tp: int(Errors.GROUP_AUTHORIZATION_FAILED) for tp in offsets})
+            respond({tp: DENIED for tp in offsets})
             return fut
         readable = self.auth.filter_authorized(ctx, "Read", "Topic", (t for t, _ in offsets))
         denied = {tp for tp in offsets if tp[0] not in readable}

@@ -204,8 +204,8 @@ class KafkaApis:
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
                                         "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(
-                                            ctx, 8 <= v <= 10 and bool(getattr(req, "include_cluster_authorized_operations", False)))})
+                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(ctx, bool(
+                                            getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
