@@ -301,7 +301,9 @@ class GroupApis:
                                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                                 "client_id": m.client_id, "client_host": m.client_host,
                                 "member_metadata": m.metadata, "member_assignment": m.assignment}
-                               for m in s.members]})
+                               for m in s.members],
+                           "authorized_operations": self.auth.authorized_operations(ctx, "Group", gid)
+                           if getattr(req, "include_authorized_operations", False) else None})
         return _resp(DESCRIBE_GROUPS, v, {"throttle_time_ms": 0, "groups": groups})
 
     def handle_list_groups(self, header, req, ctx):

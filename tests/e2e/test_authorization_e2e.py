@@ -366,6 +366,13 @@ def test_metadata_hides_topics_and_creates_only_with_create(authz_cluster):
         assert conn.send(ListGroupsRequest(states_filter=[]), 3).groups == []
     finally:
         conn.close()
+    conn = Conn(authz_cluster, SUPER)
+    try:
+        assert GROUP in [g.group_id for g in conn.send(ListGroupsRequest(states_filter=[]), 3).groups]
+        r = conn.send(DescribeGroupsRequest(groups=[GROUP], include_authorized_operations=True), 3)
+        assert r.groups[0].authorized_operations == {3, 6, 8}  # READ, DELETE, DESCRIBE
+    finally:
+        conn.close()
 
 
 def sasl_kwargs(user: str, mechanism: str) -> dict:
