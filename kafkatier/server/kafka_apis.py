@@ -52,6 +52,7 @@ CREATE_PARTITIONS = 37
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+AUTHORIZATION_ERRORS = (int(Errors.TOPIC_AUTHORIZATION_FAILED), int(Errors.CLUSTER_AUTHORIZATION_FAILED))
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -562,6 +563,9 @@ class KafkaApis:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             plans.append((r, res, plan))
         if any(p and p[1] for _, _, p in plans) and not self._is_controller():
+            denied = [res for _, res, _ in plans if res["error_code"] in AUTHORIZATION_ERRORS]
+            if denied:  # the controller authorizes the forwarding broker: forward only what the client may do
+                return self._forward_authorized(api_key, header, req, denied)
             return self._forward_to_controller(api_key, header, req)
         futures = []
         for r, res, plan in plans:
@@ -597,6 +601,21 @@ class KafkaApis:
                 out.set_result(self._resp(api_key, v, {"throttle_time_ms": 0, "responses": results}))
         for res, f in futures:
             f.add_done_callback(lambda f, res=res: one_done(res, f))
+        return out
+
+    def _forward_authorized(self, api_key: int, header, req, denied: list[dict]):
+        """Forward the resources the client was not refused; answer the refused ones with their errors."""
+        v = header.request_api_version
+        refused = {(d["resource_type"], d["resource_name"]) for d in denied}
+        allowed = codec.REGISTRY[api_key][0](version=v, validate_only=req.validate_only, resources=[
+            r for r in req.resources if (r.resource_type, r.resource_name) not in refused])
+        out: Future = Future()
+
+        def merge(f: Future) -> None:
+            out.set_result(self._resp(api_key, v, {"throttle_time_ms": 0, "responses": [
+                {"error_code": r.error_code, "error_message": r.error_message, "resource_type": r.resource_type,
+                 "resource_name": r.resource_name} for r in f.result().responses] + denied}))
+        self._forward_to_controller(api_key, header, allowed).add_done_callback(merge)
         return out
 
     def _forward_to_controller(self, api_key: int, header, req):

@@ -184,3 +184,35 @@ def test_acls_cli_output_format():
     assert text == ("Current ACLs for resource `ResourcePattern(resourceType=TRANSACTIONAL_ID, name=tx, "
                     "patternType=LITERAL)`: \n \t(principal=User:a, host=*, operation=WRITE, permissionType=ALLOW)\n"
                     "\t(principal=User:b, host=1.2.3.4, operation=DESCRIBE_CONFIGS, permissionType=DENY) \n")
+
+
+def test_forwarded_config_changes_carry_only_what_the_client_may_alter():
+    """A non-controller broker forwards tiered config changes; the controller authorizes the forwarding broker,
+    so resources refused locally must not travel with the others."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.build import build
+
+    api, v = 44, 1
+    req = build(codec.REGISTRY[api][0], v, {"validate_only": False, "resources": [
+        {"resource_type": 2, "resource_name": name, "configs": [
+            {"name": "remote.storage.enable", "config_operation": 0, "value": "false"}]} for name in ("mine", "not")]})
+    sent = []
+
+    def forward(api_key, header, request):
+        sent.append([r.resource_name for r in request.resources])
+        f: Future = Future()
+        f.set_result(build(codec.response_class(api_key), v, {"throttle_time_ms": 0, "responses": [
+            {"error_code": 0, "error_message": None, "resource_type": 2, "resource_name": r.resource_name}
+            for r in request.resources]}))
+        return f
+    apis = KafkaApis.__new__(KafkaApis)
+    apis._forward_to_controller = forward
+    header = SimpleNamespace(request_api_version=v)
+    denied = [{"error_code": 29, "error_message": "Topic authorization failed.", "resource_type": 2,
+               "resource_name": "not"}]
+    resp = apis._forward_authorized(api, header, req, denied).result(timeout=5)
+    assert sent == [["mine"]]
+    assert [(r.resource_name, r.error_code) for r in resp.responses] == [("mine", 0), ("not", 29)]
