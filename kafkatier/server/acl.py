@@ -16,14 +16,23 @@ A principal matches itself or ``User:*``, a host itself or ``*``, an operation i
 implied by Read, Write, Delete and Alter, DescribeConfigs by AlterConfigs.
 
 The broker enables the authorizer when ``authorizer.class.name`` is set (Kafka's default is empty: everything
-allowed).  Project choice: the authorizer reads ZooKeeper on every check instead of keeping a cache refreshed
-by the change notifications, so a change applies to the next request; the notifications are still written for
-Kafka compatibility, and old ones (15 minutes, as Kafka) are purged by the writer.  Malformed ACL znodes and
-entries are logged and skipped.
+allowed).  As Kafka's ``AclAuthorizer``, a started authorizer answers from an in-memory cache: loaded from
+ZooKeeper at :meth:`AclAuthorizer.start`, and refreshed per resource by the change notifications under
+``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` (Kafka's ``ZkNodeChangeNotificationListener``:
+processed in sequence order, all reloaded after a reconnect).  ACLs written through this broker (CreateAcls /
+DeleteAcls) are in its cache at once; other brokers see them when the notification arrives (milliseconds).
+An authorizer that is not started (tools, unit tests) reads ZooKeeper on every check.  Writers purge
+notifications older than 15 minutes, as Kafka.  Malformed ACL znodes and entries are logged and skipped.
+
+Besides ``authorize`` (one literal resource) the authorizer answers Kafka's ``authorizeByResourceType`` (KIP-679:
+"may the principal do OP on some resource of this type?", used by InitProducerId) and lists, creates and deletes
+ACL bindings for the ACL APIs (``server/acl_apis.py``) with Kafka's filter semantics.
 """
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from typing import Any, Iterable, Mapping
 
@@ -49,6 +58,8 @@ RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId", "DelegationTok
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
               "AlterConfigs", "IdempotentWrite", "CreateTokens", "DescribeTokens")
 PERMISSION_TYPES = ("Allow", "Deny")
+PATTERN_TYPES = ("LITERAL", "PREFIXED")
+ANONYMOUS = "User:ANONYMOUS"
 
 #: Operations an Allow of which also allows the key.
 _IMPLIED_BY = {"Describe": {"Describe", "Read", "Write", "Delete", "Alter"},
@@ -69,6 +80,11 @@ def _canonical(value: str, allowed: Iterable[str], what: str) -> str:
         if a.lower() == key:
             return a
     raise AclFormatError(f"unknown {what} {value!r}")
+
+
+def parse_operation(text: str) -> str:
+    """Kafka's name of an operation given in any case, with or without underscores (``describe_configs``)."""
+    return _canonical(text, OPERATIONS, "operation")
 
 
 @attrs.frozen
@@ -136,18 +152,144 @@ def prefixed_path(resource_type: str, prefix: str) -> str:
     return f"{EXTENDED_ROOT}/{_canonical(resource_type, RESOURCE_TYPES, 'resource type')}/{prefix}"
 
 
+@attrs.frozen(order=True)
+class ResourcePattern:
+    """Kafka's ``ResourcePattern``: a resource type, a name (``*`` is the literal wildcard) and LITERAL or
+    PREFIXED."""
+
+    resource_type: str
+    name: str
+    pattern_type: str = "LITERAL"
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "resource_type", _canonical(self.resource_type, RESOURCE_TYPES, "resource type"))
+        object.__setattr__(self, "pattern_type", _canonical(self.pattern_type, PATTERN_TYPES, "pattern type"))
+
+    @property
+    def path(self) -> str:
+        if self.pattern_type == "PREFIXED":
+            return prefixed_path(self.resource_type, self.name)
+        return literal_path(self.resource_type, self.name)
+
+
+@attrs.frozen
+class AclBinding:
+    """One ACL: a pattern and an entry (Kafka's ``AclBinding``)."""
+
+    pattern: ResourcePattern
+    entry: AclEntry
+
+
+@attrs.frozen
+class AclBindingFilter:
+    """Kafka's ``AclBindingFilter``: ``None`` fields and ``Any`` match everything; pattern type ``MATCH`` matches
+    the patterns that would apply to the named resource (the literal name, ``*``, and prefixes of it)."""
+
+    resource_type: str = "Any"
+    name: str | None = None
+    pattern_type: str = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: str = "Any"
+    permission_type: str = "Any"
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "resource_type", _canonical(self.resource_type, ("Any",) + RESOURCE_TYPES,
+                                                             "resource type"))
+        object.__setattr__(self, "pattern_type", _canonical(self.pattern_type, ("ANY", "MATCH") + PATTERN_TYPES,
+                                                            "pattern type"))
+        object.__setattr__(self, "operation", _canonical(self.operation, ("Any",) + OPERATIONS, "operation"))
+        object.__setattr__(self, "permission_type", _canonical(self.permission_type, ("Any",) + PERMISSION_TYPES,
+                                                               "permission type"))
+
+    def matches_pattern(self, p: ResourcePattern) -> bool:
+        if self.resource_type != "Any" and self.resource_type != p.resource_type:
+            return False
+        if self.pattern_type not in ("ANY", "MATCH") and self.pattern_type != p.pattern_type:
+            return False
+        if self.name is None:
+            return True
+        if self.pattern_type in ("ANY", p.pattern_type):
+            return self.name == p.name
+        if p.pattern_type == "LITERAL":   # MATCH
+            return self.name == p.name or p.name == WILDCARD
+        return self.name.startswith(p.name)
+
+    def matches_entry(self, e: AclEntry) -> bool:
+        return ((self.principal is None or self.principal == e.principal)
+                and (self.host is None or self.host == e.host)
+                and self.operation in ("Any", e.operation)
+                and self.permission_type in ("Any", e.permission_type))
+
+    def matches(self, b: AclBinding) -> bool:
+        return self.matches_pattern(b.pattern) and self.matches_entry(b.entry)
+
+
 class AclAuthorizer:
-    """Answers "may ``principal`` from ``host`` do ``operation`` on ``resource_type`` ``name``?" from ZooKeeper."""
+    """Answers "may ``principal`` from ``host`` do ``operation`` on ``resource_type`` ``name``?" -- from its cache
+    once started (see the module docstring), else from ZooKeeper."""
 
     def __init__(self, zk, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False):
         self.zk = zk
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self._cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] | None = None
+        self._lock = threading.RLock()
+        self._listener: AclChangeListener | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load every ACL into the cache and follow the change notifications (Kafka's ``configure``)."""
+        with self._lock:
+            self._listener = AclChangeListener(self.zk, self._on_changes, self.reload_all)
+            self._listener.start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
+    def reload_all(self) -> None:
+        cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] = {}
+        for pattern in _all_patterns(self.zk):
+            entries = tuple(self._read(pattern.path))
+            if entries:
+                cache[_key(pattern)] = entries
+        with self._lock:
+            self._cache = cache
+        log.info("ACL cache loaded %s", kv(resources=len(cache), acls=sum(len(v) for v in cache.values())))
+
+    def _on_changes(self, patterns: Iterable[ResourcePattern]) -> None:
+        for pattern in patterns:
+            self._refresh(pattern)
+
+    def _refresh(self, pattern: ResourcePattern) -> None:
+        entries = tuple(self._read(pattern.path))
+        with self._lock:
+            if self._cache is None:
+                return
+            if entries:
+                self._cache[_key(pattern)] = entries
+            else:
+                self._cache.pop(_key(pattern), None)
+        log.debug("ACL cache refreshed %s", kv(resource=pattern.path, acls=len(entries)))
+
+    # --- reading --------------------------------------------------------------------------------------------------
+    def _snapshot(self) -> dict[tuple[str, str, str], tuple[AclEntry, ...]] | None:
+        with self._lock:
+            return self._cache
 
     def matching_acls(self, resource_type: str, name: str) -> list[AclEntry]:
         """Literal ACLs on ``name`` and on ``*`` plus prefixed ACLs whose prefix starts ``name``."""
         rtype = _canonical(resource_type, RESOURCE_TYPES, "resource type")
+        cache = self._snapshot()
         out: list[AclEntry] = []
+        if cache is not None:  # keys are (type, pattern type, name): one lookup per candidate, no scan
+            for n in dict.fromkeys((name, WILDCARD)):
+                out += cache.get((rtype, "LITERAL", n), ())
+            for i in range(1, len(name) + 1):
+                out += cache.get((rtype, "PREFIXED", name[:i]), ())
+            return out
         for n in dict.fromkeys((name, WILDCARD)):
             out += self._read(literal_path(rtype, n))
         try:
@@ -166,8 +308,25 @@ class AclAuthorizer:
             return []
         return decode_acls(data, path)
 
+    def bindings(self) -> list[AclBinding]:
+        """Every ACL (from the cache when started)."""
+        cache = self._snapshot()
+        if cache is None:
+            patterns = {p: tuple(self._read(p.path)) for p in _all_patterns(self.zk)}
+        else:
+            patterns = {ResourcePattern(t, n, pt): entries for (t, pt, n), entries in cache.items()}
+        return [AclBinding(p, e) for p, entries in sorted(patterns.items()) for e in entries]
+
+    def acls(self, flt: AclBindingFilter) -> list[AclBinding]:
+        """The bindings ``flt`` matches (Kafka's ``Authorizer.acls``)."""
+        return [b for b in self.bindings() if flt.matches(b)]
+
+    # --- decisions ------------------------------------------------------------------------------------------------
+    def is_super_user(self, principal: str | None) -> bool:
+        return (principal or ANONYMOUS) in self.super_users
+
     def authorize(self, principal: str | None, host: str, operation: str, resource_type: str, name: str) -> bool:
-        principal = principal or "User:ANONYMOUS"
+        principal = principal or ANONYMOUS
         op = _canonical(operation, OPERATIONS, "operation")
         if principal in self.super_users:
             return True
@@ -180,9 +339,186 @@ class AclAuthorizer:
         else:
             ops = _IMPLIED_BY.get(op, {op}) | {"All"}
             allowed = any(a.permission_type == "Allow" and a.operation in ops for a in acls)
-        log.debug("authorization %s", kv(principal=principal, host=host, operation=op, resource_type=resource_type,
-                                         name=name, allowed=allowed))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("authorization %s", kv(principal=principal, host=host, operation=op,
+                                             resource_type=resource_type, name=name, allowed=allowed))
         return allowed
+
+    def authorize_by_resource_type(self, principal: str | None, host: str, operation: str,
+                                   resource_type: str) -> bool:
+        """Kafka's ``AclAuthorizer.authorizeByResourceType``: allowed if some Allow ACL for the operation (itself
+        or All; no implied operations) on this resource type is not dominated by a Deny, a Deny on the literal
+        wildcard denies everything, and ``allow.everyone.if.no.acl.found`` allows when nothing denies."""
+        principal = principal or ANONYMOUS
+        op = _canonical(operation, OPERATIONS, "operation")
+        rtype = _canonical(resource_type, RESOURCE_TYPES, "resource type")
+        if principal in self.super_users:
+            return True
+        names: dict[tuple[str, str], set[str]] = {(perm, pt): set() for perm in PERMISSION_TYPES
+                                                  for pt in PATTERN_TYPES}
+        for b in self.bindings():
+            e = b.entry
+            if (b.pattern.resource_type == rtype and e.matches(principal, host) and e.operation in (op, "All")):
+                names[(e.permission_type, b.pattern.pattern_type)].add(b.pattern.name)
+        deny_lit, deny_pre = names[("Deny", "LITERAL")], names[("Deny", "PREFIXED")]
+        if WILDCARD in deny_lit:
+            return False
+        if self.allow_everyone_if_no_acl_found:
+            return True
+
+        def dominated(name: str) -> bool:
+            return any(name[:i] in deny_pre for i in range(1, len(name) + 1))
+        if any(not dominated(p) for p in names[("Allow", "PREFIXED")]):
+            return True
+        return any(n == WILDCARD or (n not in deny_lit and not dominated(n)) for n in names[("Allow", "LITERAL")])
+
+    # --- writing (CreateAcls / DeleteAcls) ----------------------------------------------------------------------
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add the bindings (per resource, one versioned write and one notification); this broker's cache
+        sees them at once."""
+        by_pattern: dict[ResourcePattern, list[AclEntry]] = {}
+        for b in bindings:
+            by_pattern.setdefault(b.pattern, []).append(b.entry)
+        for pattern, entries in by_pattern.items():
+            add_acls(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
+            self._refresh(pattern)
+
+    def delete_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
+        """Delete and return the bindings ``flt`` matches."""
+        matched = self.acls(flt)
+        by_pattern: dict[ResourcePattern, list[AclEntry]] = {}
+        for b in matched:
+            by_pattern.setdefault(b.pattern, []).append(b.entry)
+        for pattern, entries in by_pattern.items():
+            remove_acls(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
+            self._refresh(pattern)
+        return matched
+
+
+def _key(p: ResourcePattern) -> tuple[str, str, str]:
+    return (p.resource_type, p.pattern_type, p.name)
+
+
+def _all_patterns(zk) -> list[ResourcePattern]:
+    """Every resource pattern that has an ACL znode (unknown resource types are logged and skipped)."""
+    out = []
+    for root, pattern_type in ((ACL_ROOT, "LITERAL"), (EXTENDED_ROOT, "PREFIXED")):
+        try:
+            types = zk.get_children(root)
+        except NoNodeError:
+            continue
+        for rtype in types:
+            if rtype not in RESOURCE_TYPES:
+                log.warning("unknown ACL resource type skipped %s", kv(path=f"{root}/{rtype}"))
+                continue
+            try:
+                names = zk.get_children(f"{root}/{rtype}")
+            except NoNodeError:
+                continue
+            out += [ResourcePattern(rtype, n, pattern_type) for n in names]
+    return out
+
+
+def parse_change_notification(root: str, data: bytes | None) -> ResourcePattern:
+    """The resource a ``/kafka-acl-changes`` (``TOPIC:name``) or ``/kafka-acl-extended-changes`` (JSON) node
+    names; :class:`AclFormatError` if it names none."""
+    text = bytes(data or b"").decode("utf-8", "replace")
+    if root == ACL_CHANGES:
+        rtype, sep, name = text.partition(":")
+        if not sep:
+            raise AclFormatError(f"ACL change notification {text!r} is not <RESOURCE_TYPE>:<name>")
+        return ResourcePattern(rtype, name, "LITERAL")
+    try:
+        body = json.loads(text)
+        return ResourcePattern(str(body["resourceType"]), str(body["name"]), str(body["patternType"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise AclFormatError(f"ACL change notification {text[:100]!r}: {e}") from None
+
+
+class AclChangeListener:
+    """Kafka's ``ZkNodeChangeNotificationListener`` for the two ACL change paths: new notifications (sequence
+    order) name the resources to reload; a (re)connection reloads everything.  Work happens on its own thread;
+    kazoo's callbacks only signal it."""
+
+    ROOTS = (ACL_CHANGES, EXTENDED_CHANGES)
+
+    def __init__(self, zk, on_changes, reload_all):
+        self.zk = zk
+        self.on_changes = on_changes
+        self.reload_all = reload_all
+        self._last = {root: -1 for root in self.ROOTS}
+        self._wake = threading.Event()
+        self._full = True
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="acl-change-listener", daemon=True)
+
+    def start(self) -> None:
+        from kazoo.recipe.watchers import ChildrenWatch
+        for root in self.ROOTS:
+            self.zk.ensure_path(root)
+        self._process()   # the initial load happens before start() returns
+        self._thread.start()
+        self.zk.add_listener(self._on_state)
+        for root in self.ROOTS:
+            ChildrenWatch(self.zk, root, self._on_children)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        try:
+            self.zk.remove_listener(self._on_state)
+        except Exception:  # noqa: BLE001 - not registered
+            pass
+
+    def _on_children(self, children) -> bool | None:
+        if self._stopped.is_set():
+            return False
+        self._wake.set()
+        return None
+
+    def _on_state(self, state) -> None:
+        from kazoo.protocol.states import KazooState
+        if state == KazooState.CONNECTED:
+            self._full = True
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self._process()
+            except Exception:  # noqa: BLE001 - the listener must survive anything; a reconnect reloads all
+                log.exception("error while processing ACL change notifications")
+                self._full = True
+
+    def _process(self) -> None:
+        from kafkatier.zk import paths
+        full, self._full = self._full, False
+        changed: list[ResourcePattern] = []
+        for root in self.ROOTS:
+            nodes = paths.sorted_sequential(self.zk.get_children(root), CHANGE_PREFIX)
+            for node in nodes:
+                seq = paths.sequence_number(node)
+                if seq <= self._last[root]:
+                    continue
+                self._last[root] = seq
+                if full:
+                    continue
+                try:
+                    data, _ = self.zk.get(f"{root}/{node}")
+                    changed.append(parse_change_notification(root, data))
+                except NoNodeError:
+                    pass  # purged: a newer notification or the full load covers it
+                except AclFormatError as e:
+                    log.warning("malformed ACL change notification skipped %s",
+                                kv(path=f"{root}/{node}", error=str(e).replace(" ", "_")))
+        if full:
+            self.reload_all()
+        else:
+            self.on_changes(dict.fromkeys(changed))
 
 
 def authorizer_from_config(zk, overrides: Mapping[str, Any]) -> AclAuthorizer | None:

@@ -12,19 +12,27 @@ COORDINATOR_NOT_AVAILABLE, which clients retry.
 Versions advertised are Kafka 3.6's for a ZooKeeper-mode broker.  OffsetCommit v0 is handled like v1 (Kafka
 stored v0 commits in ZooKeeper).  FindCoordinator's TRANSACTION key type is answered COORDINATOR_NOT_AVAILABLE
 (no transaction coordinator).
+
+Authorization (Kafka's checks, through :class:`~kafkatier.server.auth_helper.AuthHelper`): FindCoordinator
+DESCRIBE on the group (or transactional id); JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group;
+OffsetCommit READ on the group, then READ on each topic; OffsetFetch DESCRIBE on the group, then DESCRIBE on each
+topic (unauthorized topics are left out of an all-partitions answer); DescribeGroups DESCRIBE and DeleteGroups
+DELETE on each group; ListGroups every group with DESCRIBE on the cluster, else the groups the principal may
+DESCRIBE; OffsetDelete DELETE on the group, then READ on each topic.
 """
 from __future__ import annotations
 
 from concurrent.futures import Future
 from typing import Callable
 
-from kafkatier.coordinator.group.group_coordinator import GroupCoordinator
+from kafkatier.coordinator.group.group_coordinator import GroupCoordinator, OffsetFetchResult
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
 from kafkatier.coordinator.group.records import OffsetAndMetadata
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.group-apis")
 
@@ -40,6 +48,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 GROUP_KEY_TYPE = 0
+DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
 def _resp(api_key: int, version: int, body: dict):
@@ -48,12 +57,14 @@ def _resp(api_key: int, version: int, body: dict):
 
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
-                 create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int]):
+                 create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
+                 auth: AuthHelper | None = None):
         self.coordinator = coordinator
         self.cache = metadata_cache
         self.broker_id = broker_id
         self.create_offsets_topic = create_offsets_topic
         self.live_brokers = live_brokers
+        self.auth = auth or AuthHelper(None)
         self._handlers = {
             OFFSET_COMMIT: self.handle_offset_commit, OFFSET_FETCH: self.handle_offset_fetch,
             FIND_COORDINATOR: self.handle_find_coordinator, JOIN_GROUP: self.handle_join_group,
@@ -73,7 +84,7 @@ class GroupApis:
             keys, key_type = list(req.coordinator_keys), req.key_type
         else:
             keys, key_type = [req.key], (req.key_type if v >= 1 else GROUP_KEY_TYPE)
-        answers = [self._coordinator_for(k, key_type) for k in keys]
+        answers = [self._coordinator_denied(ctx, k, key_type) or self._coordinator_for(k, key_type) for k in keys]
         if v >= 4:
             return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
                 {"key": k, "node_id": n, "host": h, "port": p, "error_code": e, "error_message": m}
@@ -81,6 +92,13 @@ class GroupApis:
         e, m, n, h, p = answers[0]
         return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "error_code": e, "error_message": m,
                                            "node_id": n, "host": h, "port": p})
+
+    def _coordinator_denied(self, ctx, key: str, key_type: int) -> tuple[int, str | None, int, str, int] | None:
+        if key_type == GROUP_KEY_TYPE and not self.auth.authorize(ctx, "Describe", "Group", key):
+            return (int(Errors.GROUP_AUTHORIZATION_FAILED), None, -1, "", -1)
+        if key_type != GROUP_KEY_TYPE and not self.auth.authorize(ctx, "Describe", "TransactionalId", key):
+            return (int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), None, -1, "", -1)
+        return None
 
     def _coordinator_for(self, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
         none = (-1, "", -1)
@@ -124,6 +142,10 @@ class GroupApis:
                 "protocol_type": r.protocol_type, "protocol_name": r.protocol_name if v >= 7 else (r.protocol_name or ""),
                 "leader": r.leader_id, "skip_assignment": False, "member_id": r.member_id,
                 "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in r.members]}))
+        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
+            return _resp(JOIN_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "generation_id": -1,
+                                         "protocol_type": None, "protocol_name": None if v >= 7 else "",
+                                         "leader": "", "skip_assignment": False, "member_id": "", "members": []})
         rebalance_ms = req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms
         self.coordinator.handle_join_group(
             req.group_id, req.member_id or "", req.group_instance_id if v >= 5 else None, v >= 4,
@@ -139,6 +161,9 @@ class GroupApis:
             fut.set_result(_resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": r.error,
                                                  "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
                                                  "assignment": r.assignment}))
+        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
+            return _resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "protocol_type": None,
+                                         "protocol_name": None, "assignment": b""})
         self.coordinator.handle_sync_group(
             req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
             req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
@@ -147,6 +172,8 @@ class GroupApis:
 
     def handle_heartbeat(self, header, req, ctx):
         v = header.request_api_version
+        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
+            return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": DENIED})
         err = self.coordinator.handle_heartbeat(req.group_id, req.member_id,
                                                 req.group_instance_id if v >= 3 else None, req.generation_id)
         return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": err})
@@ -155,7 +182,10 @@ class GroupApis:
         v = header.request_api_version
         leaving = ([(m.member_id, m.group_instance_id) for m in req.members] if v >= 3
                    else [(req.member_id, None)])
-        top, per_member = self.coordinator.handle_leave_group(req.group_id, leaving)
+        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
+            top, per_member = DENIED, [DENIED] * len(leaving)
+        else:
+            top, per_member = self.coordinator.handle_leave_group(req.group_id, leaving)
         if v < 3:
             return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top or per_member[0]})
         return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top, "members": [
@@ -189,11 +219,17 @@ class GroupApis:
         if not offsets:
             respond({})
             return fut
-        unknown = {tp for tp in offsets if self.cache.get_partition(*tp) is None}
-        known = {tp: o for tp, o in offsets.items() if tp not in unknown}
+        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
+            respond({tp: DENIED for tp in offsets})
+            return fut
+        readable = self.auth.filter_authorized(ctx, "Read", "Topic", (t for t, _ in offsets))
+        denied = {tp for tp in offsets if tp[0] not in readable}
+        unknown = {tp for tp in offsets if tp not in denied and self.cache.get_partition(*tp) is None}
+        known = {tp: o for tp, o in offsets.items() if tp not in unknown and tp not in denied}
 
         def done(result: dict) -> None:
-            respond({**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown}, **result})
+            respond({**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown},
+                     **{tp: int(Errors.TOPIC_AUTHORIZATION_FAILED) for tp in denied}, **result})
         if not known:
             done({})
             return fut
@@ -208,22 +244,34 @@ class GroupApis:
             groups = []
             for g in req.groups:
                 parts = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
-                r = self.coordinator.handle_fetch_offsets(g.group_id, parts)
+                r, denied = self._fetch_offsets(ctx, g.group_id, parts)
                 groups.append({"group_id": g.group_id, "error_code": r.error,
-                               "topics": self._offset_topics(r, parts, v)})
+                               "topics": self._offset_topics(r, parts, v, denied)})
             return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "groups": groups})
         parts = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
-        r = self.coordinator.handle_fetch_offsets(req.group_id, parts)
+        r, denied = self._fetch_offsets(ctx, req.group_id, parts)
         if v < 2 and r.error:    # no top-level error before v2: report it per partition
             return _resp(OFFSET_FETCH, v, {"topics": [
                 {"name": t, "partitions": [{"partition_index": p, "committed_offset": -1, "metadata": "",
                                             "error_code": r.error} for (tt, p) in parts or [] if tt == t]}
                 for t in dict.fromkeys(t for t, _ in parts or [])]})
         return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
-                                       "topics": self._offset_topics(r, parts, v)})
+                                       "topics": self._offset_topics(r, parts, v, denied)})
+
+    def _fetch_offsets(self, ctx, group_id: str, parts) -> tuple[OffsetFetchResult, frozenset]:
+        """The coordinator's answer under Kafka's checks (DESCRIBE on the group, then on each topic), and the
+        asked-for partitions denied (unauthorized topics are simply left out of an all-partitions answer)."""
+        if not self.auth.authorize(ctx, "Describe", "Group", group_id):
+            return OffsetFetchResult(int(Errors.GROUP_AUTHORIZATION_FAILED), {}), frozenset()
+        r = self.coordinator.handle_fetch_offsets(group_id, parts)
+        if r.error or not self.auth.enabled:
+            return r, frozenset()
+        ok = self.auth.filter_authorized(ctx, "Describe", "Topic", (t for t, _ in (parts or list(r.offsets))))
+        denied = frozenset(tp for tp in parts or () if tp[0] not in ok)
+        return OffsetFetchResult(r.error, {tp: o for tp, o in r.offsets.items() if tp[0] in ok}), denied
 
     @staticmethod
-    def _offset_topics(r, parts, v) -> list[dict]:
+    def _offset_topics(r, parts, v, denied: frozenset = frozenset()) -> list[dict]:
         if r.error:
             return []
         items = parts if parts is not None else sorted(r.offsets)
@@ -233,7 +281,7 @@ class GroupApis:
             by_topic.setdefault(tp[0], []).append({
                 "partition_index": tp[1], "committed_offset": o.offset if o else -1,
                 "committed_leader_epoch": o.leader_epoch if o else -1, "metadata": o.metadata if o else "",
-                "error_code": 0})
+                "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED) if tp in denied else 0})
         return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
     # --- admin ------------------------------------------------------------------------------------------------
@@ -241,6 +289,11 @@ class GroupApis:
         v = header.request_api_version
         groups = []
         for gid in req.groups:
+            if not self.auth.authorize(ctx, "Describe", "Group", gid):
+                groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "error_message": None,
+                               "group_id": gid, "group_state": "", "protocol_type": "", "protocol_data": "",
+                               "members": []})
+                continue
             s = self.coordinator.handle_describe_group(gid)
             groups.append({"error_code": s.error, "error_message": None, "group_id": gid, "group_state": s.state,
                            "protocol_type": s.protocol_type, "protocol_data": s.protocol,
@@ -248,13 +301,17 @@ class GroupApis:
                                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                                 "client_id": m.client_id, "client_host": m.client_host,
                                 "member_metadata": m.metadata, "member_assignment": m.assignment}
-                               for m in s.members]})
+                               for m in s.members],
+                           "authorized_operations": self.auth.authorized_operations(ctx, "Group", gid)
+                           if getattr(req, "include_authorized_operations", False) else None})
         return _resp(DESCRIBE_GROUPS, v, {"throttle_time_ms": 0, "groups": groups})
 
     def handle_list_groups(self, header, req, ctx):
         v = header.request_api_version
         states = set(req.states_filter or []) if v >= 4 else None
         err, groups = self.coordinator.handle_list_groups(states)
+        if not self.auth.authorize_cluster(ctx, "Describe"):
+            groups = [g for g in groups if self.auth.authorize(ctx, "Describe", "Group", g.group_id)]
         return _resp(LIST_GROUPS, v, {"throttle_time_ms": 0, "error_code": err, "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state} for g in groups]})
 
@@ -266,22 +323,32 @@ class GroupApis:
         def respond(result: dict) -> None:
             fut.set_result(_resp(DELETE_GROUPS, v, {"throttle_time_ms": 0, "results": [
                 {"group_id": g, "error_code": result.get(g, 0)} for g in names]}))
-        self.coordinator.handle_delete_groups(list(dict.fromkeys(names)), respond)
+        deletable = self.auth.filter_authorized(ctx, "Delete", "Group", names)
+        denied = {g: int(Errors.GROUP_AUTHORIZATION_FAILED) for g in names if g not in deletable}
+        self.coordinator.handle_delete_groups([g for g in dict.fromkeys(names) if g in deletable],
+                                              lambda result: respond({**denied, **result}))
         return fut
 
     def handle_offset_delete(self, header, req, ctx):
         v = header.request_api_version
         fut: Future = Future()
         parts = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-        unknown = {tp for tp in parts if self.cache.get_partition(*tp) is None}
+        readable = self.auth.filter_authorized(ctx, "Read", "Topic", (t for t, _ in parts))
+        denied = {tp for tp in parts if tp[0] not in readable}
+        unknown = {tp for tp in parts if tp not in denied and self.cache.get_partition(*tp) is None}
 
         def respond(err: int, result: dict) -> None:
             by_topic: dict[str, list] = {}
             for tp in parts:
-                code = int(Errors.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown else result.get(tp, 0)
+                code = int(Errors.TOPIC_AUTHORIZATION_FAILED) if tp in denied else \
+                    int(Errors.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown else result.get(tp, 0)
                 by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
             fut.set_result(_resp(OFFSET_DELETE, v, {
                 "error_code": err, "throttle_time_ms": 0,
                 "topics": [] if err else [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
-        self.coordinator.handle_delete_offsets(req.group_id, [tp for tp in parts if tp not in unknown], respond)
+        if not self.auth.authorize(ctx, "Delete", "Group", req.group_id):
+            respond(int(Errors.GROUP_AUTHORIZATION_FAILED), {})
+            return fut
+        self.coordinator.handle_delete_offsets(req.group_id, [tp for tp in parts if tp not in unknown | denied],
+                                               respond)
         return fut

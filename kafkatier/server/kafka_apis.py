@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import uuid
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
@@ -25,6 +25,8 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.acl_apis import AclApis
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.controlled_shutdown import ControlledShutdownApis
@@ -53,6 +55,7 @@ CREATE_PARTITIONS = 37
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+AUTHORIZATION_ERRORS = (int(Errors.TOPIC_AUTHORIZATION_FAILED), int(Errors.CLUSTER_AUTHORIZATION_FAILED))
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -78,8 +81,8 @@ class KafkaApis:
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
-                 elections: ElectionApis | None = None, controlled_shutdown: ControlledShutdownApis | None = None,
-                 broker_configs: DynamicBrokerConfig):
+                 broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
+                 extra_apis: Sequence = ()):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -91,6 +94,7 @@ class KafkaApis:
         self.delete_records = delete_records
         self.sasl = sasl
         self.broker_configs = broker_configs
+        self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -109,8 +113,9 @@ class KafkaApis:
             for key, (versions, handler) in log_dirs.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
-        for apis in (elections, controlled_shutdown):  # ElectLeaders (43), ControlledShutdown (7)
-            for key, (versions, handler) in (apis.handlers() if apis is not None else {}).items():
+        # ElectLeaders (43), ControlledShutdown (7), DescribeAcls/CreateAcls/DeleteAcls (29-31), ...
+        for apis in extra_apis:
+            for key, (versions, handler) in apis.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:
@@ -173,7 +178,12 @@ class KafkaApis:
         else:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
-        topics = []
+        names, denied = self.auth.metadata_topics(
+            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create and str(
+                self.config.overrides.get("auto.create.topics.enable", "true")).lower() == "true")
+        topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
+                   "is_internal": False, "partitions": []} for n in denied]
+        want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
         alive = {b.id for b in cache.alive_brokers()}
         for name in names:
             parts = cache.topic_partitions(name)
@@ -192,14 +202,16 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": name == "__consumer_offsets", "partitions": plist, "topic_authorized_operations": -2147483648})
+                           "is_internal": name == "__consumer_offsets", "partitions": plist,
+                           "authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
                                         "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "cluster_authorized_operations": -2147483648})
+                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(ctx, bool(
+                                            getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
@@ -227,9 +239,13 @@ class KafkaApis:
                 for pd in td.partition_data:
                     errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS)
         else:
+            writable = self.auth.filter_authorized(ctx, "Write", "Topic", (td.name for td in req.topic_data))
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    if pd.records is None:
+                    if td.name not in writable:
+                        errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
+                            Errors.TOPIC_AUTHORIZATION_FAILED)
+                    elif pd.records is None:
                         errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.CORRUPT_MESSAGE,
                                                                                             error_message="no records")
                     else:
@@ -259,20 +275,22 @@ class KafkaApis:
     def handle_fetch(self, header, req, ctx):
         v = header.request_api_version
         replica_id = req.replica_id if v <= 14 else -1
-        parts = []
+        readable = self.auth.readable_topics(ctx, replica_id, (t.topic for t in req.topics))
+        parts, denied = [], []
         for t in req.topics:
             for p in t.partitions:
-                parts.append(FetchPartitionData(
+                (parts if t.topic in readable else denied).append(FetchPartitionData(
                     TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
                     current_leader_epoch=getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
                     log_start_offset=getattr(p, "log_start_offset", -1) if v >= 5 else -1))
         fut: Future = Future()
-        order = [fp.tp for fp in parts]
+        order = [fp.tp for fp in parts + denied]
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
             by_topic: dict[str, list] = {}
             for tp in order:
-                r = results.get(tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR)
+                r = results.get(tp) or FetchPartitionResult(
+                    Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
                     "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
@@ -282,6 +300,10 @@ class KafkaApis:
                 "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
+        parts_set = {fp.tp for fp in parts}
+        if not parts:  # nothing authorized: answer at once, read nothing
+            respond({})
+            return fut
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)
         return fut
 
@@ -289,10 +311,13 @@ class KafkaApis:
     def handle_list_offsets(self, header, req, ctx):
         v = header.request_api_version
         topics = []
+        describable = self.auth.filter_authorized(ctx, "Describe", "Topic", (t.name for t in req.topics))
         for t in req.topics:
             plist = []
             for p in t.partitions:
                 try:
+                    if t.name not in describable:
+                        raise KafkaError("", Errors.TOPIC_AUTHORIZATION_FAILED)
                     off, ts = self.rm.fetch_offset_for_timestamp(
                         t.name, p.partition_index, p.timestamp,
                         getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id)
@@ -318,6 +343,10 @@ class KafkaApis:
                    "num_partitions": -1, "replication_factor": -1, "configs": None}
             if not self._is_controller():
                 res.update(error_code=int(Errors.NOT_CONTROLLER), error_message="This is not the correct controller for this cluster.")
+                results.append(res)
+                continue
+            if not self.auth.may_create_topic(ctx, t.name):
+                res.update(error_code=int(Errors.TOPIC_AUTHORIZATION_FAILED), error_message="Authorization failed.")
                 results.append(res)
                 continue
             try:
@@ -351,6 +380,8 @@ class KafkaApis:
             res = {"name": name, "error_code": 0, "error_message": None}
             if not self._is_controller():
                 res["error_code"] = int(Errors.NOT_CONTROLLER)
+            elif not self.auth.authorize(ctx, "Delete", "Topic", name):
+                res["error_code"] = int(Errors.TOPIC_AUTHORIZATION_FAILED)
             else:
                 try:
                     self.admin_zk.delete_topic(name)
@@ -376,6 +407,9 @@ class KafkaApis:
             elif not self._is_controller():
                 res.update(error_code=int(Errors.NOT_CONTROLLER),
                            error_message="This is not the correct controller for this cluster.")
+            elif not self.auth.authorize(ctx, "Alter", "Topic", t.name):
+                res.update(error_code=int(Errors.TOPIC_AUTHORIZATION_FAILED),
+                           error_message="The topic authorization is failed.")
             else:
                 try:
                     assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
@@ -448,6 +482,7 @@ class KafkaApis:
             res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                    "resource_name": r.resource_name, "configs": []}
             try:
+                self.auth.check_config_resource(ctx, r.resource_type, r.resource_name, alter=False)
                 if r.resource_type == TOPIC_RESOURCE:
                     entries = self.admin_zk.describe_topic_config(r.resource_name)
                 elif r.resource_type == BROKER_RESOURCE:
@@ -482,7 +517,7 @@ class KafkaApis:
         def broker_change(r):
             return {c.name: c.value for c in r.configs}, [], True
         return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True,
-                                   broker_change=broker_change)
+                                   broker_change=broker_change, ctx=ctx)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
@@ -495,7 +530,7 @@ class KafkaApis:
             sets, deletes = _incremental_ops(r)
             return sets, deletes, False
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
-                                   broker_change=broker_change)
+                                   broker_change=broker_change, ctx=ctx)
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -508,7 +543,7 @@ class KafkaApis:
             return bool(set(current) & set(TIERED_KEYS))
         return False
 
-    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None):
+    def _alter_configs(self, api_key: int, header, req, changes, full_replace: bool, broker_change=None, ctx=None):
         """Topic config changes.  Those that touch tiering (KIP-950) are decided by the active controller: on
         the controller they run on its event thread; any other broker forwards the whole request to it."""
         v = header.request_api_version
@@ -518,6 +553,7 @@ class KafkaApis:
                    "resource_name": r.resource_name}
             plan = None
             try:
+                self.auth.check_config_resource(ctx, r.resource_type, r.resource_name, alter=True)
                 if r.resource_type == BROKER_RESOURCE:   # dynamic broker configs (DynamicBrokerConfig)
                     sets, deletes, replace = broker_change(r)
                     self.broker_configs.alter(r.resource_name, sets, deletes, replace,
@@ -532,6 +568,9 @@ class KafkaApis:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             plans.append((r, res, plan))
         if any(p and p[1] for _, _, p in plans) and not self._is_controller():
+            denied = [res for _, res, _ in plans if res["error_code"] in AUTHORIZATION_ERRORS]
+            if denied:  # the controller authorizes the forwarding broker: forward only what the client may do
+                return self._forward_authorized(api_key, header, req, denied)
             return self._forward_to_controller(api_key, header, req)
         futures = []
         for r, res, plan in plans:
@@ -569,6 +608,21 @@ class KafkaApis:
             f.add_done_callback(lambda f, res=res: one_done(res, f))
         return out
 
+    def _forward_authorized(self, api_key: int, header, req, denied: list[dict]):
+        """Forward the resources the client was not refused; answer the refused ones with their errors."""
+        v = header.request_api_version
+        refused = {(d["resource_type"], d["resource_name"]) for d in denied}
+        allowed = codec.REGISTRY[api_key][0](version=v, validate_only=req.validate_only, resources=[
+            r for r in req.resources if (r.resource_type, r.resource_name) not in refused])
+        out: Future = Future()
+
+        def merge(f: Future) -> None:
+            out.set_result(self._resp(api_key, v, {"throttle_time_ms": 0, "responses": [
+                {"error_code": r.error_code, "error_message": r.error_message, "resource_type": r.resource_type,
+                 "resource_name": r.resource_name} for r in f.result().responses] + denied}))
+        self._forward_to_controller(api_key, header, allowed).add_done_callback(merge)
+        return out
+
     def _forward_to_controller(self, api_key: int, header, req):
         """Send the request on to the active controller and relay its answer (NOT_CONTROLLER per resource if
         the controller is unknown or unreachable; clients retry)."""
@@ -601,6 +655,10 @@ class KafkaApis:
     # --- InitProducerId (idempotent producers only) -------------------------------------------------------
     def handle_init_producer_id(self, header, req, ctx):
         v = header.request_api_version
+        denied = self.auth.init_producer_id_error(ctx, req.transactional_id)
+        if denied is not None:
+            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                                                    "error_code": int(denied)})
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
@@ -617,7 +675,9 @@ class KafkaApis:
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.advertised_controller_id(),
                                                 "brokers": brokers,
-                                                "cluster_authorized_operations": -2147483648})
+                                                # kafka-python's name of cluster_authorized_operations
+                                                "authorized_operations": self.auth.cluster_operations(
+                                                    ctx, req.include_cluster_authorized_operations)})
 
 
 def _incremental_ops(resource) -> tuple[dict[str, str | None], list[str]]:

@@ -37,6 +37,8 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
+from kafkatier.server.acl_apis import AclApis
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -149,6 +151,9 @@ class KafkaServer:
             auto_rebalance=AutoRebalanceConfig.from_props(c.overrides)),
             admin_factory=self._new_admin_zk, scheduler=self.scheduler)
         authorizer = authorizer_from_config(self.zk, c.overrides)
+        if authorizer is not None:
+            authorizer.start()  # ACL cache + /kafka-acl-changes listener
+        auth = AuthHelper(authorizer)
         sasl = sasl_server_from_config(self.zk, c.overrides)
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    authorizer)
@@ -157,11 +162,13 @@ class KafkaServer:
                               delete_records=self.delete_records, sasl=sasl,
                               group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.broker_id,
                                                    create_offsets_topic=self._create_offsets_topic,
-                                                   live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1),
+                                                   live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
+                                                   auth=auth),
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
-                              elections=ElectionApis(self.controller, self.metadata_cache, authorizer),
-                              controlled_shutdown=ControlledShutdownApis(self.controller, authorizer),
-                              broker_configs=self.broker_configs)
+                              broker_configs=self.broker_configs, auth=auth,
+                              extra_apis=[ElectionApis(self.controller, self.metadata_cache, authorizer),
+                                          ControlledShutdownApis(self.controller, authorizer),
+                                          AclApis(authorizer, auth)])
         self.socket_server = SocketServer(c.host, c.port, self.apis,
                                           request_gate=sasl.gate if sasl is not None else None)
         self.socket_server.start()  # binds the port before we advertise it

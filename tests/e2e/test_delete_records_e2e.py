@@ -424,6 +424,9 @@ def test_sasl_plain_and_acls(cluster_factory, kafkatier_cli, tmp_path):
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})
     for user in ("alice", "bob"):
         set_user_password(cluster.zk, user, f"{user}-secret")
+    # The replica fetchers connect without credentials (until they authenticate: branch harden), so their
+    # principal is User:ANONYMOUS, which needs CLUSTER_ACTION -- as in Kafka with a PLAINTEXT inter-broker listener.
+    add_acls(cluster.zk, "Cluster", "kafka-cluster", [AclEntry("User:ANONYMOUS", "Allow", "ClusterAction", "*")])
 
     def creds(user: str) -> dict:
         return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": user,
