@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from kafkatier.common.structs import TopicPartition
+from kafkatier.log import log_validator
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
@@ -225,6 +226,12 @@ class KafkaApis:
                         errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.CORRUPT_MESSAGE,
                                                                                             error_message="no records")
                     else:
+                        try:  # Kafka's ProduceRequest.validateRecords: one v2 batch per partition for v3+
+                            log_validator.validate_produce_records(pd.records, v)
+                        except KafkaError as e:
+                            errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
+                                e.error, error_message=e.message or None)
+                            continue
                         entries[TopicPartition(td.name, pd.index)] = pd.records
         fut: Future = Future()
 
@@ -237,7 +244,11 @@ class KafkaApis:
             for (t, p), r in sorted(results.items()):
                 by_topic.setdefault(t, []).append({"index": p, "error_code": int(r.error), "base_offset": r.base_offset,
                                                    "log_append_time_ms": -1, "log_start_offset": r.log_start_offset,
-                                                   "record_errors": [], "error_message": r.error_message})
+                                                   "record_errors": [
+                                                       {"batch_index": e.batch_index,
+                                                        "batch_index_error_message": e.message}
+                                                       for e in r.record_errors],
+                                                   "error_message": r.error_message})
             fut.set_result(self._resp(PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))

@@ -65,6 +65,8 @@ class ProducePartitionResult:
     base_offset: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: Kafka's per-record errors (``log_validator.RecordError``) for INVALID_RECORD / INVALID_TIMESTAMP.
+    record_errors: tuple = ()
 
 
 @attrs.define
@@ -405,7 +407,8 @@ class ReplicaManager:
                     info.last_offset + 1)
                 self.fetch_purgatory.check_and_complete(("follower", tp))
             except KafkaError as e:
-                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(e.error, error_message=e.message or None))
+                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(
+                    e.error, error_message=e.message or None, record_errors=getattr(e, "record_errors", ())))
             except Exception as e:  # noqa: BLE001
                 log.exception("append failed %s", kv(partition=f"{tp[0]}-{tp[1]}"))
                 statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(Errors.UNKNOWN_SERVER_ERROR,
