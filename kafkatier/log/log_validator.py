@@ -221,38 +221,45 @@ def _walk(buf, pos: int, end: int, count: int, base_ts: int, tp: str, compressed
                 raise InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
                                          f"but instead the buffer has only {end - pos} remaining bytes.")
             p = pos + 1  # attributes
-            p, ts_delta = _varint(buf, p, 63)
-            p, off_delta = _varint(buf, p, 28)
+            # Each field is a zigzag varint, nearly always one byte: inline that case, call for the rest.
+            b = buf[p]
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                p, ts_delta = _varint(buf, p, 63)
+            b = buf[p]
+            if b < 0x80:
+                off_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                p, off_delta = _varint(buf, p, 28)
             if off_delta != i:
                 raise InvalidRecordError(f"Inner record {i} of a record batch in topic partition {tp} has offset "
                                          f"delta {off_delta}, expected {i}")
-            p, klen = _varint(buf, p, 28)
-            if klen < -1:
-                raise InvalidRecordError(f"Invalid negative key size {klen}")
-            if klen == -1:
+            b = buf[p]
+            if b < 0x80:
+                klen, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                p, klen = _varint(buf, p, 28)
+            if klen >= 0:
+                p += klen
+            elif klen == -1:
                 keyless.append(i)
             else:
-                p += klen
-            p, vlen = _varint(buf, p, 28)
-            if vlen < -1:
-                raise InvalidRecordError(f"Invalid negative value size {vlen}")
-            if vlen > 0:
+                raise InvalidRecordError(f"Invalid negative key size {klen}")
+            b = buf[p]
+            if b < 0x80:
+                vlen, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                p, vlen = _varint(buf, p, 28)
+            if vlen >= 0:
                 p += vlen
-            p, nheaders = _varint(buf, p, 28)
-            if nheaders < 0:
-                raise InvalidRecordError(f"Found invalid number of record headers {nheaders}")
-            for _ in range(nheaders):
-                if p >= rec_end:
-                    raise InvalidRecordError(f"Found invalid number of record headers {nheaders}")
-                p, hk = _varint(buf, p, 28)
-                if hk < 0:
-                    raise InvalidRecordError(f"Invalid negative header key size {hk}")
-                p += hk
-                p, hv = _varint(buf, p, 28)
-                if hv < -1:
-                    raise InvalidRecordError(f"Invalid negative header value size {hv}")
-                if hv > 0:
-                    p += hv
+            elif vlen < -1:
+                raise InvalidRecordError(f"Invalid negative value size {vlen}")
+            b = buf[p]
+            if b == 0:
+                p += 1
+            else:
+                p = _headers(buf, p, rec_end)
             if p != rec_end:
                 raise InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
                                          f"but instead read {p - pos}")
@@ -273,6 +280,26 @@ def _walk(buf, pos: int, end: int, count: int, base_ts: int, tp: str, compressed
     if min_ts is None:
         min_ts = max_ts = base_ts
     return min_ts, min_i, max_ts, max_i, keyless
+
+
+def _headers(buf, p: int, rec_end: int) -> int:
+    """Skip a record's headers (count varint at ``p``); the position after them."""
+    p, nheaders = _varint(buf, p, 28)
+    if nheaders < 0:
+        raise InvalidRecordError(f"Found invalid number of record headers {nheaders}")
+    for _ in range(nheaders):
+        if p >= rec_end:
+            raise InvalidRecordError(f"Found invalid number of record headers {nheaders}")
+        p, hk = _varint(buf, p, 28)
+        if hk < 0:
+            raise InvalidRecordError(f"Invalid negative header key size {hk}")
+        p += hk
+        p, hv = _varint(buf, p, 28)
+        if hv < -1:
+            raise InvalidRecordError(f"Invalid negative header value size {hv}")
+        if hv > 0:
+            p += hv
+    return p
 
 
 def _varint(buf, p: int, max_shift: int) -> tuple[int, int]:

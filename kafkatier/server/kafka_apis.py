@@ -76,7 +76,7 @@ class KafkaApis:
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
-                 broker_configs: DynamicBrokerConfig):
+                 broker_configs: DynamicBrokerConfig, inter_broker_login=None, extra_apis=()):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -88,6 +88,7 @@ class KafkaApis:
         self.delete_records = delete_records
         self.sasl = sasl
         self.broker_configs = broker_configs
+        self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -104,6 +105,10 @@ class KafkaApis:
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
         if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
             for key, (versions, handler) in log_dirs.handlers().items():
+                self._handlers[key] = handler
+                self._versions[key] = versions
+        for apis in extra_apis:  # handler classes with handlers() -> {api_key: (versions, handler)}
+            for key, (versions, handler) in apis.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:
@@ -589,7 +594,8 @@ class KafkaApis:
             if b is None or cid == self.config.broker_id:
                 fut.set_result(not_controller("The controller is not known yet."))
                 return
-            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.config.broker_id}-forwarder")
+            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.config.broker_id}-forwarder",
+                                  login=self.inter_broker_login)
             try:
                 resp = client.send(req, codec.response_class(api_key), v)
                 resp._header = None
