@@ -21,8 +21,12 @@ Deliberate differences from Kafka:
 
 - Kafka re-assigns inner offsets of a compressed batch whose offsets are not 0..n-1 (it recompresses); we never
   rewrite records, so such a batch (compressed or not) is refused with INVALID_RECORD.
-- Codecs whose library is not installed (kafka-python's optional snappy / lz4 / zstd) cannot be opened: their
-  batches are checked at the header level only, and a warning says so once per codec.
+- A codec whose library is missing (kafka-python's optional snappy / lz4 / zstd; ``setup.cfg`` installs them)
+  cannot be checked, so its batches are refused with UNSUPPORTED_COMPRESSION_TYPE rather than stored unread.
+- Record attributes other than 0 are refused (unused in format v2; Kafka ignores them, but kafka-python reads
+  them as a varint and then misreads the record).
+- A record header key that is not UTF-8 is refused (Kafka decodes it with replacement characters; clients such
+  as kafka-python then cannot read the record, and nothing after it).
 - Decompressed data is capped at :data:`MAX_DECOMPRESSED_BYTES` per batch (a batch that inflates beyond it is
   refused with INVALID_RECORD); Kafka streams instead.
 
@@ -119,8 +123,6 @@ def validate_records(records, config, now_ms: int, *, topic_partition: str = "")
             data, start, end = records, body_start, body_end
         else:
             inflated = _decompress(codec, records, body_start, body_end, tp)
-            if inflated is None:
-                continue
             data, start, end = inflated, 0, len(inflated)
         min_ts, min_i, max_ts, max_i, keyless = _walk(data, start, end, header.records_count, header.base_timestamp,
                                                       tp, codec != NONE)
@@ -150,8 +152,8 @@ def _ts_message(ts: int, offset: int, lo: int | None, hi: int | None, now_ms: in
             f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else '+inf'}]")
 
 
-def _decompress(codec: int, buf, start: int, end: int, tp: str) -> bytes | None:
-    """The inflated records of a compressed batch, or None when the codec's library is not installed."""
+def _decompress(codec: int, buf, start: int, end: int, tp: str) -> bytes:
+    """The inflated records of a compressed batch."""
     if codec == GZIP:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
@@ -168,12 +170,13 @@ def _decompress(codec: int, buf, start: int, end: int, tp: str) -> bytes | None:
     if codec in (SNAPPY, LZ4, ZSTD):
         from kafka import codec as kc
         available = {SNAPPY: kc.has_snappy, LZ4: kc.has_lz4, ZSTD: kc.has_zstd}[codec]()
-        if not available:
+        if not available:  # never append what cannot be checked (setup.cfg installs every codec's library)
             if codec not in _warned_codecs:
                 _warned_codecs.add(codec)
-                log.warning("cannot decompress to validate: codec library not installed; such batches are "
-                            "checked at the header level only %s", kv(codec=CODEC_NAMES[codec]))
-            return None
+                log.error("cannot decompress to validate: codec library not installed; such batches are refused "
+                          "%s", kv(codec=CODEC_NAMES[codec]))
+            raise UnsupportedCompressionTypeError(f"Compression codec {CODEC_NAMES[codec]} is not available on "
+                                                  f"this broker")
         decode = {SNAPPY: kc.snappy_decode, LZ4: kc.lz4_decode, ZSTD: kc.zstd_decode}[codec]
         try:
             out = decode(bytes(memoryview(buf)[start:end]))
@@ -220,7 +223,10 @@ def _walk(buf, pos: int, end: int, count: int, base_ts: int, tp: str, compressed
             if length < 1 or rec_end > end:
                 raise InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
                                          f"but instead the buffer has only {end - pos} remaining bytes.")
-            p = pos + 1  # attributes
+            if buf[pos]:
+                raise InvalidRecordError(f"Record {i} in topic partition {tp} has attributes {buf[pos]}; record "
+                                         f"attributes are unused in record format v2 and must be 0")
+            p = pos + 1
             # Each field is a zigzag varint, nearly always one byte: inline that case, call for the rest.
             b = buf[p]
             if b < 0x80:
@@ -293,6 +299,10 @@ def _headers(buf, p: int, rec_end: int) -> int:
         p, hk = _varint(buf, p, 28)
         if hk < 0:
             raise InvalidRecordError(f"Invalid negative header key size {hk}")
+        try:  # a String in Kafka's format; clients (kafka-python) cannot read a record whose key is not UTF-8
+            bytes(buf[p:p + hk]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecordError("Invalid record header key: not UTF-8") from None
         p += hk
         p, hv = _varint(buf, p, 28)
         if hv < -1:
