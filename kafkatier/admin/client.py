@@ -442,6 +442,36 @@ class AdminClient:
                     raise AdminError.from_code(r.error_code, r.error_message)
         self._call("incremental_alter_configs", attempt, idempotent=True)
 
+    # -- SCRAM users -------------------------------------------------------------------------------------
+
+    def alter_user_scram_credentials(self, user: str, upserts: Mapping[str, tuple[str, int]],
+                                     deletes: Iterable[str] = ()) -> None:
+        """AlterUserScramCredentials for one user: ``upserts`` {mechanism: (password, iterations)} (salted here,
+        the password never leaves), ``deletes`` mechanisms; a refusal raises :class:`AdminError`."""
+        from kafka.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+        changes = [UserScramCredentialUpsertion(user, m, pw, iterations=it) for m, (pw, it) in upserts.items()]
+        changes += [UserScramCredentialDeletion(user, m) for m in deletes]
+
+        def attempt() -> None:
+            for name, message in self._admin.alter_user_scram_credentials(changes).items():
+                if message:
+                    raise AdminError("AlterUserScramCredentials", f"{name}: {message}")
+        self._call("alter_user_scram_credentials", attempt, idempotent=True)
+
+    def describe_user_scram_credentials(self, users: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """{user: {mechanism: iterations}} (all users when ``users`` is None)."""
+        from kafka.protocol.admin.users import DescribeUserScramCredentialsRequest
+
+        request = DescribeUserScramCredentialsRequest(
+            users=None if users is None else [DescribeUserScramCredentialsRequest.UserName(name=u) for u in users])
+        response = self._call("describe_user_scram_credentials", lambda: self._send(request))
+        if response.error_code:
+            raise AdminError.from_code(response.error_code, response.error_message)
+        names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+        return {r.user: {names.get(c.mechanism, str(c.mechanism)): c.iterations for c in r.credential_infos}
+                for r in response.results if not r.error_code}
+
     # -- records and log dirs ----------------------------------------------------------------------------
 
     def delete_records(self, records_to_delete: Mapping[Any, int], timeout_ms: int | None = None,

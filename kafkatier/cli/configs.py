@@ -5,6 +5,11 @@ with its options, parsing rules and output.
 removed); ``--add-config-file`` reads a Java properties file; ``--delete-config k1,k2``.  The change is sent as
 one IncrementalAlterConfigs request (SET and DELETE operations), for a topic, a broker (``--entity-name ID``)
 or every broker (``--entity-default``: the ``<default>`` dynamic broker config).
+
+Users (``--entity-type users --entity-name U``): SCRAM credentials only, as Kafka's tool with --bootstrap-server:
+``--add-config 'SCRAM-SHA-256=[iterations=8192,password=...],SCRAM-SHA-512=[password=...]'`` is salted on this
+side and sent as AlterUserScramCredentials; ``--delete-config SCRAM-SHA-512`` removes one; ``--describe`` lists
+the mechanisms and iteration counts.  Passwords are never printed, not even in an error's echo of the options.
 """
 from __future__ import annotations
 
@@ -19,8 +24,10 @@ from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 
 ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "clients", "users", "ips")
-SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers")
-SUPPORTED_ALTER = ("topics", "brokers")
+SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers", "users")
+SUPPORTED_ALTER = ("topics", "brokers", "users")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_SECRET = re.compile(r"(password\s*=\s*)[^,\]\n]*", re.IGNORECASE)
 BROKER_DEFAULT = ""   # the cluster-wide default broker resource
 
 # Kafka's split rules: commas and '=' outside square brackets.
@@ -145,14 +152,43 @@ def command_args(args: argparse.Namespace) -> str:
     for flag in ("add_config", "add_config_file", "delete_config"):
         value = getattr(args, flag, None)
         if value is not None:
-            out += [f"--{flag.replace('_', '-')}", str(value)]
+            out += [f"--{flag.replace('_', '-')}", redact(str(value))]
     return " ".join(out)
+
+
+def redact(text: str) -> str:
+    """``password=...`` values hidden (kafka-configs' options are echoed in its error messages)."""
+    return _SECRET.sub(r"\1[hidden]", text)
+
+
+def parse_scram_configs(to_set: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """``{"SCRAM-SHA-256": "iterations=8192,password=x"}`` -> ``{"SCRAM-SHA-256": ("x", 8192)}``; anything else
+    is a :class:`UsageError` (kafkatier keeps no other user configs)."""
+    out = {}
+    for mechanism, value in to_set.items():
+        if mechanism not in SCRAM_MECHANISMS:
+            raise UsageError(f"users support only SCRAM credentials in kafkatier ({', '.join(SCRAM_MECHANISMS)}), "
+                             f"not {mechanism}")
+        fields = {}
+        for part in value.split(","):
+            key, sep, v = part.partition("=")
+            if not sep or key.strip() not in ("password", "iterations"):
+                raise UsageError(f"Invalid {mechanism} credential: expected [iterations=N,]password=P")
+            fields[key.strip()] = v
+        if not fields.get("password"):
+            raise UsageError(f"Invalid {mechanism} credential: password is required")
+        try:
+            iterations = int(fields.get("iterations", 4096))
+        except ValueError:
+            raise UsageError(f"Invalid {mechanism} credential: iterations must be a number") from None
+        out[mechanism] = (fields["password"], iterations)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ output
 
 def entity_label(entity_type: str, name: str) -> str:
-    singular = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}[entity_type]
+    singular = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger", "users": "user"}[entity_type]
     return f"{singular} {name}"
 
 
@@ -204,9 +240,14 @@ def run(args: argparse.Namespace) -> int:
         both = sorted(set(to_set) & set(to_delete))
         if both:
             raise UsageError(f"config(s) both added and deleted: {','.join(both)}")
+        if args.entity_type == "users":
+            parse_scram_configs(to_set)  # bad input: exit 2 before connecting
     try:
         conn = common.connection_from_args(args)
         with common.open_admin(conn) as admin:
+            if args.entity_type == "users":
+                return _describe_users(admin, args) if args.describe else _alter_users(admin, args, to_set,
+                                                                                       to_delete)
             if args.describe:
                 return _describe(admin, args)
             return _alter(admin, args, to_set, to_delete)
@@ -214,6 +255,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"Error while executing config command with args '{command_args(args)}'", file=sys.stderr)
         print(str(e), file=sys.stderr)
         return 1
+
+
+def _describe_users(admin: AdminClient, args: argparse.Namespace) -> int:
+    found = admin.describe_user_scram_credentials([args.entity_name] if args.entity_name else None)
+    for user in sorted(found):
+        listed = ", ".join(f"{m}=iterations={it}" for m, it in sorted(found[user].items()))
+        print(f"SCRAM credential configs for user-principal '{user}' are {listed}")
+    return 0
+
+
+def _alter_users(admin: AdminClient, args: argparse.Namespace, to_set: dict[str, str], to_delete: list[str]) -> int:
+    bad = [m for m in to_delete if m not in SCRAM_MECHANISMS]
+    if bad:
+        raise UsageError(f"users support only SCRAM credentials in kafkatier ({', '.join(SCRAM_MECHANISMS)}), "
+                         f"not {', '.join(bad)}")
+    admin.alter_user_scram_credentials(args.entity_name, parse_scram_configs(to_set), to_delete)
+    print(f"Completed updating config for {entity_label('users', args.entity_name)}.")
+    return 0
 
 
 def _names(admin: AdminClient, args: argparse.Namespace) -> list[str]:

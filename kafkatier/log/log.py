@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
-from kafkatier.log import record_batch
+from kafkatier.log import log_validator, record_batch
 from kafkatier.log.checkpoints import LEADER_EPOCH_CHECKPOINT
 from kafkatier.log.dir_names import parse_partition_dir
 from kafkatier.log.errors import (
@@ -418,6 +418,7 @@ class Log:
                 timestamp_after_max_ms=None if after == LONG_MAX else after,
                 log_start_offset=self._log_start_offset,
                 topic_partition=self.name)
+            log_validator.validate_records(info.records, cfg, now, topic_partition=self.name)
             if info.num_batches == 0:
                 return info
             self._append(info, now)

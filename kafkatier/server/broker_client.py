@@ -1,6 +1,9 @@
 """A small blocking Kafka-protocol client for broker-to-broker requests (follower fetches).
 
-Requests and responses are kafka-python's message classes; one request at a time per connection.
+Requests and responses are kafka-python's message classes; one request at a time per connection.  With a
+``login`` (``server/sasl.SaslLogin``: the inter-broker mechanism and credentials) each new connection first
+authenticates with SaslHandshake v1 + SaslAuthenticate (PLAIN, or SCRAM's two rounds); a refused login raises
+:class:`BrokerAuthenticationError`.
 """
 from __future__ import annotations
 
@@ -18,9 +21,14 @@ class BrokerConnectionError(ConnectionError):
     pass
 
 
+class BrokerAuthenticationError(BrokerConnectionError):
+    """The broker refused this client's SASL login."""
+
+
 class BrokerClient:
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0):
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0, login=None):
         self.host, self.port = host, port
+        self.login = login
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
@@ -35,6 +43,39 @@ class BrokerClient:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(self.timeout_s)
             self._sock = s
+            if self.login is not None:
+                try:
+                    self._authenticate(self.login)
+                except BaseException:
+                    self.close()
+                    raise
+
+    def _authenticate(self, login) -> None:
+        from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
+        from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+
+        from kafkatier.server import scram
+
+        r = self._exchange(SaslHandshakeRequest(mechanism=login.mechanism), SaslHandshakeResponse, 1)
+        if r.error_code:
+            raise BrokerAuthenticationError(f"SASL handshake for {login.mechanism} refused by {self.host}:{self.port} "
+                                            f"(error {r.error_code})")
+
+        def step(token: bytes) -> bytes:
+            resp = self._exchange(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
+            if resp.error_code:
+                raise BrokerAuthenticationError(f"SASL login as {login.username} refused by {self.host}:{self.port}: "
+                                                f"{resp.error_message}")
+            return bytes(resp.auth_bytes or b"")
+        if login.mechanism == "PLAIN":
+            step(b"\x00" + login.username.encode() + b"\x00" + login.password.encode())
+            return
+        client = scram.ScramSaslClient(login.mechanism, login.username, login.password)
+        try:
+            server_first = step(client.first())
+            client.verify(step(client.final(server_first)))
+        except scram.ScramError as e:
+            raise BrokerAuthenticationError(f"SCRAM login to {self.host}:{self.port} failed: {e}") from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -45,6 +86,9 @@ class BrokerClient:
 
     def send(self, request: ApiMessage, response_class: type[ApiMessage], version: int) -> ApiMessage:
         self.connect()
+        return self._exchange(request, response_class, version)
+
+    def _exchange(self, request: ApiMessage, response_class: type[ApiMessage], version: int) -> ApiMessage:
         corr = next(self._corr)
         request.with_header(correlation_id=corr, client_id=self.client_id)
         data = request.encode(version=version, header=True, framed=True)

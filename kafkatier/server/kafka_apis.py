@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from kafkatier.common.structs import TopicPartition
+from kafkatier.log import log_validator
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
@@ -82,7 +83,7 @@ class KafkaApis:
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
-                 extra_apis: Sequence = ()):
+                 inter_broker_login=None, extra_apis: Sequence = ()):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -95,6 +96,7 @@ class KafkaApis:
         self.sasl = sasl
         self.broker_configs = broker_configs
         self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
+        self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -113,8 +115,8 @@ class KafkaApis:
             for key, (versions, handler) in log_dirs.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
-        # ElectLeaders (43), ControlledShutdown (7), DescribeAcls/CreateAcls/DeleteAcls (29-31), ...
-        for apis in extra_apis:
+        # ElectLeaders (43), ControlledShutdown (7), ACLs (29-31), SCRAM users (50-51), ...
+        for apis in extra_apis:  # handler classes with handlers() -> {api_key: (versions, handler)}
             for key, (versions, handler) in apis.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
@@ -249,6 +251,12 @@ class KafkaApis:
                         errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.CORRUPT_MESSAGE,
                                                                                             error_message="no records")
                     else:
+                        try:  # Kafka's ProduceRequest.validateRecords: one v2 batch per partition for v3+
+                            log_validator.validate_produce_records(pd.records, v)
+                        except KafkaError as e:
+                            errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
+                                e.error, error_message=e.message or None)
+                            continue
                         entries[TopicPartition(td.name, pd.index)] = pd.records
         fut: Future = Future()
 
@@ -261,7 +269,11 @@ class KafkaApis:
             for (t, p), r in sorted(results.items()):
                 by_topic.setdefault(t, []).append({"index": p, "error_code": int(r.error), "base_offset": r.base_offset,
                                                    "log_append_time_ms": -1, "log_start_offset": r.log_start_offset,
-                                                   "record_errors": [], "error_message": r.error_message})
+                                                   "record_errors": [
+                                                       {"batch_index": e.batch_index,
+                                                        "batch_index_error_message": e.message}
+                                                       for e in r.record_errors],
+                                                   "error_message": r.error_message})
             fut.set_result(self._resp(PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))
@@ -640,7 +652,8 @@ class KafkaApis:
             if b is None or cid == self.config.broker_id:
                 fut.set_result(not_controller("The controller is not known yet."))
                 return
-            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.config.broker_id}-forwarder")
+            client = BrokerClient(b.host, b.port, client_id=f"broker-{self.config.broker_id}-forwarder",
+                                  login=self.inter_broker_login)
             try:
                 resp = client.send(req, codec.response_class(api_key), v)
                 resp._header = None

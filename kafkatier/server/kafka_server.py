@@ -51,12 +51,13 @@ from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.metadata_cache import MetadataCache
-from kafkatier.server.network import SocketServer
+from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
-from kafkatier.server.sasl import sasl_server_from_config
+from kafkatier.server.sasl import inter_broker_login, sasl_server_from_config
+from kafkatier.server.user_scram_apis import UserScramApis
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
@@ -93,6 +94,7 @@ class KafkaServer:
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
+        self.login = inter_broker_login(config.overrides)  # the brokers' own SASL login, when SASL is on
 
     # --- start-up -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -125,7 +127,7 @@ class KafkaServer:
                 remote_log_config, self.broker_id, rsm, rlmm,
                 tiered_epoch_of=lambda topic: read_tiered_epoch(self.zk, topic),
                 fence=zk_fence(self.zk, self.broker_id),
-                leader_offsets=tiered_storage.leader_offsets(self.broker_id, self.metadata_cache),
+                leader_offsets=tiered_storage.leader_offsets(self.broker_id, self.metadata_cache, self.login),
                 restart_fetcher=self._restart_fetcher)
             self.remote_log_manager.startup()
         self.replica_manager = ReplicaManager(
@@ -134,7 +136,8 @@ class KafkaServer:
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
-            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None)
+            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
+            inter_broker_login=self.login)
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
@@ -165,12 +168,18 @@ class KafkaServer:
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
                                                    auth=auth),
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
-                              broker_configs=self.broker_configs, auth=auth,
+                              broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
                               extra_apis=[ElectionApis(self.controller, self.metadata_cache, authorizer),
                                           ControlledShutdownApis(self.controller, authorizer),
-                                          AclApis(authorizer, auth)])
-        self.socket_server = SocketServer(c.host, c.port, self.apis,
-                                          request_gate=sasl.gate if sasl is not None else None)
+                                          AclApis(authorizer, auth), UserScramApis(self.zk, authorizer)])
+        o = c.overrides
+        self.socket_server = SocketServer(
+            c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
+            max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
+            unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
+            max_connections=int(o["max.connections"]) if "max.connections" in o else None,
+            max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
+            on_fatal=self._on_network_failure)
         self.socket_server.start()  # binds the port before we advertise it
         if c.port == 0:
             self.config = attrs.evolve(c, port=self.socket_server.port)
@@ -180,6 +189,12 @@ class KafkaServer:
         self.controller.startup()
         log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=self.config.listener,
                                   log_dirs=",".join(c.log_dirs), cluster_id=self.cluster_id))
+
+    def _on_network_failure(self, error: BaseException) -> None:
+        """The listener is gone for good: shut down (deregistering) rather than stay registered serving nothing."""
+        log.error("network thread failed; shutting the broker down %s", kv(broker=self.broker_id,
+                                                                          error=type(error).__name__))
+        threading.Thread(target=self.shutdown, name="broker-shutdown-after-network-failure", daemon=True).start()
 
     def _new_admin_zk(self) -> AdminZkClient:
         c = self.config
@@ -440,17 +455,31 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
     server.startup()
+    apply_test_memory_limit(config.overrides)
     if status_file:
         _write_status(server, status_file)
     last = time.monotonic()
-    while not stop.wait(1.0):
+    while not stop.wait(1.0) and not server._shutdown.is_set():
         if status_file and time.monotonic() - last >= 5:
             _write_status(server, status_file)
             last = time.monotonic()
     if controlled and controlled[0]:
         server.controlled_shutdown()
     server.shutdown()
-    return 0
+    return 0 if stop.is_set() else 1  # 1: the broker shut itself down (a failed network thread)
+
+
+def apply_test_memory_limit(overrides) -> None:
+    """Test-only ``kafkatier.test.memory.headroom.bytes``: cap the process's address space at its current size
+    plus that much (frame-size tests under a memory limit)."""
+    headroom = overrides.get("kafkatier.test.memory.headroom.bytes")
+    if headroom is None:
+        return
+    import resource
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (size + int(headroom), resource.RLIM_INFINITY))
+    log.warning("address space limited for a test %s", kv(limit_bytes=size + int(headroom)))
 
 
 def _write_status(server: KafkaServer, path: str) -> None:

@@ -27,12 +27,23 @@ Per connection:
 - reading stops while ``max_in_flight_per_connection`` requests are unanswered or unsent (Kafka itself uses 1;
   the default here, 5, matches the clients' ``max.in.flight.requests.per.connection``).
 
-Errors: a bad frame size (negative, too small, or above ``socket.request.max.bytes``), an undecodable header or
-body, or an unknown API key closes that connection only, with a log line.  An unsupported version is answered
+Errors: a bad frame size (negative, too small, or above ``socket.request.max.bytes`` -- checked before the body
+is allocated; before authentication the cap is ``unauthenticated_max_request_bytes``, Kafka's
+``sasl.server.max.receive.size``), an undecodable header or body, or an unknown API key closes that connection
+only, with a log line.  An unsupported version is answered
 with UNSUPPORTED_VERSION when the response can carry it (ApiVersions: always, as an ApiVersionsResponse v0 that
 still lists our APIs); otherwise the connection is closed.  A handler exception is answered with
 UNKNOWN_SERVER_ERROR the same way.  The handler may supply ``error_response(header, request, code)`` for APIs
-without a top-level error code.
+without a top-level error code.  A handler may answer ``CloseAfterResponse(response)``: the response is sent,
+then the connection closed (failed authentication).
+
+Failure policy: whatever goes wrong with one connection or one request -- an exception while reading, writing or
+dispatching, a ``MemoryError`` allocating a frame -- closes that connection only, with a log line.  A handler
+thread that dies is replaced.  If the I/O loop itself fails the listener cannot serve anyone: ``on_fatal`` (given
+by the broker) is called, and the broker shuts down and deregisters rather than stay registered serving nothing.
+
+Connection limits (Kafka's ``max.connections`` and ``max.connections.per.ip``): a connection over either limit is
+closed as soon as it is accepted, with a log line (Kafka stops accepting while at ``max.connections`` instead).
 """
 from __future__ import annotations
 
@@ -65,6 +76,12 @@ _SIZE = struct.Struct(">i")
 
 
 @attrs.frozen
+class CloseAfterResponse:
+    """A handler's answer meaning: send ``response``, then close the connection."""
+    response: Any
+
+
+@attrs.frozen
 class ConnectionContext:
     """Who is on the other end of a connection, as seen by a request handler."""
     connection_id: str
@@ -91,17 +108,18 @@ class RequestHandler(Protocol):
 
 
 class _Slot:
-    __slots__ = ("done", "data", "close")
+    __slots__ = ("done", "data", "close", "close_after")
 
     def __init__(self) -> None:
         self.done = False
         self.data: bytearray | None = None
         self.close = False
+        self.close_after = False  # send data, then close
 
 
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
-                 "events", "size_buf", "size_read", "body", "body_read")
+                 "events", "size_buf", "size_read", "body", "body_read", "close_when_flushed")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -118,6 +136,7 @@ class _Connection:
         self.size_read = 0
         self.body: bytearray | None = None
         self.body_read = 0
+        self.close_when_flushed = False
 
 
 class _HandlerPool:
@@ -125,26 +144,40 @@ class _HandlerPool:
 
     def __init__(self, size: int, name_prefix: str):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopping = False
         self._threads = [threading.Thread(target=self._run, name=f"{name_prefix}-{i}", daemon=True)
                          for i in range(size)]
         for t in self._threads:
             t.start()
+        self.restarted = 0
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         self._queue.put((fn, args))
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:  # a bug in dispatch code must not kill the thread
-                log.exception("request handler task failed")
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                fn, args = item
+                try:
+                    fn(*args)
+                except Exception:  # a bug in dispatch code must not kill the thread
+                    log.exception("request handler task failed")
+        except BaseException:
+            # Something no task should raise (SystemExit, KeyboardInterrupt...): replace this thread.
+            if not self._stopping:
+                me = threading.current_thread()
+                log.error("request handler thread died; starting a replacement %s", kv(thread=me.name))
+                t = threading.Thread(target=self._run, name=me.name, daemon=True)
+                self._threads = [t if x is me else x for x in self._threads]
+                self.restarted += 1
+                t.start()
+            raise
 
     def shutdown(self, timeout: float) -> None:
+        self._stopping = True
         for _ in self._threads:
             self._queue.put(None)
         deadline = time.monotonic() + timeout
@@ -167,7 +200,11 @@ class SocketServer:
                  max_in_flight_per_connection: int = 5,
                  listener_name: str = "PLAINTEXT",
                  principal: str | None = "User:ANONYMOUS",
-                 request_gate: Callable[[ConnectionContext, RequestHeader, ApiMessage], bool] | None = None):
+                 request_gate: Callable[[ConnectionContext, RequestHeader, ApiMessage], bool] | None = None,
+                 unauthenticated_max_request_bytes: int | None = None,
+                 max_connections: int | None = None,
+                 max_connections_per_ip: int | None = None,
+                 on_fatal: Callable[[BaseException], None] | None = None):
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
@@ -182,6 +219,13 @@ class SocketServer:
         #: Optional ``gate(context, header, request) -> bool`` consulted before dispatch; False closes the
         #: connection (used to require SASL authentication, see kafkatier/server/sasl.py).
         self._request_gate = request_gate
+        #: Frame cap while a gated connection has no principal yet (Kafka's ``sasl.server.max.receive.size``).
+        self._unauthenticated_max = unauthenticated_max_request_bytes
+        self._max_connections = max_connections
+        self._max_connections_per_ip = max_connections_per_ip
+        self._per_ip: collections.Counter[str] = collections.Counter()
+        #: Called (from the I/O thread) when the I/O loop fails for good; the broker shuts down.
+        self._on_fatal = on_fatal
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -197,7 +241,7 @@ class SocketServer:
         self._stopping = threading.Event()
         self._metrics_lock = threading.Lock()
         self._api_metrics: dict[int, list[int]] = {}
-        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0}
+        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0, "refused": 0, "failed": 0}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -318,14 +362,28 @@ class SocketServer:
                         self._drain_wakeup()
                     else:
                         conn: _Connection = key.data
-                        if mask & selectors.EVENT_READ and not conn.closed:
-                            self._read(conn)
-                        if mask & selectors.EVENT_WRITE and not conn.closed:
-                            self._write(conn)
+                        try:
+                            if mask & selectors.EVENT_READ and not conn.closed:
+                                self._read(conn)
+                            if mask & selectors.EVENT_WRITE and not conn.closed:
+                                self._write(conn)
+                        except Exception as e:  # MemoryError included: this connection only
+                            self._fail(conn, e)
                 while self._ready:
-                    self._collect(self._ready.popleft())
-        except Exception:
-            log.exception("network thread failed %s", kv(port=self.port))
+                    conn = self._ready.popleft()
+                    try:
+                        self._collect(conn)
+                    except Exception as e:
+                        self._fail(conn, e)
+        except BaseException as e:
+            log.exception("network thread failed; the listener is down %s", kv(port=self.port))
+            if self._on_fatal is not None and not self._stopping.is_set():
+                try:
+                    self._on_fatal(e)
+                except Exception:  # noqa: BLE001
+                    log.exception("network failure handler failed")
+            if not isinstance(e, Exception):
+                raise
         finally:
             for conn in list(self._conns.values()):
                 self._close(conn, "shutdown")
@@ -333,6 +391,15 @@ class SocketServer:
             for s in (self._listener, self._wake_r, self._wake_w):
                 if s is not None:
                     s.close()
+
+    def _fail(self, conn: _Connection, error: BaseException) -> None:
+        with self._metrics_lock:
+            self._conn_metrics["failed"] += 1
+        log.error("closing connection after an error %s", kv(connection=conn.context.connection_id,
+                                                             error=type(error).__name__),
+                  exc_info=not isinstance(error, MemoryError))
+        conn.body = None  # drop a partly received frame before anything else
+        self._close(conn, f"error: {type(error).__name__}")
 
     def _drain_wakeup(self) -> None:
         try:
@@ -351,6 +418,17 @@ class SocketServer:
             except OSError as e:
                 log.warning("accept failed %s", kv(error=e))
                 return
+            ip = addr[0]
+            if (self._max_connections is not None and len(self._conns) >= self._max_connections) or \
+                    (self._max_connections_per_ip is not None and self._per_ip[ip] >= self._max_connections_per_ip):
+                with self._metrics_lock:
+                    self._conn_metrics["refused"] += 1
+                log.warning("closing connection: too many connections %s",
+                            kv(ip=ip, from_ip=self._per_ip[ip], total=len(self._conns),
+                               max_connections=self._max_connections,
+                               max_connections_per_ip=self._max_connections_per_ip))
+                sock.close()
+                continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             local = sock.getsockname()
@@ -360,6 +438,7 @@ class SocketServer:
                                                        listener_name=self._listener_name,
                                                        principal=self._principal))
             self._conns[id(conn)] = conn
+            self._per_ip[ip] += 1
             with self._metrics_lock:
                 self._conn_metrics["accepted"] += 1
             self._update_interest(conn)
@@ -378,13 +457,22 @@ class SocketServer:
                         continue
                     (size,) = _SIZE.unpack(conn.size_buf)
                     conn.size_read = 0
-                    if size < _MIN_FRAME or size > self._max_request_bytes:
+                    limit = self._max_request_bytes
+                    if self._unauthenticated_max is not None and self._request_gate is not None and \
+                            conn.context.session.get("principal") is None:
+                        limit = min(limit, self._unauthenticated_max)
+                    if size < _MIN_FRAME or size > limit:
                         log.warning("closing connection: invalid receive %s",
-                                    kv(connection=conn.context.connection_id, size=size,
-                                       max_request_bytes=self._max_request_bytes))
+                                    kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
                         self._close(conn, "invalid frame size", malformed=True)
                         return
-                    conn.body = bytearray(size)
+                    try:
+                        conn.body = bytearray(size)
+                    except MemoryError:
+                        log.error("closing connection: no memory for the request %s",
+                                  kv(connection=conn.context.connection_id, size=size))
+                        self._close(conn, "out of memory", malformed=True)
+                        return
                     conn.body_read = 0
                 else:
                     n = conn.sock.recv_into(memoryview(conn.body)[conn.body_read:])
@@ -428,6 +516,12 @@ class SocketServer:
                     break
                 if slot.data is not None:
                     conn.out.append(memoryview(slot.data))
+                if slot.close_after:
+                    conn.closing = True
+                    conn.close_when_flushed = True
+                    conn.slots.clear()
+                    conn.frames.clear()
+                    break
         if close:
             self._close(conn, "request error")
             return
@@ -450,6 +544,9 @@ class SocketServer:
                 conn.out[0] = buf[n:]
                 break
             conn.out.popleft()
+        if not conn.out and conn.close_when_flushed:
+            self._close(conn, "closed after response")
+            return
         self._update_interest(conn)
 
     def _update_interest(self, conn: _Connection) -> None:
@@ -489,7 +586,11 @@ class SocketServer:
             conn.sock.close()
         except OSError:
             pass
-        self._conns.pop(id(conn), None)
+        if self._conns.pop(id(conn), None) is not None:
+            ip = conn.context.client_address[0]
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
         with self._metrics_lock:
             self._conn_metrics["closed"] += 1
             if malformed:
@@ -581,6 +682,9 @@ class SocketServer:
 
     def _deliver(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
                  result: Any) -> None:
+        if isinstance(result, CloseAfterResponse):
+            self._finish(conn, slot, header, result.response, close_after=True)
+            return
         if result is None:
             if request.expect_response():
                 log.warning("handler returned no response for a request that expects one %s",
@@ -624,7 +728,7 @@ class SocketServer:
         self._finish(conn, slot, header, response)
 
     def _finish(self, conn: _Connection, slot: _Slot, header: RequestHeader, response: Any,
-                version: int | None = None) -> None:
+                version: int | None = None, close_after: bool = False) -> None:
         api_key = header.request_api_key
         try:
             if not isinstance(response, ApiMessage) or response.API_KEY != api_key:
@@ -638,18 +742,19 @@ class SocketServer:
             self._complete(conn, slot, close=True)
             return
         self._count(api_key, errors=1 if codec.top_level_error(response) else 0, bytes_out=len(data))
-        self._complete(conn, slot, data)
+        self._complete(conn, slot, data, close_after=close_after)
 
     def _complete(self, conn: _Connection, slot: _Slot, data: bytearray | None = None,
-                  close: bool = False) -> None:
+                  close: bool = False, close_after: bool = False) -> None:
         with conn.lock:
             slot.data = data
             slot.close = close
+            slot.close_after = close_after
             slot.done = True
-            if close:
+            if close or close_after:
                 conn.closing = True
         self._ready.append(conn)
         self._wakeup()
 
 
-__all__ = ["SocketServer", "ConnectionContext", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]
+__all__ = ["SocketServer", "ConnectionContext", "CloseAfterResponse", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

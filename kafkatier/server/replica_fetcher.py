@@ -40,8 +40,9 @@ class ReplicaFetcherThread(threading.Thread):
                  partition_lookup: Callable[[str, int], object], max_wait_ms: int = 500,
                  max_bytes: int = 10 * 1024 * 1024, partition_max_bytes: int = 1048576,
                  on_fetched: Callable[[object], None] | None = None,
-                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None):
+                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, login=None):
         super().__init__(name=f"ReplicaFetcherThread-0-{leader_id}", daemon=True)
+        self.login = login  # the inter-broker SASL login (server/sasl.SaslLogin) when the listener needs one
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.leader_address = leader_address
@@ -112,7 +113,7 @@ class ReplicaFetcherThread(threading.Thread):
             if addr is None:
                 raise BrokerConnectionError(f"leader {self.leader_id} address unknown")
             self.client = BrokerClient(addr[0], addr[1], client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
-                                       timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10))
+                                       timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10), login=self.login)
         by_topic: dict[str, list] = {}
         for (t, p), st in sorted(snapshot.items()):
             part = self.partition_lookup(t, p)
@@ -211,12 +212,14 @@ def _state(attempt: int):
 class ReplicaFetcherManager:
     def __init__(self, broker_id: int, leader_address: Callable[[int], tuple[str, int] | None],
                  partition_lookup: Callable[[str, int], object], on_fetched: Callable[[object], None] | None = None,
-                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, max_wait_ms: int = 500):
+                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, max_wait_ms: int = 500,
+                 login=None):
         self.broker_id = broker_id
         self.leader_address = leader_address
         self.partition_lookup = partition_lookup
         self.on_fetched = on_fetched
         self.max_wait_ms = max_wait_ms
+        self.login = login
         self.threads: dict[int, ReplicaFetcherThread] = {}
         self.on_offset_moved_to_tiered_storage = on_offset_moved_to_tiered_storage
         self.assignment: dict[tuple[str, int], int] = {}
@@ -231,7 +234,8 @@ class ReplicaFetcherManager:
                 t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
                                          self.partition_lookup, max_wait_ms=self.max_wait_ms,
                                          on_fetched=self.on_fetched,
-                                         on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage)
+                                         on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage,
+                                         login=self.login)
                 self.threads[leader_id] = t
                 t.start()
             t.add_partition(topic, partition, fetch_offset, leader_epoch, truncate_to)

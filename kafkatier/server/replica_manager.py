@@ -65,6 +65,8 @@ class ProducePartitionResult:
     base_offset: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: Kafka's per-record errors (``log_validator.RecordError``) for INVALID_RECORD / INVALID_TIMESTAMP.
+    record_errors: tuple = ()
 
 
 @attrs.define
@@ -105,7 +107,7 @@ class ReplicaManager:
                  alter_log_dirs_quota: ReplicationQuotaManager | None = None,
                  num_replica_alter_log_dirs_threads: int | None = None,
                  log_dir_failure_channel: LogDirFailureChannel | None = None,
-                 halt: Callable[[str], None] | None = None):
+                 halt: Callable[[str], None] | None = None, inter_broker_login=None):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -125,7 +127,7 @@ class ReplicaManager:
             broker_id, self._broker_address, self.get_partition, on_fetched=self._on_follower_fetched,
             on_offset_moved_to_tiered_storage=(remote_log_manager.on_offset_moved_to_tiered_storage
                                                if remote_log_manager is not None else None),
-            max_wait_ms=replica_fetch_wait_max_ms)
+            max_wait_ms=replica_fetch_wait_max_ms, login=inter_broker_login)
         self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
         self._isr_expiration_task = None
         if scheduler is not None:
@@ -405,7 +407,8 @@ class ReplicaManager:
                     info.last_offset + 1)
                 self.fetch_purgatory.check_and_complete(("follower", tp))
             except KafkaError as e:
-                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(e.error, error_message=e.message or None))
+                statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(
+                    e.error, error_message=e.message or None, record_errors=getattr(e, "record_errors", ())))
             except Exception as e:  # noqa: BLE001
                 log.exception("append failed %s", kv(partition=f"{tp[0]}-{tp[1]}"))
                 statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(Errors.UNKNOWN_SERVER_ERROR,

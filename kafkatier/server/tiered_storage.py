@@ -121,14 +121,15 @@ def storage_managers(cfg: rc.RemoteLogManagerConfig, config: BrokerConfig,
     return rsm, rlmm
 
 
-def leader_offsets(broker_id: int, metadata_cache) -> Callable[[PartitionLike], tuple[int, int] | None]:
+def leader_offsets(broker_id: int, metadata_cache, login=None) -> Callable[[PartitionLike], tuple[int, int] | None]:
     """(leader local log start offset, leader log start offset) by ListOffsets -4 / -2 to the leader; None when
     the leader is unknown or does not answer."""
     def query(p: PartitionLike) -> tuple[int, int] | None:
         b = metadata_cache.broker(p.leader_id)
         if b is None:
             return None
-        client = BrokerClient(b.host, b.port, client_id=f"broker-{broker_id}-tiered-rebuild", timeout_s=10.0)
+        client = BrokerClient(b.host, b.port, client_id=f"broker-{broker_id}-tiered-rebuild", timeout_s=10.0,
+                              login=login)
         T = ListOffsetsRequest.ListOffsetsTopic
         v = LIST_OFFSETS_VERSION
         try:

@@ -417,7 +417,8 @@ def test_sasl_plain_and_acls(cluster_factory, kafkatier_cli, tmp_path):
     from kafkatier.server.acl import AclEntry, add_acls
     from kafkatier.server.sasl import set_user_password
 
-    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";')
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret";')  # username/password: the brokers' own login
     cluster = cluster_factory(brokers=2, log_dirs=1, overrides={
         "listener.security.protocol": "SASL_PLAINTEXT", "authorizer.class.name":
         "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
@@ -452,7 +453,7 @@ def test_sasl_plain_and_acls(cluster_factory, kafkatier_cli, tmp_path):
     alice = admin_for(cluster, **creds("alice"))
     try:
         assert alice.delete_records({TopicPartition(topic, 0): 2}, timeout_ms=10000)[
-            TopicPartition(topic, 0)]["low_watermark"] == 2  # the follower (unauthenticated fetches) followed
+            TopicPartition(topic, 0)]["low_watermark"] == 2  # the follower (fetching as User:admin) followed
     finally:
         alice.close()
 

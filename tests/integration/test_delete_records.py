@@ -53,8 +53,10 @@ def test_plain_users_in_zookeeper(zk):
               makepath=True)
     set_user_password(zk, "carol", "c-secret")
     set_user_password(zk, "dave", "d-secret")
-    assert json.loads(zk.get("/config/users/carol")[0]) == {
-        "version": 1, "config": {"consumer_byte_rate": "1024", "plain.password": "c-secret"}}
+    stored = json.loads(zk.get("/config/users/carol")[0])["config"]
+    assert stored["consumer_byte_rate"] == "1024"  # other keys kept
+    assert sorted(stored) == ["SCRAM-SHA-256", "SCRAM-SHA-512", "consumer_byte_rate"]  # salted, never clear text
+    assert "c-secret" not in json.dumps(stored) and stored["SCRAM-SHA-256"].endswith(",iterations=4096")
     store = PlainCredentialStore(zk, {"dave": "static-wins"})
     assert store.verify("carol", "c-secret")
     assert not store.verify("carol", "wrong")

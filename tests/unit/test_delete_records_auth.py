@@ -144,34 +144,67 @@ class Header:
 
 
 def test_handshake_authenticate_and_gate():
-    zk = MemZk({"/config/users/bob": json.dumps({"version": 1, "config": {"plain.password": "pw"}}).encode()})
-    sasl = SaslPlainServer(PlainCredentialStore(zk, {"alice": "secret"}))
+    from kafkatier.server import scram
+    from kafkatier.server.network import CloseAfterResponse
+
+    bob = scram.new_credential("SCRAM-SHA-256", "pw", salt=b"s" * 16).to_config()
+    zk = MemZk({"/config/users/bob": json.dumps({"version": 1, "config": {"SCRAM-SHA-256": bob}}).encode(),
+                "/config/users/eve": json.dumps({"version": 1, "config": {"plain.password": "pw"}}).encode()})
+    sasl = SaslPlainServer(PlainCredentialStore(zk, {"alice": "secret"}), failed_authentication_delay_ms=50)
     ctx = ConnectionContext("c1", ("127.0.0.1", 1))
     metadata = Header(3, 12)
     assert not sasl.gate(ctx, metadata, object())
     assert sasl.gate(ctx, Header(18, 3), object())
     fetch = type("Fetch", (), {"replica_id": 2})()
-    assert sasl.gate(ctx, Header(1, 11), fetch)  # follower fetches are exempt
+    assert not sasl.gate(ctx, Header(1, 11), fetch)  # a replica id proves nothing: brokers log in too
 
     r = sasl.handle_handshake(Header(17, 1), SaslHandshakeRequest(mechanism="SCRAM-SHA-256", version=1), ctx)
-    assert r.error_code == Errors.UNSUPPORTED_SASL_MECHANISM and list(r.mechanisms) == ["PLAIN"]
+    assert isinstance(r, CloseAfterResponse)  # not enabled on this listener: answered, then closed
+    assert r.response.error_code == Errors.UNSUPPORTED_SASL_MECHANISM and list(r.response.mechanisms) == ["PLAIN"]
     r = sasl.handle_authenticate(Header(36, 2), SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00secret", version=2),
                                  ctx)
-    assert r.error_code == Errors.ILLEGAL_SASL_STATE  # no PLAIN handshake yet
+    assert r.response.error_code == Errors.ILLEGAL_SASL_STATE  # no PLAIN handshake yet
 
     assert sasl.handle_handshake(Header(17, 1), SaslHandshakeRequest(mechanism="PLAIN", version=1), ctx).error_code == 0
-    r = sasl.handle_authenticate(Header(36, 2), SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00wrong", version=2),
-                                 ctx)
-    assert r.error_code == Errors.SASL_AUTHENTICATION_FAILED
-    assert r.error_message == "Authentication failed: Invalid username or password"
+    fut = sasl.handle_authenticate(Header(36, 2), SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00wrong", version=2),
+                                   ctx)
+    r = fut.result(timeout=5)  # answered after the failed-authentication delay, then the connection closes
+    assert isinstance(r, CloseAfterResponse) and r.response.error_code == Errors.SASL_AUTHENTICATION_FAILED
+    assert r.response.error_message == "Authentication failed: Invalid username or password"
     assert ctx.session.get("principal") is None and not sasl.gate(ctx, metadata, object())
 
-    for user, pw in (("alice", b"secret"), ("bob", b"pw")):
+    for user, pw, ok in (("alice", b"secret", True), ("bob", b"pw", True), ("eve", b"pw", False)):
         c = ConnectionContext(f"c-{user}", ("127.0.0.1", 1))
         assert sasl.handle_handshake(Header(17, 1), SaslHandshakeRequest(mechanism="PLAIN", version=1),
                                      c).error_code == 0
         r = sasl.handle_authenticate(Header(36, 1), SaslAuthenticateRequest(
             auth_bytes=b"\x00" + user.encode() + b"\x00" + pw, version=1), c)
+        if not ok:  # a clear-text password in ZooKeeper is never used
+            assert r.result(timeout=5).response.error_code == Errors.SASL_AUTHENTICATION_FAILED
+            continue
         assert r.error_code == 0 and r.session_lifetime_ms == 0
         assert c.session["principal"] == f"User:{user}"
         assert sasl.gate(c, metadata, object())
+
+
+def test_scram_exchange_both_mechanisms():
+    from kafkatier.server import scram
+
+    for mechanism in scram.MECHANISMS:
+        stored = {"carol": scram.new_credential(mechanism, "c-pw")}
+        for password, ok in (("c-pw", True), ("nope", False)):
+            server = scram.ScramSaslServer(mechanism, lambda u, m: stored.get(u) if m == mechanism else None)
+            client = scram.ScramSaslClient(mechanism, "carol", password)
+            server_first = server.evaluate(client.first())
+            if not ok:
+                with pytest.raises(scram.ScramError, match="Invalid user credentials"):
+                    server.evaluate(client.final(server_first))
+                continue
+            client.verify(server.evaluate(client.final(server_first)))
+            assert server.complete and server.username == "carol"
+        with pytest.raises(scram.ScramError):  # unknown user
+            scram.ScramSaslServer(mechanism, lambda u, m: None).evaluate(b"n,,n=nobody,r=abc")
+    text = scram.new_credential("SCRAM-SHA-512", "x", iterations=4096).to_config()
+    assert text.startswith("salt=") and ",stored_key=" in text and ",server_key=" in text
+    assert text.endswith(",iterations=4096") and "x" not in text.split(",")[-1][:0]
+    assert scram.ScramCredential.from_config(text).iterations == 4096
