@@ -338,7 +338,7 @@ def test_follower_down_then_catching_up_and_restart_keeps_the_log_start_offset(c
     assert checkpointed_start(cluster, down, topic) == 3
 
     cluster.manager.stop_broker(down)
-    produce(cluster, topic, 100, start=100, acks=1)
+    produce(cluster, topic, 100, start=100)  # acks=all: the deletion at 117 needs the HW past it
     admin = admin_for(cluster)
     try:
         out = admin.delete_records({TopicPartition(topic, 0): 117}, timeout_ms=20000)
