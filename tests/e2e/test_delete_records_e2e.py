@@ -2,9 +2,8 @@
 ``kafkatier delete-records`` tool against clusters of broker processes (acceptance scenarios C24-C29, C31-C33),
 plus SASL/PLAIN + ACLs (DELETE on the topic).
 
-Scenario C30 (leadership moves while a request is pending) needs a leadership move with the old leader alive;
-the project has no preferred-election/reassignment path yet, so it is covered by the unit tests
-(tests/unit/test_delete_records_leader.py) through LeaderAndIsr and StopReplica.
+Scenario C30 (leadership moves while a request is pending) is in tests/e2e/test_leader_election_e2e.py (a
+preferred election moves the leader) and in the unit tests (tests/unit/test_delete_records_leader.py).
 """
 from __future__ import annotations
 
