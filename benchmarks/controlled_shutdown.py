@@ -12,7 +12,7 @@ payloads, after the shutdown, two ways: pipelined (every call issued, then all a
 (one ``/controller_epoch`` version check + 50 writes, how a fenced controller could batch them).  The ratio is
 the controller's handling time over the faster baseline.  (Kafka 1.1 reported 3 s for 10,000 partitions.)
 
-    .venv/bin/python benchmarks/controlled_shutdown.py [--partitions 3000] [--quick]
+    .venv/bin/python benchmarks/controlled_shutdown.py [--partitions 3000] [--quick]   # KEEP=1: keep the logs
 """
 from __future__ import annotations
 

@@ -15,9 +15,10 @@ A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; t
 4. the answer is the replicated partitions it still leads (no eligible replica); the broker retries while
    that is not empty.
 
-Deliberate difference from Kafka: the answer is sent once every broker has applied the control requests of
-step 3 (a barrier on each broker's control queue, at most ``request.timeout.ms``), not as soon as they are
-queued, so that when the broker exits the new leaders already lead and clients see no NOT_LEADER_OR_FOLLOWER.
+Deliberate difference from Kafka: the answer is sent once every other live broker has applied the control
+requests of step 3 (a barrier on each broker's control queue, at most half of ``request.timeout.ms``), not as
+soon as they are queued, so that when the broker exits the new leaders already lead and clients see no
+NOT_LEADER_OR_FOLLOWER.
 
 Deliberate difference from Kafka: an unknown broker is checked before its epoch (Kafka looks the epoch up
 first and fails on an unknown id with an internal error).
@@ -68,7 +69,7 @@ class ControlledShutdownManager:
             except BaseException as e:
                 fut.set_exception(e)
                 raise
-            self._answer_once_applied(fut, remaining)
+            self._answer_once_applied(fut, remaining, broker_id)
 
         def preempt():
             if not fut.done():
@@ -77,11 +78,12 @@ class ControlledShutdownManager:
         self.controller._put(f"ControlledShutdown({broker_id})", run, preempt)
         return fut
 
-    def _answer_once_applied(self, fut: Future, remaining: set[TopicPartition]) -> None:
-        """Complete ``fut`` when every live broker has answered what was queued to it so far (or at the
-        request timeout)."""
+    def _answer_once_applied(self, fut: Future, remaining: set[TopicPartition], shutting_down: int) -> None:
+        """Complete ``fut`` when every other live broker (the new leaders among them) has answered what was
+        queued to it so far, or after half the request timeout (so the answer reaches the broker before its
+        own request times out).  The shutting-down broker's own requests are not waited for: it exits."""
         lock = threading.Lock()
-        pending = set(self.ctx.live_or_shutting_down_broker_ids)
+        pending = set(self.ctx.live_broker_ids) - self.ctx.shutting_down_broker_ids - {shutting_down}
 
         def complete():
             with lock:
@@ -99,9 +101,11 @@ class ControlledShutdownManager:
         for b in sorted(pending):
             if channel is None or not channel.barrier(b, lambda b=b: applied(b)):
                 applied(b)
+        if not pending:
+            complete()
         if not fut.done():
             self.controller.scheduler.schedule_once("ControlledShutdownAnswerTimeout", complete,
-                                                    self.controller.config.request_timeout_s * 1000)
+                                                    self.controller.config.request_timeout_s * 1000 / 2)
 
     def do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
         t0 = time.monotonic()

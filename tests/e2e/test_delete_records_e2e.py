@@ -2,9 +2,8 @@
 ``kafkatier delete-records`` tool against clusters of broker processes (acceptance scenarios C24-C29, C31-C33),
 plus SASL/PLAIN + ACLs (DELETE on the topic).
 
-Scenario C30 (leadership moves while a request is pending) needs a leadership move with the old leader alive;
-the project has no preferred-election/reassignment path yet, so it is covered by the unit tests
-(tests/unit/test_delete_records_leader.py) through LeaderAndIsr and StopReplica.
+Scenario C30 (leadership moves while a request is pending) is in tests/e2e/test_leader_election_e2e.py (a
+preferred election moves the leader) and in the unit tests (tests/unit/test_delete_records_leader.py).
 """
 from __future__ import annotations
 
@@ -338,7 +337,7 @@ def test_follower_down_then_catching_up_and_restart_keeps_the_log_start_offset(c
     assert checkpointed_start(cluster, down, topic) == 3
 
     cluster.manager.stop_broker(down)
-    produce(cluster, topic, 100, start=100, acks=1)
+    produce(cluster, topic, 100, start=100)  # acks=all: the deletion at 117 needs the HW past it
     admin = admin_for(cluster)
     try:
         out = admin.delete_records({TopicPartition(topic, 0): 117}, timeout_ms=20000)
