@@ -2,7 +2,8 @@
 partition counts of ``--sizes`` (default 1,000 / 5,000 / 20,000; RF 3, topics of ``--topic-partitions``):
 
 1. **topic creation**: the new topics written to ZooKeeper (as ``kafka-topics --create`` does) until every
-   partition has a leader in ZooKeeper and every broker's Metadata answer gives every partition that leader.
+   partition has a leader in ZooKeeper and every broker's Metadata answer gives every partition that leader
+   (then, not counted, until no partition is under-replicated: the controller is killed in a healthy cluster).
 2. **controller kill -9**: from the kill until a new controller has finished its failover, every partition
    is led by a live broker and every live broker's metadata agrees with ZooKeeper.  Reported next to the new
    controller's own failover time (its ``controller failover done ... ms=`` log line) and to the baseline: a raw
@@ -51,13 +52,25 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def zk_leaders(zk, topics: dict[str, int]) -> dict[tuple[str, int], int]:
-    """Leader of every partition from its state znode (-1 when missing or unled)."""
+def zk_states(zk, topics: dict[str, int]) -> dict[tuple[str, int], dict]:
+    """Every partition's state znode (leader -1 and an empty ISR when missing)."""
     tps = [(t, p) for t, n in sorted(topics.items()) for p in range(n)]
     out = {}
     for tp, res in zip(tps, get_many(zk, [paths.partition_state(t, p) for t, p in tps])):
-        out[tp] = json.loads(res[0])["leader"] if res is not None else -1
+        out[tp] = json.loads(res[0]) if res is not None else {"leader": -1, "isr": []}
     return out
+
+
+def zk_leaders(zk, topics: dict[str, int]) -> dict[tuple[str, int], int]:
+    """Leader of every partition from its state znode (-1 when missing or unled)."""
+    return {tp: st["leader"] for tp, st in zk_states(zk, topics).items()}
+
+
+def fully_replicated(zk, topics: dict[str, int]) -> bool:
+    """No under-replicated partition.  The controller is killed only then: a follower still out of the ISR
+    (a broker creating thousands of logs can take longer than replica.lag.time.max.ms) cannot take over, so
+    a partition whose ISR is the killed broker alone would stay offline, as in Kafka without unclean election."""
+    return all(len(st["isr"]) == REPLICATION for st in zk_states(zk, topics).values())
 
 
 def broker_leaders(port: int) -> tuple[dict[tuple[str, int], int], set[int]] | None:
@@ -150,6 +163,9 @@ def main() -> int:
             replicas_per_broker = total * REPLICATION / len(ids)
             rss_per_partition = max((rss[i] - base_rss[i]) * 1024 / replicas_per_broker for i in ids)
             raw = min(raw_read_s(zk, topics) for _ in range(3))
+            t_isr = time.monotonic()
+            wait_for(lambda: fully_replicated(zk, topics), 1800, interval=2.0, message="no under-replicated partition")
+            isr_s = time.monotonic() - t_isr
             # 2. kill -9 the controller
             old = controller_id(zk)
             t1 = time.monotonic()
@@ -169,10 +185,11 @@ def main() -> int:
             wait_for(lambda: all_agree(zk, m, topics, set(ids)), 600, interval=1.0,
                      message="the restarted broker back in every broker's metadata")
             restart_s = time.monotonic() - t2
-            rows.append(dict(partitions=total, create_s=create_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
+            rows.append(dict(partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
                              raw_ms=raw * 1000, ratio=ctrl_ms / (raw * 1000), registered_s=registered_s,
                              restart_s=restart_s, rss_b=rss_per_partition))
-            print(f"summary: partitions={total} create_s={create_s:.1f} kill9_to_all_led_and_agreeing_s="
+            print(f"summary: partitions={total} create_s={create_s:.1f} then_isr_full_s={isr_s:.1f} "
+                  f"kill9_to_all_led_and_agreeing_s="
                   f"{failover_s:.1f} controller_failover_ms={ctrl_ms:.0f} raw_async_read_ms={raw * 1000:.0f} "
                   f"ratio={ctrl_ms / (raw * 1000):.2f} broker_restart_serving_s={registered_s:.1f} "
                   f"broker_restart_all_agreeing_s={restart_s:.1f} rss_per_replica_bytes={rss_per_partition:.0f}",
@@ -183,12 +200,13 @@ def main() -> int:
         m.down()
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print("| partitions (RF 3) | create -> all led, metadata agreeing | kill -9 controller -> all led, agreeing "
+    print("| partitions (RF 3) | create -> all led, metadata agreeing (then ISR full) "
+          "| kill -9 controller -> all led, agreeing "
           "| controller failover | raw async read | failover / raw | broker restart: serving / all agreeing "
           "| broker RSS per replica |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['partitions']:,} | {r['create_s']:.1f} s | {r['kill9_s']:.1f} s | {r['ctrl_ms']:.0f} ms "
+        print(f"| {r['partitions']:,} | {r['create_s']:.1f} s (+{r['isr_s']:.1f} s) | {r['kill9_s']:.1f} s | {r['ctrl_ms']:.0f} ms "
               f"| {r['raw_ms']:.0f} ms | {r['ratio']:.2f}x | {r['registered_s']:.1f} s / {r['restart_s']:.1f} s "
               f"| {r['rss_b'] / 1024:.1f} KiB |")
     return 0

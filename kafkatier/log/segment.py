@@ -5,8 +5,9 @@ and reads move whole byte ranges; batch headers are read only to find batch boun
 
 File descriptors: a broker may hold 20,000 replicas, more than a usual ``ulimit -n``.  The ``.log`` file is
 opened on first use (any access to ``_fd``) and closed again by :meth:`LogSegment.release_files`, which the
-log manager's idle-file sweep calls for logs nobody used since the previous sweep; the indexes hold no
-descriptor and load lazily (:mod:`kafkatier.log.abstract_index`).  Difference from Kafka: Kafka keeps every
+log manager calls for every log once it is loaded and then every ``file_release_interval_ms`` (so descriptors
+stay open only for segments used since the last sweep); the indexes hold no descriptor and load lazily
+(:mod:`kafkatier.log.abstract_index`).  Difference from Kafka: Kafka keeps every
 segment's ``FileChannel`` open and asks for a large ``ulimit -n`` instead.
 """
 from __future__ import annotations
