@@ -18,11 +18,12 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaProducer
 from kazoo.exceptions import NoNodeError
 
-from kafkatier.admin.client import AdminClient
+from kafkatier.admin.client import AdminClient, NewTopicSpec
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
-from kip950_support import (DELETE, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_log, consume, earliest,
-                            partition_state, produce, remote, tiered, unique, values, wait_offloaded, wait_state)
+from kip950_support import (READ_ONLY, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_log, consume, disabled_events,
+                            finished_chain, partition_state, produce, remote, segments, tiered, unique, values,
+                            wait_state)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -46,8 +47,9 @@ def assignment(zk, topic: str) -> codecs.ReplicaAssignment:
 
 def create(cluster, topic: str, replicas, configs: dict | None = None) -> None:
     """One partition on ``replicas``, online with every replica in the ISR."""
-    from kafkatier.zk.kafka_zk_client import KafkaZkClient
-    KafkaZkClient(cluster.zk).create_topic(topic, {0: list(replicas)}, configs or {})
+    with AdminClient(cluster.bootstrap_servers.split(",")) as a:
+        assert a.create_topics([NewTopicSpec(topic, -1, -1, configs=configs or {},
+                                             replica_assignment={0: list(replicas)})]) == {topic: None}
     wait_for(lambda: sorted(partition_state(cluster.zk, topic)["isr"]) == sorted(replicas), WAIT_S, interval=0.1,
              ignore=(NoNodeError,), message=f"{topic} online")
 
@@ -233,8 +235,9 @@ def test_cancel_mid_way_restores_the_origin_replicas(cluster, admin):
         ongoing = admin.list_partition_reassignments([(topic, 0)])[(topic, 0)]
         assert (ongoing.adding_replicas, ongoing.removing_replicas) == ((late,), (others[0],))
         assert admin.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
-        wait_for(lambda: assignment(cluster.zk, topic) == codecs.ReplicaAssignment(tuple(origin)), WAIT_S,
-                 interval=0.1, message="origin restored")
+        # As Kafka: the origin replicas come back in their order within RS (TRS first), nothing adding/removing.
+        restored = codecs.ReplicaAssignment((others[1], others[2], others[0]))
+        wait_for(lambda: assignment(cluster.zk, topic) == restored, WAIT_S, interval=0.1, message="origin restored")
         assert cluster.zk.exists(paths.REASSIGN_PARTITIONS) is None  # the API's cancel wins over the znode
         assert admin.list_partition_reassignments() == {}
         assert partition_state(cluster.zk, topic)["leader"] == leader
@@ -257,3 +260,72 @@ def test_garbage_legacy_znode_is_logged_and_removed_and_the_controller_keeps_wor
     write_legacy(cluster, topic, others[1:3])
     wait_done(cluster, admin, topic, others[1:3])
     wait_for(lambda: cluster.zk.exists(paths.REASSIGN_PARTITIONS) is None, WAIT_S, message="znode deleted")
+
+
+# ------------------------------------------------------------------------------------------------ tiered storage
+
+def test_tiered_topic_moves_keeping_its_remote_data_and_the_new_leader_copies_from_the_remote_log_end(cluster,
+                                                                                                       admin):
+    topic = unique("tiered")
+    others = non_controllers(cluster)
+    origin, target = others[:3], [others[3], others[1], others[2]]  # the leader moves to a broker without data
+    create(cluster, topic, origin, TOPIC_CONFIG)
+    produce(cluster, topic, 30)                                      # rolled: [0,6) .. [18,24)
+    wait_for(lambda: finished_chain(remote(cluster.zk, topic)) == segments(0, 24), WAIT_S, interval=0.2,
+             message="offloaded")
+    assert admin.alter_partition_reassignments({(topic, 0): target}) == {(topic, 0): None}
+    wait_done(cluster, admin, topic, target)
+    assert partition_state(cluster.zk, topic)["leader"] == others[3]
+    assert finished_chain(remote(cluster.zk, topic)) == segments(0, 24)  # the removed leader kept the remote tier
+    assert consume(cluster, topic) == values(0, 30)                  # [0,24) read from the remote tier
+    produce(cluster, topic, 12, first=30)                            # rolls [24,30) and [30,36)
+    wait_for(lambda: finished_chain(remote(cluster.zk, topic)) == segments(0, 36), WAIT_S, interval=0.2,
+             message="the new leader offloads from the remote log end")
+    assert consume(cluster, topic) == values(0, 42)
+
+
+def test_a_replica_added_while_tiered_storage_is_disabling_is_disabled_before_it_completes(cluster, admin):
+    """controller.md §9: a replica on a stopped broker keeps the disablement in DISABLING; the reassignment
+    replaces that replica by a new one, which gets StopReplica v5 before the state becomes DISABLED."""
+    topic = unique("disabling")
+    others = non_controllers(cluster)
+    origin, late, new = others[:3], others[2], others[3]
+    create(cluster, topic, origin, TOPIC_CONFIG)
+    produce(cluster, topic, 30)
+    wait_for(lambda: finished_chain(remote(cluster.zk, topic)) == segments(0, 24), WAIT_S, interval=0.2,
+             message="offloaded")
+    kill(cluster, late)
+    try:
+        assert alter(cluster, topic, READ_ONLY) is None
+        assert tiered(cluster.zk, topic) == (1, "DISABLING")         # waits for the stopped broker's replica
+        target = [others[0], others[1], new]
+        assert admin.alter_partition_reassignments({(topic, 0): target}) == {(topic, 0): None}
+        wait_done(cluster, admin, topic, target)
+        wait_state(cluster.zk, topic, "DISABLED", 1)
+        assert disabled_events(cluster, new, topic) == ["read-only"]
+    finally:
+        restart(cluster, late)
+    assert consume(cluster, topic) == values(0, 30)
+
+
+def test_topic_deletion_waits_for_a_reassignment_and_a_topic_being_deleted_cannot_be_reassigned(cluster, admin):
+    from kafkatier.zk.kafka_zk_client import KafkaZkClient
+    topic = unique("deleting")
+    others = non_controllers(cluster)
+    origin, late = others[:2], others[3]
+    create(cluster, topic, origin)
+    kill(cluster, late)
+    try:
+        write_legacy(cluster, topic, [late, others[1]])
+        wait_in_progress(cluster, topic, [late])
+        assert KafkaZkClient(cluster.zk).mark_topic_for_deletion(topic)
+        out = admin.alter_partition_reassignments({(topic, 0): [others[1], others[2]]})
+        assert out[(topic, 0)].name == "UNKNOWN_TOPIC_OR_PARTITION"
+        assert cluster.zk.exists(paths.topic(topic)) is not None  # deletion waits for the reassignment
+    finally:
+        restart(cluster, late)
+    wait_for(lambda: cluster.zk.exists(paths.topic(topic)) is None
+             and cluster.zk.exists(paths.delete_topic(topic)) is None, WAIT_S, interval=0.1,
+             message="topic deleted once the reassignment finished")
+    wait_for(lambda: not replica_dirs(cluster, topic), WAIT_S, message="every replica deleted")
+    assert cluster.zk.exists(paths.REASSIGN_PARTITIONS) is None
