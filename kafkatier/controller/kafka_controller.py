@@ -21,6 +21,7 @@ from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.controlled_shutdown import ControlledShutdownManager
 from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
+from kafkatier.controller.partition_reassignment import PartitionReassignmentManager
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.controller.replica_election_manager import AutoRebalanceConfig, ReplicaElectionManager
 from kafkatier.controller.replica_state_machine import ReplicaStateMachine
@@ -72,6 +73,7 @@ class KafkaController:
         self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
         self.replica_election_manager = ReplicaElectionManager(self, self.scheduler, self.config.auto_rebalance)
         self.controlled_shutdown_manager = ControlledShutdownManager(self)
+        self.partition_reassignment = PartitionReassignmentManager(self)
         self._admin_factory = admin_factory
         self._admin = None
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
@@ -197,6 +199,7 @@ class KafkaController:
                              self.process_isr_change_notification)
         self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
                              self.process_log_dir_event_notification)
+        self.partition_reassignment.register_watch()
         # 3. stale notifications
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
@@ -227,7 +230,8 @@ class KafkaController:
             self._send_update_metadata(self.ctx.live_broker_ids, [])
             self.partition_state_machine.startup()
             self.replica_state_machine.startup()
-        # 10. resume deletion
+        # 10. resume reassignments, then deletion
+        self.partition_reassignment.on_controller_failover()
         self.topic_deletion_manager.resume_deletions()
         self.tiered_manager.resume_disablements()
         self.replica_election_manager.on_failover()  # pending preferred election, auto rebalance
@@ -390,6 +394,7 @@ class KafkaController:
         replicas = ctx.replicas_on_brokers(set(new_brokers))
         self.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
         self.partition_state_machine.trigger_online_partition_state_change()
+        self.partition_reassignment.on_broker_startup(new_brokers)
         topics = {pr.tp.topic for pr in replicas}
         self.topic_deletion_manager.resume_deletion_for_topics(topics)
         self.tiered_manager.on_broker_startup(new_brokers)
@@ -528,6 +533,7 @@ class KafkaController:
         fresh = self.kafka_zk.get_partition_states(tps)
         self.ctx.partition_leadership.update(fresh)
         self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
+        self.partition_reassignment.on_isr_change(fresh)
 
     # --- log dir failures (KIP-112) ----------------------------------------------------------------------------
     def process_log_dir_event_notification(self) -> None:

@@ -115,7 +115,7 @@ class KafkaApis:
             for key, (versions, handler) in log_dirs.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
-        # ElectLeaders (43), ControlledShutdown (7), ACLs (29-31), SCRAM users (50-51), ...
+        # ElectLeaders (43), Alter/ListPartitionReassignments (45-46), ControlledShutdown (7), ACLs (29-31), SCRAM users (50-51), ...
         for apis in extra_apis:  # handler classes with handlers() -> {api_key: (versions, handler)}
             for key, (versions, handler) in apis.handlers().items():
                 self._handlers[key] = handler

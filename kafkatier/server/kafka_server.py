@@ -50,6 +50,7 @@ from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
+from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
@@ -170,6 +171,8 @@ class KafkaServer:
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
                               extra_apis=[ElectionApis(self.controller, self.metadata_cache, authorizer),
+                                          PartitionReassignmentApis(self.controller.partition_reassignment,
+                                                                    authorizer),
                                           ControlledShutdownApis(self.controller, authorizer),
                                           AclApis(authorizer, auth), UserScramApis(self.zk, authorizer)])
         o = c.overrides
