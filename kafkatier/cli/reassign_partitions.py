@@ -143,7 +143,7 @@ def _read(path: str, parse: Callable[[str], Any]) -> Any:
 
 
 class CommandFailed(Exception):
-    """A request failed: the message is printed as Kafka's tool prints it, exit status 1."""
+    """The command cannot go on (Kafka's message, after ``kafkatier reassign-partitions:``), exit status 1."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
                 return verify(admin, entries, args)
             return cancel(admin, entries, args)
     except CommandFailed as e:
-        print(str(e), file=sys.stderr)
-        return 1
+        return common.print_error(COMMAND, str(e))
     except (AdminError, NoReachableBrokerError) as e:
         return common.print_error(COMMAND, e)
 
@@ -208,7 +207,7 @@ def current_assignment(admin: AdminClient, partitions: Iterable[TopicPartition])
                 out[tp] = list(p.replicas)
     missing = sorted(partitions - set(out))
     if missing:
-        raise CommandFailed(f"Error: UNKNOWN_TOPIC_OR_PARTITION: Unable to find partition: "
+        raise CommandFailed(f"UNKNOWN_TOPIC_OR_PARTITION: Unable to find partition: "
                             f"{', '.join(map(str, missing))}")
     return out
 
@@ -220,7 +219,7 @@ def _describe_topics(admin: AdminClient, topics: list[str]) -> list:
             out += admin.describe_topics([topic])
         except AdminError as e:
             if e.name == "UNKNOWN_TOPIC_OR_PARTITION":
-                raise CommandFailed(f"Error: UNKNOWN_TOPIC_OR_PARTITION: Topic {topic} not found.") from None
+                raise CommandFailed(f"UNKNOWN_TOPIC_OR_PARTITION: Topic {topic} not found.") from None
             raise
     return out
 
@@ -245,12 +244,12 @@ def generate(admin: AdminClient, topics: list[str], broker_list: list[int], rack
     brokers = [b if rack_aware else BrokerMetadata(b.id) for b in _broker_metadata(admin) if b.id in wanted]
     racks = [b.rack for b in brokers]
     if rack_aware and any(r is None for r in racks) and any(r is not None for r in racks):
-        raise CommandFailed("Error: Not all brokers have rack information. Add --disable-rack-aware in command "
+        raise CommandFailed("Not all brokers have rack information. Add --disable-rack-aware in command "
                             "line to make replica assignment without rack information.")
     try:
         proposed = plan.calculate_assignment(current, brokers)
     except KafkaError as e:
-        raise CommandFailed(f"Error: {e.error.name}: {e}") from None
+        raise CommandFailed(f"{e.error.name}: {e}") from None
     print("Current partition replica assignment")
     print(plan.format_reassignment_json(current))
     print()

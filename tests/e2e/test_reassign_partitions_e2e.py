@@ -176,8 +176,8 @@ def test_list_and_cancel_a_throttled_reassignment(cluster, admin, cli, tmp_path)
     assert r.stdout.splitlines() == ["Current partition reassignments:",
                                      f"{topic}-0: replicas: 2,1. adding: 2. removing: 1."], r
     r = cli("--execute", "--reassignment-json-file", str(f))
-    assert r.returncode == 1 and r.stderr.startswith("Cannot execute because there is an existing partition "
-                                                     "assignment.  Use --additional")
+    assert r.returncode == 1 and r.stderr.startswith("kafkatier reassign-partitions: Cannot execute because there "
+                                                     "is an existing partition assignment.  Use --additional")
     v = cli("--verify", "--reassignment-json-file", str(f))
     assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout
     assert "Clearing" not in v.stdout                       # throttles stay while it runs

@@ -153,3 +153,95 @@ def test_log_dir_move_lines():
                                                              False)
     assert cli.verify_line(r, "/d2", info("/d1", "/d3")) == (
         "Partition t-0 on broker 0 is being moved to log dir /d3 instead of /d2.", False)
+
+
+class FakeAdmin:
+    """The admin calls the command makes, recorded; answers scripted per test."""
+
+    def __init__(self, replicas: dict[TP, list[int]], ongoing=None, brokers=(1, 2, 3), dir_answers=(),
+                 reassign_errors=None):
+        self.replicas, self.ongoing, self.brokers = replicas, dict(ongoing or {}), list(brokers)
+        self.dir_answers = list(dir_answers)      # one {(t, p, b): code} per AlterReplicaLogDirs call
+        self.reassign_errors = reassign_errors or {}
+        self.calls: list[tuple] = []
+
+    def list_partition_reassignments(self, partitions=None):
+        self.calls.append(("list", partitions))
+        return {tp: r for tp, r in self.ongoing.items() if partitions is None or tp in partitions}
+
+    def alter_partition_reassignments(self, targets):
+        self.calls.append(("alter", dict(targets)))
+        return {tp: self.reassign_errors.get(tp) for tp in targets}
+
+    def broker_ids(self):
+        return self.brokers
+
+    def describe_topics(self, names):
+        from kafkatier.admin.client import PartitionInfo, TopicInfo
+        return [TopicInfo(n, None, False, tuple(PartitionInfo(tp.partition, rs[0], tuple(rs), tuple(rs))
+                                                 for tp, rs in sorted(self.replicas.items()) if tp.topic == n))
+                for n in names]
+
+    def alter_configs(self, entity_type, name, set_configs=None, delete_configs=()):
+        self.calls.append(("configs", entity_type, name, dict(set_configs or {}), tuple(delete_configs)))
+
+    def alter_replica_log_dirs(self, moves):
+        self.calls.append(("dirs", dict(moves)))
+        answer = self.dir_answers.pop(0) if self.dir_answers else {}
+        return {k: answer.get(k, 0) for k in moves}
+
+
+def execute_args(**kw):
+    args = parse("--execute", "--reassignment-json-file", "f")
+    cli.check_options(args)
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
+def entries(text: str):
+    return plan.parse_reassignment_json(text)
+
+
+def test_execute_sends_log_dirs_then_the_reassignment_then_retries_new_replicas(capsys):
+    admin = FakeAdmin({TP("t", 0): [1, 2]}, dir_answers=[{("t", 0, 3): 9, ("t", 0, 1): 0}, {("t", 0, 3): 0}])
+    rc = cli.execute(admin, entries('{"partitions":[{"topic":"t","partition":0,"replicas":[3,1],'
+                                    '"log_dirs":["/b3/d2","/b1/d2"]}]}'), execute_args(throttle=1000))
+    out = capsys.readouterr().out
+    assert rc == 0
+    kinds = [c[0] for c in admin.calls]
+    assert kinds == ["list", "configs", "configs", "configs", "configs", "dirs", "alter", "dirs"]
+    assert admin.calls[1] == ("configs", "topics", "t", {"leader.replication.throttled.replicas": "0:1,0:2",
+                                                         "follower.replication.throttled.replicas": "0:3"}, ())
+    assert [c[2] for c in admin.calls[2:5]] == ["1", "2", "3"]
+    assert admin.calls[6] == ("alter", {TP("t", 0): [3, 1]})
+    assert admin.calls[7] == ("dirs", {("t", 0, 3): "/b3/d2"})          # only the replica not created yet
+    assert "Successfully started partition reassignment for t-0" in out
+    assert "Successfully started log directory move(s) for: t-0-1,t-0-3" in out
+
+
+def test_execute_refusals_and_failures():
+    one = entries('{"partitions":[{"topic":"t","partition":0,"replicas":[2]}]}')
+    running = {TP("u", 0): OngoingReassignment((1, 2), (2,), (1,))}
+    with pytest.raises(cli.CommandFailed, match="Cannot execute because there is an existing partition assignment"):
+        cli.execute(FakeAdmin({TP("t", 0): [1]}, ongoing=running), one, execute_args())
+    admin = FakeAdmin({TP("t", 0): [1]}, ongoing=running)
+    assert cli.execute(admin, one, execute_args(additional=True)) == 0       # --additional goes on
+    with pytest.raises(UsageError, match="Unknown broker id 7"):
+        cli.execute(FakeAdmin({TP("t", 0): [1]}), entries('{"partitions":[{"topic":"t","partition":0,"replicas":[7]}]}'),
+                    execute_args())
+    with pytest.raises(cli.CommandFailed, match="UNKNOWN_TOPIC_OR_PARTITION: Unable to find partition: t-5"):
+        cli.execute(FakeAdmin({TP("t", 0): [1]}), entries('{"partitions":[{"topic":"t","partition":5,"replicas":[1]}]}'),
+                    execute_args())
+    failing = FakeAdmin({TP("t", 0): [1]}, reassign_errors={TP("t", 0): "INVALID_REPLICA_ASSIGNMENT: no"})
+    with pytest.raises(cli.CommandFailed) as e:
+        cli.execute(failing, one, execute_args())
+    assert str(e.value) == "Error reassigning partition(s):\nt-0: INVALID_REPLICA_ASSIGNMENT: no"
+    never = FakeAdmin({TP("t", 0): [1]}, dir_answers=[{("t", 0, 2): 9}] * 3)
+    with pytest.raises(cli.CommandFailed, match="Timed out before log directory move.s. could be started for: t-0-2"):
+        cli.execute(never, entries('{"partitions":[{"topic":"t","partition":0,"replicas":[2],"log_dirs":["/d"]}]}'),
+                    execute_args(timeout=0))
+    broken = FakeAdmin({TP("t", 0): [1]}, dir_answers=[{("t", 0, 1): 57}])
+    with pytest.raises(cli.CommandFailed, match="Failed to alter dir for t-0-1: LOG_DIR_NOT_FOUND"):
+        cli.execute(broken, entries('{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/x"]}]}'),
+                    execute_args())
