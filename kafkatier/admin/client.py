@@ -6,6 +6,10 @@ Every call retries (tenacity, exponential backoff, bounded by attempts and a dea
 left is raised as :class:`AdminError`, whose text is ``<ERROR_NAME>: <message>`` with Kafka's error name
 (including the project's code 950, ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``, which kafka-python does not know).
 
+AlterPartitionReassignments and ListPartitionReassignments are built here and sent to the controller with
+kafka-python's ``_send_request_to_controller`` (it finds the controller and retries once on NOT_CONTROLLER):
+kafka-python refuses an empty replica list client-side, and the broker's INVALID_REPLICA_ASSIGNMENT is wanted.
+
 DescribeConfigs and IncrementalAlterConfigs are sent as protocol requests through the admin client's connection
 manager rather than through ``describe_configs``/``alter_configs``: kafka-python drops DescribeConfigs'
 per-resource errors and folds IncrementalAlterConfigs' into strings, and both are needed here.  That uses
@@ -21,7 +25,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 import attrs
 import kafka.errors as kerr
 from kafka.admin import ConfigResourceType, ConfigSourceType, KafkaAdminClient
-from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin import (AlterPartitionReassignmentsRequest, DescribeConfigsRequest,
+                                  IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest)
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 from tenacity import wait_random
 
@@ -255,6 +260,15 @@ def config_entries_from_result(result: Any) -> list[ConfigEntry]:
             for c in result.configs]
 
 
+@attrs.frozen
+class OngoingPartitionReassignment:
+    """One partition being reassigned (ListPartitionReassignments): RS, AR and RR."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
 # ------------------------------------------------------------------------------------------------ client
 
 class AdminClient:
@@ -308,6 +322,15 @@ class AdminClient:
                     raise
                 raise err from e
         return self._retry.retrying(what)(attempt)
+
+    def _send_to_controller(self, request: Any) -> Any:
+        """Send one protocol request to the active controller; a top-level error raises :class:`AdminError`."""
+        response = self._admin._manager.run(  # noqa: SLF001 (see module docstring)
+            self._admin._send_request_to_controller, request,  # noqa: SLF001
+            lambda r: (kerr.for_code(r.error_code),), False)
+        if response.error_code:
+            raise AdminError.from_code(response.error_code, response.error_message)
+        return response
 
     def _send(self, request: Any, node_id: int | None = None) -> Any:
         """Send one protocol request (to ``node_id``, or the least loaded broker) and wait for the response."""
@@ -460,6 +483,50 @@ class AdminClient:
         result = self._call("alter_replica_log_dirs",
                             lambda: self._admin.alter_replica_log_dirs(dict(assignments)), idempotent=True)
         return {(k.topic, k.partition, k.broker_id): int(getattr(v, "errno", 0) or 0) for k, v in result.items()}
+
+
+    # -- partition reassignments (KIP-455) -------------------------------------------------------------
+
+    def alter_partition_reassignments(self, reassignments: Mapping[tuple[str, int], Sequence[int] | None],
+                                      timeout_ms: int | None = None) -> dict[tuple[str, int], AdminError | None]:
+        """AlterPartitionReassignments: ``{(topic, partition): target replicas}``, ``None`` cancels.  Per
+        partition, None (the reassignment started, or was cancelled) or the error (e.g. INVALID_REPLICA_ASSIGNMENT,
+        UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS)."""
+        by_topic: dict[str, list] = defaultdict(list)
+        for (topic, partition), replicas in reassignments.items():
+            by_topic[topic].append(AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition(
+                partition_index=int(partition), replicas=None if replicas is None else [int(r) for r in replicas]))
+        request = AlterPartitionReassignmentsRequest(
+            timeout_ms=timeout_ms or self._timeout_ms,
+            topics=[AlterPartitionReassignmentsRequest.ReassignableTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()])
+
+        def attempt() -> dict[tuple[str, int], AdminError | None]:
+            response = self._send_to_controller(request)
+            return {(t.name, p.partition_index): AdminError.from_code(p.error_code, p.error_message)
+                    if p.error_code else None for t in response.responses for p in t.partitions}
+        results = self._call("alter_partition_reassignments", attempt, idempotent=True)
+        return {(t, int(p)): results.get((t, int(p)), AdminError("UNKNOWN_SERVER_ERROR", f"no result for {t}-{p}"))
+                for t, p in reassignments}
+
+    def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None = None
+                                     ) -> dict[tuple[str, int], OngoingPartitionReassignment]:
+        """ListPartitionReassignments: the ongoing reassignments of ``partitions`` (all if None)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for topic, partition in partitions:
+                by_topic[topic].append(int(partition))
+            topics = [ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(
+                name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+        request = ListPartitionReassignmentsRequest(timeout_ms=self._timeout_ms, topics=topics)
+
+        def attempt() -> dict[tuple[str, int], OngoingPartitionReassignment]:
+            response = self._send_to_controller(request)
+            return {(t.name, p.partition_index): OngoingPartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+                for t in response.topics for p in t.partitions}
+        return self._call("list_partition_reassignments", attempt, idempotent=True)
 
 
 def _create_spec(t: NewTopicSpec) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class ControllerContext:
         self.all_topics: set[str] = set()
         self.topic_ids: dict[str, str] = {}
         self.partition_assignments: dict[str, dict[int, ReplicaAssignment]] = defaultdict(dict)
+        # Derived from the assignments (their adding / removing replicas), as a new controller finds them.
+        self.partitions_being_reassigned: set[TopicPartition] = set()
         self.partition_leadership: dict[TopicPartition, LeaderAndIsr] = {}
         self.partition_states: dict[TopicPartition, PartitionState] = {}
         self.replica_states: dict[PartitionAndReplica, ReplicaState] = {}
@@ -84,6 +86,13 @@ class ControllerContext:
 
     def update_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         self.partition_assignments[tp.topic][tp.partition] = assignment
+        if assignment.is_being_reassigned:
+            self.partitions_being_reassigned.add(tp)
+        else:
+            self.partitions_being_reassigned.discard(tp)
+
+    def is_topic_being_reassigned(self, topic: str) -> bool:
+        return any(tp.topic == topic for tp in self.partitions_being_reassigned)
 
     def replicas_for_topic(self, topic: str) -> set[PartitionAndReplica]:
         return {PartitionAndReplica(tp, r) for tp in self.partitions_for_topic(topic) for r in self.partition_replicas(tp)}
@@ -108,6 +117,7 @@ class ControllerContext:
             self.partition_states.pop(tp, None)
         self.replica_states = {k: v for k, v in self.replica_states.items() if k.tp.topic != topic}
         self.partition_assignments.pop(topic, None)
+        self.partitions_being_reassigned = {tp for tp in self.partitions_being_reassigned if tp.topic != topic}
         self.all_topics.discard(topic)
         self.topic_ids.pop(topic, None)
         self.topic_configs.pop(topic, None)

@@ -20,6 +20,7 @@ from kafkatier.controller.channel_manager import ControllerChannelManager
 from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
+from kafkatier.controller.partition_reassignment import PartitionReassignmentManager
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.controller.replica_state_machine import ReplicaStateMachine
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
@@ -67,6 +68,7 @@ class KafkaController:
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
         self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
+        self.partition_reassignment = PartitionReassignmentManager(self)
         self._admin_factory = admin_factory
         self._admin = None
         self._generation = 0  # bumps at every failover / resignation; stale watches return False
@@ -192,6 +194,7 @@ class KafkaController:
                              self.process_isr_change_notification)
         self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
                              self.process_log_dir_event_notification)
+        self.partition_reassignment.register_watch()
         # 3. stale notifications
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
@@ -221,7 +224,8 @@ class KafkaController:
         # requires; the dead replicas have then already left the ISR.
         self.partition_state_machine.startup()
         self.replica_state_machine.startup()
-        # 10. resume deletion
+        # 10. resume reassignments, then deletion
+        self.partition_reassignment.on_controller_failover()
         self.topic_deletion_manager.resume_deletions()
         self.tiered_manager.resume_disablements()
         self.metrics["failovers"] += 1
@@ -383,6 +387,7 @@ class KafkaController:
         replicas = ctx.replicas_on_brokers(set(new_brokers))
         self.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
         self.partition_state_machine.trigger_online_partition_state_change()
+        self.partition_reassignment.on_broker_startup(new_brokers)
         topics = {pr.tp.topic for pr in replicas}
         self.topic_deletion_manager.resume_deletion_for_topics(topics)
         self.tiered_manager.on_broker_startup(new_brokers)
@@ -503,6 +508,7 @@ class KafkaController:
         fresh = self.kafka_zk.get_partition_states(tps)
         self.ctx.partition_leadership.update(fresh)
         self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
+        self.partition_reassignment.on_isr_change(fresh)
 
     # --- log dir failures (KIP-112) ----------------------------------------------------------------------------
     def process_log_dir_event_notification(self) -> None:

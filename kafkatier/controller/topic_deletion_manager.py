@@ -69,8 +69,8 @@ class TopicDeletionManager:
                 continue  # waiting for StopReplica answers
             if ctx.is_any_replica_in_state(topic, RS.DELETION_INELIGIBLE):
                 self._retry_deletion_for_ineligible_replicas(topic)
-            if topic not in ctx.topics_ineligible_for_deletion:
-                eligible.add(topic)
+            if topic not in ctx.topics_ineligible_for_deletion and not ctx.is_topic_being_reassigned(topic):
+                eligible.add(topic)  # a reassignment in progress makes the topic wait (Kafka: ineligible)
         if eligible:
             self._on_topic_deletion(eligible)
 

@@ -31,6 +31,7 @@ from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
+from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
                                               ReplicaManager)
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
@@ -75,6 +76,7 @@ class KafkaApis:
                  metadata_cache, admin_zk, controller, zk, producer_ids, *,
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
+                 partition_reassignments: PartitionReassignmentApis | None = None,
                  broker_configs: DynamicBrokerConfig):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
@@ -103,6 +105,10 @@ class KafkaApis:
             self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
         if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
             for key, (versions, handler) in log_dirs.handlers().items():
+                self._handlers[key] = handler
+                self._versions[key] = versions
+        if partition_reassignments is not None:  # AlterPartitionReassignments (45), ListPartitionReassignments (46)
+            for key, (versions, handler) in partition_reassignments.handlers().items():
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:

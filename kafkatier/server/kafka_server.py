@@ -45,6 +45,7 @@ from kafkatier.server.dynamic_config_manager import DynamicConfigManager
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
+from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
@@ -157,6 +158,8 @@ class KafkaServer:
                                                    create_offsets_topic=self._create_offsets_topic,
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1),
                               log_dirs=LogDirsApis(self.replica_manager, authorizer),
+                              partition_reassignments=PartitionReassignmentApis(
+                                  self.controller.partition_reassignment, authorizer),
                               broker_configs=self.broker_configs)
         self.socket_server = SocketServer(c.host, c.port, self.apis,
                                           request_gate=sasl.gate if sasl is not None else None)

@@ -370,7 +370,8 @@ class ReplicaManager:
         self._seen_log_start.pop(key, None)
         if self.remote_log_manager is not None:
             try:
-                self.remote_log_manager.on_replica_stopped(topic, key[1], delete)
+                self.remote_log_manager.on_replica_stopped(topic, key[1], delete,
+                                                           topic_deleted=ps.get("leader_epoch") == -2)
             except Exception:  # noqa: BLE001
                 log.exception("remote log manager stop failed %s", kv(partition=f"{topic}-{key[1]}"))
         log.info("stopped replica %s", kv(partition=f"{topic}-{key[1]}", delete=delete))

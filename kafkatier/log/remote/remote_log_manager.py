@@ -575,16 +575,17 @@ class RemoteLogManager:
             if sp.stop_remote_log_metadata_manager and tip is not None:
                 self.rlmm.on_stop_partitions([tip])
 
-    def on_replica_stopped(self, topic: str, partition: int, deleted: bool) -> None:
-        """ReplicaManager ``on_stop`` hook (ZooKeeper StopReplica): on topic deletion, the leader deletes the
-        partition's remote data (Kafka: ``deleteRemoteLog = DeletePartition && isLeader``)."""
+    def on_replica_stopped(self, topic: str, partition: int, deleted: bool, topic_deleted: bool = True) -> None:
+        """ReplicaManager ``on_stop`` hook (ZooKeeper StopReplica): on topic deletion (the request's leader epoch
+        is -2), the leader deletes the partition's remote data (Kafka: ``deleteRemoteLog = DeletePartition &&
+        isLeader && LeaderEpoch == EpochDuringDelete``); a replica deleted by a reassignment keeps it."""
         with self._lock:
             st = self._partitions.get((topic, partition))
             was_leader = st is not None and st.was_leader
         if st is None and not deleted:
             return
         self.stop_partitions([StopPartition(topic, partition, delete_local_log=deleted,
-                                            delete_remote_log=deleted and was_leader,
+                                            delete_remote_log=deleted and was_leader and topic_deleted,
                                             stop_remote_log_metadata_manager=deleted)])
 
     # --- KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3) ---------------------------------------

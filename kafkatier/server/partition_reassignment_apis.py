@@ -1,0 +1,122 @@
+"""AlterPartitionReassignments (apiKey 45, v0) and ListPartitionReassignments (apiKey 46, v0): Kafka's
+``KafkaApis.handleAlterPartitionReassignmentsRequest`` / ``handleListPartitionReassignmentsRequest`` in
+ZooKeeper mode.
+
+The handlers only translate: the controller's
+:class:`kafkatier.controller.partition_reassignment.PartitionReassignmentManager` validates and runs each request
+on the controller event thread and answers through a future.  A broker that is not the active controller
+answers a top-level NOT_CONTROLLER, as Kafka's ZooKeeper-mode controller does (clients find the controller and
+retry); so does a controller that resigns while the request is queued.
+
+Authorization, when an authorizer is configured: ALTER on CLUSTER for AlterPartitionReassignments, DESCRIBE on
+CLUSTER for ListPartitionReassignments; otherwise a top-level CLUSTER_AUTHORIZATION_FAILED, as Kafka.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from kafkatier.common.structs import TopicPartition
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.build import build
+from kafkatier.protocol.errors import Errors, KafkaError
+
+log = get_logger("server.partition-reassignment")
+
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
+ALTER_VERSIONS, LIST_VERSIONS = (0, 0), (0, 0)
+CLUSTER_RESOURCE_NAME = "kafka-cluster"
+
+
+class PartitionReassignmentApis:
+    """The two request handlers, over the controller's reassignment manager and an optional authorizer."""
+
+    def __init__(self, reassignments, authorizer=None):
+        self.reassignments = reassignments
+        self.authorizer = authorizer
+
+    def _authorized(self, context, operation: str) -> bool:
+        if self.authorizer is None:
+            return True
+        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
+        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
+        try:
+            return self.authorizer.authorize(principal, host, operation, "Cluster", CLUSTER_RESOURCE_NAME)
+        except Exception:  # noqa: BLE001 - fail closed
+            log.exception("authorization failed %s", kv(operation=operation, principal=principal))
+            return False
+
+    def handle_alter_partition_reassignments(self, header, req, context) -> Any:
+        v = header.request_api_version
+        cls = codec.response_class(ALTER_PARTITION_REASSIGNMENTS)
+
+        def top_level(error: Errors, message: str | None) -> Any:
+            return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
+                                  "responses": []})
+        if not self._authorized(context, "Alter"):
+            return top_level(Errors.CLUSTER_AUTHORIZATION_FAILED, None)
+        requested: dict[TopicPartition, tuple[int, ...] | None] = {}
+        for t in req.topics or []:
+            for p in t.partitions or []:
+                requested[TopicPartition(t.name, p.partition_index)] = (
+                    None if p.replicas is None else tuple(p.replicas))
+        out: Future = Future()
+
+        def answer(f: Future) -> None:
+            error = _top_level_error(f)
+            if error is not None:
+                out.set_result(top_level(*error))
+                return
+            by_topic: dict[str, list[dict]] = {}
+            for tp, r in sorted(f.result().items()):
+                by_topic.setdefault(tp.topic, []).append({
+                    "partition_index": tp.partition, "error_code": int(r.error), "error_message": r.message})
+            out.set_result(build(cls, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                                          "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        self.reassignments.alter_partition_reassignments(requested).add_done_callback(answer)
+        return out
+
+    def handle_list_partition_reassignments(self, header, req, context) -> Any:
+        v = header.request_api_version
+        cls = codec.response_class(LIST_PARTITION_REASSIGNMENTS)
+
+        def top_level(error: Errors, message: str | None) -> Any:
+            return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
+                                  "topics": []})
+        if not self._authorized(context, "Describe"):
+            return top_level(Errors.CLUSTER_AUTHORIZATION_FAILED, None)
+        wanted = None
+        if req.topics is not None:
+            wanted = [TopicPartition(t.name, p) for t in req.topics for p in (t.partition_indexes or [])]
+        out: Future = Future()
+
+        def answer(f: Future) -> None:
+            error = _top_level_error(f)
+            if error is not None:
+                out.set_result(top_level(*error))
+                return
+            by_topic: dict[str, list[dict]] = {}
+            for r in f.result():
+                by_topic.setdefault(r.tp.topic, []).append({
+                    "partition_index": r.tp.partition, "replicas": list(r.replicas),
+                    "adding_replicas": list(r.adding), "removing_replicas": list(r.removing)})
+            out.set_result(build(cls, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                                          "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+        self.reassignments.list_partition_reassignments(wanted).add_done_callback(answer)
+        return out
+
+    def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
+        return {ALTER_PARTITION_REASSIGNMENTS: (ALTER_VERSIONS, self.handle_alter_partition_reassignments),
+                LIST_PARTITION_REASSIGNMENTS: (LIST_VERSIONS, self.handle_list_partition_reassignments)}
+
+
+def _top_level_error(f: Future) -> tuple[Errors, str | None] | None:
+    """The top-level answer for a failed future (NOT_CONTROLLER, or Kafka's code of a KafkaError)."""
+    e = f.exception()
+    if e is None:
+        return None
+    if isinstance(e, KafkaError):
+        return e.error, e.message or None
+    log.error("reassignment request failed %s", kv(reason=e))
+    return Errors.UNKNOWN_SERVER_ERROR, str(e)
