@@ -56,7 +56,7 @@ from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
-from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
+from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
 from kafkatier.server.sasl import inter_broker_login, sasl_server_from_config
 from kafkatier.server.user_scram_apis import UserScramApis
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
@@ -106,6 +106,7 @@ class KafkaServer:
         ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
         self.cluster_id = self._get_or_create_cluster_id()
         self.topic_configs = TopicConfigCache(self.zk)
+        self.replication_quotas = ReplicationQuotas(self.broker_id, self.topic_configs)
         # Before any topic config is read, so no change is missed; changes are applied once the handler exists.
         self.broker_configs = self._new_dynamic_broker_config()
         self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self._on_topic_config_change,
@@ -138,11 +139,14 @@ class KafkaServer:
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
             num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
-            inter_broker_login=self.login)
+            inter_broker_login=self.login,
+            leader_replication_quota=self.replication_quotas.leader,
+            follower_replication_quota=self.replication_quotas.follower)
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
         self._reconfigure_alter_log_dirs_throttle(self.broker_configs.effective())  # static or dynamic, at start
+        self.replication_quotas.reconfigure(self.broker_configs.effective())
         self.group_coordinator = GroupCoordinator(self.broker_id, self._group_config(),
                                                   ReplicaManagerOffsetsLog(self.replica_manager), self.scheduler)
         self.group_coordinator.startup()
@@ -259,7 +263,8 @@ class KafkaServer:
                                        (frozenset({"min.insync.replicas"}), self._reconfigure_min_isr),
                                        (log_names, self._reconfigure_log_defaults),
                                        (pool_names, self._reconfigure_remote_log_pools),
-                                       (frozenset(ALTER_LOG_DIRS_THROTTLE_NAMES), self._reconfigure_alter_log_dirs_throttle)])
+                                       (frozenset(ALTER_LOG_DIRS_THROTTLE_NAMES), self._reconfigure_alter_log_dirs_throttle),
+                                       (ReplicationQuotas.RATE_CONFIGS, self.replication_quotas.reconfigure)])
 
     def _reconfigure_alter_log_dirs_throttle(self, effective: dict) -> None:
         """KIP-113's move throttle: the seed's name wins over Kafka's when both are set."""

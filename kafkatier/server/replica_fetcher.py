@@ -9,6 +9,11 @@ a follower that never reaches the leader (it died) keeps its log, so when it is 
 the records acknowledged under the old leader -- its own high watermark can lag the one it acknowledged with
 (found by scenarios/isr-shrink-not-enough-replicas.toml).  The follower's high watermark and log start offset
 follow the leader's values in each fetch response.
+
+Replication throttle (Kafka's ``shouldFollowerThrottle``): a partition listed in
+``follower.replication.throttled.replicas`` for this broker is left out of a fetch while it is out of sync (its
+last answer left it behind the leader's high watermark) and the follower quota is exceeded; the bytes fetched for
+throttled partitions are recorded against the quota.  The check is :meth:`ReplicaFetcherThread._throttled`.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 
 log = get_logger("server.replica-fetcher")
 
@@ -33,6 +39,12 @@ class FetchState:
     fetch_offset: int
     leader_epoch: int
     truncate_to: int | None = None   # truncate here when the leader first answers (see module docstring)
+    # leader high watermark - fetch offset after the last answer (None: none yet); the throttle's in-sync test
+    lag: int | None = attrs.field(default=None, eq=False)
+
+    @property
+    def is_replica_in_sync(self) -> bool:
+        return self.lag is not None and self.lag <= 0
 
 
 class ReplicaFetcherThread(threading.Thread):
@@ -40,7 +52,8 @@ class ReplicaFetcherThread(threading.Thread):
                  partition_lookup: Callable[[str, int], object], max_wait_ms: int = 500,
                  max_bytes: int = 10 * 1024 * 1024, partition_max_bytes: int = 1048576,
                  on_fetched: Callable[[object], None] | None = None,
-                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, login=None):
+                 on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, login=None,
+                 quota: ReplicationQuotaManager | None = None):
         super().__init__(name=f"ReplicaFetcherThread-0-{leader_id}", daemon=True)
         self.login = login  # the inter-broker SASL login (server/sasl.SaslLogin) when the listener needs one
         self.broker_id = broker_id
@@ -53,6 +66,7 @@ class ReplicaFetcherThread(threading.Thread):
         self.on_fetched = on_fetched
         # Tiered storage: rebuild a follower that fell below the leader's local log start offset; True if done.
         self.on_offset_moved_to_tiered_storage = on_offset_moved_to_tiered_storage
+        self.quota = quota  # the follower replication throttle (None: unthrottled)
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -114,6 +128,12 @@ class ReplicaFetcherThread(threading.Thread):
                 raise BrokerConnectionError(f"leader {self.leader_id} address unknown")
             self.client = BrokerClient(addr[0], addr[1], client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
                                        timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10), login=self.login)
+        throttled = {k for k, st in snapshot.items() if self._throttled(k, st)}
+        if throttled:
+            snapshot = {k: st for k, st in snapshot.items() if k not in throttled}
+            if not snapshot:
+                self.stopped.wait(min(max(self.quota.wait_time(), 0.001), self.max_wait_ms / 1000.0))
+                return
         by_topic: dict[str, list] = {}
         for (t, p), st in sorted(snapshot.items()):
             part = self.partition_lookup(t, p)
@@ -153,6 +173,8 @@ class ReplicaFetcherThread(threading.Thread):
             if records:
                 part.append_records_to_follower(records)
                 self.metrics["bytes"] += len(records)
+                if self.quota is not None and self.quota.is_throttled(*key):
+                    self.quota.record(len(records))
             plog = part.log
             plog.maybe_increment_log_start_offset_as_follower(pd.log_start_offset)
             plog.update_high_watermark(min(pd.high_watermark, plog.log_end_offset))
@@ -160,6 +182,7 @@ class ReplicaFetcherThread(threading.Thread):
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = plog.log_end_offset
                     self.partitions[key].truncate_to = None
+                    self.partitions[key].lag = max(0, pd.high_watermark - plog.log_end_offset)
             if self.on_fetched:
                 self.on_fetched(part)
         elif err == Errors.OFFSET_OUT_OF_RANGE:
@@ -178,6 +201,12 @@ class ReplicaFetcherThread(threading.Thread):
             self.stopped.wait(0.1)
         else:
             log.warning("fetch error %s", kv(partition=f"{topic}-{pd.partition_index}", error=Errors(err).name))
+
+    def _throttled(self, key: tuple[str, int], st: FetchState) -> bool:
+        """Kafka's ``shouldFollowerThrottle``: an out-of-sync throttled partition while the quota is exceeded."""
+        q = self.quota
+        return (q is not None and not q.unlimited and not st.is_replica_in_sync and q.is_throttled(*key)
+                and q.is_quota_exceeded())
 
     def _handle_out_of_range(self, topic: str, pd, part) -> None:
         plog = part.log
@@ -213,13 +242,15 @@ class ReplicaFetcherManager:
     def __init__(self, broker_id: int, leader_address: Callable[[int], tuple[str, int] | None],
                  partition_lookup: Callable[[str, int], object], on_fetched: Callable[[object], None] | None = None,
                  on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, max_wait_ms: int = 500,
-                 login=None):
+                 partition_max_bytes: int = 1048576, quota: ReplicationQuotaManager | None = None, login=None):
         self.broker_id = broker_id
         self.leader_address = leader_address
         self.partition_lookup = partition_lookup
         self.on_fetched = on_fetched
         self.max_wait_ms = max_wait_ms
         self.login = login
+        self.partition_max_bytes = partition_max_bytes  # replica.fetch.max.bytes
+        self.quota = quota
         self.threads: dict[int, ReplicaFetcherThread] = {}
         self.on_offset_moved_to_tiered_storage = on_offset_moved_to_tiered_storage
         self.assignment: dict[tuple[str, int], int] = {}
@@ -235,6 +266,7 @@ class ReplicaFetcherManager:
                                          self.partition_lookup, max_wait_ms=self.max_wait_ms,
                                          on_fetched=self.on_fetched,
                                          on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage,
+                                         partition_max_bytes=self.partition_max_bytes, quota=self.quota,
                                          login=self.login)
                 self.threads[leader_id] = t
                 t.start()

@@ -18,6 +18,11 @@ JBOD (KIP-113, the section at the end): AlterReplicaLogDirs and DescribeLogDirs,
 by the ``ReplicaAlterLogDirsManager`` this class creates (as Kafka's ReplicaManager does) around the throttle
 it is given; I/O errors reach the ``LogDirFailureChannel`` it is given, and its ``LogDirFailureHandler`` thread
 takes failed dirs offline (KIP-112).
+
+Replication throttles (Kafka's ``QuotaFactory`` leader / follower quotas, given to the constructor): the follower
+quota goes to the fetcher threads; the leader quota holds back a throttled partition in a follower's fetch while
+that follower is out of the ISR and the quota is exceeded (Kafka's ``shouldLeaderThrottle``: the partition is
+answered with no records), and counts the bytes sent for throttled partitions.
 """
 from __future__ import annotations
 
@@ -107,7 +112,9 @@ class ReplicaManager:
                  alter_log_dirs_quota: ReplicationQuotaManager | None = None,
                  num_replica_alter_log_dirs_threads: int | None = None,
                  log_dir_failure_channel: LogDirFailureChannel | None = None,
-                 halt: Callable[[str], None] | None = None, inter_broker_login=None):
+                 halt: Callable[[str], None] | None = None, inter_broker_login=None,
+                 leader_replication_quota: ReplicationQuotaManager | None = None,
+                 follower_replication_quota: ReplicationQuotaManager | None = None):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -127,7 +134,9 @@ class ReplicaManager:
             broker_id, self._broker_address, self.get_partition, on_fetched=self._on_follower_fetched,
             on_offset_moved_to_tiered_storage=(remote_log_manager.on_offset_moved_to_tiered_storage
                                                if remote_log_manager is not None else None),
-            max_wait_ms=replica_fetch_wait_max_ms, login=inter_broker_login)
+            max_wait_ms=replica_fetch_wait_max_ms, partition_max_bytes=replica_fetch_max_bytes,
+            quota=follower_replication_quota, login=inter_broker_login)
+        self.leader_replication_quota = leader_replication_quota
         self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
         self._isr_expiration_task = None
         if scheduler is not None:
@@ -452,6 +461,9 @@ class ReplicaManager:
                     and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
                 return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
             max_offset = None if replica_id >= 0 else plog.high_watermark
+            throttled = replica_id >= 0 and self._leader_throttled(p, replica_id)
+            if throttled and self.leader_replication_quota.is_quota_exceeded():
+                return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             try:
                 info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
             except OffsetOutOfRangeError:
@@ -461,6 +473,8 @@ class ReplicaManager:
                         and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
                     return self._read_from_remote_tier(p, replica_id, fp.fetch_offset, max_bytes)
                 raise
+            if throttled and info.records:
+                self.leader_replication_quota.record(len(info.records))
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
@@ -470,6 +484,12 @@ class ReplicaManager:
                 error = Errors.KAFKA_STORAGE_ERROR
             return FetchPartitionResult(error, p.log.high_watermark if p else -1,
                                         p.log.log_start_offset if p else -1)
+
+    def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
+        """Kafka's ``shouldLeaderThrottle`` without the rate check: a throttled partition, a follower out of the
+        ISR."""
+        q = self.leader_replication_quota
+        return q is not None and not q.unlimited and replica_id not in p.isr and q.is_throttled(p.topic, p.partition)
 
     def _read_from_remote_tier(self, p: Partition, replica_id: int, offset: int,
                                max_bytes: int) -> FetchPartitionResult:
