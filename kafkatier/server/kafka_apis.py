@@ -466,11 +466,14 @@ class KafkaApis:
                 for e in entries:
                     if keys is not None and e["name"] not in keys:
                         continue
+                    secret = e.get("sensitive", False)  # never returned, whatever the source (Kafka's rule)
                     res["configs"].append({
-                        "name": e["name"], "value": e.get("value"), "read_only": e.get("read_only", False),
+                        "name": e["name"], "value": None if secret else e.get("value"),
+                        "read_only": e.get("read_only", False),
                         "config_source": e.get("source", 5), "is_default": e.get("source", 5) == 5,
                         "is_sensitive": e.get("sensitive", False),
-                        "synonyms": [{"name": s["name"], "value": s.get("value"), "source": s["source"]}
+                        "synonyms": [{"name": s["name"], "value": None if secret else s.get("value"),
+                                      "source": s["source"]}
                                      for s in e.get("synonyms", [])] if req.include_synonyms else [],
                         "config_type": e.get("type", 0), "documentation": None})
             except KafkaError as e:

@@ -94,13 +94,19 @@ def test_configs_option_combinations(capsys, argv, message):
 def test_configs_broker_loggers_are_describe_only(capsys):
     rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type",
                             "broker-loggers", "--entity-name", "1", "--alter", "--add-config", "a=1")
-    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
+    assert rc == 2 and "--alter supports --entity-type topics or brokers or users only" in err
 
 
-def test_configs_alter_supports_topics_and_brokers_only(capsys):
-    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+def test_configs_alter_supports_topics_brokers_and_scram_users_only(capsys):
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "clients",
                             "--entity-name", "1", "--alter", "--add-config", "a=1")
-    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
+    assert rc == 2 and "--alter supports --entity-type topics or brokers or users only" in err
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+                            "--entity-name", "u", "--alter", "--add-config", "a=1")
+    assert rc == 2 and "users support only SCRAM credentials" in err
+    rc, out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+                           "--entity-name", "u", "--alter", "--add-config", "SCRAM-SHA-256=[password=]")
+    assert rc == 2 and len(err.splitlines()) == 1 and "password is required" in err
 
 
 def test_configs_broker_name_must_be_an_id(capsys):
