@@ -30,6 +30,7 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
+from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
@@ -152,7 +153,8 @@ class KafkaApis:
                                                 for p in t.partitions]} for t in request.topics]})
         if key == METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
-            return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": [], "cluster_id": self.cluster_id,
+            return self._resp(METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13
+                                            "brokers": [], "cluster_id": self.cluster_id,
                                             "controller_id": -1, "topics": [
                                                 {"error_code": code, "name": n, "topic_id": ZERO_UUID,
                                                  "is_internal": False, "partitions": []} for n in names]})
@@ -497,16 +499,22 @@ class KafkaApis:
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
-            sets, deletes = _incremental_ops(r)
+            sets, deletes = self._incremental_ops(r)
             return (lambda admin, extra_ops=None: admin.alter_topic_config(
                         r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
 
         def broker_change(r):
-            sets, deletes = _incremental_ops(r)
+            sets, deletes = self._incremental_ops(r)
             return sets, deletes, False
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
                                    broker_change=broker_change)
+
+    def _incremental_ops(self, r) -> tuple[dict[str, str | None], list[str]]:
+        """SET / DELETE / APPEND / SUBTRACT of one resource (``server/incremental_alter_configs.py``)."""
+        if all(c.config_operation in (0, 1) for c in r.configs):  # SET / DELETE: no need to read the current
+            return incremental_alter_configs.resolve(r.configs, {}, lambda name: None)
+        return incremental_alter_configs.resolve(r.configs, *_current_and_list_defaults(self.zk, r))
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -632,16 +640,18 @@ class KafkaApis:
                                                 "cluster_authorized_operations": -2147483648})
 
 
-def _incremental_ops(resource) -> tuple[dict[str, str | None], list[str]]:
-    """An IncrementalAlterConfigs resource's SET (0) and DELETE (1) operations; others are not supported."""
-    sets: dict[str, str | None] = {}
-    deletes: list[str] = []
-    for c in resource.configs:
-        if c.config_operation == 0:
-            sets[c.name] = c.value
-        elif c.config_operation == 1:
-            deletes.append(c.name)
-        else:
-            raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
-                             Errors.INVALID_REQUEST)
-    return sets, deletes
+def _current_and_list_defaults(zk, r):
+    """A resource's current overrides and the defaults of its LIST configs (APPEND / SUBTRACT start there)."""
+    from kafkatier.log.log_config import _KEYS, ConfigType
+    from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS, DEFAULT_ENTITY
+    from kafkatier.zk.kafka_zk_client import KafkaZkClient
+    if r.resource_type == TOPIC_RESOURCE:
+        try:
+            current = read_topic_config(zk, r.resource_name) or {}
+        except codecs.MalformedZNodeError:
+            current = {}
+        lists = {k.name: k.default for k in _KEYS if k.type == ConfigType.LIST}
+    else:
+        current = KafkaZkClient(zk).get_entity_config_and_version("brokers", r.resource_name or DEFAULT_ENTITY)[0]
+        lists = {n: d.default or "" for n, d in BROKER_CONFIGS.items() if d.type == "LIST"}
+    return current, lists.get

@@ -259,3 +259,16 @@ def test_fuzzed_frames_and_batches_never_hurt_the_broker(broker):
         consumer.close()
     assert offsets == list(range(end)), "every offset up to the log end is readable"
     assert end >= accepted_records
+
+
+def test_unadvertised_metadata_v13_is_unsupported_version(broker):
+    from kafka.protocol.metadata import MetadataResponse
+    req = MetadataRequest[13](topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    req.with_header(correlation_id=3, client_id="v13")
+    conn = Conn(address(broker))
+    try:
+        resp = conn.exchange(req.encode(version=13, header=True, framed=True))
+    finally:
+        conn.close()
+    assert resp is not None
+    assert MetadataResponse.decode(resp, version=13, header=True).error_code == 35  # UNSUPPORTED_VERSION

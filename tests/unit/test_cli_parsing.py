@@ -518,3 +518,19 @@ def test_offset_option():
     assert consume.parse_offset("42") == 42
     assert consume.parse_offset(" Earliest ") == "earliest"
     assert consume.parse_offset(None) is None
+
+
+def test_argparse_errors_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["topics", "--bootstrap-server", "127.0.0.1:9092"])
+    _out, err = capsys.readouterr()
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "one of the arguments --create --list --describe --delete --alter is required" in err
+
+
+def test_delete_records_bad_address_is_bad_input(capsys, tmp_path):
+    offsets = tmp_path / "o.json"
+    offsets.write_text('{"partitions": [{"topic": "t", "partition": 0, "offset": 1}], "version": 1}')
+    rc, _out, err = run_cli(capsys, "delete-records", "--bootstrap-server", "no-port-here",
+                            "--offset-json-file", str(offsets))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "invalid broker address" in err
