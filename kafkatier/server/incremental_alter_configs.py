@@ -47,3 +47,23 @@ def resolve(configs, current: Mapping[str, str], list_default: Callable[[str], s
         else:
             raise KafkaError(f"Unknown config operation {op} for {c.name}", Errors.INVALID_REQUEST)
     return sets, deletes
+
+
+def current_and_list_defaults(zk, is_topic: bool, name: str) -> tuple[dict[str, str], Callable[[str], str | None]]:
+    """A topic's or broker's (``""``: the cluster default) current overrides, and the defaults of its LIST
+    configs -- where APPEND / SUBTRACT start."""
+    from kafkatier.log.log_config import _KEYS, ConfigType
+    from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS, DEFAULT_ENTITY
+    from kafkatier.zk.codecs import MalformedZNodeError
+    from kafkatier.zk.kafka_zk_client import KafkaZkClient, read_topic_config
+
+    if is_topic:
+        try:
+            current = read_topic_config(zk, name) or {}
+        except MalformedZNodeError:
+            current = {}  # logged by the reader; the change replaces it
+        lists = {k.name: k.default for k in _KEYS if k.type == ConfigType.LIST}
+    else:
+        current = KafkaZkClient(zk).get_entity_config_and_version("brokers", name or DEFAULT_ENTITY)[0]
+        lists = {n: d.default or "" for n, d in BROKER_CONFIGS.items() if d.type == "LIST"}
+    return current, lists.get

@@ -514,7 +514,8 @@ class KafkaApis:
         """SET / DELETE / APPEND / SUBTRACT of one resource (``server/incremental_alter_configs.py``)."""
         if all(c.config_operation in (0, 1) for c in r.configs):  # SET / DELETE: no need to read the current
             return incremental_alter_configs.resolve(r.configs, {}, lambda name: None)
-        return incremental_alter_configs.resolve(r.configs, *_current_and_list_defaults(self.zk, r))
+        return incremental_alter_configs.resolve(r.configs, *incremental_alter_configs.current_and_list_defaults(
+            self.zk, r.resource_type == TOPIC_RESOURCE, r.resource_name))
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -639,19 +640,3 @@ class KafkaApis:
                                                 "brokers": brokers,
                                                 "cluster_authorized_operations": -2147483648})
 
-
-def _current_and_list_defaults(zk, r):
-    """A resource's current overrides and the defaults of its LIST configs (APPEND / SUBTRACT start there)."""
-    from kafkatier.log.log_config import _KEYS, ConfigType
-    from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS, DEFAULT_ENTITY
-    from kafkatier.zk.kafka_zk_client import KafkaZkClient
-    if r.resource_type == TOPIC_RESOURCE:
-        try:
-            current = read_topic_config(zk, r.resource_name) or {}
-        except codecs.MalformedZNodeError:
-            current = {}
-        lists = {k.name: k.default for k in _KEYS if k.type == ConfigType.LIST}
-    else:
-        current = KafkaZkClient(zk).get_entity_config_and_version("brokers", r.resource_name or DEFAULT_ENTITY)[0]
-        lists = {n: d.default or "" for n, d in BROKER_CONFIGS.items() if d.type == "LIST"}
-    return current, lists.get
