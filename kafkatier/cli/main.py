@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # noqa: BLE001 - a failure no command reported: one line, never a traceback
+        if args.command == "broker":
+            raise  # a broker's stderr is its log: the traceback belongs there (ClusterManager reads its last line)
         logsetup.get_logger("cli").debug("command failed", exc_info=True)
         print(f"kafkatier {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
