@@ -218,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
             results = delete_records(admin, offsets, timeout_ms)
     except (AdminError, NoReachableBrokerError) as e:
         return common.print_error("delete-records", e)
+    except UsageError:  # a bad address is bad input: exit 2
+        raise
     except Exception as e:  # noqa: BLE001 - kafka-python client failures: one line, not a traceback
         return common.print_error("delete-records", e)
     print("Records delete operation completed:")

@@ -21,8 +21,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse's errors as one line (``kafkatier topics: error: ...``) and exit 2, not the usage block; sub-command
+    parsers inherit the class (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="kafkatier",
         description="A ZooKeeper-mode Kafka cluster simulator: real ZooKeeper, real broker processes speaking the "
                     "Kafka protocol, tiered storage disablement (KIP-950), DeleteRecords (KIP-107).")
@@ -52,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # noqa: BLE001 - a failure no command reported: one line, never a traceback
+        if args.command == "broker":
+            raise  # a broker's stderr is its log: the traceback belongs there (ClusterManager reads its last line)
+        logsetup.get_logger("cli").debug("command failed", exc_info=True)
+        print(f"kafkatier {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     return int(rc or 0)
 
 

@@ -219,6 +219,7 @@ def run_describe(args: argparse.Namespace) -> int:
     from kafkatier.admin.bootstrap import NoReachableBrokerError
     from kafkatier.admin.client import AdminError
     from kafkatier.zk.client import ZooKeeperUnavailableError, start_client
+    from kafkatier.zk.codecs import MalformedZNodeError
 
     try:
         connect = zookeeper_from_args(args)
@@ -232,6 +233,8 @@ def run_describe(args: argparse.Namespace) -> int:
         desc = describe_topic(zk, args.topic, args.partition, data_dir=args.data_dir)
     except LookupError as e:
         return common.print_error("tiered", f"UNKNOWN_TOPIC_OR_PARTITION: {e.args[0]}")
+    except MalformedZNodeError as e:  # one line, not a traceback
+        return common.print_error("tiered", str(e))
     finally:
         zk.stop()
         zk.close()

@@ -14,6 +14,10 @@ import struct
 
 from kafka.protocol.api_message import ApiMessage
 
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("server.broker-client")
+
 _SIZE = struct.Struct(">i")
 
 
@@ -64,6 +68,9 @@ class BrokerClient:
         def step(token: bytes) -> bytes:
             resp = self._exchange(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
             if resp.error_code:
+                log.warning("inter-broker SASL login refused %s", kv(
+                    broker=f"{self.host}:{self.port}", mechanism=login.mechanism, user=login.username,
+                    client_id=self.client_id))
                 raise BrokerAuthenticationError(f"SASL login as {login.username} refused by {self.host}:{self.port}: "
                                                 f"{resp.error_message}")
             return bytes(resp.auth_bytes or b"")

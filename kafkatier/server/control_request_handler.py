@@ -3,7 +3,10 @@ sequence order, and writes each answer to ``/kafkatier/control/<id>/responses/<s
 
 Epoch checks follow Kafka (controller.md §11): a request whose broker epoch is not -1 and below this broker's
 czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
-STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.
+STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.  A controller epoch above the highest
+seen is believed only if ``/controller_epoch`` (read after a sync) has reached it: an absurd jump -- a forged or
+corrupted request -- would otherwise make every real controller look stale to this broker; it is logged and
+refused with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooKeeper cannot be read).
 
 A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
 is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.
@@ -42,7 +45,8 @@ class ControlRequestHandler:
         self._stopped = threading.Event()
         self._done: set[str] = set()
         self._thread = threading.Thread(target=self._run, name=f"control-request-handler-{broker_id}", daemon=True)
-        self.metrics = {"requests": 0, "stale_controller_epoch": 0, "stale_broker_epoch": 0, "malformed": 0}
+        self.metrics = {"requests": 0, "stale_controller_epoch": 0, "stale_broker_epoch": 0, "malformed": 0,
+                        "unproven_controller_epoch": 0}
 
     def start(self) -> None:
         for p in (paths.control_requests(self.broker_id), paths.control_responses(self.broker_id),
@@ -155,6 +159,8 @@ class ControlRequestHandler:
         elif req.controller_epoch < self.controller_epoch:
             error = Errors.STALE_CONTROLLER_EPOCH
             self.metrics["stale_controller_epoch"] += 1
+        elif req.controller_epoch > self.controller_epoch:
+            error = self._check_epoch_jump(req.controller_epoch)
         if error != Errors.NONE:
             log.info("rejecting control request %s", kv(api=req.api_name, error=error.name,
                                                          controller_epoch=req.controller_epoch,
@@ -186,6 +192,23 @@ class ControlRequestHandler:
         return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
                                       error_code=int(body.get("error_code", 0)), body=body,
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
+
+    def _check_epoch_jump(self, epoch: int) -> Errors:
+        """NONE if ``/controller_epoch`` has reached ``epoch``; else the error that refuses the request."""
+        try:
+            self.zk.sync(paths.CONTROLLER_EPOCH)
+            data, _ = self.zk.get(paths.CONTROLLER_EPOCH)
+            current = codecs.decode_controller_epoch(data)
+        except Exception as e:  # noqa: BLE001 - NoNode, malformed, connection loss: the controller resends
+            log.warning("cannot check a new controller epoch; refusing for now %s",
+                        kv(epoch=epoch, error=type(e).__name__))
+            return Errors.INVALID_REQUEST
+        if epoch <= current:
+            return Errors.NONE
+        self.metrics["unproven_controller_epoch"] += 1
+        log.error("refusing a control request whose controller epoch is ahead of /controller_epoch %s",
+                  kv(epoch=epoch, controller_epoch_znode=current, highest_seen=self.controller_epoch))
+        return Errors.STALE_CONTROLLER_EPOCH
 
     @staticmethod
     def _invalid_body(req) -> str | None:

@@ -115,6 +115,11 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("remote.log.manager.copier.thread.pool.size", "INT", -1, PER_BROKER, -1),
     _d("remote.log.manager.expiration.thread.pool.size", "INT", -1, PER_BROKER, -1),
     _d("remote.log.reader.threads", "INT", 10, PER_BROKER, 1),
+    # secrets: described as sensitive with a null value, never echoed (server/sasl.py reads them)
+    _d("sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_plaintext.plain.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
 )}
 
 #: Aliases, highest precedence first (Kafka's synonyms): a set member overrides those after it.
@@ -239,6 +244,8 @@ class DynamicBrokerConfig:
             if sd is not None and sd.default is not None:
                 synonyms.append({"name": s, "value": sd.default, "source": DEFAULT_CONFIG})
                 break
+        if d is not None and d.type == "PASSWORD":  # Kafka: sensitive values are never returned
+            synonyms = [{**x, "value": None} for x in synonyms]
         own = next((x for x in synonyms if x["name"] == name), None)
         top = synonyms[0] if synonyms else None
         value = own["value"] if own is not None else (d.default if d is not None else None)

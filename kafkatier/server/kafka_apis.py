@@ -35,6 +35,7 @@ from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
 from kafkatier.server.election_apis import ElectionApis
+from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
@@ -161,7 +162,8 @@ class KafkaApis:
                                                 for p in t.partitions]} for t in request.topics]})
         if key == METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
-            return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": [], "cluster_id": self.cluster_id,
+            return self._resp(METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13
+                                            "brokers": [], "cluster_id": self.cluster_id,
                                             "controller_id": -1, "topics": [
                                                 {"error_code": code, "name": n, "topic_id": ZERO_UUID,
                                                  "is_internal": False, "partitions": []} for n in names]})
@@ -505,11 +507,14 @@ class KafkaApis:
                 for e in entries:
                     if keys is not None and e["name"] not in keys:
                         continue
+                    secret = e.get("sensitive", False)  # never returned, whatever the source (Kafka's rule)
                     res["configs"].append({
-                        "name": e["name"], "value": e.get("value"), "read_only": e.get("read_only", False),
+                        "name": e["name"], "value": None if secret else e.get("value"),
+                        "read_only": e.get("read_only", False),
                         "config_source": e.get("source", 5), "is_default": e.get("source", 5) == 5,
                         "is_sensitive": e.get("sensitive", False),
-                        "synonyms": [{"name": s["name"], "value": s.get("value"), "source": s["source"]}
+                        "synonyms": [{"name": s["name"], "value": None if secret else s.get("value"),
+                                      "source": s["source"]}
                                      for s in e.get("synonyms", [])] if req.include_synonyms else [],
                         "config_type": e.get("type", 0), "documentation": None})
             except KafkaError as e:
@@ -533,16 +538,23 @@ class KafkaApis:
 
     def handle_incremental_alter_configs(self, header, req, ctx):
         def changes(r):
-            sets, deletes = _incremental_ops(r)
+            sets, deletes = self._incremental_ops(r)
             return (lambda admin, extra_ops=None: admin.alter_topic_config(
                         r.resource_name, sets, deletes, validate_only=req.validate_only, extra_ops=extra_ops),
                     set(sets) | set(deletes))
 
         def broker_change(r):
-            sets, deletes = _incremental_ops(r)
+            sets, deletes = self._incremental_ops(r)
             return sets, deletes, False
         return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
                                    broker_change=broker_change, ctx=ctx)
+
+    def _incremental_ops(self, r) -> tuple[dict[str, str | None], list[str]]:
+        """SET / DELETE / APPEND / SUBTRACT of one resource (``server/incremental_alter_configs.py``)."""
+        if all(c.config_operation in (0, 1) for c in r.configs):  # SET / DELETE: no need to read the current
+            return incremental_alter_configs.resolve(r.configs, {}, lambda name: None)
+        return incremental_alter_configs.resolve(r.configs, *incremental_alter_configs.current_and_list_defaults(
+            self.zk, r.resource_type == TOPIC_RESOURCE, r.resource_name))
 
     def _touches_tiering(self, topic: str, keys: set, full_replace: bool) -> bool:
         if keys & set(TIERED_KEYS):
@@ -692,17 +704,3 @@ class KafkaApis:
                                                 "authorized_operations": self.auth.cluster_operations(
                                                     ctx, req.include_cluster_authorized_operations)})
 
-
-def _incremental_ops(resource) -> tuple[dict[str, str | None], list[str]]:
-    """An IncrementalAlterConfigs resource's SET (0) and DELETE (1) operations; others are not supported."""
-    sets: dict[str, str | None] = {}
-    deletes: list[str] = []
-    for c in resource.configs:
-        if c.config_operation == 0:
-            sets[c.name] = c.value
-        elif c.config_operation == 1:
-            deletes.append(c.name)
-        else:
-            raise KafkaError(f"config operation {c.config_operation} is not supported for {c.name}",
-                             Errors.INVALID_REQUEST)
-    return sets, deletes

@@ -40,6 +40,7 @@ from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.config import BrokerConfig
+from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
 from kafkatier.server.delete_records import DeleteRecordsManager
@@ -100,6 +101,7 @@ class KafkaServer:
     # --- start-up -------------------------------------------------------------------------------------------
     def startup(self) -> None:
         c = self.config
+        log_unknown_overrides(c.overrides)  # named, never with their values
         self.zk = start_client(c.zookeeper_connect, timeout=c.zookeeper_session_timeout_ms / 1000.0,
                                connect_timeout=c.zookeeper_connection_timeout_ms / 1000.0)
         self.zk.add_listener(self._on_zk_state)

@@ -61,7 +61,7 @@ def produce(cluster, topic: str, n: int, start: int = 0, acks="all", **client) -
                              request_timeout_ms=15000, **client)
     try:
         for i in range(start, start + n):
-            producer.send(topic, value=b"%d" % i, partition=0)
+            producer.send(topic, key=b"k%d" % i, value=b"%d" % i, partition=0)  # keyed: compacted topics need keys
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=10)

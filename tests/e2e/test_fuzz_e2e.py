@@ -259,3 +259,47 @@ def test_fuzzed_frames_and_batches_never_hurt_the_broker(broker):
         consumer.close()
     assert offsets == list(range(end)), "every offset up to the log end is readable"
     assert end >= accepted_records
+
+
+def test_unadvertised_metadata_v13_is_unsupported_version(broker):
+    from kafka.protocol.metadata import MetadataResponse
+    req = MetadataRequest[13](topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    req.with_header(correlation_id=3, client_id="v13")
+    conn = Conn(address(broker))
+    try:
+        resp = conn.exchange(req.encode(version=13, header=True, framed=True))
+    finally:
+        conn.close()
+    assert resp is not None
+    assert MetadataResponse.decode(resp, version=13, header=True).error_code == 35  # UNSUPPORTED_VERSION
+
+
+def test_incremental_append_and_subtract_on_a_list_config(broker):
+    from kafka.protocol.admin import IncrementalAlterConfigsRequest as Req
+    from kafka.protocol.admin import IncrementalAlterConfigsResponse as Resp
+    topic = "append-subtract"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)], timeout_ms=30000)
+    finally:
+        admin.close()
+    conn = Conn(address(broker))
+
+    def alter(op: int, name: str, value: str, corr: int) -> int:
+        req = Req[1](resources=[Req.AlterConfigsResource(resource_type=2, resource_name=topic, configs=[
+            Req.AlterConfigsResource.AlterableConfig(name=name, config_operation=op, value=value)])],
+            validate_only=False)
+        req.with_header(correlation_id=corr, client_id="append")
+        return Resp.decode(conn.exchange(req.encode(version=1, header=True, framed=True)), version=1,
+                           header=True).responses[0].error_code
+
+    def policy() -> str:
+        return json.loads(broker.zk.get(f"/config/topics/{topic}")[0])["config"].get("cleanup.policy")
+    try:
+        assert alter(2, "cleanup.policy", "compact", 1) == 0  # APPEND to the default "delete"
+        assert policy() == "delete,compact"
+        assert alter(3, "cleanup.policy", "delete", 2) == 0   # SUBTRACT
+        assert policy() == "compact"
+        assert alter(2, "retention.ms", "5", 3) == 40          # INVALID_CONFIG: not a list
+    finally:
+        conn.close()

@@ -94,13 +94,19 @@ def test_configs_option_combinations(capsys, argv, message):
 def test_configs_broker_loggers_are_describe_only(capsys):
     rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type",
                             "broker-loggers", "--entity-name", "1", "--alter", "--add-config", "a=1")
-    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
+    assert rc == 2 and "--alter supports --entity-type topics or brokers or users only" in err
 
 
-def test_configs_alter_supports_topics_and_brokers_only(capsys):
-    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+def test_configs_alter_supports_topics_brokers_and_scram_users_only(capsys):
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "clients",
                             "--entity-name", "1", "--alter", "--add-config", "a=1")
-    assert rc == 2 and "--alter supports --entity-type topics or brokers only" in err
+    assert rc == 2 and "--alter supports --entity-type topics or brokers or users only" in err
+    rc, _out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+                            "--entity-name", "u", "--alter", "--add-config", "a=1")
+    assert rc == 2 and "users support only SCRAM credentials" in err
+    rc, out, err = run_cli(capsys, "configs", "--bootstrap-server", "127.0.0.1:9092", "--entity-type", "users",
+                           "--entity-name", "u", "--alter", "--add-config", "SCRAM-SHA-256=[password=]")
+    assert rc == 2 and len(err.splitlines()) == 1 and "password is required" in err
 
 
 def test_configs_broker_name_must_be_an_id(capsys):
@@ -512,3 +518,19 @@ def test_offset_option():
     assert consume.parse_offset("42") == 42
     assert consume.parse_offset(" Earliest ") == "earliest"
     assert consume.parse_offset(None) is None
+
+
+def test_argparse_errors_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["topics", "--bootstrap-server", "127.0.0.1:9092"])
+    _out, err = capsys.readouterr()
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "one of the arguments --create --list --describe --delete --alter is required" in err
+
+
+def test_delete_records_bad_address_is_bad_input(capsys, tmp_path):
+    offsets = tmp_path / "o.json"
+    offsets.write_text('{"partitions": [{"topic": "t", "partition": 0, "offset": 1}], "version": 1}')
+    rc, _out, err = run_cli(capsys, "delete-records", "--bootstrap-server", "no-port-here",
+                            "--offset-json-file", str(offsets))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "invalid broker address" in err

@@ -30,7 +30,7 @@ def records(n: int) -> bytes:
     now = int(time.time() * 1000)
     b = MemoryRecordsBuilder(2, 0, 1 << 20)
     for i in range(n):
-        b.append(now + i, None, b"v%d" % i)
+        b.append(now + i, b"k%d" % i, b"v%d" % i)  # keyed: some topics are compacted
     b.close()
     return bytes(b.buffer())
 

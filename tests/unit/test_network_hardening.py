@@ -9,6 +9,7 @@ from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from kafkatier.server.network import CloseAfterResponse, SocketServer
+from kafkatier.waiting import wait_for
 from test_network import DEADLINE, StubBroker, _assert_closed, _connect, _frame, _recv_frame
 
 
@@ -52,6 +53,7 @@ def test_connections_per_ip_and_total_are_limited():
         c = _connect(server.port)
         _assert_closed(c)  # the third from this address
         a.close()
+        wait_for(lambda: server.connection_metrics["active"] == 1, DEADLINE, message="the close seen")
         d = _connect(server.port)
         d.sendall(metadata())  # a slot came free
         assert _recv_frame(d)
