@@ -29,6 +29,7 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, ControlledShutdownResponse
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 
 log = get_logger("server.controlled-shutdown")
@@ -36,7 +37,6 @@ log = get_logger("server.controlled-shutdown")
 CONTROLLED_SHUTDOWN = 7
 VERSIONS = (0, 3)
 REQUEST_VERSION = 3
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 @attrs.frozen
@@ -72,27 +72,17 @@ class ControlledShutdownNotDone(Exception):
 
 # --- the request handler (runs on the controller) ---------------------------------------------------------------
 class ControlledShutdownApis:
-    def __init__(self, controller, authorizer=None):
+    def __init__(self, controller, auth: AuthHelper | None = None):
         self.controller = controller
-        self.authorizer = authorizer
+        self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
         return {CONTROLLED_SHUTDOWN: (VERSIONS, self.handle_controlled_shutdown)}
 
-    def _authorized(self, context) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
-        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
-        try:
-            return self.authorizer.authorize(principal, host, "ClusterAction", "Cluster", CLUSTER_RESOURCE_NAME)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(operation="ClusterAction", principal=principal))
-            return False
 
     def handle_controlled_shutdown(self, header, req, context) -> Any:
         v = header.request_api_version
-        if not self._authorized(context):
+        if not self.auth.authorize_cluster(context, "ClusterAction"):
             return _response(v, Errors.CLUSTER_AUTHORIZATION_FAILED, ())
         epoch = req.broker_epoch if v >= 2 else -1
         out: Future = Future()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Callable, Protocol
+from typing import Callable
 
 import attrs
 
@@ -40,13 +40,10 @@ from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import (Errors, InvalidTopicError, KafkaError, NotLeaderOrFollowerError,
                                        OffsetOutOfRangeError, PolicyViolationError)
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.purgatory import DelayedOperation
 from kafkatier.server.replica_manager import ReplicaManager
 
-
-class Authorizer(Protocol):
-    def authorize(self, principal: str | None, host: str, operation: str, resource_type: str,
-                  name: str) -> bool: ...
 
 log = get_logger("server.delete-records")
 
@@ -122,24 +119,22 @@ class DeleteRecordsManager:
     ``ReplicaManager.deleteRecords``)."""
 
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache,
-                 authorizer: Authorizer | None = None):
+                 auth: AuthHelper | None = None):
         self.broker_id = broker_id
         self.rm = replica_manager
         self.cache = metadata_cache
-        self.authorizer = authorizer
+        self.auth = auth or AuthHelper()  # DELETE on the topic; allows all without an authorizer
 
     # --- request ----------------------------------------------------------------------------------------------
     def handle(self, header, request, context) -> Future:
         version = header.request_api_version
-        principal = context.session.get("principal") or context.principal
-        host = context.client_address[0]
         order: list[TopicPartition] = []
         offsets: dict[TopicPartition, int] = {}
         early: dict[TopicPartition, PartitionStatus] = {}
         authorized: dict[str, bool] = {}
         for t in request.topics:
             if t.name not in authorized:
-                authorized[t.name] = self._authorized(principal, host, t.name)
+                authorized[t.name] = self.auth.authorize(context, "Delete", "Topic", t.name)
             allowed = authorized[t.name]
             for pt in t.partitions:
                 tp = (t.name, pt.partition_index)
@@ -168,15 +163,6 @@ class DeleteRecordsManager:
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
         self.delete_records(request.timeout_ms, offsets, respond)
         return fut
-
-    def _authorized(self, principal: str | None, host: str, topic: str) -> bool:
-        if self.authorizer is None:
-            return True
-        try:
-            return self.authorizer.authorize(principal, host, "Delete", "Topic", topic)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(topic=topic, principal=principal))
-            return False
 
     # --- replica manager side ---------------------------------------------------------------------------------
     def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int],

@@ -23,43 +23,33 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.waiting import WaitTimeout, wait_for
 
 log = get_logger("server.election-apis")
 
 ELECT_LEADERS = 43
 VERSIONS = (0, 2)
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 class ElectionApis:
     """The ElectLeaders handler, over the controller, the metadata cache and an optional authorizer."""
 
-    def __init__(self, controller, metadata_cache, authorizer=None):
+    def __init__(self, controller, metadata_cache, auth: AuthHelper | None = None):
         self.controller = controller
         self.cache = metadata_cache
-        self.authorizer = authorizer
+        self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
         return {ELECT_LEADERS: (VERSIONS, self.handle_elect_leaders)}
 
-    def _authorized(self, context) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
-        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
-        try:
-            return self.authorizer.authorize(principal, host, "Alter", "Cluster", CLUSTER_RESOURCE_NAME)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(operation="Alter", principal=principal))
-            return False
 
     def handle_elect_leaders(self, header, req, context) -> Any:
         v = header.request_api_version
         election_type = ElectionType(req.election_type) if v >= 1 else ElectionType.PREFERRED
         requested = None if req.topic_partitions is None else sorted(
             {TopicPartition(t.topic, p) for t in req.topic_partitions for p in t.partitions or []})
-        if not self._authorized(context):
+        if not self.auth.authorize_cluster(context, "Alter"):
             outcomes = {tp: ElectionOutcome(Errors.CLUSTER_AUTHORIZATION_FAILED) for tp in requested or []}
             return self._response(v, Errors.CLUSTER_AUTHORIZATION_FAILED, outcomes)
         if requested is None:

@@ -166,7 +166,7 @@ class KafkaServer:
         auth = AuthHelper(authorizer)
         sasl = sasl_server_from_config(self.zk, c.overrides)
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
-                                                   authorizer)
+                                                   auth)
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
                               delete_records=self.delete_records, sasl=sasl,
@@ -174,13 +174,12 @@ class KafkaServer:
                                                    create_offsets_topic=self._create_offsets_topic,
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
                                                    auth=auth),
-                              log_dirs=LogDirsApis(self.replica_manager, authorizer),
+                              log_dirs=LogDirsApis(self.replica_manager, auth),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
-                              extra_apis=[ElectionApis(self.controller, self.metadata_cache, authorizer),
-                                          PartitionReassignmentApis(self.controller.partition_reassignment,
-                                                                    authorizer),
-                                          ControlledShutdownApis(self.controller, authorizer),
-                                          AclApis(authorizer, auth), UserScramApis(self.zk, authorizer)])
+                              extra_apis=[ElectionApis(self.controller, self.metadata_cache, auth),
+                                          PartitionReassignmentApis(self.controller.partition_reassignment, auth),
+                                          ControlledShutdownApis(self.controller, auth),
+                                          AclApis(authorizer, auth), UserScramApis(self.zk, auth)])
         o = c.overrides
         self.socket_server = SocketServer(
             c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,

@@ -21,13 +21,13 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.log-dirs")
 
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 ALTER_VERSIONS, DESCRIBE_VERSIONS = (0, 2), (0, 4)
 ANY_LOG_DIR = "any"  # seed: cancel a move / let the broker choose
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 @attrs.frozen(order=True)
@@ -55,20 +55,9 @@ class LogDirDescription:
 class LogDirsApis:
     """The two request handlers, over the replica manager and an optional authorizer."""
 
-    def __init__(self, replica_manager, authorizer=None):
+    def __init__(self, replica_manager, auth: AuthHelper | None = None):
         self.rm = replica_manager
-        self.authorizer = authorizer
-
-    def _authorized(self, context, operation: str) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
-        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
-        try:
-            return self.authorizer.authorize(principal, host, operation, "Cluster", CLUSTER_RESOURCE_NAME)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(operation=operation, principal=principal))
-            return False
+        self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handle_alter_replica_log_dirs(self, header, req, context) -> Any:
         v = header.request_api_version
@@ -77,7 +66,7 @@ class LogDirsApis:
             for t in d.topics or []:
                 for p in t.partitions or []:
                     requested[(t.name, p)] = d.path
-        if not self._authorized(context, "Alter"):
+        if not self.auth.authorize_cluster(context, "Alter"):
             results = {tp: Errors.CLUSTER_AUTHORIZATION_FAILED for tp in requested}
         else:
             results = self.rm.alter_replica_log_dirs(requested)
@@ -93,7 +82,7 @@ class LogDirsApis:
     def handle_describe_log_dirs(self, header, req, context) -> Any:
         v = header.request_api_version
         cls = codec.response_class(DESCRIBE_LOG_DIRS)
-        if not self._authorized(context, "Describe"):
+        if not self.auth.authorize_cluster(context, "Describe"):
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED),
                                   "results": []})
         wanted = None

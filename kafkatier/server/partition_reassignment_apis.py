@@ -21,31 +21,20 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.partition-reassignment")
 
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 ALTER_VERSIONS, LIST_VERSIONS = (0, 0), (0, 0)
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 
 
 class PartitionReassignmentApis:
     """The two request handlers, over the controller's reassignment manager and an optional authorizer."""
 
-    def __init__(self, reassignments, authorizer=None):
+    def __init__(self, reassignments, auth: AuthHelper | None = None):
         self.reassignments = reassignments
-        self.authorizer = authorizer
-
-    def _authorized(self, context, operation: str) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
-        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
-        try:
-            return self.authorizer.authorize(principal, host, operation, "Cluster", CLUSTER_RESOURCE_NAME)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(operation=operation, principal=principal))
-            return False
+        self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handle_alter_partition_reassignments(self, header, req, context) -> Any:
         v = header.request_api_version
@@ -54,7 +43,7 @@ class PartitionReassignmentApis:
         def top_level(error: Errors, message: str | None) -> Any:
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
                                   "responses": []})
-        if not self._authorized(context, "Alter"):
+        if not self.auth.authorize_cluster(context, "Alter"):
             return top_level(Errors.CLUSTER_AUTHORIZATION_FAILED, None)
         requested: dict[TopicPartition, tuple[int, ...] | None] = {}
         for t in req.topics or []:
@@ -84,7 +73,7 @@ class PartitionReassignmentApis:
         def top_level(error: Errors, message: str | None) -> Any:
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
                                   "topics": []})
-        if not self._authorized(context, "Describe"):
+        if not self.auth.authorize_cluster(context, "Describe"):
             return top_level(Errors.CLUSTER_AUTHORIZATION_FAILED, None)
         wanted = None
         if req.topics is not None:

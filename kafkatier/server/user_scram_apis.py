@@ -20,6 +20,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server import scram
 from kafkatier.server.sasl import alter_user_config
 
@@ -27,35 +28,24 @@ log = get_logger("server.user-scram")
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 VERSIONS = (0, 0)
-CLUSTER_RESOURCE_NAME = "kafka-cluster"
 _MECHANISM_NAMES = {v: k for k, v in scram.MECHANISM_IDS.items()}
 
 
 class UserScramApis:
-    def __init__(self, zk, authorizer=None):
+    def __init__(self, zk, auth: AuthHelper | None = None):
         self.zk = zk
-        self.authorizer = authorizer
+        self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Any]]:
         return {DESCRIBE_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_describe),
                 ALTER_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_alter)}
 
-    def _authorized(self, context, operation: str) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = (getattr(context, "session", None) or {}).get("principal") or getattr(context, "principal", None)
-        host = context.client_address[0] if getattr(context, "client_address", None) else "*"
-        try:
-            return self.authorizer.authorize(principal, host, operation, "Cluster", CLUSTER_RESOURCE_NAME)
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("authorization failed %s", kv(operation=operation, principal=principal))
-            return False
 
     # --- Describe -----------------------------------------------------------------------------------------
     def handle_describe(self, header, req, context):
         v = header.request_api_version
         resp = codec.response_class(DESCRIBE_USER_SCRAM_CREDENTIALS)
-        if not self._authorized(context, "Describe"):
+        if not self.auth.authorize_cluster(context, "Describe"):
             return build(resp, v, {"throttle_time_ms": 0, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED),
                                    "error_message": None, "results": []})
         from kafkatier.zk.kafka_zk_client import KafkaZkClient
@@ -95,7 +85,7 @@ class UserScramApis:
         deletions = [(d.name, d.mechanism) for d in req.deletions or []]
         upsertions = list(req.upsertions or [])
         users = list(dict.fromkeys([n for n, _ in deletions] + [u.name for u in upsertions]))
-        if not self._authorized(context, "Alter"):
+        if not self.auth.authorize_cluster(context, "Alter"):
             return build(resp, v, {"throttle_time_ms": 0, "results": [
                 {"user": u, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED), "error_message": None}
                 for u in users]})

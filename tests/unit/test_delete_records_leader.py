@@ -16,6 +16,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
@@ -58,7 +59,7 @@ class Harness:
                              topic_configs=lambda t: self.configs.get(t, {}))
         self.rm = ReplicaManager(1, self.lm, lambda t: self.configs.get(t, {}), zk=None, metadata_cache=self.cache,
                                  replica_lag_time_max_ms=30000)
-        self.mgr = DeleteRecordsManager(1, self.rm, self.cache, authorizer)
+        self.mgr = DeleteRecordsManager(1, self.rm, self.cache, AuthHelper(authorizer))
         self.epoch = 0
         self.set_alive(alive)
 

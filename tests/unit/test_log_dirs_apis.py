@@ -11,6 +11,7 @@ from kafka.protocol.admin.cluster import (AlterReplicaLogDirsRequest, AlterRepli
 
 from kafkatier.log.log_manager import LogManager
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import ReplicaManager
 
@@ -102,7 +103,7 @@ class Deny:
 
 def test_authorization_on_the_cluster_resource(rm):
     deny = Deny()
-    apis = LogDirsApis(rm, deny)
+    apis = LogDirsApis(rm, AuthHelper(deny))
     ctx = types.SimpleNamespace(session={"principal": "User:bob"}, principal="User:bob", client_address=("1.2.3.4", 1))
     req = AlterReplicaLogDirsRequest(dirs=[D(path=rm.log_manager.log_dirs[1], topics=[T(name="t", partitions=[0])])])
     resp = apis.handle_alter_replica_log_dirs(header(34, 2), req, ctx)
