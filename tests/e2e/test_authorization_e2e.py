@@ -5,8 +5,8 @@ ACLs, and an anonymous connection -- with Kafka's expected error codes; then the
 kafka-python's and confluent-kafka's clients, and ``kafkatier acls`` end to end.
 
 The raw requests are kafka-python's protocol classes over a SASL connection authenticated with kafka-python's
-own SASL mechanisms.  ``MECHANISMS`` parametrizes the matrix and the client tests: add ``"SCRAM-SHA-256"`` once
-SCRAM is on main (branch ``harden``), and give :func:`grant`'s users SCRAM credentials too.
+own SASL mechanisms.  ``MECHANISMS`` parametrizes the matrix and the client tests: PLAIN and SCRAM-SHA-256
+(:func:`grant` stores each user's salted SCRAM credentials, which PLAIN logins are checked against too).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ DescribeClusterRequest = request(60)
 
 pytestmark = pytest.mark.timeout(240)
 
-MECHANISMS = ["PLAIN"]  # + "SCRAM-SHA-256" once SCRAM lands (branch harden)
+MECHANISMS = ["PLAIN", "SCRAM-SHA-256"]
 TOPIC, GROUP = "authz-t", "authz-g"
 PASSWORD = "pw-secret"
 CLUSTER = ("Cluster", "kafka-cluster")
@@ -110,7 +110,7 @@ class Conn:
 def authz_cluster(module_cluster_factory):
     users = " ".join(f'user_{u}="{PASSWORD}"' for u in (SUPER, "bob"))
     cluster = module_cluster_factory(brokers=1, log_dirs=1, overrides={
-        "listener.security.protocol": "SASL_PLAINTEXT",
+        "listener.security.protocol": "SASL_PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": f"User:{SUPER}",
         "allow.everyone.if.no.acl.found": "false", "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "1",
