@@ -313,11 +313,18 @@ def fetch_request(replica_id: int):
 
 
 def test_fetch_claiming_a_replica_id_needs_cluster_action(authz_cluster):
-    """A Fetch with replica_id=2 from a client without CLUSTER_ACTION -- anonymous (the pre-authentication gate
-    lets it through) or authenticated, even one allowed to READ the topic -- reads nothing."""
+    """A Fetch with replica_id=2 from a client without CLUSTER_ACTION reads nothing: an unauthenticated one has
+    its connection closed (a request other than the SASL handshake before authentication, as Kafka), an
+    authenticated one -- even one allowed to READ the topic -- gets TOPIC_AUTHORIZATION_FAILED."""
     reader = "r" + uuid.uuid4().hex[:8]
     grant(authz_cluster, reader, [lit("Topic", TOPIC, "Read")])
-    for who in (None, "bob", reader):
+    anonymous = Conn(authz_cluster, None)
+    try:
+        with pytest.raises(BrokerConnectionError):
+            anonymous.send(fetch_request(2), 11)
+    finally:
+        anonymous.close()
+    for who in ("bob", reader):
         conn = Conn(authz_cluster, who)
         try:
             part = conn.send(fetch_request(2), 11).responses[0].partitions[0]
