@@ -116,6 +116,9 @@ def authz_cluster(module_cluster_factory):
         "offsets.topic.num.partitions": "1",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"})
+    from kafkatier.server.sasl import set_user_password
+    for user in (SUPER, "bob"):  # SCRAM credentials for the JAAS (PLAIN) users
+        set_user_password(cluster.zk, user, PASSWORD)
     admin = Conn(cluster, SUPER)
     try:
         r = admin.send(CreateTopicsRequest(topics=[{"name": TOPIC, "num_partitions": 1, "replication_factor": 1,
