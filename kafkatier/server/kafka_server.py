@@ -47,6 +47,7 @@ from kafkatier.server.dynamic_broker_config import (ALTER_LOG_DIRS_THROTTLE_NAME
                                                      LONG_MAX, DynamicBrokerConfig)
 from kafkatier.server.dynamic_config_manager import DynamicConfigManager
 from kafkatier.server.election_apis import ElectionApis
+from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
@@ -174,7 +175,8 @@ class KafkaServer:
                                           PartitionReassignmentApis(self.controller.partition_reassignment,
                                                                     authorizer),
                                           ControlledShutdownApis(self.controller, authorizer),
-                                          AclApis(authorizer, auth), UserScramApis(self.zk, authorizer)])
+                                          AclApis(authorizer, auth), UserScramApis(self.zk, authorizer),
+                                          OffsetForLeaderEpochApis(self.replica_manager, auth)])
         o = c.overrides
         self.socket_server = SocketServer(
             c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
