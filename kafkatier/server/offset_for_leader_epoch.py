@@ -35,6 +35,8 @@ from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError
 from kafkatier.server.auth_helper import AuthHelper
+from kafkatier.server.partition import Partition
+from kafkatier.server.replica_manager import ReplicaManager
 
 log = get_logger("server.offset-for-leader-epoch")
 
@@ -53,7 +55,7 @@ class EpochEndOffset:
     end_offset: int = UNDEFINED_EPOCH_OFFSET
 
 
-def last_offset_for_leader_epoch(partition, current_leader_epoch: int, leader_epoch: int) -> EpochEndOffset:
+def last_offset_for_leader_epoch(partition: Partition, current_leader_epoch: int, leader_epoch: int) -> EpochEndOffset:
     """Kafka's ``Partition.lastOffsetForLeaderEpoch`` with ``fetchOnlyFromLeader = true``: raises nothing."""
     with partition.lock:
         try:
@@ -71,7 +73,7 @@ def last_offset_for_leader_epoch(partition, current_leader_epoch: int, leader_ep
 class OffsetForLeaderEpochApis:
     """The OffsetForLeaderEpoch handler, over the replica manager and the broker's :class:`AuthHelper`."""
 
-    def __init__(self, replica_manager, auth: AuthHelper):
+    def __init__(self, replica_manager: ReplicaManager, auth: AuthHelper):
         self.rm = replica_manager
         self.auth = auth
 
