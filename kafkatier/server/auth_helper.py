@@ -87,6 +87,8 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
     21: (AclCheck("Delete", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                  # DeleteRecords
     22: (AclCheck("IdempotentWrite", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or WRITE on any topic"),  # InitPid
          AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional")),
+    23: (AclCheck("ClusterAction", "Cluster", "", "allows every topic (brokers)"),                    # OffsetForLE
+         AclCheck("Describe", "Topic", "TOPIC_AUTHORIZATION_FAILED", "without CLUSTER_ACTION")),
     29: (AclCheck("Describe", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                            # DescribeAcls
     30: (AclCheck("Alter", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                               # CreateAcls
     31: (AclCheck("Alter", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                               # DeleteAcls

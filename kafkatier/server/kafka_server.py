@@ -48,6 +48,7 @@ from kafkatier.server.dynamic_broker_config import (ALTER_LOG_DIRS_THROTTLE_NAME
                                                      LONG_MAX, DynamicBrokerConfig)
 from kafkatier.server.dynamic_config_manager import DynamicConfigManager
 from kafkatier.server.election_apis import ElectionApis
+from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
@@ -179,7 +180,8 @@ class KafkaServer:
                               extra_apis=[ElectionApis(self.controller, self.metadata_cache, auth),
                                           PartitionReassignmentApis(self.controller.partition_reassignment, auth),
                                           ControlledShutdownApis(self.controller, auth),
-                                          AclApis(authorizer, auth), UserScramApis(self.zk, auth)])
+                                          AclApis(authorizer, auth), UserScramApis(self.zk, auth),
+                                          OffsetForLeaderEpochApis(self.replica_manager, auth)])
         o = c.overrides
         self.socket_server = SocketServer(
             c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
