@@ -74,9 +74,8 @@ def replica_dirs(cluster, topic: str) -> set[int]:
 
 
 def consume(cluster, topic: str) -> list[tuple[int, bytes]]:
-    """Every record of ``topic``-0 from its log start (the remote tier included), with confluent-kafka: kafka-python
-    3's consumer validates its position with OffsetForLeaderEpoch after a leader change, which these brokers do
-    not implement (see the README)."""
+    """Every record of ``topic``-0 from its log start (the remote tier included), with confluent-kafka (the
+    kafka-python consumer across leader changes is covered by ``tests/e2e/test_offset_for_leader_epoch_e2e.py``)."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": unique("reader"),
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
@@ -139,8 +138,7 @@ def test_move_rf3_to_other_brokers_under_acks_all_producer_and_consumer(cluster,
             producer.close()
 
     def consume_loop():
-        # confluent-kafka: kafka-python 3's consumer validates its position with OffsetForLeaderEpoch after a
-        # leader change, which these brokers do not implement (it would stall; see the README).
+        # confluent-kafka, which validates its position with OffsetForLeaderEpoch after each leader change.
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic,
                              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         consumer.assign([CTopicPartition(topic, 0, 0)])
