@@ -293,19 +293,35 @@ class ClusterManager:
         and the controller (so a client bootstrapping from any of them sees the whole cluster)."""
         ids = [b["id"] for b in self.state["brokers"]]
         self.wait_for_brokers(ids, timeout=timeout, need_controller=True)
-        plain = [b for b in self.state["brokers"]
-                 if not any("listener.security.protocol=SASL" in a for a in b.get("args", []))]
-        wait_for(lambda: all(self._metadata_complete(b, ids) for b in plain), timeout,
+        wait_for(lambda: all(self._metadata_complete(b, ids) for b in self.state["brokers"]), timeout,
                  interval=0.1, message="every broker to know the whole cluster")
 
     @staticmethod
-    def _metadata_complete(broker: dict, ids: list[int]) -> bool:
+    def _overrides(broker: dict) -> dict[str, str]:
+        args = broker.get("args", [])
+        return dict(a.split("=", 1) for flag, a in zip(args, args[1:]) if flag == "--override" and "=" in a)
+
+    @classmethod
+    def _metadata_complete(cls, broker: dict, ids: list[int]) -> bool:
+        """The broker's Metadata answer lists every broker in ``ids`` and a controller among them.  On a SASL
+        listener the probe logs in as the brokers do (the inter-broker credentials of the JAAS config); without
+        such credentials it cannot ask, and the broker counts as complete."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-        from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-        client = BrokerClient("127.0.0.1", broker["port"], client_id="kafkatier-cluster", timeout_s=5.0)
+        from kafkatier.server.broker_client import BrokerAuthenticationError, BrokerClient, BrokerConnectionError
+        from kafkatier.server.sasl import inter_broker_login, sasl_enabled
+        overrides = cls._overrides(broker)
+        login = inter_broker_login(overrides) if sasl_enabled(overrides) else None
+        if sasl_enabled(overrides) and login is None:
+            return True
+        client = BrokerClient("127.0.0.1", broker["port"], client_id="kafkatier-cluster", timeout_s=5.0,
+                              login=login)
         try:
             resp = client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
+        except BrokerAuthenticationError as e:
+            log.warning("cannot check the broker's metadata: its own login is refused %s",
+                        kv(broker=broker["id"], error=str(e)))
+            return True
         except (BrokerConnectionError, OSError):
             return False
         finally:
