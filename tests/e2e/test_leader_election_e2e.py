@@ -306,10 +306,15 @@ def test_controlled_shutdown_error_paths(ecluster):
 
 # ------------------------------------------------------------------------------------------------ scenario 30
 
-def test_delete_records_pending_when_leadership_moves_completes_with_not_leader(ecluster):
+def test_delete_records_pending_when_leadership_moves_completes_with_not_leader(cluster_factory):
     """C30: a DeleteRecords waiting in purgatory (a follower alive but not fetching, C29) completes at once with
-    NOT_LEADER_OR_FOLLOWER when a preferred election moves leadership away from the broker holding it."""
-    c = ecluster
+    NOT_LEADER_OR_FOLLOWER when a preferred election moves leadership away from the broker holding it.
+
+    Its own cluster with a 60 s ZooKeeper session: the paused (SIGSTOP) follower must stay registered, hence
+    alive, until the election; with the usual 6 s its session could expire first under load, the leader would
+    stop counting it and the request would complete with NONE before leadership moved."""
+    c = cluster_factory(brokers=3, log_dirs=1, session_timeout_ms=60000, overrides={
+        "auto.leader.rebalance.enable": "false", "controlled.shutdown.retry.backoff.ms": "200"})
     old_leader = c.controller_id()           # keeps running and stays the controller through the bounce
     preferred, paused = [x for x in c.broker_ids() if x != old_leader]
     topic = unique_topic("c30")
