@@ -435,16 +435,31 @@ class ScenarioRunner:
 
     # -- final reads -------------------------------------------------------------------------------------------
     def _final_reads(self, manager: ClusterManager, observer: ZooKeeperObserver) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
         h = self.history
         consumer = Consumer({"bootstrap.servers": manager.bootstrap_servers, "group.id": "scenario-final",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              "logger": __import__("logging").getLogger("scenario.librdkafka")})
         reads: dict[str, dict] = {}
+        acked: dict[tuple[str, int], int] = {}  # the highest acknowledged offset per partition
+        for e in h.entries():
+            if e.get("type") == "ok" and e.get("f") == "send" and isinstance(e.get("offset"), int):
+                key = (e.get("topic"), e.get("partition"))
+                acked[key] = max(acked.get(key, -1), e["offset"])
         try:
             for t in self.spec.topics:
                 for p in range(t.partitions):
-                    lo, hi = consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=10, cached=False)
+                    # A leader elected just before the end may not have advanced its high watermark yet (its
+                    # followers have not fetched again): wait, bounded, until it covers every acknowledged offset;
+                    # a watermark that never gets there is judged as loss.
+                    def watermarks():
+                        lo, hi = consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=10, cached=False)
+                        return (lo, hi) if hi > acked.get((t.name, p), -1) else None
+                    try:
+                        lo, hi = wait_for(watermarks, 15, interval=0.2, ignore=(KafkaException,),
+                                          message=f"high watermark of {t.name}/{p} to cover the acknowledged sends")
+                    except WaitTimeout:
+                        lo, hi = consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=10, cached=False)
                     reads[f"{t.name}/{p}"] = {"log_start": lo, "high_watermark": hi, "records": [],
                                               "_next": lo}
                     if hi > lo:
