@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "broker":
             raise  # a broker's stderr is its log: the traceback belongs there (ClusterManager reads its last line)
         logsetup.get_logger("cli").debug("command failed", exc_info=True)
-        print(f"kafkatier {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        text = str(e)
+        name = type(e).__name__
+        print(f"kafkatier {args.command}: {text if text.startswith(name) else f'{name}: {text}'}", file=sys.stderr)
         return 1
     return int(rc or 0)
 

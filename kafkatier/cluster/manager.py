@@ -27,6 +27,7 @@ import sys
 import time
 
 import attrs
+import kazoo.exceptions
 
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
@@ -34,6 +35,8 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk.embedded import pid_alive as _pid_alive
 
 log = get_logger("cluster")
+
+_CANNOT_ASK = object()  # a broker whose Metadata the manager cannot ask for (a SASL listener without its login)
 
 CLUSTER_FILE = "cluster.json"
 
@@ -198,6 +201,7 @@ class ClusterManager:
         log.info("broker started %s", kv(id=broker_id, pid=proc.pid, port=b["port"]))
         if wait:
             self.wait_for_brokers([broker_id], timeout=timeout)
+            self.wait_for_metadata(broker_id, timeout=timeout)
         return proc.pid
 
     @contextlib.contextmanager
@@ -296,6 +300,33 @@ class ClusterManager:
         wait_for(lambda: all(self._metadata_complete(b, ids) for b in self.state["brokers"]), timeout,
                  interval=0.1, message="every broker to know the whole cluster")
 
+    def wait_for_metadata(self, broker_id: int, timeout: float = 60.0) -> None:
+        """Until the broker's Metadata answer lists every registered broker and the current controller: a broker
+        just restarted answers before the controller's UpdateMetadata reached it, and a client bootstrapping from
+        it would be told of no brokers but itself (kafka-python's admin then raises UnknownBrokerIdError for the
+        controller another broker names).  Without a controller nobody would tell it: no wait."""
+        zk = self._zk()
+        try:
+            def knows() -> bool:
+                self._check_processes([broker_id])
+                try:
+                    controller = json.loads(zk.get("/controller")[0])["brokerid"]
+                except (kazoo.exceptions.NoNodeError, ValueError, KeyError, TypeError):
+                    return True
+                resp = self._metadata(self.broker(broker_id))
+                if resp is _CANNOT_ASK:
+                    return True
+                if resp is None:
+                    return False
+                registered = {int(i) for i in zk.get_children("/brokers/ids") if i.isdigit()}
+                nodes = {b.node_id for b in resp.brokers}
+                return resp.controller_id == controller and registered | {controller, broker_id} <= nodes
+            wait_for(knows, timeout, interval=0.1,
+                     message=f"broker {broker_id} to learn the cluster's brokers and controller")
+        finally:
+            zk.stop()
+            zk.close()
+
     @staticmethod
     def _overrides(broker: dict) -> dict[str, str]:
         args = broker.get("args", [])
@@ -303,9 +334,18 @@ class ClusterManager:
 
     @classmethod
     def _metadata_complete(cls, broker: dict, ids: list[int]) -> bool:
-        """The broker's Metadata answer lists every broker in ``ids`` and a controller among them.  On a SASL
-        listener the probe logs in as the brokers do (the inter-broker credentials of the JAAS config); without
-        such credentials it cannot ask, and the broker counts as complete."""
+        """The broker's Metadata answer lists every broker in ``ids`` and a controller among them."""
+        resp = cls._metadata(broker)
+        if resp is _CANNOT_ASK:
+            return True
+        return resp is not None and sorted(b.node_id for b in resp.brokers) == sorted(ids) \
+            and resp.controller_id in ids
+
+    @classmethod
+    def _metadata(cls, broker: dict):
+        """The broker's Metadata answer (no topics); None if it does not answer.  On a SASL listener the probe
+        logs in as the brokers do (the inter-broker credentials of the JAAS config); without such credentials,
+        or when that login is refused, it cannot ask: ``_CANNOT_ASK``."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
         from kafkatier.server.broker_client import BrokerAuthenticationError, BrokerClient, BrokerConnectionError
@@ -313,20 +353,19 @@ class ClusterManager:
         overrides = cls._overrides(broker)
         login = inter_broker_login(overrides) if sasl_enabled(overrides) else None
         if sasl_enabled(overrides) and login is None:
-            return True
+            return _CANNOT_ASK
         client = BrokerClient("127.0.0.1", broker["port"], client_id="kafkatier-cluster", timeout_s=5.0,
                               login=login)
         try:
-            resp = client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
+            return client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
         except BrokerAuthenticationError as e:
             log.warning("cannot check the broker's metadata: its own login is refused %s",
                         kv(broker=broker["id"], error=str(e)))
-            return True
+            return _CANNOT_ASK
         except (BrokerConnectionError, OSError):
-            return False
+            return None
         finally:
             client.close()
-        return sorted(b.node_id for b in resp.brokers) == sorted(ids) and resp.controller_id in ids
 
     def stop_broker(self, broker_id: int, kill: bool = False, timeout: float = 30.0) -> None:
         b = self.broker(broker_id)
