@@ -250,7 +250,8 @@ def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
 def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
     """Parse Java properties text (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` line
     continuations and escapes).  A line without a separator or with an empty key is malformed:
-    :class:`BootstrapConfigError` naming ``source`` and the line number.  Later keys win."""
+    :class:`BootstrapConfigError` naming ``source`` and the line number, never the line (it may hold a password,
+    e.g. a JAAS config).  Later keys win."""
     props: dict[str, str] = {}
     for number, line in _logical_lines(text):
         i = 0
@@ -258,10 +259,10 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
             i += 2 if line[i] == "\\" else 1
         what = f"{source} line {number}"
         if i >= len(line):
-            raise BootstrapConfigError(f"{what}: expected key=value, got {line.strip()[:60]!r}")
+            raise BootstrapConfigError(f"{what}: expected key=value")
         key = _unescape(line[:i].strip(), what)
         if not key:
-            raise BootstrapConfigError(f"{what}: empty key in {line.strip()[:60]!r}")
+            raise BootstrapConfigError(f"{what}: empty key")
         props[key] = _unescape(line[i + 1:].strip(), what)
     return props
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 
 from kafkatier import logsetup
+from kafkatier.logsetup import kv
+from kafkatier.server.config import loggable_configs
 
 
 def register(sub) -> None:
@@ -17,8 +19,11 @@ def register(sub) -> None:
     s.add_argument("--remote-storage-dir", default=None, help="directory of the shared file-based remote storage")
     s.add_argument("--rack", default=None)
     s.add_argument("--session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
+    s.add_argument("--config", default=None, metavar="FILE",
+                   help="broker properties file (Kafka's server.properties format), e.g. for JAAS configs and "
+                        "passwords, which a command line would show to anyone running ps")
     s.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="Kafka broker property, e.g. delete.topic.enable=false (repeatable)")
+                   help="Kafka broker property, e.g. delete.topic.enable=false (repeatable; wins over --config)")
     s.add_argument("--status-file", default=None, help="write a JSON metrics snapshot here every 5 s")
     s.set_defaults(func=_start)
 
@@ -26,17 +31,32 @@ def register(sub) -> None:
 def parse_overrides(items) -> dict:
     from kafkatier.cli.main import UsageError
     out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"--override expects KEY=VALUE, got {item!r}")
+    for n, item in enumerate(items, start=1):
+        if "=" not in item:  # not echoed: it may be a secret with its '=' lost
+            raise UsageError(f"--override expects KEY=VALUE, got an argument without '=' (--override number {n})")
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
 
 
+def broker_properties(args) -> dict[str, str]:
+    """The ``--config`` file's properties with ``--override`` on top (as ``kafka-server-start.sh``)."""
+    from kafkatier.admin.bootstrap import BootstrapConfigError
+    from kafkatier.cli.main import UsageError
+    from kafkatier.server.server_properties import read_server_properties
+    props: dict[str, str] = {}
+    if args.config is not None:
+        try:
+            props.update(read_server_properties(args.config))
+        except BootstrapConfigError as e:
+            raise UsageError(str(e)) from None
+    props.update(parse_overrides(args.override))
+    return props
+
+
 def build_config(args):
     from kafkatier.server.config import BrokerConfig
-    overrides = parse_overrides(args.override)
+    overrides = broker_properties(args)
 
     def flag(name, default):
         v = overrides.get(name)
@@ -68,10 +88,13 @@ def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
     from kafkatier.zk.broker_registration import BrokerIdConflictError
     logsetup.set_process_tag(f"broker-{args.id}")
+    config = build_config(args)
+    logsetup.get_logger("server").info("broker properties %s", kv(
+        config_file=args.config, **loggable_configs(config.overrides)))
     # Missing log dirs are created by the log manager; one that is not a usable directory is taken offline
     # there (KIP-112), so nothing is created or checked here.
     try:
-        return run_broker(build_config(args), status_file=args.status_file)
+        return run_broker(config, status_file=args.status_file)
     except BrokerIdConflictError as e:
         logsetup.get_logger("server").error("start-up failed: %s", e)
         return 1

@@ -20,8 +20,9 @@ def register(sub) -> None:
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper (HOST:PORT) instead of an embedded one")
     up.add_argument("--session-timeout-ms", type=int, default=6000)
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="broker property for every broker (repeatable); tiered storage is on by default, "
-                         "--override remote.log.storage.system.enable=false turns it off")
+                    help="broker property for every broker (repeatable), kept in each broker's "
+                         "DATA_DIR/broker-<id>/server.properties (mode 0600), never on a command line; tiered "
+                         "storage is on by default, --override remote.log.storage.system.enable=false turns it off")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.set_defaults(func=_up)
 
@@ -167,6 +168,9 @@ def _describe(args) -> int:
         role = "controller" if c.get("active") else "broker"
         print(f"Broker {b['id']}: port={b['port']} pid={b['pid']} alive={b['alive']} role={role} "
               f"epoch={s.get('broker_epoch')} partitions={len(s.get('partitions') or [])}")
+        if b.get("config_file"):
+            props = " ".join(f"{k}={v}" for k, v in sorted((b.get("properties") or {}).items()))
+            print(f"  properties {b['config_file']}: {props}")
         if c.get("active"):
             print(f"  controller epoch={c.get('epoch')} live_brokers={c.get('live_brokers')} topics={c.get('topics')} "
                   f"events_processed={c.get('events_processed')} failover_ms={round(c.get('last_failover_ms', 0), 1)} "

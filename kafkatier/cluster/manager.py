@@ -4,6 +4,11 @@
     {"zookeeper": "127.0.0.1:PORT", "bootstrap_servers": "127.0.0.1:P1,...", "zookeeper_pid": PID or null,
      "brokers": [{"id": 1, "port": P1, "pid": PID, "log_dirs": [...], "args": [...]}], ...}
 
+Each broker's properties (``cluster up --override k=v``, JAAS passwords included) are in its own
+``<data-dir>/broker-<id>/server.properties``, mode 0600 (``server/server_properties.py``); ``cluster.json`` and
+the broker's command line (``broker start ... --config <file>``) hold only that file's path, so ``ps`` shows no
+secret.  ``cluster describe`` shows the properties with PASSWORD-type values as ``[hidden]``.
+
 Broker processes are started in their own session, so they outlive a ``--detach``-ed ``cluster up``; logs go
 to ``<data-dir>/logs/broker-<id>.log`` and a metrics snapshot to ``<data-dir>/status/broker-<id>.json``.
 
@@ -29,8 +34,11 @@ import time
 import attrs
 import kazoo.exceptions
 
+from kafkatier.admin.bootstrap import BootstrapConfigError
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.server.config import loggable_configs
+from kafkatier.server.server_properties import SERVER_PROPERTIES, read_server_properties, write_server_properties
 from kafkatier.waiting import wait_for
 from kafkatier.zk.embedded import pid_alive as _pid_alive
 
@@ -151,8 +159,9 @@ class ClusterManager:
             args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs), "--port", str(port),
                     "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
                     "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
-            for k, v in (overrides or {}).items():
-                args += ["--override", f"{k}={v}"]
+            properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
+            write_server_properties(properties, overrides or {}, comment=f"broker {bid}, by kafkatier cluster up")
+            args += ["--config", properties]
             specs.append(BrokerSpec(bid, port, dirs, None, args))
         self.state = {
             "zookeeper": zookeeper,
@@ -329,8 +338,23 @@ class ClusterManager:
 
     @staticmethod
     def _overrides(broker: dict) -> dict[str, str]:
+        """The broker's properties as it reads them: its ``--config`` file, then ``--override`` arguments on top
+        (an unreadable file counts as empty: the broker itself reports it)."""
         args = broker.get("args", [])
-        return dict(a.split("=", 1) for flag, a in zip(args, args[1:]) if flag == "--override" and "=" in a)
+        props: dict[str, str] = {}
+        for flag, a in zip(args, args[1:]):
+            if flag == "--config":
+                try:
+                    props.update(read_server_properties(a))
+                except BootstrapConfigError:
+                    pass
+        props.update(a.split("=", 1) for flag, a in zip(args, args[1:]) if flag == "--override" and "=" in a)
+        return props
+
+    @staticmethod
+    def config_file(broker: dict) -> str | None:
+        args = broker.get("args", [])
+        return next((a for flag, a in zip(args, args[1:]) if flag == "--config"), None)
 
     @classmethod
     def _metadata_complete(cls, broker: dict, ids: list[int]) -> bool:
@@ -456,7 +480,8 @@ class ClusterManager:
     def status(self) -> dict:
         out = {"zookeeper": self.zookeeper, "bootstrap_servers": self.bootstrap_servers, "brokers": []}
         for b in self.state["brokers"]:
-            entry = {"id": b["id"], "port": b["port"], "pid": b.get("pid"), "alive": pid_alive(b.get("pid"))}
+            entry = {"id": b["id"], "port": b["port"], "pid": b.get("pid"), "alive": pid_alive(b.get("pid")),
+                     "config_file": self.config_file(b), "properties": loggable_configs(self._overrides(b))}
             try:
                 with open(os.path.join(self.data_dir, "status", f"broker-{b['id']}.json")) as f:
                     entry["status"] = json.load(f)

@@ -15,14 +15,18 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, sync: bool = True) -> None:
+def atomic_write(path: str, data: bytes, sync: bool = True, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` so readers see either the old or the new content, never a mix.
 
     ``sync=False`` skips both fsyncs: still atomic for readers, but a machine crash may leave the old content
-    (for files the caller makes durable later or can rebuild, like the leader epoch checkpoint)."""
+    (for files the caller makes durable later or can rebuild, like the leader epoch checkpoint).  ``mode``: exact
+    permissions for the file (e.g. 0o600 for one holding secrets), set before a byte is written; default 0o644
+    less the umask."""
     tmp = path + TMP_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # a leftover temp file keeps its old mode through O_CREAT
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

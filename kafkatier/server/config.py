@@ -40,3 +40,38 @@ class BrokerConfig:
     @property
     def listener(self) -> str:
         return f"PLAINTEXT://{self.host}:{self.port}"
+
+
+# --- password-type configs -------------------------------------------------------------------------------------
+#: Kafka's broker configs of type PASSWORD (``KafkaConfig``'s ``ConfigDef``): never shown, logged or echoed.
+PASSWORD_CONFIGS = frozenset({
+    "sasl.jaas.config", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.certificates",
+    "password.encoder.secret", "password.encoder.old.secret",
+    "delegation.token.master.key", "delegation.token.secret.key",
+})
+HIDDEN = "[hidden]"  # Kafka's ``Password.HIDDEN``
+
+
+def is_password_config(name: str) -> bool:
+    """Is ``name`` a PASSWORD-type broker config, listener-prefixed or not: ``listener.name.<l>.<config>`` and
+    ``listener.name.<l>.<mechanism>.sasl.jaas.config`` as Kafka resolves them; any ``*.password`` too."""
+    base = name
+    if base.startswith("listener.name."):
+        base = base[len("listener.name."):].partition(".")[2]
+    return base in PASSWORD_CONFIGS or base.endswith(".sasl.jaas.config") or base.endswith(".password")
+
+
+def loggable_value(name: str, value) -> str:
+    """``value`` as logs and CLI output may show it: ``[hidden]`` for a PASSWORD-type config, and, as Kafka's
+    ``KafkaConfig.loggableValue`` does, for a name of unknown type (it may be a secret typed in the wrong place,
+    e.g. ``user_admin=...``)."""
+    from kafkatier.server.config_audit import unknown_configs
+    if is_password_config(name) or unknown_configs([name]):
+        return HIDDEN
+    return str(value)
+
+
+def loggable_configs(props) -> dict[str, str]:
+    """``props`` with every value :func:`loggable_value` would hide replaced by ``[hidden]``."""
+    return {k: loggable_value(k, v) for k, v in props.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -95,3 +96,47 @@ def test_cluster_up_exits_1_with_the_error_line_of_a_broker_that_dies(kafkatier_
     assert "Traceback" not in r.stderr
     state = json.load(open(os.path.join(d, "cluster.json")))
     assert state["zookeeper_pid"] is None or not pid_alive(state["zookeeper_pid"])   # cleaned up
+
+
+SECRET = "s3cr3t-never-shown"
+SASL_OVERRIDES = {
+    "listener.security.protocol": "SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        f'password="{SECRET}" user_broker="{SECRET}";',
+    "ssl.keystore.password": SECRET,   # PASSWORD type although unused here: hidden all the same
+}
+
+
+def test_broker_secrets_live_only_in_a_0600_properties_file(cluster_factory, kafkatier_cli):
+    c = cluster_factory(brokers=1, log_dirs=1, overrides=SASL_OVERRIDES)   # ready: the brokers' login works
+    b = c.manager.broker(1)
+    properties = os.path.join(c.manager.data_dir, "broker-1", "server.properties")
+    assert b["args"][b["args"].index("--config") + 1] == properties
+    assert os.stat(properties).st_mode & 0o777 == 0o600
+    assert SECRET in open(properties).read()
+    assert SECRET not in open(c.manager.cluster_file).read()
+    ps = subprocess.run(["ps", "-ef", "ww"], capture_output=True, text=True, check=True).stdout
+    assert any(f"--config {properties}" in line for line in ps.splitlines())   # the broker, as anyone sees it
+    assert SECRET not in ps
+    r = kafkatier_cli.run("cluster", "describe", "--data-dir", c.manager.data_dir)
+    assert r.returncode == 0, r.stderr
+    assert "listener.name.sasl_plaintext.plain.sasl.jaas.config=[hidden]" in r.stdout
+    assert "ssl.keystore.password=[hidden]" in r.stdout and "sasl.enabled.mechanisms=PLAIN" in r.stdout
+    r = kafkatier_cli.run("cluster", "describe", "--data-dir", c.manager.data_dir, "--json")
+    assert r.returncode == 0 and SECRET not in r.stdout + r.stderr
+    log_text = open(os.path.join(c.manager.data_dir, "logs", "broker-1.log")).read()
+    assert "listener.name.sasl_plaintext.plain.sasl.jaas.config=[hidden]" in log_text and SECRET not in log_text
+
+
+def test_bad_broker_properties_file_is_one_line_without_its_content(kafkatier_cli, tmp_path):
+    bad = tmp_path / "server.properties"
+    bad.write_text(f"sasl.jaas.config=x\n{SECRET}\n")
+    r = kafkatier_cli.run("broker", "start", "--id", "1", "--zookeeper", "127.0.0.1:1", "--log-dirs",
+                          str(tmp_path / "d"), "--config", str(bad))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "line 2: expected key=value" in r.stderr and SECRET not in r.stderr
+    r = kafkatier_cli.run("cluster", "up", "--data-dir", str(tmp_path / "c"), "--override", f"password{SECRET}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and SECRET not in r.stderr, r.stderr
