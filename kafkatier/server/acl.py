@@ -18,8 +18,8 @@ implied by Read, Write, Delete and Alter, DescribeConfigs by AlterConfigs.
 The broker enables the authorizer when ``authorizer.class.name`` is set (Kafka's default is empty: everything
 allowed).  As Kafka's ``AclAuthorizer``, a started authorizer answers from an in-memory cache: loaded from
 ZooKeeper at :meth:`AclAuthorizer.start`, and refreshed per resource by the change notifications under
-``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` (Kafka's ``ZkNodeChangeNotificationListener``:
-processed in sequence order, all reloaded after a reconnect).  ACLs written through this broker (CreateAcls /
+``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` (one ``zk/node_change_notification_listener.py`` per
+path, as Kafka: processed in sequence order, all reloaded after a reconnect).  ACLs written through this broker (CreateAcls /
 DeleteAcls) are in its cache at once; other brokers see them when the notification arrives (milliseconds).
 An authorizer that is not started (tools, unit tests) reads ZooKeeper on every check.  Writers purge
 notifications older than 15 minutes, as Kafka.  Malformed ACL znodes and entries are logged and skipped.
@@ -40,6 +40,7 @@ import attrs
 from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.node_change_notification_listener import NotificationError, ZkNodeChangeNotificationListener
 
 log = get_logger("server.acl")
 
@@ -235,19 +236,24 @@ class AclAuthorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] | None = None
         self._lock = threading.RLock()
-        self._listener: AclChangeListener | None = None
+        self._listeners: list[ZkNodeChangeNotificationListener] = []
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Load every ACL into the cache and follow the change notifications (Kafka's ``configure``)."""
         with self._lock:
-            self._listener = AclChangeListener(self.zk, self._on_changes, self.reload_all)
-            self._listener.start()
+            # One listener per change path, as Kafka; each reloads everything at start and after a reconnection
+            # (so the cache is loaded before start() returns), then refreshes the resource a notification names.
+            self._listeners = [ZkNodeChangeNotificationListener(self.zk, root, CHANGE_PREFIX, self,
+                                                                resync=self.reload_all, name=f"acl-changes{root}")
+                               for root in (ACL_CHANGES, EXTENDED_CHANGES)]
+            for listener in self._listeners:
+                listener.start()
 
     def close(self) -> None:
-        if self._listener is not None:
-            self._listener.stop()
-            self._listener = None
+        for listener in self._listeners:
+            listener.stop()
+        self._listeners = []
 
     def reload_all(self) -> None:
         cache: dict[tuple[str, str, str], tuple[AclEntry, ...]] = {}
@@ -259,9 +265,13 @@ class AclAuthorizer:
             self._cache = cache
         log.info("ACL cache loaded %s", kv(resources=len(cache), acls=sum(len(v) for v in cache.values())))
 
-    def _on_changes(self, patterns: Iterable[ResourcePattern]) -> None:
-        for pattern in patterns:
-            self._refresh(pattern)
+    def process_notification(self, path: str, data: bytes) -> None:
+        """NotificationHandler: reload the resource a change notification names."""
+        try:
+            pattern = parse_change_notification(path.rpartition("/")[0], data)
+        except AclFormatError as e:
+            raise NotificationError(str(e)) from None
+        self._refresh(pattern)
 
     def _refresh(self, pattern: ResourcePattern) -> None:
         entries = tuple(self._read(pattern.path))
@@ -433,92 +443,6 @@ def parse_change_notification(root: str, data: bytes | None) -> ResourcePattern:
         return ResourcePattern(str(body["resourceType"]), str(body["name"]), str(body["patternType"]))
     except (ValueError, KeyError, TypeError) as e:
         raise AclFormatError(f"ACL change notification {text[:100]!r}: {e}") from None
-
-
-class AclChangeListener:
-    """Kafka's ``ZkNodeChangeNotificationListener`` for the two ACL change paths: new notifications (sequence
-    order) name the resources to reload; a (re)connection reloads everything.  Work happens on its own thread;
-    kazoo's callbacks only signal it."""
-
-    ROOTS = (ACL_CHANGES, EXTENDED_CHANGES)
-
-    def __init__(self, zk, on_changes, reload_all):
-        self.zk = zk
-        self.on_changes = on_changes
-        self.reload_all = reload_all
-        self._last = {root: -1 for root in self.ROOTS}
-        self._wake = threading.Event()
-        self._full = True
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="acl-change-listener", daemon=True)
-
-    def start(self) -> None:
-        from kazoo.recipe.watchers import ChildrenWatch
-        for root in self.ROOTS:
-            self.zk.ensure_path(root)
-        self._process()   # the initial load happens before start() returns
-        self._thread.start()
-        self.zk.add_listener(self._on_state)
-        for root in self.ROOTS:
-            ChildrenWatch(self.zk, root, self._on_children)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
-        try:
-            self.zk.remove_listener(self._on_state)
-        except Exception:  # noqa: BLE001 - not registered
-            pass
-
-    def _on_children(self, children) -> bool | None:
-        if self._stopped.is_set():
-            return False
-        self._wake.set()
-        return None
-
-    def _on_state(self, state) -> None:
-        from kazoo.protocol.states import KazooState
-        if state == KazooState.CONNECTED:
-            self._full = True
-            self._wake.set()
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopped.is_set():
-                break
-            try:
-                self._process()
-            except Exception:  # noqa: BLE001 - the listener must survive anything; a reconnect reloads all
-                log.exception("error while processing ACL change notifications")
-                self._full = True
-
-    def _process(self) -> None:
-        from kafkatier.zk import paths
-        full, self._full = self._full, False
-        changed: list[ResourcePattern] = []
-        for root in self.ROOTS:
-            nodes = paths.sorted_sequential(self.zk.get_children(root), CHANGE_PREFIX)
-            for node in nodes:
-                seq = paths.sequence_number(node)
-                if seq <= self._last[root]:
-                    continue
-                self._last[root] = seq
-                if full:
-                    continue
-                try:
-                    data, _ = self.zk.get(f"{root}/{node}")
-                    changed.append(parse_change_notification(root, data))
-                except NoNodeError:
-                    pass  # purged: a newer notification or the full load covers it
-                except AclFormatError as e:
-                    log.warning("malformed ACL change notification skipped %s",
-                                kv(path=f"{root}/{node}", error=str(e).replace(" ", "_")))
-        if full:
-            self.reload_all()
-        else:
-            self.on_changes(dict.fromkeys(changed))
 
 
 def authorizer_from_config(zk, overrides: Mapping[str, Any]) -> AclAuthorizer | None:
