@@ -503,6 +503,16 @@ class KafkaController:
                 return str(v).lower() == "true"
         return self.config.unclean_leader_election_enable
 
+    def enable_unclean_leader_election(self, topic: str | None = None) -> None:
+        """A config change set ``unclean.leader.election.enable=true`` for ``topic`` (None: the brokers' default):
+        elect leaders for the offline partitions now, not at the next broker change -- Kafka's
+        ``TopicUncleanLeaderElectionEnable`` (``UncleanLeaderElectionEnable`` for the default) event, which only
+        the active controller acts on.  Called by every broker's config change handler."""
+        name = "UncleanLeaderElectionEnable" if topic is None else f"TopicUncleanLeaderElectionEnable({topic})"
+        log.info("unclean leader election enabled %s", kv(topic=topic or "<default>"))
+        self._put(name, self._active_only(
+            lambda: self.partition_state_machine.trigger_online_partition_state_change(topic)))
+
     # --- elections and controlled shutdown asked for by requests (ElectLeaders, ControlledShutdown) ----------
     def elect_leaders(self, partitions, election_type):
         """ElectLeaders: a future of {partition: ElectionOutcome} (replica_election_manager.py)."""

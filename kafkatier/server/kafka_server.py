@@ -67,6 +67,7 @@ from kafkatier.zk.client import ensure_persistent_paths, start_client
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("server")
+UNCLEAN = "unclean.leader.election.enable"
 
 
 class KafkaServer:
@@ -264,6 +265,7 @@ class KafkaServer:
         return DynamicBrokerConfig(self.broker_id, {k: str(v) for k, v in static.items() if v is not None},
                                    KafkaZkClient(self.zk), reconfigurables=[
                                        (frozenset({"min.insync.replicas"}), self._reconfigure_min_isr),
+                                       (frozenset({UNCLEAN}), self._reconfigure_unclean_leader_election),
                                        (log_names, self._reconfigure_log_defaults),
                                        (pool_names, self._reconfigure_remote_log_pools),
                                        (frozenset(ALTER_LOG_DIRS_THROTTLE_NAMES), self._reconfigure_alter_log_dirs_throttle),
@@ -273,6 +275,11 @@ class KafkaServer:
         """KIP-113's move throttle: the seed's name wins over Kafka's when both are set."""
         rate = self.broker_configs.synonym_value(ALTER_LOG_DIRS_THROTTLE_NAMES)
         self.alter_log_dirs_quota.set_rate(int(rate) if rate is not None else LONG_MAX)
+
+    def _reconfigure_unclean_leader_election(self, effective: dict) -> None:
+        """Kafka's DynamicLogConfig: the broker default switched to true elects offline partitions' leaders now."""
+        if self.controller is not None and str(effective.get(UNCLEAN, "")).strip().lower() == "true":
+            self.controller.enable_unclean_leader_election(None)
 
     def _reconfigure_min_isr(self, effective: dict) -> None:
         if self.replica_manager is not None:
@@ -301,6 +308,8 @@ class KafkaServer:
             self.topic_config_handler.process_config_changes(topic, config)
         else:
             self.topic_configs.put(topic, config)
+        if self.controller is not None and str(config.get(UNCLEAN, "")).strip().lower() == "true":
+            self.controller.enable_unclean_leader_election(topic)  # Kafka's TopicConfigHandler does the same
 
     def _get_or_create_cluster_id(self) -> str:
         try:

@@ -233,6 +233,42 @@ def test_unclean_election_by_request_and_by_topic_config(ecluster, kafkatier_cli
         ensure_running(c, 2, 3)
 
 
+def test_unclean_election_enabled_by_a_config_change_elects_at_once(ecluster, kafkatier_cli):
+    """Kafka's TopicUncleanLeaderElectionEnable / UncleanLeaderElectionEnable: switching the topic config (or the
+    brokers' dynamic default) on elects the live out-of-sync replica within seconds, without a broker change."""
+    c = ecluster
+    by_topic, by_default = unique_topic("by-topic"), unique_topic("by-default")
+    for t in (by_topic, by_default):
+        create_topic(c, t, {0: [2, 3]})
+    try:
+        c.manager.stop_broker(2)   # leadership moves to 3, the ISR shrinks to [3]
+        c.manager.stop_broker(3)   # the last in-sync replica: the partitions go offline
+        c.manager.start_broker(2)  # alive, out of sync: not a leader while unclean election is off
+        wait_for(lambda: all(state(c, t)["leader"] == -1 for t in (by_topic, by_default)), CONVERGE_S,
+                 interval=0.1, message="both partitions offline")
+
+        def alter(*entity: str, config: str = "unclean.leader.election.enable=true", op: str = "--add-config"):
+            r = kafkatier_cli.run("configs", "--bootstrap-server", c.bootstrap_servers, "--entity-type", *entity,
+                                  "--alter", op, config)
+            assert r.returncode == 0, r.stderr
+
+        t0 = time.monotonic()
+        alter("topics", "--entity-name", by_topic)
+        wait_for(lambda: state(c, by_topic)["leader"] == 2, 10, interval=0.05, message="unclean leader by topic")
+        print(f"topic config -> leader in {time.monotonic() - t0:.2f}s")
+        assert state(c, by_topic)["isr"] == [2] and state(c, by_default)["leader"] == -1
+        t0 = time.monotonic()
+        alter("brokers", "--entity-default")
+        try:
+            wait_for(lambda: state(c, by_default)["leader"] == 2, 10, interval=0.05,
+                     message="unclean leader by the broker default")
+            print(f"broker default -> leader in {time.monotonic() - t0:.2f}s")
+        finally:
+            alter("brokers", "--entity-default", config="unclean.leader.election.enable", op="--delete-config")
+    finally:
+        ensure_running(c, 2, 3)
+
+
 # ------------------------------------------------------------------------------------------------ controlled shutdown
 
 def test_controlled_shutdown_moves_leaders_before_the_process_exits(ecluster):
