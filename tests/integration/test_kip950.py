@@ -199,10 +199,13 @@ def test_read_only_disablement_then_uploads_resume(c):
 
     assert alter(c, t, {"remote.log.copy.disable": "false", "local.retention.bytes": "1"}) is None
     assert tiered(c.zk, t) == (1, "ENABLED")
-    produce(c, t, 1, first=42)
-    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 36), WAIT_S, interval=0.2,
+    produce(c, t, 1, first=42)                                       # rolls [36,42): three segments to upload
+    # Every rolled segment below the high watermark is uploaded: [24,30) and [30,36) may go before record 42 rolls
+    # [36,42) or in the same round, so the only stable state to wait for is all three (segments(0, 36) is a
+    # transient one, and asserting on it raced the copy task).
+    wait_for(lambda: finished_chain(remote(c.zk, t)) == segments(0, 42), WAIT_S, interval=0.2,
              message="uploads resumed from the remote log end")
-    assert finished_chain(remote(c.zk, t), tiered_epoch=1) == segments(24, 36)
+    assert finished_chain(remote(c.zk, t), tiered_epoch=1) == segments(24, 42)
     assert consume(c, t) == values(0, 43)
 
 
