@@ -223,6 +223,7 @@ class ReplicaFetcherThread(threading.Thread):
         for key, st in truncating.items():
             part = self.partition_lookup(*key)
             if part is None:
+                self._delay(key, st, "partition not hosted")
                 continue
             latest = part.log.latest_epoch
             if latest is None:
@@ -260,23 +261,23 @@ class ReplicaFetcherThread(threading.Thread):
     def _truncate(self, key: tuple[str, int], sent: FetchState, part, state: OffsetTruncationState,
                   reason: str) -> None:
         """Apply one truncation if the partition is still here as it was asked about; fetching starts at the
-        resulting log end offset once the phase is complete."""
-        with self.lock:
-            if self.partitions.get(key) != sent:
-                return  # removed or re-added (a newer LeaderAndIsr) while the request was in flight
-        plog = part.log
-        if state.offset < plog.log_end_offset:
-            log.info("truncating by leader epoch %s", kv(partition=f"{key[0]}-{key[1]}", leader=self.leader_id,
-                                                           log_end_offset=plog.log_end_offset, to=state.offset,
-                                                           high_watermark=plog.high_watermark,
-                                                           completed=state.truncation_completed, why=reason))
-        part.truncate_to(state.offset)
+        resulting log end offset once the phase is complete.  Under the fetcher's lock, as Kafka's
+        ``partitionMapLock``: the replica manager removes a partition (before making this broker its leader)
+        only between truncations, never during one."""
         with self.lock:
             cur = self.partitions.get(key)
-            if cur == sent:
-                cur.fetch_offset = plog.log_end_offset
-                cur.truncating = not state.truncation_completed
-                cur.failures, cur.delayed_until = 0, 0.0
+            if cur != sent:
+                return  # removed or re-added (a newer LeaderAndIsr) while the request was in flight
+            plog = part.log
+            if state.offset < plog.log_end_offset:
+                log.info("truncating by leader epoch %s", kv(
+                    partition=f"{key[0]}-{key[1]}", leader=self.leader_id, log_end_offset=plog.log_end_offset,
+                    to=state.offset, high_watermark=plog.high_watermark, completed=state.truncation_completed,
+                    why=reason))
+            part.truncate_to(state.offset)
+            cur.fetch_offset = plog.log_end_offset
+            cur.truncating = not state.truncation_completed
+            cur.failures, cur.delayed_until = 0, 0.0
 
     def _delay(self, key: tuple[str, int], sent: FetchState, why: str) -> None:
         with self.lock:
