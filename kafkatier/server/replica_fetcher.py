@@ -37,6 +37,7 @@ throttled partitions are recorded against the quota.  The check is :meth:`Replic
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable
@@ -285,10 +286,13 @@ class ReplicaFetcherThread(threading.Thread):
             if cur != sent:
                 return
             cur.failures += 1
-            delay = _partition_backoff(_state(cur.failures))
+            failures = cur.failures
+            delay = _partition_backoff(_state(failures))
             cur.delayed_until = time.monotonic() + delay
-        log.info("retrying the partition later %s", kv(partition=f"{key[0]}-{key[1]}", leader=self.leader_id,
-                                                       why=why, backoff_s=round(delay, 3)))
+        # Once at info (a leader that has not had its LeaderAndIsr yet answers UNKNOWN_LEADER_EPOCH for a while).
+        log.log(logging.INFO if failures == 1 else logging.DEBUG, "retrying the partition later %s",
+                kv(partition=f"{key[0]}-{key[1]}", leader=self.leader_id, why=why, failures=failures,
+                   backoff_s=round(delay, 3)))
 
     # --- fetching -------------------------------------------------------------------------------------------
     def _fetch(self, snapshot: dict[tuple[str, int], FetchState]) -> None:
