@@ -8,11 +8,11 @@ leader ONE OffsetsForLeaderEpoch (key 23, v3, this broker's id as ``replica_id``
 partitions, asking where the follower's latest epoch ends on the leader, and then, per answer
 (:func:`offset_truncation_state`, Kafka's ``getOffsetTruncationState``):
 
-* the leader knows the epoch: truncate to min(the leader's end offset, the follower's own end offset for that
-  epoch, the log end offset) and start *fetching* there;
-* the leader answers an earlier epoch (it never had ours: divergent logs across several leader changes,
-  KIP-279): truncate to where the follower's own copy of that earlier epoch ends, which also truncates its
-  epoch cache, and ask again; the next round asks about that earlier epoch;
+* the leader answers the epoch asked, or an earlier one the follower has too: truncate to min(the leader's end
+  offset, the follower's own end offset of that epoch, the log end offset) and start *fetching* there;
+* the leader answers an earlier epoch the follower does not have (divergent logs across several leader changes,
+  KIP-279): truncate to where the follower's largest epoch below it ends, which also truncates its epoch cache,
+  and ask again; the next round asks about that epoch;
 * the leader knows no epoch at all (``UNDEFINED_EPOCH_OFFSET``) or answers without an epoch (an old message
   format): truncate to the initial offset (the high watermark), as before KIP-101.
 
