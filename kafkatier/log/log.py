@@ -891,6 +891,9 @@ class Log:
         with self._lock:
             self._check_open()
             if target_offset >= self._next_offset:
+                # Nothing to remove, but an epoch this replica started as leader without writing to it may end
+                # the cache; it conflicts with the new leader's lineage (Kafka's UnifiedLog.truncateTo).
+                self.leader_epoch_cache.truncate_from_end(self._next_offset)
                 return False
             log.info(kv(event="truncating", partition=self.name, target_offset=target_offset,
                         log_end_offset=self._next_offset))

@@ -21,7 +21,7 @@ Order of checks, as Kafka 3.x:
 
 Every error answers ``leader_epoch = end_offset = -1``.  Difference from Kafka: the partition-level lookup lives
 here (:func:`last_offset_for_leader_epoch`) rather than on ``Partition``; it only reads the partition.
-Followers do not send this request: they truncate to their high watermark (see ``server/replica_fetcher.py``).
+Followers send this request (``replica_id`` set) in their truncation phase: ``server/replica_fetcher.py``.
 """
 from __future__ import annotations
 

@@ -282,9 +282,10 @@ class Partition:
                 raise KafkaStorageError(f"Error while {what} {self} in dir {self.log.parent_dir}: {e}") from e
 
     def truncate_to(self, offset: int) -> None:
+        """Follower truncation: the log (its leader-epoch cache with it), producer state, the JBOD future log."""
         with self.lock:
-            self.log.truncate_to(offset)
-            self.producer_state.rebuild(self.log)
+            if self.log.truncate_to(offset):
+                self.producer_state.rebuild(self.log)
             with self.future_lock:  # the future log follows truncation (jbod.md §5)
                 future = self.future_log
                 if future is not None and future.log_end_offset > self.log.log_end_offset:

@@ -1,14 +1,34 @@
-"""Follower replication: one fetcher thread per leader broker, fetching with the Fetch API (v11, replica id
-set) and appending the leader's record batches as they are (offsets kept).
+"""Follower replication: one fetcher thread per leader broker (Kafka's ``ReplicaFetcherThread`` with
+``AbstractFetcherThread``), fetching with the Fetch API (v11, replica id set) and appending the leader's record
+batches as they are (offsets kept).
 
-On becoming a follower a partition's log is truncated to its high watermark (see README "Differences from
-Kafka": Kafka truncates by leader epoch via OffsetsForLeaderEpoch; truncating to the high watermark never
-drops a committed record the leader has, it may only re-fetch a few).  The truncation waits for the new
-leader's first answer (``FetchState.truncate_to``) and is applied together with the records of that answer:
-a follower that never reaches the leader (it died) keeps its log, so when it is elected next it still holds
-the records acknowledged under the old leader -- its own high watermark can lag the one it acknowledged with
-(found by scenarios/isr-shrink-not-enough-replicas.toml).  The follower's high watermark and log start offset
-follow the leader's values in each fetch response.
+Truncation by leader epoch (KIP-101, KIP-279).  A partition added to a fetcher starts in the *truncating*
+state at its high watermark (the initial offset) and is left out of fetches.  Each round, the thread sends the
+leader ONE OffsetsForLeaderEpoch (key 23, v3, this broker's id as ``replica_id``) for all its truncating
+partitions, asking where the follower's latest epoch ends on the leader, and then, per answer
+(:func:`offset_truncation_state`, Kafka's ``getOffsetTruncationState``):
+
+* the leader answers the epoch asked, or an earlier one the follower has too: truncate to min(the leader's end
+  offset, the follower's own end offset of that epoch, the log end offset) and start *fetching* there;
+* the leader answers an earlier epoch the follower does not have (divergent logs across several leader changes,
+  KIP-279): truncate to where the follower's largest epoch below it ends, which also truncates its epoch cache,
+  and ask again; the next round asks about that epoch;
+* the leader knows no epoch at all (``UNDEFINED_EPOCH_OFFSET``) or answers without an epoch (an old message
+  format): truncate to the initial offset (the high watermark), as before KIP-101.
+
+A follower whose epoch cache is empty truncates to its high watermark without asking, as Kafka.  Truncation
+waits for the leader's answer: a follower that never reaches the leader keeps its log, so when it is elected
+next it still holds the records acknowledged under the old leader (scenarios/isr-shrink-not-enough-replicas.toml).
+An answer is applied only if the partition is still in this fetcher at the same leader epoch.  Error answers
+(NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, ...) delay that partition with a bounded exponential
+backoff and it asks again; the controller's next LeaderAndIsr replaces its state.  Kafka since Fetch v12
+(KIP-595's ``DivergingEpoch``) truncates from the fetch response instead; we fetch with v11, so we always take
+the OffsetsForLeaderEpoch path, as Kafka's ZooKeeper-mode brokers before IBP 2.7.  Difference from Kafka: a
+partition fenced by the leader (FENCED_LEADER_EPOCH) is retried with backoff rather than marked failed until the
+next LeaderAndIsr.  Truncation itself is ``Partition.truncate_to``: log, leader-epoch cache, producer state and
+the JBOD future log.
+
+The follower's high watermark and log start offset follow the leader's values in each fetch response.
 
 Replication throttle (Kafka's ``shouldFollowerThrottle``): a partition listed in
 ``follower.replication.throttled.replicas`` for this broker is left out of a fetch while it is out of sync (its
@@ -17,12 +37,15 @@ throttled partitions are recorded against the quota.  The check is :meth:`Replic
 """
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Callable
 
 import attrs
 import tenacity
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import (FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
+                                     OffsetForLeaderEpochResponse)
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
@@ -32,19 +55,64 @@ from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 log = get_logger("server.replica-fetcher")
 
 FETCH_VERSION = 11
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # the first version with replica_id (Kafka 2.3+)
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+# A partition whose truncation answer was an error asks again after this backoff (seconds, per partition).
+_partition_backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 
 
 @attrs.define
 class FetchState:
+    """Kafka's ``PartitionFetchState``: while ``truncating``, ``fetch_offset`` is the initial offset (the high
+    watermark) the partition falls back to when the leader knows no epoch."""
     fetch_offset: int
     leader_epoch: int
-    truncate_to: int | None = None   # truncate here when the leader first answers (see module docstring)
+    truncating: bool = False
     # leader high watermark - fetch offset after the last answer (None: none yet); the throttle's in-sync test
     lag: int | None = attrs.field(default=None, eq=False)
+    failures: int = attrs.field(default=0, eq=False)            # error answers in a row (the backoff's attempt)
+    delayed_until: float = attrs.field(default=0.0, eq=False)   # time.monotonic() before which it is left out
 
     @property
     def is_replica_in_sync(self) -> bool:
         return self.lag is not None and self.lag <= 0
+
+
+@attrs.frozen
+class EpochEndOffset:
+    """The leader's OffsetsForLeaderEpoch answer for one partition."""
+    error: int
+    leader_epoch: int = UNDEFINED_EPOCH
+    end_offset: int = UNDEFINED_EPOCH_OFFSET
+
+
+@attrs.frozen
+class OffsetTruncationState:
+    """Where to truncate, and whether that ends the truncation phase (False: ask the leader again)."""
+    offset: int
+    truncation_completed: bool
+
+
+def offset_truncation_state(leader: EpochEndOffset, initial_offset: int, log_end_offset: int,
+                            end_offset_for_epoch: Callable[[int], tuple[int, int]]) -> OffsetTruncationState:
+    """Kafka's ``AbstractFetcherThread.getOffsetTruncationState`` for an error-free answer.
+
+    ``end_offset_for_epoch`` is the follower log's own ``(epoch, end offset)`` lookup (the largest epoch <= the
+    one asked, -1/-1 when unknown)."""
+    if leader.end_offset == UNDEFINED_EPOCH_OFFSET:
+        return OffsetTruncationState(initial_offset, True)            # the leader knows no such epoch
+    if leader.leader_epoch == UNDEFINED_EPOCH:
+        return OffsetTruncationState(min(leader.end_offset, log_end_offset), True)  # no epoch in the answer
+    follower_epoch, follower_end = end_offset_for_epoch(leader.leader_epoch)
+    if follower_end == UNDEFINED_EPOCH_OFFSET:
+        # The follower did not track epochs that far back: the leader's offset is safe (KIP-101 without 279).
+        return OffsetTruncationState(min(leader.end_offset, log_end_offset), True)
+    if follower_epoch != leader.leader_epoch:
+        # KIP-279: the follower never had the leader's epoch; cut back to where its own earlier epoch ends
+        # (its epoch cache goes too) and ask again about that epoch.
+        return OffsetTruncationState(min(follower_end, log_end_offset), False)
+    return OffsetTruncationState(min(follower_end, leader.end_offset, log_end_offset), True)
 
 
 class ReplicaFetcherThread(threading.Thread):
@@ -75,9 +143,11 @@ class ReplicaFetcherThread(threading.Thread):
         self.metrics = {"fetches": 0, "bytes": 0, "errors": 0}
 
     def add_partition(self, topic: str, partition: int, fetch_offset: int, leader_epoch: int,
-                      truncate_to: int | None = None) -> None:
+                      truncating: bool = True) -> None:
+        """Start replicating a partition: truncating first (``fetch_offset``: its high watermark), or fetching
+        right away at ``fetch_offset`` (a log just rebuilt from the leader's remote tier)."""
         with self.lock:
-            self.partitions[(topic, partition)] = FetchState(fetch_offset, leader_epoch, truncate_to)
+            self.partitions[(topic, partition)] = FetchState(fetch_offset, leader_epoch, truncating)
             self.has_partitions.set()
 
     def remove_partition(self, topic: str, partition: int) -> None:
@@ -118,16 +188,114 @@ class ReplicaFetcherThread(threading.Thread):
                 self.stopped.wait(min(1.0, 0.05 * failures))
 
     def _fetch_once(self) -> None:
-        with self.lock:
-            snapshot = dict(self.partitions)
+        """One round (Kafka's ``doWork``): the truncation phase for the truncating partitions, then one fetch for
+        the others.  Partitions delayed by an error answer sit out until their backoff ends."""
+        with self.lock:  # copies: a state replaced or moved on during the round no longer equals its copy
+            snapshot = {key: attrs.evolve(st) for key, st in self.partitions.items()}
         if not snapshot:
             return
+        now = time.monotonic()
+        ready = {k: st for k, st in snapshot.items() if st.delayed_until <= now}
+        if not ready:
+            self.stopped.wait(min(st.delayed_until for st in snapshot.values()) - now)
+            return
+        self._ensure_client()
+        truncating = {k: st for k, st in ready.items() if st.truncating}
+        if truncating:
+            self._maybe_truncate(truncating)
+        fetching = {k: st for k, st in ready.items() if not st.truncating}
+        if fetching:
+            self._fetch(fetching)
+
+    def _ensure_client(self) -> BrokerClient:
         if self.client is None:
             addr = self.leader_address()
             if addr is None:
                 raise BrokerConnectionError(f"leader {self.leader_id} address unknown")
             self.client = BrokerClient(addr[0], addr[1], client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
                                        timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10), login=self.login)
+        return self.client
+
+    # --- truncation phase (KIP-101 / KIP-279) ---------------------------------------------------------------
+    def _maybe_truncate(self, truncating: dict[tuple[str, int], FetchState]) -> None:
+        """Kafka's ``maybeTruncate``: partitions without an epoch cache go to their high watermark; the others
+        ask the leader, all in one OffsetsForLeaderEpoch."""
+        asking: dict[tuple[str, int], tuple[FetchState, object, int]] = {}
+        for key, st in truncating.items():
+            part = self.partition_lookup(*key)
+            if part is None:
+                self._delay(key, st, "partition not hosted")
+                continue
+            latest = part.log.latest_epoch
+            if latest is None:
+                self._truncate(key, st, part, OffsetTruncationState(st.fetch_offset, True), reason="no epoch cache")
+            else:
+                asking[key] = (st, part, latest)
+        if not asking:
+            return
+        answers = self._fetch_epoch_end_offsets({key: (st.leader_epoch, latest) for key, (st, _, latest)
+                                                 in asking.items()})
+        for key, (st, part, latest) in asking.items():
+            answer = answers.get(key, EpochEndOffset(int(Errors.UNKNOWN_SERVER_ERROR)))
+            if answer.error != Errors.NONE:
+                self._delay(key, st, f"OffsetsForLeaderEpoch answered {Errors(answer.error).name}")
+                continue
+            plog = part.log
+            state = offset_truncation_state(answer, st.fetch_offset, plog.log_end_offset, plog.end_offset_for_epoch)
+            self._truncate(key, st, part, state, reason=f"asked epoch {latest}, leader answered epoch "
+                                                        f"{answer.leader_epoch} ending at {answer.end_offset}")
+
+    def _fetch_epoch_end_offsets(self, epochs: dict[tuple[str, int], tuple[int, int]]
+                                 ) -> dict[tuple[str, int], EpochEndOffset]:
+        """One OffsetsForLeaderEpoch to the leader: ``(current leader epoch, epoch asked)`` per partition."""
+        T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+        by_topic: dict[str, list] = {}
+        for (t, p), (current, asked) in sorted(epochs.items()):
+            by_topic.setdefault(t, []).append(T.OffsetForLeaderPartition(
+                partition=p, current_leader_epoch=current, leader_epoch=asked))
+        req = OffsetForLeaderEpochRequest(version=OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=self.broker_id,
+                                          topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = self._ensure_client().send(req, OffsetForLeaderEpochResponse, OFFSET_FOR_LEADER_EPOCH_VERSION)
+        return {(t.topic, p.partition): EpochEndOffset(p.error_code, p.leader_epoch, p.end_offset)
+                for t in resp.topics for p in t.partitions}
+
+    def _truncate(self, key: tuple[str, int], sent: FetchState, part, state: OffsetTruncationState,
+                  reason: str) -> None:
+        """Apply one truncation if the partition is still here as it was asked about; fetching starts at the
+        resulting log end offset once the phase is complete.  Under the fetcher's lock, as Kafka's
+        ``partitionMapLock``: the replica manager removes a partition (before making this broker its leader)
+        only between truncations, never during one."""
+        with self.lock:
+            cur = self.partitions.get(key)
+            if cur != sent:
+                return  # removed or re-added (a newer LeaderAndIsr) while the request was in flight
+            plog = part.log
+            if state.offset < plog.log_end_offset:
+                log.info("truncating by leader epoch %s", kv(
+                    partition=f"{key[0]}-{key[1]}", leader=self.leader_id, log_end_offset=plog.log_end_offset,
+                    to=state.offset, high_watermark=plog.high_watermark, completed=state.truncation_completed,
+                    why=reason))
+            part.truncate_to(state.offset)
+            cur.fetch_offset = plog.log_end_offset
+            cur.truncating = not state.truncation_completed
+            cur.failures, cur.delayed_until = 0, 0.0
+
+    def _delay(self, key: tuple[str, int], sent: FetchState, why: str) -> None:
+        with self.lock:
+            cur = self.partitions.get(key)
+            if cur != sent:
+                return
+            cur.failures += 1
+            failures = cur.failures
+            delay = _partition_backoff(_state(failures))
+            cur.delayed_until = time.monotonic() + delay
+        # Once at info (a leader that has not had its LeaderAndIsr yet answers UNKNOWN_LEADER_EPOCH for a while).
+        log.log(logging.INFO if failures == 1 else logging.DEBUG, "retrying the partition later %s",
+                kv(partition=f"{key[0]}-{key[1]}", leader=self.leader_id, why=why, failures=failures,
+                   backoff_s=round(delay, 3)))
+
+    # --- fetching -------------------------------------------------------------------------------------------
+    def _fetch(self, snapshot: dict[tuple[str, int], FetchState]) -> None:
         throttled = {k for k, st in snapshot.items() if self._throttled(k, st)}
         if throttled:
             snapshot = {k: st for k, st in snapshot.items() if k not in throttled}
@@ -156,18 +324,12 @@ class ReplicaFetcherThread(threading.Thread):
         key = (topic, pd.partition_index)
         with self.lock:
             cur = self.partitions.get(key)
-        if cur is None or sent is None or cur.fetch_offset != sent.fetch_offset or cur.leader_epoch != sent.leader_epoch:
+        if cur is None or sent is None or cur != sent:
             return  # removed or changed while the fetch was in flight
         part = self.partition_lookup(topic, pd.partition_index)
         if part is None:
             return
         err = pd.error_code
-        if err == Errors.NONE and sent.truncate_to is not None:
-            if part.log.log_end_offset > sent.truncate_to:
-                log.info("truncating to the high watermark on the leader's first answer %s",
-                         kv(partition=f"{topic}-{pd.partition_index}", log_end_offset=part.log.log_end_offset,
-                            to=sent.truncate_to))
-                part.truncate_to(sent.truncate_to)
         if err == Errors.NONE:
             records = pd.records
             if records:
@@ -181,7 +343,6 @@ class ReplicaFetcherThread(threading.Thread):
             with self.lock:
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = plog.log_end_offset
-                    self.partitions[key].truncate_to = None
                     self.partitions[key].lag = max(0, pd.high_watermark - plog.log_end_offset)
             if self.on_fetched:
                 self.on_fetched(part)
@@ -194,7 +355,6 @@ class ReplicaFetcherThread(threading.Thread):
             with self.lock:
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = part.log.log_end_offset
-                    self.partitions[key].truncate_to = None
         elif err in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
                      Errors.UNKNOWN_TOPIC_OR_PARTITION):
             # Wait for the controller's LeaderAndIsr; keep fetching at a slow pace.
@@ -229,7 +389,6 @@ class ReplicaFetcherThread(threading.Thread):
         with self.lock:
             if (topic, pd.partition_index) in self.partitions:
                 self.partitions[(topic, pd.partition_index)].fetch_offset = plog.log_end_offset
-                self.partitions[(topic, pd.partition_index)].truncate_to = None
 
 
 def _state(attempt: int):
@@ -257,7 +416,7 @@ class ReplicaFetcherManager:
         self.lock = threading.Lock()
 
     def add_fetcher(self, topic: str, partition: int, leader_id: int, fetch_offset: int, leader_epoch: int,
-                    truncate_to: int | None = None) -> None:
+                    truncating: bool = True) -> None:
         with self.lock:
             self._remove_locked(topic, partition)
             t = self.threads.get(leader_id)
@@ -270,7 +429,7 @@ class ReplicaFetcherManager:
                                          login=self.login)
                 self.threads[leader_id] = t
                 t.start()
-            t.add_partition(topic, partition, fetch_offset, leader_epoch, truncate_to)
+            t.add_partition(topic, partition, fetch_offset, leader_epoch, truncating)
             self.assignment[(topic, partition)] = leader_id
 
     def remove_fetcher(self, topic: str, partition: int) -> None:

@@ -261,13 +261,10 @@ class ReplicaManager:
         if p.leader_id < 0:
             return
         plog = p.log
-        target = max(plog.high_watermark, plog.log_start_offset)
-        if plog.log_end_offset > target:
-            # Truncated to the high watermark only once the new leader answers (replica_fetcher.py docstring).
-            self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, target, p.leader_epoch,
-                                             truncate_to=target)
-            return
-        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, plog.log_end_offset, p.leader_epoch)
+        # Truncated by leader epoch once the new leader answers; the high watermark is the fallback
+        # (replica_fetcher.py docstring).
+        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id,
+                                         max(plog.high_watermark, plog.log_start_offset), p.leader_epoch)
 
     # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------
     def _write_isr(self, topic: str, partition: int, upd: IsrUpdate) -> int | None:
@@ -309,7 +306,8 @@ class ReplicaManager:
     def restart_fetcher(self, p: Partition) -> None:
         """Fetch again from the leader at the log end offset (after the remote log manager rebuilt a follower
         from the remote tier)."""
-        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, p.log.log_end_offset, p.leader_epoch)
+        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id, p.log.log_end_offset, p.leader_epoch,
+                                         truncating=False)
 
     # --- StopReplica ----------------------------------------------------------------------------------------
     def handle_stop_replica(self, body: dict, disable_answers: Mapping[str, Errors] | None = None) -> dict:

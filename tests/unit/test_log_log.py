@@ -216,6 +216,18 @@ def test_truncate_to_and_fully(tmp_path):
     assert lg.append_as_leader(produce_blob(1), 4).first_offset == 50
 
 
+def test_truncate_at_the_end_drops_an_epoch_begun_without_records(tmp_path):
+    """Kafka's UnifiedLog.truncateTo: this replica led epoch 2 without writing; the follower's truncation to the
+    log end offset removes nothing but the epoch entry (else it would ask the new leader about epoch 2 forever)."""
+    lg = make_log(tmp_path)
+    lg.append_as_leader(produce_blob(5), 1)
+    lg.assign_epoch_start_offset(2, 5)
+    assert not lg.truncate_to(5)
+    assert lg.log_end_offset == 5 and [e.epoch for e in lg.leader_epoch_cache.epoch_entries()] == [1]
+    lg.close()
+    assert [e.epoch for e in make_log(tmp_path).leader_epoch_cache.epoch_entries()] == [1]
+
+
 def test_fetch_offset_by_timestamp(tmp_path):
     lg = make_log(tmp_path, segment_bytes=2 * len(produce_blob(5)))
     for i in range(4):
