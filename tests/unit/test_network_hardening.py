@@ -101,7 +101,17 @@ def test_a_dead_handler_thread_is_replaced():
             o.sendall(_frame(ApiVersionsRequest[3](client_software_name="u", client_software_version="1"), i, 3))
             assert _recv_frame(o)
             o.close()
-        assert stub.killed and server._pool.restarted == 1  # noqa: SLF001
+        # The dying frame and the others travel on different connections: any may be handled first, so wait
+        # for the death and the replacement, then check the pool still answers on every thread.
+        wait_for(lambda: stub.killed and server._pool.restarted == 1, DEADLINE,  # noqa: SLF001
+                 message="the handler thread to die and be replaced")
+        more = [_connect(server.port) for _ in range(4)]
+        for i, o in enumerate(more):
+            o.sendall(_frame(ApiVersionsRequest[3](client_software_name="u", client_software_version="1"), i, 3))
+        for o in more:
+            assert _recv_frame(o)
+            o.close()
+        assert server._pool.restarted == 1  # noqa: SLF001
         s.close()
     finally:
         server.shutdown()
