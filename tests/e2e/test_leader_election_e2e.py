@@ -14,7 +14,6 @@ import uuid
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import NewTopic
 from kafka.protocol.admin import DeleteRecordsRequest, ElectLeadersRequest
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
