@@ -35,6 +35,7 @@ import attrs
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
+from kafkatier.scenario.admin_faults import AdminFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
@@ -226,6 +227,7 @@ class ScenarioRunner:
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
         self.admin = AdminOperations(bootstrap, h)
+        self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
         for wl in self.producers + self.readers + self.spark_jobs:
             wl.start()
         t0 = time.monotonic()
@@ -338,6 +340,26 @@ class ScenarioRunner:
         elif kind == "delete_records":
             err = self.admin.delete_records(a.topic, a.partition, a.offset, a.timeout_ms)
             self._expect_error(step, err)
+        elif kind == "controlled-shutdown":
+            faults.controlled_shutdown(faults.resolve(a.target, step.pick), [t.name for t in self.spec.topics],
+                                       step.down_s)
+        elif kind == "reassign":
+            err = self.admin_faults.reassign(a.topic, a.partition, a.replicas, a.via, step.pick)
+            self._expect_error(step, err)
+            if err is not None and a.expect_error is None:
+                raise FaultError(f"the reassignment was not started: {err}")
+        elif kind == "cancel-reassignment":
+            self._expect_error(step, self.admin_faults.cancel(a.topic, a.partition))
+        elif kind in ("preferred-election", "unclean-election"):
+            self._expect_error(step, self.admin_faults.elect(kind.split("-")[0], a.topic, a.partition))
+        elif kind == "throttle":
+            brokers = [faults.resolve(a.target, step.pick)] if a.target is not None else \
+                self.admin_faults.live_brokers()
+            if a.clear:
+                self.admin_faults.clear_throttles(None if a.target is None else brokers,
+                                                  None if a.topic is None else [a.topic])
+            else:
+                self.admin_faults.throttle(a.rate, brokers, a.topic, step.duration_s)
 
     def _expect_error(self, step: Step, err: str | None) -> None:
         want = step.action.expect_error
@@ -372,11 +394,12 @@ class ScenarioRunner:
         h.info("nemesis", "heal", None)
         t0 = time.monotonic()
         faults.heal()
+        self.admin_faults.heal()
         why: list[str | None] = [None]
 
         def healthy() -> bool:
             why[0] = (self._converged(observer, faults) or self._remote_pending(manager, observer)
-                      or self._moves_pending(manager))
+                      or self._moves_pending(manager) or self.admin_faults.pending())
             return why[0] is None
         try:
             wait_for(healthy, self.spec.heal_timeout_s, interval=0.2, message="the cluster to converge")
@@ -392,6 +415,7 @@ class ScenarioRunner:
             r.join(timeout=10)
             r.close()
         self.admin.close()
+        self.admin_faults.close()
 
     def _remote_pending(self, manager: ClusterManager, observer: ZooKeeperObserver) -> str | None:
         for t in self.spec.topics:
@@ -402,9 +426,17 @@ class ScenarioRunner:
                         return f"{p}: {len(remote['files'])} remote files still to delete"
         return None
 
+    def _compare_replicas(self) -> bool:
+        """Whether the final read compares every replica's batches (``final-log-dirs``, checker ``log_dirs``):
+        with several log dirs per broker (KIP-113 moves), or when the run reassigns partitions (a new replica
+        must hold what the others hold; the replica sets are the final ones, read from ZooKeeper after heal)."""
+        return self.spec.cluster.log_dirs_per_broker > 1 or any(
+            s.action.action == "reassign" for s in self.schedule.steps)
+
     def _moves_pending(self, manager: ClusterManager) -> str | None:
-        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``."""
-        if self.spec.cluster.log_dirs_per_broker < 2:
+        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``
+        (also a replica a reassignment removed)."""
+        if not self._compare_replicas():
             return None
         for d in _log_dirs(manager):
             for name, parsed in d["entries"]:
@@ -483,7 +515,7 @@ class ScenarioRunner:
             part.pop("_next", None)
         h.record(INFO, "final", "final-read", reads)
         observer.poll_once()
-        if self.spec.cluster.log_dirs_per_broker > 1:
+        if self._compare_replicas():
             h.record(INFO, "final", "final-log-dirs", self._final_log_dirs(manager, observer, reads))
         tiered = {}
         remote: dict[str, dict] = {}
