@@ -15,7 +15,7 @@ import os
 from collections import Counter, defaultdict
 
 from kafkatier.common.atomic_file import atomic_write
-from kafkatier.scenario.checkers import Anomaly
+from kafkatier.scenario.checkers import Anomaly, split
 from kafkatier.scenario.history import pairs
 
 TIERED_COLOURS = {"ENABLED": "#4caf50", "DISABLING": "#ff9800", "DISABLED": "#9e9e9e"}
@@ -61,13 +61,15 @@ def latencies(entries: list[dict]) -> dict[str, dict[str, float]]:
 
 def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anomalies: list[Anomaly],
             unmet: list[str], replay: str, elapsed_s: float, run_dir: str) -> dict:
+    anomalies, accepted = split(anomalies)
     valid = not anomalies and not unmet
     faults = Counter(e["f"] for e in entries if e["process"] == "nemesis")
     return {
         "scenario": spec.name, "file": spec.path, "seed": seed, "quick": quick, "valid": valid,
         "exit_code": 0 if valid else 1, "elapsed_s": round(elapsed_s, 1), "run_dir": run_dir,
         "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
-        "anomalies": [a.to_json() for a in anomalies], "unmet_expectations": unmet,
+        "anomalies": [a.to_json() for a in anomalies], "accepted": [a.to_json() for a in accepted],
+        "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
         "spark_rows": _spark_rows(entries),
@@ -185,6 +187,8 @@ def write_html(path: str, res: dict) -> None:
                    f"<td><pre>{e(json.dumps(a['witnesses'][:3], indent=1)[:2000])}</pre></td></tr>"
                    for a in res["anomalies"])
     unmet = "".join(f"<li>{e(u)}</li>" for u in res["unmet_expectations"])
+    accepted = "".join(f"<li><b>{e(a['checker'])}/{e(a['type'])}</b>: {e(a['message'])} &mdash; {e(a['accepted'])}"
+                       f"</li>" for a in res.get("accepted", ()))
     sched = "".join(f"<li><code>{e(s['describe'])}</code></li>" for s in res["schedule"])
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
@@ -198,6 +202,7 @@ Replay: <code>{e(res['replay'])}</code></p>
 <a href="results.json">results.json</a> &middot; <a href="scenario.toml">scenario</a></p>
 <img src="timeline.png" style="max-width:100%">
 <h2>Anomalies</h2>{'<table><tr><th>checker</th><th>type</th><th>what</th><th>witnesses</th></tr>' + rows + '</table>' if rows else '<p>none</p>'}
+{'<h2>Accepted (Kafka allows this loss)</h2><ul>' + accepted + '</ul>' if accepted else ''}
 {'<h2>Unmet expectations</h2><ul>' + unmet + '</ul>' if unmet else ''}
 <h2>Schedule</h2><ul>{sched}</ul>
 <h2>Operations</h2><table>{counts_rows}</table>
@@ -221,6 +226,8 @@ def summary(res: dict) -> str:
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
     for a in res["anomalies"]:
         lines.append(f"   ANOMALY {a['checker']}/{a['type']}: {a['message']}")
+    for a in res.get("accepted", ()):
+        lines.append(f"   ACCEPTED {a['checker']}/{a['type']}: {a['message']} -- {a['accepted']}")
     for u in res["unmet_expectations"]:
         lines.append(f"   UNMET   {u}")
     lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")

@@ -36,7 +36,7 @@ from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
-from kafkatier.scenario.checkers import Anomaly, check_all, final, observations
+from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
@@ -137,7 +137,8 @@ class ScenarioRunner:
         if zookeeper == "ensemble":
             ensemble = start_ensemble(os.path.join(self.run_dir, "zookeeper-ensemble"))
             zookeeper = ensemble.connect_string
-        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper})
+        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper,
+                                                    "accept_unclean_loss": spec.expect.accept_unclean_loss})
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
@@ -640,11 +641,12 @@ def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     with open(os.path.join(run_dir, "results.json")) as f:
         old = json.load(f)
     entries = read(os.path.join(run_dir, HISTORY_FILE))
-    anomalies = check_all(entries)
+    anomalies, accepted = split(check_all(entries))
     heal = final(entries, "heal")
     if heal and not heal.get("converged", True):
         anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
-    res = dict(old, anomalies=[a.to_json() for a in anomalies], counts=report.counts(entries),
+    res = dict(old, anomalies=[a.to_json() for a in anomalies], accepted=[a.to_json() for a in accepted],
+               counts=report.counts(entries),
                faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
     res["valid"] = not anomalies and not old.get("unmet_expectations")
     res["exit_code"] = 0 if res["valid"] else 1
