@@ -9,10 +9,10 @@ Phases:
    sees their condition (or are recorded as skipped after ``timeout_s``); each step runs in its own thread so a
    slow restart never delays the next fault.  A progress bar shows time and acknowledged sends.
 4. **Heal**: stop the producers (outstanding sends get ``heal_timeout`` to complete), resume paused processes,
-   start ZooKeeper and every broker that is down, then wait -- bounded by ``[heal] timeout_s`` -- until every
-   broker is registered, a controller is elected, every partition has a leader and its full ISR, no topic is
-   DISABLING and no remote data of a delete-disabled topic is left.  A heal that does not converge is itself an
-   anomaly.
+   start ZooKeeper and every broker that is down, remove the replication throttles the run set, then wait --
+   bounded by ``[heal] timeout_s`` -- until every broker is registered, a controller is elected, every partition
+   has a leader and its full ISR, no reassignment is running, no topic is DISABLING and no remote data of a
+   delete-disabled topic is left.  A heal that does not converge is itself an anomaly.
 5. **Final reads**: every partition from its log start offset to its high watermark, the ``tieredstorage``
    znodes and topic configs, the remote tier (files and segment metadata).  They go into the history as
    ``final`` entries, so ``replay --check`` can re-judge a run from ``history.jsonl`` alone.
