@@ -45,6 +45,24 @@ CONTROLLER_RETRY_S = 15.0
 T = TypeVar("T")
 
 
+def draw_reassignment(pick: float, partitions: list[tuple[str, int]], replication_factors: dict[str, int],
+                      live: list[int], topic: str | None, partition: int,
+                      replicas: tuple[int, ...] | None) -> tuple[str, int, list[int]]:
+    """The partition and target replicas of a ``reassign`` step: those given, else drawn from the step's ``pick``
+    (so a seed replays the choice for the same live brokers): a partition of ``partitions`` when the step names
+    none, and as many live brokers as the topic's replication factor, in a random order (so the preferred
+    leader moves too)."""
+    rng = random.Random(pick)
+    if topic is None:
+        topic, partition = rng.choice(partitions)
+    if replicas is not None:
+        return topic, partition, list(replicas)
+    rf = replication_factors[topic]
+    if len(live) < rf:
+        raise FaultError(f"only {len(live)} live brokers {live} for replication factor {rf}")
+    return topic, partition, rng.sample(sorted(live), rf)
+
+
 def _definite(e: BaseException) -> bool:
     """An answer from the cluster (an error code that is not retriable), not a lost or misrouted request."""
     return isinstance(e, AdminError) and e.code is not None and not e.retriable
@@ -112,19 +130,8 @@ class AdminFaults:
 
     def choose_reassignment(self, topic: str | None, partition: int, replicas: tuple[int, ...] | None,
                             pick: float) -> tuple[str, int, list[int]]:
-        """The partition and its target replicas: those given, else drawn (from the step's ``pick``, so a seed
-        replays the choice for the same live brokers) among the live brokers, as many as the replication
-        factor, in a random order (so the preferred leader moves too)."""
-        rng = random.Random(pick)
-        if topic is None:
-            topic, partition = rng.choice(self.partitions(None, 0))
-        if replicas is not None:
-            return topic, partition, list(replicas)
-        rf = next(t.replication_factor for t in self.topics if t.name == topic)
-        live = self.live_brokers()
-        if len(live) < rf:
-            raise FaultError(f"only {len(live)} live brokers {live} for replication factor {rf}")
-        return topic, partition, rng.sample(live, rf)
+        return draw_reassignment(pick, self.partitions(None, 0), {t.name: t.replication_factor for t in self.topics},
+                                 self.live_brokers(), topic, partition, replicas)
 
     # -- reassignment --------------------------------------------------------------------------------------------
     def reassign(self, topic: str | None, partition: int, replicas: tuple[int, ...] | None, via: str,

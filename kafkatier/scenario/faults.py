@@ -47,7 +47,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario.history import History
 from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.waiting import wait_for
-from kafkatier.zk import paths
+from kafkatier.zk import codecs, paths
 
 log = get_logger("scenario.faults")
 
@@ -192,7 +192,6 @@ class Faults:
 
     def _led_by(self, broker_id: int, topics: list[str]) -> list[str]:
         """``t/p`` of the partitions whose ZooKeeper state names ``broker_id`` leader (read now)."""
-        from kafkatier.zk import codecs
         out = []
         try:
             for t in topics:

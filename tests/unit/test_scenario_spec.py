@@ -195,3 +195,21 @@ def test_nemesis_admin_faults_draw_their_parameters_from_the_seed():
     old = from_dict({**MINIMAL, "duration_s": 30, "nemesis": {"menu": ["kill", "pause"]}})
     assert [(s.at, s.action.action, s.pick, s.duration_s) for s in schedule.derive(old, 4).steps][:3] == [
         (2.354, "kill", 0.396058, 0.0), (4.819, "kill", 0.401591, 0.0), (9.573, "pause", 0.221928, 1.648)]
+
+
+def test_a_reassign_step_draws_its_partition_and_live_replicas_from_its_pick():
+    from kafkatier.scenario.admin_faults import draw_reassignment
+    from kafkatier.scenario.faults import FaultError
+    parts = [("t", 0), ("t", 1), ("u", 0)]
+    rf = {"t": 3, "u": 2}
+    a = draw_reassignment(0.25, parts, rf, [1, 2, 3, 4], None, 0, None)
+    assert a == draw_reassignment(0.25, parts, rf, [4, 3, 2, 1], None, 0, None)      # one pick, one choice
+    topic, p, replicas = a
+    assert (topic, p) in parts and len(replicas) == rf[topic] and set(replicas) <= {1, 2, 3, 4}
+    assert len(replicas) == len(set(replicas))
+    assert draw_reassignment(0.9, parts, rf, [2, 3], "u", 0, None)[2] in ([2, 3], [3, 2])
+    assert draw_reassignment(0.9, parts, rf, [2], "t", 1, (3, 1, 2)) == ("t", 1, [3, 1, 2])   # given: as given
+    orders = {tuple(draw_reassignment(k / 50, parts, rf, [1, 2, 3], "t", 0, None)[2]) for k in range(50)}
+    assert len(orders) > 1 and all(set(o) == {1, 2, 3} for o in orders)              # the preferred leader moves
+    with pytest.raises(FaultError, match="only 2 live brokers"):
+        draw_reassignment(0.5, parts, rf, [1, 2], "t", 0, None)
