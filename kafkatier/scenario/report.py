@@ -153,9 +153,9 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
             ax.axvline(e["time"] / 1e9, color="#1565c0", alpha=0.35, lw=1, ls="--")
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
-    ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange: throttled; tiered "
-                 "green/orange/grey = ENABLED/DISABLING/DISABLED; purple: Kafka admin fault; dashed: admin "
-                 "operation)", fontsize=9)
+    ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
+                 "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
+                 "fault, dashed: admin operation)", fontsize=9)
     # throughput and latency
     bins: Counter = Counter()
     lat_t, lat_v = [], []
