@@ -46,12 +46,13 @@ T = TypeVar("T")
 
 
 def draw_reassignment(pick: float, partitions: list[tuple[str, int]], replication_factors: dict[str, int],
-                      live: list[int], topic: str | None, partition: int,
-                      replicas: tuple[int, ...] | None) -> tuple[str, int, list[int]]:
+                      live: list[int], topic: str | None, partition: int, replicas: tuple[int, ...] | None,
+                      current: Callable[[str, int], list[int]] = lambda t, p: []) -> tuple[str, int, list[int]]:
     """The partition and target replicas of a ``reassign`` step: those given, else drawn from the step's ``pick``
     (so a seed replays the choice for the same live brokers): a partition of ``partitions`` when the step names
     none, and as many live brokers as the topic's replication factor, in a random order (so the preferred
-    leader moves too)."""
+    leader moves too) -- a set other than the ``current`` replicas when there are enough live brokers (data
+    moves), else a new order of the same brokers."""
     rng = random.Random(pick)
     if topic is None:
         topic, partition = rng.choice(partitions)
@@ -60,7 +61,13 @@ def draw_reassignment(pick: float, partitions: list[tuple[str, int]], replicatio
     rf = replication_factors[topic]
     if len(live) < rf:
         raise FaultError(f"only {len(live)} live brokers {live} for replication factor {rf}")
-    return topic, partition, rng.sample(sorted(live), rf)
+    now = set(current(topic, partition))
+    drawn = rng.sample(sorted(live), rf)
+    for _ in range(20):   # bounded: with rf + 1 live brokers a draw differs with probability >= 1 / (rf + 1)
+        if set(drawn) != now or len(live) == rf:
+            break
+        drawn = rng.sample(sorted(live), rf)
+    return topic, partition, drawn
 
 
 def _definite(e: BaseException) -> bool:
@@ -131,7 +138,7 @@ class AdminFaults:
     def choose_reassignment(self, topic: str | None, partition: int, replicas: tuple[int, ...] | None,
                             pick: float) -> tuple[str, int, list[int]]:
         return draw_reassignment(pick, self.partitions(None, 0), {t.name: t.replication_factor for t in self.topics},
-                                 self.live_brokers(), topic, partition, replicas)
+                                 self.live_brokers(), topic, partition, replicas, self.observer.snapshot.replicas)
 
     # -- reassignment --------------------------------------------------------------------------------------------
     def reassign(self, topic: str | None, partition: int, replicas: tuple[int, ...] | None, via: str,

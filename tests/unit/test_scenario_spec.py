@@ -211,5 +211,8 @@ def test_a_reassign_step_draws_its_partition_and_live_replicas_from_its_pick():
     assert draw_reassignment(0.9, parts, rf, [2], "t", 1, (3, 1, 2)) == ("t", 1, [3, 1, 2])   # given: as given
     orders = {tuple(draw_reassignment(k / 50, parts, rf, [1, 2, 3], "t", 0, None)[2]) for k in range(50)}
     assert len(orders) > 1 and all(set(o) == {1, 2, 3} for o in orders)              # the preferred leader moves
+    moves = {frozenset(draw_reassignment(k / 50, parts, rf, [1, 2, 3, 4], "t", 0, None, lambda t, p: [1, 2, 3])[2])
+             for k in range(50)}
+    assert frozenset({1, 2, 3}) not in moves                                          # with a spare broker, data moves
     with pytest.raises(FaultError, match="only 2 live brokers"):
         draw_reassignment(0.5, parts, rf, [1, 2], "t", 0, None)
