@@ -38,7 +38,6 @@ from kafkatier.zk import codecs, paths
 
 log = get_logger("scenario.admin_faults")
 
-ADMIN_FAULTS = ("reassign", "cancel-reassignment", "preferred-election", "unclean-election", "throttle")
 ELECTION_TIMEOUT_S = 15.0
 THROTTLE_RATES = (plan.LEADER_THROTTLED_RATE, plan.FOLLOWER_THROTTLED_RATE)
 CONTROLLER_RETRY_S = 15.0
@@ -70,9 +69,11 @@ def draw_reassignment(pick: float, partitions: list[tuple[str, int]], replicatio
     return topic, partition, drawn
 
 
-def _definite(e: BaseException) -> bool:
-    """An answer from the cluster (an error code that is not retriable), not a lost or misrouted request."""
-    return isinstance(e, AdminError) and e.code is not None and not e.retriable
+def _undecided(e: BaseException) -> bool:
+    """A client error that says nothing was decided (a lost or misrouted request, a retriable error code), not
+    an answer from the cluster -- nor a programming error.  (NoReachableBrokerError, a ConnectionError: the
+    client could not bootstrap.)"""
+    return isinstance(e, ConnectionError) or isinstance(e, AdminError) and (e.code is None or e.retriable)
 
 
 class AdminFaults:
@@ -112,14 +113,14 @@ class AdminFaults:
             try:
                 return fn(self._kafkatier_admin())
             except Exception as e:
-                if _definite(e):
+                if not _undecided(e):
                     raise
                 with self._lock:
                     stale, self._admin = self._admin, None
                 if stale is not None:
                     stale.close()
                 raise
-        return Retrying(retry=retry_if_exception(lambda e: not _definite(e)), reraise=True,
+        return Retrying(retry=retry_if_exception(_undecided), reraise=True,
                         stop=stop_after_delay(CONTROLLER_RETRY_S), wait=wait_exponential(multiplier=0.2, max=1.0),
                         before_sleep=lambda st: log.info("retrying %s", kv(
                             call=what, error=repr(st.outcome.exception())[:120])))(attempt)
@@ -154,16 +155,21 @@ class AdminFaults:
         try:
             result = self._controller_call("alter_partition_reassignments", lambda admin:
                                            admin.alter_partition_reassignments({(topic, partition): target}))
-        except Exception as e:  # noqa: BLE001 - a connection error: whether the controller got it is unknown
-            name = e.name if isinstance(e, AdminError) else type(e).__name__
-            self.history.record(INFO, "admin", "reassign", value, error=name)
-            return name
+        except (AdminError, ConnectionError) as e:
+            return self._request_error("reassign", value, e)
         err = result[(topic, partition)]
         if err is not None:
             self.history.record(FAIL, "admin", "reassign", value, error=err.name)
             return err.name
         self.history.record(OK, "admin", "reassign", value)
         return None
+
+    def _request_error(self, f: str, value: dict, e: AdminError | ConnectionError) -> str:
+        """Record a request that raised: ``fail`` for the cluster's definite answer, ``info`` when it is unknown
+        whether the controller got it (retries exhausted).  Returns the error name."""
+        name = e.name if isinstance(e, AdminError) else type(e).__name__
+        self.history.record(INFO if _undecided(e) else FAIL, "admin", f, value, error=name)
+        return name
 
     def _reassign_znode(self, topic: str, partition: int, target: list[int], value: dict) -> str | None:
         data = codecs.ReassignPartitions({(topic, partition): target}).encode()
@@ -187,7 +193,7 @@ class AdminFaults:
             try:
                 ongoing = self._controller_call("list_partition_reassignments", lambda admin:
                                                 admin.list_partition_reassignments(self.partitions(None, 0)))
-            except Exception as e:  # noqa: BLE001 - nothing was changed
+            except (AdminError, ConnectionError) as e:   # nothing was changed
                 raise FaultError(f"ListPartitionReassignments failed: {e}") from None
             targets = sorted(ongoing)
             if not targets:
@@ -199,10 +205,8 @@ class AdminFaults:
         try:
             result = self._controller_call("alter_partition_reassignments", lambda admin:
                                            admin.alter_partition_reassignments({tp: None for tp in targets}))
-        except Exception as e:  # noqa: BLE001 - unknown whether it was applied
-            name = e.name if isinstance(e, AdminError) else type(e).__name__
-            self.history.record(INFO, "admin", "cancel-reassignment", value, error=name)
-            return name
+        except (AdminError, ConnectionError) as e:
+            return self._request_error("cancel-reassignment", value, e)
         errors = {f"{t}/{p}": err.name for (t, p), err in result.items() if err is not None}
         if errors and len(errors) == len(targets):
             first = next(iter(errors.values()))
