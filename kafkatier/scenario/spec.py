@@ -253,7 +253,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
         workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))
     schedule = []
     for i, a in enumerate(doc.get("schedule", [])):
-        schedule.append(_action(a, i, names, cluster))
+        schedule.append(_action(a, i, {t.name: t.partitions for t in topics}, cluster))
     n = doc.get("nemesis")
     nemesis = None
     if n is not None:
@@ -266,7 +266,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
                         controller_changes_at_least=e.get("controller_changes_at_least", 0),
                         accept_unclean_loss=e.get("accept_unclean_loss", False))
-    _check_unclean_allowed(doc, cluster, topics, schedule, nemesis, expect)
+    _check_unclean_allowed(cluster, topics, schedule, nemesis, expect)
     q = doc.get("quick", {})
     return ScenarioSpec(name=doc["name"], path=os.path.abspath(path) if path else None,
                         description=doc.get("description", ""), duration_s=float(doc.get("duration_s", 20.0)),
@@ -283,7 +283,7 @@ _NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_sessi
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
 
-def _check_unclean_allowed(doc: dict, cluster: ClusterSpec, topics: tuple[TopicSpec, ...],
+def _check_unclean_allowed(cluster: ClusterSpec, topics: tuple[TopicSpec, ...],
                            schedule: list[ActionSpec], nemesis: NemesisSpec | None, expect: ExpectSpec) -> None:
     """An unclean election may lose acknowledged records (Kafka accepts it); a scenario that can cause one says
     so with ``[expect] accept_unclean_loss = true``, so the checkers report that loss as accepted, never hide
@@ -306,7 +306,8 @@ def _check_unclean_allowed(doc: dict, cluster: ClusterSpec, topics: tuple[TopicS
             raise ScenarioSpecError(f"schedule[{i}].set.{UNCLEAN_CONFIG}: {why}")
 
 
-def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSpec:
+def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> ActionSpec:
+    """One ``[[schedule]]`` step; ``topics``: the scenario's topic names and partition counts."""
     where = f"schedule[{i}]"
     if ("at" in a) == ("when" in a):
         raise ScenarioSpecError(f"{where}: give exactly one of `at` and `when`")
@@ -340,6 +341,8 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
         raise ScenarioSpecError(f"{where}.rate: give a rate, or clear = true")
     if "topic" not in a and "partition" in a:
         raise ScenarioSpecError(f"{where}.topic: required with partition")
+    if "partition" in a and a.get("topic") in topics and a["partition"] >= topics[a["topic"]]:
+        raise ScenarioSpecError(f"{where}.partition: {a['topic']} has partitions 0..{topics[a['topic']] - 1}")
     when = None
     if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
         raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")

@@ -135,6 +135,8 @@ def test_ensemble_faults_need_an_ensemble():
     ({**MINIMAL, "schedule": [{"action": "throttle", "at": 1, "rate": 5, "clear": True}]}, "schedule[0].rate"),
     ({**MINIMAL, "schedule": [{"action": "controlled-shutdown", "at": 1}]}, "schedule[0].target"),
     ({**MINIMAL, "schedule": [{"action": "preferred-election", "at": 1, "partition": 2}]}, "schedule[0].topic"),
+    ({**MINIMAL, "schedule": [{"action": "preferred-election", "at": 1, "topic": "t", "partition": 1}]},
+     "schedule[0].partition"),
     ({**MINIMAL, "schedule": [{"action": "unclean-election", "at": 1, "topic": "t"}]}, "schedule[0].action"),
     ({**MINIMAL, "nemesis": {"menu": ["reassign", "unclean-election"]}}, "nemesis.menu"),
     ({**MINIMAL, "nemesis": {"menu": ["reassign"], "via": "both"}}, "nemesis.via"),
