@@ -179,6 +179,8 @@ class Faults:
         pid = self._pid(broker_id)
         if not pid_alive(pid) or pid in self._paused:
             raise FaultError(f"broker {broker_id} is not running")
+        if self._registration(broker_id) is None:   # ControlledShutdown needs a registered broker epoch
+            raise FaultError(f"broker {broker_id} is not registered (still starting)")
         self._czxid[broker_id] = self._registration(broker_id)
         led = self._led_by(broker_id, topics)
         self.history.info("nemesis", "controlled-shutdown", [broker_id], pid=pid, leading=led)
