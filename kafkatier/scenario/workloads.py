@@ -26,6 +26,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from kafkatier.logsetup import get_logger
 from kafkatier.scenario.history import FAIL, INFO, INVOKE, OK, History
@@ -41,6 +42,7 @@ DEFINITE_FAILURES = {
 }
 # Definite only when retries cannot have appended an earlier attempt unnoticed (idempotent producers).
 DEFINITE_IF_IDEMPOTENT = {KafkaError.NOT_ENOUGH_REPLICAS}
+HW_LOOKUP_S = 10.0
 QUIET_LOGGER = __import__("logging").getLogger("scenario.librdkafka")
 QUIET_LOGGER.setLevel("CRITICAL")
 
@@ -343,8 +345,14 @@ class AdminOperations:
         return None
 
     def high_watermark(self, topic: str, partition: int) -> int:
-        with self._lock:
-            return self.offsets.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0, cached=False)[1]
+        """The partition's high watermark (for ``offset = "hw-N"``), asked again (bounded) while the leader
+        moves: NOT_LEADER_FOR_PARTITION from a broker that just lost the leadership is not the step's outcome."""
+        def ask() -> int:
+            with self._lock:
+                return self.offsets.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
+                                                          cached=False)[1]
+        return Retrying(retry=retry_if_exception_type(KafkaException), stop=stop_after_delay(HW_LOOKUP_S),
+                        wait=wait_exponential(multiplier=0.1, max=0.5), reraise=True)(ask)
 
     def delete_records(self, topic: str, partition: int, offset, timeout_ms: int):
         """``offset``: an int, -1 (the high watermark) or ``"hw-N"``.  Returns the error name, or None."""
