@@ -9,6 +9,7 @@ process signals and ZooKeeper.
 | expire_session | SIGSTOP for session timeout + 1.5 s, then SIGCONT: ZooKeeper expires the session, the broker re-registers with a new broker epoch (the paused controller is fenced) |
 | zk_pause / zk_restart | SIGSTOP / SIGCONT, or stop and start the embedded ZooKeeper's java process on the same port and data dir |
 | rolling_restart | SIGTERM + start of each broker in turn, waiting for a full ISR before the next |
+| controlled-shutdown | SIGTERM (the broker sends ControlledShutdown, key 7, and the controller moves its leaders away first), wait for the process to exit, start it again after ``down_s``; the history entry names the partitions it led before and, once it exited, the ones ZooKeeper still names it leader of |
 | kill_all | SIGKILL every broker, start them all after ``down_s`` |
 
 Latency in the remote storage manager (``rsm.config.copy.delay.ms`` / ``rsm.config.delete.delay.ms``) and in
@@ -33,6 +34,7 @@ that is down.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -45,11 +47,11 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario.history import History
 from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.waiting import wait_for
-from kafkatier.zk import paths
+from kafkatier.zk import codecs, paths
 
 log = get_logger("scenario.faults")
 
-BROKER_FAULTS = ("kill", "terminate", "restart", "start", "pause", "expire_session")
+BROKER_FAULTS = ("kill", "terminate", "restart", "start", "pause", "expire_session", "controlled-shutdown")
 CLUSTER_FAULTS = ("zk_pause", "zk_restart", "rolling_restart", "kill_all")
 LOG_DIR_FAULTS = ("fail_log_dir",)
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
@@ -171,6 +173,38 @@ class Faults:
         if down_s:
             time.sleep(down_s)  # the fault's own duration, not synchronisation
         self.start(broker_id)
+
+    def controlled_shutdown(self, broker_id: int, topics: list[str], down_s: float = 0.0) -> None:
+        """SIGTERM, wait for the exit, start again after ``down_s`` (Kafka's rolling-restart step)."""
+        pid = self._pid(broker_id)
+        if not pid_alive(pid) or pid in self._paused:
+            raise FaultError(f"broker {broker_id} is not running")
+        if self._registration(broker_id) is None:   # ControlledShutdown needs a registered broker epoch
+            raise FaultError(f"broker {broker_id} is not registered (still starting)")
+        self._czxid[broker_id] = self._registration(broker_id)
+        led = self._led_by(broker_id, topics)
+        self.history.info("nemesis", "controlled-shutdown", [broker_id], pid=pid, leading=led)
+        t0 = time.monotonic()
+        self.manager.stop_broker(broker_id, kill=False)
+        self.history.info("nemesis", "stopped", [broker_id], shutdown_s=round(time.monotonic() - t0, 2),
+                          still_leading=self._led_by(broker_id, topics))
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration, not synchronisation
+        self.start(broker_id)
+
+    def _led_by(self, broker_id: int, topics: list[str]) -> list[str]:
+        """``t/p`` of the partitions whose ZooKeeper state names ``broker_id`` leader (read now)."""
+        out = []
+        try:
+            for t in topics:
+                assignment = codecs.TopicAssignment.decode(self.observer.zk.get(paths.topic(t))[0]).partitions
+                for p in sorted(assignment):
+                    st = json.loads(self.observer.zk.get(paths.partition_state(t, p))[0])
+                    if st["leader"] == broker_id:
+                        out.append(f"{t}/{p}")
+        except KazooException:
+            pass   # informational only
+        return out
 
     def pause(self, broker_id: int, duration_s: float) -> None:
         pid = self._pid(broker_id)

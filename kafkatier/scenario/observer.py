@@ -9,7 +9,7 @@ tell a missed intermediate value (version jumped by more than one) from an inval
   version did not change in between -- both are written by the same election multi);
 - ``brokers``: ``/brokers/ids`` children and their czxids (the broker epochs);
 - ``partition``: every partition ``state`` (leader, leader epoch, ISR, controller epoch) with the topic's
-  replica assignment;
+  replica assignment (and ``adding`` / ``removing`` while a reassignment runs);
 - ``tiered``: ``tieredstorage/tiered_epoch`` and ``state`` of each scenario topic;
 - ``topic_config``: ``/config/topics/{t}``.
 
@@ -183,7 +183,8 @@ class ZooKeeperObserver:
             data, _ = zk.get(paths.topic(topic))
         except NoNodeError:
             return
-        assignment = codecs.TopicAssignment.decode(data).partitions
+        decoded = codecs.TopicAssignment.decode(data)
+        assignment = decoded.partitions
         for p, replicas in sorted(assignment.items()):
             try:
                 sdata, st = zk.get(paths.partition_state(topic, p))
@@ -193,7 +194,10 @@ class ZooKeeperObserver:
             state = {"kind": "partition", "topic": topic, "partition": p, "leader": js["leader"],
                      "leader_epoch": js["leader_epoch"], "isr": js["isr"], "replicas": list(replicas),
                      "controller_epoch": js["controller_epoch"], "version": st.version, "mzxid": st.mzxid}
-            if self._changed(("partition", topic, p), (st.version, tuple(replicas))):
+            adding, removing = decoded.adding.get(p, ()), decoded.removing.get(p, ())
+            if adding or removing:   # a reassignment in progress (RS = ORS + TRS)
+                state.update(adding=list(adding), removing=list(removing))
+            if self._changed(("partition", topic, p), (st.version, tuple(replicas), tuple(adding), tuple(removing))):
                 with self._cond:
                     snap.partitions[(topic, p)] = state
                 self.history.info("observer", "observe", state)

@@ -2,9 +2,10 @@
 (next to ``history.jsonl``, ``history.jepsen.json``, ``scenario.toml`` and the cluster's logs), and the
 one-screen summary printed at the end.
 
-The timeline has one lane per broker (down and paused spans, the controller's tenure on its lane, fault
-markers), one lane per tiered topic (ENABLED / DISABLING / DISABLED), and below them acknowledged sends per
-second and send latency.
+The timeline has one lane per broker (down and paused spans, the controller's tenure on its lane, replication
+throttles, fault markers: process faults in red, Kafka admin faults -- reassignments, elections, throttles,
+controlled shutdowns -- in purple), one lane per tiered topic (ENABLED / DISABLING / DISABLED), and below them
+acknowledged sends per second and send latency.
 """
 from __future__ import annotations
 
@@ -14,10 +15,26 @@ import os
 from collections import Counter, defaultdict
 
 from kafkatier.common.atomic_file import atomic_write
-from kafkatier.scenario.checkers import Anomaly
+from kafkatier.scenario.checkers import Anomaly, split
 from kafkatier.scenario.history import pairs
 
 TIERED_COLOURS = {"ENABLED": "#4caf50", "DISABLING": "#ff9800", "DISABLED": "#9e9e9e"}
+PROCESS_MARKERS = ("kill", "terminate", "pause", "expire_session", "zk_pause", "zk_stop")
+ADMIN_MARKERS = ("controlled-shutdown", "reassign", "cancel-reassignment", "preferred-election", "unclean-election",
+                 "throttle")
+
+
+def _marker_label(e: dict) -> str:
+    """``kill 2``, ``reassign t/1 -> [3, 2, 4]``, ``throttle 200000B/s``..."""
+    if e["f"] == "reassign":
+        return f"reassign {e.get('topic')}/{e.get('partition')} -> {e.get('value')}" + (
+            " (znode)" if e.get("via") == "znode" else "")
+    if e["f"] == "throttle":
+        return f"throttle {e.get('rate')}B/s"
+    if e["f"] in ("cancel-reassignment", "preferred-election", "unclean-election"):
+        parts = e.get("partitions") or []
+        return e["f"] + (f" {parts[0]}" if len(parts) == 1 else f" ({len(parts)} partitions)")
+    return e["f"] + "".join(f" {b}" for b in e.get("value") or [])
 
 
 def counts(entries: list[dict]) -> dict[str, dict[str, int]]:
@@ -44,13 +61,15 @@ def latencies(entries: list[dict]) -> dict[str, dict[str, float]]:
 
 def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anomalies: list[Anomaly],
             unmet: list[str], replay: str, elapsed_s: float, run_dir: str) -> dict:
+    anomalies, accepted = split(anomalies)
     valid = not anomalies and not unmet
     faults = Counter(e["f"] for e in entries if e["process"] == "nemesis")
     return {
         "scenario": spec.name, "file": spec.path, "seed": seed, "quick": quick, "valid": valid,
         "exit_code": 0 if valid else 1, "elapsed_s": round(elapsed_s, 1), "run_dir": run_dir,
         "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
-        "anomalies": [a.to_json() for a in anomalies], "unmet_expectations": unmet,
+        "anomalies": [a.to_json() for a in anomalies], "accepted": [a.to_json() for a in accepted],
+        "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
         "spark_rows": _spark_rows(entries),
@@ -94,8 +113,8 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
         if e["process"] != "nemesis":
             continue
         t = e["time"] / 1e9
-        what = {"kill": "down", "terminate": "down", "start": "up", "pause": "paused", "expire_session": "paused",
-                "resume": "up"}.get(e["f"])
+        what = {"kill": "down", "terminate": "down", "stopped": "down", "start": "up", "pause": "paused",
+                "expire_session": "paused", "resume": "up"}.get(e["f"])
         for b in e.get("value") or []:
             if what and b in state:
                 state[b].append((t, what))
@@ -114,19 +133,29 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
                and (e.get("value") or {}).get("kind") == "tiered" and e["value"]["topic"] == topic]
         for t0, t1, s in _spans(evs, end):
             ax.barh(y[f"tiered {topic}"], t1 - t0, left=t0, height=0.6, color=TIERED_COLOURS[s])
+    # replication throttles: a thin orange bar at the bottom of each throttled broker's lane
+    throttled: dict[int, float] = {}
+    for e in entries + [{"process": "nemesis", "f": "unthrottle", "time": end * 1e9, "value": list(state)}]:
+        if e["process"] == "nemesis" and e["f"] in ("throttle", "unthrottle"):
+            for b in e.get("value") or []:
+                if e["f"] == "throttle":
+                    throttled.setdefault(b, e["time"] / 1e9)
+                elif b in throttled and f"broker {b}" in y:
+                    t0 = throttled.pop(b)
+                    ax.barh(y[f"broker {b}"] - 0.24, e["time"] / 1e9 - t0, left=t0, height=0.12, color="#ef6c00")
     for e in entries:
-        if e["process"] == "nemesis" and e["f"] in ("kill", "terminate", "pause", "expire_session", "zk_pause",
-                                                     "zk_stop"):
+        if e["process"] == "nemesis" and e["f"] in PROCESS_MARKERS + ADMIN_MARKERS:
             t = e["time"] / 1e9
-            ax.axvline(t, color="#b71c1c", alpha=0.35, lw=1)
-            ax.text(t, len(lanes) - 0.4, e["f"] + "".join(f" {b}" for b in e.get("value") or []), rotation=90,
-                    fontsize=7, va="top", color="#b71c1c")
+            colour = "#b71c1c" if e["f"] in PROCESS_MARKERS else "#6a1b9a"
+            ax.axvline(t, color=colour, alpha=0.35, lw=1)
+            ax.text(t, len(lanes) - 0.4, _marker_label(e), rotation=90, fontsize=7, va="top", color=colour)
         if e["process"] == "admin" and e["type"] == "invoke":
             ax.axvline(e["time"] / 1e9, color="#1565c0", alpha=0.35, lw=1, ls="--")
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
-    ax.set_title(title + "  (red: down, yellow: paused, navy: controller; tiered green/orange/grey = "
-                 "ENABLED/DISABLING/DISABLED; dashed: admin operation)", fontsize=9)
+    ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
+                 "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
+                 "fault, dashed: admin operation)", fontsize=9)
     # throughput and latency
     bins: Counter = Counter()
     lat_t, lat_v = [], []
@@ -158,6 +187,8 @@ def write_html(path: str, res: dict) -> None:
                    f"<td><pre>{e(json.dumps(a['witnesses'][:3], indent=1)[:2000])}</pre></td></tr>"
                    for a in res["anomalies"])
     unmet = "".join(f"<li>{e(u)}</li>" for u in res["unmet_expectations"])
+    accepted = "".join(f"<li><b>{e(a['checker'])}/{e(a['type'])}</b>: {e(a['message'])} &mdash; {e(a['accepted'])}"
+                       f"</li>" for a in res.get("accepted", ()))
     sched = "".join(f"<li><code>{e(s['describe'])}</code></li>" for s in res["schedule"])
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
@@ -171,6 +202,7 @@ Replay: <code>{e(res['replay'])}</code></p>
 <a href="results.json">results.json</a> &middot; <a href="scenario.toml">scenario</a></p>
 <img src="timeline.png" style="max-width:100%">
 <h2>Anomalies</h2>{'<table><tr><th>checker</th><th>type</th><th>what</th><th>witnesses</th></tr>' + rows + '</table>' if rows else '<p>none</p>'}
+{'<h2>Accepted (Kafka allows this loss)</h2><ul>' + accepted + '</ul>' if accepted else ''}
 {'<h2>Unmet expectations</h2><ul>' + unmet + '</ul>' if unmet else ''}
 <h2>Schedule</h2><ul>{sched}</ul>
 <h2>Operations</h2><table>{counts_rows}</table>
@@ -187,12 +219,15 @@ def summary(res: dict) -> str:
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
                  + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
-                             if f not in ("cluster_up", "heal", "started", "resume", "zk_resume")))
+                             if f not in ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume",
+                                          "unthrottle")))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
     for a in res["anomalies"]:
         lines.append(f"   ANOMALY {a['checker']}/{a['type']}: {a['message']}")
+    for a in res.get("accepted", ()):
+        lines.append(f"   ACCEPTED {a['checker']}/{a['type']}: {a['message']} -- {a['accepted']}")
     for u in res["unmet_expectations"]:
         lines.append(f"   UNMET   {u}")
     lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")

@@ -9,10 +9,10 @@ Phases:
    sees their condition (or are recorded as skipped after ``timeout_s``); each step runs in its own thread so a
    slow restart never delays the next fault.  A progress bar shows time and acknowledged sends.
 4. **Heal**: stop the producers (outstanding sends get ``heal_timeout`` to complete), resume paused processes,
-   start ZooKeeper and every broker that is down, then wait -- bounded by ``[heal] timeout_s`` -- until every
-   broker is registered, a controller is elected, every partition has a leader and its full ISR, no topic is
-   DISABLING and no remote data of a delete-disabled topic is left.  A heal that does not converge is itself an
-   anomaly.
+   start ZooKeeper and every broker that is down, remove the replication throttles the run set, then wait --
+   bounded by ``[heal] timeout_s`` -- until every broker is registered, a controller is elected, every partition
+   has a leader and its full ISR, no reassignment is running, no topic is DISABLING and no remote data of a
+   delete-disabled topic is left.  A heal that does not converge is itself an anomaly.
 5. **Final reads**: every partition from its log start offset to its high watermark, the ``tieredstorage``
    znodes and topic configs, the remote tier (files and segment metadata).  They go into the history as
    ``final`` entries, so ``replay --check`` can re-judge a run from ``history.jsonl`` alone.
@@ -35,7 +35,8 @@ import attrs
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
-from kafkatier.scenario.checkers import Anomaly, check_all, final, observations
+from kafkatier.scenario.admin_faults import AdminFaults
+from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
@@ -136,7 +137,8 @@ class ScenarioRunner:
         if zookeeper == "ensemble":
             ensemble = start_ensemble(os.path.join(self.run_dir, "zookeeper-ensemble"))
             zookeeper = ensemble.connect_string
-        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper})
+        self.history.info("nemesis", "cluster_up", {"brokers": c.brokers, "zookeeper": zookeeper,
+                                                    "accept_unclean_loss": spec.expect.accept_unclean_loss})
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
@@ -226,6 +228,7 @@ class ScenarioRunner:
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
         self.admin = AdminOperations(bootstrap, h)
+        self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
         for wl in self.producers + self.readers + self.spark_jobs:
             wl.start()
         t0 = time.monotonic()
@@ -338,6 +341,26 @@ class ScenarioRunner:
         elif kind == "delete_records":
             err = self.admin.delete_records(a.topic, a.partition, a.offset, a.timeout_ms)
             self._expect_error(step, err)
+        elif kind == "controlled-shutdown":
+            faults.controlled_shutdown(faults.resolve(a.target, step.pick), [t.name for t in self.spec.topics],
+                                       step.down_s)
+        elif kind == "reassign":
+            err = self.admin_faults.reassign(a.topic, a.partition, a.replicas, a.via, step.pick)
+            self._expect_error(step, err)
+            if err is not None and a.expect_error is None:
+                raise FaultError(f"the reassignment was not started: {err}")
+        elif kind == "cancel-reassignment":
+            self._expect_error(step, self.admin_faults.cancel(a.topic, a.partition))
+        elif kind in ("preferred-election", "unclean-election"):
+            self._expect_error(step, self.admin_faults.elect(kind.split("-")[0], a.topic, a.partition))
+        elif kind == "throttle":
+            brokers = [faults.resolve(a.target, step.pick)] if a.target is not None else \
+                self.admin_faults.live_brokers()
+            if a.clear:
+                self.admin_faults.clear_throttles(None if a.target is None else brokers,
+                                                  None if a.topic is None else [a.topic])
+            else:
+                self.admin_faults.throttle(a.rate, brokers, a.topic, step.duration_s)
 
     def _expect_error(self, step: Step, err: str | None) -> None:
         want = step.action.expect_error
@@ -372,11 +395,12 @@ class ScenarioRunner:
         h.info("nemesis", "heal", None)
         t0 = time.monotonic()
         faults.heal()
+        self.admin_faults.heal()
         why: list[str | None] = [None]
 
         def healthy() -> bool:
             why[0] = (self._converged(observer, faults) or self._remote_pending(manager, observer)
-                      or self._moves_pending(manager))
+                      or self._moves_pending(manager) or self.admin_faults.pending())
             return why[0] is None
         try:
             wait_for(healthy, self.spec.heal_timeout_s, interval=0.2, message="the cluster to converge")
@@ -392,6 +416,7 @@ class ScenarioRunner:
             r.join(timeout=10)
             r.close()
         self.admin.close()
+        self.admin_faults.close()
 
     def _remote_pending(self, manager: ClusterManager, observer: ZooKeeperObserver) -> str | None:
         for t in self.spec.topics:
@@ -402,9 +427,17 @@ class ScenarioRunner:
                         return f"{p}: {len(remote['files'])} remote files still to delete"
         return None
 
+    def _compare_replicas(self) -> bool:
+        """Whether the final read compares every replica's batches (``final-log-dirs``, checker ``log_dirs``):
+        with several log dirs per broker (KIP-113 moves), or when the run reassigns partitions (a new replica
+        must hold what the others hold; the replica sets are the final ones, read from ZooKeeper after heal)."""
+        return self.spec.cluster.log_dirs_per_broker > 1 or any(
+            s.action.action == "reassign" for s in self.schedule.steps)
+
     def _moves_pending(self, manager: ClusterManager) -> str | None:
-        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``."""
-        if self.spec.cluster.log_dirs_per_broker < 2:
+        """KIP-113: a ``.move`` still copying, or a moved-away ``.delete`` waiting for ``file.delete.delay.ms``
+        (also a replica a reassignment removed)."""
+        if not self._compare_replicas():
             return None
         for d in _log_dirs(manager):
             for name, parsed in d["entries"]:
@@ -483,7 +516,7 @@ class ScenarioRunner:
             part.pop("_next", None)
         h.record(INFO, "final", "final-read", reads)
         observer.poll_once()
-        if self.spec.cluster.log_dirs_per_broker > 1:
+        if self._compare_replicas():
             h.record(INFO, "final", "final-log-dirs", self._final_log_dirs(manager, observer, reads))
         tiered = {}
         remote: dict[str, dict] = {}
@@ -608,11 +641,12 @@ def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     with open(os.path.join(run_dir, "results.json")) as f:
         old = json.load(f)
     entries = read(os.path.join(run_dir, HISTORY_FILE))
-    anomalies = check_all(entries)
+    anomalies, accepted = split(check_all(entries))
     heal = final(entries, "heal")
     if heal and not heal.get("converged", True):
         anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
-    res = dict(old, anomalies=[a.to_json() for a in anomalies], counts=report.counts(entries),
+    res = dict(old, anomalies=[a.to_json() for a in anomalies], accepted=[a.to_json() for a in accepted],
+               counts=report.counts(entries),
                faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
     res["valid"] = not anomalies and not old.get("unmet_expectations")
     res["exit_code"] = 0 if res["valid"] else 1

@@ -29,7 +29,17 @@ _MENU = {
     "zk_restart": dict(action="zk_restart"),
     "kill_controller": dict(action="kill", target="controller"),
     "pause_controller": dict(action="pause", target="controller"),
+    # Kafka's admin operations (admin_faults.py): a topic-less step means a partition the seed picks
+    # (reassign) or every partition of the scenario's topics (the others).
+    "controlled-shutdown": dict(action="controlled-shutdown", target="random"),
+    "reassign": dict(action="reassign"),
+    "cancel-reassignment": dict(action="cancel-reassignment"),
+    "preferred-election": dict(action="preferred-election"),
+    "unclean-election": dict(action="unclean-election"),
+    "throttle": dict(action="throttle"),
 }
+_PAUSES = ("pause", "zk_pause", "pause_controller", "throttle")     # drawn a duration_s
+_RESTARTS = ("restart", "zk_restart", "controlled-shutdown")        # drawn a down_s
 
 
 @attrs.frozen
@@ -53,17 +63,26 @@ class Step:
             parts.append(f"target={a.target}")
         if a.action in ("kill", "restart", "rolling_restart", "kill_all") or a.signal != "KILL":
             parts.append(f"signal={a.signal}")
+        if a.action == "reassign":
+            parts.append(f"via={a.via}" + (f" replicas={','.join(map(str, a.replicas))}" if a.replicas else ""))
+        if a.rate is not None:
+            parts.append(f"rate={a.rate}B/s")
+        if a.clear:
+            parts.append("clear")
         if self.duration_s:
             parts.append(f"for={self.duration_s:.2f}s")
         if self.down_s:
             parts.append(f"down={self.down_s:.2f}s")
         if a.topic:
-            parts.append(f"topic={a.topic}")
+            parts.append(f"topic={a.topic}" + (f"/{a.partition}" if a.action in _PARTITION_ACTIONS else ""))
         if a.set:
             parts.append("set=" + ",".join(f"{k}={v}" for k, v in a.set.items()))
         if a.offset is not None:
             parts.append(f"partition={a.partition} offset={a.offset}")
         return f"#{self.number:<2} {when}  {' '.join(parts)}  ({self.origin}, pick={self.pick:.3f})"
+
+
+_PARTITION_ACTIONS = ("reassign", "cancel-reassignment", "preferred-election", "unclean-election")
 
 
 def _condition(a: ActionSpec) -> str:
@@ -123,8 +142,14 @@ def derive(spec: ScenarioSpec, seed: int) -> Schedule:
         while t < stop:
             kind = rng.choices(kinds, kind_weights)[0]
             a = ActionSpec(at=t, **_MENU[kind])
-            duration = round(rng.uniform(0.5, 2.0), 3) if kind in ("pause", "zk_pause", "pause_controller") else 0.0
-            down = round(rng.uniform(0.2, 1.5), 3) if kind in ("restart", "zk_restart") else 0.0
+            duration = round(rng.uniform(0.5, 2.0), 3) if kind in _PAUSES else 0.0
+            down = round(rng.uniform(0.2, 1.5), 3) if kind in _RESTARTS else 0.0
+            if kind == "reassign":
+                via = n.via if n.via != "mixed" else rng.choice(("api", "znode"))
+                a = attrs.evolve(a, via=via)
+            elif kind == "throttle":
+                a = attrs.evolve(a, rate=int(_draw(rng, n.throttle_rate)))
+                duration = round(duration * 2, 3)   # 1-4 s: long enough to slow a catching-up replica
             steps.append((t, 1000 + k, Step(number=0, action=a, at=round(t, 3), pick=round(rng.random(), 6),
                                             duration_s=duration, down_s=down, origin="nemesis")))
             t += _draw(rng, n.interval_s)

@@ -106,6 +106,10 @@ class ActionSpec:
     expect_error: str | None = None
     dir: int | None = None                  # fail_log_dir / move_replica: index of a log dir of the target
     server: str = "follower"                # zk_pause_server: the ensemble's leader or a follower
+    replicas: tuple[int, ...] | None = None  # reassign: the target replicas (None: a random set of live brokers)
+    via: str = "api"                        # reassign: AlterPartitionReassignments, or the legacy znode
+    rate: int | None = None                 # throttle: replication throttled rate, bytes/s
+    clear: bool = False                     # throttle: remove the throttles instead
 
 
 @attrs.frozen
@@ -115,6 +119,8 @@ class NemesisSpec:
     start_s: float = 1.0
     stop_s: float | None = None              # default: the end of the workload phase
     swarm: bool = False
+    via: str = "api"                         # reassign faults: api | znode | mixed (the seed picks)
+    throttle_rate: Time = (100_000.0, 1_000_000.0)
 
 
 @attrs.frozen
@@ -122,6 +128,7 @@ class ExpectSpec:
     failed_sends: str = "any"               # some | none | any
     tiered_states_seen: tuple[str, ...] = ()
     controller_changes_at_least: int = 0
+    accept_unclean_loss: bool = False       # unclean elections allowed: their loss is reported as accepted
 
 
 @attrs.frozen
@@ -246,17 +253,20 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
         workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))
     schedule = []
     for i, a in enumerate(doc.get("schedule", [])):
-        schedule.append(_action(a, i, names, cluster))
+        schedule.append(_action(a, i, {t.name: t.partitions for t in topics}, cluster))
     n = doc.get("nemesis")
     nemesis = None
     if n is not None:
         nemesis = NemesisSpec(menu=tuple(n["menu"]), interval_s=_time(n.get("interval_s", [2.0, 5.0])),
                               start_s=float(n.get("start_s", 1.0)), stop_s=n.get("stop_s"),
-                              swarm=n.get("swarm", False))
+                              swarm=n.get("swarm", False), via=n.get("via", "api"),
+                              throttle_rate=_time(n.get("throttle_rate", [100_000, 1_000_000])))
     e = doc.get("expect", {})
     expect = ExpectSpec(failed_sends=e.get("failed_sends", "any"),
                         tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
-                        controller_changes_at_least=e.get("controller_changes_at_least", 0))
+                        controller_changes_at_least=e.get("controller_changes_at_least", 0),
+                        accept_unclean_loss=e.get("accept_unclean_loss", False))
+    _check_unclean_allowed(cluster, topics, schedule, nemesis, expect)
     q = doc.get("quick", {})
     return ScenarioSpec(name=doc["name"], path=os.path.abspath(path) if path else None,
                         description=doc.get("description", ""), duration_s=float(doc.get("duration_s", 20.0)),
@@ -267,11 +277,37 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
 
 
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
-_NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica")
-_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica")
+_NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica", "reassign", "unclean-election")
+_NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica",
+                 "controlled-shutdown")
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
 
-def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSpec:
+def _check_unclean_allowed(cluster: ClusterSpec, topics: tuple[TopicSpec, ...],
+                           schedule: list[ActionSpec], nemesis: NemesisSpec | None, expect: ExpectSpec) -> None:
+    """An unclean election may lose acknowledged records (Kafka accepts it); a scenario that can cause one says
+    so with ``[expect] accept_unclean_loss = true``, so the checkers report that loss as accepted, never hide
+    it by accident."""
+    if expect.accept_unclean_loss:
+        return
+    why = "an unclean election may lose acknowledged records: set [expect] accept_unclean_loss = true"
+    for i, a in enumerate(schedule):
+        if a.action == "unclean-election":
+            raise ScenarioSpecError(f"schedule[{i}].action: 'unclean-election' needs it ({why})")
+    if nemesis is not None and "unclean-election" in nemesis.menu:
+        raise ScenarioSpecError(f"nemesis.menu: 'unclean-election' needs it ({why})")
+    if cluster.overrides.get(UNCLEAN_CONFIG) == "true":
+        raise ScenarioSpecError(f"cluster.overrides.{UNCLEAN_CONFIG}: {why}")
+    for i, t in enumerate(topics):
+        if t.configs.get(UNCLEAN_CONFIG) == "true":
+            raise ScenarioSpecError(f"topics[{i}].configs.{UNCLEAN_CONFIG}: {why}")
+    for i, a in enumerate(schedule):
+        if a.set.get(UNCLEAN_CONFIG) == "true":
+            raise ScenarioSpecError(f"schedule[{i}].set.{UNCLEAN_CONFIG}: {why}")
+
+
+def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> ActionSpec:
+    """One ``[[schedule]]`` step; ``topics``: the scenario's topic names and partition counts."""
     where = f"schedule[{i}]"
     if ("at" in a) == ("when" in a):
         raise ScenarioSpecError(f"{where}: give exactly one of `at` and `when`")
@@ -296,6 +332,17 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
     if a.get("dir", 0) >= cluster.log_dirs_per_broker:
         raise ScenarioSpecError(f"{where}.dir: no log dir {a['dir']} (brokers have dirs 0.."
                                 f"{cluster.log_dirs_per_broker - 1})")
+    if "replicas" in a and kind != "reassign":
+        raise ScenarioSpecError(f"{where}.replicas: only for action 'reassign'")
+    for b in a.get("replicas", ()):
+        if not 1 <= b <= cluster.brokers:
+            raise ScenarioSpecError(f"{where}.replicas: no broker {b} (brokers are 1..{cluster.brokers})")
+    if kind == "throttle" and ("rate" in a) == bool(a.get("clear", False)):
+        raise ScenarioSpecError(f"{where}.rate: give a rate, or clear = true")
+    if "topic" not in a and "partition" in a:
+        raise ScenarioSpecError(f"{where}.topic: required with partition")
+    if "partition" in a and a.get("topic") in topics and a["partition"] >= topics[a["topic"]]:
+        raise ScenarioSpecError(f"{where}.partition: {a['topic']} has partitions 0..{topics[a['topic']] - 1}")
     when = None
     if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
         raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
@@ -312,4 +359,6 @@ def _action(a: dict, i: int, topics: set[str], cluster: ClusterSpec) -> ActionSp
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
                       delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
-                      server=a.get("server", "follower"))
+                      server=a.get("server", "follower"),
+                      replicas=tuple(a["replicas"]) if "replicas" in a else None, via=a.get("via", "api"),
+                      rate=a.get("rate"), clear=a.get("clear", False))

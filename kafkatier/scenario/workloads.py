@@ -26,6 +26,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from kafkatier.logsetup import get_logger
 from kafkatier.scenario.history import FAIL, INFO, INVOKE, OK, History
@@ -41,6 +42,7 @@ DEFINITE_FAILURES = {
 }
 # Definite only when retries cannot have appended an earlier attempt unnoticed (idempotent producers).
 DEFINITE_IF_IDEMPOTENT = {KafkaError.NOT_ENOUGH_REPLICAS}
+HW_LOOKUP_S = 10.0
 QUIET_LOGGER = __import__("logging").getLogger("scenario.librdkafka")
 QUIET_LOGGER.setLevel("CRITICAL")
 
@@ -59,7 +61,8 @@ def error_name(err) -> str:
     return name
 
 
-def _base(bootstrap: str) -> dict:
+def client_config(bootstrap: str) -> dict:
+    """librdkafka settings of every scenario client: quiet, short timeouts, metadata refreshed every second."""
     return {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500}
 
@@ -95,7 +98,7 @@ class ProducerWorkload(Workload):
         self.max_records = max_records
         self.on_ack = on_ack
         self.sent = self.acked = self.failed = self.unknown = 0
-        conf = _base(bootstrap) | {
+        conf = client_config(bootstrap) | {
             "acks": spec.acks, "enable.idempotence": spec.idempotence, "linger.ms": 5,
             "message.timeout.ms": spec.delivery_timeout_ms, "request.timeout.ms": 5000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 500,
@@ -181,7 +184,7 @@ class ConsumerWorkload(Workload):
         self.spec = spec
         self.partitions = partitions
         self.polled = 0
-        self.consumer = Consumer(_base(bootstrap) | {
+        self.consumer = Consumer(client_config(bootstrap) | {
             "group.id": f"scenario-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000})
 
@@ -219,7 +222,8 @@ class OffsetsSampler(Workload):
         super().__init__(name, history)
         self.spec = spec
         self.partitions = partitions
-        self.consumer = Consumer(_base(bootstrap) | {"group.id": f"scenario-{name}", "enable.auto.commit": False})
+        self.consumer = Consumer(client_config(bootstrap) | {"group.id": f"scenario-{name}",
+                                                             "enable.auto.commit": False})
 
     def work(self) -> None:
         while not self.stopping.wait(self.spec.interval_s):
@@ -289,7 +293,7 @@ class SparkProducerWorkload(Workload):
             return
         try:
             if self._offsets is None:
-                self._offsets = Consumer(_base(self.bootstrap) | {"group.id": "scenario-spark-progress"})
+                self._offsets = Consumer(client_config(self.bootstrap) | {"group.id": "scenario-spark-progress"})
             md = self._offsets.list_topics(topic, timeout=2.0).topics[topic]
             total = sum(self._offsets.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)[1]
                         for p in md.partitions)
@@ -310,8 +314,8 @@ class AdminOperations:
 
     def __init__(self, bootstrap: str, history: History):
         self.history = history
-        self.admin = AdminClient(_base(bootstrap))
-        self.offsets = Consumer(_base(bootstrap) | {"group.id": "scenario-admin", "enable.auto.commit": False})
+        self.admin = AdminClient(client_config(bootstrap))
+        self.offsets = Consumer(client_config(bootstrap) | {"group.id": "scenario-admin", "enable.auto.commit": False})
         self._lock = threading.Lock()
         self.bootstrap = bootstrap
         self._kafkatier_admin = None
@@ -341,8 +345,14 @@ class AdminOperations:
         return None
 
     def high_watermark(self, topic: str, partition: int) -> int:
-        with self._lock:
-            return self.offsets.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0, cached=False)[1]
+        """The partition's high watermark (for ``offset = "hw-N"``), asked again (bounded) while the leader
+        moves: NOT_LEADER_FOR_PARTITION from a broker that just lost the leadership is not the step's outcome."""
+        def ask() -> int:
+            with self._lock:
+                return self.offsets.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
+                                                          cached=False)[1]
+        return Retrying(retry=retry_if_exception_type(KafkaException), stop=stop_after_delay(HW_LOOKUP_S),
+                        wait=wait_exponential(multiplier=0.1, max=0.5), reraise=True)(ask)
 
     def delete_records(self, topic: str, partition: int, offset, timeout_ms: int):
         """``offset``: an int, -1 (the high watermark) or ``"hw-N"``.  Returns the error name, or None."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.scenario.checkers import check_all, controller, delete_records, kafka_clients, log_dirs, partitions, tiered
+from kafkatier.scenario.checkers import (check_all, controller, delete_records, kafka_clients, log_dirs, partitions,
+                                         split, tiered, unclean)
 
 
 class H:
@@ -372,3 +373,55 @@ def test_spark_rows_of_a_failed_job_are_not_acknowledged():
     h = H()
     _spark(h, 3, ["0000"], type_="fail")
     assert kafka_clients.check(h.entries) == []
+
+
+# ------------------------------------------------------------------------------------------- unclean elections
+
+def _unclean_history(allowed: bool, late_loss: bool = False) -> H:
+    """t/0: broker 1 leads alone (ISR [1]) and acknowledges offsets 0-3; broker 1 dies (leader -1), broker 2 is
+    elected from outside the ISR at t=5 with only offsets 0-1; offset 2 then holds a new record."""
+    h = H()
+    h.add(0, "info", "nemesis", "cluster_up", {"brokers": 3, "zookeeper": None, "accept_unclean_loss": allowed})
+    h.producer()
+    part = dict(kind="partition", topic="t", partition=0, replicas=[1, 2, 3], controller_epoch=1)
+    h.observe(0.5, **part, leader=1, leader_epoch=1, isr=[1], version=3, mzxid=10)
+    vals = [h.send(1 + 0.1 * i, i, i) for i in range(4)]
+    h.poll(2.0, {0: [(i, v) for i, v in enumerate(vals)]})
+    h.observe(4.0, **part, leader=-1, leader_epoch=2, isr=[1], version=4, mzxid=11)
+    h.observe(5.0, **part, leader=2, leader_epoch=3, isr=[2], version=5, mzxid=12)
+    new = h.send(6.0, 10, 2)
+    later = h.send(6.5, 11, 3)
+    h.poll(7.0, {0: [(2, new)]})
+    records = [(0, vals[0]), (1, vals[1]), (2, new), (3, "producer-9:0" if late_loss else later)]
+    h.final_read({0: (0, 4, records)})
+    return h
+
+
+def test_an_unclean_election_the_scenario_does_not_accept_is_an_anomaly():
+    h = _unclean_history(allowed=False)
+    assert unclean.elections(h.entries)["t/0"][0][0] == int(5.0 * 1e9)
+    assert "unclean-election-not-allowed" in h.types(unclean)
+    found = check_all(h.entries)
+    assert {"lost-write", "acked-all-lost"} <= {a.type for a in found} and not any(a.accepted for a in found)
+
+
+def test_an_accepted_unclean_election_excuses_only_the_loss_kafka_accepts():
+    anomalies, accepted = split(check_all(_unclean_history(allowed=True).entries))
+    assert anomalies == [], [a.to_json() for a in anomalies]
+    assert {(a.checker, a.type) for a in accepted} >= {("kafka_clients", "lost-write"),
+                                                       ("partitions", "acked-all-lost"),
+                                                       ("kafka_clients", "inconsistent-offsets")}
+    assert all("unclean leader election of t/0 at 5.00s" in a.accepted for a in accepted)
+    # A record acknowledged by the new leader after the election is judged as always.
+    anomalies, _ = split(check_all(_unclean_history(allowed=True, late_loss=True).entries))
+    assert {a.type for a in anomalies} == {"lost-write", "acked-all-lost"}
+    assert all(w["value"][1] == "producer-0:11" for a in anomalies for w in a.witnesses if w["process"] != "final")
+
+
+def test_a_clean_election_is_not_unclean():
+    h = H()
+    part = dict(kind="partition", topic="t", partition=0, replicas=[1, 2, 3], controller_epoch=1)
+    h.observe(0.5, **part, leader=1, leader_epoch=1, isr=[1, 2], version=3, mzxid=10)
+    h.observe(1.0, **part, leader=2, leader_epoch=2, isr=[2], version=4, mzxid=11)
+    h.observe(2.0, **part, leader=3, leader_epoch=4, isr=[3], version=6, mzxid=13)   # a missed write: no verdict
+    assert unclean.elections(h.entries) == {} and unclean.check(h.entries) == []

@@ -118,3 +118,103 @@ def test_ensemble_scenario_without_docker_exits_2_with_one_line(tmp_path, monkey
 def test_ensemble_faults_need_an_ensemble():
     with pytest.raises(ScenarioSpecError, match=r"schedule\[0\].action: 'zk_kill_leader' needs"):
         from_dict({**MINIMAL, "schedule": [{"action": "zk_kill_leader", "at": 1}]})
+
+
+# -- Kafka's admin faults: controlled-shutdown, reassign, cancel-reassignment, elections, throttle -----------------
+
+@pytest.mark.parametrize("doc, field", [
+    ({**MINIMAL, "schedule": [{"action": "reassign", "at": 1}]}, "schedule[0].topic"),
+    ({**MINIMAL, "schedule": [{"action": "reassign", "at": 1, "topic": "t", "via": "rest"}]}, "schedule[0].via"),
+    ({**MINIMAL, "schedule": [{"action": "reassign", "at": 1, "topic": "t", "replicas": [1, 1]}]},
+     "schedule[0].replicas"),
+    ({**MINIMAL, "schedule": [{"action": "reassign", "at": 1, "topic": "t", "replicas": [1, 4]}]},
+     "schedule[0].replicas"),
+    ({**MINIMAL, "schedule": [{"action": "kill", "at": 1, "target": 1, "replicas": [1]}]}, "schedule[0].replicas"),
+    ({**MINIMAL, "schedule": [{"action": "throttle", "at": 1}]}, "schedule[0].rate"),
+    ({**MINIMAL, "schedule": [{"action": "throttle", "at": 1, "rate": 0}]}, "schedule[0].rate"),
+    ({**MINIMAL, "schedule": [{"action": "throttle", "at": 1, "rate": 5, "clear": True}]}, "schedule[0].rate"),
+    ({**MINIMAL, "schedule": [{"action": "controlled-shutdown", "at": 1}]}, "schedule[0].target"),
+    ({**MINIMAL, "schedule": [{"action": "preferred-election", "at": 1, "partition": 2}]}, "schedule[0].topic"),
+    ({**MINIMAL, "schedule": [{"action": "preferred-election", "at": 1, "topic": "t", "partition": 1}]},
+     "schedule[0].partition"),
+    ({**MINIMAL, "schedule": [{"action": "unclean-election", "at": 1, "topic": "t"}]}, "schedule[0].action"),
+    ({**MINIMAL, "nemesis": {"menu": ["reassign", "unclean-election"]}}, "nemesis.menu"),
+    ({**MINIMAL, "nemesis": {"menu": ["reassign"], "via": "both"}}, "nemesis.via"),
+    ({**MINIMAL, "nemesis": {"menu": ["reassign_partitions"]}}, "nemesis.menu[0]"),
+    ({**MINIMAL, "topics": [{"name": "t", "configs": {"unclean.leader.election.enable": True}}]},
+     "topics[0].configs.unclean.leader.election.enable"),
+    ({**MINIMAL, "cluster": {"overrides": {"unclean.leader.election.enable": "true"}}},
+     "cluster.overrides.unclean.leader.election.enable"),
+    ({**MINIMAL, "schedule": [{"action": "alter_config", "at": 1, "topic": "t",
+                               "set": {"unclean.leader.election.enable": "true"}}]},
+     "schedule[0].set.unclean.leader.election.enable"),
+])
+def test_a_bad_admin_fault_names_the_field(doc, field):
+    with pytest.raises(ScenarioSpecError) as e:
+        from_dict(doc)
+    assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_unclean_elections_need_the_scenario_to_accept_their_loss():
+    with pytest.raises(ScenarioSpecError, match="accept_unclean_loss"):
+        from_dict({**MINIMAL, "schedule": [{"action": "unclean-election", "at": 1, "topic": "t"}]})
+    spec = from_dict({**MINIMAL, "expect": {"accept_unclean_loss": True},
+                      "schedule": [{"action": "unclean-election", "at": 1, "topic": "t", "partition": 0}]})
+    assert spec.expect.accept_unclean_loss and spec.schedule[0].action == "unclean-election"
+
+
+def test_admin_fault_steps_load_with_their_parameters():
+    spec = from_dict({**MINIMAL, "schedule": [
+        {"action": "reassign", "at": 1, "topic": "t", "partition": 0, "replicas": [3, 2, 1], "via": "znode"},
+        {"action": "throttle", "at": 2, "rate": 100000, "duration_s": 3},
+        {"action": "throttle", "at": 6, "clear": True, "target": 2},
+        {"action": "controlled-shutdown", "at": 3, "target": "controller", "down_s": [0.5, 1]},
+        {"action": "cancel-reassignment", "at": 4},
+        {"action": "preferred-election", "at": 5, "topic": "t"}]})
+    r, th, clear, cs, _, _ = spec.schedule
+    assert (r.replicas, r.via, th.rate, th.duration_s, clear.clear, cs.down_s) == (
+        (3, 2, 1), "znode", 100000, 3.0, True, (0.5, 1.0))
+    text = schedule.derive(spec, 1).describe()
+    assert "reassign target" not in text and "via=znode replicas=3,2,1" in text and "rate=100000B/s" in text
+
+
+def test_nemesis_admin_faults_draw_their_parameters_from_the_seed():
+    spec = from_dict({**MINIMAL, "duration_s": 60, "expect": {"accept_unclean_loss": True},
+                      "nemesis": {"menu": ["controlled-shutdown", "reassign", "cancel-reassignment",
+                                           "preferred-election", "unclean-election", "throttle"],
+                                  "interval_s": [0.5, 1.0], "via": "mixed", "throttle_rate": [1000, 2000]}})
+    a, b = schedule.derive(spec, 3), schedule.derive(spec, 3)
+    assert a == b
+    kinds = {s.action.action for s in a.steps}
+    assert kinds == set(spec.nemesis.menu)
+    assert {s.action.via for s in a.steps if s.action.action == "reassign"} == {"api", "znode"}
+    for s in a.steps:
+        if s.action.action == "throttle":
+            assert 1000 <= s.action.rate <= 2000 and 1.0 <= s.duration_s <= 4.0
+        if s.action.action == "controlled-shutdown":
+            assert s.action.target == "random" and s.down_s > 0
+    # Menus without the new faults draw exactly what they drew before (seeds of existing scenarios replay).
+    old = from_dict({**MINIMAL, "duration_s": 30, "nemesis": {"menu": ["kill", "pause"]}})
+    assert [(s.at, s.action.action, s.pick, s.duration_s) for s in schedule.derive(old, 4).steps][:3] == [
+        (2.354, "kill", 0.396058, 0.0), (4.819, "kill", 0.401591, 0.0), (9.573, "pause", 0.221928, 1.648)]
+
+
+def test_a_reassign_step_draws_its_partition_and_live_replicas_from_its_pick():
+    from kafkatier.scenario.admin_faults import draw_reassignment
+    from kafkatier.scenario.faults import FaultError
+    parts = [("t", 0), ("t", 1), ("u", 0)]
+    rf = {"t": 3, "u": 2}
+    a = draw_reassignment(0.25, parts, rf, [1, 2, 3, 4], None, 0, None)
+    assert a == draw_reassignment(0.25, parts, rf, [4, 3, 2, 1], None, 0, None)      # one pick, one choice
+    topic, p, replicas = a
+    assert (topic, p) in parts and len(replicas) == rf[topic] and set(replicas) <= {1, 2, 3, 4}
+    assert len(replicas) == len(set(replicas))
+    assert draw_reassignment(0.9, parts, rf, [2, 3], "u", 0, None)[2] in ([2, 3], [3, 2])
+    assert draw_reassignment(0.9, parts, rf, [2], "t", 1, (3, 1, 2)) == ("t", 1, [3, 1, 2])   # given: as given
+    orders = {tuple(draw_reassignment(k / 50, parts, rf, [1, 2, 3], "t", 0, None)[2]) for k in range(50)}
+    assert len(orders) > 1 and all(set(o) == {1, 2, 3} for o in orders)              # the preferred leader moves
+    moves = {frozenset(draw_reassignment(k / 50, parts, rf, [1, 2, 3, 4], "t", 0, None, lambda t, p: [1, 2, 3])[2])
+             for k in range(50)}
+    assert frozenset({1, 2, 3}) not in moves                                          # with a spare broker, data moves
+    with pytest.raises(FaultError, match="only 2 live brokers"):
+        draw_reassignment(0.5, parts, rf, [1, 2], "t", 0, None)

@@ -9,13 +9,15 @@ the anomalies it finds, each with the history entries that witness it.
 | ``tiered`` | KIP-950: tiered epoch monotonic, only ENABLED->DISABLING->DISABLED->ENABLED (and DISABLED->DISABLING), no DISABLING left after heal, no remote data left of a delete-disabled topic or an old epoch below the log start |
 | ``delete_records`` | KIP-107: nothing below an acknowledged low watermark served or reported as log start, across restarts |
 
+| ``unclean`` | no unclean leader election unless the scenario accepts its loss; dates each one, so the checkers above report the loss it causes as *accepted* (``Anomaly.accepted``: the reason) rather than as an anomaly |
 | ``log_dirs`` | KIP-113: one current dir per replica, no ``.move`` / ``.delete`` left after heal, moved replicas hold the same batches (offsets, CRCs) as the others |
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-from kafkatier.scenario.checkers import controller, delete_records, kafka_clients, log_dirs, partitions, tiered
+from kafkatier.scenario.checkers import (controller, delete_records, kafka_clients, log_dirs, partitions, tiered,
+                                         unclean)
 from kafkatier.scenario.checkers.anomaly import Anomaly, Checker, final, observations, witness
 
 __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations", "witness"]
@@ -23,10 +25,12 @@ __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations
 
 def checkers() -> dict[str, Checker]:
     return {"kafka_clients": kafka_clients.check, "controller": controller.check, "partitions": partitions.check,
-            "tiered": tiered.check, "delete_records": delete_records.check, "log_dirs": log_dirs.check}
+            "tiered": tiered.check, "delete_records": delete_records.check, "log_dirs": log_dirs.check,
+            "unclean": unclean.check}
 
 
 def check_all(entries: Iterable[dict]) -> list[Anomaly]:
+    """Every checker's anomalies, accepted ones (``accepted`` set) included: see :func:`split`."""
     entries = list(entries)
     out: list[Anomaly] = []
     for name, fn in checkers().items():
@@ -35,4 +39,10 @@ def check_all(entries: Iterable[dict]) -> list[Anomaly]:
         except Exception as e:  # noqa: BLE001 - a checker crash is itself reported, never hidden
             out.append(Anomaly(name, "checker-crashed", f"{name} checker failed: {e!r}"))
     return out
+
+
+def split(anomalies: Iterable[Anomaly]) -> tuple[list[Anomaly], list[Anomaly]]:
+    """``(anomalies, accepted)``: what makes a run invalid, and what Kafka accepts (reported, not failing)."""
+    anomalies = list(anomalies)
+    return [a for a in anomalies if not a.accepted], [a for a in anomalies if a.accepted]
 

@@ -12,10 +12,14 @@ class Anomaly:
     type: str
     message: str
     witnesses: tuple = ()        # history entries (or their index) that show it
+    accepted: str | None = None  # why Kafka accepts it (an allowed unclean election); the run stays valid
 
     def to_json(self) -> dict:
-        return {"checker": self.checker, "type": self.type, "message": self.message,
-                "witnesses": list(self.witnesses)[:10]}
+        out = {"checker": self.checker, "type": self.type, "message": self.message,
+               "witnesses": list(self.witnesses)[:10]}
+        if self.accepted:
+            out["accepted"] = self.accepted
+        return out
 
 
 def witness(entry: dict) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from kafkatier.scenario.checkers import unclean
 from kafkatier.scenario.checkers.anomaly import Anomaly, final, witness
 
 NAME = "kafka_clients"
@@ -66,15 +67,29 @@ def _idempotent_processes(entries: list[dict]) -> set[str]:
             and e["value"].get("idempotence") and e["process"] not in timed_out}
 
 
+def send_tp_time(e: dict) -> tuple[str, int]:
+    return f"{e['topic']}/{e['partition']}", e["time"]
+
+
+def _add(out: list[Anomaly], acc: unclean.Acceptance, type_: str, items: list, accepted: list, message,
+         witnesses, tps) -> None:
+    """One anomaly for ``items`` and one, marked accepted (see ``unclean``), for ``accepted``."""
+    if items:
+        out.append(Anomaly(NAME, type_, message(items), witnesses(items)))
+    if accepted:
+        out.append(Anomaly(NAME, type_, message(accepted), witnesses(accepted), accepted=acc.reason(tps(accepted))))
+
+
 def check(entries: list[dict]) -> list[Anomaly]:
     out: list[Anomaly] = []
+    acc = unclean.Acceptance(entries)
     lost_, unseen = lost(entries)
-    if lost_:
-        out.append(Anomaly(NAME, "lost-write", f"{len(lost_)} acknowledged records missing from the log after heal",
-                           tuple(witness(e) for e in lost_[:10])))
-    if unseen:
-        out.append(Anomaly(NAME, "unseen", f"{len(unseen)} acknowledged records at or above the final high "
-                                           f"watermark", tuple(witness(e) for e in unseen[:10])))
+    _add(out, acc, "lost-write", *acc.split(lost_, send_tp_time),
+         lambda xs: f"{len(xs)} acknowledged records missing from the log after heal",
+         lambda xs: tuple(witness(e) for e in xs[:10]), lambda xs: [send_tp_time(e)[0] for e in xs])
+    _add(out, acc, "unseen", *acc.split(unseen, send_tp_time),
+         lambda xs: f"{len(xs)} acknowledged records at or above the final high watermark",
+         lambda xs: tuple(witness(e) for e in xs[:10]), lambda xs: [send_tp_time(e)[0] for e in xs])
     # offset -> value, value -> offsets, from every source
     seen: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
     where: dict[tuple[str, str], set[int]] = defaultdict(set)
@@ -96,17 +111,19 @@ def check(entries: list[dict]) -> list[Anomaly]:
         for o, v in part["records"]:
             saw(tp, o, v, final_entry)
     inconsistent = [(k, vs) for k, vs in seen.items() if len(vs) > 1]
-    if inconsistent:
-        (tp, o), vs = inconsistent[0]
-        out.append(Anomaly(NAME, "inconsistent-offsets",
-                           f"{len(inconsistent)} offsets seen with different values, e.g. {tp} offset {o}: "
-                           f"{sorted(vs)[:3]}", tuple(witness(e) for e in list(vs.values())[:4])))
+    # Accepted: one of the values was seen before the partition's last unclean election.
+    _add(out, acc, "inconsistent-offsets", *acc.split(
+        inconsistent, lambda x: (x[0][0], min(e.get("time", 1 << 62) for e in x[1].values()))),
+        lambda xs: f"{len(xs)} offsets seen with different values, e.g. {xs[0][0][0]} offset {xs[0][0][1]}: "
+                   f"{sorted(xs[0][1])[:3]}",
+        lambda xs: tuple(witness(e) for e in list(xs[0][1].values())[:4]), lambda xs: [x[0][0] for x in xs])
     idempotent = _idempotent_processes(entries)
     dups = [(v, sorted(offs)) for (t, v), offs in where.items() if len(offs) > 1 and v.split(":")[0] in idempotent]
-    if dups:
-        v, offs = dups[0]
-        out.append(Anomaly(NAME, "duplicate", f"{len(dups)} values of idempotent producers at several offsets, "
-                                              f"e.g. {v!r} at {offs[:4]}", ({"value": v, "offsets": offs[:10]},)))
+    _add(out, acc, "duplicate", [d for d in dups if not any(tp in acc.elections for tp, _ in d[1])],
+         [d for d in dups if any(tp in acc.elections for tp, _ in d[1])],
+         lambda xs: f"{len(xs)} values of idempotent producers at several offsets, e.g. {xs[0][0]!r} at "
+                    f"{xs[0][1][:4]}",
+         lambda xs: ({"value": xs[0][0], "offsets": xs[0][1][:10]},), lambda xs: [tp for x in xs for tp, _ in x[1]])
     for tp, part in sorted(final(entries, "final-read").items()):
         read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
         if read_end < part["high_watermark"]:
@@ -114,7 +131,7 @@ def check(entries: list[dict]) -> list[Anomaly]:
                                f"{read_end} of [{part['log_start']}, {part['high_watermark']})",
                                ({"partition": tp, "log_start": part["log_start"],
                                  "high_watermark": part["high_watermark"], "read_up_to": read_end},)))
-    out.extend(_polls(entries))
+    out.extend(_polls(entries, acc))
     out.extend(spark_rows(entries)[0])
     return out
 
@@ -153,8 +170,9 @@ def spark_rows(entries: list[dict]) -> tuple[list[Anomaly], dict]:
     return out, counts
 
 
-def _polls(entries: list[dict]) -> list[Anomaly]:
-    """nonmonotonic-poll and poll-skip, per consumer read session."""
+def _polls(entries: list[dict], acc: unclean.Acceptance) -> list[Anomaly]:
+    """nonmonotonic-poll and poll-skip, per consumer read session (accepted in a poll after the partition's
+    first unclean election)."""
     present: dict[str, set[int]] = {tp: {o for o, _ in part["records"]}
                                     for tp, part in final(entries, "final-read").items()}
     last: dict[tuple[str, str], tuple[int, dict]] = {}
@@ -179,13 +197,16 @@ def _polls(entries: list[dict]) -> list[Anomaly]:
                         if between:
                             skips.append((tp, po, o, len(between), pe, e))
                 last[(e["process"], tp)] = (o, e)
-    out = []
-    if nonmono:
-        tp, a, b, pe, e = nonmono[0]
-        out.append(Anomaly(NAME, "nonmonotonic-poll", f"{len(nonmono)} polls went backwards, e.g. {tp} "
-                                                      f"offset {a} then {b}", (witness(pe), witness(e))))
-    if skips:
-        tp, a, b, n, pe, e = skips[0]
-        out.append(Anomaly(NAME, "poll-skip", f"{len(skips)} polls skipped records, e.g. {tp} offset {a} then {b} "
-                                              f"({n} records in between)", (witness(pe), witness(e))))
+    out: list[Anomaly] = []
+
+    def parts(xs: list) -> tuple[list, list]:
+        return ([x for x in xs if not acc.after_first(x[0], x[-1]["time"])],
+                [x for x in xs if acc.after_first(x[0], x[-1]["time"])])
+    _add(out, acc, "nonmonotonic-poll", *parts(nonmono),
+         lambda xs: f"{len(xs)} polls went backwards, e.g. {xs[0][0]} offset {xs[0][1]} then {xs[0][2]}",
+         lambda xs: (witness(xs[0][3]), witness(xs[0][4])), lambda xs: [x[0] for x in xs])
+    _add(out, acc, "poll-skip", *parts(skips),
+         lambda xs: f"{len(xs)} polls skipped records, e.g. {xs[0][0]} offset {xs[0][1]} then {xs[0][2]} "
+                    f"({xs[0][3]} records in between)",
+         lambda xs: (witness(xs[0][4]), witness(xs[0][5])), lambda xs: [x[0] for x in xs])
     return out

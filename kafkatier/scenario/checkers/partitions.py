@@ -4,12 +4,14 @@
 - **isr-not-in-replicas**: an ISR member that is not an assigned replica;
 - **leader-epoch-decreased**: a partition's leader epoch going down between two observations;
 - **acked-all-lost**: an ``acks=all`` record acknowledged and then missing after heal (the brokers answered it
-  only with the ISR at or above ``min.insync.replicas``, so no failure in a scenario may lose it).
+  only with the ISR at or above ``min.insync.replicas``, so no failure in a scenario may lose it -- except an
+  unclean election the scenario accepts: see ``unclean``).
 """
 from __future__ import annotations
 
 from kafkatier.scenario.checkers.anomaly import Anomaly, observations, witness
-from kafkatier.scenario.checkers.kafka_clients import lost
+from kafkatier.scenario.checkers import unclean
+from kafkatier.scenario.checkers.kafka_clients import lost, send_tp_time
 
 NAME = "partitions"
 
@@ -45,8 +47,13 @@ def check(entries: list[dict]) -> list[Anomaly]:
                            f"{b['value']['topic']}/{b['value']['partition']} leader epoch "
                            f"{a['value']['leader_epoch']} -> {b['value']['leader_epoch']}", (witness(a), witness(b))))
     lost_all, unseen_all = lost(entries, acks="all")
-    gone = lost_all + unseen_all
+    acc = unclean.Acceptance(entries)
+    gone, accepted = acc.split(lost_all + unseen_all, send_tp_time)
     if gone:
         out.append(Anomaly(NAME, "acked-all-lost", f"{len(gone)} acks=all records acknowledged and lost",
                            tuple(witness(e) for e in gone[:10])))
+    if accepted:
+        out.append(Anomaly(NAME, "acked-all-lost", f"{len(accepted)} acks=all records acknowledged and lost",
+                           tuple(witness(e) for e in accepted[:10]),
+                           accepted=acc.reason(send_tp_time(e)[0] for e in accepted)))
     return out
