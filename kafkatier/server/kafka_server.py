@@ -145,7 +145,9 @@ class KafkaServer:
             num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
             inter_broker_login=self.login,
             leader_replication_quota=self.replication_quotas.leader,
-            follower_replication_quota=self.replication_quotas.follower)
+            follower_replication_quota=self.replication_quotas.follower,
+            high_watermark_checkpoint_interval_ms=int(
+                c.overrides.get("replica.high.watermark.checkpoint.interval.ms", 5000)))
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react

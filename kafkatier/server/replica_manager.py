@@ -37,6 +37,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
+from kafkatier.log.errors import KafkaStorageError
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
@@ -114,7 +115,8 @@ class ReplicaManager:
                  log_dir_failure_channel: LogDirFailureChannel | None = None,
                  halt: Callable[[str], None] | None = None, inter_broker_login=None,
                  leader_replication_quota: ReplicationQuotaManager | None = None,
-                 follower_replication_quota: ReplicationQuotaManager | None = None):
+                 follower_replication_quota: ReplicationQuotaManager | None = None,
+                 high_watermark_checkpoint_interval_ms: int = 5000):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -143,6 +145,11 @@ class ReplicaManager:
             interval_ms = max(200.0, replica_lag_time_max_ms / 2)
             self._isr_expiration_task = scheduler.schedule("isr-expiration", self._maybe_shrink_isr,
                                                            delay_ms=interval_ms, period_ms=interval_ms)
+        self._hw_checkpoint_task = None
+        if scheduler is not None and high_watermark_checkpoint_interval_ms > 0:
+            self._hw_checkpoint_task = scheduler.schedule(
+                "highwatermark-checkpoint", self.checkpoint_high_watermarks,
+                delay_ms=high_watermark_checkpoint_interval_ms, period_ms=high_watermark_checkpoint_interval_ms)
         self.alter_log_dirs_quota = alter_log_dirs_quota or ReplicationQuotaManager()
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
             log_manager, self.alter_log_dirs_quota,
@@ -574,9 +581,23 @@ class ReplicaManager:
     def high_watermarks(self) -> dict[tuple[str, int], int]:
         return {k: p.log.high_watermark for k, p in list(self.partitions.items())}
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Kafka's ``highwatermark-checkpoint`` task (every ``replica.high.watermark.checkpoint.interval.ms``):
+        each dir's ``replication-offset-checkpoint`` from the partitions' high watermarks, so a broker killed with
+        -9 restarts from a recent high watermark rather than 0.  A dir that fails the write is reported by the
+        log manager and goes offline."""
+        if self._stopped.is_set():
+            return
+        try:
+            self.log_manager.checkpoint_high_watermarks(self.high_watermarks())
+        except KafkaStorageError:
+            pass  # reported to the log dir failure channel by the log manager
+
     def shutdown(self) -> None:
         if self._isr_expiration_task is not None:
             self._isr_expiration_task.cancel()
+        if self._hw_checkpoint_task is not None:
+            self._hw_checkpoint_task.cancel()
         self._stopped.set()
         self.alter_log_dirs_manager.shutdown()
         self.fetcher_manager.shutdown()

@@ -35,9 +35,12 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 
 @pytest.fixture(scope="module")
 def tcluster(module_cluster_factory):
-    """Three brokers; quick controlled-shutdown retries (the last in-sync replica of a partition cannot move it)."""
+    """Three brokers; quick controlled-shutdown retries (the last in-sync replica of a partition cannot move it);
+    the periodic high-watermark checkpoint off in practice (an hour), so a broker killed with -9 restarts with
+    its checkpointed high watermark behind its log end, as KIP-101 describes (Kafka writes it every 5 s)."""
     return module_cluster_factory(brokers=3, log_dirs=1, overrides={
-        "auto.leader.rebalance.enable": "false", "controlled.shutdown.retry.backoff.ms": "200"})
+        "auto.leader.rebalance.enable": "false", "controlled.shutdown.retry.backoff.ms": "200",
+        "replica.high.watermark.checkpoint.interval.ms": "3600000"})
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -221,3 +224,16 @@ def test_kip279_fast_leader_changes_need_two_rounds_and_end_byte_identical(tclus
         assert len(cuts) == 1 and " to=1 " in cuts[0] and "completed=False" in cuts[0], cuts
     finally:
         ensure_running(c)
+
+
+def test_high_watermarks_are_checkpointed_while_the_broker_runs(cluster_factory):
+    """Kafka's ``highwatermark-checkpoint`` task: ``replication-offset-checkpoint`` follows the high watermark
+    while the broker runs, so a kill -9 leaves a recent one on disk (not only a clean shutdown writes it)."""
+    c = cluster_factory(brokers=1, log_dirs=1, overrides={"replica.high.watermark.checkpoint.interval.ms": "300"})
+    [only] = c.broker_ids()
+    topic = create_topic(c, [only])
+    assert produce(c, topic, [b"m%d" % i for i in range(10)], leader=only) == list(range(10))
+    wait_for(lambda: checkpointed_high_watermark(c, only, topic) == 10, CONVERGE_S, interval=0.1,
+             ignore=(OSError, ValueError), message="the checkpointed high watermark at 10")
+    c.manager.kill_broker(only)
+    assert checkpointed_high_watermark(c, only, topic) == 10
