@@ -87,7 +87,8 @@ class ControllerBrokerRequestBatch:
                 continue
             prev = self.leader_and_isr[b].get(tp)
             self.leader_and_isr[b][tp] = (leader, assignment, is_new or (prev[2] if prev else False))
-        self.add_update_metadata(self.ctx.live_broker_ids, [tp])
+        self.update_metadata_brokers.update(self.ctx.live_brokers)
+        self.update_metadata_partitions.add(tp)
 
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
@@ -161,17 +162,21 @@ class ControllerBrokerRequestBatch:
 
     def _update_metadata_partition_states(self) -> list:
         by_topic: dict[str, list] = defaultdict(list)
+        ctx = self.ctx
+        # is_replica_online inlined: this loop runs over every partition of the cluster at a failover.
+        live, shutting_down, offline_dirs = ctx.live_brokers, ctx.shutting_down_broker_ids, ctx.replicas_on_offline_dirs
         for tp in sorted(self.update_metadata_partitions):
-            l = self.ctx.partition_leadership.get(tp)
-            a = self.ctx.assignment(tp)
+            l = ctx.partition_leadership.get(tp)
+            a = ctx.assignment(tp)
             if l is None or a is None:
                 continue
-            leader = LeaderAndIsr.LEADER_DURING_DELETE if self.ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
+            leader = LeaderAndIsr.LEADER_DURING_DELETE if ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
             by_topic[tp.topic].append({
                 "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": leader,
                 "leader_epoch": l.leader_epoch, "isr": list(l.isr), "zk_version": l.partition_epoch,
                 "replicas": list(a.replicas),
-                "offline_replicas": [r for r in a.replicas if not self.ctx.is_replica_online(r, tp)],
+                "offline_replicas": [r for r in a.replicas if r not in live or r in shutting_down
+                                     or (r in offline_dirs and tp in offline_dirs[r])],
             })
         return [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
                  "partition_states": ps} for t, ps in by_topic.items()]
