@@ -8,9 +8,9 @@ partition counts of ``--sizes`` (default 1,000 / 5,000 / 20,000; RF 3, topics of
    is led by a live broker and every live broker's metadata agrees with ZooKeeper.  Reported next to the new
    controller's own failover time (its ``controller failover done ... ms=`` log line) and to the baseline: a raw
    pipelined async read (kazoo ``get_async``, 1,000 in flight, no decoding) of the same znodes (every topic and
-   partition-state znode), taken in the same run.  Goal: failover <= 2 x raw read.  The end-to-end time also
-   holds the ZooKeeper session timeout (Kafka's default ``zookeeper.session.timeout.ms=18000``, as here) that
-   passes before ``/controller`` disappears.
+   partition-state znode), taken in the same run just before the kill.  Goal: failover <= 2 x raw read.  The
+   end-to-end time also holds the ZooKeeper session timeout (Kafka's default ``zookeeper.session.timeout.ms=18000``,
+   as here) that passes before ``/controller`` disappears.
 3. **broker restart**: the killed broker started again, until it is registered and serving (its logs loaded),
    and until every broker's metadata lists it as live again, every partition led.
 4. **RSS per partition**: each broker's resident memory over its replicas, above the RSS it had with no topic.
@@ -214,7 +214,6 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     rss = {b["id"]: rss_kb(b["pid"]) for b in m.state["brokers"]}
     replicas_per_broker = total * REPLICATION / len(ids)
     rss_per_partition = max((rss[i] - base_rss[i]) * 1024 / replicas_per_broker for i in ids)
-    raw = min(raw_read_s(zk, topics) for _ in range(3))
     t_isr = time.monotonic()
 
     def isr_full():
@@ -225,6 +224,8 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         return short == 0, f"{short:,} under-replicated partitions"
     wait_phase(f"[{total:,}] no under-replicated partition", isr_full, 1800, interval=2.0)
     isr_s = time.monotonic() - t_isr
+    # The baseline, in the state the failover starts from (a healthy cluster), just before the kill.
+    raw = min(raw_read_s(zk, topics) for _ in range(3))
     # 2. kill -9 the controller
     old = controller_id(zk)
     if old is None:
@@ -235,8 +236,8 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     t1 = time.monotonic()
     try:
         m.kill_broker(old)
-        wait_phase(f"[{total:,}] a new controller", lambda: (controller_id(zk) in live, f"controller {controller_id(zk)}"),
-                   180, interval=0.05)
+        wait_phase(f"[{total:,}] a new controller",
+                   lambda: (controller_id(zk) in live, f"controller {controller_id(zk)}"), 180, interval=0.05)
         new = controller_id(zk)
         wait_phase(f"[{total:,}] every partition led again, metadata agreeing",
                    lambda: all_agree(zk, m, topics, live), 900, interval=0.5)

@@ -6,7 +6,8 @@ Reads that fan out (all partition states, all broker registrations) are pipeline
 bounded in flight) so that N znodes cost about one round trip per window, not N.  Controller writes that fan
 out (leader and ISR of many partitions) go in fenced multis of :data:`MULTI_BATCH_PARTITIONS` partitions,
 pipelined (:meth:`FencedZkWriter.multi_many`, several multis in flight, each fenced); a partition whose
-conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes are logged and skipped.
+conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes
+are logged and skipped.
 
 Entity configs (``/config/{type}/{name}``) have ONE reader, :func:`read_entity_config` (and the batch
 :meth:`KafkaZkClient.get_topic_configs`), with one failure policy: a missing znode means no overrides; a
