@@ -111,12 +111,13 @@ class ControllerBrokerRequestBatch:
             return
         try:
             live = self.ctx.live_or_shutting_down_broker_ids
+            shared: dict = {}  # a partition's state is the same for every broker it goes to: built once
             for b, parts in self.leader_and_isr.items():
                 if b in live and parts:
                     cb = None
                     if self._leader_and_isr_callback is not None:
                         cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
-                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch), cb)
+                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch, shared), cb)
             if self.update_metadata_brokers:
                 partition_states = self._update_metadata_partition_states()
                 brokers_body = self._live_brokers_body()
@@ -140,18 +141,25 @@ class ControllerBrokerRequestBatch:
         return {"controller_id": self.controller_id, "is_k_raft_controller": False,
                 "controller_epoch": controller_epoch, "broker_epoch": self.ctx.live_broker_epoch(broker_id)}
 
-    def _leader_and_isr_body(self, broker_id, parts, controller_epoch) -> dict:
+    def _leader_and_isr_body(self, broker_id, parts, controller_epoch, shared: dict | None = None) -> dict:
+        """``shared``: partition state dicts already built for another broker of this batch, by (partition,
+        state, assignment, is_new); the bodies are only serialised, never changed."""
         by_topic: dict[str, list] = defaultdict(list)
         leaders = set()
+        shared = {} if shared is None else shared
         for tp, (l, a, is_new) in sorted(parts.items()):
             leaders.add(l.leader)
-            by_topic[tp.topic].append({
-                "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
-                "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
-                "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
-                "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
-                "leader_recovery_state": l.leader_recovery_state,
-            })
+            key = (tp, id(l), id(a), is_new)  # l and a live in ``parts`` until sent: ids stay unique
+            state = shared.get(key)
+            if state is None:
+                state = shared[key] = {
+                    "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
+                    "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
+                    "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
+                    "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
+                    "leader_recovery_state": l.leader_recovery_state,
+                }
+            by_topic[tp.topic].append(state)
         body = self._header(broker_id, controller_epoch)
         body["type"] = 0
         body["topic_states"] = [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
