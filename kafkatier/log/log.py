@@ -319,6 +319,9 @@ class Log:
                 # Expected for a small active segment (index files are created lazily); after a crash, for any.
                 log.info(kv(event="missing_index_rebuilt", partition=self.name, segment=base, error=e))
                 seg.recover()
+                if base != max(log_bases):  # an inactive segment always has both files (tiered storage copies them)
+                    seg.offset_index.ensure_file()
+                    seg.time_index.ensure_file()
             except CorruptIndexError as e:
                 log.warning(kv(event="corrupt_index_rebuilt", partition=self.name, segment=base, error=e))
                 seg.recover()

@@ -74,7 +74,9 @@ def test_missing_index_files_are_rebuilt_at_load(tmp_path, caplog):
         assert again.log_end_offset == 350
         assert read_all(again, start=123) == list(range(123, 350))
         assert "missing_index_rebuilt" in caplog.text
-        # The rebuilt index answers lookups inside a segment (not just from its start).
+        # The rebuilt index answers lookups inside a segment (not just from its start), and every inactive
+        # segment has its files again.
         seg = again.log_segments()[0]
         assert seg.offset_index.entries > 0
+        assert all(s.offset_index.file_exists and s.time_index.file_exists for s in again.log_segments()[:-1])
         again.close()
