@@ -279,6 +279,10 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="kafkatier-controller-scale-", dir=args.tmp)
     m = ClusterManager(tmp)
     spy = PySpy(args.py_spy)
+
+    def interrupted(signum, frame):  # SIGTERM (and SIGINT, ignored in background jobs): stop the row, clean up
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
     rows: list[dict] = []
     failed: list[tuple[int, str]] = []
     try:
@@ -291,9 +295,10 @@ def main() -> int:
         for i, total in enumerate(sizes):
             try:
                 rows.append(run_size(m, zk, kzc, ids, base_rss, topics, total, args.topic_partitions, spy))
-            except RowFailed as e:
-                print(f"row {total:,} did not finish: {e} (load {load_average()})", flush=True)
-                failed.append((total, str(e)))
+            except (RowFailed, KeyboardInterrupt) as e:
+                why = str(e) if isinstance(e, RowFailed) else "interrupted"
+                print(f"row {total:,} did not finish: {why} (load {load_average()})", flush=True)
+                failed.append((total, why))
                 failed += [(later, "skipped: an earlier size did not finish") for later in sizes[i + 1:]]
                 break
         zk.stop()
