@@ -153,6 +153,10 @@ class PySpy:
         if not self.out_dir:
             return
         exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if not os.path.exists(exe):
+            print("--py-spy: py-spy is not installed (pip install py-spy); not recording", flush=True)
+            self.out_dir = None
+            return
         os.makedirs(self.out_dir, exist_ok=True)
         for b, pid in pids.items():
             out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
