@@ -479,7 +479,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
         _write_status(server, status_file)
     last = time.monotonic()
     while not stop.wait(1.0) and not server._shutdown.is_set():
-        if status_file and time.monotonic() - last >= 5:
+        # Not while this broker's controller fails over: describing every partition holds the GIL for long.
+        if status_file and time.monotonic() - last >= 5 and not (server.controller and server.controller.in_failover):
             _write_status(server, status_file)
             last = time.monotonic()
     if controlled and controlled[0]:
