@@ -8,16 +8,22 @@ partition counts of ``--sizes`` (default 1,000 / 5,000 / 20,000; RF 3, topics of
    is led by a live broker and every live broker's metadata agrees with ZooKeeper.  Reported next to the new
    controller's own failover time (its ``controller failover done ... ms=`` log line) and to the baseline: a raw
    pipelined async read (kazoo ``get_async``, 1,000 in flight, no decoding) of the same znodes (every topic and
-   partition-state znode), taken in the same run.  Goal: failover <= 2 x raw read.  The end-to-end time also
-   holds the ZooKeeper session timeout (6 s) that passes before ``/controller`` disappears.
+   partition-state znode), taken in the same run just before the kill.  Goal: failover <= 2 x raw read.  The
+   end-to-end time also holds the ZooKeeper session timeout (Kafka's default ``zookeeper.session.timeout.ms=18000``,
+   as here) that passes before ``/controller`` disappears.
 3. **broker restart**: the killed broker started again, until it is registered and serving (its logs loaded),
    and until every broker's metadata lists it as live again, every partition led.
 4. **RSS per partition**: each broker's resident memory over its replicas, above the RSS it had with no topic.
 
     .venv/bin/python benchmarks/controller_scale.py [--quick] [--sizes 1000,5000,20000] [--tmp DIR]
+        [--session-timeout-ms 18000] [--py-spy DIR]
 
 The cluster (embedded ZooKeeper, three broker processes, one log dir each) lives in a temp dir that is removed
-at the end.  A table and ``summary:`` lines are printed.
+at the end.  Every wait has a generous bound and prints progress every ~15 s; a size that does not finish
+prints why (and the sizes after it are skipped: the cluster is no longer in a known state), never hangs.  A
+table (with the load average at the end of each row) and ``summary:`` lines are printed.  ``--py-spy DIR``
+(a dev tool: ``pip install py-spy``) records the surviving brokers with py-spy from the kill until the
+failover is over, as collapsed stacks in ``DIR``.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +44,6 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse  # noqa: E
 
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError  # noqa: E402
-from kafkatier.waiting import wait_for  # noqa: E402
 from kafkatier.zk import paths  # noqa: E402
 from kafkatier.zk.client import get_many, start_client  # noqa: E402
 from kafkatier.zk.kafka_zk_client import KafkaZkClient  # noqa: E402
@@ -66,13 +73,6 @@ def zk_leaders(zk, topics: dict[str, int]) -> dict[tuple[str, int], int]:
     return {tp: st["leader"] for tp, st in zk_states(zk, topics).items()}
 
 
-def fully_replicated(zk, topics: dict[str, int]) -> bool:
-    """No under-replicated partition.  The controller is killed only then: a follower still out of the ISR
-    (a broker creating thousands of logs can take longer than replica.lag.time.max.ms) cannot take over, so
-    a partition whose ISR is the killed broker alone would stay offline, as in Kafka without unclean election."""
-    return all(len(st["isr"]) == REPLICATION for st in zk_states(zk, topics).values())
-
-
 def broker_leaders(port: int) -> tuple[dict[tuple[str, int], int], set[int]] | None:
     """(leader per partition, live broker ids) from one broker's Metadata answer, None if it does not answer."""
     client = BrokerClient("127.0.0.1", port, client_id="controller-scale-bench", timeout_s=60.0)
@@ -90,18 +90,89 @@ def broker_leaders(port: int) -> tuple[dict[tuple[str, int], int], set[int]] | N
     return leaders, {b[0] for b in resp.brokers}
 
 
-def all_agree(zk, m: ClusterManager, topics: dict[str, int], live: set[int]) -> bool:
-    """Every partition led by a live broker in ZooKeeper, and every live broker's metadata says the same."""
+def all_agree(zk, m: ClusterManager, topics: dict[str, int], live: set[int]) -> tuple[bool, str]:
+    """Every partition led by a live broker in ZooKeeper, and every live broker's metadata says the same;
+    with what is still missing."""
     want = zk_leaders(zk, topics)
-    if any(l not in live for l in want.values()):
-        return False
+    unled = sum(1 for l in want.values() if l not in live)
+    if unled:
+        return False, f"{unled:,} of {len(want):,} partitions without a live leader in ZooKeeper"
     for b in m.state["brokers"]:
         if b["id"] not in live:
             continue
         got = broker_leaders(b["port"])
-        if got is None or got[1] != live or any(got[0].get(tp) != l for tp, l in want.items()):
-            return False
-    return True
+        if got is None:
+            return False, f"broker {b['id']} does not answer Metadata"
+        if got[1] != live:
+            return False, f"broker {b['id']} lists brokers {sorted(got[1])}, live are {sorted(live)}"
+        differ = sum(1 for tp, l in want.items() if got[0].get(tp) != l)
+        if differ:
+            return False, f"broker {b['id']}'s metadata differs from ZooKeeper on {differ:,} partitions"
+    return True, "all led and agreeing"
+
+
+class RowFailed(Exception):
+    """A size that did not finish: says which phase and why."""
+
+
+def wait_phase(what: str, check, timeout: float, interval: float = 1.0, every: float = 15.0):
+    """Wait until ``check()`` returns ``(True, status)``, printing the status every ``every`` seconds; raise
+    :class:`RowFailed` with the last status after ``timeout`` seconds.  ``check`` may also return a bool."""
+    t0 = time.monotonic()
+    last_print = t0
+    status = "not checked yet"
+    while True:
+        try:
+            res = check()
+        except Exception as e:  # noqa: BLE001 - a broker or ZooKeeper hiccup while polling: report and go on
+            res = (False, f"{type(e).__name__}: {e}")
+        ok, status = res if isinstance(res, tuple) else (bool(res), "")
+        if ok:
+            return
+        now = time.monotonic()
+        if now - t0 >= timeout:
+            raise RowFailed(f"{what}: not reached within {timeout:.0f} s; last: {status or 'not yet'}")
+        if now - last_print >= every:
+            print(f"  ... {what}: {now - t0:.0f} s{': ' + status if status else ''}", flush=True)
+            last_print = now
+        time.sleep(interval)
+
+
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class PySpy:
+    """py-spy recordings of some broker processes (collapsed stacks), started and stopped by the benchmark."""
+
+    def __init__(self, out_dir: str | None):
+        self.out_dir = out_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, pids: dict[int, int], label: str) -> None:
+        if not self.out_dir:
+            return
+        exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if not os.path.exists(exe):
+            print("--py-spy: py-spy is not installed (pip install py-spy); not recording", flush=True)
+            self.out_dir = None
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        for b, pid in pids.items():
+            out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
+            self.procs.append(subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+                                                "--threads", "--nonblocking", "--output", out],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs = []
 
 
 def raw_read_s(zk, topics: dict[str, int]) -> float:
@@ -127,89 +198,133 @@ def last_failover_ms(m: ClusterManager, broker_id: int) -> float | None:
     return float(found[-1]) if found else None
 
 
+def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss: dict[int, int],
+             topics: dict[str, int], total: int, topic_partitions: int, spy: PySpy) -> dict:
+    """One row: grow the cluster to ``total`` partitions, kill -9 the controller, restart it."""
+    # 1. creation of the partitions that take the cluster to ``total``
+    print(f"[{total:,}] creating topics (load {load_average()})", flush=True)
+    t0 = time.monotonic()
+    have = sum(topics.values())
+    while have < total:
+        n = min(topic_partitions, total - have)
+        name = f"scale-{len(topics):03d}"
+        kzc.create_topic(name, {p: [ids[(p + i + len(topics)) % 3] for i in range(REPLICATION)]
+                                for p in range(n)}, {})
+        topics[name] = n
+        have += n
+    wait_phase(f"[{total:,}] created partitions led and in every broker's metadata",
+               lambda: all_agree(zk, m, topics, set(ids)), 1800)
+    create_s = time.monotonic() - t0
+    rss = {b["id"]: rss_kb(b["pid"]) for b in m.state["brokers"]}
+    replicas_per_broker = total * REPLICATION / len(ids)
+    rss_per_partition = max((rss[i] - base_rss[i]) * 1024 / replicas_per_broker for i in ids)
+    t_isr = time.monotonic()
+
+    def isr_full():
+        # The controller is killed only in a healthy cluster: a follower still out of the ISR cannot take over,
+        # so a partition whose ISR is the killed broker alone would stay offline (no unclean election).
+        states = zk_states(zk, topics)
+        short = sum(1 for st in states.values() if len(st["isr"]) < REPLICATION)
+        return short == 0, f"{short:,} under-replicated partitions"
+    wait_phase(f"[{total:,}] no under-replicated partition", isr_full, 1800, interval=2.0)
+    isr_s = time.monotonic() - t_isr
+    # The baseline, in the state the failover starts from (a healthy cluster), just before the kill.
+    raw = min(raw_read_s(zk, topics) for _ in range(3))
+    # 2. kill -9 the controller
+    old = controller_id(zk)
+    if old is None:
+        raise RowFailed(f"[{total:,}] no controller before the kill")
+    live = set(ids) - {old}
+    print(f"[{total:,}] kill -9 controller {old} (load {load_average()})", flush=True)
+    spy.start({b["id"]: b["pid"] for b in m.state["brokers"] if b["id"] in live}, f"{total}")
+    t1 = time.monotonic()
+    try:
+        m.kill_broker(old)
+        wait_phase(f"[{total:,}] a new controller",
+                   lambda: (controller_id(zk) in live, f"controller {controller_id(zk)}"), 180, interval=0.05)
+        new = controller_id(zk)
+        wait_phase(f"[{total:,}] every partition led again, metadata agreeing",
+                   lambda: all_agree(zk, m, topics, live), 900, interval=0.5)
+        failover_s = time.monotonic() - t1
+    finally:
+        spy.stop()
+    wait_phase(f"[{total:,}] the failover log line", lambda: last_failover_ms(m, new) is not None, 60)
+    ctrl_ms = last_failover_ms(m, new)
+    # 3. restart the killed broker
+    print(f"[{total:,}] restarting broker {old}", flush=True)
+    t2 = time.monotonic()
+    m.start_broker(old, wait=True, timeout=900)
+    registered_s = time.monotonic() - t2
+    wait_phase(f"[{total:,}] the restarted broker back in every broker's metadata",
+               lambda: all_agree(zk, m, topics, set(ids)), 900)
+    restart_s = time.monotonic() - t2
+    row = dict(partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
+               raw_ms=raw * 1000, ratio=ctrl_ms / (raw * 1000), registered_s=registered_s,
+               restart_s=restart_s, rss_b=rss_per_partition, load=load_average())
+    print(f"summary: partitions={total} create_s={create_s:.1f} then_isr_full_s={isr_s:.1f} "
+          f"kill9_to_all_led_and_agreeing_s={failover_s:.1f} controller_failover_ms={ctrl_ms:.0f} "
+          f"raw_async_read_ms={raw * 1000:.0f} ratio={ctrl_ms / (raw * 1000):.2f} "
+          f"broker_restart_serving_s={registered_s:.1f} broker_restart_all_agreeing_s={restart_s:.1f} "
+          f"rss_per_replica_bytes={rss_per_partition:.0f} load={row['load']}", flush=True)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="sizes 300,1000 instead of 1000,5000,20000")
     ap.add_argument("--sizes", default=None, help="comma-separated total partition counts, increasing")
     ap.add_argument("--topic-partitions", type=int, default=1000, help="partitions per topic")
+    ap.add_argument("--session-timeout-ms", type=int, default=18000,
+                    help="the brokers' zookeeper.session.timeout.ms (Kafka's default 18000)")
+    ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the surviving brokers during failover")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
     args = ap.parse_args()
     sizes = [int(s) for s in (args.sizes or ("300,1000" if args.quick else "1000,5000,20000")).split(",")]
     tmp = tempfile.mkdtemp(prefix="kafkatier-controller-scale-", dir=args.tmp)
     m = ClusterManager(tmp)
-    rows = []
+    spy = PySpy(args.py_spy)
+
+    def interrupted(signum, frame):  # SIGTERM (and SIGINT, ignored in background jobs): stop the row, clean up
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
+    rows: list[dict] = []
+    failed: list[tuple[int, str]] = []
     try:
-        m.up(brokers=3, log_dirs_per_broker=1, timeout=180)
-        zk = start_client(m.zookeeper)
+        m.up(brokers=3, log_dirs_per_broker=1, session_timeout_ms=args.session_timeout_ms, timeout=300)
+        zk = start_client(m.zookeeper, timeout=30.0)
         kzc = KafkaZkClient(zk)
         ids = sorted(b["id"] for b in m.state["brokers"])
         base_rss = {b["id"]: rss_kb(b["pid"]) for b in m.state["brokers"]}
         topics: dict[str, int] = {}
-        for total in sizes:
-            # 1. creation of the partitions that take the cluster to ``total``
-            t0 = time.monotonic()
-            have = sum(topics.values())
-            while have < total:
-                n = min(args.topic_partitions, total - have)
-                name = f"scale-{len(topics):03d}"
-                kzc.create_topic(name, {p: [ids[(p + i + len(topics)) % 3] for i in range(REPLICATION)]
-                                        for p in range(n)}, {})
-                topics[name] = n
-                have += n
-            wait_for(lambda: all_agree(zk, m, topics, set(ids)), 1800, interval=1.0,
-                     message=f"{total} partitions led and in every broker's metadata")
-            create_s = time.monotonic() - t0
-            rss = {b["id"]: rss_kb(b["pid"]) for b in m.state["brokers"]}
-            replicas_per_broker = total * REPLICATION / len(ids)
-            rss_per_partition = max((rss[i] - base_rss[i]) * 1024 / replicas_per_broker for i in ids)
-            raw = min(raw_read_s(zk, topics) for _ in range(3))
-            t_isr = time.monotonic()
-            wait_for(lambda: fully_replicated(zk, topics), 1800, interval=2.0, message="no under-replicated partition")
-            isr_s = time.monotonic() - t_isr
-            # 2. kill -9 the controller
-            old = controller_id(zk)
-            t1 = time.monotonic()
-            m.kill_broker(old)
-            live = set(ids) - {old}
-            wait_for(lambda: controller_id(zk) in live, 120, interval=0.05, message="a new controller")
-            new = controller_id(zk)
-            wait_for(lambda: all_agree(zk, m, topics, live), 600, interval=0.5,
-                     message="every partition led again, metadata agreeing")
-            failover_s = time.monotonic() - t1
-            wait_for(lambda: last_failover_ms(m, new) is not None, 60, message="the failover log line")
-            ctrl_ms = last_failover_ms(m, new)
-            # 3. restart the killed broker
-            t2 = time.monotonic()
-            m.start_broker(old, wait=True, timeout=600)
-            registered_s = time.monotonic() - t2
-            wait_for(lambda: all_agree(zk, m, topics, set(ids)), 600, interval=1.0,
-                     message="the restarted broker back in every broker's metadata")
-            restart_s = time.monotonic() - t2
-            rows.append(dict(partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
-                             raw_ms=raw * 1000, ratio=ctrl_ms / (raw * 1000), registered_s=registered_s,
-                             restart_s=restart_s, rss_b=rss_per_partition))
-            print(f"summary: partitions={total} create_s={create_s:.1f} then_isr_full_s={isr_s:.1f} "
-                  f"kill9_to_all_led_and_agreeing_s="
-                  f"{failover_s:.1f} controller_failover_ms={ctrl_ms:.0f} raw_async_read_ms={raw * 1000:.0f} "
-                  f"ratio={ctrl_ms / (raw * 1000):.2f} broker_restart_serving_s={registered_s:.1f} "
-                  f"broker_restart_all_agreeing_s={restart_s:.1f} rss_per_replica_bytes={rss_per_partition:.0f}",
-                  flush=True)
+        for i, total in enumerate(sizes):
+            try:
+                rows.append(run_size(m, zk, kzc, ids, base_rss, topics, total, args.topic_partitions, spy))
+            except (RowFailed, KeyboardInterrupt) as e:
+                why = str(e) if isinstance(e, RowFailed) else "interrupted"
+                print(f"row {total:,} did not finish: {why} (load {load_average()})", flush=True)
+                failed.append((total, why))
+                failed += [(later, "skipped: an earlier size did not finish") for later in sizes[i + 1:]]
+                break
         zk.stop()
         zk.close()
     finally:
+        spy.stop()
         m.down()
         shutil.rmtree(tmp, ignore_errors=True)
     print()
+    print(f"3 brokers, RF 3, zookeeper.session.timeout.ms={args.session_timeout_ms}, {os.cpu_count()} CPUs")
     print("| partitions (RF 3) | create -> all led, metadata agreeing (then ISR full) "
           "| kill -9 controller -> all led, agreeing "
           "| controller failover | raw async read | failover / raw | broker restart: serving / all agreeing "
-          "| broker RSS per replica |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| broker RSS per replica | load avg (1/5/15 min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['partitions']:,} | {r['create_s']:.1f} s (+{r['isr_s']:.1f} s) | {r['kill9_s']:.1f} s | {r['ctrl_ms']:.0f} ms "
-              f"| {r['raw_ms']:.0f} ms | {r['ratio']:.2f}x | {r['registered_s']:.1f} s / {r['restart_s']:.1f} s "
-              f"| {r['rss_b'] / 1024:.1f} KiB |")
-    return 0
+        print(f"| {r['partitions']:,} | {r['create_s']:.1f} s (+{r['isr_s']:.1f} s) | {r['kill9_s']:.1f} s "
+              f"| {r['ctrl_ms']:.0f} ms | {r['raw_ms']:.0f} ms | {r['ratio']:.2f}x "
+              f"| {r['registered_s']:.1f} s / {r['restart_s']:.1f} s | {r['rss_b'] / 1024:.1f} KiB | {r['load']} |")
+    for total, why in failed:
+        print(f"| {total:,} | not completed: {why} |||||||")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class KafkaController:
         self._broker_watch_gen: dict[int, int] = {}
         self._controller_watch = None
         self.metrics = {"failovers": 0, "resignations": 0, "last_failover_ms": 0.0}
+        self._in_failover = False
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -105,6 +106,12 @@ class KafkaController:
     @property
     def is_active(self) -> bool:
         return self.active_controller_id == self.broker_id
+
+    @property
+    def in_failover(self) -> bool:
+        """True while ``on_controller_failover`` runs: the broker defers its own GIL-heavy periodic work (the
+        status file of every partition) so the failover is not slowed by it."""
+        return self._in_failover
 
     def _put(self, name: str, fn: Callable[[], None], preempt=None) -> ControllerEvent:
         return self.event_manager.put(ControllerEvent(name, fn, preempt))
@@ -181,6 +188,13 @@ class KafkaController:
             log.warning("could not delete /controller", exc_info=True)
 
     def on_controller_failover(self) -> None:
+        self._in_failover = True
+        try:
+            self._on_controller_failover()
+        finally:
+            self._in_failover = False
+
+    def _on_controller_failover(self) -> None:
         t0 = time.monotonic()
         self._generation += 1
         gen = self._generation

@@ -14,6 +14,9 @@ from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("controller.partition-state-machine")
 
+# Elections logged one line per partition up to this many at once; above, one summary line.
+MAX_PARTITIONS_LOGGED = 50
+
 _VALID_PREVIOUS = {
     PartitionState.NEW: {PartitionState.NON_EXISTENT},
     PartitionState.ONLINE: {PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE},
@@ -173,12 +176,21 @@ class PartitionStateMachine:
         written = zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version)
         for tp in updates.keys() - written.keys():
             failed[tp] = "leader and ISR update failed"
+        # One line per partition for a few; past that one summary line (per partition at DEBUG): a failover
+        # at 20,000 partitions would otherwise write thousands of lines on the controller thread.
+        each = log.info if len(written) <= MAX_PARTITIONS_LOGGED else log.debug
         for tp, l in written.items():
             self.ctx.partition_leadership[tp] = l
-            log.info("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
-                                              isr=list(l.isr), strategy=strategy.value))
+            each("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
+                                          isr=list(l.isr), strategy=strategy.value))
             self.controller.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
             done.append(tp)
+        if len(written) > MAX_PARTITIONS_LOGGED:
+            by_leader: dict[int, int] = {}
+            for l in written.values():
+                by_leader[l.leader] = by_leader.get(l.leader, 0) + 1
+            log.info("elected leaders %s", kv(partitions=len(written), strategy=strategy.value,
+                                               by_leader=dict(sorted(by_leader.items()))))
         return done, failed
 
     def _recipients(self, tp: TopicPartition, strategy: ElectionStrategy) -> list[int]:

@@ -28,17 +28,28 @@ class ReplicaStateMachine:
         return self.controller.ctx
 
     def startup(self) -> None:
-        online, offline = [], []
-        for tp in self.ctx.all_partitions():
-            for r in self.ctx.partition_replicas(tp):
+        """Kafka's ``startup``: every online replica OnlineReplica, every other one ReplicaDeletionIneligible, then
+        ``handleStateChanges(online, OnlineReplica)`` and ``(offline, OfflineReplica)``.  The online move is done
+        in bulk, one LeaderAndIsr entry per partition for all its online replicas (the same requests as one per
+        replica; at a failover with 20,000 partitions the per-replica path was a large part of the work)."""
+        ctx = self.ctx
+        batch = self.controller.batch
+        offline = []
+        batch.new_batch()
+        for tp in ctx.all_partitions():
+            online_brokers = []
+            for r in ctx.partition_replicas(tp):
                 pr = PartitionAndReplica(tp, r)
-                if self.ctx.is_replica_online(r, tp):
-                    self.ctx.replica_states[pr] = RS.ONLINE
-                    online.append(pr)
+                if ctx.is_replica_online(r, tp):
+                    ctx.replica_states[pr] = RS.ONLINE
+                    online_brokers.append(r)
                 else:
-                    self.ctx.replica_states[pr] = RS.DELETION_INELIGIBLE
+                    ctx.replica_states[pr] = RS.DELETION_INELIGIBLE
                     offline.append(pr)
-        self.handle_state_changes(online, RS.ONLINE)
+            l = ctx.partition_leadership.get(tp)
+            if online_brokers and l is not None:
+                batch.add_leader_and_isr(online_brokers, tp, l)
+        batch.send_requests_to_brokers(ctx.epoch)
         self.handle_state_changes(offline, RS.OFFLINE)
 
     def handle_state_changes(self, replicas, target: ReplicaState) -> None:

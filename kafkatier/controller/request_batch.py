@@ -87,7 +87,8 @@ class ControllerBrokerRequestBatch:
                 continue
             prev = self.leader_and_isr[b].get(tp)
             self.leader_and_isr[b][tp] = (leader, assignment, is_new or (prev[2] if prev else False))
-        self.add_update_metadata(self.ctx.live_broker_ids, [tp])
+        self.update_metadata_brokers.update(self.ctx.live_brokers)
+        self.update_metadata_partitions.add(tp)
 
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
@@ -110,12 +111,13 @@ class ControllerBrokerRequestBatch:
             return
         try:
             live = self.ctx.live_or_shutting_down_broker_ids
+            shared: dict = {}  # a partition's state is the same for every broker it goes to: built once
             for b, parts in self.leader_and_isr.items():
                 if b in live and parts:
                     cb = None
                     if self._leader_and_isr_callback is not None:
                         cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
-                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch), cb)
+                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch, shared), cb)
             if self.update_metadata_brokers:
                 partition_states = self._update_metadata_partition_states()
                 brokers_body = self._live_brokers_body()
@@ -139,18 +141,25 @@ class ControllerBrokerRequestBatch:
         return {"controller_id": self.controller_id, "is_k_raft_controller": False,
                 "controller_epoch": controller_epoch, "broker_epoch": self.ctx.live_broker_epoch(broker_id)}
 
-    def _leader_and_isr_body(self, broker_id, parts, controller_epoch) -> dict:
+    def _leader_and_isr_body(self, broker_id, parts, controller_epoch, shared: dict | None = None) -> dict:
+        """``shared``: partition state dicts already built for another broker of this batch, by (partition,
+        state, assignment, is_new); the bodies are only serialised, never changed."""
         by_topic: dict[str, list] = defaultdict(list)
         leaders = set()
+        shared = {} if shared is None else shared
         for tp, (l, a, is_new) in sorted(parts.items()):
             leaders.add(l.leader)
-            by_topic[tp.topic].append({
-                "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
-                "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
-                "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
-                "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
-                "leader_recovery_state": l.leader_recovery_state,
-            })
+            key = (tp, id(l), id(a), is_new)  # l and a live in ``parts`` until sent: ids stay unique
+            state = shared.get(key)
+            if state is None:
+                state = shared[key] = {
+                    "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
+                    "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
+                    "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
+                    "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
+                    "leader_recovery_state": l.leader_recovery_state,
+                }
+            by_topic[tp.topic].append(state)
         body = self._header(broker_id, controller_epoch)
         body["type"] = 0
         body["topic_states"] = [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
@@ -161,17 +170,21 @@ class ControllerBrokerRequestBatch:
 
     def _update_metadata_partition_states(self) -> list:
         by_topic: dict[str, list] = defaultdict(list)
+        ctx = self.ctx
+        # is_replica_online inlined: this loop runs over every partition of the cluster at a failover.
+        live, shutting_down, offline_dirs = ctx.live_brokers, ctx.shutting_down_broker_ids, ctx.replicas_on_offline_dirs
         for tp in sorted(self.update_metadata_partitions):
-            l = self.ctx.partition_leadership.get(tp)
-            a = self.ctx.assignment(tp)
+            l = ctx.partition_leadership.get(tp)
+            a = ctx.assignment(tp)
             if l is None or a is None:
                 continue
-            leader = LeaderAndIsr.LEADER_DURING_DELETE if self.ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
+            leader = LeaderAndIsr.LEADER_DURING_DELETE if ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
             by_topic[tp.topic].append({
                 "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": leader,
                 "leader_epoch": l.leader_epoch, "isr": list(l.isr), "zk_version": l.partition_epoch,
                 "replicas": list(a.replicas),
-                "offline_replicas": [r for r in a.replicas if not self.ctx.is_replica_online(r, tp)],
+                "offline_replicas": [r for r in a.replicas if r not in live or r in shutting_down
+                                     or (r in offline_dirs and tp in offline_dirs[r])],
             })
         return [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
                  "partition_states": ps} for t, ps in by_topic.items()]

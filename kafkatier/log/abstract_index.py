@@ -13,11 +13,14 @@ log roll). A crash can leave a partial trailing entry; the sanity check then fai
 from the log.
 
 Lazy, without a file descriptor (Kafka's ``LazyIndex``): a broker with 20,000 replicas must not hold 40,000 index
-files open nor their entries in memory.  Constructing an index only makes sure its file exists; the entries are
-read on first use (any access to the entry arrays named in ``_LAZY_FIELDS``, through ``__getattr__``, so a loaded
-index pays nothing), and :meth:`unload` drops them again (the segment's idle-file sweep).  No descriptor is kept:
-each write of buffered entries, truncation or fsync opens the file, acts and closes it.  Difference from
-Kafka: Kafka keeps the mmap of a loaded index until the segment is closed.
+files open nor their entries in memory.  Constructing an index touches nothing on disk: the file is created when
+its first entries are written (or by :meth:`ensure_file`, which a segment calls when it stops being active, as
+Kafka's trim of an inactive segment's index does), so a new or rolled-to segment has no index files until it
+indexes something, and a broker creating 20,000 empty logs creates no index file.  A missing file reads as an
+empty index.  The entries are read on first use (any access to the entry arrays named in ``_LAZY_FIELDS``,
+through ``__getattr__``, so a loaded index pays nothing), and :meth:`unload` drops them again (the segment's
+idle-file sweep).  No descriptor is kept: each write of buffered entries, truncation or fsync opens the file,
+acts and closes it.  Difference from Kafka: Kafka keeps the mmap of a loaded index until the segment is closed.
 """
 from __future__ import annotations
 
@@ -42,8 +45,6 @@ class AbstractIndex:
         self._pending = bytearray()
         self._loaded = False
         self._unflushed = False  # written since the last fsync
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
 
     def __getattr__(self, name: str):
         # Only called for attributes not set yet: the entry arrays of an index not loaded.
@@ -73,6 +74,19 @@ class AbstractIndex:
     @property
     def is_loaded(self) -> bool:
         return self._loaded
+
+    @property
+    def file_exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def ensure_file(self) -> None:
+        """Write buffered entries and create the file if it does not exist yet (an empty index)."""
+        if self._closed:
+            return
+        self.write_pending()
+        if not os.path.exists(self.path):
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            self._unflushed = True
 
     def unload(self) -> None:
         """Write buffered entries and drop the in-memory entries; the next use reads the file again."""
@@ -147,7 +161,10 @@ class AbstractIndex:
         self.write_pending()
         self._truncate_entries(n)
         self._file_length = n * self.ENTRY_SIZE
-        os.truncate(self.path, self._file_length)
+        try:
+            os.truncate(self.path, self._file_length)
+        except FileNotFoundError:  # never written: nothing on disk to cut (an index stays lazy through a reset)
+            return
         self._unflushed = True
 
     def reset(self) -> None:
@@ -159,7 +176,11 @@ class AbstractIndex:
             return
         self.write_pending()
         if self._unflushed:
-            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # deleted (with its segment) since it was written
+                self._unflushed = False
+                return
             try:
                 os.fsync(fd)
             finally:

@@ -83,6 +83,10 @@ class CorruptIndexError(Exception):
     """An index file that fails its sanity check; the segment's indexes are rebuilt from the log."""
 
 
+class MissingIndexFileError(CorruptIndexError):
+    """A segment with data whose index file does not exist (Kafka's NoSuchFileException at load): rebuilt too."""
+
+
 class InvalidOffsetError(Exception):
     """An index append that is not above the last entry (Kafka: InvalidOffsetException)."""
 

@@ -25,6 +25,7 @@ from kafkatier.log.errors import (
     CorruptIndexError,
     InconsistentTopicIdError,
     KafkaError,
+    MissingIndexFileError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -314,6 +315,13 @@ class Log:
             seg = self._new_segment(base)
             try:
                 seg.sanity_check()
+            except MissingIndexFileError as e:
+                # Expected for a small active segment (index files are created lazily); after a crash, for any.
+                log.info(kv(event="missing_index_rebuilt", partition=self.name, segment=base, error=e))
+                seg.recover()
+                if base != max(log_bases):  # an inactive segment always has both files (tiered storage copies them)
+                    seg.offset_index.ensure_file()
+                    seg.time_index.ensure_file()
             except CorruptIndexError as e:
                 log.warning(kv(event="corrupt_index_rebuilt", partition=self.name, segment=base, error=e))
                 seg.recover()

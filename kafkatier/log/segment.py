@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import attrs
 
-from kafkatier.log.errors import LogSegmentOffsetOverflowError
+from kafkatier.log.errors import LogSegmentOffsetOverflowError, MissingIndexFileError
 from kafkatier.log.offset_index import OffsetIndex
 from kafkatier.log.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -448,7 +448,13 @@ class LogSegment:
 
     # --- maintenance ----------------------------------------------------------------------------------
     def sanity_check(self) -> None:
-        """Raise CorruptIndexError if an index cannot be trusted."""
+        """Raise CorruptIndexError if an index cannot be trusted; MissingIndexFileError if the segment holds data
+        but an index file does not exist (Kafka's loader rebuilds the indexes then: index files are created
+        lazily, so a crash, or a clean stop of a small active segment, can leave none)."""
+        if self._size > 0:
+            for index in (self.offset_index, self.time_index):
+                if not index.file_exists:
+                    raise MissingIndexFileError(f"Index file {index.path} does not exist")
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
 
@@ -549,10 +555,12 @@ class LogSegment:
         return removed
 
     def on_become_inactive(self) -> None:
-        """Called on roll: record the final max timestamp in the time index and write buffered entries."""
+        """Called on roll: record the final max timestamp in the time index and write buffered entries.  An
+        inactive segment always has both index files (Kafka trims them then, which creates them), even empty:
+        tiered storage copies them, tools read them; only the active segment's come into being lazily."""
         self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        self.offset_index.ensure_file()
+        self.time_index.ensure_file()
 
     def flush(self) -> None:
         if self._closed:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 import time
 
@@ -464,8 +465,15 @@ class KafkaServer:
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
 
 
+BROKER_SWITCH_INTERVAL_S = 0.001
+
+
 def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     """Run a broker in the foreground until SIGTERM/SIGINT."""
+    # I/O threads (kazoo's ZooKeeper connection above all) take the GIL once per message and, behind CPU-bound
+    # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
+    # znodes in a busy broker spent most of its time there (README "Scale").
+    sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
     server = KafkaServer(config)
     stop = threading.Event()
     controlled = []
@@ -482,7 +490,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
         _write_status(server, status_file)
     last = time.monotonic()
     while not stop.wait(1.0) and not server._shutdown.is_set():
-        if status_file and time.monotonic() - last >= 5:
+        # Not while this broker's controller fails over: describing every partition holds the GIL for long.
+        if status_file and time.monotonic() - last >= 5 and not (server.controller and server.controller.in_failover):
             _write_status(server, status_file)
             last = time.monotonic()
     if controlled and controlled[0]:

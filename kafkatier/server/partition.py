@@ -203,11 +203,27 @@ class Partition:
                 if st is None:
                     continue
                 if st.log_end_offset < leo and now - st.last_caught_up_ms > self.replica_lag_time_max_ms:
+                    if st.last_fetch_ms == 0 and leo <= self._current_epoch_start_offset():
+                        # Not fetched yet since this leader took over, and nothing appended since: it misses no
+                        # record of this epoch.  A broker handling a LeaderAndIsr of thousands of new partitions
+                        # starts fetching long after its leaders started their lag clocks (Kafka's clock too
+                        # starts at becoming leader); shrinking it then only churns the ISR and leaves partitions
+                        # led by one replica.  A follower behind on records of this epoch, or one that fetched and
+                        # stopped, is out of sync as before.
+                        continue
                     out.append(r)
             if not out:
                 return
         self._update_isr(lambda isr: tuple(r for r in isr if r not in out), reason=f"shrink out={out}")
         self.maybe_increment_high_watermark()
+
+    def _current_epoch_start_offset(self) -> int:
+        """Where this leader's epoch starts in the log (-1 if the epoch cache does not hold it: then nothing is
+        exempt from the shrink)."""
+        for entry in self.log.leader_epoch_cache.epoch_entries():
+            if entry.epoch == self.leader_epoch:
+                return entry.start_offset
+        return -1
 
     def _update_isr(self, change: Callable[[tuple[int, ...]], tuple[int, ...]], reason: str) -> None:
         with self.lock:

@@ -15,6 +15,7 @@ second node); the ``ConnectionLoss`` reaches the caller.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import posixpath
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -41,6 +42,9 @@ T = TypeVar("T")
 RETRYABLE = (ConnectionLoss, OperationTimeoutError)
 MATCH_ANY_VERSION = -1        # Kafka's ZkVersion.MatchAnyVersion: unconditional
 DEFAULT_ATTEMPTS = 5
+# Fenced multis in flight at once in :meth:`FencedZkWriter.multi_many` (Kafka's controller pipelines its batches
+# of conditional writes the same way, bounded by ``zookeeper.max.in.flight.requests``, default 10).
+MAX_MULTIS_IN_FLIGHT = 10
 
 
 class ControllerMovedError(NotControllerError):
@@ -182,6 +186,61 @@ class FencedZkWriter:
                 raise
 
         return _retrying(self._max_attempts, lambda e: retry_safe and isinstance(e, RETRYABLE))(attempt)
+
+    def multi_many(self, batches: Sequence[Sequence[Op]],
+                   max_in_flight: int = MAX_MULTIS_IN_FLIGHT) -> list[list[Any] | ZookeeperError]:
+        """Several fenced multis pipelined on the session, at most ``max_in_flight`` outstanding: ZooKeeper
+        applies one session's requests in order, so this is a sequence of :meth:`multi` calls without a round
+        trip each.  Every batch carries its own fence check.
+
+        Returns, per batch, its results or the op error it failed with (``op`` / ``op_index`` set; nothing of
+        that batch applied): the caller decides, since a conditional update that lost a race is not fatal.  A
+        failed fence raises :class:`ControllerMovedError` once the batches in flight are collected (no batch
+        after the fence moved can apply: each checks it).  A batch whose commit was lost with the connection is
+        committed again through :meth:`multi`, with its retry and ambiguity handling.
+        """
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        batches = [list(b) for b in batches]
+        out: list[Any] = [None] * len(batches)
+        window: collections.deque = collections.deque()
+        lost: list[int] = []
+        moved: list[ControllerMovedError] = []
+
+        def collect_oldest() -> None:
+            i, pending = window.popleft()
+            try:
+                results = pending.get()
+            except RETRYABLE:
+                lost.append(i)
+                return
+            try:
+                out[i] = self._interpret(batches[i], results)
+            except ControllerMovedError as e:
+                moved.append(e)
+            except ZookeeperError as e:
+                out[i] = e
+
+        for i, ops in enumerate(batches):
+            if len(window) >= max_in_flight:
+                collect_oldest()
+            if moved:
+                break
+            t = self._client.transaction()
+            t.check(paths.CONTROLLER_EPOCH, self._epoch_zk_version)
+            for op in ops:
+                op.add_to(t)
+            window.append((i, t.commit_async()))
+        while window:
+            collect_oldest()
+        if moved:
+            raise moved[0]
+        for i in lost:
+            try:
+                out[i] = self.multi(batches[i])
+            except ZookeeperError as e:
+                out[i] = e
+        return out
 
     def _commit(self, ops: Sequence[Op]) -> list[Any]:
         t = self._client.transaction()

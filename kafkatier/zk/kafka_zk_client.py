@@ -4,8 +4,10 @@ Controller writes go through :class:`kafkatier.zk.fenced.FencedZkWriter` (fenced
 admin writes (topic creation, config changes, deletion markers) are not fenced, as in Kafka's ZooKeeper mode.
 Reads that fan out (all partition states, all broker registrations) are pipelined (:func:`client.get_many`,
 bounded in flight) so that N znodes cost about one round trip per window, not N.  Controller writes that fan
-out (leader and ISR of many partitions) go in fenced multis of :data:`MULTI_BATCH_PARTITIONS` partitions; a
-partition whose conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes are logged and skipped.
+out (leader and ISR of many partitions) go in fenced multis of :data:`MULTI_BATCH_PARTITIONS` partitions,
+pipelined (:meth:`FencedZkWriter.multi_many`, several multis in flight, each fenced); a partition whose
+conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes
+are logged and skipped.
 
 Entity configs (``/config/{type}/{name}``) have ONE reader, :func:`read_entity_config` (and the batch
 :meth:`KafkaZkClient.get_topic_configs`), with one failure policy: a missing znode means no overrides; a
@@ -156,7 +158,9 @@ class KafkaZkClient:
         topics = sorted({tp.topic for tp, _ in items})
         have_parent = {t: res is not None for t, res in
                        zip(topics, get_many(self.zk, [paths.topic_partitions(t) for t in topics]))}
-        for batch in _batches(items, MULTI_BATCH_PARTITIONS):
+        batches = _batches(items, MULTI_BATCH_PARTITIONS)
+        all_ops = []
+        for batch in batches:
             ops = []
             for tp, l in batch:
                 if not have_parent[tp.topic]:
@@ -164,11 +168,14 @@ class KafkaZkClient:
                     have_parent[tp.topic] = True
                 ops.append(Create(paths.partition(tp.topic, tp.partition)))
                 ops.append(Create(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode()))
-            try:
-                w.multi(ops)
-                created.update(batch)
-            except (NodeExistsError, NoNodeError):
+            all_ops.append(ops)
+        for batch, res in zip(batches, w.multi_many(all_ops)):
+            if isinstance(res, (NodeExistsError, NoNodeError)):
                 created.update(self._create_partition_states_one_by_one(w, batch))
+            elif isinstance(res, Exception):
+                raise res
+            else:
+                created.update(batch)
         return created
 
     def _create_partition_states_one_by_one(self, w: FencedZkWriter, batch) -> dict[TopicPartition, LeaderAndIsr]:
@@ -189,25 +196,28 @@ class KafkaZkClient:
         whose update fails (BADVERSION, NONODE) is logged, left out, and the rest of its batch written again."""
         out = {}
         w = self.writer(epoch_zk_version)
-        for batch in _batches(sorted(updates.items()), MULTI_BATCH_PARTITIONS):
-            while batch:
-                ops = [SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
-                               version=l.partition_epoch) for tp, l in batch]
-                try:
-                    stats = w.multi(ops)
-                except (BadVersionError, NoNodeError) as e:
-                    index = getattr(e, "op_index", None)
+        pending = _batches(sorted(updates.items()), MULTI_BATCH_PARTITIONS)
+        while pending:
+            ops = [[SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
+                            version=l.partition_epoch) for tp, l in batch] for batch in pending]
+            again = []
+            for batch, res in zip(pending, w.multi_many(ops)):
+                if isinstance(res, (BadVersionError, NoNodeError)):
+                    index = getattr(res, "op_index", None)
                     if index is None or not 0 <= index < len(batch):
-                        raise
+                        raise res
                     log.warning("partition state update failed %s", kv(partition=batch[index][0],
-                                                                       reason=type(e).__name__))
-                    batch = batch[:index] + batch[index + 1:]
+                                                                       reason=type(res).__name__))
+                    if len(batch) > 1:
+                        again.append(batch[:index] + batch[index + 1:])
                     continue
-                for (tp, l), stat in zip(batch, stats):
+                if isinstance(res, Exception):
+                    raise res
+                for (tp, l), stat in zip(batch, res):
                     out[tp] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr, l.controller_epoch,
                                            partition_epoch=_version_of(stat, l.partition_epoch + 1),
                                            leader_recovery_state=l.leader_recovery_state)
-                break
+            pending = again
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,

@@ -56,3 +56,26 @@ def test_new_partition_states_and_elections_go_in_fenced_batches(zk):
         kzc.update_leader_and_isr({tp: LeaderAndIsr(3, 9, (3,), epoch, after[tp].partition_epoch)
                                    for tp in list(written)[:3]}, version)
     assert all(l.leader == 2 for tp, l in kzc.get_partition_states(list(written)[:3]).items())
+
+
+def test_pipelined_fenced_multis_fail_alone_and_stop_at_a_moved_fence(zk):
+    """``multi_many``: each batch is its own fenced multi; one whose op fails is reported (nothing of it
+    applied) while the others apply; once the fence has moved, no batch applies and ControllerMovedError."""
+    from kazoo.exceptions import NodeExistsError
+
+    from kafkatier.zk.fenced import Create, FencedZkWriter
+    _, version = register_controller_and_increment_epoch(zk, 1, 1700000000000)
+    zk.create("/m/taken", b"x", makepath=True)
+    w = FencedZkWriter(zk, version)
+    batches = [[Create(f"/m/a{i}"), Create(f"/m/b{i}")] for i in range(30)]
+    batches[7] = [Create("/m/c7"), Create("/m/taken")]
+    results = w.multi_many(batches, max_in_flight=4)
+    assert isinstance(results[7], NodeExistsError) and results[7].op_index == 1
+    assert zk.exists("/m/c7") is None
+    assert all(r == [f"/m/a{i}", f"/m/b{i}"] for i, r in enumerate(results) if i != 7)
+
+    zk.delete(paths.CONTROLLER)
+    register_controller_and_increment_epoch(zk, 2, 1700000000001)
+    with pytest.raises(ControllerMovedError):
+        w.multi_many([[Create(f"/m/late{i}")] for i in range(20)], max_in_flight=4)
+    assert not [c for c in zk.get_children("/m") if c.startswith("late")]

@@ -450,3 +450,20 @@ def test_decode_path_dispatches_and_checks_null_data():
         c.decode_path("/admin/delete_topics/t", b"x")
     with pytest.raises(c.MalformedZNodeError, match="no schema"):
         c.decode_path("/nowhere", b"x")
+
+
+def test_topic_assignment_fast_check_accepts_only_what_the_schema_accepts():
+    """Decoding a topic's assignment skips jsonschema when a cheap check passes (a 1,000-partition map costs
+    jsonschema tens of ms, at every failover); the check must never accept what the schema rejects."""
+    good = {"version": 3, "partitions": {str(p): [p % 3 + 1, (p + 1) % 3 + 1] for p in range(1000)},
+            "adding_replicas": {}, "removing_replicas": {"7": [1]}, "topic_id": "A" * 22}
+    bad = [dict(good, version=4), dict(good, version=True), dict(good, partitions={"01": [1]}),
+           dict(good, partitions={"1": [1, 1]}), dict(good, partitions={"1": [-1]}),
+           dict(good, partitions={"1": [True]}), dict(good, partitions={"1": [2**31]}), dict(good, topic_id="x"),
+           {"version": 1}, dict(good, adding_replicas={"1": "a"}), dict(good, partitions=[])]
+    assert c._topic_assignment_valid(good) and not schemas.schema_errors("topic_assignment", good)
+    for b in bad:
+        assert not c._topic_assignment_valid(b) and schemas.schema_errors("topic_assignment", b), b
+        with pytest.raises(c.MalformedZNodeError):
+            c.TopicAssignment.decode(json.dumps(b).encode())
+    assert len(c.TopicAssignment.decode(json.dumps(good).encode()).partitions) == 1000
