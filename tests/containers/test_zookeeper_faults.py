@@ -63,9 +63,14 @@ def control_request(c, broker: int, controller_epoch_: int, broker_epoch: int, t
               "topic_states": [{"topic_name": topic, "partition_states": [
                   {"partition_index": 0, "leader_epoch": -1, "delete_partition": False,
                    "disable_remote_partition": False}]}]})
-    path = c.zk.create(f"/kafkatier/control/{broker}/requests/request_", req.encode(), sequence=True)
-    resp_path = f"/kafkatier/control/{broker}/responses/{path.rsplit('/', 1)[1]}"
-    wait_for(lambda: c.zk.exists(resp_path), 20, message="the control response")
+    # A controller that has just been elected clears the queue it inherits ("cleared stale control queue"): a
+    # request written in that instant is removed unanswered, as the old controller's were.  Write it again then.
+    for _ in range(3):
+        path = c.zk.create(f"/kafkatier/control/{broker}/requests/request_", req.encode(), sequence=True)
+        resp_path = f"/kafkatier/control/{broker}/responses/{path.rsplit('/', 1)[1]}"
+        if wait_for(lambda: "answered" if c.zk.exists(resp_path) else (None if c.zk.exists(path) else "removed"),
+                    20, message="the control response") == "answered":
+            break
     resp = codecs.ControlResponse.decode(c.zk.get(resp_path)[0])
     c.zk.delete(resp_path)
     c.zk.delete(path)
