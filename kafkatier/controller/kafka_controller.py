@@ -178,12 +178,21 @@ class KafkaController:
             raise
         except Exception:  # noqa: BLE001
             log.exception("error during controller failover; resigning")
-            self.on_controller_resignation()
-            self._delete_controller_znode()
+            self._trigger_controller_move()
 
-    def _delete_controller_znode(self) -> None:
+    def _trigger_controller_move(self) -> None:
+        """Kafka's ``triggerControllerMove``: stop acting as controller (no event may find it active without a
+        channel), then delete ``/controller`` fenced by the epoch zkVersion it was elected with (read before the
+        resignation resets the context), so every broker, this one included, elects again."""
+        expected_epoch_zk_version = self.ctx.epoch_zk_version
+        self.active_controller_id = -1
+        self.on_controller_resignation()
+        self._delete_controller_znode(expected_epoch_zk_version)
+
+    def _delete_controller_znode(self, epoch_zk_version: int | None = None) -> None:
         try:
-            self.kafka_zk.writer(self.ctx.epoch_zk_version).delete(paths.CONTROLLER)
+            self.kafka_zk.writer(self.ctx.epoch_zk_version if epoch_zk_version is None else epoch_zk_version) \
+                .delete(paths.CONTROLLER)
         except Exception:  # noqa: BLE001
             log.warning("could not delete /controller", exc_info=True)
 
@@ -264,6 +273,7 @@ class KafkaController:
             self.channel.shutdown()
             self.channel = None
         self.tiered_manager.reset()
+        self.batch.reset()  # a round an error interrupted is never sent: the next controller sends from ZooKeeper
         self.ctx.reset()
         self.metrics["resignations"] += 1
 

@@ -71,6 +71,13 @@ class ControllerBrokerRequestBatch:
         self.update_metadata_brokers: set[int] = set()
         self.update_metadata_partitions: set[TopicPartition] = set()
 
+    def reset(self) -> None:
+        """Drop whatever a round left unsent (an error interrupted it, the controller resigned): the next
+        ``new_batch`` starts clean."""
+        self._coalescing = False
+        self._open = False
+        self._clear()
+
     def new_batch(self) -> None:
         if self._coalescing:
             return

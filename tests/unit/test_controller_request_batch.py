@@ -111,3 +111,18 @@ def test_a_coalesced_block_that_fails_sends_nothing():
     batch.add_update_metadata([1], [])
     batch.send_requests_to_brokers(ctx.epoch)
     assert len(sent) == 1
+
+
+def test_a_round_an_error_left_unsent_is_dropped_at_resignation():
+    """An event that fails mid-round (a ZooKeeper session expiry during a state change) leaves entries unsent;
+    the controller resigns and resets the batch, so its next failover starts a batch instead of raising
+    IllegalBatchState (seen in CI: a broker re-elected right after could not fail over)."""
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    batch.new_batch()
+    batch.add_update_metadata([1, 2, 3], [TopicPartition("t", 0)])  # the round stops here with an error
+    batch.reset()
+    with batch.coalesced(lambda: ctx.epoch):
+        batch.add_update_metadata([2], [])
+    assert [a[0] for a in sent] == [2]
