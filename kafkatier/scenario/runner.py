@@ -632,6 +632,17 @@ def _holds(c, snap) -> bool:
         return False
     if c.acked_at_least is not None and snap.acked < c.acked_at_least:
         return False
+    if c.leader is not None or c.isr is not None:
+        st = snap.partitions.get((c.topic, c.partition))
+        if st is None:
+            return False
+        # No leader (-1) also when the state znode still names a broker that is no longer registered: a controller
+        # that failed over while the leader was down keeps it there, as Kafka's does, until an election succeeds.
+        leader = st["leader"] if st["leader"] in snap.brokers else -1
+        if c.leader is not None and leader != c.leader:
+            return False
+        if c.isr is not None and tuple(sorted(st["isr"])) != c.isr:
+            return False
     return True
 
 

@@ -84,6 +84,9 @@ class ConditionSpec:
     tiered_epoch_at_least: int | None = None
     controller_epoch_at_least: int | None = None
     acked_at_least: int | None = None
+    partition: int = 0                      # the partition of `topic` that `leader` / `isr` are about
+    leader: int | None = None               # its leader in ZooKeeper (-1: none or not registered: offline)
+    isr: tuple[int, ...] | None = None      # its ISR, as a set
     timeout_s: float = 30.0
 
 
@@ -348,11 +351,15 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
         raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
     if "when" in a:
         w = a["when"]
-        if "tiered_state" in w and "topic" not in w:
-            raise ScenarioSpecError(f"{where}.when.topic: required with tiered_state")
+        for key in ("tiered_state", "partition", "leader", "isr"):
+            if key in w and "topic" not in w:
+                raise ScenarioSpecError(f"{where}.when.topic: required with {key}")
         if "topic" in w and w["topic"] not in topics:
             raise ScenarioSpecError(f"{where}.when.topic: unknown topic {w['topic']!r}")
-        when = ConditionSpec(**w)
+        if "partition" in w and w["partition"] >= topics[w["topic"]]:
+            raise ScenarioSpecError(f"{where}.when.partition: {w['topic']} has partitions 0.."
+                                    f"{topics[w['topic']] - 1}")
+        when = ConditionSpec(**dict(w, isr=tuple(sorted(w["isr"])) if "isr" in w else None))
     return ActionSpec(action=kind, at=_time(a.get("at")), when=when, delay_s=float(a.get("delay_s", 0.0)),
                       target=target, signal=a.get("signal", "KILL"),
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),

@@ -218,3 +218,37 @@ def test_a_reassign_step_draws_its_partition_and_live_replicas_from_its_pick():
     assert frozenset({1, 2, 3}) not in moves                                          # with a spare broker, data moves
     with pytest.raises(FaultError, match="only 2 live brokers"):
         draw_reassignment(0.5, parts, rf, [1, 2], "t", 0, None)
+
+
+# -- conditions on a partition's state: `when = { topic, partition, isr / leader }` ---------------------------------
+
+@pytest.mark.parametrize("when, field", [
+    ({"isr": [1]}, "schedule[0].when.topic"),
+    ({"leader": -1}, "schedule[0].when.topic"),
+    ({"topic": "t", "partition": 1, "isr": [1]}, "schedule[0].when.partition"),
+    ({"topic": "t", "leader": -2}, "schedule[0].when.leader"),
+    ({"topic": "t", "isr": []}, "schedule[0].when.isr"),
+    ({"topic": "t", "isr": [1, 1]}, "schedule[0].when.isr"),
+])
+def test_a_bad_partition_condition_names_the_field(when, field):
+    with pytest.raises(ScenarioSpecError) as e:
+        from_dict({**MINIMAL, "schedule": [{"action": "kill", "target": 1, "when": when}]})
+    assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_partition_conditions_hold_on_what_zookeeper_shows():
+    from kafkatier.scenario.observer import Snapshot
+    from kafkatier.scenario.runner import _holds
+    spec = from_dict({**MINIMAL, "schedule": [
+        {"action": "kill", "target": 1, "when": {"topic": "t", "isr": [2, 1]}},
+        {"action": "start", "target": 3, "when": {"topic": "t", "leader": -1}}]})
+    isr, offline = (s.when for s in spec.schedule)
+    snap = Snapshot(brokers={1: 10, 2: 11})
+    assert not _holds(isr, snap) and not _holds(offline, snap)          # no state znode yet
+    snap.partitions[("t", 0)] = {"leader": 1, "isr": [1, 2]}
+    assert _holds(isr, snap) and not _holds(offline, snap)
+    snap.partitions[("t", 0)] = {"leader": 1, "isr": [1]}
+    snap.brokers = {2: 11}                                           # the leader's registration is gone
+    assert not _holds(isr, snap) and _holds(offline, snap)
+    snap.partitions[("t", 0)] = {"leader": -1, "isr": [1]}
+    assert _holds(offline, snap)
