@@ -175,6 +175,8 @@ def _describe(args) -> int:
             print(f"  controller epoch={c.get('epoch')} live_brokers={c.get('live_brokers')} topics={c.get('topics')} "
                   f"events_processed={c.get('events_processed')} failover_ms={round(c.get('last_failover_ms', 0), 1)} "
                   f"topics_to_be_deleted={c.get('topics_to_be_deleted')}")
+            if c.get("last_failover_phases_ms"):
+                print("  last failover " + " ".join(f"{k}={v}" for k, v in c["last_failover_phases_ms"].items()))
         ld = s.get("log_dirs") or {}
         for d in ld.get("dirs", []):
             state = "online" if d.get("online") else "OFFLINE"

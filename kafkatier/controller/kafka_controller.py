@@ -227,7 +227,9 @@ class KafkaController:
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
         # 4. context
+        t_read = time.monotonic()
         self._initialize_context()
+        t_elect = time.monotonic()
         self.channel = ControllerChannelManager(
             self.zk, self.broker_id, writer=lambda: self.kafka_zk.writer(self.ctx.epoch_zk_version),
             controller_epoch=lambda: self.ctx.epoch,
@@ -249,20 +251,30 @@ class KafkaController:
         # replicas from the ISR (a leader epoch bump) before the partition state machine elects (a second
         # bump).  Electing first gives the dead leader's partitions exactly one new leader epoch, as acceptance
         # scenario A2 requires; the dead replicas have then already left the ISR.
+        t_states = time.monotonic()
         with self.batch.coalesced(lambda: self.ctx.epoch):
             self._send_update_metadata(self.ctx.live_broker_ids, [])
             self.partition_state_machine.startup()
             self.replica_state_machine.startup()
+            t_send = time.monotonic()
+        t_resume = time.monotonic()
         # 10. resume reassignments, then deletion
         self.partition_reassignment.on_controller_failover()
         self.topic_deletion_manager.resume_deletions()
         self.tiered_manager.resume_disablements()
         self.replica_election_manager.on_failover()  # pending preferred election, auto rebalance
         self.metrics["failovers"] += 1
-        self.metrics["last_failover_ms"] = (time.monotonic() - t0) * 1000
+        t_end = time.monotonic()
+        self.metrics["last_failover_ms"] = (t_end - t0) * 1000
+        # Where the time went: reading ZooKeeper into the context, deletion/tiered set-up, the state machines
+        # (elections and their ZooKeeper writes), queueing the coalesced requests, resuming pending work.
+        phases = {"read_ms": t_elect - t_read, "states_ms": t_send - t_states, "send_ms": t_resume - t_send,
+                  "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume)}
+        self.metrics["last_failover_phases_ms"] = {k: round(v * 1000, 1) for k, v in phases.items()}
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
                                                    topics=len(self.ctx.all_topics),
-                                                   ms=round(self.metrics["last_failover_ms"], 1)))
+                                                   ms=round(self.metrics["last_failover_ms"], 1),
+                                                   **self.metrics["last_failover_phases_ms"]))
 
     def on_controller_resignation(self) -> None:
         log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))
