@@ -550,6 +550,25 @@ class KafkaController:
             lambda: self.partition_state_machine.trigger_online_partition_state_change(topic)))
 
     # --- elections and controlled shutdown asked for by requests (ElectLeaders, ControlledShutdown) ----------
+    def confirm_still_controller(self) -> bool:
+        """Whether ``/controller_epoch`` still has the zkVersion this controller was elected with, read from
+        ZooKeeper.  Asked before answering from the controller's own view without writing anything (an unclean
+        ElectLeaders for a partition whose leader it believes alive): a controller paused past its ZooKeeper
+        session (a zombie) still believes it is active until the expiry reaches it, and its writes are fenced
+        but its answers are not.  A read through an expired session fails: NOT_CONTROLLER, and the client asks
+        the new controller."""
+        try:
+            _, stat = self.zk.get(paths.CONTROLLER_EPOCH)
+        except Exception as e:  # noqa: BLE001 - no session, no answer from this controller
+            log.info("cannot confirm this broker is still the controller %s", kv(reason=type(e).__name__))
+            return False
+        if stat.version != self.ctx.epoch_zk_version:
+            log.info("no longer the controller %s", kv(epoch_zk_version=self.ctx.epoch_zk_version,
+                                                       current=stat.version))
+            self._put("ControllerMoved", self.maybe_resign)
+            return False
+        return True
+
     def elect_leaders(self, partitions, election_type):
         """ElectLeaders: a future of {partition: ElectionOutcome} (replica_election_manager.py)."""
         return self.replica_election_manager.submit(partitions, election_type)

@@ -163,7 +163,7 @@ class ReplicaElectionManager:
                     for tp in partitions}
 
         def run():
-            if not self.controller.is_active:
+            if not self.controller.is_active or not self.controller.confirm_still_controller():
                 fut.set_result(not_controller())
                 return
             try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -15,13 +17,13 @@ import uuid
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.protocol.admin import DeleteRecordsRequest, ElectLeadersRequest
+from kafka.protocol.admin import DeleteRecordsRequest, ElectLeadersRequest, ElectLeadersResponse
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from kafkatier.cluster.manager import pid_alive
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, ControlledShutdownResponse
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.broker_client import BrokerClient
+from kafkatier.server.broker_client import BrokerClient, _decode_response
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -402,3 +404,41 @@ def test_delete_records_pending_when_leadership_moves_completes_with_not_leader(
         assert answer["at"] - moved_at < 5.0
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def test_a_controller_paused_past_its_session_answers_elections_not_controller(cluster_factory):
+    """A controller SIGSTOPped past its ZooKeeper session (a zombie) believes it is active until the expiry reaches
+    it.  An ElectLeaders waiting in its socket when it resumes is answered NOT_CONTROLLER, not from its stale view
+    (a scenario saw an unclean election answered ELECTION_NOT_NEEDED by the resumed old controller, for a
+    partition whose leader had died while it was paused); the client then asks the new controller."""
+    c = cluster_factory(brokers=3, log_dirs=1, session_timeout_ms=4000)
+    old = c.controller_id()
+    topic = unique_topic("zombie")
+    create_topic(c, topic, {0: [b for b in c.broker_ids() if b != old]})
+    pid = c.manager.broker(old)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: c.controller_id() not in (None, old), CONVERGE_S, interval=0.1, ignore=(Exception,),
+                 message="a new controller elected while the old one is paused")
+        # The kernel accepts the connection and buffers the request while the process is stopped.
+        sock = socket.create_connection(("127.0.0.1", c.manager.broker(old)["port"]), timeout=60)
+        req = ElectLeadersRequest[1](election_type=1, timeout_ms=20000, topic_partitions=[
+            ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])])
+        req.with_header(correlation_id=7, client_id="test")
+        sock.sendall(req.encode(version=1, header=True, framed=True))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        frame = bytearray()
+        while len(frame) < 4 or len(frame) < 4 + struct.unpack(">i", frame[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "the resumed broker closed the connection without an answer"
+            frame += chunk
+    finally:
+        sock.close()
+    resp = _decode_response(ElectLeadersResponse, frame[4:], 1)
+    errors = {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results
+              for p in r.partition_result}
+    assert errors == {(topic, 0): Errors.NOT_CONTROLLER}
+    # The new controller answers it.
+    assert elect(c, 1, {topic: [0]}) == {(topic, 0): Errors.ELECTION_NOT_NEEDED}
