@@ -40,7 +40,9 @@ log = get_logger("scenario.admin_faults")
 
 ELECTION_TIMEOUT_S = 15.0
 THROTTLE_RATES = (plan.LEADER_THROTTLED_RATE, plan.FOLLOWER_THROTTLED_RATE)
-CONTROLLER_RETRY_S = 15.0
+# Asking the controller again after NOT_CONTROLLER: bounded from the first ask, which can itself wait up to
+# ELECTION_TIMEOUT_S + 15 in the socket of a paused old controller that answers NOT_CONTROLLER when it resumes.
+CONTROLLER_RETRY_S = 60.0
 T = TypeVar("T")
 
 
