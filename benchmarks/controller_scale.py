@@ -198,6 +198,14 @@ def last_failover_ms(m: ClusterManager, broker_id: int) -> float | None:
     return float(found[-1]) if found else None
 
 
+def failover_phases(m: ClusterManager, broker_id: int) -> str:
+    """The phases of the last ``controller failover done`` line (``read_ms=... states_ms=... send_ms=...
+    other_ms=...``): reading ZooKeeper, the state machines (elections, their writes), queueing the requests."""
+    with open(os.path.join(m.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
+        found = re.findall(r"controller failover done .*? ms=[0-9.]+ (.*)", f.read())
+    return found[-1].strip() if found else "-"
+
+
 def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss: dict[int, int],
              topics: dict[str, int], total: int, topic_partitions: int, spy: PySpy) -> dict:
     """One row: grow the cluster to ``total`` partitions, kill -9 the controller, restart it."""
@@ -250,6 +258,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         spy.stop()
     wait_phase(f"[{total:,}] the failover log line", lambda: last_failover_ms(m, new) is not None, 60)
     ctrl_ms = last_failover_ms(m, new)
+    phases = failover_phases(m, new)
     # 3. restart the killed broker
     print(f"[{total:,}] restarting broker {old}", flush=True)
     t2 = time.monotonic()
@@ -266,6 +275,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
           f"raw_async_read_ms={raw * 1000:.0f} ratio={ctrl_ms / (raw * 1000):.2f} "
           f"broker_restart_serving_s={registered_s:.1f} broker_restart_all_agreeing_s={restart_s:.1f} "
           f"rss_per_replica_bytes={rss_per_partition:.0f} load={row['load']}", flush=True)
+    print(f"  controller failover phases (ms): {phases}", flush=True)
     return row
 
 

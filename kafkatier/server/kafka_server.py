@@ -486,13 +486,15 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     signal.signal(signal.SIGINT, _signal)
     server.startup()
     apply_test_memory_limit(config.overrides)
+    interval = STATUS_INTERVAL_S
     if status_file:
-        _write_status(server, status_file)
+        interval = _write_status(server, status_file)
     last = time.monotonic()
     while not stop.wait(1.0) and not server._shutdown.is_set():
         # Not while this broker's controller fails over: describing every partition holds the GIL for long.
-        if status_file and time.monotonic() - last >= 5 and not (server.controller and server.controller.in_failover):
-            _write_status(server, status_file)
+        if status_file and time.monotonic() - last >= interval and not (
+                server.controller and server.controller.in_failover):
+            interval = _write_status(server, status_file)
             last = time.monotonic()
     if controlled and controlled[0]:
         server.controlled_shutdown()
@@ -513,9 +515,18 @@ def apply_test_memory_limit(overrides) -> None:
     log.warning("address space limited for a test %s", kv(limit_bytes=size + int(headroom)))
 
 
-def _write_status(server: KafkaServer, path: str) -> None:
-    """Metrics snapshot for ``kafkatier cluster describe`` (write-temp, fsync, rename)."""
+# The status file is written every STATUS_INTERVAL_S, or less often when describing takes long (every partition
+# is described: ~0.1 s at 5,000 replicas), so that it costs at most 1/STATUS_COST_RATIO of the broker's time.
+STATUS_INTERVAL_S = 5.0
+STATUS_COST_RATIO = 50
+
+
+def _write_status(server: KafkaServer, path: str) -> float:
+    """Metrics snapshot for ``kafkatier cluster describe`` (write-temp, fsync, rename); returns the seconds to
+    wait before the next one."""
+    t0 = time.monotonic()
     try:
         atomic_write(path, json.dumps(server.describe(), default=str).encode())
     except Exception:  # noqa: BLE001
         log.warning("could not write status file", exc_info=True)
+    return max(STATUS_INTERVAL_S, (time.monotonic() - t0) * STATUS_COST_RATIO)

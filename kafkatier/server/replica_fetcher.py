@@ -78,6 +78,12 @@ class FetchState:
     def is_replica_in_sync(self) -> bool:
         return self.lag is not None and self.lag <= 0
 
+    def copy(self) -> FetchState:
+        # The generated __init__, not attrs.evolve (which inspects the class each call): once per partition and
+        # fetch round, evolve was a fifth of an idle broker's work at 5,000 partitions.
+        return FetchState(self.fetch_offset, self.leader_epoch, self.truncating, self.lag, self.failures,
+                          self.delayed_until)
+
 
 @attrs.frozen
 class EpochEndOffset:
@@ -191,7 +197,7 @@ class ReplicaFetcherThread(threading.Thread):
         """One round (Kafka's ``doWork``): the truncation phase for the truncating partitions, then one fetch for
         the others.  Partitions delayed by an error answer sit out until their backoff ends."""
         with self.lock:  # copies: a state replaced or moved on during the round no longer equals its copy
-            snapshot = {key: attrs.evolve(st) for key, st in self.partitions.items()}
+            snapshot = {key: st.copy() for key, st in self.partitions.items()}
         if not snapshot:
             return
         now = time.monotonic()
