@@ -38,6 +38,7 @@ from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
+from kafkatier.server.producer_id_manager import ProducerIdsUnavailableError
 from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
                                               ReplicaManager)
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
@@ -687,7 +688,12 @@ class KafkaApis:
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
-        pid = self.producer_ids.generate_producer_id()
+        try:
+            pid = self.producer_ids.generate_producer_id()
+        except ProducerIdsUnavailableError:
+            # Kafka's answer when no producer id block is available yet (a retriable error for clients).
+            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                                                    "error_code": int(Errors.COORDINATOR_LOAD_IN_PROGRESS)})
         return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
                                                 "producer_epoch": 0})
 

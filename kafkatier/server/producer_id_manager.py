@@ -11,7 +11,8 @@ import json
 import threading
 
 import tenacity
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, OperationTimeoutError,
+                              SessionExpiredError)
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import paths
@@ -19,6 +20,14 @@ from kafkatier.zk import paths
 log = get_logger("server.producer-ids")
 
 BLOCK_SIZE = 1000
+# ZooKeeper unreachable (a paused or restarting ensemble, this broker's session expired and being renewed): the
+# claim is tried again for this long, then InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS (clients retry).
+ZK_UNAVAILABLE_RETRY_S = 10.0
+ZK_UNAVAILABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+
+
+class ProducerIdsUnavailableError(Exception):
+    """No block of producer ids could be claimed in ZooKeeper for now."""
 
 
 class ProducerIdManager:
@@ -30,9 +39,18 @@ class ProducerIdManager:
         self._end = -1
 
     def generate_producer_id(self) -> int:
+        """The next id; :class:`ProducerIdsUnavailableError` when a new block is needed and ZooKeeper stayed
+        unreachable for ``ZK_UNAVAILABLE_RETRY_S``."""
         with self._lock:
             if self._next > self._end:
-                self._claim_block()
+                try:
+                    tenacity.Retrying(retry=tenacity.retry_if_exception_type(ZK_UNAVAILABLE),
+                                      stop=tenacity.stop_after_delay(ZK_UNAVAILABLE_RETRY_S),
+                                      wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+                                      reraise=True)(self._claim_block)
+                except ZK_UNAVAILABLE as e:
+                    log.warning("cannot claim a producer id block %s", kv(reason=type(e).__name__))
+                    raise ProducerIdsUnavailableError(type(e).__name__) from e
             pid = self._next
             self._next += 1
             return pid
