@@ -39,8 +39,7 @@ from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetc
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
-from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
-                                              ReplicaManager)
+from kafkatier.server.replica_manager import FetchPartitionResult, ProducePartitionResult, ReplicaManager
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs
