@@ -827,7 +827,25 @@ class DelayedFetch(DelayedOperation):
             budget -= len(r.records)
         return out
 
+    def _may_complete(self) -> bool:
+        """Kafka's ``DelayedFetch.tryComplete`` checks offsets, not logs: a partition with records past its fetch
+        offset, or one that would answer an error (not hosted, not leader, another epoch, out of range).  Only
+        then are the logs read: an idle follower's fetch of thousands of partitions costs no read until it
+        expires (fetch sessions, ``server/fetch_session.py``)."""
+        rm, follower = self.rm, self.replica_id >= 0
+        for fp in self.partitions:
+            p = rm.partitions.get(fp.tp)
+            if p is None or not p.is_leader or fp.tp in rm.offline_partitions:
+                return True
+            plog = p.log
+            if (fp.fetch_offset != (plog.log_end_offset if follower else plog.high_watermark)
+                    or fp.current_leader_epoch not in (-1, p.leader_epoch)):
+                return True
+        return False
+
     def try_complete(self) -> bool:
+        if not self._may_complete():
+            return False
         res = self._read_all()
         total = sum(len(r.records) for r in res.values())
         if total >= self.min_bytes or any(r.error != Errors.NONE for r in res.values()):
