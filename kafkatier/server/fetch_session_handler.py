@@ -19,7 +19,7 @@ Not thread-safe: one fetcher thread owns its handler.
 """
 from __future__ import annotations
 
-from typing import Hashable
+from typing import Hashable, NamedTuple
 
 import attrs
 
@@ -30,9 +30,9 @@ from kafkatier.protocol.fetch_metadata import INITIAL, INVALID_SESSION_ID, Fetch
 log = get_logger("server.fetch-session-handler")
 
 
-@attrs.frozen
-class PartitionData:
-    """What a fetcher asks for one partition (Kafka's ``FetchRequest.PartitionData``)."""
+class PartitionData(NamedTuple):
+    """What a fetcher asks for one partition (Kafka's ``FetchRequest.PartitionData``); a named tuple, not an attrs
+    class: the fetcher builds one per partition per round."""
     fetch_offset: int
     log_start_offset: int
     max_bytes: int

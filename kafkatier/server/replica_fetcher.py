@@ -81,6 +81,11 @@ class FetchState:
     failures: int = attrs.field(default=0, eq=False)            # error answers in a row (the backoff's attempt)
     delayed_until: float = attrs.field(default=0.0, eq=False)   # time.monotonic() before which it is left out
 
+    def copy(self) -> FetchState:
+        """``attrs.evolve(self)`` without its per-field introspection: the fetcher copies every state each round."""
+        return FetchState(self.fetch_offset, self.leader_epoch, self.truncating, self.lag, self.failures,
+                          self.delayed_until)
+
     @property
     def is_replica_in_sync(self) -> bool:
         return self.lag is not None and self.lag <= 0
@@ -202,7 +207,7 @@ class ReplicaFetcherThread(threading.Thread):
         """One round (Kafka's ``doWork``): the truncation phase for the truncating partitions, then one fetch for
         the others.  Partitions delayed by an error answer sit out until their backoff ends."""
         with self.lock:  # copies: a state replaced or moved on during the round no longer equals its copy
-            snapshot = {key: attrs.evolve(st) for key, st in self.partitions.items()}
+            snapshot = {key: st.copy() for key, st in self.partitions.items()}
         if not snapshot:
             return
         now = time.monotonic()
