@@ -59,6 +59,20 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_percent(pids: dict[int, int], seconds: float = 10.0) -> dict[int, float]:
+    """Each broker's CPU use over ``seconds`` of an idle cluster, in % of one core (replication fetches only)."""
+    before = {b: cpu_s(pid) for b, pid in pids.items()}
+    time.sleep(seconds)  # a measurement window, not a synchronisation
+    return {b: round(100 * (cpu_s(pid) - before[b]) / seconds, 1) for b, pid in pids.items()}
+
+
 def zk_states(zk, topics: dict[str, int]) -> dict[tuple[str, int], dict]:
     """Every partition's state znode (leader -1 and an empty ISR when missing)."""
     tps = [(t, p) for t, n in sorted(topics.items()) for p in range(n)]
@@ -236,6 +250,9 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         return short == 0, f"{short:,} under-replicated partitions"
     wait_phase(f"[{total:,}] no under-replicated partition", isr_full, 1800, interval=2.0)
     isr_s = time.monotonic() - t_isr
+    idle = idle_cpu_percent({b["id"]: b["pid"] for b in m.state["brokers"]})
+    print(f"summary: partitions={total} idle_cpu_percent_per_broker="
+          + ",".join(f"{b}:{v}" for b, v in sorted(idle.items())), flush=True)
     # The baseline, in the state the failover starts from (a healthy cluster), just before the kill.
     raw = min(raw_read_s(zk, topics) for _ in range(3))
     # 2. kill -9 the controller
@@ -288,6 +305,8 @@ def main() -> int:
                     help="the brokers' zookeeper.session.timeout.ms (Kafka's default 18000)")
     ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the surviving brokers during failover")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
+    ap.add_argument("--override", action="append", default=[], metavar="K=V",
+                    help="a broker property for every broker (e.g. max.incremental.fetch.session.cache.slots=0)")
     args = ap.parse_args()
     sizes = [int(s) for s in (args.sizes or ("300,1000" if args.quick else "1000,5000,20000")).split(",")]
     tmp = tempfile.mkdtemp(prefix="kafkatier-controller-scale-", dir=args.tmp)
@@ -300,7 +319,8 @@ def main() -> int:
     rows: list[dict] = []
     failed: list[tuple[int, str]] = []
     try:
-        m.up(brokers=3, log_dirs_per_broker=1, session_timeout_ms=args.session_timeout_ms, timeout=300)
+        m.up(brokers=3, log_dirs_per_broker=1, session_timeout_ms=args.session_timeout_ms, timeout=300,
+             overrides=dict(o.split("=", 1) for o in args.override))
         zk = start_client(m.zookeeper, timeout=30.0)
         kzc = KafkaZkClient(zk)
         ids = sorted(b["id"] for b in m.state["brokers"])

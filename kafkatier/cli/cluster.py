@@ -171,6 +171,13 @@ def _describe(args) -> int:
         if b.get("config_file"):
             props = " ".join(f"{k}={v}" for k, v in sorted((b.get("properties") or {}).items()))
             print(f"  properties {b['config_file']}: {props}")
+        fs = s.get("fetch_sessions")
+        if fs:  # KIP-227, server/fetch_session.py
+            served = fs.get("fetches") or {}
+            print(f"  fetch sessions={fs.get('sessions')}/{fs.get('slots')} partitions_cached={fs.get('partitions_cached')} "
+                  f"evictions={fs.get('evictions')} fetches_served full={served.get('full')} "
+                  f"incremental={served.get('incremental')} sessionless={served.get('sessionless')} "
+                  f"session_errors={served.get('error')}")
         if c.get("active"):
             print(f"  controller epoch={c.get('epoch')} live_brokers={c.get('live_brokers')} topics={c.get('topics')} "
                   f"events_processed={c.get('events_processed')} failover_ms={round(c.get('last_failover_ms', 0), 1)} "

@@ -26,6 +26,7 @@ SERVER_NAMES = frozenset({
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
     "auto.create.topics.enable", "log.initial.task.delay.ms", "num.replica.alter.log.dirs.threads",
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
+    "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
 })
 PREFIXES = ("listener.name.", "kafkatier.test.", "remote.log.", "rsm.config.", "rlmm.config.", "log.", "group.",
             "offsets.")

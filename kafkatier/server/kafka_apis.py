@@ -35,12 +35,12 @@ from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
 from kafkatier.server.election_apis import ElectionApis
+from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetch_request_data
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.producer_id_manager import ProducerIdsUnavailableError
-from kafkatier.server.replica_manager import (FetchPartitionData, FetchPartitionResult, ProducePartitionResult,
-                                              ReplicaManager)
+from kafkatier.server.replica_manager import FetchPartitionResult, ProducePartitionResult, ReplicaManager
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs
@@ -85,7 +85,7 @@ class KafkaApis:
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
-                 inter_broker_login=None, extra_apis: Sequence = ()):
+                 inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -99,6 +99,7 @@ class KafkaApis:
         self.broker_configs = broker_configs
         self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
         self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
+        self.fetch_manager = fetch_manager or FetchManager(FetchSessionCache())  # KIP-227 (server/fetch_session.py)
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -290,33 +291,33 @@ class KafkaApis:
     def handle_fetch(self, header, req, ctx):
         v = header.request_api_version
         replica_id = req.replica_id if v <= 14 else -1
-        readable = self.auth.readable_topics(ctx, replica_id, (t.topic for t in req.topics))
+        # KIP-227: the session decides which partitions are read and which the response carries.
+        context = self.fetch_manager.new_context(fetch_request_data(req, v), privileged=replica_id >= 0)
+        wanted = context.partitions()
+        readable = self.auth.readable_topics(ctx, replica_id, {fp.tp.topic for fp in wanted})
         parts, denied = [], []
-        for t in req.topics:
-            for p in t.partitions:
-                (parts if t.topic in readable else denied).append(FetchPartitionData(
-                    TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
-                    current_leader_epoch=getattr(p, "current_leader_epoch", -1) if v >= 9 else -1,
-                    log_start_offset=getattr(p, "log_start_offset", -1) if v >= 5 else -1))
+        for fp in wanted:
+            (parts if fp.tp.topic in readable else denied).append(fp)
         fut: Future = Future()
         order = [fp.tp for fp in parts + denied]
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
+            answer = context.response({tp: results.get(tp) or FetchPartitionResult(
+                Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
+                for tp in order})
             by_topic: dict[str, list] = {}
-            for tp in order:
-                r = results.get(tp) or FetchPartitionResult(
-                    Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
+            for tp, r in answer.partitions.items():
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
                     "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
                     "aborted_transactions": None if r.error else [], "preferred_read_replica": -1,
                     "records": r.records})
             fut.set_result(self._resp(FETCH, v, {
-                "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
         parts_set = {fp.tp for fp in parts}
-        if not parts:  # nothing authorized: answer at once, read nothing
+        if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return fut
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)

@@ -57,6 +57,7 @@ from kafkatier.server.partition_reassignment_apis import PartitionReassignmentAp
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
+from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -181,6 +182,7 @@ class KafkaServer:
                                                    auth=auth),
                               log_dirs=LogDirsApis(self.replica_manager, auth),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
+                              fetch_manager=FetchManager(FetchSessionCache.from_props(c.overrides)),
                               extra_apis=[ElectionApis(self.controller, self.metadata_cache, auth),
                                           PartitionReassignmentApis(self.controller.partition_reassignment, auth),
                                           ControlledShutdownApis(self.controller, auth),
@@ -462,7 +464,9 @@ class KafkaServer:
                 "control_channel": self.control_handler.metrics if self.control_handler else {},
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
                 "log_dirs": self._describe_log_dirs(),
-                "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {}}
+                "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
+                "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
+                "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {}}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001

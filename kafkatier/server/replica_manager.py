@@ -831,10 +831,11 @@ class DelayedFetch(DelayedOperation):
         return out
 
     def _has_news(self) -> bool:
-        """Kafka's ``DelayedFetch.tryComplete`` for the usual ``min_bytes`` of 1, without reading: some partition
-        has an error to report (no longer led here, a new leader epoch, an offline dir) or offsets past the fetch
-        offset (the log end for a follower, the high watermark for a consumer) that a throttle does not hold
-        back.  Reading every partition on each check was most of an idle broker's work at 5,000 partitions."""
+        """Kafka's ``DelayedFetch.tryComplete`` checks offsets, not logs: some partition has an error to report (no
+        longer led here, another leader epoch, an offline dir) or offsets past the fetch offset (the log end for a
+        follower, the high watermark for a consumer) that a throttle does not hold back.  Only then are the logs
+        read: an idle follower's fetch of thousands of partitions reads nothing until it expires.  Reading every
+        partition on each check was most of an idle broker's work at 5,000 partitions."""
         rm = self.rm
         follower = self.replica_id >= 0
         for fp in self.partitions:
@@ -853,7 +854,7 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def try_complete(self) -> bool:
-        if self.min_bytes <= 1 and not self._has_news():
+        if not self._has_news():
             return False
         res = self._read_all()
         total = sum(len(r.records) for r in res.values())

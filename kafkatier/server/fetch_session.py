@@ -1,0 +1,394 @@
+"""Incremental fetch sessions, the leader's side (KIP-227): Kafka's ``FetchSession.scala`` -- the
+``FetchSessionCache``, the ``FetchManager`` that turns a Fetch request into a fetch context, and the contexts.
+
+Why: a follower of thousands of partitions would otherwise list every one of them in every Fetch, every
+``replica.fetch.wait.max.ms``, and the leader would parse and answer each one even when nothing moved.  With a
+session the leader remembers what the fetcher asked (offset, log start offset, epoch, max bytes) and what it
+last answered (high watermark, log start offset); the fetcher then sends only what changed, and the leader
+answers only the partitions with something new.
+
+A request becomes one of four contexts (:meth:`FetchManager.new_context`, Kafka's ``FetchManager.newContext``):
+
+* **sessionless** -- Fetch before v7, or a full fetch with epoch -1 (librdkafka): the partitions listed, answered
+  all, session id 0; a session id given with epoch -1 is closed;
+* **full** -- epoch 0: the partitions listed, answered all; the answer creates a session holding them (its id
+  in the response) unless the cache is full and nothing may be evicted (then session id 0); a session id given
+  is closed first;
+* **incremental** -- a session id and the epoch the session expects: the listed partitions are added or
+  updated, ``forgotten_topics_data`` removed, and the leader reads EVERY partition of the session (so the
+  follower's fetch state, the high watermark and the ISR move as with a full fetch) but answers only those
+  with records, a new high watermark or log start offset, or an error (:meth:`CachedPartition.must_respond`);
+  a partition that returned records moves to the end of the session, so a ``max_bytes`` budget rotates;
+* **session error** -- an unknown id (FETCH_SESSION_ID_NOT_FOUND, 70) or a wrong epoch
+  (INVALID_FETCH_SESSION_EPOCH, 71): nothing read, the error at the top level.
+
+The cache (``max.incremental.fetch.session.cache.slots``, default 1000) evicts as Kafka's: first the session
+unused longest if it is older than ``min.incremental.fetch.session.eviction.ms`` (default 120000); else the
+least valuable *evictable* session if the new one is worth at least as much (followers' sessions are
+privileged and outrank consumers'; then more partitions outrank fewer).  A session is evictable by anyone once
+it has lived longer than the eviction time, and by a follower's session at any time if it is a consumer's.
+
+Threads: requests run on several handler threads and a long-poll fetch answers from the purgatory; one lock
+guards the cache and every session in it (Kafka locks the cache and each session apart; ours is the same order
+of operations with a coarser lock).  An incremental fetch answered after a later request of the same session
+moved the epoch gets INVALID_FETCH_SESSION_EPOCH, as Kafka's.
+
+Differences from Kafka: topic names only (Fetch up to v12, no topic ids, so no FETCH_SESSION_TOPIC_ID_ERROR);
+session ids are positive (Kafka's are any int32 but 0; kafka-python reads -1 as "throttled"); no KIP-219
+throttled responses; the metrics are counters in the broker's describe rather than JMX meters.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Callable, Iterable
+
+import attrs
+
+from kafkatier.common.structs import TopicPartition
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.errors import Errors
+from kafkatier.protocol.fetch_metadata import (FINAL_EPOCH, INVALID_SESSION_ID, LEGACY, FetchMetadata,
+                                               next_epoch)
+from kafkatier.server.replica_manager import FetchPartitionData, FetchPartitionResult
+
+log = get_logger("server.fetch-session")
+
+DEFAULT_CACHE_SLOTS = 1000          # max.incremental.fetch.session.cache.slots
+DEFAULT_EVICTION_MS = 120000        # min.incremental.fetch.session.eviction.ms
+FIRST_SESSION_VERSION = 7           # Fetch v7 added session ids and epochs
+_MAX_SESSION_ID = 2**31 - 1
+
+
+@attrs.frozen
+class FetchRequestData:
+    """What a Fetch request asks, as the session layer reads it."""
+    metadata: FetchMetadata
+    partitions: list[FetchPartitionData]
+    forgotten: list[TopicPartition]
+
+
+def fetch_request_data(req, version: int) -> FetchRequestData:
+    """Read a kafka-python Fetch request: the partitions listed, those to forget, the session metadata."""
+    parts = [FetchPartitionData(
+        TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
+        current_leader_epoch=getattr(p, "current_leader_epoch", -1) if version >= 9 else -1,
+        log_start_offset=getattr(p, "log_start_offset", -1) if version >= 5 else -1)
+        for t in req.topics for p in t.partitions]
+    if version < FIRST_SESSION_VERSION:
+        return FetchRequestData(LEGACY, parts, [])
+    forgotten = [TopicPartition(t.topic, p) for t in (req.forgotten_topics_data or []) for p in t.partitions]
+    return FetchRequestData(FetchMetadata(req.session_id, req.session_epoch), parts, forgotten)
+
+
+@attrs.define(eq=False)
+class CachedPartition:
+    """One partition of a session: what the fetcher last asked, and what the leader last answered."""
+    request: FetchPartitionData
+    high_watermark: int = -1     # -1: never answered, or the last answer was an error (so the next one is sent)
+    log_start_offset: int = -1   # the leader's, as last answered
+
+    def must_respond(self, r: FetchPartitionResult, update: bool = True) -> bool:
+        """Kafka's ``CachedPartition.maybeUpdateResponseData``: does an incremental response carry this answer?
+        With ``update`` the answer becomes the cached state."""
+        respond = bool(r.records)
+        if self.high_watermark != r.high_watermark:
+            respond = True
+            if update:
+                self.high_watermark = r.high_watermark
+        if self.log_start_offset != r.log_start_offset:
+            respond = True
+            if update:
+                self.log_start_offset = r.log_start_offset
+        if r.error != Errors.NONE:
+            respond = True
+            if update:
+                self.high_watermark = -1  # once the error clears, the partition is answered again
+        return respond
+
+
+class FetchSession:
+    """Kafka's ``FetchSession``: the partitions in fetch order, the epoch the next request must carry."""
+
+    def __init__(self, session_id: int, privileged: bool, partitions: dict[TopicPartition, CachedPartition],
+                 now_ms: int):
+        self.id = session_id
+        self.privileged = privileged
+        self.partitions = partitions
+        self.creation_ms = now_ms
+        self.last_used_ms = now_ms
+        self.epoch = next_epoch(0)
+        # Kept by the cache at each touch (Kafka's lastUsed / evictable maps, as flags and the size then).
+        self.cached_size = -1
+        self.evictable_by_privileged = False
+        self.evictable_by_all = False
+
+    @property
+    def size(self) -> int:
+        return len(self.partitions)
+
+    def evictable_key(self) -> tuple[bool, int, int]:
+        """Kafka's ``EvictableKey``: less valuable sorts first (consumers before followers, then fewer
+        partitions)."""
+        return (self.privileged, self.cached_size, self.id)
+
+    def update(self, fetch_data: Iterable[FetchPartitionData], to_forget: Iterable[TopicPartition]
+               ) -> tuple[int, int, int]:
+        """Apply an incremental request: partitions listed are added or updated, forgotten ones removed.
+        Returns how many were added, updated and removed."""
+        added = updated = removed = 0
+        for fp in fetch_data:
+            cached = self.partitions.get(fp.tp)
+            if cached is None:
+                self.partitions[fp.tp] = CachedPartition(fp)
+                added += 1
+            else:
+                cached.request = fp
+                updated += 1
+        for tp in to_forget:
+            if self.partitions.pop(tp, None) is not None:
+                removed += 1
+        return added, updated, removed
+
+    def __repr__(self) -> str:
+        return f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, epoch={self.epoch})"
+
+
+@attrs.frozen
+class FetchSessionResponse:
+    """What a fetch context answers: the top-level error, the session id, and the partitions to send (in
+    order)."""
+    error: Errors
+    session_id: int
+    partitions: dict[TopicPartition, FetchPartitionResult]
+
+
+class FetchSessionCache:
+    """Kafka's ``FetchSessionCache``: at most ``max_entries`` sessions, evicted as the module docstring says."""
+
+    def __init__(self, max_entries: int = DEFAULT_CACHE_SLOTS, eviction_ms: int = DEFAULT_EVICTION_MS, *,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
+        self.max_entries = max_entries
+        self.eviction_ms = eviction_ms
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.lock = threading.RLock()
+        self._sessions: dict[int, FetchSession] = {}
+        self.num_partitions = 0  # partitions cached over all sessions (as of each session's last touch)
+        self.evictions = 0
+
+    @classmethod
+    def from_props(cls, props) -> FetchSessionCache:
+        """From the broker's properties (Kafka's names and defaults)."""
+        return cls(int(props.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+                   int(props.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)))
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int) -> FetchSession | None:
+        with self.lock:
+            return self._sessions.get(session_id)
+
+    def maybe_create_session(self, privileged: bool, size: int,
+                             partitions: Callable[[], dict[TopicPartition, CachedPartition]]) -> int:
+        """A new session's id, or 0 when the cache is full and no session may be evicted for it."""
+        with self.lock:
+            now = self.now_ms()
+            if len(self._sessions) >= self.max_entries and not self._try_evict(privileged, size, now):
+                log.debug("no fetch session created %s", kv(privileged=privileged, partitions=size))
+                return INVALID_SESSION_ID
+            session = FetchSession(self._new_session_id(), privileged, partitions(), now)
+            self._sessions[session.id] = session
+            self.touch(session, now)
+            log.debug("created fetch session %s", kv(session=session.id, privileged=privileged, partitions=session.size))
+            return session.id
+
+    def touch(self, session: FetchSession, now_ms: int) -> None:
+        """Kafka's ``touch``: mark the session used now, and record its size and whether it may be evicted."""
+        with self.lock:
+            session.last_used_ms = now_ms
+            if session.cached_size != -1:
+                self.num_partitions -= session.cached_size
+            session.cached_size = session.size
+            self.num_partitions += session.cached_size
+            old = now_ms - session.creation_ms > self.eviction_ms
+            session.evictable_by_privileged = (not session.privileged) or old
+            session.evictable_by_all = old
+
+    def remove(self, session_id: int) -> FetchSession | None:
+        with self.lock:
+            session = self._sessions.pop(session_id, None)
+            if session is not None and session.cached_size != -1:
+                self.num_partitions -= session.cached_size
+            return session
+
+    def _try_evict(self, privileged: bool, size: int, now_ms: int) -> bool:
+        sessions = self._sessions.values()
+        if not sessions:
+            return False
+        stalest = min(sessions, key=lambda s: (s.last_used_ms, s.id))
+        if now_ms - stalest.last_used_ms > self.eviction_ms:
+            victim = stalest
+        else:
+            candidates = [s for s in sessions if (s.evictable_by_privileged if privileged else s.evictable_by_all)]
+            if not candidates:
+                return False
+            victim = min(candidates, key=FetchSession.evictable_key)
+            if (privileged, size, 0) < victim.evictable_key():
+                return False  # the new session is worth less than any we could evict
+        self.remove(victim.id)
+        self.evictions += 1
+        log.info("evicted a fetch session %s", kv(session=victim.id, privileged=victim.privileged,
+                                                  partitions=victim.size, for_privileged=privileged, for_size=size))
+        return True
+
+    def _new_session_id(self) -> int:
+        while True:
+            sid = self._rng.randint(1, _MAX_SESSION_ID)
+            if sid not in self._sessions:
+                return sid
+
+
+class FetchContext:
+    """Kafka's ``FetchContext``: which partitions a request reads, and what its response carries."""
+    kind = "sessionless"
+
+    def partitions(self) -> list[FetchPartitionData]:
+        """The partitions to read (Kafka's ``foreachPartition``)."""
+        raise NotImplementedError
+
+    def response(self, results: dict[TopicPartition, FetchPartitionResult]) -> FetchSessionResponse:
+        """The response for ``results`` (every partition read, in order; Kafka's
+        ``updateAndGenerateResponseData``)."""
+        raise NotImplementedError
+
+
+class SessionErrorContext(FetchContext):
+    kind = "error"
+
+    def __init__(self, error: Errors):
+        self.error = error
+
+    def partitions(self) -> list[FetchPartitionData]:
+        return []
+
+    def response(self, results):
+        return FetchSessionResponse(self.error, INVALID_SESSION_ID, {})
+
+
+class SessionlessFetchContext(FetchContext):
+    kind = "sessionless"
+
+    def __init__(self, fetch_data: list[FetchPartitionData]):
+        self.fetch_data = fetch_data
+
+    def partitions(self) -> list[FetchPartitionData]:
+        return self.fetch_data
+
+    def response(self, results):
+        return FetchSessionResponse(Errors.NONE, INVALID_SESSION_ID, results)
+
+
+class FullFetchContext(FetchContext):
+    kind = "full"
+
+    def __init__(self, cache: FetchSessionCache, fetch_data: list[FetchPartitionData], privileged: bool):
+        self.cache = cache
+        self.fetch_data = fetch_data
+        self.privileged = privileged
+
+    def partitions(self) -> list[FetchPartitionData]:
+        return self.fetch_data
+
+    def response(self, results):
+        requested = {fp.tp: fp for fp in self.fetch_data}
+
+        def cached() -> dict[TopicPartition, CachedPartition]:
+            return {tp: CachedPartition(requested[tp], r.high_watermark, r.log_start_offset)
+                    for tp, r in results.items() if tp in requested}
+        session_id = self.cache.maybe_create_session(self.privileged, len(results), cached)
+        return FetchSessionResponse(Errors.NONE, session_id, results)
+
+
+class IncrementalFetchContext(FetchContext):
+    kind = "incremental"
+
+    def __init__(self, cache: FetchSessionCache, session: FetchSession, expected_epoch: int):
+        self.cache = cache
+        self.session = session
+        self.expected_epoch = expected_epoch  # the session's epoch once this request was accepted
+
+    def partitions(self) -> list[FetchPartitionData]:
+        with self.cache.lock:
+            return [cp.request for cp in self.session.partitions.values()]
+
+    def response(self, results):
+        session = self.session
+        with self.cache.lock:
+            if session.epoch != self.expected_epoch:
+                # A later request of the session was accepted while this one waited in the purgatory.
+                log.info("fetch session epoch moved while the fetch waited %s",
+                         kv(session=session.id, expected=self.expected_epoch, epoch=session.epoch))
+                return FetchSessionResponse(Errors.INVALID_FETCH_SESSION_EPOCH, session.id, {})
+            out = {}
+            cached = session.partitions
+            for tp, r in results.items():
+                cp = cached.get(tp)
+                if cp is None or not cp.must_respond(r):
+                    continue
+                out[tp] = r
+                if r.records:  # to the end of the session: the next read budget starts with the others
+                    cached[tp] = cached.pop(tp)
+            return FetchSessionResponse(Errors.NONE, session.id, out)
+
+
+class FetchManager:
+    """Kafka's ``FetchManager``: turns each Fetch request into a :class:`FetchContext`; counts what it served."""
+
+    def __init__(self, cache: FetchSessionCache):
+        self.cache = cache
+        self.metrics = {"full": 0, "incremental": 0, "sessionless": 0, "error": 0}
+
+    def new_context(self, request: FetchRequestData, privileged: bool) -> FetchContext:
+        ctx = self._new_context(request, privileged)
+        with self.cache.lock:
+            self.metrics[ctx.kind] += 1
+        return ctx
+
+    def _new_context(self, request: FetchRequestData, privileged: bool) -> FetchContext:
+        md = request.metadata
+        cache = self.cache
+        if md.is_full:
+            if md.session_id != INVALID_SESSION_ID and cache.remove(md.session_id) is not None:
+                log.debug("full fetch closed its fetch session %s", kv(session=md.session_id))
+            if md.epoch == FINAL_EPOCH:
+                return SessionlessFetchContext(request.partitions)
+            return FullFetchContext(cache, request.partitions, privileged)
+        with cache.lock:
+            session = cache.get(md.session_id)
+            if session is None:
+                log.debug("fetch session not found %s", kv(session=md.session_id))
+                return SessionErrorContext(Errors.FETCH_SESSION_ID_NOT_FOUND)
+            if session.epoch != md.epoch:
+                log.debug("fetch session epoch mismatch %s", kv(session=md.session_id, expected=session.epoch,
+                                                                got=md.epoch))
+                return SessionErrorContext(Errors.INVALID_FETCH_SESSION_EPOCH)
+            session.update(request.partitions, request.forgotten)
+            if not session.partitions:
+                cache.remove(session.id)  # nothing left to follow: the session ends, the request is answered
+                return SessionlessFetchContext(request.partitions)
+            cache.touch(session, cache.now_ms())
+            session.epoch = next_epoch(session.epoch)
+            return IncrementalFetchContext(cache, session, session.epoch)
+
+    def describe(self) -> dict:
+        """For ``kafkatier cluster describe``: sessions cached, partitions in them, fetches served by kind."""
+        with self.cache.lock:
+            return {"sessions": len(self.cache), "partitions_cached": self.cache.num_partitions,
+                    "evictions": self.cache.evictions, "slots": self.cache.max_entries,
+                    "fetches": dict(self.metrics)}
