@@ -27,6 +27,9 @@ class RM:
         self.offline_partitions: set = set()
         self.reads = 0
 
+    def _leader_throttled(self, p, replica_id) -> bool:
+        return False
+
     def read_partition(self, replica_id, fp, max_bytes):
         self.reads += 1
         p = self.partitions.get(fp.tp)
