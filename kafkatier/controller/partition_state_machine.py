@@ -83,7 +83,8 @@ class PartitionStateMachine:
                 self.ctx.partition_states[tp] = PartitionState.NEW
         elif target is PartitionState.ONLINE:
             new = [tp for tp in valid if self.ctx.partition_states.get(tp) is PartitionState.NEW]
-            others = [tp for tp in valid if tp not in new]
+            new_set = set(new)   # membership tests below: lists made a 20,000-partition failover quadratic
+            others = [tp for tp in valid if tp not in new_set]
             for tp in self._initialize_leader_and_isr(new):
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
             if strategy is ElectionStrategy.OFFLINE:
@@ -91,8 +92,9 @@ class PartitionStateMachine:
                                  or self._leader_offline(tp)]
             else:
                 need_election = list(others)
+            electing = set(need_election)
             for tp in others:
-                if tp not in need_election:
+                if tp not in electing:
                     self.ctx.partition_states[tp] = PartitionState.ONLINE
             elected, failed = self._elect_leaders(need_election, strategy, allow_unclean)
             for tp in elected:
