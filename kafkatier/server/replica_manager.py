@@ -470,7 +470,7 @@ class ReplicaManager:
                 # Nothing to read (an idle follower or a consumer at the high watermark): no segment lookup.
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             throttled = replica_id >= 0 and self._leader_throttled(p, replica_id)
-            if throttled and self.leader_replication_quota.is_quota_exceeded():
+            if throttled and self._held_back_by_throttle(p, replica_id, throttled):
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             try:
                 info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
@@ -492,6 +492,13 @@ class ReplicaManager:
                 error = Errors.KAFKA_STORAGE_ERROR
             return FetchPartitionResult(error, p.log.high_watermark if p else -1,
                                         p.log.log_start_offset if p else -1)
+
+    def _held_back_by_throttle(self, p: Partition, replica_id: int, throttled: bool | None = None) -> bool:
+        """A follower's fetch of ``p`` gets nothing now: the partition is throttled for it and the leader quota
+        is exceeded (``throttled``: :meth:`_leader_throttled`, when the caller already knows it)."""
+        if throttled is None:
+            throttled = self._leader_throttled(p, replica_id)
+        return throttled and self.leader_replication_quota.is_quota_exceeded()
 
     def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
         """Kafka's ``shouldLeaderThrottle`` without the rate check: a throttled partition, a follower out of the
@@ -846,10 +853,7 @@ class DelayedFetch(DelayedOperation):
                 return True
             plog = p.log
             end = plog.log_end_offset if follower else plog.high_watermark
-            if fp.fetch_offset != end:
-                if follower and rm._leader_throttled(p, self.replica_id) and \
-                        rm.leader_replication_quota.is_quota_exceeded():
-                    continue
+            if fp.fetch_offset != end and not (follower and rm._held_back_by_throttle(p, self.replica_id)):
                 return True
         return False
 

@@ -27,7 +27,7 @@ class RM:
         self.offline_partitions: set = set()
         self.reads = 0
 
-    def _leader_throttled(self, p, replica_id) -> bool:
+    def _held_back_by_throttle(self, p, replica_id) -> bool:
         return False
 
     def read_partition(self, replica_id, fp, max_bytes):
