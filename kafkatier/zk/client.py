@@ -16,12 +16,13 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, UnimplementedError
 from kazoo.handlers.threading import KazooTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.multi_read import MultiReadError, multi_read_async
 
 log = get_logger("zk")
 
@@ -161,44 +162,58 @@ def ensure_persistent_paths(client: KazooClient, paths: Iterable[str], value: by
 
 # --- pipelined reads ----------------------------------------------------------------------------------------------
 
-# Reads in flight at once on one session.  Kafka's controller bounds its pipelined reads the same way
-# (``zookeeper.max.in.flight.requests``, default 10 there, per request of up to thousands of paths); here each
-# in-flight read is one path, and 1,000 keeps the socket busy without queuing 20,000 callbacks in kazoo at once.
-MAX_IN_FLIGHT_READS = 1000
+# Paths per multiRead (:mod:`kafkatier.zk.multi_read`): one reply for 200 getData.  Partition states (~100 bytes)
+# make ~20 KB replies; callers reading bigger znodes (topic assignments) pass fewer.
+PATHS_PER_READ = 200
+# multiReads in flight at once on one session, as Kafka's ``zookeeper.max.in.flight.requests`` (10) bounds its
+# pipelined requests: 2,000 znodes on the wire keep the socket busy without queuing every reply in kazoo at once.
+MAX_IN_FLIGHT_READS = 10
+
+
+class MultiReadUnsupportedError(RuntimeError):
+    """The ZooKeeper server has no multiRead (it is older than 3.6)."""
 
 
 def get_many(client: KazooClient, paths: Sequence[str], max_in_flight: int = MAX_IN_FLIGHT_READS,
-             attempts: int = 5) -> list[tuple[bytes, Any] | None]:
-    """``(data, stat)`` of each path in order, None for a missing node: kazoo's ``get_async`` pipelined with at
-    most ``max_in_flight`` reads outstanding, so N znodes cost about one round trip per window instead of N.
+             attempts: int = 5, paths_per_read: int = PATHS_PER_READ) -> list[tuple[bytes, Any] | None]:
+    """``(data, stat)`` of each path in order, None for a missing node: ZooKeeper multiReads of
+    ``paths_per_read`` paths, pipelined with at most ``max_in_flight`` outstanding, so N znodes cost about
+    N / paths_per_read replies and one round trip per window.
 
-    A read that fails with a connection loss is read again on its own with :func:`zk_retry` (bounded); any
-    other error is raised.
+    A multiRead that fails with a connection loss is sent again on its own with :func:`zk_retry` (bounded); an
+    op's error other than NoNode (an ACL refusal) and any other error are raised.
     """
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if max_in_flight < 1 or paths_per_read < 1:
+        raise ValueError(f"max_in_flight and paths_per_read must be >= 1, got {max_in_flight}, {paths_per_read}")
     out: list[tuple[bytes, Any] | None] = [None] * len(paths)
     window: collections.deque = collections.deque()
     retry: list[int] = []
 
-    def collect_oldest() -> None:
-        i, result = window.popleft()
-        try:
-            out[i] = result.get()
-        except NoNodeError:
-            out[i] = None
-        except RETRYABLE_ERRORS:
-            retry.append(i)
+    def store(start: int, results) -> None:
+        for i, res in enumerate(results, start):
+            if isinstance(res, MultiReadError):
+                if res.code != NoNodeError.code:
+                    raise res.exception()
+                continue
+            out[i] = res
 
-    for i, path in enumerate(paths):
+    def collect_oldest() -> None:
+        start, result = window.popleft()
+        try:
+            store(start, result.get())
+        except RETRYABLE_ERRORS:
+            retry.append(start)
+        except UnimplementedError:
+            raise MultiReadUnsupportedError(
+                "this ZooKeeper server has no multiRead: kafkatier needs ZooKeeper 3.6 or newer") from None
+
+    for start in range(0, len(paths), paths_per_read):
         if len(window) >= max_in_flight:
             collect_oldest()
-        window.append((i, client.get_async(path)))
+        window.append((start, multi_read_async(client, paths[start:start + paths_per_read])))
     while window:
         collect_oldest()
-    for i in retry:
-        try:
-            out[i] = zk_retry(client.get, paths[i], attempts=attempts)
-        except NoNodeError:
-            out[i] = None
+    for start in retry:
+        batch = paths[start:start + paths_per_read]
+        store(start, zk_retry(lambda: multi_read_async(client, batch).get(), attempts=attempts))
     return out

@@ -2,8 +2,9 @@
 
 Controller writes go through :class:`kafkatier.zk.fenced.FencedZkWriter` (fenced by ``/controller_epoch``);
 admin writes (topic creation, config changes, deletion markers) are not fenced, as in Kafka's ZooKeeper mode.
-Reads that fan out (all partition states, all broker registrations) are pipelined (:func:`client.get_many`,
-bounded in flight) so that N znodes cost about one round trip per window, not N.  Controller writes that fan
+Reads that fan out (all partition states, all broker registrations) are ZooKeeper multiReads, pipelined
+(:func:`client.get_many`, bounded in flight), so that N znodes cost N / 200 replies and about one round trip
+per window, not N.  Controller writes that fan
 out (leader and ISR of many partitions) go in fenced multis of :data:`MULTI_BATCH_PARTITIONS` partitions,
 pipelined (:meth:`FencedZkWriter.multi_many`, several multis in flight, each fenced); a partition whose
 conditional write fails is left out of its batch and the rest of the batch written again.  Malformed znodes
@@ -94,7 +95,9 @@ class KafkaZkClient:
 
     def get_topic_assignments(self, topics) -> dict[str, codecs.TopicAssignment]:
         topics = sorted(topics)
-        results = get_many(self.zk, [paths.topic(t) for t in topics])
+        # A topic's assignment is ~20 bytes per partition: 20 per read keeps a reply of 1,000-partition topics
+        # near 400 KB.
+        results = get_many(self.zk, [paths.topic(t) for t in topics], paths_per_read=20)
         out = {}
         for t, res in zip(topics, results):
             if res is None:

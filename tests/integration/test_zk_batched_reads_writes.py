@@ -3,6 +3,8 @@ window, leader/ISR writes and new partition states in fenced multis (issue 15)."
 from __future__ import annotations
 
 import pytest
+from kazoo.exceptions import NoAuthError
+from kazoo.security import make_acl
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.zk import paths
@@ -25,6 +27,27 @@ def test_pipelined_reads_keep_order_and_report_missing_nodes(zk):
         zk.create(f"/r/{i}", str(i).encode(), makepath=True)
     got = get_many(zk, [f"/r/{i}" for i in range(10)], max_in_flight=3)
     assert [g[0] if g else None for g in got] == [b"0", None, b"2", None, b"4", None, b"6", None, b"8", None]
+
+
+def test_multireads_across_windows_return_every_znode_with_its_stat(zk):
+    zk.ensure_path("/m")
+    created = [zk.create_async(f"/m/{i}", str(i).encode()) for i in range(0, 1000, 3)]
+    for c in created:
+        c.get()
+    zk.set("/m/3", b"three")
+    # 1,000 paths in multiReads of 64, 3 in flight: 16 replies, the last one partial; a third of the paths exist.
+    got = get_many(zk, [f"/m/{i}" for i in range(1000)], max_in_flight=3, paths_per_read=64)
+    assert [i for i, g in enumerate(got) if g is not None] == list(range(0, 1000, 3))
+    assert got[0][0] == b"0" and got[999][0] == b"999" and got[3] == (b"three", zk.get("/m/3")[1])
+    assert got[3][1].version == 1 and got[6][1].version == 0
+    assert get_many(zk, []) == []
+
+
+def test_a_znode_the_session_may_not_read_fails_the_read(zk):
+    zk.create("/secret", b"x", acl=[make_acl("world", "anyone", create=True, delete=True, admin=True)])
+    zk.create("/open", b"y")
+    with pytest.raises(NoAuthError):
+        get_many(zk, ["/open", "/secret"])
 
 
 def test_new_partition_states_and_elections_go_in_fenced_batches(zk):
