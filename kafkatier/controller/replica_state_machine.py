@@ -36,17 +36,21 @@ class ReplicaStateMachine:
         batch = self.controller.batch
         offline = []
         batch.new_batch()
+        # ctx.is_replica_online inlined: this loop runs over every replica of the cluster at a failover.
+        online = set(ctx.live_brokers) - ctx.shutting_down_broker_ids
+        offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
+        states, leadership = ctx.replica_states, ctx.partition_leadership
         for tp in ctx.all_partitions():
             online_brokers = []
             for r in ctx.partition_replicas(tp):
                 pr = PartitionAndReplica(tp, r)
-                if ctx.is_replica_online(r, tp):
-                    ctx.replica_states[pr] = RS.ONLINE
+                if r in online and (not offline_dirs or tp not in offline_dirs.get(r, ())):
+                    states[pr] = RS.ONLINE
                     online_brokers.append(r)
                 else:
-                    ctx.replica_states[pr] = RS.DELETION_INELIGIBLE
+                    states[pr] = RS.DELETION_INELIGIBLE
                     offline.append(pr)
-            l = ctx.partition_leadership.get(tp)
+            l = leadership.get(tp)
             if online_brokers and l is not None:
                 batch.add_leader_and_isr(online_brokers, tp, l)
         batch.send_requests_to_brokers(ctx.epoch)

@@ -89,11 +89,13 @@ class ControllerBrokerRequestBatch:
     # --- adding ---------------------------------------------------------------------------------------------
     def add_leader_and_isr(self, broker_ids, tp: TopicPartition, leader: LeaderAndIsr, is_new: bool = False) -> None:
         assignment = self.ctx.assignment(tp)
+        entry = (leader, assignment, is_new)  # one tuple for every broker: its wire form is built once
         for b in broker_ids:
             if b < 0:
                 continue
-            prev = self.leader_and_isr[b].get(tp)
-            self.leader_and_isr[b][tp] = (leader, assignment, is_new or (prev[2] if prev else False))
+            parts = self.leader_and_isr[b]
+            prev = parts.get(tp)
+            parts[tp] = (leader, assignment, True) if prev is not None and prev[2] and not is_new else entry
         self.update_metadata_brokers.update(self.ctx.live_brokers)
         self.update_metadata_partitions.add(tp)
 
@@ -149,14 +151,16 @@ class ControllerBrokerRequestBatch:
                 "controller_epoch": controller_epoch, "broker_epoch": self.ctx.live_broker_epoch(broker_id)}
 
     def _leader_and_isr_body(self, broker_id, parts, controller_epoch, shared: dict | None = None) -> dict:
-        """``shared``: partition state dicts already built for another broker of this batch, by (partition,
-        state, assignment, is_new); the bodies are only serialised, never changed."""
+        """``shared``: partition state dicts already built for another broker of this batch, by entry (one
+        tuple per partition and round, :meth:`add_leader_and_isr`); the bodies are only serialised, never
+        changed."""
         by_topic: dict[str, list] = defaultdict(list)
         leaders = set()
         shared = {} if shared is None else shared
-        for tp, (l, a, is_new) in sorted(parts.items()):
+        for tp, entry in sorted(parts.items()):
+            l, a, is_new = entry
             leaders.add(l.leader)
-            key = (tp, id(l), id(a), is_new)  # l and a live in ``parts`` until sent: ids stay unique
+            key = id(entry)  # the entries live in ``parts`` until sent: ids stay unique
             state = shared.get(key)
             if state is None:
                 state = shared[key] = {

@@ -236,10 +236,18 @@ class Log:
         with self._lock:
             return self.leader_epoch_cache.end_offset_for(leader_epoch, self._next_offset)
 
-    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
-        """Record where ``leader_epoch`` starts (a new leader calls this with its log end offset)."""
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int, write: bool = True) -> None:
+        """Record where ``leader_epoch`` starts (a new leader calls this with its log end offset).
+        ``write=False``: the checkpoint is written by :meth:`write_leader_epoch_checkpoint` later."""
         with self._lock:
-            self.leader_epoch_cache.assign(leader_epoch, start_offset)
+            self.leader_epoch_cache.assign(leader_epoch, start_offset, write=write)
+
+    def write_leader_epoch_checkpoint(self) -> None:
+        """Write an epoch left unwritten by ``assign_epoch_start_offset(..., write=False)``."""
+        with self._lock:
+            if self._closed:
+                return
+            self.leader_epoch_cache.write_if_dirty()
 
     def epoch_start_offset(self, leader_epoch: int) -> int:
         """Start offset of ``leader_epoch`` in the epoch cache (the log end offset if it is not there)."""

@@ -21,6 +21,7 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
 import attrs
 
@@ -213,15 +214,10 @@ class ControlRequestHandler:
     @staticmethod
     def _invalid_body(req) -> str | None:
         """Check the body against the message spec of its API and version (kafkatier/protocol/messages)."""
-        from kafkatier.protocol.control_requests import CONTROL_MESSAGES, from_body
         classes = CONTROL_MESSAGES.get(req.api_key)
         if classes is None:
             return f"unknown control api key {req.api_key}"
-        try:
-            from_body(classes[0], req.api_version, req.body)
-        except ValueError as e:
-            return str(e)
-        return None
+        return body_problem(classes[0], req.api_version, req.body)
 
     @staticmethod
     def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:

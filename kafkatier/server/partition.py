@@ -109,7 +109,8 @@ class Partition:
             now = now_ms()
             self.followers = {r: FollowerState(last_caught_up_ms=now if r in self.isr else 0)
                               for r in self.replicas if r != self.broker_id}
-            self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
+            # Its checkpoint is written by the replica manager's background task (LeaderEpochFileCache).
+            self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset, write=False)
         self.maybe_increment_high_watermark()
 
     def make_follower(self, ps: dict, controller_epoch: int) -> None:

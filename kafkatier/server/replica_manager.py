@@ -55,6 +55,8 @@ from kafkatier.zk import codecs, paths
 log = get_logger("server.replica-manager")
 
 INTERNAL_TOPIC_PREFIX = "__"
+# LeaderAndIsr partitions logged one line each up to this many per request; above, one summary line.
+MAX_PARTITIONS_LOGGED = 50
 
 
 class TopicConfigs(Protocol):
@@ -140,6 +142,7 @@ class ReplicaManager:
             quota=follower_replication_quota, login=inter_broker_login)
         self.leader_replication_quota = leader_replication_quota
         self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
+        self._scheduler = scheduler
         self._isr_expiration_task = None
         if scheduler is not None:
             interval_ms = max(200.0, replica_lag_time_max_ms / 2)
@@ -198,15 +201,24 @@ class ReplicaManager:
         self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
         topics_out = []
         leaders, followers = [], []
+        # One line per partition for a few; past that one summary line (per partition at DEBUG), as the
+        # controller logs its elections: a failover at 20,000 partitions sends each broker thousands.
+        count = sum(len(ts.get("partition_states", [])) for ts in body.get("topic_states", []))
+        each = log.info if count <= MAX_PARTITIONS_LOGGED else log.debug if log.isEnabledFor(logging.DEBUG) else None
         with self._lock:
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
                 topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
                 perrs = []
                 for ps in ts.get("partition_states", []):
-                    err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers)
+                    err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers, each)
                     perrs.append({"partition_index": ps["partition_index"], "error_code": int(err)})
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
+        if count > MAX_PARTITIONS_LOGGED:
+            log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
+                                                        controller_epoch=body.get("controller_epoch")))
+        if leaders:
+            self._write_leader_epoch_checkpoints(leaders)
         for p in followers:
             self._start_following(p)
         for p in leaders + followers:
@@ -221,7 +233,7 @@ class ReplicaManager:
             self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
 
-    def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers) -> Errors:
+    def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers, each=log.info) -> Errors:
         key = (topic, ps["partition_index"])
         if key in self.offline_partitions:
             return Errors.KAFKA_STORAGE_ERROR
@@ -258,10 +270,25 @@ class ReplicaManager:
             cur.make_follower(ps, self.controller_epoch)
             followers.append(cur)
             role = "follower"
-        log.info("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=ps["leader"],
+        if each is not None:
+            each("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=ps["leader"],
                                           leader_epoch=ps["leader_epoch"], isr=list(ps["isr"]),
                                           log_end_offset=cur.log.log_end_offset, hw=cur.log.high_watermark))
         return Errors.NONE
+
+    def _write_leader_epoch_checkpoints(self, leaders: list[Partition]) -> None:
+        """The new leaders' epoch checkpoints, written off the request path (LeaderEpochFileCache's docstring)
+        by the scheduler; inline without one."""
+        def write() -> None:
+            for p in leaders:
+                try:
+                    p.log.write_leader_epoch_checkpoint()
+                except OSError as e:  # the log's next flush writes it again, or fails the dir
+                    log.warning("could not write the leader epoch checkpoint %s", kv(partition=f"{p.topic}-{p.partition}", error=e))
+        if self._scheduler is None:
+            write()
+        else:
+            self._scheduler.schedule_once("leader-epoch-checkpoints", write)
 
     def _start_following(self, p: Partition) -> None:
         self.fetcher_manager.remove_fetcher(p.topic, p.partition)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
@@ -10,7 +11,7 @@ from kafka.protocol.schemas.fields.codecs import Boolean, Int8, Int16, Int32, In
 
 from kafkatier.protocol.control_requests import (
     ControlledShutdownRequest, ControlledShutdownResponse, LeaderAndIsrRequest, LeaderAndIsrResponse,
-    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse, from_body, to_body,
+    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse, from_body, to_body, body_problem,
 )
 
 _CASES = [
@@ -134,6 +135,16 @@ def test_bad_bodies_are_rejected_with_a_clear_error(mutate, message):
     mutate(body)
     with pytest.raises(ValueError, match=message):
         from_body(StopReplicaRequest, 5, body)
+    # The broker's check (compiled, no message built) refuses it too, with from_body's words.
+    assert re.search(message, body_problem(StopReplicaRequest, 5, body))
+
+
+@pytest.mark.parametrize("cls,version", _PARAMS)
+def test_the_brokers_check_accepts_every_valid_body_of_every_version(cls, version):
+    body = json.loads(json.dumps(_sample(cls._struct, version, [0])))
+    assert body_problem(cls, version, body) is None
+    assert "version" in body_problem(cls, cls.max_version + 1, body)
+    assert "mapping" in body_problem(cls, version, [body])
 
 
 def test_from_body_rejects_unknown_versions_and_non_mapping_bodies():

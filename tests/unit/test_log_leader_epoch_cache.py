@@ -21,6 +21,21 @@ def test_assign_persists_and_ignores_same_epoch(cache, tmp_path):
     assert cache.latest_epoch == 2 and cache.earliest_entry == EpochEntry(0, 0)
 
 
+def test_a_new_leaders_epoch_is_written_later_by_the_background_write_or_the_flush(cache, tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    cache.assign(0, 0)
+    cache.assign(1, 7, write=False)  # what make_leader does
+    assert cache.latest_epoch == 1 and path.read_text() == "0\n1\n0 0\n"
+    cache.write_if_dirty()
+    assert path.read_text() == "0\n2\n0 0\n1 7\n"
+    cache.assign(2, 9, write=False)
+    cache.flush()  # before the log moves its recovery point: written and synced
+    assert LeaderEpochFileCache(str(path)).epoch_entries() == [EpochEntry(0, 0), EpochEntry(1, 7), EpochEntry(2, 9)]
+    cache.assign(3, 9, write=False)
+    cache.truncate_from_end(9)  # any later change writes every entry, the pending one included
+    assert path.read_text() == "0\n2\n0 0\n1 7\n"
+
+
 def test_assign_removes_contradicted_entries(cache):
     cache.assign(1, 0)
     cache.assign(3, 10)
