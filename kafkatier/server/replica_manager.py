@@ -284,7 +284,8 @@ class ReplicaManager:
                 try:
                     p.log.write_leader_epoch_checkpoint()
                 except OSError as e:  # the log's next flush writes it again, or fails the dir
-                    log.warning("could not write the leader epoch checkpoint %s", kv(partition=f"{p.topic}-{p.partition}", error=e))
+                    log.warning("could not write the leader epoch checkpoint %s",
+                                kv(partition=f"{p.topic}-{p.partition}", error=e))
         if self._scheduler is None:
             write()
         else:
@@ -439,6 +440,7 @@ class ReplicaManager:
         """Append ``entries`` (partition -> records bytes) on this leader; ``respond`` gets one
         :class:`ProducePartitionResult` per partition, at once or (acks=all) once the ISR has the records."""
         statuses: dict[TopicPartition, _ProducePartitionStatus] = {}
+        followers: set[int] = set()  # whose waiting fetches to poke, once each (see fetch_messages)
         for tp, records in entries.items():
             tp = TopicPartition(*tp)
             try:
@@ -447,9 +449,7 @@ class ReplicaManager:
                 statuses[tp] = _ProducePartitionStatus(
                     ProducePartitionResult(Errors.NONE, info.first_offset, p.log.log_start_offset),
                     info.last_offset + 1)
-                for r in p.replicas:  # the waiting fetches of this partition's followers (see fetch_messages)
-                    if r != self.broker_id:
-                        self.fetch_purgatory.check_and_complete(("follower", r))
+                followers.update(p.replicas)
             except KafkaError as e:
                 statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(
                     e.error, error_message=e.message or None, record_errors=getattr(e, "record_errors", ())))
@@ -457,6 +457,10 @@ class ReplicaManager:
                 log.exception("append failed %s", kv(partition=f"{tp[0]}-{tp[1]}"))
                 statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(Errors.UNKNOWN_SERVER_ERROR,
                                                                               error_message=str(e)))
+        # One poke per follower, not per appended partition: each runs an offset check over every partition
+        # that follower's waiting fetch covers.
+        for r in followers - {self.broker_id}:
+            self.fetch_purgatory.check_and_complete(("follower", r))
         if required_acks != -1 or all(st.result.error != Errors.NONE for st in statuses.values()):
             respond({tp: st.result for tp, st in statuses.items()})
             return
@@ -483,7 +487,7 @@ class ReplicaManager:
             op.force_complete()
             return
         # A follower's fetch waits on one key, its replica id: an append pokes the waiting fetches of the
-        # partition's followers.  Kafka watches one key per partition; a follower fetches every partition it
+        # appended partitions' followers.  Kafka watches one key per partition; a follower fetches every partition it
         # follows here (thousands at scale), and registering each on every idle fetch was ~10 % of an idle
         # broker's work at 20,000 partitions.  A consumer's fetch watches its partitions.
         keys = [("follower", replica_id)] if is_follower else [("consumer", fp.tp) for fp in partitions]
@@ -502,7 +506,7 @@ class ReplicaManager:
                 # Nothing to read (an idle follower or a consumer at the high watermark): no segment lookup.
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             throttled = replica_id >= 0 and self._leader_throttled(p, replica_id)
-            if throttled and self._held_back_by_throttle(p, replica_id, throttled):
+            if self._held_back_by_throttle(p, replica_id, throttled):
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             try:
                 info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)

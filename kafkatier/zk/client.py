@@ -203,17 +203,18 @@ def get_many(client: KazooClient, paths: Sequence[str], max_in_flight: int = MAX
             store(start, result.get())
         except RETRYABLE_ERRORS:
             retry.append(start)
-        except UnimplementedError:
-            raise MultiReadUnsupportedError(
-                "this ZooKeeper server has no multiRead: kafkatier needs ZooKeeper 3.6 or newer") from None
 
-    for start in range(0, len(paths), paths_per_read):
-        if len(window) >= max_in_flight:
+    try:
+        for start in range(0, len(paths), paths_per_read):
+            if len(window) >= max_in_flight:
+                collect_oldest()
+            window.append((start, multi_read_async(client, paths[start:start + paths_per_read])))
+        while window:
             collect_oldest()
-        window.append((start, multi_read_async(client, paths[start:start + paths_per_read])))
-    while window:
-        collect_oldest()
-    for start in retry:
-        batch = paths[start:start + paths_per_read]
-        store(start, zk_retry(lambda: multi_read_async(client, batch).get(), attempts=attempts))
+        for start in retry:
+            batch = paths[start:start + paths_per_read]
+            store(start, zk_retry(lambda: multi_read_async(client, batch).get(), attempts=attempts))
+    except UnimplementedError:
+        raise MultiReadUnsupportedError(
+            "this ZooKeeper server has no multiRead: kafkatier needs ZooKeeper 3.6 or newer") from None
     return out

@@ -11,7 +11,8 @@ from kafka.protocol.schemas.fields.codecs import Boolean, Int8, Int16, Int32, In
 
 from kafkatier.protocol.control_requests import (
     ControlledShutdownRequest, ControlledShutdownResponse, LeaderAndIsrRequest, LeaderAndIsrResponse,
-    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse, from_body, to_body, body_problem,
+    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse, body_problem, from_body,
+    to_body,
 )
 
 _CASES = [
