@@ -1,5 +1,5 @@
 # The two commands: `make demo` (main job) and `make test` (the test suite).
-.PHONY: demo test unit bench bootstrap clean
+.PHONY: demo test unit bench docs bootstrap clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -16,5 +16,9 @@ unit: bootstrap
 bench: bootstrap
 	.venv/bin/python benchmarks/run_all.py
 
+# The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link or anchor fails the build.
+docs: bootstrap
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d site
+
 clean:
-	rm -rf .venv build *.egg-info
+	rm -rf .venv build site *.egg-info
