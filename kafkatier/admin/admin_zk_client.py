@@ -10,7 +10,7 @@ topic through its watch and creates the partition states.
 Config changes write ``/config/topics/{t}`` and a ``config_change_`` notification in one multi.  Unlike Kafka,
 the write is conditional on the config znode's version and the whole read-validate-write is retried on a
 concurrent change, so two concurrent incremental alters never lose an update, and validation always sees the
-topic's existing config (tiered_storage.md §3).
+topic's existing config (docs/kip-950-tiered-storage.md#config-validation).
 
 Validation is the one topic ConfigDef's (``log/log_config.validate_topic_config``, tiered rules included).  A
 topic created tiered, or whose config enables tiering for the first time, gets its KIP-950 ``tieredstorage``

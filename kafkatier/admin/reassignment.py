@@ -1,7 +1,7 @@
 """The client side of a partition reassignment without its I/O (the computations of Kafka's
-``ReassignPartitionsCommand``; jbod.md §8, tools_and_formats.md §5): the tool's two JSON files, the proposed
-assignment of ``--generate``, and the move map from which ``--throttle`` derives the throttled-replica topic
-configs and the brokers whose rates it sets.
+``ReassignPartitionsCommand``; docs/kip-113-jbod.md#kafka-reassign-partitions): the tool's two JSON files,
+the proposed assignment of ``--generate``, and the move map from which ``--throttle`` derives the throttled-replica
+topic configs and the brokers whose rates it sets.
 
 Files (a missing ``version`` is 1, any other value is refused):
 

@@ -1,6 +1,6 @@
-"""``kafkatier delete-records``: kafka-delete-records (seed: kafka-delete-data).
+"""``kafkatier delete-records``: kafka-delete-records.
 
-``--offset-json-file`` (seed alias ``--delete-offset-json-file``) holds
+``--offset-json-file`` (alias ``--delete-offset-json-file``) holds
 ``{"partitions":[{"topic":"foo","partition":1,"offset":1}],"version":1}``; the output is Kafka's::
 
     Executing records delete operation
@@ -8,7 +8,8 @@
     partition: foo-1	low_watermark: 1
     partition: foo-2	error: <ERROR_NAME>: <message>
 
-A bad file prints one line on stderr and exits with status 2 before anything is sent (delete_records.md §9).
+A bad file prints one line on stderr and exits with status 2 before anything is sent
+(docs/kip-107-delete-records.md#the-command-line-tool).
 Partition errors are reported per line and, as in Kafka, do not change the exit status; a cluster that cannot be
 reached exits 1.
 

@@ -1,6 +1,6 @@
-"""``kafkatier log-dirs --describe``: kafka-log-dirs (jbod.md §9), over DescribeLogDirs.
+"""``kafkatier log-dirs --describe``: kafka-log-dirs (docs/kip-113-jbod.md#the-log-dirs-tool).
 
-Default output is the KIP-113 seed's JSON for one broker (``--broker``, seed option; or a one-entry
+Default output is KIP-113's JSON for one broker (``--broker``, KIP-113's option; or a one-entry
 ``--broker-list``)::
 
     {"version":1,"log_dirs":[{"is_live":true,"path":"/data/d1","partitions":[
@@ -8,7 +8,7 @@ Default output is the KIP-113 seed's JSON for one broker (``--broker``, seed opt
 
 An offline dir is listed with ``is_live`` false and no partitions; a partition the broker hosts (by the cluster
 metadata) but found in no live dir is listed under the path ``"*"`` with ``is_live`` false.  ``--log-dirs`` and
-``--topics`` (seed) / ``--topic-list`` (Kafka) filter on the client.
+``--topics`` (KIP-113) / ``--topic-list`` (Kafka) filter on the client.
 
 ``--format kafka`` prints Kafka's output for any number of brokers (default all)::
 

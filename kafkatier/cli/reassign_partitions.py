@@ -1,6 +1,6 @@
-"""``kafkatier reassign-partitions``: Kafka's ``kafka-reassign-partitions`` (tools_and_formats.md §5, jbod.md §8),
-its options, files and messages.  The computations are in :mod:`kafkatier.admin.reassignment`; this module
-talks to the cluster and prints.
+"""``kafkatier reassign-partitions``: Kafka's ``kafka-reassign-partitions``
+(docs/kip-113-jbod.md#kafka-reassign-partitions), its options, files and messages.  The computations are in
+:mod:`kafkatier.admin.reassignment`; this module talks to the cluster and prints.
 
 Actions (exactly one), with the options Kafka permits for each (another is refused:
 ``Option "[throttle]" can't be used with action "[verify]"``):
@@ -12,9 +12,9 @@ Actions (exactly one), with the options Kafka permits for each (another is refus
   [--timeout MS]``: refuses to start while a reassignment runs unless ``--additional``; prints the current
   assignment (for rollback); ``--throttle`` sets ``leader/follower.replication.throttled.replicas`` on each
   topic and both rates on every broker involved; ``--replica-alter-log-dirs-throttle`` the move throttle on each
-  broker with a log-dir move.  Then, in the order of jbod.md §8: AlterReplicaLogDirs for every replica with a
-  path, AlterPartitionReassignments (key 45), and AlterReplicaLogDirs again every 100 ms for the replicas not
-  created yet (REPLICA_NOT_AVAILABLE) until ``--timeout``.
+  broker with a log-dir move.  Then, in the order of docs/kip-113-jbod.md#reassignment-with-log-dirs:
+  AlterReplicaLogDirs for every replica with a path, AlterPartitionReassignments (key 45), and AlterReplicaLogDirs
+  again every 100 ms for the replicas not created yet (REPLICA_NOT_AVAILABLE) until ``--timeout``.
 - ``--verify --reassignment-json-file F [--preserve-throttles]``: ``Status of partition reassignment:``, one
   line per partition and per log-dir move; when no reassignment runs in the cluster and no move of the file is
   left, removes every throttle (broker rates on every live broker, throttled-replica lists on the file's topics).
@@ -29,7 +29,7 @@ adding replicas against the leader's size) and per log-dir move (bytes in the fu
 Differences from Kafka: ``--execute`` sends AlterPartitionReassignments only for partitions whose replica list
 changes (Kafka also sends unchanged ones, which the controller completes at once), so a file of log-dir moves
 only needs no controller round trip; ``--cancel`` cancels every running reassignment of the file (Kafka skips
-those that only add replicas); the move throttle is set as ``intra.broker.throttled.rate``, the seed's synonym
+those that only add replicas); the move throttle is set as ``intra.broker.throttled.rate``, KIP-113's synonym
 of Kafka's ``replica.alter.log.dirs.io.max.bytes.per.second`` (both are removed).
 
 Bad input (files, broker list, options, unknown broker ids) prints one line and exits 2 before anything is
@@ -59,7 +59,7 @@ COMMAND = "reassign-partitions"
 RETRY_INTERVAL_S = 0.1       # Kafka's fixed retry of AlterReplicaLogDirs for replicas not created yet
 POLL_S = 0.5                 # --wait
 
-#: Every broker-level throttle --verify / --cancel remove (Kafka's BROKER_LEVEL_THROTTLES plus the seed's name).
+#: Every broker-level throttle --verify / --cancel remove (Kafka's BROKER_LEVEL_THROTTLES plus KIP-113's name).
 BROKER_LEVEL_THROTTLES = (plan.LEADER_THROTTLED_RATE, plan.FOLLOWER_THROTTLED_RATE, *ALTER_LOG_DIRS_THROTTLE_NAMES)
 
 CANNOT_EXECUTE_BECAUSE_OF_EXISTING = (
@@ -287,7 +287,8 @@ def execute(admin: AdminClient, entries: list[ReassignmentEntry], args) -> int:
                                                         str(args.replica_alter_log_dirs_throttle)})
             print(f"The replica-alter-dir throttle limit was set to {args.replica_alter_log_dirs_throttle} B/s")
 
-    # jbod.md §8: the log dirs first (a broker remembers the destination of a replica it does not host yet) ...
+    # docs/kip-113-jbod.md#reassignment-with-log-dirs: the log dirs first (a broker remembers the destination of
+    # a replica it does not host yet) ...
     pending = alter_log_dirs(admin, targets)
     # ... then the reassignment ...
     changed = {tp: r for tp, r in proposed.items() if current.get(tp) != r}
@@ -505,7 +506,8 @@ def describe_replica_log_dirs(admin: AdminClient, replicas: list[Replica]) -> di
 
 
 def verify_line(r: Replica, target: str, info: ReplicaLogDirs | None) -> tuple[str, bool]:
-    """Kafka's log-dir move state line and whether the move is finished (jbod.md §8)."""
+    """Kafka's log-dir move state line and whether the move is finished
+    (docs/kip-113-jbod.md#reassignment-with-log-dirs)."""
     tp = f"{r.topic}-{r.partition}"
     if info is None:
         return f"Partition {tp} cannot be found in any live log directory on broker {r.broker}.", True

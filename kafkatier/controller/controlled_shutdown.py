@@ -1,5 +1,5 @@
 """Controlled shutdown, controller side: Kafka's ``KafkaController.processControlledShutdown`` /
-``doControlledShutdown`` (controller.md §5).
+``doControlledShutdown`` (docs/controller.md#broker-membership).
 
 A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; the request handler calls
 :meth:`ControlledShutdownManager.submit`, which runs on the controller event thread:

@@ -635,7 +635,7 @@ class KafkaController:
 
     def _handle_leader_and_isr_response(self, broker_id: int, response) -> None:
         """KAFKA_STORAGE_ERROR marks the replica offline (a new one triggers ``onReplicasBecomeOffline``); NONE
-        marks it online again (controller.md §5)."""
+        marks it online again (docs/controller.md#broker-membership)."""
         ctx = self.ctx
         body = response.body or {}
         if response.error_code or body.get("error_code", 0):

@@ -15,7 +15,8 @@ AR = adding, RR = removing.  The durable state is the topic znode's ``partitions
    that are no longer wanted are stopped and deleted.  The topic is not deleted while this lasts.
 2. If TRS is not yet within the ISR: bump the leader epoch and send LeaderAndIsr (RS, AR, RR) to every replica,
    then AR -> NewReplica (LeaderAndIsr ``is_new``).  A topic whose tiered storage is being disabled (KIP-950,
-   controller.md §9) then sends its new replicas StopReplica v5 before the disablement can complete.
+   docs/controller.md#tiered-storage-disablement-manager) then sends its new replicas StopReplica v5 before the
+   disablement can complete.
 3. Once TRS is within the ISR (checked again at every ISR change notification): AR -> OnlineReplica;
    RS = TRS in memory; the leader moves with the *reassign* election if it is not in TRS or not alive, else its
    epoch is bumped; RR -> Offline -> StopReplica(delete) -> NonExistent; RS = TRS in ZooKeeper; the partition

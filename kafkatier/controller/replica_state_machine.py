@@ -1,4 +1,4 @@
-"""Replica state machine (controller.md §7)."""
+"""Replica state machine (docs/controller.md#state-machines)."""
 from __future__ import annotations
 
 from kafkatier.common.structs import PartitionAndReplica

@@ -7,7 +7,7 @@ LeaderAndIsr and one UpdateMetadata carrying the final state of every partition,
 (Kafka sends one per state machine; at 20,000 partitions each is a full pass over the broker's replicas).
 
 Bodies use kafka-python's snake_case field names for Kafka's message specs (see
-``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950 seed).
+``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """TopicDeletionManager: Kafka's two-round StopReplica deletion with ineligible topics resumed on broker
-start-up and controller failover (controller.md §8)."""
+start-up and controller failover (docs/controller.md#topic-deletion)."""
 from __future__ import annotations
 
 from kafkatier.common.structs import PartitionAndReplica

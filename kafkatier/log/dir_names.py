@@ -2,7 +2,7 @@
 
 ``<topic>-<partition>`` is a partition's directory. Kafka marks a directory for deletion as
 ``<topic>-<partition>.<uuid-hex>-delete`` and a JBOD destination as ``<topic>-<partition>.<uuid-hex>-future``;
-the KIP-113 seed names ``.delete`` / ``.move`` are recognised too (jbod.md §1).
+KIP-113's names ``.delete`` / ``.move`` are recognised too (docs/kip-113-jbod.md#directory-names).
 """
 from __future__ import annotations
 
@@ -54,12 +54,12 @@ def _capped_name(topic: str, partition: int, suffix: str) -> str:
 
 
 def move_dir_name(topic: str, partition: int) -> str:
-    """The seed's name for a JBOD move destination (project default): ``<tp>.move``."""
+    """KIP-113's name for a JBOD move destination (what kafkatier writes): ``<tp>.move``."""
     return f"{topic}-{partition}{SEED_MOVE_SUFFIX}"
 
 
 def seed_delete_dir_name(topic: str, partition: int) -> str:
-    """The seed's name for a moved-away source pending deletion: ``<tp>.delete``."""
+    """KIP-113's name for a moved-away source pending deletion: ``<tp>.delete``."""
     return f"{topic}-{partition}{SEED_DELETE_SUFFIX}"
 
 

@@ -1,14 +1,14 @@
 """LogConfig: the one definition of every topic config (Kafka's ``LogConfig`` ConfigDef and ``TopicConfig``):
 name, type, default, validator and broker synonyms, the rules spanning several configs, and the tiered storage
-rules (tiered_storage.md §3) -- used by the admin client to validate changes and by brokers to build each log's
-:class:`LogConfig`.
+rules (docs/kip-950-tiered-storage.md#config-validation) -- used by the admin client to validate changes and by
+brokers to build each log's :class:`LogConfig`.
 
 Values in ZooKeeper and in requests are strings.  They are parsed the way Kafka's ``ConfigDef`` parses them
 (trimmed; ``true``/``false`` case-insensitively; INT/LONG as 32/64-bit decimal; LIST split on commas) and then
 checked against each config's validator.  Every failure is an :class:`InvalidConfigurationError` whose message
 is Kafka's ``ConfigException`` text, ``Invalid value <v> for configuration <name>: <reason>``, or
 ``Unknown topic config name: <name>`` for a name that is not a topic config; an unsupported value of a KIP-950
-disablement policy config is an :class:`InvalidRequestError` (seed 000).
+disablement policy config is an :class:`InvalidRequestError` (KIP-950).
 
 :func:`validate_topic_config` is Kafka's ``LogConfig.validate(existing, props, brokerProps,
 isRemoteLogStorageSystemEnabled)``: nulls, unknown names, policy values, each value in definition order,
@@ -369,7 +369,7 @@ def validate_values(values: Mapping[str, Any]) -> None:
             f"conflict topic config setting min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi})")
 
 
-# --- tiered storage (tiered_storage.md §3) ----------------------------------------------------------------------
+# --- tiered storage (docs/kip-950-tiered-storage.md#config-validation) -----------------------------------------------
 
 SYSTEM_DISABLED = ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote "
                    "log storage.")
@@ -396,7 +396,7 @@ def _flag(config: Mapping[str, Any], name: str) -> bool:
 
 def validate_policy_values(props: Mapping[str, Any]) -> None:
     """KIP-950: an unsupported value of a disablement policy config is INVALID_REQUEST (42), not INVALID_CONFIG
-    (seed 000, "other invalid formatted requests, such as an unsupported disablement policy option")."""
+    (KIP-950: "other invalid formatted requests, such as an unsupported disablement policy option")."""
     for name in POLICY_CONFIGS:
         v = props.get(name)
         if v is not None and str(v).strip().lower() not in ("true", "false"):

@@ -1,5 +1,5 @@
 """LogDirFailureChannel: where the log layer reports a log dir that failed (Kafka's ``LogDirFailureChannel``,
-KIP-112; jbod.md §7).
+KIP-112; docs/kip-113-jbod.md#offline-log-dirs).
 
 Whoever hits an I/O error on a dir (a segment append or roll, a flush, a checkpoint write, creating a log, a
 move's future log, the periodic health check) calls :meth:`maybe_add_offline_log_dir`.  Each dir is reported

@@ -4,11 +4,11 @@ Per log dir it owns ``.lock``, ``meta.properties``, the checkpoint files (``reco
 ``replication-offset-checkpoint``, ``log-start-offset-checkpoint``) and the clean shutdown marker
 ``.kafka_cleanshutdown``. A background scheduler runs retention, flush and checkpoint tasks.
 
-Start-up: every ``<topic>-<partition>`` directory is loaded; directories marked for deletion
-(``.<uuid>-delete`` / ``.delete``) are removed after ``file.delete.delay.ms``; JBOD destinations
-(``.move``, Kafka's ``.<uuid>-future``) are loaded as future logs and recovered as jbod.md §6 says (see
-:meth:`LogManager._recover_future_logs`); other names are logged and skipped. Without a clean shutdown marker,
-logs are recovered from their checkpointed recovery points.  Logs of one dir load in parallel on
+Start-up: every ``<topic>-<partition>`` directory is loaded; directories marked for deletion (``.<uuid>-delete`` /
+``.delete``) are removed after ``file.delete.delay.ms``; JBOD destinations (``.move``, Kafka's ``.<uuid>-future``)
+are loaded as future logs and recovered as docs/kip-113-jbod.md#start-up-recovery says (see
+:meth:`LogManager._recover_future_logs`); other names are logged and skipped. Without a clean shutdown marker, logs
+are recovered from their checkpointed recovery points.  Logs of one dir load in parallel on
 ``num.recovery.threads.per.data.dir`` threads (:data:`DEFAULT_RECOVERY_THREADS_PER_DATA_DIR`).
 
 At scale (20,000 replicas per broker): no log keeps a file descriptor it does not use.  Segments open their
@@ -22,9 +22,9 @@ JBOD (KIP-113): a partition may have a *current* log and a *future* log (``<tp>.
 move runs. :meth:`create_future_log`, :meth:`abort_and_delete_future_log` and
 :meth:`replace_current_with_future_log` are Kafka's ``maybeUpdatePreferredLogDir`` / ``getOrCreateLog(isFuture)``,
 ``abortAndPauseCleaning`` + ``asyncDelete(isFuture)`` and ``replaceCurrentWithFutureLog``. Differences from
-Kafka: the seed's names (``.move`` / ``.delete``) are written, and the swap renames the source first (seed
-order), so a crash between the renames leaves ``.delete`` + ``.move``, which start-up completes. There is no
-log cleaner here, so there is no cleaning to pause during a move.
+Kafka: KIP-113's names (``.move`` / ``.delete``) are written, and the swap renames the source first (Kafka
+renames the future dir first), so a crash between the renames leaves ``.delete`` + ``.move``, which start-up
+completes. There is no log cleaner here, so there is no cleaning to pause during a move.
 """
 from __future__ import annotations
 
@@ -351,7 +351,7 @@ class LogManager:
 
     def _remote_enabled(self, topic: str, cfg) -> bool:
         """Tiering is effective with the system flag on, ``remote.storage.enable=true``, no compaction and a
-        non-internal topic (tiered_storage.md §2)."""
+        non-internal topic (docs/kip-950-tiered-storage.md#configuration)."""
         if not self.remote_log_system_enabled or topic.startswith("__"):
             return False
         cfg = self._parsed(topic, cfg)
@@ -531,10 +531,10 @@ class LogManager:
         self._preferred_dirs.pop((topic, partition), None)
 
     def _recover_future_logs(self) -> None:
-        """jbod.md §6: a future log next to a current log is kept (the move resumes when the partition becomes
-        a replica again); a future log with no current log anywhere is renamed ``<tp>`` and becomes the
-        current log when every dir is good (a crash between the two renames of a swap), and is left untouched,
-        unloaded, when some dir is offline (the current log may be in it: the partition is offline)."""
+        """docs/kip-113-jbod.md#start-up-recovery: a future log next to a current log is kept (the move resumes
+        when the partition becomes a replica again); a future log with no current log anywhere is renamed ``<tp>``
+        and becomes the current log when every dir is good (a crash between the two renames of a swap), and is left
+        untouched, unloaded, when some dir is offline (the current log may be in it: the partition is offline)."""
         for tp, future in sorted(self._future_logs.items()):
             if tp in self._logs:
                 log.info(kv(event="future_log_found", partition=future.name, dir=future.dir,
@@ -608,7 +608,7 @@ class LogManager:
 
     def replace_current_with_future_log(self, topic: str, partition: int) -> Log:
         """The swap at the end of a move (the caller holds the partition lock, LEOs are equal): rename the
-        source ``<tp>`` to ``<tp>.delete``, then ``<tp>.move`` to ``<tp>`` (seed order); the new log takes the
+        source ``<tp>`` to ``<tp>.delete``, then ``<tp>.move`` to ``<tp>`` (source first); the new log takes the
         old one's high watermark and log start offset. The old log stays open for readers that still hold it
         and is deleted after ``file.delete.delay.ms``. Returns the new current log."""
         tp = (topic, partition)
@@ -649,7 +649,7 @@ class LogManager:
         return dest
 
     def _rename_for_deletion(self, lg: Log) -> None:
-        """Rename to the seed's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the
+        """Rename to KIP-113's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the
         first deletion ran, or a re-created topic) is first renamed to Kafka's unique ``.<uuid>-delete`` name and
         removed in the background (renames only here: the caller may hold the partition lock)."""
         target = os.path.join(lg.parent_dir, seed_delete_dir_name(lg.topic, lg.partition))

@@ -56,7 +56,7 @@ class LeaderAndIsrResponse(_SpecKind, ApiMessage, load_json=_specs):
 
 class StopReplicaRequest(_SpecKind, ApiMessage, load_json=_specs):
     """Controller -> broker: stop (and maybe delete) replicas (apiKey 5, v0-5; v5 adds
-    ``disable_remote_partition`` per partition, from the KIP-950 seed)."""
+    ``disable_remote_partition`` per partition, from KIP-950's ZooKeeper design)."""
 
 
 class StopReplicaResponse(_SpecKind, ApiMessage, load_json=_specs):

@@ -1,7 +1,7 @@
 """Kafka error codes (numbers as in Kafka's ``Errors.java``) and the exceptions that carry them.
 
 Clients (kafka-python, confluent-kafka, kcat) map errors by number, so every code here is Kafka's, except
-``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``: the KIP-950 seed leaves its code open and Kafka never assigned
+``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``: KIP-950 leaves its code open and Kafka never assigned
 one.  We use **950** (after the KIP number): far above Kafka's sequential allocation (128 in late 2024), so it
 will not collide with a code Kafka assigns in the foreseeable future.
 """
@@ -122,7 +122,7 @@ class Errors(enum.IntEnum):
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
-    # KIP-950 seed; code chosen by this project (see module docstring and README).
+    # KIP-950; code chosen by this project (see the module docstring and docs/error-codes.md).
     TIERED_STORAGE_DISABLEMENT_IN_PROGRESS = 950
 
     @property

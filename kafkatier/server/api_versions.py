@@ -3,7 +3,7 @@
 The advertised table is not fixed here: the broker advertises exactly the API keys that have a registered
 handler, with the version range given at registration, and passes that mapping to :class:`ApiVersionsTable`.
 :data:`SUPPORTED` is the reference range per API (Kafka 3.6's ZooKeeper-mode broker, StopReplica extended to
-the seed's v5, each clamped to what our message classes can decode) for handler authors to pick from.
+KIP-950's v5, each clamped to what our message classes can decode) for handler authors to pick from.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _KAFKA_36_RANGES: dict[int, tuple[int, int]] = {
     2: (0, 8),     # ListOffsets
     3: (0, 12),    # Metadata
     4: (0, 7),     # LeaderAndIsr
-    5: (0, 5),     # StopReplica (v5: KIP-950 seed)
+    5: (0, 5),     # StopReplica (v5: KIP-950, ZooKeeper mode)
     6: (0, 8),     # UpdateMetadata
     7: (0, 3),     # ControlledShutdown
     10: (0, 4),    # FindCoordinator

@@ -1,12 +1,12 @@
 """The broker end of the control channel: watches ``/kafkatier/control/<id>/requests``, applies requests in
 sequence order, and writes each answer to ``/kafkatier/control/<id>/responses/<same name>``.
 
-Epoch checks follow Kafka (controller.md §11): a request whose broker epoch is not -1 and below this broker's
-czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
-STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.  A controller epoch above the highest
-seen is believed only if ``/controller_epoch`` (read after a sync) has reached it: an absurd jump -- a forged or
-corrupted request -- would otherwise make every real controller look stale to this broker; it is logged and
-refused with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooKeeper cannot be read).
+Epoch checks follow Kafka (docs/controller.md#broker-side-checks): a request whose broker epoch is not -1 and below
+this broker's czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
+STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.  A controller epoch above the highest seen
+is believed only if ``/controller_epoch`` (read after a sync) has reached it: an absurd jump -- a forged or
+corrupted request -- would otherwise make every real controller look stale to this broker; it is logged and refused
+with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooKeeper cannot be read).
 
 A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
 is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.

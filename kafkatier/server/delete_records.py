@@ -2,18 +2,19 @@
 deletion, and :class:`DelayedDeleteRecords`, which holds the response until the partition's low watermark (the
 minimum log start offset of its live replicas, :meth:`Partition.low_watermark`) reaches the requested offset.
 
-Order of checks per partition (delete_records.md §3): authorization (DELETE on the topic, only with an
-authorizer configured) -> metadata -> internal topic -> hosting (offline dir / not hosted) -> on the partition
-under its lock: leader, ``cleanup.policy`` contains ``delete``, offset -1 = high watermark, negative offset,
-offset above the high watermark, then the log start offset moves to ``max(current, offset)``.  Every error
+Order of checks per partition (docs/kip-107-delete-records.md#order-of-checks): authorization (DELETE on the topic,
+only with an authorizer configured) -> metadata -> internal topic -> hosting (offline dir / not hosted) -> on the
+partition under its lock: leader, ``cleanup.policy`` contains ``delete``, offset -1 = high watermark, negative
+offset, offset above the high watermark, then the log start offset moves to ``max(current, offset)``.  Every error
 answers ``LowWatermark=-1``.
 
-Waiting (§5): partitions without error whose low watermark is below the requested offset wait in the replica
-manager's ``DeleteRecords`` purgatory under the key ``("delete_records", (topic, partition))``; follower
-fetches, high-watermark changes and LeaderAndIsr / StopReplica re-check it (see ReplicaManager), and so does
-UpdateMetadata (project: a follower whose broker died no longer counts, and it sends no fetch).  Losing
-leadership completes a partition with NOT_LEADER_OR_FOLLOWER (seed behaviour), a partition that is gone with
-UNKNOWN_TOPIC_OR_PARTITION; expiry answers REQUEST_TIMED_OUT with the low watermark computed at request time.
+Waiting (docs/kip-107-delete-records.md#purgatory): partitions without error whose low watermark is below the
+requested offset wait in the replica manager's ``DeleteRecords`` purgatory under the key ``("delete_records",
+(topic, partition))``; follower fetches, high-watermark changes and LeaderAndIsr / StopReplica re-check it (see
+ReplicaManager), and so does UpdateMetadata (project: a follower whose broker died no longer counts, and it sends no
+fetch).  Losing leadership completes a partition with NOT_LEADER_OR_FOLLOWER (Kafka lets it time out), a partition
+that is gone with UNKNOWN_TOPIC_OR_PARTITION; expiry answers REQUEST_TIMED_OUT with the low watermark computed at
+request time.
 
 Project choices beyond Kafka:
 
@@ -215,7 +216,7 @@ class DeleteRecordsManager:
         return self.cache.broker(broker_id) is not None
 
     def check_low_watermark(self, tp: TopicPartition) -> tuple[Errors, int]:
-        """DelayedDeleteRecords' check: (NONE, low watermark) while leader, else the error (§5)."""
+        """DelayedDeleteRecords' check: (NONE, low watermark) while leader, else the error."""
         try:
             p = self.rm.get_partition_or_error(tp[0], tp[1], leader_only=False)
             return Errors.NONE, p.low_watermark(self.is_alive)

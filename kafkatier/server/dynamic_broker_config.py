@@ -130,7 +130,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("intra.broker.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"),
 )
 _SYNONYMS_OF = {name: group for group in SYNONYMS for name in group}
-#: KIP-113's intra-broker move throttle, under the seed's name and Kafka's, in precedence order.
+#: KIP-113's intra-broker move throttle, under KIP-113's name and Kafka's, in precedence order.
 ALTER_LOG_DIRS_THROTTLE_NAMES = ("intra.broker.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second")
 
 Reconfigurable = tuple[frozenset, Callable[[dict[str, str]], None]]

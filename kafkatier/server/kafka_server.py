@@ -277,7 +277,7 @@ class KafkaServer:
                                        (ReplicationQuotas.RATE_CONFIGS, self.replication_quotas.reconfigure)])
 
     def _reconfigure_alter_log_dirs_throttle(self, effective: dict) -> None:
-        """KIP-113's move throttle: the seed's name wins over Kafka's when both are set."""
+        """KIP-113's move throttle: KIP-113's name wins over Kafka's when both are set."""
         rate = self.broker_configs.synonym_value(ALTER_LOG_DIRS_THROTTLE_NAMES)
         self.alter_log_dirs_quota.set_rate(int(rate) if rate is not None else LONG_MAX)
 

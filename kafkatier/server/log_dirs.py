@@ -1,5 +1,6 @@
 """AlterReplicaLogDirs (apiKey 34, v0-2) and DescribeLogDirs (apiKey 35, v0-4): Kafka's
-``KafkaApis.handleAlterReplicaLogDirsRequest`` / ``handleDescribeLogDirsRequest`` (jbod.md §3-4).
+``KafkaApis.handleAlterReplicaLogDirsRequest`` / ``handleDescribeLogDirsRequest``
+(docs/kip-113-jbod.md#alterreplicalogdirs, #describelogdirs).
 
 The handlers only translate: the per-partition order of checks lives in ``ReplicaManager.alter_replica_log_dirs``
 and the per-dir view in ``ReplicaManager.describe_log_dirs``.  kafka-python's message classes decode every

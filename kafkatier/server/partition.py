@@ -263,9 +263,10 @@ class Partition:
         return moved
 
     def low_watermark(self, is_alive: Callable[[int], bool] = lambda _broker_id: True) -> int:
-        """KIP-107 ``lowWatermarkIfLeader`` (delete_records.md §4): the minimum log start offset of the leader,
-        of every other assigned replica whose broker ``is_alive`` (in or out of the ISR; -1 until it has
-        fetched from this leader) and of the JBOD future log, if any.  Raises NotLeaderOrFollowerError."""
+        """KIP-107 ``lowWatermarkIfLeader`` (docs/kip-107-delete-records.md#low-watermark): the minimum log start
+        offset of the leader, of every other assigned replica whose broker ``is_alive`` (in or out of the ISR; -1
+        until it has fetched from this leader) and of the JBOD future log, if any.  Raises
+        NotLeaderOrFollowerError."""
         with self.lock:
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(f"Leader not local for partition {self} on broker {self.broker_id}")
@@ -292,7 +293,8 @@ class Partition:
                 self.producer_state.update(info.records)
 
     def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
-        """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR (jbod.md §7)."""
+        """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR
+        (docs/kip-113-jbod.md#offline-log-dirs)."""
         if self._log_dir_failure is not None and is_storage_failure(e):
             self._log_dir_failure(self.log.parent_dir, f"Error while {what} {self}", e)
             if not isinstance(e, KafkaStorageError):
@@ -303,7 +305,7 @@ class Partition:
         with self.lock:
             if self.log.truncate_to(offset):
                 self.producer_state.rebuild(self.log)
-            with self.future_lock:  # the future log follows truncation (jbod.md §5)
+            with self.future_lock:  # the future log follows truncation (docs/kip-113-jbod.md#moving-a-replica)
                 future = self.future_log
                 if future is not None and future.log_end_offset > self.log.log_end_offset:
                     future.truncate_to(self.log.log_end_offset)

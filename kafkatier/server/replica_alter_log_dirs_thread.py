@@ -1,5 +1,5 @@
 """Moving a replica between log dirs of one broker (Kafka's ``ReplicaAlterLogDirsManager`` and
-``ReplicaAlterLogDirsThread``, KIP-113; jbod.md §5).
+``ReplicaAlterLogDirsThread``, KIP-113; docs/kip-113-jbod.md#moving-a-replica).
 
 A move copies a partition's *current* log into its *future* log (``<tp>.move`` in the destination dir) and then
 swaps them.  ``num.replica.alter.log.dirs.threads`` threads (``ReplicaAlterLogDirsThread-<n>``) share the
@@ -15,7 +15,7 @@ One round of a move (:meth:`ReplicaAlterLogDirsThread._copy_round`), holding ``P
    the local leader end point with replica id -3), at most ``replica.fetch.max.bytes`` and at most what the
    shared throttle allows (:class:`~kafkatier.server.replication_quota_manager.ReplicationQuotaManager`; at
    least one batch once the throttle allows any byte);
-3. the bytes are copied by the kernel (``Log.append_copy_from``: ``copy_file_range``, the seed's "zero-copy";
+3. the bytes are copied by the kernel (``Log.append_copy_from``: ``copy_file_range``, zero-copy;
    only batch headers are read in Python, offsets and leader epochs kept).  A batch that does not start at the
    future LEO fails with Kafka's ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a log
    start offset inside the first batch of an empty log;

@@ -654,7 +654,7 @@ class ReplicaManager:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]
 
 
-    # --- log dir failures (KIP-112; jbod.md §7) ------------------------------------------------------------------
+    # --- log dir failures (KIP-112; docs/kip-113-jbod.md#offline-log-dirs) ------------------------------------------
     def _log_dir_failure_handler(self) -> None:
         """Kafka's ``LogDirFailureHandler`` thread."""
         while not self._stopped.is_set():
@@ -700,11 +700,11 @@ class ReplicaManager:
 
     # --- JBOD (KIP-113): AlterReplicaLogDirs, DescribeLogDirs, moves ---------------------------------------------
     def alter_replica_log_dirs(self, requested: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], Errors]:
-        """Kafka's ``alterReplicaLogDirs`` with the seed's additions (jbod.md §3): per partition, in this order,
-        INVALID_TOPIC_EXCEPTION for a destination name over 255 chars; ``"any"`` cancels; LOG_DIR_NOT_FOUND /
-        KAFKA_STORAGE_ERROR for the path; a move to another dir is cancelled; the path is remembered; a replica
-        not hosted here answers REPLICA_NOT_AVAILABLE (created there by a later LeaderAndIsr); otherwise the
-        move starts (NONE)."""
+        """Kafka's ``alterReplicaLogDirs`` with KIP-113's additions (docs/kip-113-jbod.md#alterreplicalogdirs): per
+        partition, in this order, INVALID_TOPIC_EXCEPTION for a destination name over 255 chars; ``"any"`` cancels;
+        LOG_DIR_NOT_FOUND / KAFKA_STORAGE_ERROR for the path; a move to another dir is cancelled; the path is
+        remembered; a replica not hosted here answers REPLICA_NOT_AVAILABLE (created there by a later LeaderAndIsr);
+        otherwise the move starts (NONE)."""
         out = {}
         with self._lock:
             for tp, path in requested.items():

@@ -1,4 +1,4 @@
-"""Znode payload codecs: Kafka 3.x ZooKeeper-mode formats (zookeeper.md) plus the project's KIP-950 and
+"""Znode payload codecs: Kafka 3.x ZooKeeper-mode formats (docs/zookeeper.md) plus the project's KIP-950 and
 control-channel payloads.
 
 Each value type has ``encode() -> bytes`` and a classmethod ``decode(data, path=None) -> value``.  Every decode
@@ -7,7 +7,7 @@ bad UTF-8, bad JSON, schema violation, unsupported version) surfaces as one erro
 :class:`MalformedZNodeError`, which callers log and skip (see :func:`try_decode`).  Encoding also validates, so
 a bug in a writer fails loudly (``ValueError``) instead of writing a payload other tools cannot read.
 
-JSON is written compactly with keys in the order shown in zookeeper.md; readers must compare parsed JSON.
+JSON is written compactly with keys in the order shown in docs/zookeeper.md; readers must compare parsed JSON.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Controller writes fenced by the controller epoch (zookeeper.md §3, §8).
+"""Controller writes fenced by the controller epoch (docs/zookeeper.md#controller-election,
+docs/zookeeper.md#fenced-controller-writes).
 
 Every write made through :class:`FencedZkWriter` is one ZooKeeper multi whose first op is
 ``check("/controller_epoch", epoch_zk_version)``.  If another broker has been elected since, that check fails
@@ -396,8 +397,9 @@ def read_controller_epoch(client: KazooClient, *, create_if_missing: bool = True
 
 def register_controller_and_increment_epoch(client: KazooClient, broker_id: int, timestamp_ms: int, *,
                                             attempts: int = DEFAULT_ATTEMPTS) -> tuple[int, int]:
-    """Kafka's election multi (zookeeper.md §3): create ephemeral ``/controller`` naming ``broker_id`` and bump
-    ``/controller_epoch`` conditionally, atomically.  Returns ``(new_epoch, epoch_zk_version)``.
+    """Kafka's election multi (docs/zookeeper.md#controller-election): create ephemeral ``/controller`` naming
+    ``broker_id`` and bump ``/controller_epoch`` conditionally, atomically.  Returns ``(new_epoch,
+    epoch_zk_version)``.
 
     Raises :class:`ControllerMovedError` when another broker holds ``/controller`` or won the epoch race.
     After a lost reply (connection loss) the *same* multi is retried; its NODEEXISTS/BADVERSION then leads to

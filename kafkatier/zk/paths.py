@@ -1,4 +1,4 @@
-"""ZooKeeper paths: Kafka 3.x ZooKeeper-mode layout (``ZkData.scala``) plus the KIP-950 seed znodes and the
+"""ZooKeeper paths: Kafka 3.x ZooKeeper-mode layout (``ZkData.scala``) plus the KIP-950 znodes and the
 project's controller-to-broker request queues."""
 from __future__ import annotations
 

@@ -307,8 +307,9 @@ def test_tiered_topic_moves_keeping_its_remote_data_and_the_new_leader_copies_fr
 
 
 def test_a_replica_added_while_tiered_storage_is_disabling_is_disabled_before_it_completes(cluster, admin):
-    """controller.md §9: a replica on a stopped broker keeps the disablement in DISABLING; the reassignment
-    replaces that replica by a new one, which gets StopReplica v5 before the state becomes DISABLED."""
+    """docs/controller.md#tiered-storage-disablement-manager: a replica on a stopped broker keeps the disablement in
+    DISABLING; the reassignment replaces that replica by a new one, which gets StopReplica v5 before the state
+    becomes DISABLED."""
     topic = unique("disabling")
     others = non_controllers(cluster)
     origin, late, new = others[:3], others[2], others[3]

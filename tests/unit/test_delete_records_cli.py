@@ -1,4 +1,5 @@
-"""``kafkatier delete-records``: the offset JSON file rules and messages (delete_records.md §9), option names."""
+"""``kafkatier delete-records``: the offset JSON file rules and messages
+(docs/kip-107-delete-records.md#the-command-line-tool), option names."""
 from __future__ import annotations
 
 import pytest

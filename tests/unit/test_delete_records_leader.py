@@ -1,5 +1,6 @@
-"""DeleteRecords on a leader (delete_records.md §3-5, §7): order of checks and errors, the purgatory completed by
-follower fetches, expiry, leadership changes, segment deletion and the log start offset checkpoint.
+"""DeleteRecords on a leader (docs/kip-107-delete-records.md, from #order-of-checks to #checkpoint-files): order of
+checks and errors, the purgatory completed by follower fetches, expiry, leadership changes, segment deletion and the
+log start offset checkpoint.
 
 A real ReplicaManager and LogManager (tmp dirs, no ZooKeeper) host ``t-0`` with replicas 1 (this broker, leader),
 2 and 3; followers are simulated by Fetch calls with a replica id, as the real fetchers make them."""

@@ -1,5 +1,6 @@
 """KIP-113 moves at the log level: future logs, the move threads, the swap, truncation, throttle, and start-up
-recovery (jbod.md §5-6).  Real logs on disk; the partition is a real ``Partition`` without ZooKeeper."""
+recovery (docs/kip-113-jbod.md#moving-a-replica, #start-up-recovery).  Real logs on disk; the partition is a real
+``Partition`` without ZooKeeper."""
 from __future__ import annotations
 
 import filecmp
@@ -176,7 +177,7 @@ def test_delete_records_during_move_is_carried(dirs):
     m.shutdown()
 
 
-# --- start-up recovery (jbod.md §6) -----------------------------------------------------------------------------
+# --- start-up recovery (docs/kip-113-jbod.md#start-up-recovery) --------------------------------------------
 
 def crash(m: LogManager) -> None:
     """Leave the dirs as a kill -9 would: no clean shutdown marker, no final checkpoints."""
@@ -256,7 +257,7 @@ def test_kafka_future_name_is_loaded_like_move(dirs):
     m2.shutdown()
 
 
-# --- jbod.md §10: the Kafka issues a move must not repeat --------------------------------------------------------
+# --- the Kafka issues a move must not repeat (docs/kip-113-jbod.md#kafka-issues-a-move-must-not-repeat) ---
 
 def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs):
     """KAFKA-16709 / KAFKA-15082 / KAFKA-14824: there is no log cleaner to leave paused, and retention (the

@@ -21,7 +21,7 @@ def test_offset_checkpoint_is_byte_exact(tmp_path):
 
 def test_reads_kafka_written_example_and_empty_forms(tmp_path):
     path = tmp_path / "log-start-offset-checkpoint"
-    path.write_text("0\n2\nfoo 1 5\nbar 2 10\n")  # the example in delete_records.md
+    path.write_text("0\n2\nfoo 1 5\nbar 2 10\n")  # the example in docs/kip-107-delete-records.md#checkpoint-files
     assert OffsetCheckpointFile(str(path)).read() == {("foo", 1): 5, ("bar", 2): 10}
     path.write_text("0\n2\nfoo\t1   5\nmy.topic-x 0 7\n")  # any whitespace between fields
     assert OffsetCheckpointFile(str(path)).read() == {("foo", 1): 5, ("my.topic-x", 0): 7}

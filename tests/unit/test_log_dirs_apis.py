@@ -1,5 +1,6 @@
-"""AlterReplicaLogDirs / DescribeLogDirs handlers and ReplicaManager's order of checks (jbod.md §3-4), with
-real logs on disk and no ZooKeeper; plus the dynamic throttle's precedence rules."""
+"""AlterReplicaLogDirs / DescribeLogDirs handlers and ReplicaManager's order of checks
+(docs/kip-113-jbod.md#alterreplicalogdirs), with real logs on disk and no ZooKeeper; plus the dynamic throttle's
+precedence rules."""
 from __future__ import annotations
 
 import os
@@ -125,7 +126,7 @@ def test_v0_requests_decode():
 
 def test_throttle_precedence_and_validation():
     """KIP-113's throttle: this broker's layer over the cluster default over the static properties; within one
-    layer the seed's name over Kafka's."""
+    layer KIP-113's name over Kafka's."""
     from kafkatier.server.dynamic_broker_config import ALTER_LOG_DIRS_THROTTLE_NAMES, DynamicBrokerConfig
     seed, alias = ALTER_LOG_DIRS_THROTTLE_NAMES
 

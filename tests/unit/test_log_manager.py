@@ -119,7 +119,8 @@ def test_startup_skips_bad_names_removes_delete_dirs_and_promotes_lone_future_di
                  "t-0.fedcba9876543210fedcba9876543210-future", "remote-log-index-cache"):
         os.makedirs(os.path.join(d1, name))
     m = LogManager(dirs, topic_configs=lambda t: {"file.delete.delay.ms": "0"})
-    # A future dir with no current log anywhere and no bad dir becomes the current log (jbod.md §6).
+    # A future dir with no current log anywhere and no bad dir becomes the current log
+    # (docs/kip-113-jbod.md#start-up-recovery).
     assert [lg.dir for lg in m.all_logs()] == [os.path.join(os.path.abspath(d1), "t-0")]
     m.startup()  # marked dirs are removed asynchronously once the log manager runs
     wait_until(lambda: not os.path.exists(os.path.join(d1, "t-0.0123456789abcdef0123456789abcdef-delete")))

@@ -1,5 +1,5 @@
 """Tiered-storage configuration: broker configs (RemoteLogManagerConfig), topic config rules with Kafka's exact
-messages (tiered_storage.md §3) and the broker start-up checks."""
+messages (docs/kip-950-tiered-storage.md#config-validation) and the broker start-up checks."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Broker configuration of tiered storage (Kafka's ``RemoteLogManagerConfig``), parsed from broker properties
-with Kafka's names, defaults and validation messages (tiered_storage.md §2).
+with Kafka's names, defaults and validation messages
+(docs/kip-950-tiered-storage.md#configuration).
 
 Plugin class names: unset storage manager = the project's :class:`LocalTieredStorage` (Kafka requires one);
 Kafka's ``LocalTieredStorage`` and ``TopicBasedRemoteLogMetadataManager`` names are accepted as aliases of the

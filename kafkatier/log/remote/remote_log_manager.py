@@ -1,5 +1,6 @@
 """RemoteLogManager: copies a leader's rolled segments to remote storage, expires remote data, keeps followers'
-view of the remote tier, and serves reads below the local log start offset (tiered_storage.md §5–§9).
+view of the remote tier, and serves reads below the local log start offset
+(docs/kip-950-tiered-storage.md#the-remote-log-manager).
 
 Pools (KIP-950 split): ``kafka-rlm-copy-thread-pool-*`` (copier size), ``kafka-rlm-expiration-thread-pool-*``
 (expiration size) and ``kafka-rlm-follower-thread-pool-*`` (``remote.log.manager.thread.pool.size``).  Every
@@ -38,8 +39,8 @@ an older tiered epoch below the log start offset are garbage (never served, size
 deleted as log-start-offset breaches; segments of an older epoch being deleted (DELETE_SEGMENT_STARTED) do not
 count for size retention whatever their offsets.
 
-KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3; ``ReplicaManager`` calls
-:meth:`RemoteLogManager.disable_remote_partitions` after re-reading the topics' configs):
+KIP-950 disablement (StopReplica v5, docs/kip-950-tiered-storage.md#broker-work-for-stopreplica-v5;
+``ReplicaManager`` calls :meth:`RemoteLogManager.disable_remote_partitions` after re-reading the topics' configs):
 :meth:`RemoteLogManager.stop_copy` (read-only: the copy task goes, expiration and follower tasks stay) and
 :meth:`RemoteLogManager.disable_with_delete` (every task goes, the log start offset moves up to the local log
 start offset and the log is no longer tiered; the leader marks every segment DELETE_SEGMENT_STARTED and a
@@ -588,7 +589,7 @@ class RemoteLogManager:
                                             delete_remote_log=deleted and was_leader and topic_deleted,
                                             stop_remote_log_metadata_manager=deleted)])
 
-    # --- KIP-950 disablement (StopReplica v5, tiered_storage.md §4.3) ---------------------------------------
+    # --- KIP-950 disablement (StopReplica v5, docs/kip-950-tiered-storage.md#broker-work-for-stopreplica-v5) ---
     def stop_copy(self, topic: str, partition: int) -> bool:
         """Read-only disablement: cancel the partition's copy task; expiration and follower tasks stay.
         Returns whether a copy task was cancelled (False on a repeat)."""
@@ -807,7 +808,8 @@ class RemoteLogManager:
 
     # --- expiration -------------------------------------------------------------------------------------------
     def expire(self, p: PartitionLike, tip: TopicIdPartition, task: _Task | None = None) -> int:
-        """One expiration pass (tiered_storage.md §7); returns the number of segments deleted."""
+        """One expiration pass (docs/kip-950-tiered-storage.md#the-remote-log-manager); returns the number of
+        segments deleted."""
         plog = p.log
         cfg = plog.config
         segs = self.rlmm.list_remote_log_segments(tip)
@@ -822,7 +824,7 @@ class RemoteLogManager:
         if cfg.retention_bytes > -1:
             local_only = sum(s.size for s in plog.log_segments() if s.base_offset > highest)
             # Segments of an older tiered epoch being deleted (a delete disablement) are no longer part of the
-            # log, whatever their offsets (tiered_storage.md §4.4).
+            # log, whatever their offsets (docs/kip-950-tiered-storage.md#tiered-epoch).
             remote = sum(s.segment_size_in_bytes for s in segs if s.state in SIZED_STATES
                          and s.end_offset >= lso
                          and not (s.state == S.DELETE_SEGMENT_STARTED and s.tiered_epoch < tiered_epoch))

@@ -1,10 +1,10 @@
-"""Metadata of one remote log segment (Kafka's ``RemoteLogSegmentMetadata`` + the KIP-950 seed's ``tieredEpoch``).
+"""Metadata of one remote log segment (Kafka's ``RemoteLogSegmentMetadata`` + KIP-950's ``tieredEpoch``).
 
 A segment copied to remote storage is identified by a :class:`RemoteLogSegmentId` (topic id, topic, partition
 and a random UUID).  Its metadata goes through the states of :class:`RemoteLogSegmentState`; only the
 transitions Kafka allows are applied (:func:`is_valid_transition`).  Every metadata carries the topic's tiered
-epoch at the time it was copied (tiered_storage.md §4.4): the later disablement work fences and garbage-collects
-by it.
+epoch at the time it was copied (docs/kip-950-tiered-storage.md#tiered-epoch): the later disablement work fences
+and garbage-collects by it.
 
 Values are immutable; an update (:class:`RemoteLogSegmentMetadataUpdate`) yields a new metadata through
 :meth:`RemoteLogSegmentMetadata.create_with_update`.  ``to_json`` / ``from_json`` give the stored form

@@ -1,5 +1,6 @@
 """Remote storage managers: the plugin interface (Kafka's ``RemoteStorageManager``) and the default
-file-based implementation with Kafka's ``LocalTieredStorage`` layout (tiered_storage.md §11).
+file-based implementation with Kafka's ``LocalTieredStorage`` layout
+(docs/kip-950-tiered-storage.md#remote-storage-layout).
 
 Layout, under ``<dir>/kafka-tiered-storage``::
 

@@ -1,5 +1,5 @@
-"""A topic's tiered state (KIP-950, tiered_storage.md §4, zookeeper.md §11): the one home of its config keys, its
-transition rules and its znode operations.
+"""A topic's tiered state (KIP-950, docs/kip-950-tiered-storage.md#disablement-in-zookeeper-mode,
+docs/zookeeper.md#kip-950-znodes): the one home of its config keys, its transition rules and its znode operations.
 
 The state lives in ``/brokers/topics/{t}/tieredstorage/{tiered_epoch,state}``; ``zk/codecs.py`` only turns
 those payloads into values and back.  Who uses what:

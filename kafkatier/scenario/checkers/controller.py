@@ -1,5 +1,5 @@
-"""Controller invariants (controller.md §3-4, zookeeper.md §8) over the observer's ``controller`` and
-``partition`` observations.
+"""Controller invariants (docs/controller.md#becoming-controller, docs/zookeeper.md#fenced-controller-writes) over
+the observer's ``controller`` and ``partition`` observations.
 
 - **controller-epoch-decreased**: ``/controller_epoch`` observed going down.
 - **two-controllers-one-epoch**: one epoch held by two different ``/controller`` registrations.

@@ -1,4 +1,4 @@
-"""KIP-107 (delete_records.md): once DeleteRecords acknowledged low watermark *L* for a partition, nothing
+"""KIP-107 (docs/kip-107-delete-records.md): once DeleteRecords acknowledged low watermark *L* for a partition, nothing
 below *L* is served again, across leader changes and restarts.
 
 - **served-below-low-watermark**: a poll in a read session that started (seek) after the acknowledgement

@@ -1,5 +1,5 @@
-"""KIP-113 (jbod.md): after heal, every replica lives in exactly one log dir of its broker, no move is left half
-done, and a replica that moved between dirs holds the same batches as the other replicas.
+"""KIP-113 (docs/kip-113-jbod.md): after heal, every replica lives in exactly one log dir of its broker, no move is
+left half done, and a replica that moved between dirs holds the same batches as the other replicas.
 
 It reads the ``final-log-dirs`` entry the runner records after heal (and after ``file.delete.delay.ms``) for a
 cluster with several log dirs per broker: per broker and dir, the partition directories there (``current``,

@@ -1,4 +1,4 @@
-"""Partition invariants over every observed partition ``state`` (controller.md §7, acceptance A6):
+"""Partition invariants over every observed partition ``state`` (docs/controller.md#state-machines):
 
 - **leader-not-in-isr**: a leader (not -1) outside the ISR;
 - **isr-not-in-replicas**: an ISR member that is not an assigned replica;

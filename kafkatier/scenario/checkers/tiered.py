@@ -1,5 +1,5 @@
-"""KIP-950 invariants (tiered_storage.md §4) over the observed ``tieredstorage`` znodes, the offsets sampled by
-clients and the remote tier after heal.
+"""KIP-950 invariants (docs/kip-950-tiered-storage.md#disablement-in-zookeeper-mode) over the observed
+``tieredstorage`` znodes, the offsets sampled by clients and the remote tier after heal.
 
 - **tiered-epoch-decreased**: ``tiered_epoch`` observed going down.
 - **invalid-tiered-transition**: a ``state`` write (znode version + 1, so no write was missed) other than
