@@ -167,3 +167,30 @@ def test_the_scan_catches_what_it_should(tmp_path):
     assert m and m.group(1) == "kip-113-jbod.md" and m.group(2) == "#start-up-recovery"
     assert DOCS_CITATION.search("see docs/zookeeper.md;").group(2) is None
     assert not DOCS_CITATION.search("mydocs/x.md")
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scenario_reference_is_generated_from_the_schema():
+    """docs/scenario-reference.md holds only the marker; the hook renders every key and every action of the schema
+    the loader validates against, so the reference cannot miss one."""
+    import json
+    hooks = _hooks()
+    page = (DOCS / "scenario-reference.md").read_text(encoding="utf-8")
+    assert hooks.SCENARIO_MARKER in page
+    schema = json.loads(hooks.SCENARIO_SCHEMA.read_text(encoding="utf-8"))
+    rendered = hooks.on_page_markdown(page, None, None, None)
+    assert hooks.SCENARIO_MARKER not in rendered
+    for key in schema["properties"]:
+        assert f"| `{key}`" in rendered, key
+    for action in schema["$defs"]["action"]["properties"]["action"]["enum"]:
+        assert f'`"{action}"`' in rendered, action
+    for key in schema["$defs"]["action"]["properties"]:
+        assert f"| `{key}`" in rendered, key
+    assert "### [cluster]" in rendered and "### [[schedule]]" in rendered and "### [schedule.when]" in rendered
+    assert "`^(controller|random" in rendered  # pipes inside code spans stay literal
