@@ -1,11 +1,11 @@
 """KIP-950 end to end: a delete disablement driven with the ``kafkatier configs`` command while brokers die.
 
-One 3-broker cluster, a tiered RF-3 topic.  A non-controller broker is killed (-9) before the disablement, so
-the topic stays DISABLING (scenario 17) while the live replicas finish: every further tiered-storage change is
-refused with TIERED_STORAGE_DISABLEMENT_IN_PROGRESS and changes nothing (scenario 16), two disablements sent at
-the same time to two brokers see exactly one win, and ``kafkatier tiered describe --data-dir`` names the
-pending replica.  Then the controller is killed (-9): the new one rebuilds the queue from ZooKeeper and sends
-StopReplica v5 again, which the surviving broker answers (scenario 18).  When the killed brokers return they
+One 3-broker cluster, a tiered RF-3 topic.  A non-controller broker is killed (-9) before the disablement, so the
+topic stays DISABLING (scenario 17 of docs/acceptance.md) while the live replicas finish: every further
+tiered-storage change is refused with TIERED_STORAGE_DISABLEMENT_IN_PROGRESS and changes nothing (scenario 16), two
+disablements sent at the same time to two brokers see exactly one win, and ``kafkatier tiered describe --data-dir``
+names the pending replica.  Then the controller is killed (-9): the new one rebuilds the queue from ZooKeeper and
+sends StopReplica v5 again, which the surviving broker answers (scenario 18).  When the killed brokers return they
 get StopReplica v5 and the topic becomes DISABLED.  Finally tiering is re-enabled with kafka-python's admin
 client and ``tiered describe`` shows the new tiered epoch's segments.
 """

@@ -2,7 +2,7 @@
 preferred election after a bounce through ``/admin/preferred_replica_election``, ElectLeaders, the
 ``kafkatier leader-election`` tool and auto rebalance; unclean election (ElectLeaders and the topic config);
 controlled shutdown on SIGTERM with a kafka-python producer and consumer; DeleteRecords pending in purgatory when
-leadership moves (acceptance scenario 30); the error paths of ControlledShutdown and ElectLeaders."""
+leadership moves (scenario 30 of docs/acceptance.md); the error paths of ControlledShutdown and ElectLeaders."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """``kafkatier reassign-partitions`` as a user runs it, against broker processes with data (issue 14 items 5-6):
---generate -> --execute --throttle -> --verify until done (throttles removed); --list and --cancel of a
-reassignment held back by a throttle; acceptance scenario 42 with a replica moving between log dirs during a
+--generate -> --execute --throttle -> --verify until done (throttles removed); --list and --cancel of a reassignment
+held back by a throttle; scenario 42 of docs/acceptance.md with a replica moving between log dirs during a
 reassignment."""
 from __future__ import annotations
 

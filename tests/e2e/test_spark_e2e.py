@@ -1,4 +1,5 @@
-"""The ``kafkatier`` PySpark data source against real broker processes (scenario 45 and issue 12).
+"""The ``kafkatier`` PySpark data source against real broker processes (scenario 45 of
+docs/acceptance.md and issue 12).
 
 One local SparkSession for the whole test session (``spark`` fixture), one tiered 3-broker cluster for the
 module, and a cluster of its own for the test that kills brokers.  What is checked: 100,000 rows written and

@@ -1,6 +1,6 @@
-"""Tiered storage through real Kafka clients and the ``kafkatier tiered`` command: offload and read back
-(scenario 10), a kafka-python consumer reading a whole log partly served from remote storage, ListOffsets by
-timestamp into the remote tier, tiering refused (scenario 11), and ``tiered describe``."""
+"""Tiered storage through real Kafka clients and the ``kafkatier tiered`` command: offload and read back (scenarios
+10 and 11 of docs/acceptance.md), a kafka-python consumer reading a whole log partly served from remote storage,
+ListOffsets by timestamp into the remote tier, tiering refused (scenario 11), and ``tiered describe``."""
 from __future__ import annotations
 
 import json

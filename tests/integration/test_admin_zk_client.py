@@ -52,7 +52,7 @@ def changes(zk):
 # ----------------------------------------------------------------------------------------------------- create
 
 def test_create_topic_writes_kafkas_layout(admin, zk):
-    """Acceptance scenario 7 (the admin half; partition states are the controller's)."""
+    """Acceptance scenario 7 (docs/acceptance.md; the admin half; partition states are the controller's)."""
     created = admin.create_topic("t", 2, 2, {"retention.ms": "1000"})
     js = json.loads(zk.get(paths.topic("t"))[0])
     assert js["version"] == 3
@@ -150,7 +150,7 @@ def test_leftover_config_of_a_deleted_topic_is_replaced(admin, zk):
 # ----------------------------------------------------------------------------------------------- config change
 
 def test_alter_config_writes_config_and_v2_notification(admin, zk):
-    """Acceptance scenario 8 (the ZooKeeper half)."""
+    """Acceptance scenario 8 (docs/acceptance.md; the ZooKeeper half)."""
     admin.create_topic("t", 1, 1)
     before = changes(zk)
     change = admin.alter_topic_config("t", {"retention.ms": "1000"})

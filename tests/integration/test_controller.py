@@ -174,7 +174,7 @@ def test_paused_controller_is_fenced_and_resigns(cluster_factory):
 
 
 def test_stale_epochs_are_rejected(cluster_factory):
-    """Acceptance A5: StopReplica with an old controller epoch, then an old broker epoch."""
+    """Acceptance A5 (docs/acceptance.md): StopReplica with an old controller epoch, then an old broker epoch."""
     c = cluster_factory(brokers=1)
     zk = c.zk
     KafkaZkClient(zk).create_topic("epochs", {0: [1]}, {})

@@ -1,5 +1,5 @@
-"""KIP-950 tiered storage disablement in ZooKeeper mode on a 3-broker cluster, scenario by scenario
-(acceptance scenarios B12–B15, B19, B21): refused disablements, read-only disablement and resumed uploads,
+"""KIP-950 tiered storage disablement in ZooKeeper mode on a 3-broker cluster, scenario by scenario (acceptance
+scenarios B12–B15, B19, B21 of docs/acceptance.md): refused disablements, read-only disablement and resumed uploads,
 delete disablement and re-enable, retention while read-only.  Also the fence a copy must pass to become
 COPY_SEGMENT_FINISHED (the topic's tiered epoch unchanged and its state ENABLED).
 

@@ -1,8 +1,8 @@
 """KIP-950 disablement when storage work is slow, on 3-broker clusters whose storage manager pauses in every
 copy or every delete (``rsm.config.copy.delay.ms`` / ``rsm.config.delete.delay.ms``):
 
-* scenario 20: a copy in flight when a delete disablement starts never reaches COPY_SEGMENT_FINISHED, its files
-  are removed and the remote tier ends empty;
+* scenario 20 (docs/acceptance.md): a copy in flight when a delete disablement starts never reaches
+  COPY_SEGMENT_FINISHED, its files are removed and the remote tier ends empty;
 * scenario 19 with deletion still running: tiering is re-enabled while the old segments are still being deleted;
   new segments (same tiered epoch as the disablement) are copied from the local log start offset, the old ones
   are never served and end up deleted — no mix-up, offsets continuous.

@@ -1,10 +1,10 @@
 """Tiered storage (KIP-405 baseline with the KIP-950 tiered epoch) against a real ZooKeeper and broker processes.
 
 The ZooKeeper metadata store (compare-and-set transitions, fencing, schemas), the admin hooks that create the
-``tieredstorage`` znodes, and on clusters: leader failover in the middle of a copy (no segment lost or
-duplicated, the new leader resumes, the old leader rebuilds as a follower), retention by size and by time,
-tiering switched on for an existing topic, deletion of a tiered topic by the partition leaders (scenario 22)
-and a broker refusing to start with the cluster flag off (scenario 23).
+``tieredstorage`` znodes, and on clusters: leader failover in the middle of a copy (no segment lost or duplicated,
+the new leader resumes, the old leader rebuilds as a follower), retention by size and by time, tiering switched on
+for an existing topic, deletion of a tiered topic by the partition leaders (scenario 22 of docs/acceptance.md) and a
+broker refusing to start with the cluster flag off (scenario 23).
 """
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def test_truncation_of_current_log_truncates_future_log(dirs):
 
 
 def test_delete_records_during_move_is_carried(dirs):
-    """Scenario 43 at the log level, with a log start offset inside a batch (KAFKA-6975)."""
+    """Scenario 43 of docs/acceptance.md at the log level, with a log start offset inside a batch (KAFKA-6975)."""
     m = LogManager(dirs)
     m.startup()
     part = leader_partition(m)
