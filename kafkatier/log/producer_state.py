@@ -6,7 +6,7 @@ and last offset), taken from batch headers only.  A retried batch whose producer
 one of those is a duplicate: the broker answers with the offsets it was first written at and appends nothing
 (Kafka's behaviour, so a producer retry after a lost acknowledgement does not write a record twice).  The
 state is rebuilt from the batch headers in the log when a replica is opened and after a truncation; there are
-no ``.snapshot`` files.  Out-of-order sequences are not rejected (see README).
+no ``.snapshot`` files.  Out-of-order sequences are not rejected (see docs/differences.md).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ allowed, as Kafka without an authorizer).  The principal is the connection's (SA
 started) denies: authorization fails closed.
 
 :data:`API_ACL_TABLE` is Kafka's resource/operation table for the APIs this broker serves (KafkaApis in Kafka
-3.6, ZooKeeper mode); the handlers implement it, and the README and tests read it.  Kafka's semantics that live in
+3.6, ZooKeeper mode); the handlers implement it, and docs/security.md and tests read it.  Kafka's semantics that live in
 the handlers rather than here: Metadata hides topics the principal may not DESCRIBE when all topics are asked
 for (named ones answer TOPIC_AUTHORIZATION_FAILED), and auto-creates only with CREATE on the cluster or the
 topic; Fetch from a replica (``replica_id >= 0``) needs CLUSTER_ACTION on the cluster, else every partition

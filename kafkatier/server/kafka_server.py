@@ -476,7 +476,7 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     """Run a broker in the foreground until SIGTERM/SIGINT."""
     # I/O threads (kazoo's ZooKeeper connection above all) take the GIL once per message and, behind CPU-bound
     # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
-    # znodes in a busy broker spent most of its time there (README "Scale").
+    # znodes in a busy broker spent most of its time there (docs/architecture.md#at-scale-20000-partitions).
     sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
     server = KafkaServer(config)
     stop = threading.Event()

@@ -1,7 +1,7 @@
 """Control requests and responses of any size: a body too large for one znode is compressed and split into
 part znodes that the request (or response) znode refers to.
 
-Layout (per broker; see README "Control channel over ZooKeeper")::
+Layout (per broker; see docs/architecture.md#control-channel-over-zookeeper)::
 
     /kafkatier/control/<brokerId>/parts/<token>-NNNNN        control_part.json, NNNNN = 0 .. count-1
     /kafkatier/control/<brokerId>/requests/request_N         control_request.json with "body_parts" instead of "body"

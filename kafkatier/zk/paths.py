@@ -31,7 +31,7 @@ PERSISTENT_PATHS = (
     ISR_CHANGE_NOTIFICATION, LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENT_NOTIFICATION,
 ) + tuple(f"{CONFIG}/{t}" for t in CONFIG_TYPES)
 
-# Project: controller -> broker request queues (see README "Control channel").
+# Project: controller -> broker request queues (see docs/architecture.md#control-channel-over-zookeeper).
 CONTROL_ROOT = "/kafkatier/control"
 REQUEST_PREFIX = "request_"
 

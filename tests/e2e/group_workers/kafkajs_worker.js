@@ -1,4 +1,4 @@
-// KafkaJS group consumer (see README.md).  NODE_PATH points at the project-local node_modules.
+// KafkaJS group consumer (see docs/consumer-groups.md).  NODE_PATH points at the project-local node_modules.
 const { Kafka, logLevel } = require('kafkajs')
 const [bootstrap, group, topic, clientId, sessionMs] = process.argv.slice(2)
 const kafka = new Kafka({ clientId, brokers: bootstrap.split(','), logLevel: logLevel.NOTHING })
