@@ -7,7 +7,8 @@
 - Every ``docs/<page>.md`` (and ``#anchor``) that code, tests, scenarios, benchmarks or the README cite exists.
 - Nothing cites a design note that is not in the repository: no ``shared/spec`` path, no bare name of one of the
   outside notes (``jbod.md``, ``tiered_storage.md``, ...) unless ``docs/`` has a page of that name, and in code no
-  such name at all without its ``docs/`` prefix, nor a ``§`` section number of some outside document.
+  such name at all without its ``docs/`` prefix, nor a ``§`` section number of some outside document, nor a
+  README section (the README is the front door; reference material is in ``docs/``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ OUTSIDE_NOTES = ("jbod", "tiered_storage", "controller", "zookeeper", "delete_re
                  "faults", "transactions", "errors", "acceptance_scenarios")
 BARE_NOTE = re.compile(r"(?<![\w/.-])(" + "|".join(OUTSIDE_NOTES) + r")\.md\b")
 SPEC_PATH = re.compile("shared" + r"/spec\b")
+README_SECTION = re.compile(r"\bREADME\s*(\"|section|'s\s+\")")
 DOCS_CITATION = re.compile(r"(?<![\w/.-])docs/([\w./-]+?\.md)(#[\w-]+)?(?![\w/-])")
 SKIP_DIRS = {".git", ".venv", "site", "node_modules", ".node", "runs", "__pycache__", ".pytest_cache", ".tox",
              "build", "dist"}
@@ -142,6 +144,9 @@ def test_nothing_cites_design_notes_outside_the_repository():
             for m in BARE_NOTE.finditer(line):
                 if is_code(f) or not (DOCS / m.group(0)).is_file():
                     bad.append(f"{rel}:{lineno}: cites {m.group(0)}, not a docs/ page: {line.strip()}")
+            if is_code(f) and README_SECTION.search(line):
+                bad.append(f"{rel}:{lineno}: cites a README section (the README is a front door); cite a docs/ page: "
+                           f"{line.strip()}")
             if is_code(f) and "\u00a7" in line:
                 bad.append(f"{rel}:{lineno}: cites a section number (\u00a7) of a document; cite a docs/ anchor: "
                            f"{line.strip()}")
@@ -163,6 +168,8 @@ def test_the_scan_catches_what_it_should(tmp_path):
     assert not BARE_NOTE.search("self.md.segment_id")
     assert not BARE_NOTE.search("my_jbod.md")
     assert SPEC_PATH.search("/work/" + "shared/spec/jbod.md")
+    assert README_SECTION.search('see README "Control channel"') and README_SECTION.search("the README section")
+    assert not README_SECTION.search("benchmarks/README.md describes them")
     m = DOCS_CITATION.search("(docs/kip-113-jbod.md#start-up-recovery).")
     assert m and m.group(1) == "kip-113-jbod.md" and m.group(2) == "#start-up-recovery"
     assert DOCS_CITATION.search("see docs/zookeeper.md;").group(2) is None
