@@ -47,13 +47,13 @@ def register(subparsers) -> None:
                     "whether they are future (moving) replicas (KIP-113).")
     common.add_connection_options(p)
     p.add_argument("--describe", action="store_true", required=True, help="describe the log dirs (required)")
-    p.add_argument("--broker", type=int, help="the broker to describe (seed format: exactly one broker)")
+    p.add_argument("--broker", type=int, help="the broker to describe (kip113 format: exactly one broker)")
     p.add_argument("--broker-list", metavar="ID[,ID...]", help="brokers to describe (default: all)")
-    p.add_argument("--log-dirs", metavar="DIR[,DIR...]", help="only these log dirs (seed)")
+    p.add_argument("--log-dirs", metavar="DIR[,DIR...]", help="only these log dirs (kip113 format)")
     p.add_argument("--topics", "--topic-list", dest="topics", metavar="TOPIC[,TOPIC...]",
                    help="only these topics (default: all)")
-    p.add_argument("--format", choices=("seed", "kafka"), default="seed",
-                   help="seed: the KIP-113 JSON for one broker (default); kafka: kafka-log-dirs' output")
+    p.add_argument("--format", choices=("kip113", "kafka"), default="kip113",
+                   help="kip113: the KIP-113 JSON for one broker (default); kafka: kafka-log-dirs' output")
     p.set_defaults(func=run)
 
 
@@ -71,8 +71,8 @@ def _broker_ids(text: str | None, one: int | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     wanted = _broker_ids(args.broker_list, args.broker)
-    if args.format == "seed" and (wanted is None or len(wanted) != 1):
-        raise UsageError("the seed format describes one broker: give --broker ID (or --format kafka)")
+    if args.format == "kip113" and (wanted is None or len(wanted) != 1):
+        raise UsageError("the kip113 format describes one broker: give --broker ID (or --format kafka)")
     topics = set(common.split_list(args.topics)) or None
     log_dirs = set(common.split_list(args.log_dirs)) or None
     try:
@@ -88,14 +88,14 @@ def run(args: argparse.Namespace) -> int:
             if args.format == "kafka":
                 print("Querying brokers for log directories information")
             described = admin.describe_log_dirs(topic_partitions=None, brokers=brokers)
-            hosted = _hosted_partitions(admin, brokers[0], topics) if args.format == "seed" else set()
+            hosted = _hosted_partitions(admin, brokers[0], topics) if args.format == "kip113" else set()
     except (AdminError, NoReachableBrokerError) as e:
         return common.print_error("log-dirs", e)
     if args.format == "kafka":
         print(f"Received log directory information from brokers {','.join(map(str, brokers))}")
         print(json.dumps(kafka_format(described, topics), separators=(",", ":")))
     else:
-        print(json.dumps(seed_format(described[0]["log_dirs"] if described else [], topics, log_dirs, hosted),
+        print(json.dumps(kip113_format(described[0]["log_dirs"] if described else [], topics, log_dirs, hosted),
                          separators=(",", ":")))
     return 0
 
@@ -117,7 +117,7 @@ def _partitions(entry: dict[str, Any], topics: set[str] | None):
             yield t["name"], p
 
 
-def seed_format(dirs: list[dict[str, Any]], topics: set[str] | None, log_dirs: set[str] | None,
+def kip113_format(dirs: list[dict[str, Any]], topics: set[str] | None, log_dirs: set[str] | None,
                 hosted: set[tuple[str, int]]) -> dict[str, Any]:
     out = []
     found: set[tuple[str, int]] = set()

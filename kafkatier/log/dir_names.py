@@ -17,8 +17,8 @@ from kafkatier.log.errors import InvalidTopicError
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
-SEED_DELETE_SUFFIX = ".delete"
-SEED_MOVE_SUFFIX = ".move"
+KIP113_DELETE_SUFFIX = ".delete"
+KIP113_MOVE_SUFFIX = ".move"
 REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
 
 # Kafka: ".<32 hex chars>-delete" / "-future".
@@ -55,12 +55,12 @@ def _capped_name(topic: str, partition: int, suffix: str) -> str:
 
 def move_dir_name(topic: str, partition: int) -> str:
     """KIP-113's name for a JBOD move destination (what kafkatier writes): ``<tp>.move``."""
-    return f"{topic}-{partition}{SEED_MOVE_SUFFIX}"
+    return f"{topic}-{partition}{KIP113_MOVE_SUFFIX}"
 
 
-def seed_delete_dir_name(topic: str, partition: int) -> str:
+def kip113_delete_dir_name(topic: str, partition: int) -> str:
     """KIP-113's name for a moved-away source pending deletion: ``<tp>.delete``."""
-    return f"{topic}-{partition}{SEED_DELETE_SUFFIX}"
+    return f"{topic}-{partition}{KIP113_DELETE_SUFFIX}"
 
 
 def delete_dir_name(topic: str, partition: int) -> str:
@@ -88,10 +88,10 @@ def parse_partition_dir(path: str) -> PartitionDirName:
     if m:
         kind = m.group(2)
         base = name[: m.start()]
-    elif name.endswith(SEED_DELETE_SUFFIX):
-        kind, base = "delete", name[: -len(SEED_DELETE_SUFFIX)]
-    elif name.endswith(SEED_MOVE_SUFFIX):
-        kind, base = "future", name[: -len(SEED_MOVE_SUFFIX)]
+    elif name.endswith(KIP113_DELETE_SUFFIX):
+        kind, base = "delete", name[: -len(KIP113_DELETE_SUFFIX)]
+    elif name.endswith(KIP113_MOVE_SUFFIX):
+        kind, base = "future", name[: -len(KIP113_MOVE_SUFFIX)]
     idx = base.rfind("-")
     if idx <= 0 or idx == len(base) - 1:
         raise MalformedDirNameError(malformed_message(path, name))

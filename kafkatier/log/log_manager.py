@@ -53,7 +53,7 @@ from kafkatier.log.dir_names import (
     move_dir_name,
     parse_partition_dir,
     partition_dir_name,
-    seed_delete_dir_name,
+    kip113_delete_dir_name,
     validate_topic_name,
 )
 from kafkatier.log.errors import KafkaError, KafkaStorageError, LogDirectoryError
@@ -652,7 +652,7 @@ class LogManager:
         """Rename to KIP-113's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the
         first deletion ran, or a re-created topic) is first renamed to Kafka's unique ``.<uuid>-delete`` name and
         removed in the background (renames only here: the caller may hold the partition lock)."""
-        target = os.path.join(lg.parent_dir, seed_delete_dir_name(lg.topic, lg.partition))
+        target = os.path.join(lg.parent_dir, kip113_delete_dir_name(lg.topic, lg.partition))
         if os.path.exists(target):
             aside = os.path.join(lg.parent_dir, delete_dir_name(lg.topic, lg.partition))
             os.rename(target, aside)

@@ -128,7 +128,7 @@ def test_throttle_precedence_and_validation():
     """KIP-113's throttle: this broker's layer over the cluster default over the static properties; within one
     layer KIP-113's name over Kafka's."""
     from kafkatier.server.dynamic_broker_config import ALTER_LOG_DIRS_THROTTLE_NAMES, DynamicBrokerConfig
-    seed, alias = ALTER_LOG_DIRS_THROTTLE_NAMES
+    kip113_name, alias = ALTER_LOG_DIRS_THROTTLE_NAMES
 
     class Store:
         def get_entity_config_and_version(self, entity_type, name):
@@ -141,11 +141,11 @@ def test_throttle_precedence_and_validation():
         return d.synonym_value(ALTER_LOG_DIRS_THROTTLE_NAMES)
     assert rate({}, {}, {}) is None  # the default: unthrottled
     assert rate({alias: "10"}, {}, {}) == "10"
-    assert rate({alias: "10"}, {seed: "20"}, {}) == "20"
-    assert rate({}, {seed: "20"}, {alias: "30"}) == "30"
-    assert rate({}, {}, {alias: "30", seed: "40"}) == "40"  # seed name wins
+    assert rate({alias: "10"}, {kip113_name: "20"}, {}) == "20"
+    assert rate({}, {kip113_name: "20"}, {alias: "30"}) == "30"
+    assert rate({}, {}, {alias: "30", kip113_name: "40"}) == "40"  # the KIP-113 name wins
     d = DynamicBrokerConfig(1, {}, Store())
-    for bad in ({seed: "-1"}, {seed: "abc"}, {"log.dirs": "/x"}):
+    for bad in ({kip113_name: "-1"}, {kip113_name: "abc"}, {"log.dirs": "/x"}):
         with pytest.raises(KafkaError) as e:
             d.alter("1", bad, [], replace=False, validate_only=True)
         assert e.value.error == Errors.INVALID_REQUEST  # Kafka's ZkAdminManager: "Invalid config value for resource"
