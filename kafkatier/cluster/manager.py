@@ -17,8 +17,8 @@ its killed predecessor left until that session expires (the broker waits for it,
 ``kafkatier/zk/broker_registration.py``) -- and answers ApiVersions on its port.  Nobody picks a port for a
 broker to bind later (another process could take it in between): a new broker listens on any free port, a
 restarted one on its previous port unless it is taken, and each writes the port it got to
-``<data-dir>/status/broker-<id>.port`` (with its pid), from which ``cluster.json`` learns it.  A process that exits before
-that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
+``<data-dir>/status/broker-<id>.port`` (with its pid), from which ``cluster.json`` learns it.  A process that exits
+before that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
 brokers of one cluster at once: ``cluster.json`` is read, updated and written under ``cluster.json.lock``.
 """
 from __future__ import annotations

@@ -65,7 +65,8 @@ def test_every_port_handed_out_is_taken_and_the_cluster_still_starts(tmp_path, m
                 assert all(ports.values()) and state["bootstrap_servers"] == ",".join(
                     f"127.0.0.1:{ports[i]}" for i in (1, 2))
                 assert {i: registered_port(zk, i) for i in (1, 2)} == ports      # what the brokers really bound
-                assert json.load(open(tmp_path / "c" / "cluster.json"))["bootstrap_servers"] == state["bootstrap_servers"]
+                on_disk = json.load(open(tmp_path / "c" / "cluster.json"))
+                assert on_disk["bootstrap_servers"] == state["bootstrap_servers"]
                 KafkaZkClient(zk).create_topic("ports", {0: [1, 2]}, {})
 
                 # A restarted broker keeps its port when it is free ...
