@@ -25,6 +25,10 @@ def register(sub) -> None:
     s.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="Kafka broker property, e.g. delete.topic.enable=false (repeatable; wins over --config)")
     s.add_argument("--status-file", default=None, help="write a JSON metrics snapshot here every 5 s")
+    s.add_argument("--any-port-if-taken", action="store_true",
+                   help="--port is a preference: if another process holds it, listen on any free port")
+    s.add_argument("--port-file", default=None, metavar="FILE",
+                   help='once started, write {"port": N, "pid": PID} here (the port it listens on)')
     s.set_defaults(func=_start)
 
 
@@ -68,6 +72,7 @@ def build_config(args):
 
     return BrokerConfig(
         broker_id=args.id, zookeeper_connect=args.zookeeper, log_dirs=args.log_dirs, port=args.port,
+        any_port_if_taken=args.any_port_if_taken,
         remote_storage_dir=args.remote_storage_dir, rack=args.rack,
         zookeeper_session_timeout_ms=num("zookeeper.session.timeout.ms", args.session_timeout_ms),
         delete_topic_enable=flag("delete.topic.enable", True),
@@ -94,7 +99,7 @@ def _start(args) -> int:
     # Missing log dirs are created by the log manager; one that is not a usable directory is taken offline
     # there (KIP-112), so nothing is created or checked here.
     try:
-        return run_broker(config, status_file=args.status_file)
+        return run_broker(config, status_file=args.status_file, port_file=args.port_file)
     except BrokerIdConflictError as e:
         logsetup.get_logger("server").error("start-up failed: %s", e)
         return 1

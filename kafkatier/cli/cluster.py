@@ -125,7 +125,8 @@ def _start_broker(args) -> int:
     except (BrokerStartError, WaitTimeout) as e:
         print(f"kafkatier cluster start-broker: {e}", file=sys.stderr)
         return 1
-    print(f"broker {args.id} started (pid {pid}): registered and serving after {time.monotonic() - t0:.1f}s")
+    print(f"broker {args.id} started (pid {pid}): registered and serving after {time.monotonic() - t0:.1f}s "
+          f"on port {m.broker(args.id)['port']}")
     return 0
 
 

@@ -14,8 +14,11 @@ to ``<data-dir>/logs/broker-<id>.log`` and a metrics snapshot to ``<data-dir>/st
 
 A started broker counts as up once it is registered in ZooKeeper -- with a new ``/brokers/ids/<id>``, not the one
 its killed predecessor left until that session expires (the broker waits for it, see
-``kafkatier/zk/broker_registration.py``) -- and answers ApiVersions on its port.  A process that exits before
-that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
+``kafkatier/zk/broker_registration.py``) -- and answers ApiVersions on its port.  Nobody picks a port for a
+broker to bind later (another process could take it in between): a new broker listens on any free port, a
+restarted one on its previous port unless it is taken, and each writes the port it got to
+``<data-dir>/status/broker-<id>.port`` (with its pid), from which ``cluster.json`` learns it.  A process that exits
+before that is reported with the last error line of its log (:class:`BrokerStartError`).  Several commands may start
 brokers of one cluster at once: ``cluster.json`` is read, updated and written under ``cluster.json.lock``.
 """
 from __future__ import annotations
@@ -26,7 +29,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -69,12 +71,6 @@ def last_error_line(log_text: str) -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pid_alive(pid: int | None) -> bool:
     return bool(pid) and _pid_alive(pid)
 
@@ -99,6 +95,7 @@ class ClusterManager:
         self._procs: dict[int, subprocess.Popen] = {}
         self._previous_registration: dict[int, int | None] = {}  # broker id -> czxid before we started it
         self._log_start: dict[int, int] = {}  # broker id -> size of its log when we started it
+        self._awaiting_port: dict[int, int] = {}  # broker id -> pid started here that has not published its port
 
     @property
     def cluster_file(self) -> str:
@@ -155,8 +152,8 @@ class ClusterManager:
         for i in range(brokers):
             bid = first_broker_id + i
             dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}") for j in range(log_dirs_per_broker)]
-            port = free_port()
-            args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs), "--port", str(port),
+            port = 0  # the broker binds any free port and publishes it (``_learn_ports``)
+            args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs),
                     "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
                     "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
             properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
@@ -165,7 +162,7 @@ class ClusterManager:
             specs.append(BrokerSpec(bid, port, dirs, None, args))
         self.state = {
             "zookeeper": zookeeper,
-            "bootstrap_servers": ",".join(f"127.0.0.1:{s.port}" for s in specs),
+            "bootstrap_servers": "",   # once the brokers published their ports
             "brokers": [attrs.asdict(s) for s in specs],
             "zookeeper_pid": zk_pid,
             "remote_storage_dir": remote,
@@ -197,14 +194,17 @@ class ClusterManager:
                 if not os.path.lexists(d):  # a dir failed on purpose (a file in its place) stays failed
                     os.makedirs(d)
             self._previous_registration[broker_id] = self._registration_czxid(broker_id)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._port_path(broker_id))   # the previous incarnation's
             logf = open(self._log_path(broker_id), "ab")
             self._log_start[broker_id] = logf.tell()
             env = dict(os.environ, KAFKATIER_PROCESS=f"broker-{broker_id}", PYTHONUNBUFFERED="1", **(extra_env or {}))
-            proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *b["args"]],
+            proc = subprocess.Popen([sys.executable, "-m", "kafkatier", "broker", "start", *self._start_args(b)],
                                     stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
             logf.close()
             self._procs[broker_id] = proc
+            self._awaiting_port[broker_id] = proc.pid
             b["pid"] = proc.pid
             self.save()
         log.info("broker started %s", kv(id=broker_id, pid=proc.pid, port=b["port"]))
@@ -212,6 +212,60 @@ class ClusterManager:
             self.wait_for_brokers([broker_id], timeout=timeout)
             self.wait_for_metadata(broker_id, timeout=timeout)
         return proc.pid
+
+    def _start_args(self, b: dict) -> list[str]:
+        """The broker's command line: its settings, and the port to listen on -- any free one the first time, then
+        the one it had (users reconnect to it) unless another process took it meanwhile.  Nothing picks a port
+        for a broker to bind later: another process could take it in between."""
+        args, kept = list(b["args"]), []
+        while args:
+            a = args.pop(0)
+            if a in ("--port", "--port-file") and args:    # a cluster.json written before ports were published
+                args.pop(0)
+            elif a != "--any-port-if-taken":
+                kept.append(a)
+        port = int(b.get("port") or 0)
+        return [*kept, "--port", str(port), *(["--any-port-if-taken"] if port else []),
+                "--port-file", self._port_path(b["id"])]
+
+    def _port_path(self, broker_id: int) -> str:
+        return os.path.join(self.data_dir, "status", f"broker-{broker_id}.port")
+
+    def _learn_ports(self) -> None:
+        """Record in ``cluster.json`` the port each broker started here published (its port file, written by that
+        very process once it listens)."""
+        learned = {}
+        for i, pid in list(self._awaiting_port.items()):
+            try:
+                with open(self._port_path(i)) as f:
+                    published = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(published, dict) and published.get("pid") == pid and isinstance(published.get("port"), int):
+                learned[i] = published["port"]
+        if not learned:
+            return
+        with self._state_lock():
+            if os.path.exists(self.cluster_file):
+                self.load()
+            for i, port in learned.items():
+                b = self.broker(i)
+                if b["port"] and b["port"] != port:
+                    log.warning("broker restarted on another port (its previous one was taken) %s",
+                                kv(id=i, port=port, previous=b["port"]))
+                b["port"] = port
+                del self._awaiting_port[i]
+            self.state["bootstrap_servers"] = ",".join(
+                f"127.0.0.1:{b['port']}" for b in self.state["brokers"] if b.get("port"))
+            self.save()
+
+    def wait_for_ports(self, ids, timeout: float = 60.0) -> None:
+        """Until each broker started here has published the port it listens on (``cluster.json`` updated)."""
+        def known() -> bool:
+            self._check_processes(ids)
+            self._learn_ports()
+            return not set(self._awaiting_port) & {int(i) for i in ids}
+        wait_for(known, timeout, interval=0.05, message=f"brokers {sorted(ids)} to publish their ports")
 
     @contextlib.contextmanager
     def _state_lock(self):
@@ -247,7 +301,10 @@ class ClusterManager:
         try:
             def ready():
                 self._check_processes(ids)
+                self._learn_ports()
                 for i in sorted(pending):
+                    if i in self._awaiting_port:
+                        continue
                     stat = zk.exists(f"/brokers/ids/{i}")
                     if stat is None or stat.czxid == self._previous_registration.get(i):
                         continue

@@ -167,6 +167,7 @@ class Faults:
             czxid = self._registration(broker_id)
             return czxid is not None and czxid != old_czxid
         wait_for(serving, timeout, interval=0.1, message=f"broker {broker_id} to register again")
+        self.manager.wait_for_ports([broker_id], timeout)  # its previous port, or another if that was taken
 
     def restart(self, broker_id: int, sig: str = "KILL", down_s: float = 0.0) -> None:
         self.kill(broker_id, sig)

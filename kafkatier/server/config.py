@@ -16,6 +16,7 @@ class BrokerConfig:
     zookeeper_connect: str
     log_dirs: tuple[str, ...] = attrs.field(converter=_split)
     port: int = 0
+    any_port_if_taken: bool = False   # ``port`` is a preference: taken by another process, listen on any free one
     host: str = "127.0.0.1"
     remote_storage_dir: str | None = None
     rack: str | None = None

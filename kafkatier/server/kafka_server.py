@@ -13,6 +13,7 @@ new session is established the broker re-registers (new, larger broker epoch) an
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -195,9 +196,9 @@ class KafkaServer:
             unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
             max_connections=int(o["max.connections"]) if "max.connections" in o else None,
             max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
-            on_fatal=self._on_network_failure)
+            on_fatal=self._on_network_failure, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
-        if c.port == 0:
+        if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
         self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
@@ -472,8 +473,9 @@ class KafkaServer:
 BROKER_SWITCH_INTERVAL_S = 0.001
 
 
-def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
-    """Run a broker in the foreground until SIGTERM/SIGINT."""
+def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: str | None = None) -> int:
+    """Run a broker in the foreground until SIGTERM/SIGINT.  ``port_file``: once started, the port it listens on
+    is written there (``{"port": N, "pid": PID}``, atomically), for whoever asked for any free port."""
     # I/O threads (kazoo's ZooKeeper connection above all) take the GIL once per message and, behind CPU-bound
     # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
     # znodes in a busy broker spent most of its time there (docs/architecture.md#at-scale-20000-partitions).
@@ -489,6 +491,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
     server.startup()
+    if port_file:
+        write_port_file(port_file, server.config.port)
     apply_test_memory_limit(config.overrides)
     interval = STATUS_INTERVAL_S
     if status_file:
@@ -504,6 +508,11 @@ def run_broker(config: BrokerConfig, status_file: str | None = None) -> int:
         server.controlled_shutdown()
     server.shutdown()
     return 0 if stop.is_set() else 1  # 1: the broker shut itself down (a failed network thread)
+
+
+def write_port_file(path: str, port: int) -> None:
+    """The port this process listens on, with its pid (a reader tells it from a previous incarnation's)."""
+    atomic_write(path, json.dumps({"port": port, "pid": os.getpid()}).encode())
 
 
 def apply_test_memory_limit(overrides) -> None:

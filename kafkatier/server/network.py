@@ -48,6 +48,7 @@ closed as soon as it is accepted, with a log line (Kafka stops accepting while a
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import queue
 import selectors
@@ -204,11 +205,15 @@ class SocketServer:
                  unauthenticated_max_request_bytes: int | None = None,
                  max_connections: int | None = None,
                  max_connections_per_ip: int | None = None,
-                 on_fatal: Callable[[BaseException], None] | None = None):
+                 on_fatal: Callable[[BaseException], None] | None = None,
+                 any_port_if_taken: bool = False):
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
         self._host, self._requested_port = host, port
+        #: ``port`` is a preference: when another process holds it, bind any free port (a restarted broker keeps
+        #: its port when it can; whoever started it reads the port it got, see ``cluster/manager.py``).
+        self._any_port_if_taken = any_port_if_taken
         self._handler = handler
         self._supported_override = supported
         self._num_threads = num_handler_threads
@@ -250,15 +255,13 @@ class SocketServer:
         if self._listener is not None:
             raise RuntimeError("SocketServer already started")
         self.refresh_api_versions()
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((self._host, self._requested_port))
-            listener.listen(128)
-            listener.setblocking(False)
-        except OSError:
-            listener.close()
-            raise
+            listener = self._bind(self._requested_port)
+        except OSError as e:
+            if not (self._any_port_if_taken and self._requested_port and e.errno == errno.EADDRINUSE):
+                raise
+            log.warning("port taken, listening on any free port %s", kv(host=self._host, port=self._requested_port))
+            listener = self._bind(0)
         self._listener = listener
         self._port = listener.getsockname()[1]
         self._selector = selectors.DefaultSelector()
@@ -274,6 +277,18 @@ class SocketServer:
         log.info("listening %s", kv(host=self._host, port=self.port, listener=self._listener_name,
                                     apis=len(self._table.supported)))
         return self
+
+    def _bind(self, port: int) -> socket.socket:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self._host, port))
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        return listener
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection and stop the threads.  Idempotent."""

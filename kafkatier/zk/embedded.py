@@ -229,15 +229,33 @@ def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         return False
 
 
+def serves_data_dir(host: str, port: int, data_dir: Path, timeout: float = 1.0) -> bool:
+    """Whether the server on ``host:port`` is the one keeping its data in ``data_dir`` (its ``conf`` answer):
+    another server that took a port we were given answers ``srvr`` just as well."""
+    try:
+        conf = four_letter_word(host, port, "conf", timeout)
+    except OSError:
+        return False
+    for line in conf.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "dataDir":
+            return value == str(data_dir) or value.startswith(str(data_dir) + os.sep)
+    return False
+
+
 def wait_until_serving(connect_string: str, timeout: float = 60.0,
-                       alive: Callable[[], bool] | None = None) -> None:
+                       alive: Callable[[], bool] | None = None, data_dir: Path | None = None) -> None:
     """Block until ZooKeeper at ``connect_string`` serves; TimeoutError after ``timeout`` seconds.
 
     ``alive`` (optional) is checked between polls; when it turns false the wait ends with ZooKeeperStartError.
+    ``data_dir`` (optional): only the server keeping its data there counts (a single server).
     """
     def ready() -> bool:
         if alive is not None and not alive():
             raise ZooKeeperStartError("the ZooKeeper process exited before serving")
+        if data_dir is not None:
+            (host, port), = parse_connect_string(connect_string)
+            return is_serving(connect_string) and serves_data_dir(host, port, data_dir)
         return is_serving(connect_string)
 
     if not poll_until(ready, timeout):
@@ -534,7 +552,8 @@ class EmbeddedZooKeeper:
                                           cwd=self.data_dir, start_new_session=True)
         atomic_write_text(self.pid_path, f"{self._proc.pid}\n")
         try:
-            wait_until_serving(self.connect_string, wait_timeout, alive=self.is_running)
+            wait_until_serving(self.connect_string, wait_timeout, alive=self.is_running,
+                               data_dir=self.data_dir / "data")
         except (ZooKeeperStartError, TimeoutError) as e:
             self._abort_start()
             tail = self._output_tail()

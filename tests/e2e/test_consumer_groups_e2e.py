@@ -139,15 +139,26 @@ def committed(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in res.topic_partitions}
 
 
-def wait_stable(admin: AdminClient, group: str, members: int, timeout: float = 60.0):
+def wait_stable(admin: AdminClient, group: str, members: int, timeout: float = 60.0, workers=()):
+    """Until the group is Stable with ``members`` members, each owning partitions.  On a timeout the error says
+    what the group last looked like and how the workers are (alive, their last stderr lines)."""
+    last = []
+
     def ok():
         d = describe(admin, group)
+        last[:] = [str(d.state).split(".")[-1],
+                   [(m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in d.members]]
         if str(d.state).split(".")[-1] != "STABLE" or len(d.members) != members:
             return None
         if not all(m.assignment.topic_partitions for m in d.members):
             return None
         return d
-    return wait_for(ok, timeout, interval=0.2, ignore=(Exception,), message=f"{group} stable with {members} members")
+    try:
+        return wait_for(ok, timeout, interval=0.2, ignore=(Exception,),
+                        message=f"{group} stable with {members} members")
+    except TimeoutError as e:
+        status = [(w.client_id, w.proc.poll(), w.stderr[-3:]) for w in workers]
+        raise AssertionError(f"{e}; last described: {last}; workers (id, exit code, stderr): {status}") from None
 
 
 def wait_consumed(workers, rounds: int, timeout: float) -> None:
@@ -183,7 +194,7 @@ def test_three_consumers_share_partitions_and_survivors_resume_at_committed_offs
     admin = AdminClient({"bootstrap.servers": bs})
     workers = [Worker(client, bs, group, topic, f"{client}-{i}") for i in range(3)]
     try:
-        desc = wait_stable(admin, group, 3)
+        desc = wait_stable(admin, group, 3, workers=workers)
         produce(bs, topic, 0)
         wait_consumed(workers, 1, 60)
         wait_committed(admin, group, topic, 1)
@@ -204,7 +215,7 @@ def test_three_consumers_share_partitions_and_survivors_resume_at_committed_offs
         takeover = min(t for w in survivors for (t, p, o) in w.records if p in victim_parts and o >= PER_PARTITION)
         assert takeover - killed_at <= TAKEOVER_BOUND_S, f"takeover took {takeover - killed_at:.1f}s"
         wait_committed(admin, group, topic, 2)
-        d = wait_stable(admin, group, 2)
+        d = wait_stable(admin, group, 2, workers=survivors)
         assert victim.client_id not in {m.client_id for m in d.members}
     finally:
         for w in workers:
@@ -221,7 +232,7 @@ def test_coordinator_failover_keeps_every_committed_offset(cluster_factory):
     admin = AdminClient({"bootstrap.servers": bs})
     workers = [Worker("confluent_kafka", bs, group, topic, f"fo-{i}") for i in range(2)]
     try:
-        wait_stable(admin, group, 2)
+        wait_stable(admin, group, 2, workers=workers)
         produce(bs, topic, 0)
         wait_consumed(workers, 1, 60)
         wait_committed(admin, group, topic, 1)

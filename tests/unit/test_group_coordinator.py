@@ -280,3 +280,52 @@ def test_initial_rebalance_waits_while_new_members_keep_joining():
     timer.advance(600)
     assert first[0].generation_id == second[0].generation_id == 1
     assert {m for m, _, _ in (first[0].members or second[0].members)} == {a, b}
+
+
+def test_members_waiting_in_sync_group_outlive_a_slow_assignment_write():
+    """Under load the write of the leader's assignment to ``__consumer_offsets`` (acks=all) can take longer than a
+    session; the members wait in SyncGroup without heartbeating meanwhile (librdkafka does not heartbeat then) and
+    must not be expelled for it (Kafka's hasSatisfiedHeartbeat: awaiting join *or sync* satisfies it).  Before,
+    each slow write expelled them and started another rebalance, so the group never became Stable."""
+    timer, log = ManualTimer(), FakeOffsetsLog()
+    pending = []
+    log.append = lambda partition, records_, callback: pending.append((partition, records_, callback))
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0),
+                             log, timer, time_ms=timer.time_ms)
+    coord.startup()
+    coord.on_election(0, 0)
+    timer.advance(0)
+    ids = [join(coord, "g")[0].member_id for _ in range(3)]
+    joined = [join(coord, "g", m) for m in ids]
+    results = [r[0] for r in joined]
+    leader = next(r for r in results if r.members)
+    followers = [sync(coord, "g", 1, r.member_id) for r in results if r is not leader]
+    timer.advance(SESSION // 2)
+    leader_sync = sync(coord, "g", 1, leader.member_id, {m: m.encode() for m, _, _ in leader.members})
+    assert pending and not leader_sync, "the assignment is being written"
+    timer.advance(SESSION * 2)                               # the write takes two sessions; nobody heartbeats
+    assert coord.handle_describe_group("g").state == "CompletingRebalance"
+    partition, records_, callback = pending.pop()
+    log.data.setdefault(partition, []).append(records_)
+    callback(0)
+    assert coord.handle_describe_group("g").state == "Stable"
+    assert [o[0].error for o in followers] == [0, 0] and leader_sync[0].error == 0
+    assert all(coord.handle_heartbeat("g", m, None, 1) == 0 for m in ids)
+
+
+def test_a_leader_that_never_syncs_is_still_expelled():
+    """The members waiting in SyncGroup wait on the leader, whose own session still runs out."""
+    timer, log = ManualTimer(), FakeOffsetsLog()
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0),
+                             log, timer, time_ms=timer.time_ms)
+    coord.startup()
+    coord.on_election(0, 0)
+    timer.advance(0)
+    ids = [join(coord, "g")[0].member_id for _ in range(2)]
+    results = [r[0] for r in [join(coord, "g", m) for m in ids]]
+    follower = next(r for r in results if not r.members)
+    timer.advance(SESSION // 2)
+    waiting = sync(coord, "g", 1, follower.member_id)
+    timer.advance(SESSION // 2 + 1)                           # the leader's session ends, not the follower's
+    assert waiting and waiting[0].error == Errors.REBALANCE_IN_PROGRESS
+    assert coord.handle_describe_group("g").state == "PreparingRebalance"

@@ -421,3 +421,26 @@ def test_shutdown_closes_connections_and_frees_the_port():
     finally:
         again.shutdown()
     assert not [t for t in threading.enumerate() if t.name == f"kafka-network-thread-{port}"]
+
+
+def test_a_taken_port_is_an_error_unless_any_port_will_do():
+    """A restarted broker asks for its previous port as a preference (``any_port_if_taken``): taken by another
+    process, it listens on any free port and reports it; without the preference, the bind error stands."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        taken = holder.getsockname()[1]
+        with pytest.raises(OSError):
+            SocketServer("127.0.0.1", taken, StubBroker()).start()
+        server = SocketServer("127.0.0.1", taken, StubBroker(), any_port_if_taken=True).start()
+        try:
+            assert server.port not in (0, taken)
+            with _connect(server.port):
+                pass
+        finally:
+            server.shutdown()
+    server = SocketServer("127.0.0.1", taken, StubBroker(), any_port_if_taken=True).start()  # free again: kept
+    try:
+        assert server.port == taken
+    finally:
+        server.shutdown()

@@ -16,7 +16,8 @@ member joins.
 
 Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); no transactional offset
 commits; JoinGroup's KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
-metadata triggers a rebalance rather than Kafka's in-place update.
+metadata triggers a rebalance rather than Kafka's in-place update; no pending-sync timeout (a member that joined
+and never sends SyncGroup is removed when its session runs out, not after the rebalance timeout).
 """
 from __future__ import annotations
 
@@ -605,8 +606,11 @@ class GroupCoordinator:
                 member = op.member
                 if member.session_deadline_ms != op.deadline_ms or group.members.get(member.member_id) is not member:
                     return
-                if member.awaiting_join is not None and not member.is_new:
-                    return       # waiting in JoinGroup: the rebalance timeout governs it
+                if (member.awaiting_join is not None or member.awaiting_sync is not None) and not member.is_new:
+                    # Waiting in JoinGroup (the rebalance timeout governs it) or in SyncGroup for the leader's
+                    # assignment and its write (the leader's own session governs that): clients do not heartbeat
+                    # meanwhile, so a slow rebalance must not expel them (Kafka's hasSatisfiedHeartbeat).
+                    return
                 log.info("member session expired %s", kv(group=group.group_id, member=member.member_id,
                                                          session_timeout_ms=member.session_timeout_ms))
                 self._remove_member_and_update_group(group, member, answers)
