@@ -309,8 +309,11 @@ class KafkaApis:
             for tp, r in answer.partitions.items():
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
-                    "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": None if r.error else [], "preferred_read_replica": -1,
+                    "last_stable_offset": r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": None if r.error else [
+                        {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
+                    "preferred_read_replica": -1,
                     "records": r.records})
             fut.set_result(self._resp(FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
@@ -320,7 +323,8 @@ class KafkaApis:
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return fut
-        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)
+        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
+                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
         return fut
 
     # --- ListOffsets ----------------------------------------------------------------------------------------
@@ -336,7 +340,8 @@ class KafkaApis:
                         raise KafkaError("", Errors.TOPIC_AUTHORIZATION_FAILED)
                     off, ts = self.rm.fetch_offset_for_timestamp(
                         t.name, p.partition_index, p.timestamp,
-                        getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id)
+                        getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id,
+                        isolation_level=getattr(req, "isolation_level", 0) if v >= 2 else 0)
                     part = self.rm.get_partition(t.name, p.partition_index)
                     plist.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
                                   "offset": off, "leader_epoch": part.leader_epoch if part else -1})
