@@ -85,7 +85,8 @@ class KafkaApis:
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
-                 inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None):
+                 inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None,
+                 transactions=None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -100,6 +101,7 @@ class KafkaApis:
         self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
         self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
         self.fetch_manager = fetch_manager or FetchManager(FetchSessionCache())  # KIP-227 (server/fetch_session.py)
+        self.transactions = transactions  # InitProducerId with a transactional id (server/transaction_apis.py)
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -208,7 +210,7 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": name == "__consumer_offsets", "partitions": plist,
+                           "is_internal": name in ("__consumer_offsets", "__transaction_state"), "partitions": plist,
                            "authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
@@ -684,13 +686,15 @@ class KafkaApis:
         threading.Thread(target=run, name="forward-to-controller", daemon=True).start()
         return fut
 
-    # --- InitProducerId (idempotent producers only) -------------------------------------------------------
+    # --- InitProducerId (transactional ids: server/transaction_apis.py) ------------------------------------
     def handle_init_producer_id(self, header, req, ctx):
         v = header.request_api_version
         denied = self.auth.init_producer_id_error(ctx, req.transactional_id)
         if denied is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(denied)})
+        if req.transactional_id is not None and self.transactions is not None:
+            return self.transactions.handle_init_producer_id(header, req, ctx)
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})

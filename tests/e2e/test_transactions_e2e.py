@@ -1,0 +1,189 @@
+"""Transactions (issue 23) through real clients against real broker processes: confluent-kafka's (librdkafka)
+and kafka-python's transactional producers, read_committed and read_uncommitted consumers.
+
+One 3-broker cluster for the module, with 3 ``__transaction_state`` partitions (Kafka's default is 50) so it
+starts quickly; ``__transaction_state`` gets replication min(3, brokers) = 3 and min ISR 2, as in Kafka.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatier.waiting import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+OVERRIDES = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
+             "group.initial.rebalance.delay.ms": "0"}
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides=OVERRIDES)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 2, rf: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
+
+    def ready() -> bool:
+        md = admin.list_topics(topic, timeout=5).topics[topic]
+        return md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values())
+    wait_for(ready, 30, interval=0.2, ignore=(Exception,), message=f"{topic} online")
+
+
+def transactional_producer(bootstrap: str, txn_id: str, **extra) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str, expected: int | None = None,
+                timeout_s: float = 30.0) -> list[tuple[int, bytes]]:
+    """Every record of ``topic`` up to each partition's end (for read_committed: its last stable offset)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
+                  "isolation.level": isolation, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[tuple[int, bytes]] = []
+    eof: set[int] = set()
+
+    def done() -> bool:
+        msg = c.poll(0.2)
+        if msg is not None:
+            if msg.error() is None:
+                out.append((msg.partition(), msg.value()))
+            elif msg.error().code() == KafkaError._PARTITION_EOF:
+                eof.add(msg.partition())
+        return len(eof) == partitions and (expected is None or len(out) >= expected)
+    try:
+        wait_for(done, timeout_s, interval=0, message=f"consume {topic} ({isolation})")
+    finally:
+        c.close()
+    return out
+
+
+def test_confluent_commit_is_read_committed_and_abort_is_not(txn_cluster):
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic)
+    p = transactional_producer(bs, f"tx-{uuid.uuid4().hex[:8]}")
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(10):
+        for part in (0, 1):
+            p.produce(topic, value=f"committed-{part}-{i}".encode(), partition=part)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(5):
+        for part in (0, 1):
+            p.produce(topic, value=f"aborted-{part}-{i}".encode(), partition=part)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"last", partition=0)
+    p.commit_transaction(30)
+
+    committed = consume_all(bs, topic, 2, "read_committed", expected=21)
+    values = sorted(v for _, v in committed)
+    assert len(values) == 21 and not any(v.startswith(b"aborted") for v in values)
+    assert b"last" in values
+    uncommitted = consume_all(bs, topic, 2, "read_uncommitted", expected=31)
+    assert len(uncommitted) == 31
+    assert sum(v.startswith(b"aborted") for _, v in uncommitted) == 10
+
+
+def test_confluent_open_transaction_holds_back_read_committed(txn_cluster):
+    """Records of an open transaction are past the last stable offset: a read_committed consumer stops before
+    them, a read_uncommitted one reads them."""
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-open-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+    plain = Producer({"bootstrap.servers": bs})
+    plain.produce(topic, value=b"before", partition=0)
+    plain.flush(30)
+    p = transactional_producer(bs, f"tx-open-{uuid.uuid4().hex[:8]}")
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    assert [v for _, v in consume_all(bs, topic, 1, "read_committed")] == [b"before"]
+    assert [v for _, v in consume_all(bs, topic, 1, "read_uncommitted", expected=3)] == [b"before", b"open", b"after"]
+    p.commit_transaction(30)
+    assert [v for _, v in consume_all(bs, topic, 1, "read_committed", expected=3)] == [b"before", b"open", b"after"]
+
+
+def test_confluent_second_instance_fences_the_first(txn_cluster):
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-fence-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic)
+    txn_id = f"tx-fence-{uuid.uuid4().hex[:8]}"
+    first = transactional_producer(bs, txn_id)
+    first.init_transactions(60)
+    first.begin_transaction()
+    first.produce(topic, value=b"zombie", partition=0)
+    first.flush(30)
+    second = transactional_producer(bs, txn_id)
+    second.init_transactions(60)    # aborts the first one's open transaction, bumps the epoch
+    second.begin_transaction()
+    second.produce(topic, value=b"winner", partition=1)
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(30)
+    err = raised.value.args[0]
+    assert err.fatal() and err.code() == KafkaError._FENCED, err
+    values = [v for _, v in consume_all(bs, topic, 2, "read_committed", expected=1)]
+    assert values == [b"winner"]
+
+
+def test_confluent_send_offsets_to_transaction_commits_only_on_commit(txn_cluster):
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-offsets-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+    group = f"txn-group-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        p = transactional_producer(bs, f"tx-offsets-{uuid.uuid4().hex[:8]}")
+        p.init_transactions(60)
+        p.begin_transaction()
+        p.produce(topic, value=b"x", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 42)], consumer.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+
+        def committed() -> int:
+            return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+        assert committed() < 0        # aborted: nothing committed
+        p.begin_transaction()
+        p.produce(topic, value=b"y", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        wait_for(lambda: committed() == 7, 30, interval=0.2, message="transactional offset committed")
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_transactional_producer_commit_and_abort(txn_cluster):
+    from kafka import KafkaProducer
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-kp-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic)
+    p = KafkaProducer(bootstrap_servers=bs, transactional_id=f"tx-kp-{uuid.uuid4().hex[:8]}")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(4):
+            p.send(topic, value=f"kp-committed-{i}".encode(), partition=i % 2)
+        p.commit_transaction()
+        p.begin_transaction()
+        for i in range(4):
+            p.send(topic, value=f"kp-aborted-{i}".encode(), partition=i % 2)
+        p.flush()
+        p.abort_transaction()
+    finally:
+        p.close(timeout=10)
+    committed = sorted(v for _, v in consume_all(bs, topic, 2, "read_committed", expected=4))
+    assert committed == [f"kp-committed-{i}".encode() for i in range(4)]
+    assert len(consume_all(bs, topic, 2, "read_uncommitted", expected=8)) == 8
