@@ -349,6 +349,7 @@ class Log:
         if not self._segments:
             self._add_segment(self._new_segment(self._log_start_offset))
         self._next_offset = self._segments[-1].next_offset()
+        self._segments[-1].txn_index.truncate_to(self._next_offset)  # entries of markers lost in a crash
         first_base = self._segments[0].base_offset
         self._local_log_start_offset = max(self._log_start_offset, first_base)
         if not (self.remote_log_enabled and 0 <= self._log_start_offset < first_base):
