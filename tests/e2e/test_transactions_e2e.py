@@ -17,7 +17,8 @@ from kafkatier.waiting import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 OVERRIDES = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
-             "group.initial.rebalance.delay.ms": "0"}
+             "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "120000",
+             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +113,45 @@ def test_confluent_open_transaction_holds_back_read_committed(txn_cluster):
     plain.flush(30)
     assert [v for _, v in consume_all(bs, topic, 1, "read_committed")] == [b"before"]
     assert [v for _, v in consume_all(bs, topic, 1, "read_uncommitted", expected=3)] == [b"before", b"open", b"after"]
+    # ListOffsets(latest) answers the last stable offset to read_committed, the high watermark otherwise.
+    assert end_offset(bs, topic, "read_committed") == 1
+    assert end_offset(bs, topic, "read_uncommitted") == 3
     p.commit_transaction(30)
     assert [v for _, v in consume_all(bs, topic, 1, "read_committed", expected=3)] == [b"before", b"open", b"after"]
+
+
+def end_offset(bootstrap: str, topic: str, isolation: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eo-{uuid.uuid4()}", "isolation.level": isolation})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+    finally:
+        c.close()
+
+
+def test_confluent_timed_out_transaction_is_aborted_and_its_producer_fenced(txn_cluster):
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-timeout-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+    p = transactional_producer(bs, f"tx-timeout-{uuid.uuid4().hex[:8]}", **{"transaction.timeout.ms": 1500})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, value=b"too-slow", partition=0)
+    p.flush(30)
+    # The coordinator's abort task (every 500 ms here) aborts it: the LSO moves past the aborted record.
+    wait_for(lambda: end_offset(bs, topic, "read_committed") == 2, 30, interval=0.3, message="timed out txn aborted")
+    assert consume_all(bs, topic, 1, "read_committed") == []
+    with pytest.raises(KafkaException) as raised:
+        p.commit_transaction(30)
+    assert raised.value.args[0].code() in (KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+                                           KafkaError.PRODUCER_FENCED), raised.value
+
+
+def test_confluent_transaction_timeout_above_the_broker_maximum_is_refused(txn_cluster):
+    p = transactional_producer(txn_cluster.bootstrap_servers, f"tx-max-{uuid.uuid4().hex[:8]}",
+                               **{"transaction.timeout.ms": 300000})
+    with pytest.raises(KafkaException) as raised:
+        p.init_transactions(30)
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT, raised.value
 
 
 def test_confluent_second_instance_fences_the_first(txn_cluster):
