@@ -52,6 +52,17 @@ _CONTROL_KEY = struct.Struct(">hh")
 
 
 @attrs.frozen
+class ActiveProducer:
+    """One producer as DescribeProducers shows it (-1: unknown / none)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@attrs.frozen
 class CompletedTxn:
     """A transaction closed by a marker: its producer, first offset, the marker's offset, and how it ended."""
     producer_id: int
@@ -102,6 +113,7 @@ class ProducerStateManager:
         self._coordinator_epochs: dict[int, int] = {}  # producer id -> coordinator epoch of its last marker
         self._ongoing: dict[int, int] = {}             # producer id -> first offset of its open transaction
         self._unreplicated: list[CompletedTxn] = []    # completed, marker not yet below the high watermark
+        self._last_timestamps: dict[int, int] = {}     # producer id -> max timestamp of its last batch
 
     # --- transactions -------------------------------------------------------------------------------------
     def check_append(self, records) -> None:
@@ -147,10 +159,12 @@ class ProducerStateManager:
             others = [o for pid, o in self._ongoing.items() if pid != txn.producer_id]
             return min(others) if others else txn.last_offset + 1
 
-    def active_producers(self) -> dict[int, tuple[int, int, int]]:
-        """producer id -> (epoch, coordinator epoch, open transaction's first offset or -1)."""
+    def active_producers(self) -> dict[int, ActiveProducer]:
+        """DescribeProducers: what the partition knows of each producer."""
         with self._lock:
-            return {pid: (e, self._coordinator_epochs.get(pid, -1), self._ongoing.get(pid, -1))
+            return {pid: ActiveProducer(pid, e, q[-1].last_seq if (q := self._producers.get(pid)) else -1,
+                                        self._last_timestamps.get(pid, -1), self._coordinator_epochs.get(pid, -1),
+                                        self._ongoing.get(pid, -1))
                     for pid, e in self._epochs.items()}
 
     def find_duplicate(self, records) -> BatchMetadata | None:
@@ -174,6 +188,8 @@ class ProducerStateManager:
         with self._lock:
             for pos, h in iter_batches(records):
                 kind = control_record_type(records, pos) if h.attributes & CONTROL_FLAG_MASK else None
+                if h.producer_id != NO_PRODUCER_ID:
+                    self._last_timestamps[h.producer_id] = h.max_timestamp
                 txn = self._track(h.producer_id, h.producer_epoch, h.attributes, h.base_offset, h.last_offset,
                                   kind, coordinator_epoch if coordinator_epoch is not None
                                   else _marker_coordinator_epoch(records, pos, h.attributes))
@@ -221,12 +237,14 @@ class ProducerStateManager:
             self._coordinator_epochs.clear()
             self._ongoing.clear()
             self._unreplicated.clear()
+            self._last_timestamps.clear()
             end = log.log_end_offset
             for seg in log.log_segments():
-                for base, delta, pid, epoch, seq, attributes, kind, coordinator_epoch in _scan_headers(seg.log_path):
+                for base, delta, pid, epoch, seq, attributes, kind, coordinator_epoch, ts in _scan_headers(seg.log_path):
                     if base + delta >= end:
                         break
                     if pid != NO_PRODUCER_ID:
+                        self._last_timestamps[pid] = ts
                         self._track(pid, epoch, attributes, base, base + delta, kind, coordinator_epoch)
                         self._add(pid, _entry(base, delta, epoch, seq))
             self._unreplicated.clear()
@@ -264,7 +282,7 @@ _CONTROL_PEEK = 64
 
 def _scan_headers(path: str):
     """(base offset, last offset delta, producer id, producer epoch, base sequence, attributes, control type,
-    marker coordinator epoch) of each whole batch."""
+    marker coordinator epoch, max timestamp) of each whole batch."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -285,7 +303,7 @@ def _scan_headers(path: str):
                 batch = os.pread(fd, min(length, HEADER_SIZE + _CONTROL_PEEK), pos)
                 kind = control_record_type(batch)
                 coordinator_epoch = _marker_coordinator_epoch(batch, 0, h[5])
-            yield h[0], h[6], h[9], h[10], h[11], h[5], kind, coordinator_epoch
+            yield h[0], h[6], h[9], h[10], h[11], h[5], kind, coordinator_epoch, h[8]
             pos += length
     finally:
         os.close(fd)

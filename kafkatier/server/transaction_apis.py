@@ -10,16 +10,22 @@ fewer live brokers; a simulator with one broker should still work --, ``min.insy
 ``min(transaction.state.log.min.isr, replication)``, compacted); until the id's partition has a leader it answers
 COORDINATOR_NOT_AVAILABLE, which clients retry.
 
+Also KIP-664's DescribeTransactions (65), ListTransactions (66) and DescribeProducers (61), for
+``kafkatier transactions`` (kafka-transactions.sh).
+
 Versions advertised are those Kafka 3.9's clients (librdkafka 2.x, kafka-python) use: InitProducerId 0-4,
 AddPartitionsToTxn 0-3 (v4+, the broker-to-broker verification of KIP-890, is not served), AddOffsetsToTxn 0-3,
-EndTxn 0-3, TxnOffsetCommit 0-3, WriteTxnMarkers 1 (our message classes start at 1; Kafka 3.9 brokers send v1).
+EndTxn 0-3, TxnOffsetCommit 0-3, WriteTxnMarkers 1 (our message classes start at 1; Kafka 3.9 brokers send v1),
+DescribeProducers 0, DescribeTransactions 0, ListTransactions 0-1.
 Compatibility rewrites (Kafka's): PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to InitProducerId < v4 and to
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn < v2; TxnOffsetCommit < v2 gets COORDINATOR_NOT_AVAILABLE for
 COORDINATOR_LOAD_IN_PROGRESS.
 
 Authorization (Kafka's): WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for every client
 API; AddPartitionsToTxn WRITE on each topic; AddOffsetsToTxn and TxnOffsetCommit READ on the group; TxnOffsetCommit
-READ on each topic; WriteTxnMarkers CLUSTER_ACTION (or ALTER) on the cluster.
+READ on each topic; WriteTxnMarkers CLUSTER_ACTION (or ALTER) on the cluster; DescribeTransactions DESCRIBE on
+each id (its topics filtered by DESCRIBE on the topic); ListTransactions lists the ids the principal may DESCRIBE;
+DescribeProducers READ on the topic.
 """
 from __future__ import annotations
 
@@ -45,10 +51,11 @@ log = get_logger("server.transaction-apis")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 27, 28
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
-    TXN_OFFSET_COMMIT: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3), DESCRIBE_PRODUCERS: (0, 0), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 
 
@@ -76,7 +83,10 @@ class TransactionApis:
         self._handlers = {ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
                           ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn, END_TXN: self.handle_end_txn,
                           WRITE_TXN_MARKERS: self.handle_write_txn_markers,
-                          TXN_OFFSET_COMMIT: self.handle_txn_offset_commit}
+                          TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+                          DESCRIBE_PRODUCERS: self.handle_describe_producers,
+                          DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+                          LIST_TRANSACTIONS: self.handle_list_transactions}
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
         return {k: (VERSIONS[k], fn) for k, fn in self._handlers.items()}
@@ -239,6 +249,71 @@ class TransactionApis:
             req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
             req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, known, done)
         return fut
+
+    # --- KIP-664: DescribeTransactions, ListTransactions, DescribeProducers ---------------------------------------
+    def handle_describe_transactions(self, header, req, ctx):
+        v = header.request_api_version
+        states = []
+        for tid in req.transactional_ids:
+            entry = {"error_code": 0, "transactional_id": tid, "transaction_state": "", "transaction_timeout_ms": 0,
+                     "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+            if not self.auth.authorize(ctx, "Describe", "TransactionalId", tid):
+                entry["error_code"] = int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                states.append(entry)
+                continue
+            err, m = self.coordinator.describe(tid)
+            if err is not None:
+                entry["error_code"] = int(err)
+                states.append(entry)
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(m.topic_partitions):
+                by_topic.setdefault(t, []).append(p)
+            visible = self.auth.filter_authorized(ctx, "Describe", "Topic", by_topic)
+            entry.update(transaction_state=m.state.state_name, transaction_timeout_ms=m.txn_timeout_ms,
+                         transaction_start_time_ms=m.txn_start_timestamp, producer_id=m.producer_id,
+                         producer_epoch=m.producer_epoch,
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t in visible])
+            states.append(entry)
+        return _resp(DESCRIBE_TRANSACTIONS, v, {"throttle_time_ms": 0, "transaction_states": states})
+
+    def handle_list_transactions(self, header, req, ctx):
+        v = header.request_api_version
+        err, found, unknown = self.coordinator.list_transactions(
+            set(req.state_filters or []), set(req.producer_id_filters or []),
+            req.duration_filter if v >= 1 else -1)
+        shown = [m for m in found if self.auth.authorize(ctx, "Describe", "TransactionalId", m.transactional_id)]
+        return _resp(LIST_TRANSACTIONS, v, {"throttle_time_ms": 0, "error_code": int(err or 0),
+                                            "unknown_state_filters": unknown, "transaction_states": [
+                                                {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                                                 "transaction_state": m.state.state_name} for m in shown]})
+
+    def handle_describe_producers(self, header, req, ctx):
+        v = header.request_api_version
+        readable = self.auth.filter_authorized(ctx, "Read", "Topic", (t.name for t in req.topics))
+        topics = []
+        for t in req.topics:
+            parts = []
+            for index in t.partition_indexes:
+                entry = {"partition_index": index, "error_code": 0, "error_message": None, "active_producers": []}
+                if t.name not in readable:
+                    entry["error_code"] = int(Errors.TOPIC_AUTHORIZATION_FAILED)
+                    parts.append(entry)
+                    continue
+                try:
+                    p = self.rm.get_partition_or_error(t.name, index, leader_only=False)
+                except KafkaError as e:
+                    entry.update(error_code=int(e.error), error_message=e.message or None)
+                    parts.append(entry)
+                    continue
+                entry["active_producers"] = [
+                    {"producer_id": a.producer_id, "producer_epoch": a.producer_epoch, "last_sequence": a.last_sequence,
+                     "last_timestamp": a.last_timestamp, "coordinator_epoch": a.coordinator_epoch,
+                     "current_txn_start_offset": a.current_txn_start_offset}
+                    for a in sorted(p.producer_state.active_producers().values(), key=lambda a: a.producer_id)]
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return _resp(DESCRIBE_PRODUCERS, v, {"throttle_time_ms": 0, "topics": topics})
 
     # --- WriteTxnMarkers (from transaction coordinators) -----------------------------------------------------------
     def handle_write_txn_markers(self, header, req, ctx):

@@ -225,3 +225,41 @@ def test_kafka_python_transactional_producer_commit_and_abort(txn_cluster):
     committed = sorted(v for _, v in consume_all(bs, topic, 2, "read_committed", expected=4))
     assert committed == [f"kp-committed-{i}".encode() for i in range(4)]
     assert len(consume_all(bs, topic, 2, "read_uncommitted", expected=8)) == 8
+
+
+def _table(stdout: str) -> list[list[str]]:
+    return [[c.strip() for c in line.split("\t")[:-1]] for line in stdout.splitlines() if line.strip()]
+
+
+def test_transactions_tool_lists_and_describes_an_open_transaction(txn_cluster, kafkatier_cli):
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-tool-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+    txn_id = f"tx-tool-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(bs, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+    tool = lambda *a: kafkatier_cli.run("transactions", "--bootstrap-server", bs, *a)  # noqa: E731
+
+    out = tool("describe", "--transactional-id", txn_id)
+    assert out.returncode == 0, out.stderr
+    header, row = _table(out.stdout)
+    assert header[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState"]
+    assert row[1] == txn_id and row[4] == "Ongoing" and row[8] == f"{topic}-0"
+    producer_id = row[2]
+    listed = _table(tool("list").stdout)
+    assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert [txn_id, row[0], producer_id, "Ongoing"] in listed[1:]
+    producers = _table(tool("describe-producers", "--topic", topic, "--partition", "0").stdout)
+    assert producers[0][0] == "ProducerId"
+    [mine] = [r for r in producers[1:] if r[0] == producer_id]
+    assert mine[5] == "0"                                   # the open transaction starts at offset 0
+    p.commit_transaction(30)
+    wait_for(lambda: _table(tool("describe", "--transactional-id", txn_id).stdout)[1][4] == "CompleteCommit", 30,
+             interval=0.3, message="CompleteCommit")
+    producers = _table(tool("describe-producers", "--topic", topic, "--partition", "0").stdout)
+    assert [r for r in producers[1:] if r[0] == producer_id][0][5] == "None"
+    missing = tool("describe", "--transactional-id", "no-such-id")
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr

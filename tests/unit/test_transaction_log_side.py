@@ -134,7 +134,9 @@ def test_aborted_transactions_are_indexed_read_and_rebuilt(tmp_path):
     rebuilt = ProducerStateManager()
     rebuilt.rebuild(log2)
     assert rebuilt.first_unstable_offset(high_watermark=log2.log_end_offset) == 2    # producer 6 is still open
-    assert rebuilt.active_producers()[5] == (0, 0, -1)
+    p5 = rebuilt.active_producers()[5]
+    assert (p5.producer_epoch, p5.coordinator_epoch, p5.current_txn_start_offset, p5.last_sequence) == (0, 0, -1, 1)
+    assert rebuilt.active_producers()[6].current_txn_start_offset == 2
     log2.truncate_to(4)
     assert log2.collect_aborted_transactions(0, 10) == []
     log2.close()

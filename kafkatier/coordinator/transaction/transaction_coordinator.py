@@ -14,9 +14,13 @@ CONCURRENT_TRANSACTIONS; the client's retry then gets a second bump.  The timed-
 (``transaction.abort.timed.out.transaction.cleanup.interval.ms``) takes the same path.
 
 Every answer is delivered through a callback, outside the coordinator's lock; log appends are made outside it.
-Deliberate differences from Kafka: one lock for all transactional ids (Kafka locks per id); expired transactional
-ids (``transactional.id.expiration.ms``) are not removed yet; AddPartitionsToTxn v4+ (broker verification,
-KIP-890) is not served.
+Idle ids expire after ``transactional.id.expiration.ms`` (a tombstone, every
+``transaction.remove.expired.transaction.cleanup.interval.ms``).  DescribeTransactions and ListTransactions read
+the cache.
+
+Deliberate differences from Kafka: one lock for all transactional ids (Kafka locks per id); tombstones of expired
+ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
+verification, KIP-890) is not served.
 """
 from __future__ import annotations
 
@@ -67,6 +71,10 @@ class TransactionCoordinator:
         interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
         if interval > 0:
             self.timer.schedule("transaction-abort", self.abort_timed_out_transactions, interval, interval)
+        interval = self.config.transaction_remove_expired_transaction_cleanup_interval_ms
+        if interval > 0:
+            self.timer.schedule("transactionalId-expiration", self.remove_expired_transactional_ids, interval,
+                                interval)
         log.info("transaction coordinator started %s", kv(broker=self.broker_id,
                                                          partitions=self.state.num_partitions))
 
@@ -412,8 +420,61 @@ class TransactionCoordinator:
                                                                                  error=e.name)))
         return len(todo)
 
+    # --- transactional id expiration ---------------------------------------------------------------------
+    def remove_expired_transactional_ids(self) -> int:
+        """Write a tombstone for every id idle (Empty, CompleteCommit, CompleteAbort, nothing pending) for
+        ``transactional.id.expiration.ms``, then drop it from the cache (Kafka's
+        ``removeExpiredTransactionalIds``); returns how many were started."""
+        now = self.time_ms()
+        horizon = now - self.config.transactional_id_expiration_ms
+        todo = []
+        with self._lock:
+            if not self._active:
+                return 0
+            for epoch, m in self.state.all_metadata():
+                if (m.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT) and not m.pending_transition_in_progress
+                        and m.txn_last_update_timestamp <= horizon):
+                    todo.append((epoch, m, m.prepare_dead(now)))
+        for epoch, m, transit in todo:
+            def done(error: Errors, m=m) -> None:
+                if error != Errors.NONE:
+                    return
+                with self._lock:
+                    cache = self.state.metadata.get(self.partition_for(m.transactional_id), {})
+                    if cache.get(m.transactional_id) is m and m.state is S.DEAD:
+                        del cache[m.transactional_id]
+                log.info("transactional id expired %s", kv(transactional_id=m.transactional_id))
+            self._append(m.transactional_id, epoch, m, transit, done)
+        return len(todo)
+
     # --- describe -----------------------------------------------------------------------------------------
     def describe(self, transactional_id: str) -> tuple[Errors | None, TransactionMetadata | None]:
+        """DescribeTransactions of one id: TRANSACTIONAL_ID_NOT_FOUND for an unknown or Dead id."""
+        if not transactional_id:
+            return Errors.INVALID_REQUEST, None
         with self._lock:
+            if not self._active:
+                return Errors.COORDINATOR_NOT_AVAILABLE, None
             err, _epoch, m = self.state.get_transaction_state(transactional_id)
+            if err is None and (m is None or m.state is S.DEAD):
+                return Errors.TRANSACTIONAL_ID_NOT_FOUND, None
             return err, m
+
+    def list_transactions(self, states: set[str], producer_ids: set[int],
+                          duration_filter_ms: int = -1) -> tuple[Errors | None, list[TransactionMetadata], list[str]]:
+        """ListTransactions: ``(error, matching ids, unknown state filters)`` (Kafka's ``listTransactionStates``)."""
+        known = {s.state_name for s in TransactionState}
+        unknown = sorted(s for s in states if s not in known)
+        with self._lock:
+            if not self._active:
+                return Errors.COORDINATOR_NOT_AVAILABLE, [], unknown
+            if self.state.loading:
+                return Errors.COORDINATOR_LOAD_IN_PROGRESS, [], unknown
+            now = self.time_ms()
+            out = [m for _e, m in self.state.all_metadata()
+                   if m.state is not S.DEAD
+                   and (not states or m.state.state_name in states)
+                   and (not producer_ids or m.producer_id in producer_ids)
+                   and (duration_filter_ms < 0 or (m.txn_start_timestamp >= 0
+                                                   and now - m.txn_start_timestamp > duration_filter_ms))]
+            return None, out, unknown
