@@ -6,12 +6,14 @@ starts quickly; ``__transaction_state`` gets replication min(3, brokers) = 3 and
 """
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafkatier.coordinator.transaction.transaction_log import partition_for
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -263,3 +265,28 @@ def test_transactions_tool_lists_and_describes_an_open_transaction(txn_cluster, 
     assert [r for r in producers[1:] if r[0] == producer_id][0][5] == "None"
     missing = tool("describe", "--transactional-id", "no-such-id")
     assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+
+
+def test_confluent_commit_survives_a_killed_transaction_coordinator(cluster_factory):
+    """kill -9 the leader of the transactional id's ``__transaction_state`` partition with a transaction open:
+    the new leader loads the id's state, and the producer's commit completes there."""
+    c = cluster_factory(brokers=3, log_dirs=1, overrides=OVERRIDES)
+    bs = c.bootstrap_servers
+    topic = f"txn-fo-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=2, rf=3)
+    txn_id = f"tx-fo-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(bs, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=f"fo-{i}".encode(), partition=i % 2)
+    p.flush(30)
+    state_path = f"/brokers/topics/__transaction_state/partitions/{partition_for(txn_id, 3)}/state"
+    coordinator = json.loads(c.zk.get(state_path)[0])["leader"]
+    c.manager.stop_broker(coordinator, kill=True)
+    p.commit_transaction(90)
+    survivors = ",".join(b for b in bs.split(",") if not b.endswith(f":{c.manager.broker(coordinator)['port']}"))
+    values = sorted(v for _, v in consume_all(survivors, topic, 2, "read_committed", expected=10, timeout_s=60))
+    assert values == sorted(f"fo-{i}".encode() for i in range(10))
+    new_leader = json.loads(c.zk.get(state_path)[0])["leader"]
+    assert new_leader not in (-1, coordinator)
