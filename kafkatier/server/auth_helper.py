@@ -63,7 +63,8 @@ class AclCheck:
 #: api key -> the checks Kafka makes for it (in order).  ApiVersions, SaslHandshake and SaslAuthenticate check
 #: nothing; DescribeCluster only computes its authorized operations.
 API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
-    0: (AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                    # Produce
+    0: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional"),  # Produce
+        AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     1: (AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED", "consumer fetch"),                     # Fetch
         AclCheck("ClusterAction", "Cluster", "TOPIC_AUTHORIZATION_FAILED", "replica_id >= 0: nothing read")),
     2: (AclCheck("Describe", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                 # ListOffsets

@@ -242,10 +242,15 @@ class KafkaApis:
         v = header.request_api_version
         acks = req.acks
         entries, errors = {}, {}
-        if acks not in (-1, 0, 1):
+        txn_id = getattr(req, "transactional_id", None)
+        if acks not in (-1, 0, 1) or (txn_id is not None and not self.auth.authorize(
+                ctx, "Write", "TransactionalId", txn_id)):
+            # Kafka answers every partition: INVALID_REQUIRED_ACKS, or (a transactional produce without WRITE on
+            # its transactional id) TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+            code = Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS)
+                    errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(code)
         else:
             writable = self.auth.filter_authorized(ctx, "Write", "Topic", (td.name for td in req.topic_data))
             for td in req.topic_data:
