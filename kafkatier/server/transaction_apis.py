@@ -322,7 +322,7 @@ class TransactionApis:
         markers = list(req.markers)
         results: list[dict | None] = [None] * len(markers)
 
-        def body(i: int, m, errors: dict[tuple[str, int], int]) -> dict:
+        def body(m, errors: dict[tuple[str, int], int]) -> dict:
             by_topic: dict[str, list] = {}
             for t in m.topics:
                 for p in t.partition_indexes:
@@ -331,7 +331,7 @@ class TransactionApis:
 
         if not (self.auth.authorize_cluster(ctx, "ClusterAction") or self.auth.authorize_cluster(ctx, "Alter")):
             for i, m in enumerate(markers):
-                results[i] = body(i, m, {(t.name, p): int(Errors.CLUSTER_AUTHORIZATION_FAILED)
+                results[i] = body(m, {(t.name, p): int(Errors.CLUSTER_AUTHORIZATION_FAILED)
                                          for t in m.topics for p in t.partition_indexes})
             return _resp(WRITE_TXN_MARKERS, v, {"markers": results})
         if not markers:
@@ -340,7 +340,7 @@ class TransactionApis:
         lock = threading.Lock()
 
         def one_done(i: int, m, errors: dict) -> None:
-            results[i] = body(i, m, errors)
+            results[i] = body(m, errors)
             with lock:
                 remaining[0] -= 1
                 last = remaining[0] == 0

@@ -14,6 +14,10 @@ from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcept
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatier.coordinator.transaction.transaction_log import partition_for
+from kafkatier.log.record_batch import end_transaction_marker
+from kafkatier.protocol import codec
+from kafkatier.protocol.build import build
+from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -290,3 +294,57 @@ def test_confluent_commit_survives_a_killed_transaction_coordinator(cluster_fact
     assert values == sorted(f"fo-{i}".encode() for i in range(10))
     new_leader = json.loads(c.zk.get(state_path)[0])["leader"]
     assert new_leader not in (-1, coordinator)
+
+
+def test_transaction_requests_with_bad_input_get_kafka_error_codes(txn_cluster):
+    """Raw requests (kafka-python's protocol classes) with bad input: Kafka's error codes, nothing applied."""
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-bad-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+
+    def send(host_port: str, api_key: int, version: int, body: dict):
+        host, port = host_port.rsplit(":", 1)
+        client = BrokerClient(host, int(port), client_id="bad-input", timeout_s=20)
+        try:
+            return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key),
+                               version)
+        finally:
+            client.close()
+
+    txn_id = f"tx-bad-{uuid.uuid4().hex[:8]}"
+    first = bs.split(",")[0]
+    found = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
+        send(first, 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
+    coordinator = f"{found.host}:{found.port}"
+    init = lambda **kw: send(coordinator, 22, 4, {"transactional_id": txn_id, "transaction_timeout_ms": 60000,  # noqa: E731
+                                                  "producer_id": -1, "producer_epoch": -1, **kw})
+    assert init(transactional_id="").error_code == 42                  # INVALID_REQUEST
+    assert init(producer_id=5).error_code == 42                        # producer id without an epoch
+    assert init(transaction_timeout_ms=0).error_code == 50             # INVALID_TRANSACTION_TIMEOUT
+    end = lambda v, **kw: send(coordinator, 26, v, {"transactional_id": txn_id, "producer_id": 1,  # noqa: E731
+                                                    "producer_epoch": 0, "committed": True, **kw}).error_code
+    assert end(3) == 49                                                # INVALID_PRODUCER_ID_MAPPING: unknown id
+    r = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(init()), 30, interval=0.2, message="init")
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert end(3, producer_id=pid, producer_epoch=epoch) == 48         # INVALID_TXN_STATE: nothing to commit
+    assert init().producer_epoch == epoch + 1                          # a second instance bumps the epoch
+    assert end(3, producer_id=pid, producer_epoch=epoch) == 90         # PRODUCER_FENCED
+    assert end(1, producer_id=pid, producer_epoch=epoch) == 47         # ... INVALID_PRODUCER_EPOCH before v2
+    add = send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+                                    "v3_and_below_producer_epoch": epoch + 1, "v3_and_below_topics": [
+                                        {"name": topic, "partitions": [0]}, {"name": "no-such-topic", "partitions": [0]}]})
+    codes = {t.name: t.results_by_partition[0].partition_error_code for t in add.results_by_topic_v3_and_below}
+    assert codes == {topic: 55, "no-such-topic": 3}                    # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC
+    # A client may not write a control batch; a marker for a producer the partition never saw changes nothing.
+    leader = next(b for b in bs.split(",") if send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}).topics[0].partitions[0].error_code == 0)
+    produced = send(leader, 0, 7, {"acks": 1, "timeout_ms": 5000, "topic_data": [{"name": topic, "partition_data": [
+        {"index": 0, "records": end_transaction_marker(77, 0, 0, True, 0)}]}]})
+    assert produced.responses[0].partition_responses[0].error_code == 87   # INVALID_RECORD
+    markers = send(leader, 27, 1, {"markers": [{"producer_id": 424242, "producer_epoch": 0, "transaction_result": False,
+                                               "coordinator_epoch": 0, "topics": [
+                                                   {"name": topic, "partition_indexes": [0]},
+                                                   {"name": "no-such-topic", "partition_indexes": [0]}]}]})
+    codes = {t.name: t.partitions[0].error_code for t in markers.markers[0].topics}
+    assert codes == {topic: 0, "no-such-topic": 3}
+    assert end_offset(bs, topic, "read_committed") == end_offset(bs, topic, "read_uncommitted") == 1
