@@ -190,6 +190,8 @@ class Partition:
         return info
 
     def _index_aborted(self, completed) -> None:
+        if completed:   # forget completed transactions whose markers are below the HW (bounded memory)
+            self.producer_state.first_unstable_offset(self.log.high_watermark)
         for txn in completed:
             if txn.is_aborted:
                 self.log.append_aborted_txn(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,

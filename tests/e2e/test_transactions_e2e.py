@@ -7,7 +7,11 @@ starts quickly; ``__transaction_state`` gets replication min(3, brokers) = 3 and
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
@@ -21,6 +25,8 @@ from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+WORKERS = Path(__file__).resolve().parent / "txn_workers"
 
 OVERRIDES = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
              "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "120000",
@@ -348,3 +354,49 @@ def test_transaction_requests_with_bad_input_get_kafka_error_codes(txn_cluster):
     codes = {t.name: t.partitions[0].error_code for t in markers.markers[0].topics}
     assert codes == {topic: 0, "no-such-topic": 3}
     assert end_offset(bs, topic, "read_committed") == end_offset(bs, topic, "read_uncommitted") == 1
+
+
+def test_consume_transform_produce_is_exactly_once_across_kill_9(txn_cluster):
+    """A consume-transform-produce job (``txn_workers/copy_worker.py``) is killed with SIGKILL twice mid-way
+    and restarted with the same transactional id: the output, read_committed, holds every input record exactly
+    once (the restarted job fences the dead one's open transaction, resumes at the committed input offsets)."""
+    bs = txn_cluster.bootstrap_servers
+    source, sink = f"ctp-in-{uuid.uuid4().hex[:6]}", f"ctp-out-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, source, partitions=2)
+    create_topic(bs, sink, partitions=2)
+    n = 300
+    plain = Producer({"bootstrap.servers": bs})
+    for i in range(n):
+        plain.produce(source, key=str(i).encode(), value=f"record-{i}".encode(), partition=i % 2)
+    plain.flush(30)
+    group, txn_id = f"ctp-{uuid.uuid4().hex[:6]}", f"ctp-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, str(WORKERS / "copy_worker.py"), bs, group, source, sink, txn_id, "7"]
+
+    def run_until(committed_at_least: int | None) -> None:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            if committed_at_least is None:
+                wait_for(lambda: committed_sum(bs, source, group) >= n, 90, interval=0.5,
+                         message="every input offset committed")
+                return
+            for line in proc.stdout:
+                if int(line.split()[1]) >= committed_at_least:
+                    time.sleep(0.03)    # most likely inside the next transaction
+                    break
+        finally:
+            proc.kill()
+            proc.wait(10)
+    run_until(60)
+    run_until(60)          # the second incarnation made progress of its own, then died too
+    run_until(None)
+    out = consume_all(bs, sink, 2, "read_committed", expected=n, timeout_s=60)
+    keys = sorted(v for _, v in out)
+    assert len(keys) == n and set(keys) == {f"RECORD-{i}".encode() for i in range(n)}
+
+
+def committed_sum(bootstrap: str, topic: str, group: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(2)], timeout=10))
+    finally:
+        c.close()
