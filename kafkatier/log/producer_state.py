@@ -114,14 +114,29 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}             # producer id -> first offset of its open transaction
         self._unreplicated: list[CompletedTxn] = []    # completed, marker not yet below the high watermark
         self._last_timestamps: dict[int, int] = {}     # producer id -> max timestamp of its last batch
+        self._verification_guards: dict[int, object] = {}  # KIP-890: producer id -> guard of its verification
 
     # --- transactions -------------------------------------------------------------------------------------
-    def check_append(self, records) -> None:
-        """The leader's checks of a client's batches (raise KafkaError)."""
+    def start_verification(self, producer_id: int) -> object:
+        """KIP-890 part 1: a new guard for a verification of ``producer_id`` with its coordinator (it replaces
+        any earlier one); a marker of the producer clears it, so a verification that raced with a marker does
+        not let a late batch open a transaction."""
+        guard = object()
+        with self._lock:
+            self._verification_guards[producer_id] = guard
+        return guard
+
+    def check_append(self, records, verification_guard: object | None = None, verify: bool = False) -> None:
+        """The leader's checks of a client's batches (raise KafkaError).  ``verify``: a transactional batch of
+        a producer without an open transaction needs ``verification_guard`` to be its current guard (KIP-890)."""
         with self._lock:
             for _, h in iter_batches(records):
                 if h.producer_id == NO_PRODUCER_ID:
                     continue
+                if (verify and h.attributes & TRANSACTIONAL_FLAG_MASK and h.producer_id not in self._ongoing
+                        and (verification_guard is None
+                             or self._verification_guards.get(h.producer_id) is not verification_guard)):
+                    raise KafkaError("Record was not part of an ongoing transaction", Errors.INVALID_TXN_STATE)
                 current = self._epochs.get(h.producer_id)
                 if current is not None and h.producer_epoch < current:
                     raise KafkaError(f"Epoch of producer {h.producer_id} at offset in batch is {h.producer_epoch}, "
@@ -206,6 +221,7 @@ class ProducerStateManager:
         if epoch > self._epochs.get(pid, -1):
             self._epochs[pid] = epoch
         if attributes & CONTROL_FLAG_MASK:
+            self._verification_guards.pop(pid, None)
             if kind not in (ABORT, COMMIT):
                 return None
             if coordinator_epoch >= 0:
@@ -218,6 +234,7 @@ class ProducerStateManager:
             return txn
         if attributes & TRANSACTIONAL_FLAG_MASK and pid not in self._ongoing:
             self._ongoing[pid] = base_offset
+            self._verification_guards.pop(pid, None)
         return None
 
     def _add(self, producer_id: int, entry: BatchMetadata) -> None:

@@ -93,6 +93,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("transactional.id.expiration.ms", "INT", 604800000, READ_ONLY),
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000, READ_ONLY),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000, READ_ONLY),
+    _d("transaction.partition.verification.enable", "BOOLEAN", True, READ_ONLY),
     # leader balance and controlled shutdown (controller/replica_election_manager.py, server/controlled_shutdown.py)
     _d("auto.leader.rebalance.enable", "BOOLEAN", True, READ_ONLY),
     _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY),

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log import log_validator
+from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
@@ -86,7 +87,7 @@ class KafkaApis:
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
                  inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None,
-                 transactions=None):
+                 transactions=None, txn_verification=None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -102,6 +103,8 @@ class KafkaApis:
         self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
         self.fetch_manager = fetch_manager or FetchManager(FetchSessionCache())  # KIP-227 (server/fetch_session.py)
         self.transactions = transactions  # InitProducerId with a transactional id (server/transaction_apis.py)
+        # KIP-890 part 1: transactional produces verified with the coordinator (server/add_partitions_to_txn_manager)
+        self.txn_verification = txn_verification
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -288,11 +291,49 @@ class KafkaApis:
             fut.set_result(self._resp(PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))
-        if entries:
+        if entries and txn_id is not None and self.txn_verification is not None:
+            self._append_verified(txn_id, req.timeout_ms, acks, entries, respond)
+        elif entries:
             self.rm.append_records(req.timeout_ms, acks, entries, respond)
         else:
             respond({})
         return fut
+
+    def _append_verified(self, txn_id: str, timeout_ms: int, acks: int, entries: dict, respond) -> None:
+        """KIP-890 part 1: partitions where the producer has no transaction open are verified with the
+        coordinator first (``server/add_partitions_to_txn_manager.py``); refused ones answer the mapped error,
+        the others are appended with their verification guards."""
+        needs: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, records in entries.items():
+            p = self.rm.get_partition(*tp)
+            if p is None or not p.is_leader:
+                continue     # the append answers the error
+            for _, h in iter_batches(records):
+                if h.is_transactional and h.producer_id >= 0 and \
+                        p.producer_state.ongoing_first_offset(h.producer_id) is None:
+                    needs[tp] = (h.producer_id, h.producer_epoch)
+                break
+        if not needs:
+            self.rm.append_records(timeout_ms, acks, entries, respond, verification_guards={})
+            return
+        producers = set(needs.values())
+        if len(producers) > 1:   # one transactional id, one producer (Kafka's check)
+            respond({tp: ProducePartitionResult(Errors.INVALID_PRODUCER_ID_MAPPING) for tp in entries})
+            return
+        (pid, epoch), = producers
+        guards = {tp: self.rm.get_partition(*tp).producer_state.start_verification(pid) for tp in needs}
+
+        def verified(errors: dict) -> None:
+            failed = {tp: ProducePartitionResult(e, error_message="Partition was not added to the transaction"
+                                                 if e == Errors.INVALID_TXN_STATE else None)
+                      for tp, e in errors.items() if e != Errors.NONE}
+            rest = {tp: r for tp, r in entries.items() if tp not in failed}
+            if not rest:
+                respond(failed)
+                return
+            self.rm.append_records(timeout_ms, acks, rest, lambda res: respond({**failed, **res}),
+                                   verification_guards=guards)
+        self.txn_verification.verify(txn_id, pid, epoch, list(needs), verified)
 
     # --- Fetch ----------------------------------------------------------------------------------------------
     def handle_fetch(self, header, req, ctx):

@@ -43,6 +43,7 @@ from kafkatier.protocol.errors import Errors
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
+from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
@@ -105,7 +106,10 @@ class KafkaServer:
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
-        self._broker_clients: dict[int, BrokerClient] = {}   # the marker sender's connections
+        self.txn_verification: AddPartitionsToTxnManager | None = None
+        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker,
+        # each used by one request at a time.
+        self._broker_clients: dict[int, tuple[BrokerClient, threading.Lock]] = {}
         self._broker_clients_lock = threading.Lock()
         self._shutdown = threading.Event()
         self._session_lost = False
@@ -188,6 +192,8 @@ class KafkaServer:
         sasl = sasl_server_from_config(self.zk, c.overrides)
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
+        if str(c.overrides.get("transaction.partition.verification.enable", "true")).lower() == "true":
+            self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
                                            self.replica_manager, self.metadata_cache,
                                            create_transaction_topic=self._create_transaction_topic,
@@ -201,7 +207,7 @@ class KafkaServer:
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
                                                    auth=auth,
                                                    transaction_coordinator_for=transaction_apis.coordinator_for),
-                              transactions=transaction_apis,
+                              transactions=transaction_apis, txn_verification=self.txn_verification,
                               log_dirs=LogDirsApis(self.replica_manager, auth),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
                               fetch_manager=FetchManager(FetchSessionCache.from_props(c.overrides)),
@@ -279,22 +285,23 @@ class KafkaServer:
     def _send_to_broker(self, broker_id: int, request, version: int):
         """One request to another broker (or this one) on a kept connection; raises BrokerConnectionError."""
         with self._broker_clients_lock:
-            client = self._broker_clients.get(broker_id)
+            entry = self._broker_clients.get(broker_id)
             b = self.metadata_cache.broker(broker_id)
             if b is None:
                 raise BrokerConnectionError(f"broker {broker_id} is not known")
-            if client is None or (client.host, client.port) != (b.host, b.port):
-                if client is not None:
-                    client.close()
-                client = self._broker_clients[broker_id] = BrokerClient(
-                    b.host, b.port, client_id=f"broker-{self.broker_id}-txn-markers",
-                    timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login)
-        # One marker request per broker at a time (the sender groups each round by broker): no lock per client.
-        try:
-            return client.send(request, codec.response_class(request.API_KEY), version)
-        except BrokerConnectionError:
-            client.close()
-            raise
+            if entry is None or (entry[0].host, entry[0].port) != (b.host, b.port):
+                if entry is not None:
+                    entry[0].close()
+                entry = self._broker_clients[broker_id] = (BrokerClient(
+                    b.host, b.port, client_id=f"broker-{self.broker_id}-txn",
+                    timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login), threading.Lock())
+        client, lock = entry
+        with lock:
+            try:
+                return client.send(request, codec.response_class(request.API_KEY), version)
+            except BrokerConnectionError:
+                client.close()
+                raise
 
     def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
         """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
@@ -499,6 +506,7 @@ class KafkaServer:
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),
                      lambda: self.transaction_coordinator and self.transaction_coordinator.shutdown(),
+                     lambda: self.txn_verification and self.txn_verification.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),

@@ -139,7 +139,8 @@ class Partition:
                              Errors.UNKNOWN_LEADER_EPOCH)
 
     # --- leader: appends ------------------------------------------------------------------------------------
-    def append_records_to_leader(self, records, required_acks: int, *, from_coordinator: bool = False):
+    def append_records_to_leader(self, records, required_acks: int, *, from_coordinator: bool = False,
+                                 verification_guard: object | None = None, verify: bool = False):
         with self.lock:
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
@@ -148,13 +149,13 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
                     f"requirement of {min_isr} for partition {self}")
-            if not from_coordinator:
-                self.producer_state.check_append(records)
             dup = self.producer_state.find_duplicate(records)
             if dup is not None:
                 log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
                          kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
+            if not from_coordinator:   # after the duplicate check, as Kafka's analyzeAndValidateProducerState
+                self.producer_state.check_append(records, verification_guard, verify)
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator)
             except Exception as e:

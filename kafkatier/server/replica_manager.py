@@ -443,14 +443,19 @@ class ReplicaManager:
     # --- produce --------------------------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, entries: Mapping[TopicPartition, bytes],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       from_coordinator: bool = False) -> None:
+                       from_coordinator: bool = False,
+                       verification_guards: Mapping[TopicPartition, object] | None = None) -> None:
         """Append ``entries`` (partition -> records bytes) on this leader; ``respond`` gets one
         :class:`ProducePartitionResult` per partition, at once or (acks=all) once the ISR has the records.
         ``from_coordinator``: a coordinator's append (Kafka's origin COORDINATOR, e.g. transactional offset
-        commits)."""
+        commits).  ``verification_guards``: a transactional produce verified with its coordinator (KIP-890
+        part 1): the guard of each partition (absent: the partition needed none); without it no check is made."""
+        guards = verification_guards
         self._append(timeout_ms, required_acks, entries, respond,
-                     lambda p, records: p.append_records_to_leader(records, required_acks,
-                                                                   from_coordinator=from_coordinator))
+                     lambda p, records: p.append_records_to_leader(
+                         records, required_acks, from_coordinator=from_coordinator,
+                         verification_guard=None if guards is None else guards.get(TopicPartition(p.topic, p.partition)),
+                         verify=guards is not None))
 
     def append_txn_markers(self, timeout_ms: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                            commit: bool, partitions: list[TopicPartition],

@@ -14,7 +14,7 @@ Also KIP-664's DescribeTransactions (65), ListTransactions (66) and DescribeProd
 ``kafkatier transactions`` (kafka-transactions.sh).
 
 Versions advertised are those Kafka 3.9's clients (librdkafka 2.x, kafka-python) use: InitProducerId 0-4,
-AddPartitionsToTxn 0-3 (v4+, the broker-to-broker verification of KIP-890, is not served), AddOffsetsToTxn 0-3,
+AddPartitionsToTxn 0-4 (v4: the broker-to-broker verification of KIP-890 part 1, VerifyOnly only), AddOffsetsToTxn 0-3,
 EndTxn 0-3, TxnOffsetCommit 0-3, WriteTxnMarkers 1 (our message classes start at 1; Kafka 3.9 brokers send v1),
 DescribeProducers 0, DescribeTransactions 0, ListTransactions 0-1.
 Compatibility rewrites (Kafka's): PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to InitProducerId < v4 and to
@@ -54,7 +54,7 @@ WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 27, 28
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 VERSIONS: dict[int, tuple[int, int]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
+    ADD_PARTITIONS_TO_TXN: (0, 4), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
     TXN_OFFSET_COMMIT: (0, 3), DESCRIBE_PRODUCERS: (0, 0), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 
@@ -144,6 +144,8 @@ class TransactionApis:
     # --- AddPartitionsToTxn -------------------------------------------------------------------------------------
     def handle_add_partitions_to_txn(self, header, req, ctx):
         v = header.request_api_version
+        if v >= 4:
+            return self._verify_partitions(v, req, ctx)
         tid = req.v3_and_below_transactional_id
         wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
         fut: Future = Future()
@@ -171,6 +173,30 @@ class TransactionApis:
             tid, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, wanted,
             lambda e: respond({tp: int(_fenced_compat(e, v, 2)) for tp in wanted}))
         return fut
+
+    def _verify_partitions(self, v: int, req, ctx):
+        """AddPartitionsToTxn v4+ (brokers only, KIP-890 part 1): each transaction's VerifyOnly check; CLUSTER_ACTION
+        on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED.  Adding partitions this way (transaction
+        version 2, Kafka 4.0) is not served: INVALID_REQUEST."""
+        if not self.auth.authorize_cluster(ctx, "ClusterAction"):
+            return _resp(ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "results_by_transaction": [],
+                                                    "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED)})
+        results = []
+        for t in req.transactions:
+            parts = [(tp.name, p) for tp in t.topics for p in tp.partitions]
+            if t.verify_only:
+                errors = self.coordinator.handle_verify_partitions(t.transactional_id, t.producer_id,
+                                                                   t.producer_epoch, parts)
+            else:
+                errors = {tp: Errors.INVALID_REQUEST for tp in parts}
+            by_topic: dict[str, list] = {}
+            for (name, p) in parts:
+                by_topic.setdefault(name, []).append({"partition_index": p,
+                                                      "partition_error_code": int(errors[(name, p)])})
+            results.append({"transactional_id": t.transactional_id, "topic_results": [
+                {"name": name, "results_by_partition": ps} for name, ps in by_topic.items()]})
+        return _resp(ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "error_code": 0,
+                                                "results_by_transaction": results})
 
     # --- AddOffsetsToTxn ----------------------------------------------------------------------------------------
     def handle_add_offsets_to_txn(self, header, req, ctx):

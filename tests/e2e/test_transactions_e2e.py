@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.coordinator.transaction.transaction_log import partition_for
 from kafkatier.log.record_batch import end_transaction_marker
@@ -400,3 +401,51 @@ def committed_sum(bootstrap: str, topic: str, group: str) -> int:
         return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(2)], timeout=10))
     finally:
         c.close()
+
+
+def test_a_produce_outside_the_transaction_cannot_open_a_hanging_one(txn_cluster):
+    """KIP-890 part 1: the partition leader asks the coordinator before a transactional batch opens a
+    transaction; a batch for a partition never added to the transaction is refused (INVALID_TXN_STATE) and the
+    partition's last stable offset does not get stuck."""
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-hang-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+
+    def send(host_port: str, api_key: int, version: int, body: dict):
+        host, port = host_port.rsplit(":", 1)
+        client = BrokerClient(host, int(port), client_id="kip-890", timeout_s=20)
+        try:
+            return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key),
+                               version)
+        finally:
+            client.close()
+
+    txn_id = f"tx-hang-{uuid.uuid4().hex[:8]}"
+    found = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
+        send(bs.split(",")[0], 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
+    coordinator = f"{found.host}:{found.port}"
+    r = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(send(coordinator, 22, 4, {
+        "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1})),
+        30, interval=0.2, message="init")
+    pid, epoch = r.producer_id, r.producer_epoch
+    leader = next(b for b in bs.split(",") if send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}).topics[0].partitions[0].error_code == 0)
+
+    def produce(seq: int) -> int:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=pid,
+                                      producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
+        b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"late", headers=[])
+        resp = send(leader, 0, 7, {"transactional_id": txn_id, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": bytes(b.build())}]}]})
+        return resp.responses[0].partition_responses[0].error_code
+    assert produce(0) == 48                                   # INVALID_TXN_STATE: not in the transaction
+    assert end_offset(bs, topic, "read_committed") == end_offset(bs, topic, "read_uncommitted") == 0
+    add = send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+                                    "v3_and_below_producer_epoch": epoch,
+                                    "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+    assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce(0) == 0                                    # added: verified, appended
+    assert end_offset(bs, topic, "read_committed") == 0       # the transaction is open
+    assert send(coordinator, 26, 3, {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch,
+                                     "committed": False}).error_code == 0
+    wait_for(lambda: end_offset(bs, topic, "read_committed") == 2, 30, interval=0.2, message="aborted")

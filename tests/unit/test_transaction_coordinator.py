@@ -351,3 +351,18 @@ def test_a_prepared_transaction_is_completed_by_the_next_coordinator(coord):
     assert not pending.commit and pending.coordinator_epoch == 5
     coord.markers_.ack_all()
     assert coord.describe("tx")[1].state is S.COMPLETE_ABORT
+
+
+def test_verification_answers_without_writing(coord):
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    written = sum(len(v) for v in coord.log_.data.values())
+    assert coord.handle_verify_partitions("tx", 1000, 0, [TP0, TP1]) == {
+        TP0: Errors.NONE, TP1: Errors.TRANSACTION_ABORTABLE}
+    assert coord.handle_verify_partitions("tx", 1000, 1, [TP0]) == {TP0: Errors.PRODUCER_FENCED}
+    assert coord.handle_verify_partitions("tx", 7, 0, [TP0]) == {TP0: Errors.INVALID_PRODUCER_ID_MAPPING}
+    assert coord.handle_verify_partitions("other", 1000, 0, [TP0]) == {TP0: Errors.INVALID_PRODUCER_ID_MAPPING}
+    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    assert coord.handle_verify_partitions("tx", 1000, 0, [TP0]) == {TP0: Errors.CONCURRENT_TRANSACTIONS}
+    assert sum(len(v) for v in coord.log_.data.values()) == written + 1     # only the EndTxn's record

@@ -14,6 +14,7 @@ from kafkatier.log.producer_state import ABORT, COMMIT, ProducerStateManager, co
 from kafkatier.log.record_batch import end_transaction_marker, is_valid_batch
 from kafkatier.log.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.add_partitions_to_txn_manager import produce_error
 
 
 def batch(pid: int = -1, epoch: int = -1, seq: int = -1, n: int = 2, transactional: bool = False) -> bytes:
@@ -140,3 +141,27 @@ def test_aborted_transactions_are_indexed_read_and_rebuilt(tmp_path):
     log2.truncate_to(4)
     assert log2.collect_aborted_transactions(0, 10) == []
     log2.close()
+
+
+def test_verification_guard_is_needed_to_open_a_transaction_and_a_marker_voids_it():
+    ps = ProducerStateManager()
+    txn = batch(5, 0, 0, transactional=True)
+    with pytest.raises(KafkaError) as e:
+        ps.check_append(txn, None, verify=True)               # never verified
+    assert e.value.error == Errors.INVALID_TXN_STATE
+    guard = ps.start_verification(5)
+    ps.check_append(txn, guard, verify=True)
+    ps.check_append(txn, None, verify=False)                  # verification off: no check
+    stale = guard
+    guard = ps.start_verification(5)                          # a newer verification replaces it
+    with pytest.raises(KafkaError):
+        ps.check_append(txn, stale, verify=True)
+    ps.update(_offset(marker(5, 0, False), 0))                # a marker raced with the verification
+    with pytest.raises(KafkaError):
+        ps.check_append(txn, guard, verify=True)
+    ps.update(_offset(txn, 1))                                # once open, no verification is needed
+    ps.check_append(batch(5, 0, 2, transactional=True), None, verify=True)
+    assert produce_error(Errors.PRODUCER_FENCED) == Errors.INVALID_PRODUCER_EPOCH
+    assert produce_error(Errors.TRANSACTION_ABORTABLE) == Errors.INVALID_TXN_STATE
+    assert produce_error(Errors.CONCURRENT_TRANSACTIONS) == Errors.NOT_ENOUGH_REPLICAS
+    assert produce_error(Errors.INVALID_PRODUCER_ID_MAPPING) == Errors.INVALID_PRODUCER_ID_MAPPING

@@ -20,7 +20,7 @@ the cache.
 
 Deliberate differences from Kafka: one lock for all transactional ids (Kafka locks per id); tombstones of expired
 ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
-verification, KIP-890) is not served.
+verification, KIP-890 part 1) is answered for VerifyOnly requests only (:meth:`handle_verify_partitions`).
 """
 from __future__ import annotations
 
@@ -279,6 +279,28 @@ class TransactionCoordinator:
         if transit is None:
             return callback(err)
         self._append(transactional_id, epoch, m, transit, callback)
+
+    def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
+        """KIP-890 part 1 (AddPartitionsToTxn v4+ with VerifyOnly, from a partition leader): NONE for a partition
+        in the ongoing transaction, TRANSACTION_ABORTABLE for one that is not; nothing is written and the pending
+        state is not checked (Kafka's ``handleVerifyPartitionsInTransaction``)."""
+        partitions = list(partitions)
+        if not transactional_id:
+            return {tp: Errors.INVALID_REQUEST for tp in partitions}
+        with self._lock:
+            err, _epoch, m = self.state.get_transaction_state(transactional_id)
+            if err is None:
+                if m is None or m.producer_id != producer_id:
+                    err = Errors.INVALID_PRODUCER_ID_MAPPING
+                elif m.producer_epoch != producer_epoch:
+                    err = Errors.PRODUCER_FENCED
+                elif m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                    err = Errors.CONCURRENT_TRANSACTIONS
+            if err is not None:
+                return {tp: err for tp in partitions}
+            return {tp: Errors.NONE if tp in m.topic_partitions else Errors.TRANSACTION_ABORTABLE
+                    for tp in partitions}
 
     # --- EndTxn -------------------------------------------------------------------------------------------
     def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
