@@ -309,26 +309,17 @@ def test_transaction_requests_with_bad_input_get_kafka_error_codes(txn_cluster):
     topic = f"txn-bad-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic, partitions=1)
 
-    def send(host_port: str, api_key: int, version: int, body: dict):
-        host, port = host_port.rsplit(":", 1)
-        client = BrokerClient(host, int(port), client_id="bad-input", timeout_s=20)
-        try:
-            return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key),
-                               version)
-        finally:
-            client.close()
-
     txn_id = f"tx-bad-{uuid.uuid4().hex[:8]}"
     first = bs.split(",")[0]
     found = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
-        send(first, 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
+        _send(first, 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
     coordinator = f"{found.host}:{found.port}"
-    init = lambda **kw: send(coordinator, 22, 4, {"transactional_id": txn_id, "transaction_timeout_ms": 60000,  # noqa: E731
+    init = lambda **kw: _send(coordinator, 22, 4, {"transactional_id": txn_id, "transaction_timeout_ms": 60000,  # noqa: E731
                                                   "producer_id": -1, "producer_epoch": -1, **kw})
     assert init(transactional_id="").error_code == 42                  # INVALID_REQUEST
     assert init(producer_id=5).error_code == 42                        # producer id without an epoch
     assert init(transaction_timeout_ms=0).error_code == 50             # INVALID_TRANSACTION_TIMEOUT
-    end = lambda v, **kw: send(coordinator, 26, v, {"transactional_id": txn_id, "producer_id": 1,  # noqa: E731
+    end = lambda v, **kw: _send(coordinator, 26, v, {"transactional_id": txn_id, "producer_id": 1,  # noqa: E731
                                                     "producer_epoch": 0, "committed": True, **kw}).error_code
     assert end(3) == 49                                                # INVALID_PRODUCER_ID_MAPPING: unknown id
     r = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(init()), 30, interval=0.2, message="init")
@@ -337,18 +328,18 @@ def test_transaction_requests_with_bad_input_get_kafka_error_codes(txn_cluster):
     assert init().producer_epoch == epoch + 1                          # a second instance bumps the epoch
     assert end(3, producer_id=pid, producer_epoch=epoch) == 90         # PRODUCER_FENCED
     assert end(1, producer_id=pid, producer_epoch=epoch) == 47         # ... INVALID_PRODUCER_EPOCH before v2
-    add = send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+    add = _send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
                                     "v3_and_below_producer_epoch": epoch + 1, "v3_and_below_topics": [
                                         {"name": topic, "partitions": [0]}, {"name": "no-such-topic", "partitions": [0]}]})
     codes = {t.name: t.results_by_partition[0].partition_error_code for t in add.results_by_topic_v3_and_below}
     assert codes == {topic: 55, "no-such-topic": 3}                    # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC
     # A client may not write a control batch; a marker for a producer the partition never saw changes nothing.
-    leader = next(b for b in bs.split(",") if send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+    leader = next(b for b in bs.split(",") if _send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}).topics[0].partitions[0].error_code == 0)
-    produced = send(leader, 0, 7, {"acks": 1, "timeout_ms": 5000, "topic_data": [{"name": topic, "partition_data": [
+    produced = _send(leader, 0, 7, {"acks": 1, "timeout_ms": 5000, "topic_data": [{"name": topic, "partition_data": [
         {"index": 0, "records": end_transaction_marker(77, 0, 0, True, 0)}]}]})
     assert produced.responses[0].partition_responses[0].error_code == 87   # INVALID_RECORD
-    markers = send(leader, 27, 1, {"markers": [{"producer_id": 424242, "producer_epoch": 0, "transaction_result": False,
+    markers = _send(leader, 27, 1, {"markers": [{"producer_id": 424242, "producer_epoch": 0, "transaction_result": False,
                                                "coordinator_epoch": 0, "topics": [
                                                    {"name": topic, "partition_indexes": [0]},
                                                    {"name": "no-such-topic", "partition_indexes": [0]}]}]})
@@ -411,41 +402,73 @@ def test_a_produce_outside_the_transaction_cannot_open_a_hanging_one(txn_cluster
     topic = f"txn-hang-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic, partitions=1)
 
-    def send(host_port: str, api_key: int, version: int, body: dict):
-        host, port = host_port.rsplit(":", 1)
-        client = BrokerClient(host, int(port), client_id="kip-890", timeout_s=20)
-        try:
-            return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key),
-                               version)
-        finally:
-            client.close()
-
     txn_id = f"tx-hang-{uuid.uuid4().hex[:8]}"
     found = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
-        send(bs.split(",")[0], 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
+        _send(bs.split(",")[0], 10, 3, {"key": txn_id, "key_type": 1})), 30, interval=0.2, message="coordinator")
     coordinator = f"{found.host}:{found.port}"
-    r = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(send(coordinator, 22, 4, {
+    r = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(_send(coordinator, 22, 4, {
         "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1})),
         30, interval=0.2, message="init")
     pid, epoch = r.producer_id, r.producer_epoch
-    leader = next(b for b in bs.split(",") if send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+    leader = next(b for b in bs.split(",") if _send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}).topics[0].partitions[0].error_code == 0)
 
     def produce(seq: int) -> int:
         b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=pid,
                                       producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
         b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"late", headers=[])
-        resp = send(leader, 0, 7, {"transactional_id": txn_id, "acks": -1, "timeout_ms": 10000, "topic_data": [
+        resp = _send(leader, 0, 7, {"transactional_id": txn_id, "acks": -1, "timeout_ms": 10000, "topic_data": [
             {"name": topic, "partition_data": [{"index": 0, "records": bytes(b.build())}]}]})
         return resp.responses[0].partition_responses[0].error_code
     assert produce(0) == 48                                   # INVALID_TXN_STATE: not in the transaction
     assert end_offset(bs, topic, "read_committed") == end_offset(bs, topic, "read_uncommitted") == 0
-    add = send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+    add = _send(coordinator, 24, 3, {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
                                     "v3_and_below_producer_epoch": epoch,
                                     "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
     assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
     assert produce(0) == 0                                    # added: verified, appended
     assert end_offset(bs, topic, "read_committed") == 0       # the transaction is open
-    assert send(coordinator, 26, 3, {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch,
+    assert _send(coordinator, 26, 3, {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch,
                                      "committed": False}).error_code == 0
     wait_for(lambda: end_offset(bs, topic, "read_committed") == 2, 30, interval=0.2, message="aborted")
+
+
+def test_transactions_tool_finds_and_aborts_a_hanging_transaction(txn_cluster, kafkatier_cli):
+    """A transactional batch written without a transactional id in the Produce request (nothing to verify it
+    against) opens a transaction no coordinator knows of: ``find-hanging`` lists it, ``abort`` ends it and the
+    last stable offset moves on."""
+    bs = txn_cluster.bootstrap_servers
+    topic = f"txn-hung-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=1)
+    leader = next(b for b in bs.split(",") if _send(b, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}).topics[0].partitions[0].error_code == 0)
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=777001,
+                                  producer_epoch=3, base_sequence=0, batch_size=1 << 20)
+    b.append(0, timestamp=int(time.time() * 1000) - 120000, key=None, value=b"stray", headers=[])
+    r = _send(leader, 0, 7, {"acks": -1, "timeout_ms": 10000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": bytes(b.build())}]}]})
+    assert r.responses[0].partition_responses[0].error_code == 0
+    assert end_offset(bs, topic, "read_committed") == 0
+    tool = lambda *a: kafkatier_cli.run("transactions", "--bootstrap-server", bs, *a)  # noqa: E731
+    out = tool("find-hanging", "--topic", topic, "--max-transaction-timeout", "1")
+    assert out.returncode == 0, out.stderr
+    rows = _table(out.stdout)
+    assert rows[0] == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                       "LastTimestamp", "Duration(min)"]
+    assert [r[:6] for r in rows[1:]] == [[topic, "0", "777001", "3", "-1", "0"]]
+    missing = tool("abort", "--topic", topic, "--partition", "0", "--start-offset", "5")
+    assert missing.returncode == 1 and "Could not find any open transactions" in missing.stderr
+    out = tool("abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: end_offset(bs, topic, "read_committed") == 2, 30, interval=0.2, message="LSO after the abort")
+    assert consume_all(bs, topic, 1, "read_committed") == []
+    assert _table(tool("find-hanging", "--topic", topic, "--max-transaction-timeout", "0").stdout)[1:] == []
+
+
+def _send(host_port: str, api_key: int, version: int, body: dict):
+    host, port = host_port.rsplit(":", 1)
+    client = BrokerClient(host, int(port), client_id="txn-e2e", timeout_s=20)
+    try:
+        return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key), version)
+    finally:
+        client.close()
