@@ -579,7 +579,15 @@ class ReplicaManager:
             if fp.fetch_offset == lso:
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset,
                                             last_stable_offset=lso)
-            info = plog.read(fp.fetch_offset, max_bytes, max_offset=lso, min_one_message=True)
+            try:
+                info = plog.read(fp.fetch_offset, max_bytes, max_offset=lso, min_one_message=True)
+            except OffsetOutOfRangeError:
+                # Local retention removed the segment meanwhile: the data is in the remote tier (as read_partition).
+                if (self.remote_log_manager is not None and is_tiered(p)
+                        and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
+                    r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes)
+                    return attrs.evolve(r, last_stable_offset=lso)
+                raise
             records = info.records or b""
             aborted: tuple = ()
             if records:

@@ -472,3 +472,30 @@ def _send(host_port: str, api_key: int, version: int, body: dict):
         return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key), version)
     finally:
         client.close()
+
+
+def test_coordinator_dying_in_prepare_commit_is_completed_by_the_next_one(cluster_factory, monkeypatch):
+    """The coordinator dies (crash point ``txn-coordinator-after-prepare``, as kill -9) right after writing
+    PrepareCommit, before answering EndTxn or sending a marker: the new leader of the ``__transaction_state``
+    partition loads PrepareCommit, sends the markers with its own coordinator epoch and writes CompleteCommit; the
+    producer's retried commit succeeds and read_committed consumers see the whole transaction."""
+    monkeypatch.setenv("KAFKATIER_CRASH_AT", "txn-coordinator-after-prepare")
+    c = cluster_factory(brokers=3, log_dirs=1, overrides=OVERRIDES)
+    monkeypatch.delenv("KAFKATIER_CRASH_AT")
+    bs = c.bootstrap_servers
+    topic = f"txn-prep-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=2, rf=3)
+    txn_id = f"tx-prep-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(bs, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=f"prep-{i}".encode(), partition=i % 2)
+    p.flush(30)
+    state_path = f"/brokers/topics/__transaction_state/partitions/{partition_for(txn_id, 3)}/state"
+    coordinator = json.loads(c.zk.get(state_path)[0])["leader"]
+    p.commit_transaction(90)
+    assert "crash point txn-coordinator-after-prepare reached" in c.manager.log_tail(coordinator, 200)
+    survivors = ",".join(b for b in bs.split(",") if not b.endswith(f":{c.manager.broker(coordinator)['port']}"))
+    values = sorted(v for _, v in consume_all(survivors, topic, 2, "read_committed", expected=10, timeout_s=60))
+    assert values == sorted(f"prep-{i}".encode() for i in range(10))

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable, Iterable, Protocol
 
+from kafkatier.common.faults import crash_point
 from kafkatier.coordinator.transaction.transaction_marker_channel_manager import (PendingMarkers,
                                                                                   TransactionMarkerChannelManager)
 from kafkatier.coordinator.transaction.transaction_metadata import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
@@ -340,6 +341,9 @@ class TransactionCoordinator:
                 else:
                     e = Errors.NONE
                     complete = m.prepare_complete(self.time_ms())
+            if e == Errors.NONE:
+                # Crash tests: the Prepare record is written, the client has no answer, no marker is sent.
+                crash_point("txn-coordinator-after-prepare")
             callback(e)
             if e == Errors.NONE:
                 self._send_markers(coordinator_epoch, m, complete)
