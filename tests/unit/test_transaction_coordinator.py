@@ -366,3 +366,20 @@ def test_verification_answers_without_writing(coord):
     coord.handle_end_transaction("tx", 1000, 0, True, a)
     assert coord.handle_verify_partitions("tx", 1000, 0, [TP0]) == {TP0: Errors.CONCURRENT_TRANSACTIONS}
     assert sum(len(v) for v in coord.log_.data.values()) == written + 1     # only the EndTxn's record
+
+
+def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coord):
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    assert len(coord.markers_.sent) == 1                 # markers queued at epoch 1
+    p = coord.partition_for("tx")
+    coord.on_election(p, 2)                              # the controller bumped the leader epoch (an ISR shrink)
+    coord.timer_.advance(0)
+    [pending] = coord.markers_.sent                      # the old queue dropped, the markers sent again
+    assert pending.coordinator_epoch == 2
+    coord.markers_.ack_all()
+    err, m = coord.describe("tx")
+    assert m.state is S.COMPLETE_COMMIT and m.pending_state is None
+    assert init(coord) == (Errors.NONE, 1000, 1)

@@ -91,12 +91,12 @@ class TransactionCoordinator:
 
     # --- leadership of __transaction_state (Kafka's onElection / onResignation) -----------------------------
     def on_election(self, partition: int, coordinator_epoch: int) -> None:
+        """Load ``partition`` at ``coordinator_epoch``.  A newer epoch of a partition already led here (the
+        controller shrank its ISR) reloads it too, as Kafka does: writes in flight at the old epoch answer
+        NOT_COORDINATOR (clients retry) and queued markers are sent again with the new epoch."""
         with self._lock:
             current = self.state.owned.get(partition)
             if current is not None and current >= coordinator_epoch:
-                return
-            if current is not None and partition not in self.state.loading:
-                self.state.owned[partition] = coordinator_epoch   # same leader, newer epoch: keep the cache
                 return
             self.markers.remove_markers_for_txn_partition(partition)
             self.state.owned[partition] = coordinator_epoch
