@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.coordinator.transaction.transaction_log import partition_for
@@ -217,7 +219,6 @@ def test_confluent_send_offsets_to_transaction_commits_only_on_commit(txn_cluste
 
 
 def test_kafka_python_transactional_producer_commit_and_abort(txn_cluster):
-    from kafka import KafkaProducer
     bs = txn_cluster.bootstrap_servers
     topic = f"txn-kp-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic)
@@ -238,6 +239,17 @@ def test_kafka_python_transactional_producer_commit_and_abort(txn_cluster):
     committed = sorted(v for _, v in consume_all(bs, topic, 2, "read_committed", expected=4))
     assert committed == [f"kp-committed-{i}".encode() for i in range(4)]
     assert len(consume_all(bs, topic, 2, "read_uncommitted", expected=8)) == 8
+    # kafka-python's own read_committed consumer (it skips the aborted batches from the Fetch's list)
+    c = KafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed", enable_auto_commit=False,
+                      auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    try:
+        c.assign([KTopicPartition(topic, 0), KTopicPartition(topic, 1)])
+        seen: list[bytes] = []
+        wait_for(lambda: seen.extend(m.value for m in c) or len(seen) >= 4, 30, interval=0,
+                 message="kafka-python read_committed")
+        assert sorted(seen) == [f"kp-committed-{i}".encode() for i in range(4)]
+    finally:
+        c.close()
 
 
 def _table(stdout: str) -> list[list[str]]:
