@@ -334,6 +334,11 @@ class AdminClient:
             raise AdminError.from_code(response.error_code, response.error_message)
         return response
 
+    def send_request(self, request: Any, node_id: int | None = None) -> Any:
+        """One protocol request to ``node_id`` (or the least loaded broker), no retries: for the tools that
+        speak an API this client does not wrap (``kafkatier transactions``)."""
+        return self._send(request, node_id)
+
     def _send(self, request: Any, node_id: int | None = None) -> Any:
         """Send one protocol request (to ``node_id``, or the least loaded broker) and wait for the response."""
         manager = self._admin._manager  # noqa: SLF001 (see module docstring)

@@ -39,6 +39,7 @@ from kafkatier.log.partition_metadata import (
     write_partition_metadata,
 )
 from kafkatier.log.record_batch import NO_TIMESTAMP, AppendInfo
+from kafkatier.log.transaction_index import AbortedTxn
 from kafkatier.log.segment import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
@@ -46,6 +47,7 @@ from kafkatier.log.segment import (
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     FetchDataInfo,
     LogOffsetMetadata,
     LogSegment,
@@ -313,7 +315,7 @@ class Log:
                 else:
                     log.warning(kv(event="unexpected_log_file_skipped", partition=self.name, file=name))
         for name in names:
-            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
                 if name.endswith(suffix):
                     stem = name[: -len(suffix)]
                     if stem.isdigit() and int(stem) not in log_bases:
@@ -347,6 +349,7 @@ class Log:
         if not self._segments:
             self._add_segment(self._new_segment(self._log_start_offset))
         self._next_offset = self._segments[-1].next_offset()
+        self._segments[-1].txn_index.truncate_to(self._next_offset)  # entries of markers lost in a crash
         first_base = self._segments[0].base_offset
         self._local_log_start_offset = max(self._log_start_offset, first_base)
         if not (self.remote_log_enabled and 0 <= self._log_start_offset < first_base):
@@ -418,8 +421,10 @@ class Log:
                 self._topic_id_unsynced = True
 
     # --- append --------------------------------------------------------------------------------------
-    def append_as_leader(self, records, leader_epoch: int, *, now_ms: int | None = None) -> AppendInfo:
-        """Validate a produced blob, assign offsets from the log end offset and append it."""
+    def append_as_leader(self, records, leader_epoch: int, *, now_ms: int | None = None,
+                         from_coordinator: bool = False) -> AppendInfo:
+        """Validate a produced blob, assign offsets from the log end offset and append it
+        (``from_coordinator``: transaction markers and transactional offset commits, Kafka's origin COORDINATOR)."""
         with self._lock:
             self._check_open()
             cfg = self._config
@@ -433,8 +438,9 @@ class Log:
                 timestamp_before_max_ms=None if before == LONG_MAX else before,
                 timestamp_after_max_ms=None if after == LONG_MAX else after,
                 log_start_offset=self._log_start_offset,
-                topic_partition=self.name)
-            log_validator.validate_records(info.records, cfg, now, topic_partition=self.name)
+                topic_partition=self.name, from_coordinator=from_coordinator)
+            if not from_coordinator:
+                log_validator.validate_records(info.records, cfg, now, topic_partition=self.name)
             if info.num_batches == 0:
                 return info
             self._append(info, now)
@@ -598,7 +604,7 @@ class Log:
                              f"offset {new_offset} =max(provided offset = {expected_next_offset}, LEO = "
                              f"{self._next_offset}) while it already exists.")
         active.on_become_inactive()
-        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
             stale = os.path.join(self._dir, f"{new_offset:020d}{suffix}")
             if os.path.exists(stale):
                 log.warning(kv(event="stale_segment_file_deleted", partition=self.name, file=stale))
@@ -664,6 +670,27 @@ class Log:
                     return fetched
                 i += 1
             return FetchDataInfo(LogOffsetMetadata(offset), b"")
+
+    # --- aborted transactions (log/transaction_index.py) -----------------------------------------------
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its marker (Kafka's ``updateTxnIndex``)."""
+        with self._lock:
+            self._check_open()
+            i = max(0, bisect.bisect_right(self._bases, txn.last_offset) - 1)
+            self._segments[i].txn_index.append(txn)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[fetch_offset, upper_bound_offset)`` must list
+        (Kafka's ``LocalLog.collectAbortedTransactions``)."""
+        with self._lock:
+            out: list[AbortedTxn] = []
+            i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+            for seg in self._segments[i:]:
+                found = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+                out.extend(found.aborted)
+                if found.is_complete:
+                    break
+            return out
 
     def _offset_metadata(self, offset: int) -> tuple[int, int]:
         """(segment base, position of the batch holding ``offset`` or segment end) — cached for the HW."""

@@ -247,8 +247,11 @@ def validate_and_assign_offsets(records, next_offset: int, leader_epoch: int, no
                                 timestamp_before_max_ms: int | None = None,
                                 timestamp_after_max_ms: int | None = None,
                                 log_start_offset: int = -1,
-                                topic_partition: str = "") -> AppendInfo:
+                                topic_partition: str = "", from_coordinator: bool = False) -> AppendInfo:
     """Validate a produced ``records`` blob batch by batch (headers and CRC) and assign offsets.
+
+    ``from_coordinator``: an append of a coordinator (Kafka's ``AppendOrigin.COORDINATOR``): control batches
+    (transaction markers) and producer batches without a sequence (transactional offset commits) are allowed.
 
     Each batch gets ``baseOffset = next offset`` and ``partitionLeaderEpoch = leader_epoch``; with
     ``timestamp_type=LogAppendTime`` its maxTimestamp becomes ``now_ms`` (and the CRC is recomputed).
@@ -293,10 +296,10 @@ def validate_and_assign_offsets(records, next_offset: int, leader_epoch: int, no
         if last_delta + 1 != count:
             raise InvalidRecordError(f"Inconsistent batch offset range [{base}, {base + last_delta}] and "
                                      f"count of records {count} in topic partition {_tp(topic_partition)}.")
-        if attributes & CONTROL_FLAG_MASK:
+        if attributes & CONTROL_FLAG_MASK and not from_coordinator:
             raise InvalidRecordError(f"Clients are not allowed to write control records in topic partition "
                                      f"{_tp(topic_partition)}.")
-        if producer_id > NO_PRODUCER_ID and base_sequence < 0:
+        if producer_id > NO_PRODUCER_ID and base_sequence < 0 and not from_coordinator:
             raise InvalidRecordError(f"Invalid sequence number {base_sequence} in record batch with "
                                      f"producerId {producer_id} in topic partition {_tp(topic_partition)}.")
         if not log_append:
@@ -390,3 +393,35 @@ def validate_follower_records(records, *, topic_partition: str = "") -> AppendIn
     data = bytes(view[:pos]) if not isinstance(src, bytes) or pos < total else src
     return AppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts, num_batches, num_records, pos,
                       data, epoch_starts=tuple(epoch_starts))
+
+
+def _zigzag_varint(value: int) -> bytes:
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def end_transaction_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                           timestamp_ms: int) -> bytes:
+    """One control batch holding a COMMIT (type 1) or ABORT (type 0) marker, Kafka's
+    ``MemoryRecords.withEndTransactionMarker``: transactional + control attributes, base sequence -1, one record
+    with key (version 0, type) and value (version 0, coordinator epoch); offsets are assigned on append."""
+    key = _CONTROL_KEY.pack(0, 1 if commit else 0)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    body = (b"\x00" + _zigzag_varint(0) + _zigzag_varint(0) + _zigzag_varint(len(key)) + key
+            + _zigzag_varint(len(value)) + value + _zigzag_varint(0))
+    record = _zigzag_varint(len(body)) + body
+    attributes = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+    batch = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(record), NO_PARTITION_LEADER_EPOCH,
+                                  MAGIC_V2, 0, attributes, 0, timestamp_ms, timestamp_ms, producer_id,
+                                  producer_epoch, -1, 1)) + record
+    _UINT32.pack_into(batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)

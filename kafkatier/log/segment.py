@@ -33,6 +33,7 @@ from kafkatier.log.record_batch import (
     whole_batches_size,
 )
 from kafkatier.log.time_index import TimeIndex
+from kafkatier.log.transaction_index import TransactionIndex
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log")
@@ -107,6 +108,10 @@ def time_index_file_path(dir_path: str, offset: int, suffix: str = "") -> str:
     return os.path.join(dir_path, filename_prefix(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
 
 
+def txn_index_file_path(dir_path: str, offset: int, suffix: str = "") -> str:
+    return os.path.join(dir_path, filename_prefix(offset) + TXN_INDEX_FILE_SUFFIX + suffix)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -175,6 +180,7 @@ class LogSegment:
                                         max_index_size)
         self.time_index = TimeIndex(time_index_file_path(dir_path, base_offset, file_suffix), base_offset,
                                     max_index_size)
+        self.txn_index = TransactionIndex(txn_index_file_path(dir_path, base_offset, file_suffix), base_offset)
         self.created_ms = clock()
         self._bytes_since_last_index_entry = 0
         last = self.time_index.last_entry
@@ -539,6 +545,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = 0
         if found is not None:
             removed = self._size - found[0]
@@ -568,6 +575,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Close files, leaving the final time index entry behind (as Kafka does)."""
@@ -593,7 +601,7 @@ class LogSegment:
         self.time_index.close()
 
     def _paths(self) -> list[str]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def change_dir(self, new_dir: str) -> None:
         """Follow a rename of the partition directory (open files stay valid)."""
@@ -601,10 +609,12 @@ class LogSegment:
         self.log_path = os.path.join(new_dir, os.path.basename(self.log_path))
         self.offset_index.path = os.path.join(new_dir, os.path.basename(self.offset_index.path))
         self.time_index.path = os.path.join(new_dir, os.path.basename(self.time_index.path))
+        self.txn_index.path = os.path.join(new_dir, os.path.basename(self.txn_index.path))
 
     def rename_to_deleted(self) -> None:
         """Add ``.deleted`` to the file names: the segment is gone for the log, its files go later."""
-        for attr_owner, attr in ((self, "log_path"), (self.offset_index, "path"), (self.time_index, "path")):
+        for attr_owner, attr in ((self, "log_path"), (self.offset_index, "path"), (self.time_index, "path"),
+                                  (self.txn_index, "path")):
             old = getattr(attr_owner, attr)
             new = old + DELETED_FILE_SUFFIX
             try:

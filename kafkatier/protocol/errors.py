@@ -122,6 +122,7 @@ class Errors(enum.IntEnum):
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
+    TRANSACTION_ABORTABLE = 120     # KIP-890: a transactional produce to a partition not in the transaction
     # KIP-950; code chosen by this project (see the module docstring and docs/error-codes.md).
     TIERED_STORAGE_DISABLEMENT_IN_PROGRESS = 950
 

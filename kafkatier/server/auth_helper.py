@@ -63,7 +63,8 @@ class AclCheck:
 #: api key -> the checks Kafka makes for it (in order).  ApiVersions, SaslHandshake and SaslAuthenticate check
 #: nothing; DescribeCluster only computes its authorized operations.
 API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
-    0: (AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                    # Produce
+    0: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional"),  # Produce
+        AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     1: (AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED", "consumer fetch"),                     # Fetch
         AclCheck("ClusterAction", "Cluster", "TOPIC_AUTHORIZATION_FAILED", "replica_id >= 0: nothing read")),
     2: (AclCheck("Describe", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                 # ListOffsets
@@ -87,6 +88,15 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
     21: (AclCheck("Delete", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                  # DeleteRecords
     22: (AclCheck("IdempotentWrite", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or WRITE on any topic"),  # InitPid
          AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional")),
+    24: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # AddPartsToTxn
+         AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED", "internal topics not checked")),
+    25: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # AddOffsetsToTxn
+         AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED")),
+    26: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),),               # EndTxn
+    27: (AclCheck("ClusterAction", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or ALTER on the cluster"),),  # WriteTxnMarkers
+    28: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # TxnOffsetCommit
+         AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED"),
+         AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     23: (AclCheck("ClusterAction", "Cluster", "", "allows every topic (brokers)"),                    # OffsetForLE
          AclCheck("Describe", "Topic", "TOPIC_AUTHORIZATION_FAILED", "without CLUSTER_ACTION")),
     29: (AclCheck("Describe", "Cluster", "CLUSTER_AUTHORIZATION_FAILED"),),                            # DescribeAcls
@@ -105,6 +115,10 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
     47: (AclCheck("Delete", "Group", "GROUP_AUTHORIZATION_FAILED"),                                    # OffsetDelete
          AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     60: (AclCheck("Describe", "Cluster", "", "only cluster_authorized_operations"),),                 # DescribeCluster
+    61: (AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                    # DescribeProducers
+    65: (AclCheck("Describe", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",              # DescribeTxns
+                  "topics filtered by DESCRIBE on the topic"),),
+    66: (AclCheck("Describe", "TransactionalId", "", "only the ids the principal may DESCRIBE are listed"),),  # ListTxns
 }
 
 

@@ -83,6 +83,17 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("group.max.session.timeout.ms", "INT", 1800000, READ_ONLY),
     _d("group.initial.rebalance.delay.ms", "INT", 3000, READ_ONLY),
     _d("group.max.size", "INT", 2147483647, READ_ONLY),
+    # transaction coordinator (coordinator/transaction)
+    _d("transaction.state.log.num.partitions", "INT", 50, READ_ONLY),
+    _d("transaction.state.log.replication.factor", "SHORT", 3, READ_ONLY),
+    _d("transaction.state.log.min.isr", "INT", 2, READ_ONLY),
+    _d("transaction.state.log.segment.bytes", "INT", 104857600, READ_ONLY),
+    _d("transaction.state.log.load.buffer.size", "INT", 5242880, READ_ONLY),
+    _d("transaction.max.timeout.ms", "INT", 900000, READ_ONLY),
+    _d("transactional.id.expiration.ms", "INT", 604800000, READ_ONLY),
+    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000, READ_ONLY),
+    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000, READ_ONLY),
+    _d("transaction.partition.verification.enable", "BOOLEAN", True, READ_ONLY),
     # leader balance and controlled shutdown (controller/replica_election_manager.py, server/controlled_shutdown.py)
     _d("auto.leader.rebalance.enable", "BOOLEAN", True, READ_ONLY),
     _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY),

@@ -88,6 +88,7 @@ class CachedPartition:
     request: FetchPartitionData
     high_watermark: int = -1     # -1: never answered, or the last answer was an error (so the next one is sent)
     log_start_offset: int = -1   # the leader's, as last answered
+    last_stable_offset: int = -1  # read_committed answers only (-1 otherwise)
 
     def must_respond(self, r: FetchPartitionResult, update: bool = True) -> bool:
         """Kafka's ``CachedPartition.maybeUpdateResponseData``: does an incremental response carry this answer?
@@ -101,6 +102,10 @@ class CachedPartition:
             respond = True
             if update:
                 self.log_start_offset = r.log_start_offset
+        if self.last_stable_offset != r.last_stable_offset:
+            respond = True
+            if update:
+                self.last_stable_offset = r.last_stable_offset
         if r.error != Errors.NONE:
             respond = True
             if update:
@@ -309,7 +314,7 @@ class FullFetchContext(FetchContext):
         requested = {fp.tp: fp for fp in self.fetch_data}
 
         def cached() -> dict[TopicPartition, CachedPartition]:
-            return {tp: CachedPartition(requested[tp], r.high_watermark, r.log_start_offset)
+            return {tp: CachedPartition(requested[tp], r.high_watermark, r.log_start_offset, r.last_stable_offset)
                     for tp, r in results.items() if tp in requested}
         session_id = self.cache.maybe_create_session(self.privileged, len(results), cached)
         return FetchSessionResponse(Errors.NONE, session_id, results)

@@ -10,8 +10,8 @@ topic configs of :data:`OFFSETS_TOPIC_CONFIGS`); until the group's partition has
 COORDINATOR_NOT_AVAILABLE, which clients retry.
 
 Versions advertised are Kafka 3.6's for a ZooKeeper-mode broker.  OffsetCommit v0 is handled like v1 (Kafka
-stored v0 commits in ZooKeeper).  FindCoordinator's TRANSACTION key type is answered COORDINATOR_NOT_AVAILABLE
-(no transaction coordinator).
+stored v0 commits in ZooKeeper).  FindCoordinator's TRANSACTION key type is answered by
+``transaction_coordinator_for`` (``server/transaction_apis.py``), COORDINATOR_NOT_AVAILABLE without one.
 
 Authorization (Kafka's checks, through :class:`~kafkatier.server.auth_helper.AuthHelper`): FindCoordinator
 DESCRIBE on the group (or transactional id); JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group;
@@ -58,13 +58,15 @@ def _resp(api_key: int, version: int, body: dict):
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
                  create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
-                 auth: AuthHelper | None = None):
+                 auth: AuthHelper | None = None,
+                 transaction_coordinator_for: Callable[[str], tuple[int, str | None, int, str, int]] | None = None):
         self.coordinator = coordinator
         self.cache = metadata_cache
         self.broker_id = broker_id
         self.create_offsets_topic = create_offsets_topic
         self.live_brokers = live_brokers
         self.auth = auth or AuthHelper(None)
+        self.transaction_coordinator_for = transaction_coordinator_for
         self._handlers = {
             OFFSET_COMMIT: self.handle_offset_commit, OFFSET_FETCH: self.handle_offset_fetch,
             FIND_COORDINATOR: self.handle_find_coordinator, JOIN_GROUP: self.handle_join_group,
@@ -103,6 +105,8 @@ class GroupApis:
     def _coordinator_for(self, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
         none = (-1, "", -1)
         if key_type != GROUP_KEY_TYPE:
+            if self.transaction_coordinator_for is not None:
+                return self.transaction_coordinator_for(key)
             return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", *none)
         if not key:
             return (int(Errors.INVALID_REQUEST), "the group id must not be empty", *none)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log import log_validator
+from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
@@ -85,7 +86,8 @@ class KafkaApis:
                  delete_records: DeleteRecordsManager | None = None, sasl: SaslPlainServer | None = None,
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
-                 inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None):
+                 inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None,
+                 transactions=None, txn_verification=None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -100,6 +102,9 @@ class KafkaApis:
         self.auth = auth or AuthHelper(None)  # Kafka's resource/operation checks (server/auth_helper.py)
         self.inter_broker_login = inter_broker_login  # forwarding to the controller logs in as a broker
         self.fetch_manager = fetch_manager or FetchManager(FetchSessionCache())  # KIP-227 (server/fetch_session.py)
+        self.transactions = transactions  # InitProducerId with a transactional id (server/transaction_apis.py)
+        # KIP-890 part 1: transactional produces verified with the coordinator (server/add_partitions_to_txn_manager)
+        self.txn_verification = txn_verification
         self._handlers: dict[int, Callable] = {
             PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
             METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
@@ -208,7 +213,7 @@ class KafkaApis:
                               "leader_epoch": pm.leader_epoch, "replica_nodes": list(pm.replicas),
                               "isr_nodes": list(pm.isr), "offline_replicas": list(pm.offline_replicas)})
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
-                           "is_internal": name == "__consumer_offsets", "partitions": plist,
+                           "is_internal": name in ("__consumer_offsets", "__transaction_state"), "partitions": plist,
                            "authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
         if not brokers:  # not yet told by the controller: at least advertise ourselves
@@ -240,10 +245,15 @@ class KafkaApis:
         v = header.request_api_version
         acks = req.acks
         entries, errors = {}, {}
-        if acks not in (-1, 0, 1):
+        txn_id = getattr(req, "transactional_id", None)
+        if acks not in (-1, 0, 1) or (txn_id is not None and not self.auth.authorize(
+                ctx, "Write", "TransactionalId", txn_id)):
+            # Kafka answers every partition: INVALID_REQUIRED_ACKS, or (a transactional produce without WRITE on
+            # its transactional id) TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+            code = Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS)
+                    errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(code)
         else:
             writable = self.auth.filter_authorized(ctx, "Write", "Topic", (td.name for td in req.topic_data))
             for td in req.topic_data:
@@ -281,11 +291,49 @@ class KafkaApis:
             fut.set_result(self._resp(PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))
-        if entries:
+        if entries and txn_id is not None and self.txn_verification is not None:
+            self._append_verified(txn_id, req.timeout_ms, acks, entries, respond)
+        elif entries:
             self.rm.append_records(req.timeout_ms, acks, entries, respond)
         else:
             respond({})
         return fut
+
+    def _append_verified(self, txn_id: str, timeout_ms: int, acks: int, entries: dict, respond) -> None:
+        """KIP-890 part 1: partitions where the producer has no transaction open are verified with the
+        coordinator first (``server/add_partitions_to_txn_manager.py``); refused ones answer the mapped error,
+        the others are appended with their verification guards."""
+        needs: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, records in entries.items():
+            p = self.rm.get_partition(*tp)
+            if p is None or not p.is_leader:
+                continue     # the append answers the error
+            for _, h in iter_batches(records):
+                if h.is_transactional and h.producer_id >= 0 and \
+                        p.producer_state.ongoing_first_offset(h.producer_id) is None:
+                    needs[tp] = (h.producer_id, h.producer_epoch)
+                break
+        if not needs:
+            self.rm.append_records(timeout_ms, acks, entries, respond, verification_guards={})
+            return
+        producers = set(needs.values())
+        if len(producers) > 1:   # one transactional id, one producer (Kafka's check)
+            respond({tp: ProducePartitionResult(Errors.INVALID_PRODUCER_ID_MAPPING) for tp in entries})
+            return
+        (pid, epoch), = producers
+        guards = {tp: self.rm.get_partition(*tp).producer_state.start_verification(pid) for tp in needs}
+
+        def verified(errors: dict) -> None:
+            failed = {tp: ProducePartitionResult(e, error_message="Partition was not added to the transaction"
+                                                 if e == Errors.INVALID_TXN_STATE else None)
+                      for tp, e in errors.items() if e != Errors.NONE}
+            rest = {tp: r for tp, r in entries.items() if tp not in failed}
+            if not rest:
+                respond(failed)
+                return
+            self.rm.append_records(timeout_ms, acks, rest, lambda res: respond({**failed, **res}),
+                                   verification_guards=guards)
+        self.txn_verification.verify(txn_id, pid, epoch, list(needs), verified)
 
     # --- Fetch ----------------------------------------------------------------------------------------------
     def handle_fetch(self, header, req, ctx):
@@ -309,8 +357,11 @@ class KafkaApis:
             for tp, r in answer.partitions.items():
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
-                    "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": None if r.error else [], "preferred_read_replica": -1,
+                    "last_stable_offset": r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": None if r.error else [
+                        {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
+                    "preferred_read_replica": -1,
                     "records": r.records})
             fut.set_result(self._resp(FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
@@ -320,7 +371,8 @@ class KafkaApis:
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return fut
-        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond)
+        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
+                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
         return fut
 
     # --- ListOffsets ----------------------------------------------------------------------------------------
@@ -336,7 +388,8 @@ class KafkaApis:
                         raise KafkaError("", Errors.TOPIC_AUTHORIZATION_FAILED)
                     off, ts = self.rm.fetch_offset_for_timestamp(
                         t.name, p.partition_index, p.timestamp,
-                        getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id)
+                        getattr(p, "current_leader_epoch", -1) if v >= 4 else -1, req.replica_id,
+                        isolation_level=getattr(req, "isolation_level", 0) if v >= 2 else 0)
                     part = self.rm.get_partition(t.name, p.partition_index)
                     plist.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
                                   "offset": off, "leader_epoch": part.leader_epoch if part else -1})
@@ -679,13 +732,15 @@ class KafkaApis:
         threading.Thread(target=run, name="forward-to-controller", daemon=True).start()
         return fut
 
-    # --- InitProducerId (idempotent producers only) -------------------------------------------------------
+    # --- InitProducerId (transactional ids: server/transaction_apis.py) ------------------------------------
     def handle_init_producer_id(self, header, req, ctx):
         v = header.request_api_version
         denied = self.auth.init_producer_id_error(ctx, req.transactional_id)
         if denied is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(denied)})
+        if req.transactional_id is not None and self.transactions is not None:
+            return self.transactions.handle_init_producer_id(header, req, ctx)
         if req.transactional_id is not None:
             return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
                                                     "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})

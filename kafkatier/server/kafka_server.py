@@ -3,7 +3,7 @@
 Start-up order: ZooKeeper session -> persistent paths and cluster id -> dynamic broker configs, dynamic config
 listener -> tiered storage start-up checks -> scheduler, log manager -> remote log manager (with tiered storage)
 -> replica manager -> topic config handler -> dynamic broker configs loaded -> group coordinator -> admin
-client, controller object, DeleteRecords, authorizer, SASL -> request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
+client, producer ids, transaction coordinator, controller object, DeleteRecords, authorizer, SASL -> request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
 broker epoch = its czxid) -> control-request handler -> controller start-up.
 
 Every collaborator is built here and passed to the constructors that use it (Kafka's ``KafkaServer.startup``):
@@ -29,6 +29,9 @@ from kafkatier.controller.kafka_controller import ControllerConfig, KafkaControl
 from kafkatier.controller.replica_election_manager import AutoRebalanceConfig
 from kafkatier.coordinator.group import GroupConfig, GroupCoordinator
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from kafkatier.coordinator.transaction import TransactionConfig, TransactionCoordinator
+from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
+from kafkatier.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
@@ -36,11 +39,14 @@ from kafkatier.log.log_manager import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, Log
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
+from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
@@ -63,6 +69,8 @@ from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
 from kafkatier.server.sasl import inter_broker_login, sasl_server_from_config
+from kafkatier.server.transaction_apis import TransactionApis
+from kafkatier.server.transaction_topic_log import ReplicaManagerTransactionLog
 from kafkatier.server.user_scram_apis import UserScramApis
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
@@ -98,6 +106,12 @@ class KafkaServer:
         self.alter_log_dirs_quota = ReplicationQuotaManager()  # the KIP-113 move throttle, shared by move threads
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        self.txn_verification: AddPartitionsToTxnManager | None = None
+        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker,
+        # each used by one request at a time.
+        self._broker_clients: dict[int, tuple[BrokerClient, threading.Lock]] = {}
+        self._broker_clients_lock = threading.Lock()
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -161,6 +175,11 @@ class KafkaServer:
         self.group_coordinator.startup()
         self.admin_zk = self._new_admin_zk()
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
+        self.transaction_coordinator = TransactionCoordinator(
+            self.broker_id, self._transaction_config(), ReplicaManagerTransactionLog(self.replica_manager),
+            TransactionMarkerChannelManager(self.broker_id, self._partition_leader, self._send_to_broker),
+            self.producer_ids.generate_producer_id, self.scheduler)
+        self.transaction_coordinator.startup()
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
             unclean_leader_election_enable=c.unclean_leader_election_enable,
@@ -174,13 +193,22 @@ class KafkaServer:
         sasl = sasl_server_from_config(self.zk, c.overrides)
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
+        if str(c.overrides.get("transaction.partition.verification.enable", "true")).lower() == "true":
+            self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
+        transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
+                                           self.replica_manager, self.metadata_cache,
+                                           create_transaction_topic=self._create_transaction_topic,
+                                           live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
+                                           request_timeout_ms=c.request_timeout_ms, auth=auth)
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
                               delete_records=self.delete_records, sasl=sasl,
                               group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.broker_id,
                                                    create_offsets_topic=self._create_offsets_topic,
                                                    live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
-                                                   auth=auth),
+                                                   auth=auth,
+                                                   transaction_coordinator_for=transaction_apis.coordinator_for),
+                              transactions=transaction_apis, txn_verification=self.txn_verification,
                               log_dirs=LogDirsApis(self.replica_manager, auth),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
                               fetch_manager=FetchManager(FetchSessionCache.from_props(c.overrides)),
@@ -188,7 +216,7 @@ class KafkaServer:
                                           PartitionReassignmentApis(self.controller.partition_reassignment, auth),
                                           ControlledShutdownApis(self.controller, auth),
                                           AclApis(authorizer, auth), UserScramApis(self.zk, auth),
-                                          OffsetForLeaderEpochApis(self.replica_manager, auth)])
+                                          OffsetForLeaderEpochApis(self.replica_manager, auth), transaction_apis])
         o = c.overrides
         self.socket_server = SocketServer(
             c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
@@ -230,6 +258,65 @@ class KafkaServer:
         except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
             count = 0
         return attrs.evolve(config, offsets_topic_num_partitions=count) if count else config
+
+    # --- transaction coordinator (kafkatier/coordinator/transaction) -------------------------------------------
+    def _transaction_config(self) -> TransactionConfig:
+        """The coordinator's settings; an existing ``__transaction_state`` keeps its partition count."""
+        config = attrs.evolve(TransactionConfig.from_overrides(self.config.overrides),
+                              request_timeout_ms=self.config.request_timeout_ms)
+        try:
+            data, _ = self.zk.get(paths.topic(TRANSACTION_STATE_TOPIC))
+            count = len(codecs.TopicAssignment.decode(data).partitions)
+        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
+            count = 0
+        return attrs.evolve(config, transaction_state_log_num_partitions=count) if count else config
+
+    def _create_transaction_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
+        self.admin_zk.create_topic(TRANSACTION_STATE_TOPIC, partitions, replication_factor, configs)
+
+    def _partition_leader(self, topic: str, partition: int) -> int | None:
+        """For the marker sender: the partition's live leader, -1 when it has none now, None when the partition
+        does not exist."""
+        pm = self.metadata_cache.get_partition(topic, partition)
+        if pm is None:
+            return None
+        alive = {b.id for b in self.metadata_cache.alive_brokers()}
+        return pm.leader if pm.leader in alive else -1
+
+    def _send_to_broker(self, broker_id: int, request, version: int):
+        """One request to another broker (or this one) on a kept connection; raises BrokerConnectionError."""
+        with self._broker_clients_lock:
+            entry = self._broker_clients.get(broker_id)
+            b = self.metadata_cache.broker(broker_id)
+            if b is None:
+                raise BrokerConnectionError(f"broker {broker_id} is not known")
+            if entry is None or (entry[0].host, entry[0].port) != (b.host, b.port):
+                if entry is not None:
+                    entry[0].close()
+                entry = self._broker_clients[broker_id] = (BrokerClient(
+                    b.host, b.port, client_id=f"broker-{self.broker_id}-txn",
+                    timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login), threading.Lock())
+        client, lock = entry
+        with lock:
+            try:
+                return client.send(request, codec.response_class(request.API_KEY), version)
+            except BrokerConnectionError:
+                client.close()
+                raise
+
+    def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
+        """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
+        (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
+        for ts in body.get("topic_states", []):
+            if ts.get("topic_name") != TRANSACTION_STATE_TOPIC:
+                continue
+            for ps in ts.get("partition_states", []):
+                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
+                part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC, p)
+                if not stopped and part is not None and part.is_leader:
+                    self.transaction_coordinator.on_election(p, part.leader_epoch)
+                else:
+                    self.transaction_coordinator.on_resignation(p, None if stopped else epoch)
 
     def _create_offsets_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
         self.admin_zk.create_topic(OFFSETS_TOPIC, partitions, replication_factor, configs)
@@ -367,6 +454,7 @@ class KafkaServer:
     def handle_leader_and_isr(self, body: dict) -> dict:
         result = self.replica_manager.handle_leader_and_isr(body)
         self._offsets_topic_leadership(body, stopped=False)
+        self._transaction_topic_leadership(body, stopped=False)
         return result
 
     def handle_stop_replica(self, body: dict) -> dict:
@@ -379,6 +467,7 @@ class KafkaServer:
             answers = self.topic_config_handler.refresh_for_disablement(disabling)
         result = self.replica_manager.handle_stop_replica(body, answers)
         self._offsets_topic_leadership(body, stopped=True)
+        self._transaction_topic_leadership(body, stopped=True)
         return result
 
     def handle_update_metadata(self, body: dict) -> dict:
@@ -417,6 +506,8 @@ class KafkaServer:
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),
+                     lambda: self.transaction_coordinator and self.transaction_coordinator.shutdown(),
+                     lambda: self.txn_verification and self.txn_verification.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),

@@ -24,7 +24,7 @@ class ReplicaManagerOffsetsLog:
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
             result = results.get(tp)
             callback(int(result.error) if result is not None else int(Errors.UNKNOWN_SERVER_ERROR))
-        self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond)
+        self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond, from_coordinator=True)
 
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
         p = self.replica_manager.get_partition_or_error(OFFSETS_TOPIC, partition, leader_only=True)

@@ -11,6 +11,8 @@ import attrs
 
 from kafkatier.log.log_dir_failure_channel import is_storage_failure
 from kafkatier.log.producer_state import ProducerStateManager
+from kafkatier.log.record_batch import end_transaction_marker
+from kafkatier.log.transaction_index import AbortedTxn
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
                                        NotEnoughReplicasError, NotLeaderOrFollowerError)
@@ -137,7 +139,8 @@ class Partition:
                              Errors.UNKNOWN_LEADER_EPOCH)
 
     # --- leader: appends ------------------------------------------------------------------------------------
-    def append_records_to_leader(self, records, required_acks: int):
+    def append_records_to_leader(self, records, required_acks: int, *, from_coordinator: bool = False,
+                                 verification_guard: object | None = None, verify: bool = False):
         with self.lock:
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
@@ -151,15 +154,58 @@ class Partition:
                 log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
                          kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
+            if not from_coordinator:   # after the duplicate check, as Kafka's analyzeAndValidateProducerState
+                self.producer_state.check_append(records, verification_guard, verify)
             try:
-                info = self.log.append_as_leader(records, self.leader_epoch)
+                info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator)
             except Exception as e:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
             if info.num_batches:
-                self.producer_state.update(info.records)
+                self._index_aborted(self.producer_state.update(info.records))
         self.maybe_increment_high_watermark()
         return info
+
+    # --- transactions ---------------------------------------------------------------------------------------
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          required_acks: int = -1):
+        """WriteTxnMarkers on the leader: check the producer's and the coordinator's epochs, append one control
+        batch (Kafka's ``appendRecordsToLeader`` with origin COORDINATOR)."""
+        with self.lock:
+            if not self.is_leader:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
+            min_isr = self._min_isr()
+            if required_acks == -1 and len(self.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
+                    f"requirement of {min_isr} for partition {self}")
+            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            marker = end_transaction_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms())
+            try:
+                info = self.log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
+            except Exception as e:
+                self._maybe_log_dir_failure(e, "appending to")
+                raise
+            self._index_aborted(self.producer_state.update(info.records, coordinator_epoch))
+        self.maybe_increment_high_watermark()
+        return info
+
+    def _index_aborted(self, completed) -> None:
+        if completed:   # forget completed transactions whose markers are below the HW (bounded memory)
+            self.producer_state.first_unstable_offset(self.log.high_watermark)
+        for txn in completed:
+            if txn.is_aborted:
+                self.log.append_aborted_txn(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                       self.producer_state.last_stable_offset_after(txn)))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's ``lastStableOffset``: the first unstable offset if below the high watermark, else the HW."""
+        hw = self.log.high_watermark
+        first = self.producer_state.first_unstable_offset(hw)
+        if first is None:
+            return hw
+        return min(max(first, self.log.log_start_offset), hw)
 
     # --- leader: follower fetches ---------------------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
@@ -290,7 +336,7 @@ class Partition:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
             if info.num_batches:
-                self.producer_state.update(info.records)
+                self._index_aborted(self.producer_state.update(info.records))
 
     def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
         """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR

@@ -40,6 +40,7 @@ from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
 from kafkatier.log.errors import KafkaStorageError
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
+from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
@@ -57,6 +58,7 @@ log = get_logger("server.replica-manager")
 INTERNAL_TOPIC_PREFIX = "__"
 # LeaderAndIsr partitions logged one line each up to this many per request; above, one summary line.
 MAX_PARTITIONS_LOGGED = 50
+READ_COMMITTED = 1  # Fetch and ListOffsets isolation_level
 
 
 class TopicConfigs(Protocol):
@@ -105,6 +107,10 @@ class FetchPartitionResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    #: read_committed fetches: the last stable offset and the aborted transactions overlapping ``records``
+    #: (``(producer id, first offset)`` pairs); -1 / () otherwise.
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 class ReplicaManager:
@@ -436,16 +442,38 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, entries: Mapping[TopicPartition, bytes],
-                       respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None]) -> None:
+                       respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
+                       from_coordinator: bool = False,
+                       verification_guards: Mapping[TopicPartition, object] | None = None) -> None:
         """Append ``entries`` (partition -> records bytes) on this leader; ``respond`` gets one
-        :class:`ProducePartitionResult` per partition, at once or (acks=all) once the ISR has the records."""
+        :class:`ProducePartitionResult` per partition, at once or (acks=all) once the ISR has the records.
+        ``from_coordinator``: a coordinator's append (Kafka's origin COORDINATOR, e.g. transactional offset
+        commits).  ``verification_guards``: a transactional produce verified with its coordinator (KIP-890
+        part 1): the guard of each partition (absent: the partition needed none); without it no check is made."""
+        guards = verification_guards
+        self._append(timeout_ms, required_acks, entries, respond,
+                     lambda p, records: p.append_records_to_leader(
+                         records, required_acks, from_coordinator=from_coordinator,
+                         verification_guard=None if guards is None else guards.get(TopicPartition(p.topic, p.partition)),
+                         verify=guards is not None))
+
+    def append_txn_markers(self, timeout_ms: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                           commit: bool, partitions: list[TopicPartition],
+                           respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None]) -> None:
+        """WriteTxnMarkers for one producer: a COMMIT or ABORT control batch on each of ``partitions`` (led
+        here), acks=all; ``respond`` as for :meth:`append_records`."""
+        self._append(timeout_ms, -1, {tp: b"" for tp in partitions}, respond,
+                     lambda p, _records: p.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit))
+
+    def _append(self, timeout_ms: int, required_acks: int, entries: Mapping[TopicPartition, bytes], respond,
+                append_one) -> None:
         statuses: dict[TopicPartition, _ProducePartitionStatus] = {}
         followers: set[int] = set()  # whose waiting fetches to poke, once each (see fetch_messages)
         for tp, records in entries.items():
             tp = TopicPartition(*tp)
             try:
                 p = self.get_partition_or_error(*tp)
-                info = p.append_records_to_leader(records, required_acks)
+                info = append_one(p, records)
                 statuses[tp] = _ProducePartitionStatus(
                     ProducePartitionResult(Errors.NONE, info.first_offset, p.log.log_start_offset),
                     info.last_offset + 1)
@@ -470,10 +498,13 @@ class ReplicaManager:
     # --- fetch ----------------------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        partitions: list[FetchPartitionData],
-                       respond: Callable[[dict[TopicPartition, FetchPartitionResult]], None]) -> None:
+                       respond: Callable[[dict[TopicPartition, FetchPartitionResult]], None],
+                       isolation_level: int = 0) -> None:
         """Read ``partitions`` for a consumer (``replica_id`` -1) or a follower; ``respond`` gets one
-        :class:`FetchPartitionResult` per partition, at once or when ``min_bytes`` are there or at the wait."""
-        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, partitions, respond)
+        :class:`FetchPartitionResult` per partition, at once or when ``min_bytes`` are there or at the wait.
+        ``isolation_level`` 1 (read_committed): consumers read up to the last stable offset."""
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, partitions, respond,
+                          isolation_level)
         is_follower = replica_id >= 0
         if is_follower:
             # Record the follower's position first: it may move the high watermark.
@@ -493,7 +524,10 @@ class ReplicaManager:
         keys = [("follower", replica_id)] if is_follower else [("consumer", fp.tp) for fp in partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)  # checks before and after it watches
 
-    def read_partition(self, replica_id: int, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
+    def read_partition(self, replica_id: int, fp: FetchPartitionData, max_bytes: int,
+                       isolation_level: int = 0) -> FetchPartitionResult:
+        if isolation_level == READ_COMMITTED and replica_id < 0:
+            return self._read_committed(fp, max_bytes)
         try:
             p = self.get_partition_or_error(*fp.tp, leader_only=True)
             p.check_leader_epoch(fp.current_leader_epoch)
@@ -520,6 +554,49 @@ class ReplicaManager:
             if throttled and info.records:
                 self.leader_replication_quota.record(len(info.records))
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
+        except (KafkaError, OSError) as e:
+            p = self.partitions.get(fp.tp)
+            error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
+            if p is not None and is_storage_failure(e):
+                self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
+                error = Errors.KAFKA_STORAGE_ERROR
+            return FetchPartitionResult(error, p.log.high_watermark if p else -1,
+                                        p.log.log_start_offset if p else -1)
+
+    def _read_committed(self, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
+        """A read_committed consumer's read: bounded by the last stable offset, with the aborted transactions
+        overlapping what is returned (Kafka's ``FetchIsolation.TXN_COMMITTED``; remote-tier reads are not
+        bounded by the LSO here, see docs/differences.md)."""
+        try:
+            p = self.get_partition_or_error(*fp.tp, leader_only=True)
+            p.check_leader_epoch(fp.current_leader_epoch)
+            plog = p.log
+            if (self.remote_log_manager is not None and is_tiered(p)
+                    and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
+                r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes)
+                return attrs.evolve(r, last_stable_offset=p.last_stable_offset)
+            lso = p.last_stable_offset
+            if fp.fetch_offset == lso:
+                return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset,
+                                            last_stable_offset=lso)
+            try:
+                info = plog.read(fp.fetch_offset, max_bytes, max_offset=lso, min_one_message=True)
+            except OffsetOutOfRangeError:
+                # Local retention removed the segment meanwhile: the data is in the remote tier (as read_partition).
+                if (self.remote_log_manager is not None and is_tiered(p)
+                        and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
+                    r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes)
+                    return attrs.evolve(r, last_stable_offset=lso)
+                raise
+            records = info.records or b""
+            aborted: tuple = ()
+            if records:
+                upper = fp.fetch_offset
+                for _, h in iter_batches(records):
+                    upper = h.last_offset + 1
+                aborted = tuple((t.producer_id, t.first_offset)
+                                for t in plog.collect_aborted_transactions(fp.fetch_offset, upper))
+            return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records, lso, aborted)
         except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
             error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
@@ -603,11 +680,13 @@ class ReplicaManager:
 
     # --- offsets --------------------------------------------------------------------------------------------
     def fetch_offset_for_timestamp(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
-                                   replica_id: int = -1):
+                                   replica_id: int = -1, isolation_level: int = 0):
         p = self.get_partition_or_error(topic, partition, leader_only=True)
         p.check_leader_epoch(current_leader_epoch)
         plog = p.log
         if timestamp == -1:
+            if replica_id < 0 and isolation_level == READ_COMMITTED:
+                return p.last_stable_offset, -1
             return (plog.high_watermark if replica_id < 0 else plog.log_end_offset), -1
         if timestamp >= 0 and self.remote_log_manager is not None and is_tiered(p):
             try:  # the remote tier first (Kafka's order)
@@ -619,7 +698,8 @@ class ReplicaManager:
         found = plog.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return -1, -1
-        if replica_id < 0 and timestamp != -2 and found.offset >= plog.high_watermark:
+        bound = p.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
+        if replica_id < 0 and timestamp != -2 and found.offset >= bound:
             return -1, -1
         return found.offset, found.timestamp
 
@@ -853,9 +933,10 @@ class DelayedProduce(DelayedOperation):
 
 class DelayedFetch(DelayedOperation):
     def __init__(self, delay_ms: int, rm: ReplicaManager, replica_id: int, min_bytes: int, max_bytes: int,
-                 partitions: list[FetchPartitionData], respond):
+                 partitions: list[FetchPartitionData], respond, isolation_level: int = 0):
         super().__init__(max(delay_ms, 0))
         self.rm = rm
+        self.isolation_level = isolation_level
         self.replica_id = replica_id
         self.min_bytes = max(min_bytes, 1)
         self.max_bytes = max_bytes
@@ -868,7 +949,10 @@ class DelayedFetch(DelayedOperation):
         budget = self.max_bytes
         for fp in self.partitions:
             pmax = min(fp.max_bytes, max(budget, 0))
-            r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
+            if self.isolation_level:
+                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level)
+            else:
+                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
             out[fp.tp] = r
             budget -= len(r.records)
         return out
@@ -888,7 +972,8 @@ class DelayedFetch(DelayedOperation):
             if fp.current_leader_epoch != -1 and fp.current_leader_epoch != p.leader_epoch:
                 return True
             plog = p.log
-            end = plog.log_end_offset if follower else plog.high_watermark
+            end = plog.log_end_offset if follower else (
+                p.last_stable_offset if self.isolation_level == READ_COMMITTED else plog.high_watermark)
             if fp.fetch_offset != end and not (follower and rm._held_back_by_throttle(p, self.replica_id)):
                 return True
         return False

@@ -62,6 +62,13 @@ DeleteGroupsRequest = request(42)
 IncrementalAlterConfigsRequest = request(44)
 OffsetDeleteRequest = request(47)
 DescribeClusterRequest = request(60)
+AddPartitionsToTxnRequest = request(24)
+AddOffsetsToTxnRequest = request(25)
+EndTxnRequest = request(26)
+WriteTxnMarkersRequest = request(27)
+TxnOffsetCommitRequest = request(28)
+DescribeProducersRequest = request(61)
+DescribeTransactionsRequest = request(65)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -69,7 +76,8 @@ MECHANISMS = ["PLAIN", "SCRAM-SHA-256"]
 TOPIC, GROUP = "authz-t", "authz-g"
 PASSWORD = "pw-secret"
 CLUSTER = ("Cluster", "kafka-cluster")
-OK, TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 0, 29, 30, 31
+OK, TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_ID_DENIED = 0, 29, 30, 31, 53
+UNKNOWN_TXN_ID = 49        # INVALID_PRODUCER_ID_MAPPING: the id exists nowhere
 SUPER = "admin"
 
 
@@ -134,6 +142,12 @@ def authz_cluster(module_cluster_factory):
                                                {"partition_index": 0, "committed_offset": 1,
                                                 "committed_metadata": ""}]}]), 7)
         assert r.topics[0].partitions[0].error_code == 0
+        # __transaction_state exists and is loaded (a transactional id's coordinator answers).
+        wait_for(lambda: admin.send(FindCoordinatorRequest(key="tx-probe", key_type=1), 3).error_code == 0, 60,
+                 interval=0.2, message="transaction coordinator")
+        wait_for(lambda: admin.send(InitProducerIdRequest(transactional_id="tx-probe", transaction_timeout_ms=60000,
+                                                          producer_id=-1, producer_epoch=-1), 3).error_code == 0,
+                 60, interval=0.2, message="transaction state loaded")
     finally:
         admin.close()
     return cluster
@@ -273,6 +287,51 @@ def cases():
          lambda r: r.filter_results[0].error_code, {OK}, CLUSTER_DENIED),
         ("DescribeLogDirs", [lit(*CLUSTER, "Describe")], 3, lambda u: DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code, {OK}, CLUSTER_DENIED),
+        ("InitProducerId transactional", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED")], 3,
+         lambda u: InitProducerIdRequest(transactional_id=f"tx-{uid}-{u}", transaction_timeout_ms=60000,
+                                         producer_id=-1, producer_epoch=-1), lambda r: r.error_code, {OK},
+         TXN_ID_DENIED),
+        ("FindCoordinator transactional", [lit("TransactionalId", f"tx-{uid}", "Describe", "PREFIXED")], 3,
+         lambda u: FindCoordinatorRequest(key=f"tx-{uid}-{u}", key_type=1), lambda r: r.error_code, {OK},
+         TXN_ID_DENIED),
+        ("AddPartitionsToTxn", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED"),
+                                lit("Topic", TOPIC, "Write")], 3,
+         lambda u: AddPartitionsToTxnRequest(v3_and_below_transactional_id=f"tx-{uid}-{u}",
+                                             v3_and_below_producer_id=987654321, v3_and_below_producer_epoch=0,
+                                             v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}]),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+         {UNKNOWN_TXN_ID}, TXN_ID_DENIED),
+        ("AddPartitionsToTxn without the topic", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED")], 3,
+         lambda u: AddPartitionsToTxnRequest(v3_and_below_transactional_id=f"tx-{uid}-{u}",
+                                             v3_and_below_producer_id=987654321, v3_and_below_producer_epoch=0,
+                                             v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}]),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+         {TOPIC_DENIED, UNKNOWN_TXN_ID}, TXN_ID_DENIED),   # the user: TOPIC_DENIED; the super user: 49
+        ("AddOffsetsToTxn", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED"), lit("Group", GROUP, "Read")],
+         3, lambda u: AddOffsetsToTxnRequest(transactional_id=f"tx-{uid}-{u}", producer_id=987654321, producer_epoch=0,
+                                             group_id=GROUP), lambda r: r.error_code, {UNKNOWN_TXN_ID},
+         TXN_ID_DENIED),
+        ("EndTxn", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED")], 3,
+         lambda u: EndTxnRequest(transactional_id=f"tx-{uid}-{u}", producer_id=987654321, producer_epoch=0, committed=True),
+         lambda r: r.error_code, {UNKNOWN_TXN_ID}, TXN_ID_DENIED),
+        ("TxnOffsetCommit", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED"), lit("Group", GROUP, "Read"),
+                             lit("Topic", TOPIC, "Read")], 3,
+         lambda u: TxnOffsetCommitRequest(transactional_id=f"tx-{uid}-{u}", group_id=GROUP, producer_id=987654321,
+                                          producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                                          topics=[{"name": TOPIC, "partitions": [
+                                              {"partition_index": 0, "committed_offset": 1,
+                                               "committed_leader_epoch": -1, "committed_metadata": ""}]}]),
+         lambda r: r.topics[0].partitions[0].error_code, {OK}, TXN_ID_DENIED),
+        ("DescribeTransactions", [lit("TransactionalId", f"tx-{uid}", "Describe", "PREFIXED")], 0,
+         lambda u: DescribeTransactionsRequest(transactional_ids=[f"tx-{uid}-{u}"]),
+         lambda r: r.transaction_states[0].error_code, {105}, TXN_ID_DENIED),     # TRANSACTIONAL_ID_NOT_FOUND
+        ("DescribeProducers", [lit("Topic", TOPIC, "Read")], 0,
+         lambda u: DescribeProducersRequest(topics=[{"name": TOPIC, "partition_indexes": [0]}]),
+         lambda r: r.topics[0].partitions[0].error_code, {OK}, TOPIC_DENIED),
+        ("WriteTxnMarkers", [lit(*CLUSTER, "ClusterAction")], 1, lambda u: WriteTxnMarkersRequest(markers=[
+            {"producer_id": 987654, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
+             "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]),
+         lambda r: r.markers[0].topics[0].partitions[0].error_code, {OK}, CLUSTER_DENIED),
         ("AlterReplicaLogDirs", [lit(*CLUSTER, "Alter")], 1, lambda u: AlterReplicaLogDirsRequest(dirs=[
             {"path": "/nonexistent-dir", "topics": [{"name": TOPIC, "partitions": [0]}]}]),
          lambda r: r.results[0].partitions[0].error_code, {57}, CLUSTER_DENIED),  # LOG_DIR_NOT_FOUND

@@ -15,6 +15,7 @@ from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.acl import (ACL_CHANGES, EXTENDED_CHANGES, AclAuthorizer, AclBinding, AclBindingFilter,
                                   AclEntry, AclFormatError, ResourcePattern, parse_change_notification)
 from kafkatier.server.auth_helper import API_ACL_TABLE, AuthHelper
+from kafkatier.server.transaction_apis import VERSIONS as TRANSACTION_API_VERSIONS
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.network import ConnectionContext
 
@@ -145,7 +146,8 @@ def test_auth_helper_rules():
 
 
 def test_the_table_covers_every_api_we_serve():
-    served = set(KafkaApis.VERSIONS) | {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 21, 34, 35, 29, 30, 31}
+    served = set(KafkaApis.VERSIONS) | {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 21, 34, 35, 29, 30, 31} | set(
+        TRANSACTION_API_VERSIONS)
     assert served <= set(API_ACL_TABLE)
 
 

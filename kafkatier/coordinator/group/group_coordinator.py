@@ -14,10 +14,14 @@ delay_ms)``) and call back ``on_expire_*``, which check whether they still apply
 member's session deadline); a rebalance also completes early, as Kafka's ``tryComplete``, when the last expected
 member joins.
 
-Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); no transactional offset
-commits; JoinGroup's KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
-metadata triggers a rebalance rather than Kafka's in-place update; no pending-sync timeout (a member that joined
-and never sends SyncGroup is removed when its session runs out, not after the rebalance timeout).
+TxnOffsetCommit (KIP-98): offsets written as a transactional batch of the producer stay pending until the
+producer's COMMIT / ABORT marker reaches the group's ``__consumer_offsets`` partition.
+
+Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); OffsetFetch's
+``require_stable`` is not answered UNSTABLE_OFFSET_COMMIT (pending offsets are simply not shown); JoinGroup's
+KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
+metadata triggers a rebalance rather than Kafka's in-place update; no pending-sync timeout (a member that
+joined and never sends SyncGroup is removed when its session runs out, not after the rebalance timeout).
 """
 from __future__ import annotations
 
@@ -197,6 +201,9 @@ class GroupCoordinator:
                 else:
                     group = GroupMetadata.load(name, record, offsets, now)
                 self.manager.groups[name] = group
+                for pid, per_group in loaded.pending_txn_offsets.items():
+                    if name in per_group:
+                        group.pending_txn_offsets[pid] = dict(per_group[name])
                 for m in group.members.values():
                     self._schedule_heartbeat_expiry(group, m, m.session_timeout_ms)
             self.manager.loading.discard(partition)
@@ -734,6 +741,69 @@ class GroupCoordinator:
                 result[tp] = err
             callback(result)
         answers.append((lambda _: self.manager.store(group.group_id, entries, stored), None))
+
+    # --- transactional offsets (KIP-98) ----------------------------------------------------------------------
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                  group_instance_id: str | None, generation_id: int,
+                                  offsets: dict[tuple[str, int], OffsetAndMetadata],
+                                  callback: Callable[[dict], None]) -> None:
+        """TxnOffsetCommit (Kafka's ``handleTxnCommitOffsets``): the offsets are written as a transactional batch
+        of the producer and stay pending (invisible to OffsetFetch) until its marker commits or aborts them
+        (:meth:`on_transaction_completed`).  ``callback({(topic, partition): error_code})``."""
+        answers: list = []
+        with self._lock:
+            err = self._group_error(group_id)
+            group = None
+            if err is None:
+                group = self.manager.groups.get(group_id)
+                if group is None:
+                    group = self.manager.groups[group_id] = GroupMetadata(group_id, self.time_ms())
+                err = self._txn_commit_error(group, member_id, group_instance_id, generation_id)
+            if err is not None:
+                answers.append((callback, {tp: int(err) for tp in offsets}))
+            else:
+                too_large = {tp for tp, o in offsets.items() if o.metadata is not None and len(
+                    o.metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes}
+                accepted = {tp: o for tp, o in offsets.items() if tp not in too_large}
+                result = {tp: int(Errors.OFFSET_METADATA_TOO_LARGE) for tp in too_large}
+                if not accepted:
+                    answers.append((callback, result))
+                else:
+                    entries = [self.manager.offset_entry(group.group_id, tp, o) for tp, o in accepted.items()]
+
+                    def stored(code: int) -> None:
+                        e = store_error(code)
+                        with self._lock:
+                            if e == 0 and self.manager.groups.get(group.group_id) is group:
+                                group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+                            elif e:
+                                log.warning("transactional offset commit failed %s",
+                                            kv(group=group.group_id, producer_id=producer_id, error=code))
+                        callback({**result, **{tp: e for tp in accepted}})
+                    answers.append((lambda _: self.manager.store_transactional(
+                        group.group_id, producer_id, producer_epoch, entries, stored), None))
+        _run(answers)
+
+    def _txn_commit_error(self, group, member_id, instance_id, generation_id) -> Errors | None:
+        if group.is_state(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and not member_id and instance_id is None:
+            return None     # no member information: allowed for transactional commits (Kafka's rule)
+        return self._commit_error(group, member_id, instance_id, generation_id)
+
+    def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT / ABORT marker of ``producer_id`` was written to ``__consumer_offsets-<partition>``: its
+        pending offsets become committed, or are dropped (Kafka's ``scheduleHandleTxnCompletion``)."""
+        with self._lock:
+            moved = 0
+            for group in self.manager.groups_of(partition):
+                pending = group.pending_txn_offsets.pop(producer_id, None)
+                if pending and commit:
+                    group.offsets.update(pending)
+                    moved += len(pending)
+        if moved:
+            log.info("transactional offsets committed %s", kv(partition=partition, producer_id=producer_id,
+                                                              offsets=moved))
 
     def handle_fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> OffsetFetchResult:
         """Committed offsets of ``partitions`` (all of the group's when ``None``)."""

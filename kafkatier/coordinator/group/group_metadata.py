@@ -121,6 +121,8 @@ class GroupMetadata:
         self.static_members: dict[str, str] = {}     # group instance id -> member id
         self.pending_members: set[str] = set()       # answered MEMBER_ID_REQUIRED, not joined yet
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # Transactional offset commits not yet committed or aborted: producer id -> offsets (KIP-98).
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.new_member_added = False
         self.join_sequence = 0                       # bumped per rebalance: tells stale join timers apart
         self.initial_join = False                    # this rebalance started from Empty (Kafka's InitialDelayedJoin)

@@ -60,11 +60,17 @@ class LoadedPartition:
     groups: dict[str, GroupRecord]
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
     skipped: int = 0
+    #: transactional offset commits without a marker yet: producer id -> group -> offsets
+    pending_txn_offsets: dict = attrs.field(factory=dict)
 
 
-def build_records(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+def build_records(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int, producer_id: int = -1,
+                  producer_epoch: int = -1) -> bytes:
+    """One uncompressed batch; transactional (Kafka's ``withTransactionalRecords``, no sequence) when a
+    producer id is given: a transactional offset commit, which the producer's marker commits or aborts."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=producer_id >= 0,
+                                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                                        batch_size=1 << 30)
     for i, (key, value) in enumerate(entries):
         builder.append(i, timestamp=now_ms, key=key, value=value, headers=[])
     return bytes(builder.build())
@@ -75,6 +81,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
     counted and skipped (Kafka logs and skips them too)."""
     groups: dict[str, GroupRecord] = {}
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+    pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
     skipped = 0
     for chunk in chunks:
         batches = MemoryRecords(chunk)
@@ -83,6 +90,26 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
             if batch is None:
                 break
             if getattr(batch, "is_control_batch", False):
+                # A transaction marker: COMMIT merges the producer's pending offsets, ABORT drops them.
+                kind = next((int.from_bytes(bytes(r.key)[2:4], "big") for r in batch
+                             if r.key is not None and len(r.key) >= 4), None)
+                txn = pending.pop(batch.producer_id, {})
+                if kind == 1:
+                    for g, o in txn.items():
+                        offsets.setdefault(g, {}).update(o)
+                continue
+            if getattr(batch, "is_transactional", False):
+                for rec in batch:
+                    try:
+                        key = records.read_key(rec.key) if rec.key is not None else None
+                        if isinstance(key, OffsetKey):
+                            value = records.read_offset_value(rec.value)
+                            if value is not None:
+                                pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
+                                    (key.topic, key.partition)] = value
+                    except records.MalformedRecordError as e:
+                        skipped += 1
+                        log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
                 continue
             for rec in batch:
                 if rec.key is None:
@@ -107,7 +134,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                 except records.MalformedRecordError as e:
                     skipped += 1
                     log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
-    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped)
+    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending)
 
 
 class GroupMetadataManager:
@@ -143,6 +170,12 @@ class GroupMetadataManager:
     def store(self, group_id: str, entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None]) -> None:
         """Append ``entries`` (key, value-or-tombstone) to the group's partition; ``callback(error_code)``."""
         self.log.append(self.partition_for(group_id), build_records(entries, self.time_ms()), callback)
+
+    def store_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
+                            entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None]) -> None:
+        """Append a transactional offset commit (a transactional batch of the producer, no sequence)."""
+        self.log.append(self.partition_for(group_id),
+                        build_records(entries, self.time_ms(), producer_id, producer_epoch), callback)
 
     @staticmethod
     def group_entry(group: GroupMetadata) -> tuple[bytes, bytes | None]:

@@ -1,0 +1,133 @@
+"""Transactions on a 3-broker kafkatier cluster, each next to its non-transactional counterpart in the same run.
+
+The benchmark starts its own cluster (embedded ZooKeeper + 3 broker processes, ``__transaction_state`` with 3
+partitions) in a temp dir and measures, with confluent-kafka (librdkafka), on a 6-partition topic with RF 3:
+
+* produce throughput: the same records (1 KiB values) produced by an idempotent producer (acks=all), then by a
+  transactional producer committing every 100 records (issue 23's goal: >= 0.7x the idempotent rate);
+* fetch throughput: all those records read from the beginning by a read_uncommitted consumer, then by a
+  read_committed one (goal: >= 0.9x).
+
+Rates are records/s; each measurement is repeated and the median kept::
+
+    .venv/bin/python benchmarks/transactions.py [--quick] [--records 20000] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kafkatier.cluster.manager import ClusterManager  # noqa: E402
+from kafkatier.waiting import wait_for  # noqa: E402
+
+PARTITIONS, VALUE = 6, b"x" * 1024
+PER_TXN = 100
+
+
+def create_topic(bs: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(60)
+    wait_for(lambda: all(p.leader >= 0 for p in admin.list_topics(topic, timeout=5).topics[topic].partitions.values())
+             and len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == PARTITIONS, 60, interval=0.2,
+             ignore=(Exception,), message=f"{topic} online")
+
+
+def idempotent_rate(bs: str, topic: str, n: int) -> float:
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value=VALUE, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(120)
+    return n / (time.perf_counter() - start)
+
+
+def transactional_rate(bs: str, topic: str, n: int) -> float:
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
+    p.init_transactions(60)
+    start = time.perf_counter()
+    for first in range(0, n, PER_TXN):
+        p.begin_transaction()
+        for i in range(first, min(first + PER_TXN, n)):
+            while True:
+                try:
+                    p.produce(topic, value=VALUE, partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        p.commit_transaction(60)
+    return n / (time.perf_counter() - start)
+
+
+def fetch_rate(bs: str, topic: str, n: int, isolation: str) -> float:
+    c = Consumer({"bootstrap.servers": bs, "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False,
+                  "isolation.level": isolation, "fetch.max.bytes": 8 << 20})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while got < n and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.5):
+            if m.error() is None:
+                got += 1
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(m.error())
+    elapsed = time.perf_counter() - start
+    c.close()
+    if got < n:
+        raise RuntimeError(f"read {got} of {n} records ({isolation})")
+    return n / elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer records and one repetition (CI smoke run)")
+    ap.add_argument("--records", type=int, default=20000, help="records per measurement")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (median kept)")
+    args = ap.parse_args()
+    n, repeat = (3000, 1) if args.quick else (args.records, args.repeat)
+    work = tempfile.mkdtemp(prefix="kafkatier-bench-txn-")
+    m = ClusterManager(work)
+    idem, txn, unc, com = [], [], [], []
+    try:
+        m.up(brokers=3, log_dirs_per_broker=1, overrides={"transaction.state.log.num.partitions": "3"})
+        bs = m.bootstrap_servers
+        for r in range(repeat):
+            plain, trans = f"bench-idem-{r}", f"bench-txn-{r}"
+            create_topic(bs, plain)
+            create_topic(bs, trans)
+            idem.append(idempotent_rate(bs, plain, n))
+            txn.append(transactional_rate(bs, trans, n))
+            unc.append(fetch_rate(bs, trans, n, "read_uncommitted"))
+            com.append(fetch_rate(bs, trans, n, "read_committed"))
+    finally:
+        m.down()
+        shutil.rmtree(work, ignore_errors=True)
+    i50, t50, u50, c50 = (statistics.median(x) for x in (idem, txn, unc, com))
+    print(f"idempotent produce (acks=all):          {i50:,.0f} records/s")
+    print(f"transactional produce ({PER_TXN}/txn):       {t50:,.0f} records/s  ratio {t50 / i50:.2f}x (goal >= 0.7)")
+    print(f"read_uncommitted fetch:                 {u50:,.0f} records/s")
+    print(f"read_committed fetch:                   {c50:,.0f} records/s  ratio {c50 / u50:.2f}x (goal >= 0.9)")
+    print(f"summary: records={n} repeat={repeat} idempotent_rps={i50:.0f} transactional_rps={t50:.0f} "
+          f"produce_ratio={t50 / i50:.2f} read_uncommitted_rps={u50:.0f} read_committed_rps={c50:.0f} "
+          f"fetch_ratio={c50 / u50:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
