@@ -55,6 +55,7 @@ from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.metadata_cache import MetadataCache
+from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry, FaultsWatcher
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
@@ -97,6 +98,8 @@ class KafkaServer:
         self.alter_log_dirs_quota = ReplicationQuotaManager()  # the KIP-113 move throttle, shared by move threads
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.group_coordinator: GroupCoordinator | None = None
+        self.faults_watcher: FaultsWatcher | None = None
+        self.request_faults = FaultRegistry(on_change=lambda: self.faults_watcher and self.faults_watcher.mark_dirty())
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -189,8 +192,10 @@ class KafkaServer:
                                           AclApis(authorizer, auth), UserScramApis(self.zk, auth),
                                           OffsetForLeaderEpochApis(self.replica_manager, auth)])
         o = c.overrides
+        self.faults_watcher = FaultsWatcher(self.zk, self.broker_id, self.request_faults)
+        self.faults_watcher.start()  # request faults and clock skew (server/fault_injection.py), before serving
         self.socket_server = SocketServer(
-            c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
+            c.host, c.port, FaultInjectingHandler(self.apis, self.request_faults), request_gate=sasl.gate if sasl is not None else None,
             max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
             unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
             max_connections=int(o["max.connections"]) if "max.connections" in o else None,
@@ -200,7 +205,8 @@ class KafkaServer:
         if c.port == 0:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
-        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
+        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self,
+                                                     faults=self.request_faults)
         self.control_handler.start()
         self.controller.startup()
         log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=self.config.listener,
@@ -417,6 +423,7 @@ class KafkaServer:
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
+                     lambda: self.faults_watcher and self.faults_watcher.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
                      lambda: self.log_manager and self.log_manager.shutdown(self._high_watermarks()),
@@ -465,6 +472,7 @@ class KafkaServer:
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
                 "log_dirs": self._describe_log_dirs(),
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
+                "request_faults": self.request_faults.describe(),
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
                 "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {}}
 

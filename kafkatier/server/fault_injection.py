@@ -1,0 +1,780 @@
+"""Request-level fault injection on a broker (project addition, in the manner of librdkafka's mock cluster).
+
+librdkafka's mock cluster keeps, per broker and ApiKey, a FIFO of error codes that matching requests pop one at a
+time, a per-request round-trip time, and a ``__TRANSPORT`` entry that closes the connection.  Here the same
+faults act on a real broker process:
+
+* ``errors``: the next matching requests of an API are answered with the given codes, one code per request, in
+  order (``errors * count``).  Without a topic-partition the code is the API's error for the whole request: its
+  top-level ``error_code`` where the response has one, else every partition's (the network layer's error
+  answer, ``KafkaApis.error_response``).  With a topic-partition only that partition's ``error_code`` is set,
+  the other partitions of the request are handled normally; for Produce the partition is taken out of the
+  request first (never appended), for the read APIs its answer is replaced.  The request is not applied when
+  the whole request is refused.  A Produce with ``acks=0`` is refused by closing the connection (as Kafka does).
+* ``latency``: the answer to each of the next ``count`` matching requests (all, when no count) leaves
+  ``latency_ms`` after the request was read; answers on one connection stay in order, so a delayed answer
+  holds back the ones behind it (as in librdkafka's mock and in Kafka).
+* ``drop_response``: the ``nth`` matching request is handled but never answered; the connection stays open
+  and, since answers are in order, silent: the client times out (a lost response).
+* ``close_connection``: at the ``nth`` matching request the connection is closed, the request not handled
+  (librdkafka's ``__TRANSPORT``).
+
+A fault with a topic-partition only matches requests naming that partition.  The control channel's APIs
+(LeaderAndIsr, StopReplica, UpdateMetadata) take ``errors`` and ``drop_response`` through the same registry,
+consulted by ``server/control_request_handler.py``: an error answers the request (or one partition of it)
+without applying it; a dropped response applies the request and deletes its request znode instead of
+answering, which the controller sees after ``request.timeout.ms`` as a lost answer and resends.
+
+Where faults come from: the znode ``/kafkatier/faults/<brokerId>`` (``zk_schemas/request_faults.json``),
+written by ``kafkatier cluster inject-errors`` / ``clock``, the scenario engine and the pytest plugin, watched
+by :class:`FaultsWatcher`.  The broker writes what it consumed to ``/kafkatier/fault_state/<brokerId>``
+(``zk_schemas/fault_state.json``: the faults znode version applied, the remaining count of each fault, the clock
+skew), so tools know when a change is in force and a restarted broker does not replay faults it already
+consumed.  A malformed faults znode is logged and skipped (the faults in force stay).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import attrs
+from kafka.protocol.api_key import ApiKey
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import DataWatch
+
+from kafkatier.common.structs import TopicPartition
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import codec
+from kafkatier.protocol.errors import Errors
+from kafkatier.server.network import CloseConnection, ConnectionContext
+from kafkatier.zk import codecs, paths
+
+log = get_logger("server.faults")
+
+ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION = "errors", "latency", "drop_response", "close_connection"
+KINDS = (ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION)
+PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
+DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 21, 23
+CONTROL_APIS = (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA)
+
+
+class FaultSpecError(ValueError):
+    """A fault that cannot be: unknown API or error name, a kind the API does not take, bad numbers."""
+
+
+# --------------------------------------------------------------------------------------------- names and numbers
+
+def parse_api(value: str | int) -> int:
+    """An API key from Kafka's name (``Produce``, ``ListOffsets``, case-insensitive) or its number."""
+    text = str(value).strip()
+    try:
+        key = int(text)
+    except ValueError:
+        by_name = {k.name.lower(): int(k) for k in ApiKey}
+        if text.lower() not in by_name:
+            raise FaultSpecError(f"unknown API {text!r} (Kafka's names, e.g. Produce, Fetch, StopReplica, or keys)")
+        key = by_name[text.lower()]
+    if key not in CONTROL_APIS and key not in codec.REGISTRY:
+        raise FaultSpecError(f"unknown API key {key}")
+    return key
+
+
+def parse_error(value: str | int) -> int:
+    """An error code from Kafka's name (``NOT_LEADER_OR_FOLLOWER``, case-insensitive) or its number."""
+    text = str(value).strip()
+    try:
+        code = int(text)
+    except ValueError:
+        try:
+            return int(Errors[text.upper()])
+        except KeyError:
+            raise FaultSpecError(f"unknown error {text!r} (Kafka's names, e.g. NOT_LEADER_OR_FOLLOWER, or codes)") \
+                from None
+    try:
+        return int(Errors(code))
+    except ValueError:
+        raise FaultSpecError(f"unknown error code {code}") from None
+
+
+def error_name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
+# ------------------------------------------------------------------------------------------------------ values
+
+@attrs.frozen(kw_only=True)
+class RequestFault:
+    """One fault on one API of one broker; ``id`` names it in the faults znode and in the fault state."""
+
+    id: str
+    api_key: int
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    errors: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    latency_ms: float = 0.0
+    count: int | None = None          # latency: requests delayed (None: until cleared)
+    nth: int = 1                      # drop_response / close_connection: the nth matching request
+    topic: str | None = None
+    partition: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.topic is None) != (self.partition is None):
+            raise FaultSpecError("a topic needs a partition and a partition a topic")
+        if self.kind == ERRORS and not self.errors:
+            raise FaultSpecError("an errors fault needs at least one error code")
+        if self.kind == LATENCY and self.latency_ms <= 0:
+            raise FaultSpecError("latency must be positive")
+        if self.count is not None and self.count < 1:
+            raise FaultSpecError("count must be at least 1")
+        if self.nth < 1:
+            raise FaultSpecError("nth must be at least 1")
+        if self.api_key in CONTROL_APIS and self.kind not in (ERRORS, DROP_RESPONSE):
+            raise FaultSpecError(f"{codec.api_name(self.api_key)} (control channel) takes errors and "
+                                 f"drop_response only")
+        if self.topic is not None and self.kind == ERRORS and self.api_key not in PARTITION_LEVEL_APIS:
+            raise FaultSpecError(f"partition-level errors are supported for "
+                                 f"{', '.join(codec.api_name(k) for k in sorted(PARTITION_LEVEL_APIS))}")
+
+    @property
+    def tp(self) -> TopicPartition | None:
+        return None if self.topic is None else TopicPartition(self.topic, self.partition)
+
+    @property
+    def total(self) -> int | None:
+        """How many requests this fault acts on (None: unbounded)."""
+        if self.kind == ERRORS:
+            return len(self.errors)
+        if self.kind == LATENCY:
+            return self.count
+        return 1
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "api_key": self.api_key, "kind": self.kind, "errors": list(self.errors),
+                "latency_ms": self.latency_ms, "count": self.count, "nth": self.nth, "topic": self.topic,
+                "partition": self.partition}
+
+    @classmethod
+    def from_json(cls, doc: Mapping) -> RequestFault:
+        return cls(id=doc["id"], api_key=doc["api_key"], kind=doc["kind"], errors=tuple(doc.get("errors") or ()),
+                   latency_ms=float(doc.get("latency_ms") or 0), count=doc.get("count"), nth=doc.get("nth") or 1,
+                   topic=doc.get("topic"), partition=doc.get("partition"))
+
+    def describe(self) -> str:
+        what = {ERRORS: lambda: ",".join(error_name(e) for e in self.errors),
+                LATENCY: lambda: f"+{self.latency_ms:g}ms" + (f" x{self.count}" if self.count else ""),
+                DROP_RESPONSE: lambda: f"drop response #{self.nth}",
+                CLOSE_CONNECTION: lambda: f"close connection #{self.nth}"}[self.kind]()
+        where = f" {self.topic}-{self.partition}" if self.topic is not None else ""
+        return f"{codec.api_name(self.api_key)}{where} {what}"
+
+
+@attrs.frozen(kw_only=True)
+class ClockSkew:
+    """How far the broker's wall clock is off: ``offset_ms`` now, growing by ``drift_ppm`` (µs per s)."""
+
+    offset_ms: float = 0.0
+    drift_ppm: float = 0.0
+
+    @property
+    def is_zero(self) -> bool:
+        return self.offset_ms == 0 and self.drift_ppm == 0
+
+    def to_json(self) -> dict:
+        return {"offset_ms": self.offset_ms, "drift_ppm": self.drift_ppm}
+
+
+@attrs.frozen(kw_only=True)
+class FaultSpec:
+    """The content of ``/kafkatier/faults/<brokerId>``."""
+
+    faults: tuple[RequestFault, ...] = attrs.field(default=(), converter=tuple)
+    clock: ClockSkew = ClockSkew()
+
+    def encode(self) -> bytes:
+        return codecs.encode_json({"version": 1, "faults": [f.to_json() for f in self.faults],
+                                   "clock": self.clock.to_json()}, "request_faults")
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> FaultSpec:
+        doc = codecs.decode_json(data, "request_faults", path or "request_faults")
+        try:
+            faults = tuple(RequestFault.from_json(f) for f in doc["faults"])
+        except FaultSpecError as e:
+            raise codecs.MalformedZNodeError(path or "request_faults", str(e)) from None
+        ids = [f.id for f in faults]
+        if len(set(ids)) != len(ids):
+            raise codecs.MalformedZNodeError(path or "request_faults", "duplicate fault ids")
+        clock = doc.get("clock") or {}
+        return cls(faults=faults, clock=ClockSkew(offset_ms=clock.get("offset_ms", 0),
+                                                  drift_ppm=clock.get("drift_ppm", 0)))
+
+
+@attrs.frozen(kw_only=True)
+class FaultState:
+    """The content of ``/kafkatier/fault_state/<brokerId>``: what the broker has applied and consumed."""
+
+    spec_version: int
+    remaining: Mapping[str, int | None] = attrs.field(factory=dict)
+    clock: ClockSkew = ClockSkew()
+
+    def encode(self) -> bytes:
+        return codecs.encode_json({"version": 1, "spec_version": self.spec_version,
+                                   "remaining": dict(self.remaining), "clock": self.clock.to_json()},
+                                  "fault_state")
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> FaultState:
+        doc = codecs.decode_json(data, "fault_state", path or "fault_state")
+        clock = doc.get("clock") or {}
+        return cls(spec_version=doc["spec_version"], remaining=doc["remaining"],
+                   clock=ClockSkew(offset_ms=clock.get("offset_ms", 0), drift_ppm=clock.get("drift_ppm", 0)))
+
+
+@attrs.frozen(kw_only=True)
+class FaultAction:
+    """What the registry decided for one request."""
+
+    error: int | None = None                                     # the whole request
+    partition_errors: Mapping[TopicPartition, int] = attrs.field(factory=dict)
+    latency_ms: float = 0.0
+    drop_response: bool = False
+    close_connection: bool = False
+
+    @property
+    def is_none(self) -> bool:
+        return (self.error is None and not self.partition_errors and not self.latency_ms
+                and not self.drop_response and not self.close_connection)
+
+
+NO_ACTION = FaultAction()
+
+
+# ----------------------------------------------------------------------------------------- partition layouts
+
+@attrs.frozen
+class PartitionLayout:
+    """Where an API's request and response keep their topics and partitions (field names)."""
+
+    req_topics: str
+    req_topic: str
+    req_partitions: str
+    req_index: str
+    resp_topics: str
+    resp_topic: str
+    resp_partitions: str
+    resp_index: str
+
+    def request_partitions(self, request) -> list[TopicPartition]:
+        return [TopicPartition(getattr(t, self.req_topic), getattr(p, self.req_index))
+                for t in getattr(request, self.req_topics) or [] for p in getattr(t, self.req_partitions) or []]
+
+
+PARTITION_LAYOUTS: dict[int, PartitionLayout] = {
+    PRODUCE: PartitionLayout("topic_data", "name", "partition_data", "index",
+                             "responses", "name", "partition_responses", "index"),
+    FETCH: PartitionLayout("topics", "topic", "partitions", "partition",
+                           "responses", "topic", "partitions", "partition_index"),
+    LIST_OFFSETS: PartitionLayout("topics", "name", "partitions", "partition_index",
+                                  "topics", "name", "partitions", "partition_index"),
+    DELETE_RECORDS: PartitionLayout("topics", "name", "partitions", "partition_index",
+                                    "topics", "name", "partitions", "partition_index"),
+    OFFSET_FOR_LEADER_EPOCH: PartitionLayout("topics", "topic", "partitions", "partition",
+                                             "topics", "topic", "partitions", "partition"),
+}
+PARTITION_LEVEL_APIS = frozenset(PARTITION_LAYOUTS) | {LEADER_AND_ISR, STOP_REPLICA}
+
+
+def control_request_partitions(body: Mapping) -> list[TopicPartition]:
+    """The partitions a LeaderAndIsr / StopReplica body names (``topic_states``; LeaderAndIsr before v2 keeps
+    ``ungrouped_partition_states``)."""
+    out = [TopicPartition(t.get("topic_name"), p.get("partition_index"))
+           for t in body.get("topic_states") or [] for p in t.get("partition_states") or []]
+    out += [TopicPartition(p.get("topic_name"), p.get("partition_index"))
+            for p in body.get("ungrouped_partition_states") or []]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- registry
+
+class FaultRegistry:
+    """The faults in force on one broker and what is left of each; thread-safe.
+
+    :meth:`take` is called once per request and pops what applies to it: at most one whole-request error
+    (the first errors fault without a partition that has codes left), one code per named partition that has
+    an errors fault, the largest latency, and drop / close when a fault's ``nth`` matching request is this one.
+    """
+
+    def __init__(self, on_change: Callable[[], None] | None = None):
+        self._lock = threading.Lock()
+        self._faults: list[RequestFault] = []
+        self._used: dict[str, int] = {}       # requests each fault has acted on, or (drop/close) seen
+        self._fired: set[str] = set()         # drop / close faults that fired
+        self.clock = ClockSkew()
+        self.spec_version = -1
+        self._on_change = on_change
+        self.metrics = {"errors": 0, "partition_errors": 0, "delayed": 0, "dropped": 0, "closed": 0}
+
+    # -- configuration -----------------------------------------------------------------------------------
+    def replace(self, spec: FaultSpec, version: int, consumed: Mapping[str, int | None] | None = None) -> None:
+        """Put ``spec`` in force.  Faults kept by id keep what they consumed; ``consumed`` (remaining counts from
+        the fault state znode, after a restart) restores the others'."""
+        with self._lock:
+            used = {}
+            for f in spec.faults:
+                if f.id in self._used:
+                    used[f.id] = self._used[f.id]
+                elif consumed and f.id in consumed and consumed[f.id] is not None and f.total is not None:
+                    used[f.id] = f.total - max(0, int(consumed[f.id]))
+                    if used[f.id] >= f.total and f.kind in (DROP_RESPONSE, CLOSE_CONNECTION):
+                        self._fired.add(f.id)
+                else:
+                    used[f.id] = 0
+            self._fired &= set(used)
+            self._faults = list(spec.faults)
+            self._used = used
+            self.clock = spec.clock
+            self.spec_version = version
+        log.info("request faults in force %s", kv(version=version, faults=len(spec.faults),
+                                                  clock_offset_ms=spec.clock.offset_ms,
+                                                  clock_drift_ppm=spec.clock.drift_ppm))
+
+    def has_faults(self, api_key: int) -> bool:
+        faults = self._faults  # a list replaced whole: reading it without the lock is safe
+        return any(f.api_key == api_key for f in faults)
+
+    # -- per request -------------------------------------------------------------------------------------
+    def take(self, api_key: int, partitions: Callable[[], Iterable[TopicPartition]]) -> FaultAction:
+        if not self.has_faults(api_key):
+            return NO_ACTION
+        named: set[TopicPartition] | None = None
+        error: int | None = None
+        partition_errors: dict[TopicPartition, int] = {}
+        latency = 0.0
+        drop = close = False
+        changed = False
+        with self._lock:
+            for f in self._faults:
+                if f.api_key != api_key or f.id in self._fired:
+                    continue
+                total = f.total
+                used = self._used.get(f.id, 0)
+                if f.kind in (ERRORS, LATENCY) and total is not None and used >= total:
+                    continue
+                if f.tp is not None:
+                    if named is None:
+                        named = set(partitions())
+                    if f.tp not in named:
+                        continue
+                if f.kind == ERRORS:
+                    if f.tp is None:
+                        if error is not None:
+                            continue
+                        error = f.errors[used]
+                    else:
+                        if f.tp in partition_errors:
+                            continue
+                        partition_errors[f.tp] = f.errors[used]
+                    self._used[f.id] = used + 1
+                elif f.kind == LATENCY:
+                    latency = max(latency, f.latency_ms)
+                    self._used[f.id] = used + 1
+                else:
+                    self._used[f.id] = used + 1
+                    if used + 1 < f.nth:
+                        continue
+                    self._fired.add(f.id)
+                    if f.kind == DROP_RESPONSE:
+                        drop = True
+                    else:
+                        close = True
+                if f.kind != LATENCY or total is not None:
+                    changed = True
+            if error is not None:
+                self.metrics["errors"] += 1
+            self.metrics["partition_errors"] += len(partition_errors)
+            self.metrics["delayed"] += 1 if latency else 0
+            self.metrics["dropped"] += 1 if drop else 0
+            self.metrics["closed"] += 1 if close else 0
+        action = FaultAction(error=error, partition_errors=partition_errors, latency_ms=latency,
+                             drop_response=drop, close_connection=close)
+        if not action.is_none:
+            log.info("injecting request fault %s", kv(
+                api=codec.api_name(api_key), error=error_name(error) if error is not None else None,
+                partition_errors=",".join(f"{tp}:{error_name(e)}" for tp, e in partition_errors.items()) or None,
+                latency_ms=latency or None, drop_response=drop or None, close_connection=close or None))
+        if changed and self._on_change is not None:
+            self._on_change()
+        return action
+
+    # -- introspection -----------------------------------------------------------------------------------
+    def remaining(self) -> dict[str, int | None]:
+        """Fault id -> requests it still acts on (None: unbounded)."""
+        with self._lock:
+            out: dict[str, int | None] = {}
+            for f in self._faults:
+                total = f.total
+                if f.kind in (DROP_RESPONSE, CLOSE_CONNECTION):
+                    out[f.id] = 0 if f.id in self._fired else 1
+                else:
+                    out[f.id] = None if total is None else max(0, total - self._used.get(f.id, 0))
+            return out
+
+    def state(self) -> FaultState:
+        return FaultState(spec_version=self.spec_version, remaining=self.remaining(), clock=self.clock)
+
+    def describe(self) -> dict:
+        remaining = self.remaining()
+        with self._lock:
+            faults = list(self._faults)
+            seen = dict(self._used)
+        return {"spec_version": self.spec_version, "clock": self.clock.to_json(), "metrics": dict(self.metrics),
+                "faults": [dict(f.to_json(), api=codec.api_name(f.api_key), remaining=remaining.get(f.id),
+                                seen=seen.get(f.id, 0), summary=f.describe()) for f in faults]}
+
+
+# ------------------------------------------------------------------------------------------- the handler
+
+class _DelayLine:
+    """One daemon thread running callables at their due time (``time.monotonic``)."""
+
+    def __init__(self, name: str):
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    def call_at(self, due: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                log.exception("delayed answer failed")
+
+
+class FaultInjectingHandler:
+    """A :class:`~kafkatier.server.network.RequestHandler` that applies the registry's faults around another
+    handler (``KafkaApis``); with no fault on an API it only costs a dictionary scan."""
+
+    def __init__(self, handler, registry: FaultRegistry):
+        self._handler = handler
+        self._registry = registry
+        self._delays = _DelayLine("kafka-request-fault-delay")
+
+    def supported_versions(self) -> Mapping[int, tuple[int, int]]:
+        return self._handler.supported_versions()
+
+    def error_response(self, header, request, code: int):
+        hook = getattr(self._handler, "error_response", None)
+        return hook(header, request, code) if hook is not None else None
+
+    def handle(self, header, request, context: ConnectionContext) -> Any:
+        api_key = header.request_api_key
+        if not self._registry.has_faults(api_key):
+            return self._handler.handle(header, request, context)
+        arrived = time.monotonic()
+        layout = PARTITION_LAYOUTS.get(api_key)
+        action = self._registry.take(api_key, lambda: layout.request_partitions(request) if layout else ())
+        if action.is_none:
+            return self._handler.handle(header, request, context)
+        if action.close_connection:
+            return CloseConnection()
+        if action.error is not None:
+            if not request.expect_response():
+                return CloseConnection()  # acks=0: Kafka closes the connection to signal an error
+            result = self._whole_error(header, request, action.error)
+        elif action.partition_errors:
+            result = self._partition_errors(header, request, context, layout, action.partition_errors)
+        else:
+            result = self._handler.handle(header, request, context)
+        if action.drop_response:
+            return Future()  # handled, never answered: the connection's later answers wait behind it
+        if action.latency_ms:
+            return self._delay(result, arrived + action.latency_ms / 1000.0)
+        return result
+
+    def _whole_error(self, header, request, code: int):
+        response = self.error_response(header, request, code)
+        if response is None:
+            response = codec.error_response(header, code)
+        if response is None:
+            log.warning("cannot answer with an injected error; closing the connection %s",
+                        kv(api=codec.api_name(header.request_api_key), version=header.request_api_version))
+            return CloseConnection()
+        return response
+
+    def _partition_errors(self, header, request, context, layout: PartitionLayout,
+                          errors: Mapping[TopicPartition, int]):
+        if header.request_api_key == PRODUCE:
+            # Refused partitions are not appended: take them out of the request before it is handled.
+            for t in getattr(request, layout.req_topics):
+                setattr(t, layout.req_partitions,
+                        [p for p in getattr(t, layout.req_partitions)
+                         if TopicPartition(getattr(t, layout.req_topic), getattr(p, layout.req_index)) not in errors])
+            setattr(request, layout.req_topics,
+                    [t for t in getattr(request, layout.req_topics) if getattr(t, layout.req_partitions)])
+            if not getattr(request, layout.req_topics):
+                if not request.expect_response():
+                    return CloseConnection()
+                response = codec.response_class(PRODUCE)(version=header.request_api_version)
+                setattr(response, layout.resp_topics, [])
+                return _with_partition_errors(response, header.request_api_version, layout, errors)
+            if not request.expect_response():
+                self._handler.handle(header, request, context)
+                return CloseConnection()
+        result = self._handler.handle(header, request, context)
+        v = header.request_api_version
+
+        def merge(response):
+            return None if response is None else _with_partition_errors(response, v, layout, errors)
+        if hasattr(result, "add_done_callback"):
+            out: Future = Future()
+
+            def done(fut):
+                try:
+                    out.set_result(merge(fut.result()))
+                except Exception as e:  # noqa: BLE001
+                    out.set_exception(e)
+            result.add_done_callback(done)
+            return out
+        if isinstance(result, CloseConnection):
+            return result
+        return merge(result)
+
+    def _delay(self, result, due: float) -> Future:
+        out: Future = Future()
+
+        def release(value=None, error: BaseException | None = None):
+            def fire():
+                if error is not None:
+                    out.set_exception(error)
+                else:
+                    out.set_result(value)
+            self._delays.call_at(due, fire)
+        if hasattr(result, "add_done_callback"):
+            def done(fut):
+                try:
+                    release(fut.result())
+                except Exception as e:  # noqa: BLE001
+                    release(error=e)
+            result.add_done_callback(done)
+        else:
+            release(result)
+        return out
+
+
+def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int]):
+    """``response`` with each partition in ``errors`` answered by that code (its other fields at their
+    defaults), replacing the partition's answer or added to it."""
+    topics_field = response._struct.fields[layout.resp_topics]
+    topic_cls = topics_field.array_of.data_class
+    part_cls = topics_field.array_of.fields[layout.resp_partitions].array_of.data_class
+    topics = getattr(response, layout.resp_topics)
+    if topics is None:
+        topics = []
+        setattr(response, layout.resp_topics, topics)
+    for tp, code in errors.items():
+        entry = part_cls(version=version, **{layout.resp_index: tp.partition, "error_code": code})
+        topic = next((t for t in topics if getattr(t, layout.resp_topic) == tp.topic), None)
+        if topic is None:
+            topic = topic_cls(version=version, **{layout.resp_topic: tp.topic, layout.resp_partitions: []})
+            topics.append(topic)
+        parts = [p for p in getattr(topic, layout.resp_partitions) or [] if getattr(p, layout.resp_index) != tp.partition]
+        parts.append(entry)
+        setattr(topic, layout.resp_partitions, parts)
+    return response
+
+
+# ------------------------------------------------------------------------------------------ control channel
+
+def apply_control_faults(registry: FaultRegistry | None, api_key: int, body: dict,
+                         handle: Callable[[dict], dict]) -> tuple[dict | None, bool]:
+    """Run a control request body through the registry: ``(answer body, dropped)``.
+
+    ``handle(body)`` applies a body.  A whole-request error answers without applying; partition errors take
+    those partitions out of the body, apply the rest and add the partitions' errors to the answer; a dropped
+    response applies the body and returns ``(body, True)``: the caller does not answer."""
+    if registry is None or not registry.has_faults(api_key):
+        return handle(body), False
+    action = registry.take(api_key, lambda: control_request_partitions(body))
+    if action.error is not None:
+        answer = control_error_body(api_key, body, action.error)
+    elif action.partition_errors:
+        kept = _without_partitions(body, action.partition_errors)
+        answer = handle(kept) if control_request_partitions(kept) else {"error_code": 0}
+        answer = _add_control_partition_errors(api_key, body, dict(answer), action.partition_errors)
+    else:
+        answer = handle(body)
+    return answer, action.drop_response
+
+
+def control_error_body(api_key: int, body: Mapping, code: int) -> dict:
+    """A LeaderAndIsr / StopReplica / UpdateMetadata answer with ``code`` at the top level and for every
+    partition (Kafka fills both when it refuses a whole request)."""
+    if api_key == STOP_REPLICA:
+        return {"error_code": code, "partition_errors": [
+            {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
+            for tp in control_request_partitions(body)]}
+    if api_key == LEADER_AND_ISR:
+        return _add_control_partition_errors(api_key, body, {"error_code": code, "topics": []},
+                                             {tp: code for tp in control_request_partitions(body)})
+    return {"error_code": code}
+
+
+def _without_partitions(body: Mapping, drop: Mapping[TopicPartition, int]) -> dict:
+    out = dict(body)
+    topics = []
+    for t in body.get("topic_states") or []:
+        parts = [p for p in t.get("partition_states") or []
+                 if TopicPartition(t.get("topic_name"), p.get("partition_index")) not in drop]
+        if parts:
+            topics.append(dict(t, partition_states=parts))
+    out["topic_states"] = topics
+    if "ungrouped_partition_states" in body:
+        out["ungrouped_partition_states"] = [
+            p for p in body["ungrouped_partition_states"]
+            if TopicPartition(p.get("topic_name"), p.get("partition_index")) not in drop]
+    return out
+
+
+def _add_control_partition_errors(api_key: int, body: Mapping, answer: dict,
+                                  errors: Mapping[TopicPartition, int]) -> dict:
+    if api_key == STOP_REPLICA:
+        entries = [e for e in answer.get("partition_errors") or []
+                   if TopicPartition(e["topic_name"], e["partition_index"]) not in errors]
+        entries += [{"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
+                    for tp, code in errors.items()]
+        answer["partition_errors"] = entries
+        return answer
+    # LeaderAndIsr v5+: per topic (with its id); older versions: a flat list.
+    ids = {t.get("topic_name"): t.get("topic_id") for t in body.get("topic_states") or []}
+    if "partition_errors" in answer and "topics" not in answer:
+        entries = [e for e in answer["partition_errors"]
+                   if TopicPartition(e.get("topic_name"), e["partition_index"]) not in errors]
+        entries += [{"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
+                    for tp, code in errors.items()]
+        answer["partition_errors"] = entries
+        return answer
+    topics = [dict(t) for t in answer.get("topics") or []]
+    for tp, code in errors.items():
+        topic = next((t for t in topics if t.get("topic_name") == tp.topic
+                      or (ids.get(tp.topic) and t.get("topic_id") == ids.get(tp.topic))), None)
+        if topic is None:
+            topic = {"topic_id": ids.get(tp.topic), "topic_name": tp.topic, "partition_errors": []}
+            topics.append(topic)
+        topic["partition_errors"] = [e for e in topic.get("partition_errors") or []
+                                     if e["partition_index"] != tp.partition]
+        topic["partition_errors"].append({"partition_index": tp.partition, "error_code": code})
+    answer["topics"] = topics
+    return answer
+
+
+# ------------------------------------------------------------------------------------------------- watcher
+
+class FaultsWatcher:
+    """Keeps a :class:`FaultRegistry` in step with ``/kafkatier/faults/<brokerId>`` and writes
+    ``/kafkatier/fault_state/<brokerId>`` after each change and each consumption (coalesced, off the request
+    threads).  ``on_clock(skew)`` is called whenever the spec's clock skew changes."""
+
+    def __init__(self, zk, broker_id: int, registry: FaultRegistry,
+                 on_clock: Callable[[ClockSkew], None] | None = None):
+        self._zk = zk
+        self._broker_id = broker_id
+        self._registry = registry
+        self._on_clock = on_clock
+        self._spec_path = paths.request_faults(broker_id)
+        self._state_path = paths.fault_state(broker_id)
+        self._dirty = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._write_loop, name=f"fault-state-writer-{broker_id}", daemon=True)
+        self._clock = ClockSkew()
+
+    def start(self) -> None:
+        self._zk.ensure_path(self._spec_path.rsplit("/", 1)[0])
+        self._zk.ensure_path(self._state_path.rsplit("/", 1)[0])
+        self._thread.start()
+        DataWatch(self._zk, self._spec_path, self._on_data)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._dirty.set()
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def _on_data(self, data, stat, event=None) -> bool:
+        if self._stopped.is_set():
+            return False
+        if stat is None or not data:
+            spec, version = FaultSpec(), (stat.version if stat is not None else -1)
+        else:
+            try:
+                spec, version = FaultSpec.decode(data, self._spec_path), stat.version
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed request faults znode %s", kv(path=self._spec_path, reason=e))
+                return True
+        consumed = None
+        if self._registry.spec_version < 0:
+            consumed = self._read_state()
+        self._registry.replace(spec, version, consumed)
+        if spec.clock != self._clock:
+            self._clock = spec.clock
+            if self._on_clock is not None:
+                self._on_clock(spec.clock)
+        self._dirty.set()
+        return True
+
+    def _read_state(self) -> Mapping[str, int | None] | None:
+        """Remaining counts a previous incarnation of this broker recorded (not replayed after a restart)."""
+        try:
+            data, _ = self._zk.get(self._state_path)
+            return FaultState.decode(data, self._state_path).remaining
+        except NoNodeError:
+            return None
+        except codecs.MalformedZNodeError as e:
+            log.warning("ignoring malformed fault state znode %s", kv(path=self._state_path, reason=e))
+            return None
+
+    def _write_loop(self) -> None:
+        while not self._stopped.is_set():
+            self._dirty.wait()
+            self._dirty.clear()
+            if self._stopped.is_set():
+                return
+            data = self._registry.state().encode()
+            try:
+                try:
+                    self._zk.set(self._state_path, data)
+                except NoNodeError:
+                    try:
+                        self._zk.create(self._state_path, data, makepath=True)
+                    except NodeExistsError:
+                        self._zk.set(self._state_path, data)
+            except Exception as e:  # noqa: BLE001 - ZooKeeper trouble: try again shortly
+                log.warning("could not write the fault state %s", kv(path=self._state_path, error=repr(e)))
+                self._stopped.wait(0.5)
+                self._dirty.set()
+
+
+__all__ = ["RequestFault", "ClockSkew", "FaultSpec", "FaultState", "FaultAction", "FaultRegistry",
+           "FaultInjectingHandler", "FaultsWatcher", "FaultSpecError", "apply_control_faults", "control_error_body",
+           "parse_api", "parse_error", "error_name", "KINDS", "ERRORS", "LATENCY", "DROP_RESPONSE",
+           "CLOSE_CONNECTION", "CONTROL_APIS", "PARTITION_LEVEL_APIS"]
