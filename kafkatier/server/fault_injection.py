@@ -404,10 +404,10 @@ class FaultRegistry:
         action = FaultAction(error=error, partition_errors=partition_errors, latency_ms=latency,
                              drop_response=drop, close_connection=close)
         if not action.is_none:
-            log.info("injecting request fault %s", kv(
-                api=codec.api_name(api_key), error=error_name(error) if error is not None else None,
-                partition_errors=",".join(f"{tp}:{error_name(e)}" for tp, e in partition_errors.items()) or None,
-                latency_ms=latency or None, drop_response=drop or None, close_connection=close or None))
+            fields = dict(api=codec.api_name(api_key), error=error_name(error) if error is not None else None,
+                          partition_errors=",".join(f"{tp}:{error_name(e)}" for tp, e in partition_errors.items()),
+                          latency_ms=latency, drop_response=drop, close_connection=close)
+            log.info("injecting request fault %s", kv(**{k: v for k, v in fields.items() if v}))
         if changed and self._on_change is not None:
             self._on_change()
         return action
