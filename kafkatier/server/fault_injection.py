@@ -166,12 +166,24 @@ class RequestFault:
                    topic=doc.get("topic"), partition=doc.get("partition"))
 
     def describe(self) -> str:
-        what = {ERRORS: lambda: ",".join(error_name(e) for e in self.errors),
+        what = {ERRORS: lambda: ",".join(error_name(e) + (f" x{n}" if n > 1 else "")
+                                         for e, n in _runs(self.errors)),
                 LATENCY: lambda: f"+{self.latency_ms:g}ms" + (f" x{self.count}" if self.count else ""),
                 DROP_RESPONSE: lambda: f"drop response #{self.nth}",
                 CLOSE_CONNECTION: lambda: f"close connection #{self.nth}"}[self.kind]()
         where = f" {self.topic}-{self.partition}" if self.topic is not None else ""
         return f"{codec.api_name(self.api_key)}{where} {what}"
+
+
+def _runs(codes: Sequence[int]) -> list[tuple[int, int]]:
+    """``[6, 6, 7]`` -> ``[(6, 2), (7, 1)]``."""
+    out: list[tuple[int, int]] = []
+    for c in codes:
+        if out and out[-1][0] == c:
+            out[-1] = (c, out[-1][1] + 1)
+        else:
+            out.append((c, 1))
+    return out
 
 
 @attrs.frozen(kw_only=True)
