@@ -593,18 +593,27 @@ class FaultInjectingHandler:
         return out
 
 
+#: What Kafka answers for the offsets and timestamps of a partition it refused ("unknown").
+_UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1, "high_watermark": -1,
+            "last_stable_offset": -1, "offset": -1, "timestamp": -1, "leader_epoch": -1, "low_watermark": -1,
+            "end_offset": -1, "preferred_read_replica": -1}
+
+
 def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int]):
     """``response`` with each partition in ``errors`` answered by that code (its other fields at their
     defaults), replacing the partition's answer or added to it."""
     topics_field = response._struct.fields[layout.resp_topics]
     topic_cls = topics_field.array_of.data_class
-    part_cls = topics_field.array_of.fields[layout.resp_partitions].array_of.data_class
+    part_struct = topics_field.array_of.fields[layout.resp_partitions].array_of
+    part_cls = part_struct.data_class
+    unknown = {f.name: v for f in part_struct._fields if f.for_version_q(version)
+               for name, v in _UNKNOWN.items() if f.name == name}
     topics = getattr(response, layout.resp_topics)
     if topics is None:
         topics = []
         setattr(response, layout.resp_topics, topics)
     for tp, code in errors.items():
-        entry = part_cls(version=version, **{layout.resp_index: tp.partition, "error_code": code})
+        entry = part_cls(version=version, **unknown, **{layout.resp_index: tp.partition, "error_code": code})
         topic = next((t for t in topics if getattr(t, layout.resp_topic) == tp.topic), None)
         if topic is None:
             topic = topic_cls(version=version, **{layout.resp_topic: tp.topic, layout.resp_partitions: []})
