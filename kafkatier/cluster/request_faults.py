@@ -46,7 +46,7 @@ def build_faults(api: str | int, *, errors: str | list | None = None, latency_ms
             codes = tuple(fi.parse_error(e) for e in names if str(e).strip())
             if count is not None and count < 1:
                 raise fi.FaultSpecError("--count must be at least 1")
-            return [fi.RequestFault(kind=fi.ERRORS, errors=codes * (count or 1), **common)]
+            return [fi.RequestFault(kind=fi.ERRORS, errors=codes, count=count, **common)]
         if latency_ms is not None:
             return [fi.RequestFault(kind=fi.LATENCY, latency_ms=latency_ms, count=count, **common)]
         if drop_response_nth is not None:

@@ -5,7 +5,7 @@ time, a per-request round-trip time, and a ``__TRANSPORT`` entry that closes the
 faults act on a real broker process:
 
 * ``errors``: the next matching requests of an API are answered with the given codes, one code per request, in
-  order (``errors * count``).  Without a topic-partition the code is the API's error for the whole request: its
+  order, the list ``count`` times.  Without a topic-partition the code is the API's error for the whole request: its
   top-level ``error_code`` where the response has one, else every partition's (the network layer's error
   answer, ``KafkaApis.error_response``).  With a topic-partition only that partition's ``error_code`` is set,
   the other partitions of the request are handled normally; for Produce the partition is taken out of the
@@ -118,7 +118,8 @@ class RequestFault:
     kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
     errors: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     latency_ms: float = 0.0
-    count: int | None = None          # latency: requests delayed (None: until cleared)
+    count: int | None = None          # errors: times the list is repeated (None: once); latency: requests delayed
+                                      # (None: until cleared)
     nth: int = 1                      # drop_response / close_connection: the nth matching request
     topic: str | None = None
     partition: int | None = None
@@ -149,7 +150,7 @@ class RequestFault:
     def total(self) -> int | None:
         """How many requests this fault acts on (None: unbounded)."""
         if self.kind == ERRORS:
-            return len(self.errors)
+            return len(self.errors) * (self.count or 1)
         if self.kind == LATENCY:
             return self.count
         return 1
@@ -167,7 +168,8 @@ class RequestFault:
 
     def describe(self) -> str:
         what = {ERRORS: lambda: ",".join(error_name(e) + (f" x{n}" if n > 1 else "")
-                                         for e, n in _runs(self.errors)),
+                                         for e, n in _runs(self.errors)) + (f" x{self.count}" if (self.count or 1) > 1
+                                                                             else ""),
                 LATENCY: lambda: f"+{self.latency_ms:g}ms" + (f" x{self.count}" if self.count else ""),
                 DROP_RESPONSE: lambda: f"drop response #{self.nth}",
                 CLOSE_CONNECTION: lambda: f"close connection #{self.nth}"}[self.kind]()
@@ -387,11 +389,11 @@ class FaultRegistry:
                     if f.tp is None:
                         if error is not None:
                             continue
-                        error = f.errors[used]
+                        error = f.errors[used % len(f.errors)]
                     else:
                         if f.tp in partition_errors:
                             continue
-                        partition_errors[f.tp] = f.errors[used]
+                        partition_errors[f.tp] = f.errors[used % len(f.errors)]
                     self._used[f.id] = used + 1
                 elif f.kind == LATENCY:
                     latency = max(latency, f.latency_ms)
