@@ -124,7 +124,19 @@ def clear_faults(zk, broker_id: int, api_key: int | None = None, wait: bool = Tr
         s, faults=tuple(f for f in s.faults if api_key is not None and f.api_key != api_key)), wait)
 
 
-def set_clock(zk, broker_id: int, skew: ClockSkew, wait: bool = True) -> FaultSpec:
+def remove_faults(zk, broker_id: int, ids: set[str], wait: bool = True) -> FaultSpec:
+    """Remove the faults with these ids (the others and the clock skew stay)."""
+    return edit(zk, broker_id, lambda s: attrs.evolve(s, faults=tuple(f for f in s.faults if f.id not in ids)), wait)
+
+
+def clear_all(zk, broker_id: int, wait: bool = True) -> FaultSpec:
+    """No request fault and no clock skew."""
+    return edit(zk, broker_id, lambda s: FaultSpec(), wait)
+
+
+def set_clock(zk, broker_id: int, offset_ms: float = 0.0, drift_ppm: float = 0.0, wait: bool = True) -> FaultSpec:
+    """Skew the broker's wall clock (0, 0: back to the system clock)."""
+    skew = ClockSkew(offset_ms=offset_ms, drift_ppm=drift_ppm)
     return edit(zk, broker_id, lambda s: attrs.evolve(s, clock=skew), wait)
 
 
@@ -139,5 +151,6 @@ def describe(zk, broker_id: int) -> dict:
                        for f in spec.faults]}
 
 
-__all__ = ["build_faults", "read_spec", "read_state", "edit", "add_faults", "clear_faults", "set_clock", "describe",
+__all__ = ["build_faults", "read_spec", "read_state", "edit", "add_faults", "clear_faults", "remove_faults",
+           "clear_all", "set_clock", "describe",
            "new_fault_id", "APPLY_TIMEOUT_S"]

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import threading
 
-import attrs
-
 from kafkatier.cluster import request_faults
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario.history import History
-from kafkatier.server.fault_injection import ClockSkew, FaultSpec
 from kafkatier.zk.client import start_client
 
 log = get_logger("scenario.request-faults")
@@ -58,9 +55,9 @@ class RequestFaults:
         zk = self._client()
         self._touched.add(broker)
         if action.action == "clock_skew":
-            skew = ClockSkew(offset_ms=action.offset_ms or 0.0, drift_ppm=action.drift_ppm or 0.0)
-            request_faults.set_clock(zk, broker, skew)
-            self.history.info("nemesis", "clock_skew", [broker], offset_ms=skew.offset_ms, drift_ppm=skew.drift_ppm,
+            offset, drift = action.offset_ms or 0.0, action.drift_ppm or 0.0
+            request_faults.set_clock(zk, broker, offset, drift)
+            self.history.info("nemesis", "clock_skew", [broker], offset_ms=offset, drift_ppm=drift,
                               duration_s=duration_s or None)
             if duration_s:
                 self._later(duration_s, lambda: self._reset_clock(broker))
@@ -89,7 +86,7 @@ class RequestFaults:
 
     def _reset_clock(self, broker: int) -> None:
         try:
-            request_faults.set_clock(self._client(), broker, ClockSkew())
+            request_faults.set_clock(self._client(), broker)
             self.history.info("nemesis", "clock_reset", [broker])
         except Exception as e:  # noqa: BLE001 - heal resets it anyway
             log.warning("could not reset a clock %s", kv(broker=broker, error=repr(e)))
@@ -97,8 +94,7 @@ class RequestFaults:
     def _remove(self, broker: int, ids: set[str]) -> None:
 
         try:
-            request_faults.edit(self._client(), broker, lambda s: attrs.evolve(
-                s, faults=tuple(f for f in s.faults if f.id not in ids)))
+            request_faults.remove_faults(self._client(), broker, ids)
             self.history.info("nemesis", "clear_request_faults", [broker], faults=sorted(ids))
         except Exception as e:  # noqa: BLE001 - heal clears it anyway
             log.warning("could not remove request faults %s", kv(broker=broker, error=repr(e)))
@@ -112,7 +108,7 @@ class RequestFaults:
         zk = self._client()
         for b in sorted(self._touched):
             try:
-                request_faults.edit(zk, b, lambda s: FaultSpec(), wait=False)
+                request_faults.clear_all(zk, b, wait=False)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not clear request faults at heal %s", kv(broker=b, error=repr(e)))
         self.history.info("nemesis", "clear_request_faults", sorted(self._touched))

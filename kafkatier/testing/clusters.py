@@ -15,7 +15,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from kafkatier.cluster import request_faults
 from kafkatier.cluster.manager import ClusterManager
-from kafkatier.server.fault_injection import ClockSkew, RequestFault
 from kafkatier.zk.client import start_client
 
 
@@ -50,7 +49,7 @@ class RunningCluster:
     def inject_errors(self, broker_id: int, api: str | int, errors=None, *, count: int | None = None,
                       latency_ms: float | None = None, drop_response_nth: int | None = None,
                       close_connection_nth: int | None = None, topic: str | None = None,
-                      partition: int | None = None) -> list[RequestFault]:
+                      partition: int | None = None) -> list:
         """Add one request fault to a broker (the options of ``kafkatier cluster inject-errors``); returns once
         the broker has it in force.  ``errors``: names or codes, a list or a comma-separated string."""
         self.manager.broker(broker_id)
@@ -63,12 +62,12 @@ class RunningCluster:
     def set_clock(self, broker_id: int, offset_ms: float = 0.0, drift_ppm: float = 0.0) -> None:
         """Skew a broker's wall clock (0, 0: back to the system clock)."""
         self.manager.broker(broker_id)
-        request_faults.set_clock(self.zk, broker_id, ClockSkew(offset_ms=offset_ms, drift_ppm=drift_ppm))
+        request_faults.set_clock(self.zk, broker_id, offset_ms, drift_ppm)
 
     def clear_faults(self, broker_id: int | None = None) -> None:
         """Remove request faults and clock skew (of every broker when no id)."""
         for b in [broker_id] if broker_id is not None else self.broker_ids():
-            request_faults.edit(self.zk, b, lambda s: type(s)())
+            request_faults.clear_all(self.zk, b)
 
     def request_faults(self, broker_id: int) -> dict:
         """The broker's faults with what is left of each (``remaining``)."""
