@@ -2,7 +2,8 @@
 injected codes exactly N times (a raw client, kafka-python's and confluent-kafka's idempotent producers retrying
 with no duplicate), added latency within 10%, a dropped response as a client timeout, a closed connection on the
 Nth request, a broker clock 10 minutes ahead (LogAppendTime, retention by time, ListOffsets by timestamp), and
-the CLI's bad input.  The control channel's faults run in the scenarios (scenarios/*disable*)."""
+a StopReplica v5 answered KAFKA_STORAGE_ERROR three times during a KIP-950 disablement (retried by the
+controller), and the CLI's bad input.  More control channel faults run in the scenarios (scenarios/*disabl*)."""
 from __future__ import annotations
 
 import json
@@ -18,10 +19,12 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from kafkatier.admin.client import AdminClient
 from kafkatier.protocol import codec
 from kafkatier.protocol.build import build
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.waiting import wait_for
+from kafkatier.zk import codecs, paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -32,7 +35,8 @@ NLOF, KSE = 6, 56
 @pytest.fixture(scope="module")
 def cluster(module_cluster_factory):
     c = module_cluster_factory(brokers=2, overrides={"log.retention.check.interval.ms": "500",
-                                                     "log.initial.task.delay.ms": "0"})
+                                                     "log.initial.task.delay.ms": "0",
+                                                     "remote.log.storage.system.enable": "true"})
     yield c
     c.clear_faults()
 
@@ -162,6 +166,27 @@ def test_dropped_response_times_the_client_out_and_close_resets_the_nth(cluster)
     finally:
         c.close()
         cluster.clear_faults(1)
+
+
+def test_stop_replica_answered_storage_error_three_times_is_retried(cluster):
+    topic = create(cluster, f"tiered-{uuid.uuid4().hex[:6]}", 2, {"remote.storage.enable": "true"})
+    [f] = cluster.inject_errors(2, "StopReplica", ["KAFKA_STORAGE_ERROR"], count=3)
+    admin = AdminClient(cluster.bootstrap_servers.split(","), request_timeout_ms=30000)
+    try:
+        admin.alter_configs("topics", topic, {"remote.storage.enable": "false",
+                                              "remote.log.delete.on.disable": "true"})
+    finally:
+        admin.close()
+
+    def state():
+        return codecs.TieredState.decode(cluster.zk.get(paths.tiered_state(topic))[0]).state
+    wait_for(lambda: state() == "DISABLED", 60, interval=0.2, ignore=(Exception,), message=f"{topic} DISABLED")
+    assert remaining(cluster, 2, f.id) == 0
+    logs = "".join(open(os.path.join(cluster.data_dir, "logs", f"broker-{b}.log")).read() for b in (1, 2))
+    retries = [line for line in logs.splitlines() if "disablement failed on a replica; retrying" in line
+               and f"replica={topic}-0-2" in line]
+    assert len(retries) == 3 and all("error=KAFKA_STORAGE_ERROR" in line for line in retries), retries
+    cluster.clear_faults(2)
 
 
 def read_all(cluster, topic: str) -> list[bytes]:
