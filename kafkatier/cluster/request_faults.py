@@ -115,7 +115,11 @@ def edit(zk, broker_id: int, change: Callable[[FaultSpec], FaultSpec], wait: boo
 
 
 def add_faults(zk, broker_id: int, faults: list[RequestFault], wait: bool = True) -> FaultSpec:
-    return edit(zk, broker_id, lambda s: attrs.evolve(s, faults=s.faults + tuple(faults)), wait)
+    """Add ``faults`` to the broker's; faults the broker reports spent are dropped on the way."""
+    state = read_state(zk, broker_id)
+    spent = {i for i, n in state.remaining.items() if n == 0} if state is not None else set()
+    return edit(zk, broker_id, lambda s: attrs.evolve(
+        s, faults=tuple(f for f in s.faults if f.id not in spent) + tuple(faults)), wait)
 
 
 def clear_faults(zk, broker_id: int, api_key: int | None = None, wait: bool = True) -> FaultSpec:

@@ -58,7 +58,7 @@ log = get_logger("server.faults")
 ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION = "errors", "latency", "drop_response", "close_connection"
 KINDS = (ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION)
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
-DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 21, 23
+DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, API_VERSIONS = 21, 23, 18
 CONTROL_APIS = (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA)
 
 
@@ -135,6 +135,8 @@ class RequestFault:
             raise FaultSpecError("count must be at least 1")
         if self.nth < 1:
             raise FaultSpecError("nth must be at least 1")
+        if self.api_key == API_VERSIONS:
+            raise FaultSpecError("ApiVersions is answered by the network layer before any handler: no faults")
         if self.api_key in CONTROL_APIS and self.kind not in (ERRORS, DROP_RESPONSE):
             raise FaultSpecError(f"{codec.api_name(self.api_key)} (control channel) takes errors and "
                                  f"drop_response only")
@@ -319,9 +321,10 @@ def control_request_partitions(body: Mapping) -> list[TopicPartition]:
 class FaultRegistry:
     """The faults in force on one broker and what is left of each; thread-safe.
 
-    :meth:`take` is called once per request and pops what applies to it: at most one whole-request error
-    (the first errors fault without a partition that has codes left), one code per named partition that has
-    an errors fault, the largest latency, and drop / close when a fault's ``nth`` matching request is this one.
+    :meth:`take` is called once per request and pops what applies to it: drop / close when a fault's ``nth``
+    matching request is this one (a closed connection consumes nothing else); at most one whole-request error
+    (the first errors fault without a partition that has codes left) or else one code per named partition that
+    has an errors fault (a refused request cannot also refuse one of its partitions); the largest latency.
     """
 
     def __init__(self, on_change: Callable[[], None] | None = None):
@@ -373,11 +376,11 @@ class FaultRegistry:
         drop = close = False
         changed = False
         with self._lock:
+            live = []
             for f in self._faults:
                 if f.api_key != api_key or f.id in self._fired:
                     continue
-                total = f.total
-                used = self._used.get(f.id, 0)
+                total, used = f.total, self._used.get(f.id, 0)
                 if f.kind in (ERRORS, LATENCY) and total is not None and used >= total:
                     continue
                 if f.tp is not None:
@@ -385,30 +388,35 @@ class FaultRegistry:
                         named = set(partitions())
                     if f.tp not in named:
                         continue
-                if f.kind == ERRORS:
-                    if f.tp is None:
-                        if error is not None:
-                            continue
-                        error = f.errors[used % len(f.errors)]
-                    else:
-                        if f.tp in partition_errors:
-                            continue
-                        partition_errors[f.tp] = f.errors[used % len(f.errors)]
+                live.append((f, used))
+            # 1. Drop / close count every matching request; a closed connection consumes nothing else.
+            for f, used in live:
+                if f.kind in (DROP_RESPONSE, CLOSE_CONNECTION):
                     self._used[f.id] = used + 1
-                elif f.kind == LATENCY:
-                    latency = max(latency, f.latency_ms)
-                    self._used[f.id] = used + 1
-                else:
-                    self._used[f.id] = used + 1
-                    if used + 1 < f.nth:
-                        continue
-                    self._fired.add(f.id)
-                    if f.kind == DROP_RESPONSE:
-                        drop = True
-                    else:
-                        close = True
-                if f.kind != LATENCY or total is not None:
                     changed = True
+                    if used + 1 >= f.nth:
+                        self._fired.add(f.id)
+                        drop = drop or f.kind == DROP_RESPONSE
+                        close = close or f.kind == CLOSE_CONNECTION
+            if not close:
+                # 2. One whole-request error; 3. else one code per named partition; 4. the largest latency.
+                whole = next(((f, used) for f, used in live if f.kind == ERRORS and f.tp is None), None)
+                if whole is not None:
+                    f, used = whole
+                    error = f.errors[used % len(f.errors)]
+                    self._used[f.id] = used + 1
+                    changed = True
+                else:
+                    for f, used in live:
+                        if f.kind == ERRORS and f.tp not in partition_errors:
+                            partition_errors[f.tp] = f.errors[used % len(f.errors)]
+                            self._used[f.id] = used + 1
+                            changed = True
+                for f, used in live:
+                    if f.kind == LATENCY:
+                        latency = max(latency, f.latency_ms)
+                        self._used[f.id] = used + 1
+                        changed = changed or f.total is not None
             if error is not None:
                 self.metrics["errors"] += 1
             self.metrics["partition_errors"] += len(partition_errors)

@@ -63,6 +63,8 @@ def test_fault_validation():
         fault(api=3, errors=(6,), topic="t", partition=0)     # Metadata has no partition error field to set
     with pytest.raises(fi.FaultSpecError, match="nth"):
         fault("drop_response", nth=0)
+    with pytest.raises(fi.FaultSpecError, match="ApiVersions"):
+        fault(api=18, errors=(35,))
 
 
 # --------------------------------------------------------------------------------------------- registry
@@ -87,6 +89,18 @@ def test_partition_errors_only_for_requests_naming_the_partition():
     assert take(r, parts=(T1,)).partition_errors == {T1: KSE}
     assert take(r, parts=(T1,)).is_none
     assert r.remaining() == {"p": 0, "w": 0}
+
+
+def test_a_refused_request_or_a_closed_connection_consumes_nothing_else():
+    r = registry(fault(errors=(RTO,), id="w"), fault(errors=(KSE,), topic="t", partition=0, id="p"),
+                 fault("close_connection", nth=2, id="c"), fault("latency", latency_ms=5, count=1, id="l"))
+    first = take(r)
+    assert first.error == RTO and first.partition_errors == {} and first.latency_ms == 5
+    assert r.remaining() == {"w": 0, "p": 1, "c": 1, "l": 0}
+    second = take(r)
+    assert second.close_connection and second.partition_errors == {}
+    assert r.remaining() == {"w": 0, "p": 1, "c": 0, "l": 0}
+    assert take(r).partition_errors == {T0: KSE}
 
 
 def test_latency_count_and_unbounded():
@@ -144,6 +158,27 @@ def test_spec_and_state_round_trip_and_malformed_rejected():
                 b'{"id":"a","api_key":1,"kind":"errors","errors":[6]}]}'):
         with pytest.raises(codecs.MalformedZNodeError):
             fi.FaultSpec.decode(bad, "/kafkatier/faults/1")
+
+
+class StateZk:
+    """Enough of a kazoo client for FaultsWatcher._on_data: no fault state recorded yet."""
+
+    def get(self, path):
+        from kazoo.exceptions import NoNodeError
+        raise NoNodeError(path)
+
+
+def test_watcher_skips_a_malformed_znode_and_keeps_the_faults_in_force(caplog):
+    r = fi.FaultRegistry()
+    clocks = []
+    w = fi.FaultsWatcher(StateZk(), 1, r, on_clock=clocks.append)
+    good = fi.FaultSpec(faults=(fault(errors=(NLOF,), id="a"),), clock=fi.ClockSkew(offset_ms=5))
+    w._on_data(good.encode(), types.SimpleNamespace(version=4))
+    assert r.spec_version == 4 and r.remaining() == {"a": 1} and clocks == [fi.ClockSkew(offset_ms=5)]
+    w._on_data(b'{"version":1,"faults":[{"id":"a"}]}', types.SimpleNamespace(version=5))
+    assert r.spec_version == 4 and r.remaining() == {"a": 1} and "malformed" in caplog.text
+    w._on_data(None, None)          # znode deleted: no faults, no skew
+    assert r.remaining() == {} and clocks[-1] == fi.ClockSkew()
 
 
 # ----------------------------------------------------------------------------------------------- handler
