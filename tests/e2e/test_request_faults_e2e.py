@@ -85,6 +85,25 @@ def test_injected_codes_seen_exactly_n_times_whole_and_per_partition(cluster):
         cluster.clear_faults(1)
 
 
+def test_a_restarted_broker_does_not_replay_consumed_faults(cluster):
+    topic = create(cluster, f"restart-{uuid.uuid4().hex[:6]}", 1)
+    [f] = cluster.inject_errors(1, "ListOffsets", ["NOT_LEADER_OR_FOLLOWER"], count=3)
+    c = client(cluster, 1)
+    try:
+        assert list_offsets(c, topic) == [NLOF]
+    finally:
+        c.close()
+    wait_for(lambda: remaining(cluster, 1, f.id) == 2, 10, message="consumption recorded")
+    cluster.manager.stop_broker(1)
+    cluster.manager.start_broker(1)
+    c = client(cluster, 1)
+    try:
+        assert [list_offsets(c, topic)[0] for _ in range(3)] == [NLOF, NLOF, 0]
+    finally:
+        c.close()
+        cluster.clear_faults(1)
+
+
 def test_kafka_python_idempotent_producer_retries_not_leader_no_duplicate(cluster):
     topic = create(cluster, f"kp-{uuid.uuid4().hex[:6]}", 1)
     [f] = cluster.inject_errors(1, "Produce", ["NOT_LEADER_OR_FOLLOWER"], count=3, topic=topic, partition=0)
