@@ -28,7 +28,8 @@ from kazoo.recipe.watchers import ChildrenWatch
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.fault_injection import FaultRegistry, apply_control_faults
+from kafkatier.server.control_request_faults import apply_control_faults
+from kafkatier.server.fault_injection import FaultRegistry
 import attrs
 
 from kafkatier.zk import codecs, control_parts, paths

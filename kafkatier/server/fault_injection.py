@@ -21,13 +21,13 @@ faults act on a real broker process:
 
 A fault with a topic-partition only matches requests naming that partition.  The control channel's APIs
 (LeaderAndIsr, StopReplica, UpdateMetadata) take ``errors`` and ``drop_response`` through the same registry,
-consulted by ``server/control_request_handler.py``: an error answers the request (or one partition of it)
+consulted by ``server/control_request_handler.py`` through ``server/control_request_faults.py``: an error answers the request (or one partition of it)
 without applying it; a dropped response applies the request and deletes its request znode instead of
 answering, which the controller sees after ``request.timeout.ms`` as a lost answer and resends.
 
 Where faults come from: the znode ``/kafkatier/faults/<brokerId>`` (``zk_schemas/request_faults.json``),
 written by ``kafkatier cluster inject-errors`` / ``clock``, the scenario engine and the pytest plugin, watched
-by :class:`FaultsWatcher`.  The broker writes what it consumed to ``/kafkatier/fault_state/<brokerId>``
+by ``server/faults_watcher.py``.  The broker writes what it consumed to ``/kafkatier/fault_state/<brokerId>``
 (``zk_schemas/fault_state.json``: the faults znode version applied, the remaining count of each fault, the clock
 skew), so tools know when a change is in force and a restarted broker does not replay faults it already
 consumed.  A malformed faults znode is logged and skipped (the faults in force stay).
@@ -43,15 +43,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 from kafka.protocol.api_key import ApiKey
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.network import CloseConnection, ConnectionContext
-from kafkatier.zk import codecs, paths
+from kafkatier.zk import codecs
 
 log = get_logger("server.faults")
 
@@ -634,178 +632,7 @@ def _with_partition_errors(response, version: int, layout: PartitionLayout, erro
     return response
 
 
-# ------------------------------------------------------------------------------------------ control channel
-
-def apply_control_faults(registry: FaultRegistry | None, api_key: int, body: dict,
-                         handle: Callable[[dict], dict]) -> tuple[dict | None, bool]:
-    """Run a control request body through the registry: ``(answer body, dropped)``.
-
-    ``handle(body)`` applies a body.  A whole-request error answers without applying; partition errors take
-    those partitions out of the body, apply the rest and add the partitions' errors to the answer; a dropped
-    response applies the body and returns ``(body, True)``: the caller does not answer."""
-    if registry is None or not registry.has_faults(api_key):
-        return handle(body), False
-    action = registry.take(api_key, lambda: control_request_partitions(body))
-    if action.error is not None:
-        answer = control_error_body(api_key, body, action.error)
-    elif action.partition_errors:
-        kept = _without_partitions(body, action.partition_errors)
-        answer = handle(kept) if control_request_partitions(kept) else {"error_code": 0}
-        answer = _add_control_partition_errors(api_key, body, dict(answer), action.partition_errors)
-    else:
-        answer = handle(body)
-    return answer, action.drop_response
-
-
-def control_error_body(api_key: int, body: Mapping, code: int) -> dict:
-    """A LeaderAndIsr / StopReplica / UpdateMetadata answer with ``code`` at the top level and for every
-    partition (Kafka fills both when it refuses a whole request)."""
-    if api_key == STOP_REPLICA:
-        return {"error_code": code, "partition_errors": [
-            {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
-            for tp in control_request_partitions(body)]}
-    if api_key == LEADER_AND_ISR:
-        return _add_control_partition_errors(api_key, body, {"error_code": code, "topics": []},
-                                             {tp: code for tp in control_request_partitions(body)})
-    return {"error_code": code}
-
-
-def _without_partitions(body: Mapping, drop: Mapping[TopicPartition, int]) -> dict:
-    out = dict(body)
-    topics = []
-    for t in body.get("topic_states") or []:
-        parts = [p for p in t.get("partition_states") or []
-                 if TopicPartition(t.get("topic_name"), p.get("partition_index")) not in drop]
-        if parts:
-            topics.append(dict(t, partition_states=parts))
-    out["topic_states"] = topics
-    if "ungrouped_partition_states" in body:
-        out["ungrouped_partition_states"] = [
-            p for p in body["ungrouped_partition_states"]
-            if TopicPartition(p.get("topic_name"), p.get("partition_index")) not in drop]
-    return out
-
-
-def _add_control_partition_errors(api_key: int, body: Mapping, answer: dict,
-                                  errors: Mapping[TopicPartition, int]) -> dict:
-    if api_key == STOP_REPLICA:
-        entries = [e for e in answer.get("partition_errors") or []
-                   if TopicPartition(e["topic_name"], e["partition_index"]) not in errors]
-        entries += [{"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
-                    for tp, code in errors.items()]
-        answer["partition_errors"] = entries
-        return answer
-    # LeaderAndIsr v5+: per topic (with its id); older versions: a flat list.
-    ids = {t.get("topic_name"): t.get("topic_id") for t in body.get("topic_states") or []}
-    if "partition_errors" in answer and "topics" not in answer:
-        entries = [e for e in answer["partition_errors"]
-                   if TopicPartition(e.get("topic_name"), e["partition_index"]) not in errors]
-        entries += [{"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
-                    for tp, code in errors.items()]
-        answer["partition_errors"] = entries
-        return answer
-    topics = [dict(t) for t in answer.get("topics") or []]
-    for tp, code in errors.items():
-        topic = next((t for t in topics if t.get("topic_name") == tp.topic
-                      or (ids.get(tp.topic) and t.get("topic_id") == ids.get(tp.topic))), None)
-        if topic is None:
-            topic = {"topic_id": ids.get(tp.topic), "topic_name": tp.topic, "partition_errors": []}
-            topics.append(topic)
-        topic["partition_errors"] = [e for e in topic.get("partition_errors") or []
-                                     if e["partition_index"] != tp.partition]
-        topic["partition_errors"].append({"partition_index": tp.partition, "error_code": code})
-    answer["topics"] = topics
-    return answer
-
-
-# ------------------------------------------------------------------------------------------------- watcher
-
-class FaultsWatcher:
-    """Keeps a :class:`FaultRegistry` in step with ``/kafkatier/faults/<brokerId>`` and writes
-    ``/kafkatier/fault_state/<brokerId>`` after each change and each consumption (coalesced, off the request
-    threads).  ``on_clock(skew)`` is called whenever the spec's clock skew changes."""
-
-    def __init__(self, zk, broker_id: int, registry: FaultRegistry,
-                 on_clock: Callable[[ClockSkew], None] | None = None):
-        self._zk = zk
-        self._broker_id = broker_id
-        self._registry = registry
-        self._on_clock = on_clock
-        self._spec_path = paths.request_faults(broker_id)
-        self._state_path = paths.fault_state(broker_id)
-        self._dirty = threading.Event()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._write_loop, name=f"fault-state-writer-{broker_id}", daemon=True)
-        self._clock = ClockSkew()
-
-    def start(self) -> None:
-        self._zk.ensure_path(self._spec_path.rsplit("/", 1)[0])
-        self._zk.ensure_path(self._state_path.rsplit("/", 1)[0])
-        self._thread.start()
-        DataWatch(self._zk, self._spec_path, self._on_data)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._dirty.set()
-
-    def mark_dirty(self) -> None:
-        self._dirty.set()
-
-    def _on_data(self, data, stat, event=None) -> bool:
-        if self._stopped.is_set():
-            return False
-        if stat is None or not data:
-            spec, version = FaultSpec(), (stat.version if stat is not None else -1)
-        else:
-            try:
-                spec, version = FaultSpec.decode(data, self._spec_path), stat.version
-            except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed request faults znode %s", kv(path=self._spec_path, reason=e))
-                return True
-        consumed = None
-        if self._registry.spec_version < 0:
-            consumed = self._read_state()
-        self._registry.replace(spec, version, consumed)
-        if spec.clock != self._clock:
-            self._clock = spec.clock
-            if self._on_clock is not None:
-                self._on_clock(spec.clock)
-        self._dirty.set()
-        return True
-
-    def _read_state(self) -> Mapping[str, int | None] | None:
-        """Remaining counts a previous incarnation of this broker recorded (not replayed after a restart)."""
-        try:
-            data, _ = self._zk.get(self._state_path)
-            return FaultState.decode(data, self._state_path).remaining
-        except NoNodeError:
-            return None
-        except codecs.MalformedZNodeError as e:
-            log.warning("ignoring malformed fault state znode %s", kv(path=self._state_path, reason=e))
-            return None
-
-    def _write_loop(self) -> None:
-        while not self._stopped.is_set():
-            self._dirty.wait()
-            self._dirty.clear()
-            if self._stopped.is_set():
-                return
-            data = self._registry.state().encode()
-            try:
-                try:
-                    self._zk.set(self._state_path, data)
-                except NoNodeError:
-                    try:
-                        self._zk.create(self._state_path, data, makepath=True)
-                    except NodeExistsError:
-                        self._zk.set(self._state_path, data)
-            except Exception as e:  # noqa: BLE001 - ZooKeeper trouble: try again shortly
-                log.warning("could not write the fault state %s", kv(path=self._state_path, error=repr(e)))
-                self._stopped.wait(0.5)
-                self._dirty.set()
-
-
 __all__ = ["RequestFault", "ClockSkew", "FaultSpec", "FaultState", "FaultAction", "FaultRegistry",
-           "FaultInjectingHandler", "FaultsWatcher", "FaultSpecError", "apply_control_faults", "control_error_body",
+           "FaultInjectingHandler", "FaultSpecError", "control_request_partitions", "PartitionLayout",
            "parse_api", "parse_error", "error_name", "KINDS", "ERRORS", "LATENCY", "DROP_RESPONSE",
            "CLOSE_CONNECTION", "CONTROL_APIS", "PARTITION_LEVEL_APIS"]

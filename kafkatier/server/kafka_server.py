@@ -56,7 +56,8 @@ from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.common.time import SkewedTime
-from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry, FaultsWatcher
+from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
+from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache

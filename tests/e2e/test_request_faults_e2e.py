@@ -87,7 +87,8 @@ def test_injected_codes_seen_exactly_n_times_whole_and_per_partition(cluster):
 
 def test_a_restarted_broker_does_not_replay_consumed_faults(cluster):
     topic = create(cluster, f"restart-{uuid.uuid4().hex[:6]}", 1)
-    [f] = cluster.inject_errors(1, "ListOffsets", ["NOT_LEADER_OR_FOLLOWER"], count=3)
+    probe = create(cluster, f"probe-{uuid.uuid4().hex[:6]}", 1)
+    [f] = cluster.inject_errors(1, "ListOffsets", ["NOT_LEADER_OR_FOLLOWER"], count=3, topic=topic, partition=0)
     c = client(cluster, 1)
     try:
         assert list_offsets(c, topic) == [NLOF]
@@ -98,6 +99,9 @@ def test_a_restarted_broker_does_not_replay_consumed_faults(cluster):
     cluster.manager.start_broker(1)
     c = client(cluster, 1)
     try:
+        # Leading again (the probe topic has no fault), then the fault's two remaining codes, then none.
+        wait_for(lambda: list_offsets(c, probe) == [0], 30, interval=0.2, ignore=(BrokerConnectionError,),
+                 message="broker 1 leads again")
         assert [list_offsets(c, topic)[0] for _ in range(3)] == [NLOF, NLOF, 0]
     finally:
         c.close()

@@ -15,6 +15,8 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.scenario.spec import ScenarioSpecError, from_dict
 from kafkatier.server import fault_injection as fi
+from kafkatier.server.control_request_faults import apply_control_faults
+from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.network import CloseConnection
 from kafkatier.zk import codecs
 
@@ -171,7 +173,7 @@ class StateZk:
 def test_watcher_skips_a_malformed_znode_and_keeps_the_faults_in_force(caplog):
     r = fi.FaultRegistry()
     clocks = []
-    w = fi.FaultsWatcher(StateZk(), 1, r, on_clock=clocks.append)
+    w = FaultsWatcher(StateZk(), 1, r, on_clock=clocks.append)
     good = fi.FaultSpec(faults=(fault(errors=(NLOF,), id="a"),), clock=fi.ClockSkew(offset_ms=5))
     w._on_data(good.encode(), types.SimpleNamespace(version=4))
     assert r.spec_version == 4 and r.remaining() == {"a": 1} and clocks == [fi.ClockSkew(offset_ms=5)]
@@ -286,10 +288,10 @@ def stop_replica_body():
 def test_control_whole_error_answers_without_applying():
     applied = []
     r = registry(fault(api=5, errors=(KSE,), id="s"))
-    body, dropped = fi.apply_control_faults(r, 5, stop_replica_body(), lambda b: applied.append(b) or {})
+    body, dropped = apply_control_faults(r, 5, stop_replica_body(), lambda b: applied.append(b) or {})
     assert not dropped and applied == [] and body["error_code"] == KSE
     assert sorted((e["partition_index"], e["error_code"]) for e in body["partition_errors"]) == [(0, KSE), (1, KSE)]
-    body, _ = fi.apply_control_faults(r, 5, stop_replica_body(), lambda b: {"error_code": 0, "partition_errors": []})
+    body, _ = apply_control_faults(r, 5, stop_replica_body(), lambda b: {"error_code": 0, "partition_errors": []})
     assert body == {"error_code": 0, "partition_errors": []}
 
 
@@ -300,7 +302,7 @@ def test_control_partition_error_applies_the_rest():
         applied.append([p["partition_index"] for t in b["topic_states"] for p in t["partition_states"]])
         return {"error_code": 0, "partition_errors": [{"topic_name": "t", "partition_index": 0, "error_code": 0}]}
     r = registry(fault(api=5, errors=(KSE,), topic="t", partition=1, id="s"))
-    body, _ = fi.apply_control_faults(r, 5, stop_replica_body(), apply)
+    body, _ = apply_control_faults(r, 5, stop_replica_body(), apply)
     assert applied == [[0]]
     assert sorted((e["partition_index"], e["error_code"]) for e in body["partition_errors"]) == [(0, 0), (1, KSE)]
 
@@ -308,7 +310,7 @@ def test_control_partition_error_applies_the_rest():
 def test_control_leader_and_isr_partition_error_per_topic():
     body = {"topic_states": [{"topic_name": "t", "topic_id": "x", "partition_states": [{"partition_index": 0}]}]}
     r = registry(fault(api=4, errors=(KSE,), topic="t", partition=0, id="l"))
-    answer, _ = fi.apply_control_faults(r, 4, body, lambda b: pytest.fail("nothing left to apply"))
+    answer, _ = apply_control_faults(r, 4, body, lambda b: pytest.fail("nothing left to apply"))
     assert answer["topics"] == [{"topic_id": "x", "topic_name": "t",
                                  "partition_errors": [{"partition_index": 0, "error_code": KSE}]}]
 
@@ -316,9 +318,9 @@ def test_control_leader_and_isr_partition_error_per_topic():
 def test_control_dropped_answer_is_applied():
     applied = []
     r = registry(fault("drop_response", api=5, id="d"))
-    _, dropped = fi.apply_control_faults(r, 5, stop_replica_body(), lambda b: applied.append(1) or {"error_code": 0})
+    _, dropped = apply_control_faults(r, 5, stop_replica_body(), lambda b: applied.append(1) or {"error_code": 0})
     assert dropped and applied == [1]
-    _, dropped = fi.apply_control_faults(r, 5, stop_replica_body(), lambda b: {"error_code": 0})
+    _, dropped = apply_control_faults(r, 5, stop_replica_body(), lambda b: {"error_code": 0})
     assert not dropped
 
 
