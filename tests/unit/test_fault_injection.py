@@ -368,3 +368,34 @@ def test_scenario_request_fault_actions_validated():
                        ({"action": "kill", "target": 1, "api": "Produce"}, "only for action")):
         with pytest.raises(ScenarioSpecError, match=match):
             from_dict(scenario(bad))
+
+
+def test_fetch_partition_error_replaces_that_partitions_answer_only():
+    header = types.SimpleNamespace(request_api_key=1, request_api_version=12, correlation_id=1)
+    req = build(codec.REGISTRY[1][0], 12, {"replica_id": -1, "max_wait_ms": 0, "topics": [
+        {"topic": "t", "partitions": [{"partition": p, "fetch_offset": 0} for p in (0, 1)]}]})
+
+    class FetchApis:
+        def handle(self, header, request, context):
+            return build(codec.response_class(1), 12, {"responses": [{"topic": "t", "partitions": [
+                {"partition_index": p, "error_code": 0, "high_watermark": 5, "records": b"xyz"} for p in (0, 1)]}]})
+    h = fi.FaultInjectingHandler(FetchApis(), registry(fault(api=1, errors=(NLOF,), topic="t", partition=1, id="f")))
+    r = h.handle(header, req, None)
+    got = {p.partition_index: (p.error_code, p.high_watermark, p.records) for t in r.responses for p in t.partitions}
+    assert got[0] == (0, 5, b"xyz")
+    assert got[1][:2] == (NLOF, -1) and not got[1][2]
+
+
+def test_build_faults_options():
+    from kafkatier.cluster.request_faults import build_faults
+    from kafkatier.common.errors import UsageError
+    [f] = build_faults("Produce", errors="NOT_LEADER_OR_FOLLOWER, 7", count=2)
+    assert f.errors == (6, 7) and f.total == 4 and f.describe() == "Produce NOT_LEADER_OR_FOLLOWER,REQUEST_TIMED_OUT x2"
+    [f] = build_faults("Fetch", latency_ms=30)
+    assert f.kind == "latency" and f.total is None
+    [f] = build_faults(5, drop_response_nth=2)
+    assert f.api_key == 5 and f.nth == 2
+    for kw, match in (({"errors": "6", "count": 0}, "count"), ({"latency_ms": -1}, "positive"),
+                      ({"close_connection_nth": 1, "api": "StopReplica"}, "control channel"), ({}, "one of")):
+        with pytest.raises(UsageError, match=match):
+            build_faults(kw.pop("api", "Produce"), **kw)
