@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -427,7 +428,10 @@ class FaultRegistry:
             fields = dict(api=codec.api_name(api_key), error=error_name(error) if error is not None else None,
                           partition_errors=",".join(f"{tp}:{error_name(e)}" for tp, e in partition_errors.items()),
                           latency_ms=latency, drop_response=drop, close_connection=close)
-            log.info("injecting request fault %s", kv(**{k: v for k, v in fields.items() if v}))
+            # Latency alone may act on every request: not worth a line each.
+            level = logging.DEBUG if latency and error is None and not (partition_errors or drop or close) \
+                else logging.INFO
+            log.log(level, "injecting request fault %s", kv(**{k: v for k, v in fields.items() if v}))
         if changed and self._on_change is not None:
             self._on_change()
         return action

@@ -21,6 +21,10 @@ from kafkatier.zk import codecs, paths
 
 log = get_logger("server.faults")
 
+#: At most this often the fault state znode is rewritten (a fault consumed per request would otherwise write per
+#: request).
+STATE_WRITE_INTERVAL_S = 0.05
+
 
 class FaultsWatcher:
     """Keeps a :class:`FaultRegistry` in step with ``/kafkatier/faults/<brokerId>`` and writes
@@ -105,6 +109,8 @@ class FaultsWatcher:
                 log.warning("could not write the fault state %s", kv(path=self._state_path, error=repr(e)))
                 self._stopped.wait(0.5)
                 self._dirty.set()
+                continue
+            self._stopped.wait(STATE_WRITE_INTERVAL_S)  # consumptions meanwhile go in the next write
 
 
 __all__ = ["FaultsWatcher"]
