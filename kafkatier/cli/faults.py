@@ -84,8 +84,9 @@ def _inject_errors(args: argparse.Namespace) -> int:
                   + (f" for {fi.codec.api_name(api_key)}" if api_key is not None else ""))
         else:
             request_faults.add_faults(zk, args.broker, faults, wait=not args.no_wait)
+            later = "" if zk.exists(f"/brokers/ids/{args.broker}") else " (not running: in force when it starts)"
             for f in faults:
-                print(f"broker {args.broker}: {f.describe()} (fault {f.id})")
+                print(f"broker {args.broker}: {f.describe()} (fault {f.id}){later}")
     finally:
         zk.stop()
         zk.close()

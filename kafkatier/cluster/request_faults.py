@@ -50,9 +50,9 @@ def build_faults(api: str | int, *, errors: str | list | None = None, latency_ms
         if latency_ms is not None:
             return [fi.RequestFault(kind=fi.LATENCY, latency_ms=latency_ms, count=count, **common)]
         if drop_response_nth is not None:
-            return [fi.RequestFault(kind=fi.DROP_RESPONSE, nth=drop_response_nth, **common)]
+            return [fi.RequestFault(kind=fi.DROP_RESPONSE, nth=drop_response_nth, count=count, **common)]
         if close_connection_nth is not None:
-            return [fi.RequestFault(kind=fi.CLOSE_CONNECTION, nth=close_connection_nth, **common)]
+            return [fi.RequestFault(kind=fi.CLOSE_CONNECTION, nth=close_connection_nth, count=count, **common)]
     except (fi.FaultSpecError, ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
     raise UsageError("one of --errors, --latency-ms, --drop-response-nth, --close-connection-nth is required")

@@ -59,6 +59,8 @@ KINDS = (ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION)
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
 DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, API_VERSIONS = 21, 23, 18
 CONTROL_APIS = (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA)
+MAX_LATENCY_MS = 3_600_000      # librdkafka's mock caps its rtt the same way
+MAX_ERRORS = 10_000
 
 
 class FaultSpecError(ValueError):
@@ -128,8 +130,14 @@ class RequestFault:
             raise FaultSpecError("a topic needs a partition and a partition a topic")
         if self.kind == ERRORS and not self.errors:
             raise FaultSpecError("an errors fault needs at least one error code")
-        if self.kind == LATENCY and self.latency_ms <= 0:
-            raise FaultSpecError("latency must be positive")
+        if self.kind == LATENCY and not 0 < self.latency_ms <= MAX_LATENCY_MS:
+            raise FaultSpecError(f"latency must be positive and at most {MAX_LATENCY_MS} ms")
+        if len(self.errors) > MAX_ERRORS:
+            raise FaultSpecError(f"at most {MAX_ERRORS} error codes (use count to repeat them)")
+        if self.partition is not None and self.partition < 0:
+            raise FaultSpecError("partition must be 0 or more")
+        if self.count is not None and self.kind not in (ERRORS, LATENCY):
+            raise FaultSpecError("count applies to errors and latency faults")
         if self.count is not None and self.count < 1:
             raise FaultSpecError("count must be at least 1")
         if self.nth < 1:

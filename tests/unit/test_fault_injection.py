@@ -67,6 +67,12 @@ def test_fault_validation():
         fault("drop_response", nth=0)
     with pytest.raises(fi.FaultSpecError, match="ApiVersions"):
         fault(api=18, errors=(35,))
+    with pytest.raises(fi.FaultSpecError, match="at most 3600000"):
+        fault("latency", latency_ms=3_600_001)
+    with pytest.raises(fi.FaultSpecError, match="partition must be"):
+        fault(errors=(6,), topic="t", partition=-1)
+    with pytest.raises(fi.FaultSpecError, match="count applies"):
+        fault("drop_response", count=2)
 
 
 # --------------------------------------------------------------------------------------------- registry
