@@ -25,6 +25,7 @@ from kafkatier.protocol.build import build
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.validate import validate_tree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -283,6 +284,7 @@ def test_cli_inject_describe_clear_and_bad_input(cluster):
         return "request fault" in out and "clock skew: offset -5000 ms" in out and out
     out = wait_for(described, 30, interval=1, message="cluster describe lists the faults")
     assert "Fetch nowhere-0 NOT_LEADER_OR_FOLLOWER x1000000 remaining=1000000" in out
+    assert validate_tree(cluster.zk, "/") == []     # the faults and fault state znodes match zk_schemas/
     assert cli("inject-errors", "--data-dir", d, "--broker", "1", "--clear").returncode == 0
     assert cli("clock", "--data-dir", d, "--broker", "1", "--reset").returncode == 0
     assert cluster.request_faults(1)["faults"] == []
