@@ -36,11 +36,11 @@ from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
-from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
+from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.schedule import Schedule, Step, derive
 from kafkatier.scenario.spec import ScenarioSpec, load
 from kafkatier.waiting import WaitTimeout, wait_for
