@@ -164,8 +164,8 @@ def test_latency_added_within_ten_percent(cluster):
     finally:
         c.close()
         cluster.clear_faults(1)
-    added = statistics.mean(delayed) - base
-    print(f"latency asked 200 ms: added mean {added:.1f} ms (min {min(delayed) - base:.1f}, max "
+    added = statistics.median(delayed) - base     # the median: one request slowed by a loaded machine is not the fault
+    print(f"latency asked 200 ms: added median {added:.1f} ms (min {min(delayed) - base:.1f}, max "
           f"{max(delayed) - base:.1f}), base median {base:.2f} ms")
     assert 180 <= added <= 220, (base, delayed)
     assert max(after) < 150, after      # the count is spent
