@@ -1,9 +1,12 @@
 """Request faults and clock skew as scenario actions (``server/fault_injection.py`` says what each does).
 
-| action | fields | effect |
-|---|---|---|
-| ``inject_errors`` | ``target`` (broker), ``api``, one of ``errors`` (names or codes, popped one per request; ``count`` repeats the list), ``latency_ms`` (``count`` requests, or all), ``drop_response_nth``, ``close_connection_nth``; optional ``topic`` + ``partition``; ``duration_s``: removed after that long; ``clear = true``: remove the broker's faults | one request fault on the broker, in force once the broker has applied it |
-| ``clock_skew`` | ``target``, ``offset_ms``, ``drift_ppm``; ``duration_s``: reset after that long | the broker's wall clock skewed |
+``inject_errors``: one request fault on the ``target`` broker, in force once the broker has applied it: ``api``
+and one of ``errors`` (names or codes, popped one per request; ``count`` repeats the list), ``latency_ms``
+(``count`` requests, or all), ``drop_response_nth``, ``close_connection_nth``; optionally ``topic`` +
+``partition``; ``duration_s``: removed after that long; ``clear = true``: remove the broker's faults.
+
+``clock_skew``: the ``target`` broker's wall clock ``offset_ms`` ahead, drifting ``drift_ppm``; ``duration_s``:
+reset after that long.
 
 Each is recorded as a ``nemesis`` info entry (``value``: the broker) with the fault's fields; heal removes every
 request fault and resets every clock.  Nemesis menu entries: ``inject_errors`` (Produce NOT_LEADER_OR_FOLLOWER

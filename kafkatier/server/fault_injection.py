@@ -21,9 +21,10 @@ faults act on a real broker process:
 
 A fault with a topic-partition only matches requests naming that partition.  The control channel's APIs
 (LeaderAndIsr, StopReplica, UpdateMetadata) take ``errors`` and ``drop_response`` through the same registry,
-consulted by ``server/control_request_handler.py`` through ``server/control_request_faults.py``: an error answers the request (or one partition of it)
-without applying it; a dropped response applies the request and deletes its request znode instead of
-answering, which the controller sees after ``request.timeout.ms`` as a lost answer and resends.
+consulted by ``server/control_request_handler.py`` (``server/control_request_faults.py``): an error answers the
+request (or one partition of it) without applying it; a dropped response applies the request and deletes its
+request znode instead of answering, which the controller sees after ``request.timeout.ms`` as a lost answer and
+resends.
 
 Where faults come from: the znode ``/kafkatier/faults/<brokerId>`` (``zk_schemas/request_faults.json``),
 written by ``kafkatier cluster inject-errors`` / ``clock``, the scenario engine and the pytest plugin, watched
@@ -638,7 +639,8 @@ def _with_partition_errors(response, version: int, layout: PartitionLayout, erro
         if topic is None:
             topic = topic_cls(version=version, **{layout.resp_topic: tp.topic, layout.resp_partitions: []})
             topics.append(topic)
-        parts = [p for p in getattr(topic, layout.resp_partitions) or [] if getattr(p, layout.resp_index) != tp.partition]
+        parts = [p for p in getattr(topic, layout.resp_partitions) or []
+                 if getattr(p, layout.resp_index) != tp.partition]
         parts.append(entry)
         setattr(topic, layout.resp_partitions, parts)
     return response

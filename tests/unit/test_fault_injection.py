@@ -366,7 +366,8 @@ def test_scenario_request_fault_actions_validated():
     assert spec.schedule[0].errors == ("NOT_LEADER_OR_FOLLOWER",) and spec.schedule[0].count == 3
     assert from_dict(scenario({"action": "clock_skew", "target": 2, "offset_ms": 600000})).schedule[0].offset_ms
     for bad, match in (({"action": "inject_errors", "target": 1, "api": "Nope", "errors": [6]}, "unknown API"),
-                       ({"action": "inject_errors", "target": 1, "api": "Produce", "errors": ["BOOM"]}, "unknown error"),
+                       ({"action": "inject_errors", "target": 1, "api": "Produce", "errors": ["BOOM"]},
+                        "unknown error"),
                        ({"action": "inject_errors", "target": 1, "api": "Produce"}, "one of"),
                        ({"action": "inject_errors", "target": 1, "api": "Produce", "errors": [6],
                          "latency_ms": 5}, "one of"),
