@@ -10,7 +10,7 @@ reset after that long.
 
 Each is recorded as a ``nemesis`` info entry (``value``: the broker) with the fault's fields; heal removes every
 request fault and resets every clock.  Nemesis menu entries: ``inject_errors`` (Produce NOT_LEADER_OR_FOLLOWER
-twice on a random broker), ``request_latency`` (Produce and Fetch answers 200 ms late on a random broker for a
+twice on a random broker), ``request_latency`` (Produce answered 200 ms late on a random broker for a
 drawn duration), ``clock_skew`` (a random broker 10 minutes ahead for a drawn duration).
 """
 from __future__ import annotations
