@@ -64,6 +64,9 @@ def register(sub) -> None:
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_describe)
 
+    from kafkatier.cli import faults  # inject-errors, clock (request faults and clock skew)
+    faults.register(csub)
+
 
 def _manager(args):
     from kafkatier.cluster.manager import ClusterManager
@@ -196,6 +199,13 @@ def _describe(args) -> int:
                   f"rate={mv['rate_bytes_per_s']:.0f} B/s ({mv['thread']})")
         if ld.get("moves") or (ld.get("throttle_bytes_per_s", LONG_MAX) < LONG_MAX):
             print(f"  move throttle: {_rate(ld.get('throttle_bytes_per_s'))}")
+        rf = s.get("request_faults") or {}
+        clock = rf.get("clock") or {}
+        if clock.get("offset_ms") or clock.get("drift_ppm"):
+            print(f"  clock skew: offset {clock['offset_ms']:+g} ms, drift {clock['drift_ppm']:+g} ppm")
+        for f in rf.get("faults") or []:
+            left = "unbounded" if f.get("remaining") is None else f.get("remaining")
+            print(f"  request fault {f['id']}: {f['summary']} remaining={left}")
     return 0
 
 

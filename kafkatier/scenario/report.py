@@ -22,6 +22,7 @@ TIERED_COLOURS = {"ENABLED": "#4caf50", "DISABLING": "#ff9800", "DISABLED": "#9e
 PROCESS_MARKERS = ("kill", "terminate", "pause", "expire_session", "zk_pause", "zk_stop")
 ADMIN_MARKERS = ("controlled-shutdown", "reassign", "cancel-reassignment", "preferred-election", "unclean-election",
                  "throttle")
+REQUEST_FAULT_MARKERS = ("inject_errors", "clock_skew")   # scenario/request_faults.py
 
 
 def _marker_label(e: dict) -> str:
@@ -31,6 +32,10 @@ def _marker_label(e: dict) -> str:
             " (znode)" if e.get("via") == "znode" else "")
     if e["f"] == "throttle":
         return f"throttle {e.get('rate')}B/s"
+    if e["f"] == "inject_errors":
+        return f"{e.get('summary')} @{''.join(map(str, e.get('value') or []))}"
+    if e["f"] == "clock_skew":
+        return f"clock {e.get('offset_ms', 0):+g}ms @{''.join(map(str, e.get('value') or []))}"
     if e["f"] in ("cancel-reassignment", "preferred-election", "unclean-election"):
         parts = e.get("partitions") or []
         return e["f"] + (f" {parts[0]}" if len(parts) == 1 else f" ({len(parts)} partitions)")
@@ -144,9 +149,10 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
                     t0 = throttled.pop(b)
                     ax.barh(y[f"broker {b}"] - 0.24, e["time"] / 1e9 - t0, left=t0, height=0.12, color="#ef6c00")
     for e in entries:
-        if e["process"] == "nemesis" and e["f"] in PROCESS_MARKERS + ADMIN_MARKERS:
+        if e["process"] == "nemesis" and e["f"] in PROCESS_MARKERS + ADMIN_MARKERS + REQUEST_FAULT_MARKERS:
             t = e["time"] / 1e9
-            colour = "#b71c1c" if e["f"] in PROCESS_MARKERS else "#6a1b9a"
+            colour = "#b71c1c" if e["f"] in PROCESS_MARKERS else "#00838f" if e["f"] in REQUEST_FAULT_MARKERS \
+                else "#6a1b9a"
             ax.axvline(t, color=colour, alpha=0.35, lw=1)
             ax.text(t, len(lanes) - 0.4, _marker_label(e), rotation=90, fontsize=7, va="top", color=colour)
         if e["process"] == "admin" and e["type"] == "invoke":
@@ -155,7 +161,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     ax.set_ylim(-0.6, len(lanes) + 0.2)
     ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
                  "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
-                 "fault, dashed: admin operation)", fontsize=9)
+                 "fault, teal: request fault / clock skew, dashed: admin operation)", fontsize=9)
     # throughput and latency
     bins: Counter = Counter()
     lat_t, lat_v = [], []

@@ -40,6 +40,7 @@ from kafkatier.scenario.checkers import Anomaly, check_all, final, observations,
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
+from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.schedule import Schedule, Step, derive
 from kafkatier.scenario.spec import ScenarioSpec, load
 from kafkatier.waiting import WaitTimeout, wait_for
@@ -229,6 +230,7 @@ class ScenarioRunner:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
         self.admin = AdminOperations(bootstrap, h)
         self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
+        self.request_faults = RequestFaults(manager, h)
         for wl in self.producers + self.readers + self.spark_jobs:
             wl.start()
         t0 = time.monotonic()
@@ -353,6 +355,8 @@ class ScenarioRunner:
             self._expect_error(step, self.admin_faults.cancel(a.topic, a.partition))
         elif kind in ("preferred-election", "unclean-election"):
             self._expect_error(step, self.admin_faults.elect(kind.split("-")[0], a.topic, a.partition))
+        elif kind in ("inject_errors", "clock_skew"):
+            self.request_faults.apply(a, faults.resolve(a.target, step.pick), step.duration_s)
         elif kind == "throttle":
             brokers = [faults.resolve(a.target, step.pick)] if a.target is not None else \
                 self.admin_faults.live_brokers()
@@ -396,6 +400,7 @@ class ScenarioRunner:
         t0 = time.monotonic()
         faults.heal()
         self.admin_faults.heal()
+        self.request_faults.heal()
         why: list[str | None] = [None]
 
         def healthy() -> bool:
@@ -417,6 +422,7 @@ class ScenarioRunner:
             r.close()
         self.admin.close()
         self.admin_faults.close()
+        self.request_faults.close()
 
     def _remote_pending(self, manager: ClusterManager, observer: ZooKeeperObserver) -> str | None:
         for t in self.spec.topics:

@@ -16,6 +16,7 @@ import random
 
 import attrs
 
+from kafkatier.scenario import request_faults
 from kafkatier.scenario.spec import ActionSpec, ScenarioSpec, Time
 
 # Nemesis menu entries as schedule actions.
@@ -37,8 +38,9 @@ _MENU = {
     "preferred-election": dict(action="preferred-election"),
     "unclean-election": dict(action="unclean-election"),
     "throttle": dict(action="throttle"),
+    **request_faults.MENU,   # inject_errors, request_latency, clock_skew
 }
-_PAUSES = ("pause", "zk_pause", "pause_controller", "throttle")     # drawn a duration_s
+_PAUSES = ("pause", "zk_pause", "pause_controller", "throttle") + request_faults.TIMED   # drawn a duration_s
 _RESTARTS = ("restart", "zk_restart", "controlled-shutdown")        # drawn a down_s
 
 
@@ -67,6 +69,13 @@ class Step:
             parts.append(f"via={a.via}" + (f" replicas={','.join(map(str, a.replicas))}" if a.replicas else ""))
         if a.rate is not None:
             parts.append(f"rate={a.rate}B/s")
+        if a.api is not None:
+            parts.append(f"api={a.api}" + "".join(
+                f" {k}={v}" for k, v in (("errors", ",".join(map(str, a.errors))), ("count", a.count),
+                                         ("latency_ms", a.latency_ms), ("drop_response_nth", a.drop_response_nth),
+                                         ("close_connection_nth", a.close_connection_nth)) if v))
+        if a.offset_ms is not None or a.drift_ppm is not None:
+            parts.append(f"offset_ms={a.offset_ms or 0:g} drift_ppm={a.drift_ppm or 0:g}")
         if a.clear:
             parts.append("clear")
         if self.duration_s:

@@ -21,6 +21,9 @@ from typing import Any
 import attrs
 from jsonschema import Draft202012Validator
 
+from kafkatier.cluster.request_faults import build_faults
+from kafkatier.common.errors import UsageError
+
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
 
 # Faults drive the brokers quickly through failure detection: a short session and fast tiered tasks.
@@ -112,7 +115,16 @@ class ActionSpec:
     replicas: tuple[int, ...] | None = None  # reassign: the target replicas (None: a random set of live brokers)
     via: str = "api"                        # reassign: AlterPartitionReassignments, or the legacy znode
     rate: int | None = None                 # throttle: replication throttled rate, bytes/s
-    clear: bool = False                     # throttle: remove the throttles instead
+    clear: bool = False                     # throttle: remove the throttles instead (inject_errors: the faults)
+    # inject_errors / clock_skew (scenario/request_faults.py)
+    api: str | int | None = None
+    errors: tuple[str | int, ...] = ()
+    count: int | None = None
+    latency_ms: float | None = None
+    drop_response_nth: int | None = None
+    close_connection_nth: int | None = None
+    offset_ms: float | None = None
+    drift_ppm: float | None = None
 
 
 @attrs.frozen
@@ -282,7 +294,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
 _NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica", "reassign", "unclean-election")
 _NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica",
-                 "controlled-shutdown")
+                 "controlled-shutdown", "inject_errors", "clock_skew")
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
 
@@ -346,6 +358,7 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
         raise ScenarioSpecError(f"{where}.topic: required with partition")
     if "partition" in a and a.get("topic") in topics and a["partition"] >= topics[a["topic"]]:
         raise ScenarioSpecError(f"{where}.partition: {a['topic']} has partitions 0..{topics[a['topic']] - 1}")
+    _check_request_fault(a, where, kind)
     when = None
     if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
         raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
@@ -368,4 +381,42 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
                       delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
                       server=a.get("server", "follower"),
                       replicas=tuple(a["replicas"]) if "replicas" in a else None, via=a.get("via", "api"),
-                      rate=a.get("rate"), clear=a.get("clear", False))
+                      rate=a.get("rate"), clear=a.get("clear", False), api=a.get("api"),
+                      errors=tuple(a.get("errors", ())), count=a.get("count"), latency_ms=a.get("latency_ms"),
+                      drop_response_nth=a.get("drop_response_nth"),
+                      close_connection_nth=a.get("close_connection_nth"), offset_ms=a.get("offset_ms"),
+                      drift_ppm=a.get("drift_ppm"))
+
+
+_REQUEST_FAULT_KINDS = ("errors", "latency_ms", "drop_response_nth", "close_connection_nth")
+_REQUEST_FAULT_FIELDS = ("api", "count") + _REQUEST_FAULT_KINDS
+
+
+def _check_request_fault(a: dict, where: str, kind: str) -> None:
+    """``inject_errors`` / ``clock_skew`` fields: only on those actions, one fault kind, known names."""
+    if kind != "inject_errors":
+        for key in _REQUEST_FAULT_FIELDS:
+            if key in a:
+                raise ScenarioSpecError(f"{where}.{key}: only for action 'inject_errors'")
+    if kind != "clock_skew":
+        for key in ("offset_ms", "drift_ppm"):
+            if key in a:
+                raise ScenarioSpecError(f"{where}.{key}: only for action 'clock_skew'")
+    if kind == "clock_skew" and "offset_ms" not in a and "drift_ppm" not in a:
+        raise ScenarioSpecError(f"{where}.offset_ms: give offset_ms and/or drift_ppm")
+    if kind != "inject_errors":
+        return
+    given = [k for k in _REQUEST_FAULT_KINDS if k in a]
+    if a.get("clear", False):
+        if given:
+            raise ScenarioSpecError(f"{where}.clear: not with {given[0]}")
+        return
+    if len(given) != 1 or "api" not in a:
+        raise ScenarioSpecError(f"{where}: inject_errors needs `api` and one of {', '.join(_REQUEST_FAULT_KINDS)}")
+    try:
+        build_faults(a["api"], errors=a.get("errors"), latency_ms=a.get("latency_ms"),
+                     drop_response_nth=a.get("drop_response_nth"), close_connection_nth=a.get("close_connection_nth"),
+                     count=a.get("count"), topic=a.get("topic"), partition=a.get("partition", 0) if "topic" in a
+                     else None)
+    except UsageError as e:
+        raise ScenarioSpecError(f"{where}: {e}") from None

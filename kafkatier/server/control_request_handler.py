@@ -11,6 +11,11 @@ with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooK
 A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
 is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.
 An answer too large for one znode is split the same way.
+
+Request faults (``server/fault_injection.py``) act after the epoch and body checks: an injected error answers
+the request, or some of its partitions, without applying them; a dropped answer applies the request and deletes
+its request znode instead of answering, so the controller, past ``request.timeout.ms``, sees a lost answer and
+resends (a request znode left in place would make it wait for ever: the broker looks busy with it).
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ from kazoo.recipe.watchers import ChildrenWatch
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
+from kafkatier.server.control_request_faults import apply_control_faults
+from kafkatier.server.fault_injection import FaultRegistry
 import attrs
 
 from kafkatier.zk import codecs, control_parts, paths
@@ -34,20 +41,22 @@ STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA = 5, 4, 6
 
 
 class ControlRequestHandler:
-    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis):
+    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis,
+                 faults: FaultRegistry | None = None):
         """``apis`` implements handle_leader_and_isr(body)->body, handle_stop_replica(body)->body,
         handle_update_metadata(body)->body (each returns a response body without the top-level epoch checks)."""
         self.zk = zk
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.apis = apis
+        self.faults = faults
         self.controller_epoch = 0  # highest controller epoch seen
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._done: set[str] = set()
         self._thread = threading.Thread(target=self._run, name=f"control-request-handler-{broker_id}", daemon=True)
         self.metrics = {"requests": 0, "stale_controller_epoch": 0, "stale_broker_epoch": 0, "malformed": 0,
-                        "unproven_controller_epoch": 0}
+                        "unproven_controller_epoch": 0, "answers_dropped": 0}
 
     def start(self) -> None:
         for p in (paths.control_requests(self.broker_id), paths.control_responses(self.broker_id),
@@ -111,6 +120,15 @@ class ControlRequestHandler:
                 self._done.add(name)
                 continue
             response = self._handle_complete(req, parent + "/" + name)
+            if response is None:  # an injected lost answer: applied, not answered
+                self.metrics["answers_dropped"] += 1
+                log.info("dropping the answer to a control request (injected fault) %s", kv(node=name))
+                try:
+                    self.zk.delete(parent + "/" + name)
+                except NoNodeError:
+                    pass
+                self._done.add(name)
+                continue
             data = self._encode_response(response)
             try:
                 self.zk.create(resp_path, data)
@@ -121,7 +139,7 @@ class ControlRequestHandler:
                 self.zk.create(resp_path, data)
             self._done.add(name)
 
-    def _handle_complete(self, req: codecs.ControlRequest, path: str) -> codecs.ControlResponse:
+    def _handle_complete(self, req: codecs.ControlRequest, path: str) -> codecs.ControlResponse | None:
         """``handle`` the request once its body is joined from its parts; a body that cannot be joined is
         answered with INVALID_REQUEST (logged), never applied in part."""
         if req.body_parts is None:
@@ -149,7 +167,8 @@ class ControlRequestHandler:
                                                      compressed_bytes=ref.size))
             return attrs.evolve(response, body={}, body_parts=ref).encode()
 
-    def handle(self, req) -> "codecs.ControlResponse":
+    def handle(self, req) -> "codecs.ControlResponse | None":
+        """The answer to ``req``; None when an injected fault drops it (the request was applied)."""
         self.metrics["requests"] += 1
         my_epoch = self.broker_epoch()
         error = Errors.NONE
@@ -178,21 +197,26 @@ class ControlRequestHandler:
                                           body=self._error_body(req, Errors.INVALID_REQUEST),
                                           broker_id=self.broker_id, broker_epoch=my_epoch)
         self.controller_epoch = max(self.controller_epoch, req.controller_epoch)
+        dropped = False
         try:
-            if req.api_key == LEADER_AND_ISR:
-                body = self.apis.handle_leader_and_isr(req.body)
-            elif req.api_key == STOP_REPLICA:
-                body = self.apis.handle_stop_replica(req.body)
-            elif req.api_key == UPDATE_METADATA:
-                body = self.apis.handle_update_metadata(req.body)
-            else:
-                body = {"error_code": int(Errors.INVALID_REQUEST)}
+            body, dropped = apply_control_faults(self.faults, req.api_key, req.body, lambda b: self._apply(req, b))
         except Exception:  # noqa: BLE001
             log.exception("control request failed %s", kv(api=req.api_name))
             body = self._error_body(req, Errors.UNKNOWN_SERVER_ERROR, all_partitions=True)
+        if dropped:
+            return None
         return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
                                       error_code=int(body.get("error_code", 0)), body=body,
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
+
+    def _apply(self, req, body: dict) -> dict:
+        if req.api_key == LEADER_AND_ISR:
+            return self.apis.handle_leader_and_isr(body)
+        if req.api_key == STOP_REPLICA:
+            return self.apis.handle_stop_replica(body)
+        if req.api_key == UPDATE_METADATA:
+            return self.apis.handle_update_metadata(body)
+        return {"error_code": int(Errors.INVALID_REQUEST)}
 
     def _check_epoch_jump(self, epoch: int) -> Errors:
         """NONE if ``/controller_epoch`` has reached ``epoch``; else the error that refuses the request."""

@@ -62,6 +62,9 @@ from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
 from kafkatier.server.metadata_cache import MetadataCache
+from kafkatier.common.time import SkewedTime
+from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
+from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
@@ -112,6 +115,11 @@ class KafkaServer:
         # each used by one request at a time.
         self._broker_clients: dict[int, tuple[BrokerClient, threading.Lock]] = {}
         self._broker_clients_lock = threading.Lock()
+        # The broker's one clock (common/time.py): milliseconds() stamps and ages data and can be skewed at run time
+        # (kafkatier cluster clock); nanoseconds() times waits and is never skewed.
+        self.time = SkewedTime()
+        self.faults_watcher: FaultsWatcher | None = None
+        self.request_faults = FaultRegistry(on_change=lambda: self.faults_watcher and self.faults_watcher.mark_dirty())
         self._shutdown = threading.Event()
         self._session_lost = False
         self._started_at = time.time()
@@ -134,7 +142,7 @@ class KafkaServer:
                                                              "brokers": self.broker_configs.on_change})
         self.dynamic_config.start()
         remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
-        self.scheduler = KafkaScheduler(1, "kafka-scheduler-").startup()
+        self.scheduler = KafkaScheduler(1, "kafka-scheduler-", clock=lambda: self.time.nanoseconds() / 1e9).startup()
         self.log_manager = LogManager(
             list(c.log_dirs), broker_id=self.broker_id, cluster_id=self.cluster_id, topic_configs=self.topic_configs,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
@@ -142,7 +150,7 @@ class KafkaServer:
             num_recovery_threads_per_data_dir=int(c.overrides.get("num.recovery.threads.per.data.dir",
                                                                   DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
-            log_dir_failure_channel=self.log_dir_failure_channel)
+            log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds)
         self.log_manager.startup()
         if remote_log_config.remote_log_storage_system_enable:
             rsm, rlmm = tiered_storage.storage_managers(remote_log_config, c, self.zk)
@@ -151,7 +159,7 @@ class KafkaServer:
                 tiered_epoch_of=lambda topic: read_tiered_epoch(self.zk, topic),
                 fence=zk_fence(self.zk, self.broker_id),
                 leader_offsets=tiered_storage.leader_offsets(self.broker_id, self.metadata_cache, self.login),
-                restart_fetcher=self._restart_fetcher)
+                restart_fetcher=self._restart_fetcher, clock=self.time.milliseconds)
             self.remote_log_manager.startup()
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self.topic_configs, zk=self.zk, metadata_cache=self.metadata_cache,
@@ -218,8 +226,11 @@ class KafkaServer:
                                           AclApis(authorizer, auth), UserScramApis(self.zk, auth),
                                           OffsetForLeaderEpochApis(self.replica_manager, auth), transaction_apis])
         o = c.overrides
+        self.faults_watcher = FaultsWatcher(self.zk, self.broker_id, self.request_faults,
+                                            on_clock=lambda skew: self.time.set_skew(skew.offset_ms, skew.drift_ppm))
+        self.faults_watcher.start()  # request faults and clock skew (server/fault_injection.py), before serving
         self.socket_server = SocketServer(
-            c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
+            c.host, c.port, FaultInjectingHandler(self.apis, self.request_faults), request_gate=sasl.gate if sasl is not None else None,
             max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
             unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
             max_connections=int(o["max.connections"]) if "max.connections" in o else None,
@@ -229,7 +240,8 @@ class KafkaServer:
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
-        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self)
+        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self,
+                                                     faults=self.request_faults)
         self.control_handler.start()
         self.controller.startup()
         log.info("started %s", kv(broker=self.broker_id, epoch=self.broker_epoch, listener=self.config.listener,
@@ -509,6 +521,7 @@ class KafkaServer:
                      lambda: self.transaction_coordinator and self.transaction_coordinator.shutdown(),
                      lambda: self.txn_verification and self.txn_verification.shutdown(),
                      lambda: self.control_handler and self.control_handler.stop(),
+                     lambda: self.faults_watcher and self.faults_watcher.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
                      lambda: self.log_manager and self.log_manager.shutdown(self._high_watermarks()),
@@ -557,6 +570,7 @@ class KafkaServer:
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
                 "log_dirs": self._describe_log_dirs(),
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
+                "request_faults": dict(self.request_faults.describe(), clock_skew_ms=round(self.time.skew_ms, 1)),
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
                 "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {}}
 

@@ -35,7 +35,8 @@ with UNSUPPORTED_VERSION when the response can carry it (ApiVersions: always, as
 still lists our APIs); otherwise the connection is closed.  A handler exception is answered with
 UNKNOWN_SERVER_ERROR the same way.  The handler may supply ``error_response(header, request, code)`` for APIs
 without a top-level error code.  A handler may answer ``CloseAfterResponse(response)``: the response is sent,
-then the connection closed (failed authentication).
+then the connection closed (failed authentication); ``CloseConnection()``: nothing is sent, the connection is closed
+when the answers before it have been handed to the socket.
 
 Failure policy: whatever goes wrong with one connection or one request -- an exception while reading, writing or
 dispatching, a ``MemoryError`` allocating a frame -- closes that connection only, with a log line.  A handler
@@ -80,6 +81,12 @@ _SIZE = struct.Struct(">i")
 class CloseAfterResponse:
     """A handler's answer meaning: send ``response``, then close the connection."""
     response: Any
+
+
+@attrs.frozen
+class CloseConnection:
+    """A handler's answer meaning: send nothing and close the connection when this request's turn comes (an
+    error on a Produce with acks=0; an injected connection failure, server/fault_injection.py)."""
 
 
 @attrs.frozen
@@ -540,7 +547,7 @@ class SocketServer:
         if close:
             self._close(conn, "request error")
             return
-        if conn.out:
+        if conn.out or conn.close_when_flushed:
             self._write(conn)
         else:
             self._update_interest(conn)
@@ -700,6 +707,9 @@ class SocketServer:
         if isinstance(result, CloseAfterResponse):
             self._finish(conn, slot, header, result.response, close_after=True)
             return
+        if isinstance(result, CloseConnection):
+            self._complete(conn, slot, close_after=True)  # the answers before it are flushed first
+            return
         if result is None:
             if request.expect_response():
                 log.warning("handler returned no response for a request that expects one %s",
@@ -772,4 +782,4 @@ class SocketServer:
         self._wakeup()
 
 
-__all__ = ["SocketServer", "ConnectionContext", "CloseAfterResponse", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]
+__all__ = ["SocketServer", "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

@@ -13,6 +13,7 @@ import attrs
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from kafkatier.cluster import request_faults
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.zk.client import start_client
 
@@ -43,6 +44,34 @@ class RunningCluster:
 
     def broker_ids(self) -> list[int]:
         return [b["id"] for b in self.manager.state["brokers"]]
+
+    # -- request faults and clock skew (server/fault_injection.py) ---------------------------------------------
+    def inject_errors(self, broker_id: int, api: str | int, errors=None, *, count: int | None = None,
+                      latency_ms: float | None = None, drop_response_nth: int | None = None,
+                      close_connection_nth: int | None = None, topic: str | None = None,
+                      partition: int | None = None) -> list:
+        """Add one request fault to a broker (the options of ``kafkatier cluster inject-errors``); returns once
+        the broker has it in force.  ``errors``: names or codes, a list or a comma-separated string."""
+        self.manager.broker(broker_id)
+        faults = request_faults.build_faults(api, errors=errors, latency_ms=latency_ms, drop_response_nth=drop_response_nth,
+                              close_connection_nth=close_connection_nth, count=count, topic=topic,
+                              partition=partition)
+        request_faults.add_faults(self.zk, broker_id, faults)
+        return faults
+
+    def set_clock(self, broker_id: int, offset_ms: float = 0.0, drift_ppm: float = 0.0) -> None:
+        """Skew a broker's wall clock (0, 0: back to the system clock)."""
+        self.manager.broker(broker_id)
+        request_faults.set_clock(self.zk, broker_id, offset_ms, drift_ppm)
+
+    def clear_faults(self, broker_id: int | None = None) -> None:
+        """Remove request faults and clock skew (of every broker when no id)."""
+        for b in [broker_id] if broker_id is not None else self.broker_ids():
+            request_faults.clear_all(self.zk, b)
+
+    def request_faults(self, broker_id: int) -> dict:
+        """The broker's faults with what is left of each (``remaining``)."""
+        return request_faults.describe(self.zk, broker_id)
 
 
 def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,

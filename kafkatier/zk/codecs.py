@@ -886,6 +886,9 @@ DECODERS: dict[str, Callable[..., Any]] = {
     "control_response": _plain(ControlResponse),
     "control_part": _plain(BodyPart),
     "remote_log_segment_metadata": lambda data, path=None, stat=None: decode_remote_log_segment(data, path),
+    # Project: request faults (server/fault_injection.py reads them into its value types).
+    "request_faults": lambda data, path=None, stat=None: decode_json(data, "request_faults", path or "request_faults"),
+    "fault_state": lambda data, path=None, stat=None: decode_json(data, "fault_state", path or "fault_state"),
 }
 
 

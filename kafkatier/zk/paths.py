@@ -112,3 +112,17 @@ def sorted_sequential(children: list[str], prefix: str) -> list[str]:
     """Children with the given prefix, in sequence order (by parsed suffix, never by string)."""
     mine = [c for c in children if c.startswith(prefix) and c[len(prefix):].isdigit()]
     return sorted(mine, key=sequence_number)
+
+
+FAULTS_ROOT = "/kafkatier/faults"
+FAULT_STATE_ROOT = "/kafkatier/fault_state"
+
+
+def request_faults(broker_id: int) -> str:
+    """Project: the request faults and clock skew asked of a broker (server/fault_injection.py)."""
+    return f"{FAULTS_ROOT}/{broker_id}"
+
+
+def fault_state(broker_id: int) -> str:
+    """Project: what a broker applied and consumed of its request faults."""
+    return f"{FAULT_STATE_ROOT}/{broker_id}"
