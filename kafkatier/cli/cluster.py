@@ -1,4 +1,5 @@
-"""``kafkatier cluster up|down|start-broker|stop-broker|describe|fail-log-dir|restore-log-dir``."""
+"""``kafkatier cluster up|down|start-broker|stop-broker|describe|fail-log-dir|restore-log-dir``, and the network
+faults of a cluster started with ``--links``: ``partition|heal|link-fault|links``."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,9 @@ def register(sub) -> None:
                          "DATA_DIR/broker-<id>/server.properties (mode 0600), never on a command line; tiered "
                          "storage is on by default, --override remote.log.storage.system.enable=false turns it off")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
+    up.add_argument("--links", action="store_true",
+                    help="run every broker -> broker and broker -> ZooKeeper path through the cluster's link "
+                         "process, so that partition / link-fault can cut, stall, slow or throttle it")
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every broker and the embedded ZooKeeper")
@@ -63,6 +67,209 @@ def register(sub) -> None:
     d.add_argument("--data-dir", required=True)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_describe)
+    _register_links(csub)
+
+
+# --- network faults (cluster/links.py, cluster/link_faults.py) ---------------------------------------------------
+def _register_links(csub) -> None:
+    from kafkatier.cluster.link_faults import DIRECTIONS, SHAPES
+    pa = csub.add_parser("partition", help="cut links by a named shape (isolate, isolate-zookeeper, isolate-leader, "
+                                           "halves, random-halves, bridge) or between --from and --to")
+    pa.add_argument("--data-dir", required=True)
+    pa.add_argument("--shape", choices=[s for s in SHAPES if s != "one-way"], default=None)
+    pa.add_argument("--node", type=int, default=None, help="the broker of isolate / isolate-zookeeper")
+    pa.add_argument("--partition", default=None, metavar="TOPIC:N", help="the partition of isolate-leader")
+    pa.add_argument("--seed", type=int, default=0, help="the shuffle of random-halves")
+    pa.add_argument("--from", dest="source", default=None, metavar="NODES",
+                    help="comma-separated nodes: broker ids, broker:N, zookeeper[:N], client:GROUP, brokers")
+    pa.add_argument("--to", dest="destination", default=None, metavar="NODES")
+    pa.add_argument("--one-way", action="store_true",
+                    help="with --from/--to: bytes from --from never reach --to; the other way they flow")
+    pa.add_argument("--blackhole", action="store_true",
+                    help="a silent cut: bytes accepted and thrown away (peers time out) instead of resets")
+    pa.set_defaults(func=_partition)
+
+    he = csub.add_parser("heal", help="remove link faults (all, or of --link / --from --to / --fault); a link "
+                                      "with no fault is left as it is; a dead link process is started again")
+    he.add_argument("--data-dir", required=True)
+    he.add_argument("--link", action="append", default=[], metavar="SOURCE->DESTINATION")
+    he.add_argument("--from", dest="source", default=None, metavar="NODES")
+    he.add_argument("--to", dest="destination", default=None, metavar="NODES")
+    he.add_argument("--fault", action="append", default=[], metavar="KIND",
+                    help="heal only this kind: partition, blackhole, latency, bandwidth (repeatable)")
+    he.set_defaults(func=_heal)
+
+    lf = csub.add_parser("link-fault", help="latency, bandwidth, blackhole or partition on the links from --from "
+                                            "to --to")
+    lf.add_argument("--data-dir", required=True)
+    lf.add_argument("--from", dest="source", required=True, metavar="NODES")
+    lf.add_argument("--to", dest="destination", required=True, metavar="NODES")
+    lf.add_argument("--both-ways", action="store_true", help="also the links from --to to --from")
+    lf.add_argument("--direction", choices=DIRECTIONS, default="both",
+                    help="bytes towards the destination (forward), the answers (backward), or both (default)")
+    kind = lf.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--latency-ms", type=float, default=None, help="delay per direction (a round trip "
+                                                                      "through a link slowed both ways pays it twice)")
+    kind.add_argument("--bandwidth", default=None, metavar="RATE", help="e.g. 1MB/s, 512KiB/s, 250000 (bytes/s)")
+    kind.add_argument("--blackhole", action="store_true")
+    kind.add_argument("--partition", action="store_true")
+    lf.add_argument("--jitter-ms", type=float, default=0.0, help="with --latency-ms: ± uniform jitter")
+    lf.set_defaults(func=_link_fault)
+
+    li = csub.add_parser("links", help="the link process: serve (its main), start, stop")
+    lsub = li.add_subparsers(dest="links_command", metavar="ACTION")
+    lsub.required = True
+    for name, hlp in (("serve", "run the link process in the foreground (what cluster up --links starts)"),
+                      ("start", "start the link process if it is not running"),
+                      ("stop", "stop the link process: every path through it is cut like a cable")):
+        c = lsub.add_parser(name, help=hlp)
+        c.add_argument("--data-dir", required=True)
+        if name == "stop":
+            c.add_argument("--kill", action="store_true")
+        c.set_defaults(func=_links_command)
+
+
+def _link_usage(fn):
+    """A link fault error (unknown broker, shape, value) as the CLI's one line and exit 2."""
+    from kafkatier.cluster.link_faults import LinkFaultError
+    from kafkatier.common.errors import UsageError
+    try:
+        return fn()
+    except LinkFaultError as e:
+        raise UsageError(str(e)) from None
+
+
+def resolve_nodes(table, text: str) -> set[str]:
+    """``1,2`` / ``broker:1`` / ``brokers`` / ``zookeeper`` / ``zookeeper:2`` / ``client:producers`` as node names."""
+    from kafkatier.cluster.link_faults import LinkFaultError, brokers_of
+    nodes = table.nodes()
+    out: set[str] = set()
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if item.isdigit():
+            item = f"broker:{item}"
+        if item == "brokers":
+            out |= {f"broker:{b}" for b in brokers_of(table)}
+        elif item == "zookeeper":
+            out |= {n for n in nodes if n.startswith("zookeeper:")}
+        elif item in nodes:
+            out.add(item)
+        elif item.startswith("broker:"):
+            raise LinkFaultError(f"unknown broker {item[7:]} (brokers: {', '.join(map(str, brokers_of(table)))})")
+        else:
+            raise LinkFaultError(f"unknown node {item!r} (nodes: {', '.join(sorted(nodes))})")
+    if not out:
+        raise LinkFaultError(f"no node in {text!r}")
+    return out
+
+
+def _links_between(table, source: str, destination: str, both_ways: bool = False) -> list[str]:
+    from kafkatier.cluster.link_faults import LinkFaultError
+    a, b = resolve_nodes(table, source), resolve_nodes(table, destination)
+    names = [li.name for li in table.links if (li.source in a and li.destination in b)
+             or (both_ways and li.source in b and li.destination in a)]
+    if not names:
+        raise LinkFaultError(f"no link from {source} to {destination}")
+    return names
+
+
+def _partition(args) -> int:
+    import time as _time
+
+    from kafkatier.cluster.link_faults import BLACKHOLE, PARTITION, LinkFaultError, LinkFaultPlan, cut, one_way
+    m = _manager(args)
+    m.load()
+
+    def plan():
+        kind = BLACKHOLE if args.blackhole else PARTITION
+        if args.shape is not None:
+            if args.source or args.destination:
+                raise LinkFaultError("--shape and --from/--to are exclusive")
+            tp = None
+            if args.partition is not None:
+                topic, _, n = args.partition.rpartition(":")
+                if not topic or not n.isdigit():
+                    raise LinkFaultError(f"--partition expects TOPIC:N, got {args.partition!r}")
+                tp = (topic, int(n))
+            return m.link_shape(args.shape, node=args.node, topic_partition=tp, seed=args.seed, kind=kind)
+        if not (args.source and args.destination):
+            raise LinkFaultError("give --shape, or --from and --to")
+        table = m.links.table()
+        a, b = resolve_nodes(table, args.source), resolve_nodes(table, args.destination)
+        if args.one_way:
+            return LinkFaultPlan(tuple(one_way(table, a, b, _time.time())),
+                                 f"{sorted(a)} cannot reach {sorted(b)} (one way)")
+        return LinkFaultPlan(tuple(cut(table, a, b, kind, _time.time())), f"{sorted(a)} cut from {sorted(b)}")
+    p = _link_usage(plan)
+    _link_usage(lambda: m.links.apply(p))
+    print(f"{p.description}: {len(p.link_names())} links faulted ({', '.join(p.link_names())})")
+    return 0
+
+
+def _heal(args) -> int:
+    m = _manager(args)
+    m.load()
+
+    def heal():
+        table = m.links.table()
+        names = list(args.link)
+        if args.source or args.destination:
+            if not (args.source and args.destination):
+                raise LinkFaultError("--from and --to go together")
+            names += _links_between(table, args.source, args.destination, both_ways=True)
+        for n in names:
+            table.link(n)
+        return m.links.heal(names or None, kinds=args.fault or None)
+    from kafkatier.cluster.link_faults import LinkFaultError
+    healed = _link_usage(heal)
+    print(f"healed {len(healed)} links" + (f": {', '.join(healed)}" if healed else " (none had a fault)"))
+    return 0
+
+
+def _link_fault(args) -> int:
+    import time as _time
+
+    from kafkatier.cluster.link_faults import (BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, LinkFaultPlan,
+                                               parse_rate)
+    m = _manager(args)
+    m.load()
+
+    def plan():
+        table = m.links.table()
+        names = _links_between(table, args.source, args.destination, args.both_ways)
+        now = _time.time()
+        if args.latency_ms is not None:
+            f = LinkFault(LATENCY, args.direction, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms, applied_at=now)
+        elif args.bandwidth is not None:
+            f = LinkFault(BANDWIDTH, args.direction, rate_bytes_per_s=parse_rate(args.bandwidth), applied_at=now)
+        elif args.blackhole:
+            f = LinkFault(BLACKHOLE, args.direction, applied_at=now)
+        else:
+            f = LinkFault(PARTITION, args.direction, applied_at=now)
+        return LinkFaultPlan(tuple((n, f) for n in names), f"{f.describe()} on {len(names)} links")
+    p = _link_usage(plan)
+    _link_usage(lambda: m.links.apply(p))
+    print(f"{p.description}: {', '.join(p.link_names())}")
+    return 0
+
+
+def _links_command(args) -> int:
+    if args.links_command == "serve":
+        from kafkatier.cluster.links import serve
+        return serve(args.data_dir)
+    m = _manager(args)
+    m.load()
+    if not m.state.get("links"):
+        from kafkatier.common.errors import UsageError
+        raise UsageError(f"the cluster at {m.data_dir} runs without links (start it with --links)")
+    if args.links_command == "start":
+        t = m.links.start()
+        print(f"link process serving {len(t.links)} links (pid {t.pid})")
+    else:
+        m.links.stop(kill=args.kill)
+        print("link process stopped")
+    return 0
 
 
 def _manager(args):
@@ -83,7 +290,7 @@ def _up(args) -> int:
     try:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
-                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)})
+                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:
             m.down()
@@ -195,7 +402,20 @@ def _describe(args) -> int:
                   f"rate={mv['rate_bytes_per_s']:.0f} B/s ({mv['thread']})")
         if ld.get("moves") or (ld.get("throttle_bytes_per_s", LONG_MAX) < LONG_MAX):
             print(f"  move throttle: {_rate(ld.get('throttle_bytes_per_s'))}")
+    if st.get("links"):
+        _describe_links(st["links"])
     return 0
+
+
+def _describe_links(links: dict) -> None:
+    state = f"serving (pid {links['pid']})" if links["running"] else "DOWN (every path through it is cut)"
+    faulty = [li for li in links["links"] if li["faults"]]
+    print(f"Links: {len(links['links'])} {state}, {len(faulty)} with faults")
+    for li in links["links"]:
+        st = li.get("stats") or {}
+        conns = f" connections={st['connections']}" if st else ""
+        print(f"  {li['name']}: {li['address']} -> {li['upstream']}{conns}"
+              + (f"  FAULT {li['fault_text']}" if li["faults"] else ""))
 
 
 LONG_MAX = (1 << 63) - 1

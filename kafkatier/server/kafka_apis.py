@@ -662,7 +662,7 @@ class KafkaApis:
 
         def run():
             cid = self.cache.controller_id
-            b = self.cache.broker(cid) if cid >= 0 else None
+            b = self.cache.inter_broker_endpoint(cid) if cid >= 0 else None
             if b is None or cid == self.config.broker_id:
                 fut.set_result(not_controller("The controller is not known yet."))
                 return

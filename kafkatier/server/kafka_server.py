@@ -54,7 +54,7 @@ from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
-from kafkatier.server.metadata_cache import MetadataCache
+from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache, parse_link_endpoints
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
@@ -79,7 +79,8 @@ class KafkaServer:
         self.zk = None
         self.broker_epoch = -1
         self.cluster_id: str | None = None
-        self.metadata_cache = MetadataCache(self.broker_id)
+        self.metadata_cache = MetadataCache(
+            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)))
         self.scheduler: KafkaScheduler | None = None
         self.topic_configs: TopicConfigCache | None = None
         self.topic_config_handler: TopicConfigHandler | None = None
@@ -404,7 +405,7 @@ class KafkaServer:
             return None
         if cid == self.broker_id:
             return cid, self.config.host, self.config.port
-        b = self.metadata_cache.broker(cid)
+        b = self.metadata_cache.inter_broker_endpoint(cid)
         return None if b is None else (cid, b.host, b.port)
 
     def shutdown(self) -> None:

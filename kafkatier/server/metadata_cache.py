@@ -28,9 +28,25 @@ class BrokerEndpoint:
     rack: str | None = None
 
 
+#: A kafkatier broker property (``cluster up --links``): ``<id>:<host>:<port>,...``, where this broker dials
+#: each other broker instead of the address that broker registered (a link of ``cluster/links.py``).
+LINK_ENDPOINTS_CONFIG = "kafkatier.links.broker.endpoints"
+
+
+def parse_link_endpoints(value: str | None) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        bid, host, port = item.strip().split(":")
+        out[int(bid)] = (host, int(port))
+    return out
+
+
 class MetadataCache:
-    def __init__(self, broker_id: int):
+    def __init__(self, broker_id: int, link_endpoints: dict[int, tuple[str, int]] | None = None):
         self.broker_id = broker_id
+        self.link_endpoints = dict(link_endpoints or {})
         self._lock = threading.RLock()
         self.controller_id: int = -1
         self.brokers: dict[int, BrokerEndpoint] = {}
@@ -93,6 +109,17 @@ class MetadataCache:
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         with self._lock:
             return self.brokers.get(broker_id)
+
+    def inter_broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """Where this broker dials ``broker_id`` (every broker-to-broker request: fetchers, forwarding,
+        controlled shutdown, tiered rebuild): its registered endpoint, or its link when the cluster runs links;
+        None while it is not a live broker."""
+        with self._lock:
+            b = self.brokers.get(broker_id)
+        if b is None or broker_id not in self.link_endpoints:
+            return b
+        host, port = self.link_endpoints[broker_id]
+        return attrs.evolve(b, host=host, port=port)
 
     def contains_topic(self, topic: str) -> bool:
         with self._lock:
