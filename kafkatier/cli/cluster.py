@@ -139,47 +139,11 @@ def _link_usage(fn):
         raise UsageError(str(e)) from None
 
 
-def resolve_nodes(table, text: str) -> set[str]:
-    """``1,2`` / ``broker:1`` / ``brokers`` / ``zookeeper`` / ``zookeeper:2`` / ``client:producers`` as node names."""
-    from kafkatier.cluster.link_faults import LinkFaultError, brokers_of
-    nodes = table.nodes()
-    out: set[str] = set()
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        if item.isdigit():
-            item = f"broker:{item}"
-        if item == "brokers":
-            out |= {f"broker:{b}" for b in brokers_of(table)}
-        elif item == "zookeeper":
-            out |= {n for n in nodes if n.startswith("zookeeper:")}
-        elif item in nodes:
-            out.add(item)
-        elif item.startswith("broker:"):
-            raise LinkFaultError(f"unknown broker {item[7:]} (brokers: {', '.join(map(str, brokers_of(table)))})")
-        else:
-            raise LinkFaultError(f"unknown node {item!r} (nodes: {', '.join(sorted(nodes))})")
-    if not out:
-        raise LinkFaultError(f"no node in {text!r}")
-    return out
-
-
-def _links_between(table, source: str, destination: str, both_ways: bool = False) -> list[str]:
-    from kafkatier.cluster.link_faults import LinkFaultError
-    a, b = resolve_nodes(table, source), resolve_nodes(table, destination)
-    names = [li.name for li in table.links if (li.source in a and li.destination in b)
-             or (both_ways and li.source in b and li.destination in a)]
-    if not names:
-        raise LinkFaultError(f"no link from {source} to {destination}")
-    return names
-
-
 def _partition(args) -> int:
-    import time as _time
-
-    from kafkatier.cluster.link_faults import BLACKHOLE, PARTITION, LinkFaultError, LinkFaultPlan, cut, one_way
+    from kafkatier.cluster.link_faults import BLACKHOLE, PARTITION, LinkFaultError
     m = _manager(args)
     m.load()
+    lm = m.links
 
     def plan():
         kind = BLACKHOLE if args.blackhole else PARTITION
@@ -192,22 +156,18 @@ def _partition(args) -> int:
                 if not topic or not n.isdigit():
                     raise LinkFaultError(f"--partition expects TOPIC:N, got {args.partition!r}")
                 tp = (topic, int(n))
-            return m.link_shape(args.shape, node=args.node, topic_partition=tp, seed=args.seed, kind=kind)
+            return lm.shape_plan(args.shape, node=args.node, topic_partition=tp, seed=args.seed, kind=kind)
         if not (args.source and args.destination):
             raise LinkFaultError("give --shape, or --from and --to")
-        table = m.links.table()
-        a, b = resolve_nodes(table, args.source), resolve_nodes(table, args.destination)
-        if args.one_way:
-            return LinkFaultPlan(tuple(one_way(table, a, b, _time.time())),
-                                 f"{sorted(a)} cannot reach {sorted(b)} (one way)")
-        return LinkFaultPlan(tuple(cut(table, a, b, kind, _time.time())), f"{sorted(a)} cut from {sorted(b)}")
+        return lm.cut_plan(args.source, args.destination, args.one_way, kind)
     p = _link_usage(plan)
-    _link_usage(lambda: m.links.apply(p))
+    _link_usage(lambda: lm.apply(p))
     print(f"{p.description}: {len(p.link_names())} links faulted ({', '.join(p.link_names())})")
     return 0
 
 
 def _heal(args) -> int:
+    from kafkatier.cluster.link_faults import LinkFaultError, links_between, resolve_nodes
     m = _manager(args)
     m.load()
 
@@ -217,37 +177,31 @@ def _heal(args) -> int:
         if args.source or args.destination:
             if not (args.source and args.destination):
                 raise LinkFaultError("--from and --to go together")
-            names += _links_between(table, args.source, args.destination, both_ways=True)
+            names += links_between(table, resolve_nodes(table, args.source), resolve_nodes(table, args.destination),
+                                   both_ways=True)
         for n in names:
             table.link(n)
         return m.links.heal(names or None, kinds=args.fault or None)
-    from kafkatier.cluster.link_faults import LinkFaultError
     healed = _link_usage(heal)
     print(f"healed {len(healed)} links" + (f": {', '.join(healed)}" if healed else " (none had a fault)"))
     return 0
 
 
 def _link_fault(args) -> int:
-    import time as _time
-
-    from kafkatier.cluster.link_faults import (BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, LinkFaultPlan,
-                                               parse_rate)
+    from kafkatier.cluster.link_faults import BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, parse_rate
     m = _manager(args)
     m.load()
 
     def plan():
-        table = m.links.table()
-        names = _links_between(table, args.source, args.destination, args.both_ways)
-        now = _time.time()
         if args.latency_ms is not None:
-            f = LinkFault(LATENCY, args.direction, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms, applied_at=now)
+            f = LinkFault(LATENCY, args.direction, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms)
         elif args.bandwidth is not None:
-            f = LinkFault(BANDWIDTH, args.direction, rate_bytes_per_s=parse_rate(args.bandwidth), applied_at=now)
+            f = LinkFault(BANDWIDTH, args.direction, rate_bytes_per_s=parse_rate(args.bandwidth))
         elif args.blackhole:
-            f = LinkFault(BLACKHOLE, args.direction, applied_at=now)
+            f = LinkFault(BLACKHOLE, args.direction)
         else:
-            f = LinkFault(PARTITION, args.direction, applied_at=now)
-        return LinkFaultPlan(tuple((n, f) for n in names), f"{f.describe()} on {len(names)} links")
+            f = LinkFault(PARTITION, args.direction)
+        return m.links.fault_plan(args.source, args.destination, f, args.both_ways)
     p = _link_usage(plan)
     _link_usage(lambda: m.links.apply(p))
     print(f"{p.description}: {', '.join(p.link_names())}")

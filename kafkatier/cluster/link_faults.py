@@ -266,6 +266,40 @@ def check_brokers(table: LinkTable, ids) -> list[int]:
     return list(ids)
 
 
+def resolve_nodes(table: LinkTable, text) -> set[str]:
+    """``1,2`` / ``broker:1`` / ``brokers`` / ``zookeeper`` / ``zookeeper:2`` / ``client:producers`` (or a list
+    of them) as node names of ``table``."""
+    items = text.split(",") if isinstance(text, str) else [str(x) for x in text]
+    nodes = table.nodes()
+    out: set[str] = set()
+    for item in (x.strip() for x in items):
+        if not item:
+            continue
+        if item.isdigit():
+            item = broker_node(int(item))
+        if item == "brokers":
+            out |= {broker_node(b) for b in brokers_of(table)}
+        elif item == "zookeeper":
+            out |= zookeepers_of(table)
+        elif item in nodes:
+            out.add(item)
+        elif item.startswith("broker:"):
+            raise LinkFaultError(f"unknown broker {item[7:]} (brokers: {', '.join(map(str, brokers_of(table)))})")
+        else:
+            raise LinkFaultError(f"unknown node {item!r} (nodes: {', '.join(sorted(nodes))})")
+    if not out:
+        raise LinkFaultError(f"no node in {text!r}")
+    return out
+
+
+def links_between(table: LinkTable, sources: set[str], destinations: set[str], both_ways: bool = False) -> list[str]:
+    names = [li.name for li in table.links if (li.source in sources and li.destination in destinations)
+             or (both_ways and li.source in destinations and li.destination in sources)]
+    if not names:
+        raise LinkFaultError(f"no link from {sorted(sources)} to {sorted(destinations)}")
+    return names
+
+
 def halves(ids: list[int]) -> tuple[list[int], list[int]]:
     """Jepsen's ``bisect``: the smaller half first."""
     k = len(ids) // 2

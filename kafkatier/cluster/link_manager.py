@@ -19,8 +19,9 @@ import time
 
 import attrs
 
-from kafkatier.cluster.link_faults import (KINDS, Link, LinkFault, LinkFaultError, LinkFaultPlan, LinkTable,
-                                           link_name)
+from kafkatier.cluster.link_faults import (BLACKHOLE, KINDS, PARTITION, Link, LinkFault, LinkFaultError,
+                                           LinkFaultPlan, LinkTable, cut, link_name, links_between, one_way,
+                                           resolve_nodes, shape_faults)
 from kafkatier.cluster.link_state import LinkStateFile
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import wait_for
@@ -36,9 +37,13 @@ class LinkProcessError(RuntimeError):
 
 
 class LinkManager:
-    def __init__(self, data_dir: str):
+    """``partition_replicas(topic, partition) -> (leader, replicas)``: where ``isolate-leader`` reads them
+    (``ClusterManager.partition_replicas``, from ZooKeeper)."""
+
+    def __init__(self, data_dir: str, partition_replicas=None):
         self.data_dir = os.path.abspath(data_dir)
         self.state = LinkStateFile(self.data_dir)
+        self.partition_replicas = partition_replicas
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -125,6 +130,61 @@ class LinkManager:
         log.info("link faults applied %s", kv(what=plan.description, links=len(changed)))
         self._reload(table.generation)
         return table
+
+    # --- the faults every interface offers (CLI, pytest plugin, scenario) --------------------------------------
+    def shape_plan(self, shape: str, node: int | None = None, topic_partition: tuple[str, int] | None = None,
+                   seed: int = 0, kind: str = PARTITION) -> LinkFaultPlan:
+        leader, followers = None, []
+        if shape == "isolate-leader":
+            if topic_partition is None:
+                raise LinkFaultError("shape isolate-leader needs a partition (TOPIC:N)")
+            if self.partition_replicas is None:
+                raise LinkFaultError("isolate-leader needs the cluster's ZooKeeper")
+            leader, replicas = self.partition_replicas(*topic_partition)
+            followers = [r for r in replicas if r != leader]
+        return shape_faults(self.table(), shape, node=node, leader=leader, followers=followers, seed=seed,
+                            kind=kind, now=time.time())
+
+    def cut_plan(self, sources, destinations, one_way_only: bool = False, kind: str = PARTITION) -> LinkFaultPlan:
+        """Cut every link between ``sources`` and ``destinations`` (node texts, see ``resolve_nodes``); with
+        ``one_way_only``, only the bytes from ``sources`` to ``destinations`` are dropped."""
+        table = self.table()
+        a, b = resolve_nodes(table, sources), resolve_nodes(table, destinations)
+        if one_way_only:
+            return LinkFaultPlan(tuple(one_way(table, a, b, time.time())), f"{sorted(a)} cannot reach {sorted(b)}")
+        return LinkFaultPlan(tuple(cut(table, a, b, kind, time.time())),
+                             f"{sorted(a)} cut from {sorted(b)}" + (" (blackhole)" if kind == BLACKHOLE else ""))
+
+    def fault_plan(self, sources, destinations, fault: LinkFault, both_ways: bool = False) -> LinkFaultPlan:
+        table = self.table()
+        names = links_between(table, resolve_nodes(table, sources), resolve_nodes(table, destinations), both_ways)
+        fault = attrs.evolve(fault, applied_at=time.time())
+        return LinkFaultPlan(tuple((n, fault) for n in names), f"{fault.describe()} on {len(names)} links")
+
+    def partition(self, shape: str | None = None, *, node: int | None = None, topic_partition=None, seed: int = 0,
+                  sources=None, destinations=None, one_way_only: bool = False, blackhole: bool = False,
+                  by: str = "api") -> LinkFaultPlan:
+        """A named shape, or a cut between ``sources`` and ``destinations``; applied before it returns."""
+        kind = BLACKHOLE if blackhole else PARTITION
+        if shape is not None:
+            plan = self.shape_plan(shape, node=node, topic_partition=topic_partition, seed=seed, kind=kind)
+        else:
+            if sources is None or destinations is None:
+                raise LinkFaultError("give a shape, or sources and destinations")
+            plan = self.cut_plan(sources, destinations, one_way_only, kind)
+        self.apply(plan, by=by)
+        return plan
+
+    def link_fault(self, sources, destinations, fault: LinkFault, both_ways: bool = False,
+                   by: str = "api") -> LinkFaultPlan:
+        plan = self.fault_plan(sources, destinations, fault, both_ways)
+        self.apply(plan, by=by)
+        return plan
+
+    def heal_between(self, sources, destinations, kinds=None, by: str = "api") -> list[str]:
+        table = self.table()
+        names = links_between(table, resolve_nodes(table, sources), resolve_nodes(table, destinations), True)
+        return self.heal(names, kinds=kinds, by=by)
 
     def heal(self, links: list[str] | None = None, kinds=None, by: str = "cli", restart: bool = True) -> list[str]:
         """Remove the faults (of ``kinds``, default all) of ``links`` (default every link); healing a link with

@@ -417,7 +417,7 @@ class ClusterManager:
     @property
     def links(self):
         from kafkatier.cluster.link_manager import LinkManager
-        return LinkManager(self.data_dir)
+        return LinkManager(self.data_dir, partition_replicas=self.partition_replicas)
 
     def _wire_links(self, specs: list[BrokerSpec], zookeeper: str, overrides: dict) -> None:
         """Create the links of a new cluster, start the link process, and point each broker at its own links:
@@ -465,20 +465,6 @@ class ClusterManager:
         if state.leader < 0:
             raise LinkFaultError(f"{topic}-{partition} has no leader")
         return state.leader, list(assignment.partitions[partition])
-
-    def link_shape(self, shape: str, node: int | None = None, topic_partition: tuple[str, int] | None = None,
-                   seed: int = 0, kind: str = "partition"):
-        """The per-link faults of a named shape (``cluster/link_faults.py``), leader and followers read from
-        ZooKeeper for ``isolate-leader``."""
-        from kafkatier.cluster.link_faults import LinkFaultError, shape_faults
-        leader, followers = None, []
-        if shape == "isolate-leader":
-            if topic_partition is None:
-                raise LinkFaultError("shape isolate-leader needs a partition (--partition TOPIC:N)")
-            leader, replicas = self.partition_replicas(*topic_partition)
-            followers = [r for r in replicas if r != leader]
-        return shape_faults(self.links.table(), shape, node=node, leader=leader, followers=followers, seed=seed,
-                            kind=kind, now=time.time())
 
     def down(self, timeout: float = 30.0) -> None:
         for b in self.state.get("brokers", []):

@@ -44,17 +44,25 @@ class RunningCluster:
     def broker_ids(self) -> list[int]:
         return [b["id"] for b in self.manager.state["brokers"]]
 
+    @property
+    def links(self):
+        """The cluster's links (started with ``links=True``): ``partition(shape, node=..)``,
+        ``partition(sources=.., destinations=.., one_way_only=..)``, ``link_fault(sources, destinations, LinkFault)``,
+        ``heal()``, ``describe()``, ``stop(kill=True)`` -- ``kafkatier.cluster.link_manager.LinkManager``."""
+        return self.manager.links
+
 
 def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,
-                  overrides: dict | None = None, session_timeout_ms: int = 6000) -> RunningCluster:
-    """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client)."""
+                  overrides: dict | None = None, session_timeout_ms: int = 6000, links: bool = False) -> RunningCluster:
+    """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client); with
+    ``links``, every broker -> broker and broker -> ZooKeeper path runs through the cluster's link process."""
     root = f"/cluster-{uuid.uuid4().hex[:10]}"
     client.retry(client.create, root)
     connect = connect_string + root
     manager = ClusterManager(str(data_dir))
     try:
         manager.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
-                   session_timeout_ms=session_timeout_ms)
+                   session_timeout_ms=session_timeout_ms, links=links)
     except BaseException:
         manager.down()
         raise
