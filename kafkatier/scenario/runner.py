@@ -36,6 +36,7 @@ from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
+from kafkatier.scenario.network_faults import LINK_ACTIONS, NetworkFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
@@ -117,6 +118,7 @@ class ScenarioRunner:
         self.extra_anomalies: list[Anomaly] = []
         self._cancel = threading.Event()
         self._step_threads: list[threading.Thread] = []
+        self.network: NetworkFaults | None = None   # with [cluster] links = true
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -142,7 +144,7 @@ class ScenarioRunner:
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
-                       timeout=SETUP_TIMEOUT_S)
+                       timeout=SETUP_TIMEOUT_S, links=c.links)
         except BaseException:
             try:
                 if manager.state:
@@ -157,6 +159,8 @@ class ScenarioRunner:
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
             faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
+            if c.links:
+                self.network = NetworkFaults(manager.links, self.history, faults.resolve, self._partition_of)
             self._workload_phase(manager, observer, faults)
             self._heal(manager, observer, faults)
             self._final_reads(manager, observer)
@@ -289,10 +293,17 @@ class ScenarioRunner:
                 self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action} did not happen: "
                                   f"{reason.splitlines()[0]}")
 
+    def _partition_of(self, pick: float) -> tuple[str, int]:
+        """A partition of the scenario's topics that ``pick`` chooses."""
+        tps = [(t.name, p) for t in self.spec.topics for p in range(t.partitions)]
+        return tps[min(int(pick * len(tps)), len(tps) - 1)]
+
     def _apply(self, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
         a = step.action
         kind = a.action
-        if kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
+        if kind in LINK_ACTIONS:
+            self.network.apply(kind, a.link, a.target, a.topic, a.partition, step.pick, step.duration_s)
+        elif kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
             b = faults.resolve(a.target, step.pick)
             if kind == "kill":
                 faults.kill(b, a.signal)
@@ -394,6 +405,8 @@ class ScenarioRunner:
             th.join(timeout=90)
         h.info("nemesis", "heal", None)
         t0 = time.monotonic()
+        if self.network is not None:
+            self.network.heal()   # first: brokers reach ZooKeeper and each other again
         faults.heal()
         self.admin_faults.heal()
         why: list[str | None] = [None]

@@ -21,6 +21,9 @@ from typing import Any
 import attrs
 from jsonschema import Draft202012Validator
 
+from kafkatier.scenario.network_faults import NEMESIS_MENU as LINK_MENU
+from kafkatier.scenario.network_faults import LinkActionSpec, parse_action
+
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
 
 # Faults drive the brokers quickly through failure detection: a short session and fast tiered tasks.
@@ -44,6 +47,7 @@ class ClusterSpec:
     tiered: bool = False
     zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT), or "ensemble" (3 containers)
     overrides: dict[str, str] = attrs.field(factory=dict)
+    links: bool = False                    # broker -> broker and broker -> ZooKeeper paths through links
 
     def broker_overrides(self) -> dict[str, str]:
         out = dict(TIERED_OVERRIDES) if self.tiered else {}
@@ -113,6 +117,7 @@ class ActionSpec:
     via: str = "api"                        # reassign: AlterPartitionReassignments, or the legacy znode
     rate: int | None = None                 # throttle: replication throttled rate, bytes/s
     clear: bool = False                     # throttle: remove the throttles instead
+    link: LinkActionSpec | None = None      # partition / link_fault: the link fields (scenario/network_faults.py)
 
 
 @attrs.frozen
@@ -238,7 +243,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     cluster = ClusterSpec(brokers=c.get("brokers", 3), log_dirs_per_broker=c.get("log_dirs_per_broker", 1),
                           session_timeout_ms=c.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
                           tiered=c.get("tiered", False), zookeeper=c.get("zookeeper"),
-                          overrides=_configs(c.get("overrides")))
+                          overrides=_configs(c.get("overrides")), links=c.get("links", False))
     topics = tuple(TopicSpec(name=t["name"], partitions=t.get("partitions", 1),
                              replication_factor=t.get("replication_factor", min(3, cluster.brokers)),
                              configs=_configs(t.get("configs"))) for t in doc["topics"])
@@ -264,6 +269,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                               start_s=float(n.get("start_s", 1.0)), stop_s=n.get("stop_s"),
                               swarm=n.get("swarm", False), via=n.get("via", "api"),
                               throttle_rate=_time(n.get("throttle_rate", [100_000, 1_000_000])))
+        links = [m for m in nemesis.menu if m in LINK_MENU]
+        if links and not cluster.links:
+            raise ScenarioSpecError(f"nemesis.menu: {links[0]!r} needs [cluster] links = true")
     e = doc.get("expect", {})
     expect = ExpectSpec(failed_sends=e.get("failed_sends", "any"),
                         tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
@@ -360,6 +368,10 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
             raise ScenarioSpecError(f"{where}.when.partition: {w['topic']} has partitions 0.."
                                     f"{topics[w['topic']] - 1}")
         when = ConditionSpec(**dict(w, isr=tuple(sorted(w["isr"])) if "isr" in w else None))
+    try:
+        link = parse_action(a, where, cluster.links, cluster.brokers)
+    except ValueError as e:
+        raise ScenarioSpecError(str(e)) from None
     return ActionSpec(action=kind, at=_time(a.get("at")), when=when, delay_s=float(a.get("delay_s", 0.0)),
                       target=target, signal=a.get("signal", "KILL"),
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
@@ -368,4 +380,4 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
                       delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
                       server=a.get("server", "follower"),
                       replicas=tuple(a["replicas"]) if "replicas" in a else None, via=a.get("via", "api"),
-                      rate=a.get("rate"), clear=a.get("clear", False))
+                      rate=a.get("rate"), clear=a.get("clear", False), link=link)
