@@ -195,7 +195,7 @@ class LinkManager:
                 raise LinkFaultError(f"unknown link fault {k!r} (one of {', '.join(KINDS)})")
         with self.state.locked():
             table = self.state.read()
-            wanted = [table.link(n) for n in links] if links else list(table.links)
+            wanted = list(table.links) if links is None else [table.link(n) for n in links]
             changed = {li.name: li.healed(kinds) for li in wanted if li.healed(kinds) != li}
             if changed:
                 table = table.replace(changed)

@@ -10,7 +10,7 @@ Nemesis menu entries (``NEMESIS_MENU``) draw the same actions with a random targ
 Every fault is a ``nemesis`` history entry ``link-fault`` (``value``: the brokers it touches; ``links``, ``kind``,
 ``description``) and its end a ``link-heal`` entry with the same ``fault``; the timeline draws each as a bar
 on the lanes of the brokers it touches, labelled with who they are cut from (:func:`draw_timeline`).  A
-fault's own heal removes its kind from its links (overlapping faults of one kind on a link end together).
+fault's own heal removes its kind from its links, except those another active fault of the same kind holds.
 """
 from __future__ import annotations
 
@@ -172,6 +172,7 @@ class NetworkFaults:
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
         self._next = 0
+        self._active: dict[int, tuple[LinkFaultPlan, str]] = {}   # fault id -> (plan, kind), until its heal
 
     def apply(self, action: str, spec: LinkActionSpec | None, target, topic: str | None, partition: int,
               pick: float, duration_s: float) -> None:
@@ -189,6 +190,7 @@ class NetworkFaults:
         with self._lock:
             self._next += 1
             fid = self._next
+            self._active[fid] = (plan, kind)
         self.history.info("nemesis", "link-fault", _brokers_touched(plan), fault=fid, kind=kind,
                           description=plan.description, links=plan.link_names(), cut_from=_cut_from(plan),
                           duration_s=duration_s)
@@ -225,8 +227,13 @@ class NetworkFaults:
         return brokers_of(self.links.table())
 
     def _heal_one(self, fid: int, plan: LinkFaultPlan, kind: str) -> None:
+        """End one fault: its kind removed from its links, except links another active fault of that kind holds."""
+        with self._lock:
+            self._active.pop(fid, None)
+            held = {n for p, k in self._active.values() if k == kind for n in p.link_names()}
+        names = [n for n in plan.link_names() if n not in held]
         try:
-            healed = self.links.heal(plan.link_names(), kinds=[kind], by="scenario", restart=False)
+            healed = self.links.heal(names, kinds=[kind], by="scenario", restart=False) if names else []
         except Exception:  # noqa: BLE001 - the heal phase heals everything anyway
             log.exception("could not heal link fault %s", fid)
             return
@@ -236,6 +243,7 @@ class NetworkFaults:
         """The heal phase: cancel pending heals, remove every fault, restart a dead link process."""
         with self._lock:
             timers, self._timers = self._timers, []
+            self._active.clear()
         for t in timers:
             t.cancel()
         healed = self.links.heal(by="scenario")
