@@ -28,6 +28,9 @@ def register(sub) -> None:
     up.add_argument("--links", action="store_true",
                     help="run every broker -> broker and broker -> ZooKeeper path through the cluster's link "
                          "process, so that partition / link-fault can cut, stall, slow or throttle it")
+    up.add_argument("--client-group", action="append", default=[], metavar="NAME",
+                    help="(implies --links) a client group with its own listener on every broker, reached through "
+                         "links client:NAME -> broker:N; its bootstrap servers are in describe (repeatable)")
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every broker and the embedded ZooKeeper")
@@ -240,11 +243,15 @@ def _up(args) -> int:
         raise UsageError("--brokers must be at least 1")
     if args.log_dirs_per_broker < 1:
         raise UsageError("--log-dirs-per-broker must be at least 1")
+    from kafkatier.cluster.link_faults import check_client_group
+    for g in args.client_group:
+        _link_usage(lambda g=g: check_client_group(g))
     m = _manager(args)
     try:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
-                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links)
+                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
+                     client_groups=args.client_group)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:
             m.down()
@@ -255,6 +262,8 @@ def _up(args) -> int:
             m.down()
         raise
     print(f"cluster ready: zookeeper={state['zookeeper']} bootstrap_servers={state['bootstrap_servers']}")
+    for g, servers in (state.get("client_groups") or {}).items():
+        print(f"client group {g}: bootstrap_servers={servers}")
     print(f"cluster file: {m.cluster_file}")
     if args.detach:
         return 0
@@ -357,6 +366,8 @@ def _describe(args) -> int:
         if ld.get("moves") or (ld.get("throttle_bytes_per_s", LONG_MAX) < LONG_MAX):
             print(f"  move throttle: {_rate(ld.get('throttle_bytes_per_s'))}")
     if st.get("links"):
+        for g, servers in (st.get("client_groups") or {}).items():
+            print(f"Client group {g}: bootstrap_servers={servers}")
         _describe_links(st["links"])
     return 0
 

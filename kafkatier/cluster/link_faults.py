@@ -176,6 +176,13 @@ def client_node(group: str) -> str:
     return f"client:{group}"
 
 
+def check_client_group(name: str) -> str:
+    import re
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", name) or name == "plaintext":
+        raise LinkFaultError(f"bad client group name {name!r} (lower-case letters, digits, - and _)")
+    return name
+
+
 def node_broker_id(node: str) -> int | None:
     kind, _, rest = node.partition(":")
     return int(rest) if kind == "broker" and rest.isdigit() else None

@@ -140,7 +140,7 @@ class ClusterManager:
     # --- up / down ------------------------------------------------------------------------------------------
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
-           first_broker_id: int = 1, links: bool = False) -> dict:
+           first_broker_id: int = 1, links: bool = False, client_groups=()) -> dict:
         os.makedirs(os.path.join(self.data_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.data_dir, "status"), exist_ok=True)
         remote = os.path.join(self.data_dir, "remote-storage")
@@ -172,8 +172,8 @@ class ClusterManager:
             "remote_storage_dir": remote,
             "data_dir": self.data_dir,
         }
-        if links:
-            self._wire_links(specs, zookeeper, overrides or {})
+        if links or client_groups:
+            self._wire_links(specs, zookeeper, overrides or {}, client_groups)
         self.save()
         for s in specs:
             self.start_broker(s.id, wait=False)
@@ -419,17 +419,25 @@ class ClusterManager:
         from kafkatier.cluster.link_manager import LinkManager
         return LinkManager(self.data_dir, partition_replicas=self.partition_replicas)
 
-    def _wire_links(self, specs: list[BrokerSpec], zookeeper: str, overrides: dict) -> None:
+    def _wire_links(self, specs: list[BrokerSpec], zookeeper: str, overrides: dict, client_groups=()) -> None:
         """Create the links of a new cluster, start the link process, and point each broker at its own links:
         ``--zookeeper`` becomes its links to each ZooKeeper server (chroot kept), and
-        ``kafkatier.links.broker.endpoints`` (in its server.properties) maps every other broker to its link."""
-        from kafkatier.cluster.link_faults import Link, broker_node, zookeeper_node
+        ``kafkatier.links.broker.endpoints`` (in its server.properties) maps every other broker to its link.
+
+        Each client group ``g`` gets a listener ``G`` on every broker (``listeners``), advertised at the group's
+        link to that broker (``advertised.listeners``): a client bootstrapping from the group's links is
+        answered with link addresses only, so all its traffic goes through them."""
+        from kafkatier.cluster.link_faults import Link, broker_node, check_client_group, client_node, zookeeper_node
         servers, _, chroot = zookeeper.partition("/")
         zk_servers = [s.strip() for s in servers.split(",") if s.strip()]
+        groups = [check_client_group(g) for g in dict.fromkeys(client_groups)]
+        listener_ports = {(g, s.id): free_port() for g in groups for s in specs}
         links = []
         for s in specs:
             links += [Link(broker_node(s.id), broker_node(o.id), f"127.0.0.1:{o.port}") for o in specs if o.id != s.id]
             links += [Link(broker_node(s.id), zookeeper_node(n), hp) for n, hp in enumerate(zk_servers, start=1)]
+        for g in groups:
+            links += [Link(client_node(g), broker_node(s.id), f"127.0.0.1:{listener_ports[g, s.id]}") for s in specs]
         lm = self.links
         lm.create(links)
         table = lm.start()
@@ -439,12 +447,29 @@ class ClusterManager:
             s.args[s.args.index("--zookeeper") + 1] = connect
             endpoints = ",".join(f"{o.id}:{table.link(f'{broker_node(s.id)}->{broker_node(o.id)}').address}"
                                  for o in specs if o.id != s.id)
-            props = os.path.join(self.data_dir, f"broker-{s.id}", SERVER_PROPERTIES)
-            write_server_properties(props, {**overrides, LINK_ENDPOINTS_CONFIG: endpoints},
+            props = {**overrides, LINK_ENDPOINTS_CONFIG: endpoints}
+            if groups:
+                props["listeners"] = ",".join([f"PLAINTEXT://127.0.0.1:{s.port}"] + [
+                    f"{g.upper()}://127.0.0.1:{listener_ports[g, s.id]}" for g in groups])
+                props["advertised.listeners"] = ",".join(
+                    f"{g.upper()}://{table.link(f'{client_node(g)}->{broker_node(s.id)}').address}" for g in groups)
+                props["listener.security.protocol.map"] = ",".join(
+                    ["PLAINTEXT:PLAINTEXT"] + [f"{g.upper()}:PLAINTEXT" for g in groups])
+            write_server_properties(os.path.join(self.data_dir, f"broker-{s.id}", SERVER_PROPERTIES), props,
                                     comment=f"broker {s.id}, by kafkatier cluster up --links")
         self.state["links"] = {"enabled": True, "state_file": lm.state.path}
+        self.state["client_groups"] = {
+            g: ",".join(table.link(f"{client_node(g)}->{broker_node(s.id)}").address for s in specs) for g in groups}
         self.state["brokers"] = [attrs.asdict(s) for s in specs]
         log.info("links wired %s", kv(links=len(links), pid=table.pid))
+
+    def client_bootstrap(self, group: str) -> str:
+        """The bootstrap servers of a client group: its links to every broker."""
+        groups = self.state.get("client_groups") or {}
+        if group not in groups:
+            from kafkatier.common.errors import UsageError
+            raise UsageError(f"no client group {group!r} (groups: {', '.join(groups) or 'none; cluster up --client-group'})")
+        return groups[group]
 
     def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int]]:
         """(leader, replicas) of a partition as ZooKeeper has them, for the ``isolate-leader`` shape."""
@@ -548,4 +573,5 @@ class ClusterManager:
             out["brokers"].append(entry)
         if self.state.get("links"):
             out["links"] = self.links.describe()
+            out["client_groups"] = self.state.get("client_groups") or {}
         return out

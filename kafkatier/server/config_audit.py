@@ -20,7 +20,8 @@ log = get_logger("server.config")
 
 #: Read by the network layer, SASL, the authorizer and the broker itself (not dynamic, so not in BROKER_CONFIGS).
 SERVER_NAMES = frozenset({
-    "listener.security.protocol", "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
+    "listener.security.protocol", "advertised.listeners", "listener.security.protocol.map",
+    "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
     "sasl.jaas.config", "sasl.server.max.receive.size", "connection.failed.authentication.delay.ms",
     "socket.request.max.bytes", "max.connections", "max.connections.per.ip",
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",

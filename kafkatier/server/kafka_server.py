@@ -40,7 +40,7 @@ from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.auth_helper import AuthHelper
-from kafkatier.server.config import BrokerConfig
+from kafkatier.server.config import BrokerConfig, extra_listeners
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -90,6 +90,7 @@ class KafkaServer:
         self.control_handler: ControlRequestHandler | None = None
         self.controller: KafkaController | None = None
         self.socket_server: SocketServer | None = None
+        self.extra_socket_servers: list[SocketServer] = []   # listeners beyond PLAINTEXT (client groups)
         self.apis: KafkaApis | None = None
         self.admin_zk: AdminZkClient | None = None
         self.dynamic_config: DynamicConfigManager | None = None
@@ -190,14 +191,19 @@ class KafkaServer:
                                           AclApis(authorizer, auth), UserScramApis(self.zk, auth),
                                           OffsetForLeaderEpochApis(self.replica_manager, auth)])
         o = c.overrides
-        self.socket_server = SocketServer(
-            c.host, c.port, self.apis, request_gate=sasl.gate if sasl is not None else None,
-            max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
-            unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
-            max_connections=int(o["max.connections"]) if "max.connections" in o else None,
-            max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
-            on_fatal=self._on_network_failure)
+
+        def socket_server(host: str, port: int, listener_name: str = "PLAINTEXT") -> SocketServer:
+            return SocketServer(
+                host, port, self.apis, request_gate=sasl.gate if sasl is not None else None,
+                max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
+                unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
+                max_connections=int(o["max.connections"]) if "max.connections" in o else None,
+                max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
+                on_fatal=self._on_network_failure, listener_name=listener_name)
+        self.socket_server = socket_server(c.host, c.port)
         self.socket_server.start()  # binds the port before we advertise it
+        for extra in extra_listeners(o):
+            self.extra_socket_servers.append(socket_server(extra.host, extra.port, extra.name).start())
         if c.port == 0:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
@@ -329,8 +335,10 @@ class KafkaServer:
     def _register_broker(self) -> None:
         """``/brokers/ids/{id}``; waits (bounded) for a previous incarnation's node to expire with its session."""
         c = self.config
+        extras = extra_listeners(c.overrides)
         reg = codecs.BrokerRegistration.create(
-            self.broker_id, endpoints=(c.listener,), listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"},
+            self.broker_id, endpoints=(c.listener, *(e.advertised for e in extras)),
+            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT", **{e.name: "PLAINTEXT" for e in extras}},
             timestamp_ms=int(time.time() * 1000), rack=c.rack)
         self.broker_epoch = broker_registration.register_broker(
             self.zk, self.broker_id, reg.encode(),
@@ -414,6 +422,7 @@ class KafkaServer:
         self._shutdown.set()
         log.info("shutting down %s", kv(broker=self.broker_id))
         for step in (lambda: self.socket_server and self.socket_server.shutdown(),
+                     *(s.shutdown for s in self.extra_socket_servers),
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),

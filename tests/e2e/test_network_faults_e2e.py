@@ -137,3 +137,55 @@ def test_killed_link_process_cuts_paths_and_heal_restores_them(lcluster):
     finally:
         producer.close(timeout=10)
     assert consume_all(c, topic, 1) == [b"after-heal"]
+
+
+def test_client_groups_cut_the_producers_but_not_the_consumers(cluster_factory):
+    """Two client groups, each with its own listener advertised at its links: cutting the producers' links
+    leaves the consumers reading; a producer times out (its requests are reset), then sends after heal."""
+    c = cluster_factory(brokers=3, log_dirs=1, client_groups=("producers", "consumers"))
+    producers, consumers = c.bootstrap_for("producers"), c.bootstrap_for("consumers")
+    admin = KafkaAdminClient(bootstrap_servers=producers, request_timeout_ms=30000)
+    try:
+        brokers = {(b["host"], b["port"]) for b in admin.describe_cluster()["brokers"]}
+    finally:
+        admin.close()
+    assert {f"{h}:{p}" for h, p in brokers} == set(producers.split(","))  # answered with link addresses
+    topic = create_topic(c, [1, 2, 3])
+    producer = KafkaProducer(bootstrap_servers=producers, acks="all", request_timeout_ms=3000, max_block_ms=4000,
+                             retries=0, reconnect_backoff_max_ms=200)
+    try:
+        producer.send(topic, value=b"before", partition=0).get(timeout=30)
+        c.links.partition(sources="client:producers", destinations="brokers")
+        with pytest.raises(Exception):  # noqa: B017 - reset connections: a KafkaTimeoutError or a request failure
+            producer.send(topic, value=b"cut", partition=0).get(timeout=10)
+        assert consume_all_from(consumers, topic, 1)[:1] == [b"before"]  # the consumers' links still work
+        c.links.heal()
+        wait_for(lambda: _sent(producer, topic, b"after"), CONVERGE_S, interval=0.5, message="a send after heal")
+    finally:
+        producer.close(timeout=5)
+    assert b"after" in consume_all_from(consumers, topic, 2)
+
+
+def _sent(producer, topic: str, value: bytes) -> bool:
+    try:
+        producer.send(topic, value=value, partition=0).get(timeout=5)
+        return True
+    except Exception:  # noqa: BLE001 - still reconnecting
+        return False
+
+
+def consume_all_from(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    out: list[bytes] = []
+    try:
+        def done():
+            for batch in consumer.poll(timeout_ms=500).values():
+                out.extend(r.value for r in batch)
+            return len(out) >= expected
+        wait_for(done, CONVERGE_S, interval=0, message=f"{expected} records of {topic}")
+    finally:
+        consumer.close()
+    return out
