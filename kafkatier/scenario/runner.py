@@ -144,7 +144,7 @@ class ScenarioRunner:
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
-                       timeout=SETUP_TIMEOUT_S, links=c.links)
+                       timeout=SETUP_TIMEOUT_S, links=c.links, client_groups=c.client_groups)
         except BaseException:
             try:
                 if manager.state:
@@ -159,7 +159,7 @@ class ScenarioRunner:
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
             faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
-            if c.links:
+            if c.links or c.client_groups:
                 self.network = NetworkFaults(manager.links, self.history, faults.resolve, self._partition_of)
             self._workload_phase(manager, observer, faults)
             self._heal(manager, observer, faults)
@@ -220,6 +220,8 @@ class ScenarioRunner:
         def on_written(rows: int) -> None:   # a Spark job's committed rows count as acknowledged progress
             observer.snapshot.acked = max(observer.snapshot.acked, counter["n"] + rows)
         for i, w in enumerate(spec.workloads):
+            # A workload of a client group bootstraps from the group's links (its own listener on every broker).
+            bootstrap = manager.client_bootstrap(w.client_group) if w.client_group else manager.bootstrap_servers
             for k in range(w.count):
                 name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
                 h.info(name, "start", attrs.asdict(w))
@@ -231,6 +233,7 @@ class ScenarioRunner:
                     self.readers.append(ConsumerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h))
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
+        bootstrap = manager.bootstrap_servers
         self.admin = AdminOperations(bootstrap, h)
         self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
         for wl in self.producers + self.readers + self.spark_jobs:

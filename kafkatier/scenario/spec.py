@@ -48,6 +48,7 @@ class ClusterSpec:
     zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT), or "ensemble" (3 containers)
     overrides: dict[str, str] = attrs.field(factory=dict)
     links: bool = False                    # broker -> broker and broker -> ZooKeeper paths through links
+    client_groups: tuple[str, ...] = ()     # client groups, each a listener reached through links (implies links)
 
     def broker_overrides(self) -> dict[str, str]:
         out = dict(TIERED_OVERRIDES) if self.tiered else {}
@@ -79,6 +80,7 @@ class WorkloadSpec:
     interval_s: float = 0.5                 # offsets sampler period
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
+    client_group: str | None = None         # bootstrap through this client group's links
 
 
 @attrs.frozen
@@ -243,7 +245,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     cluster = ClusterSpec(brokers=c.get("brokers", 3), log_dirs_per_broker=c.get("log_dirs_per_broker", 1),
                           session_timeout_ms=c.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
                           tiered=c.get("tiered", False), zookeeper=c.get("zookeeper"),
-                          overrides=_configs(c.get("overrides")), links=c.get("links", False))
+                          overrides=_configs(c.get("overrides")),
+                          links=c.get("links", False) or bool(c.get("client_groups")),
+                          client_groups=tuple(c.get("client_groups", ())))
     topics = tuple(TopicSpec(name=t["name"], partitions=t.get("partitions", 1),
                              replication_factor=t.get("replication_factor", min(3, cluster.brokers)),
                              configs=_configs(t.get("configs"))) for t in doc["topics"])
@@ -256,6 +260,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     for i, w in enumerate(doc.get("workloads", [])):
         if w["topic"] not in names:
             raise ScenarioSpecError(f"workloads[{i}].topic: unknown topic {w['topic']!r}")
+        if w.get("client_group") is not None and w["client_group"] not in cluster.client_groups:
+            raise ScenarioSpecError(f"workloads[{i}].client_group: {w['client_group']!r} is not in "
+                                    f"cluster.client_groups")
         kw = {k: v for k, v in w.items() if k != "acks"}
         acks = str(w.get("acks", "all"))
         workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))

@@ -69,3 +69,16 @@ def test_timeline_spans_pair_faults_with_their_heals():
                e(6, "link-heal", fault=None, value=[])]
     spans = [(s["t0"], s["t1"], s["kind"]) for s in link_spans(entries, 10.0)]
     assert spans == [(1, 3, "partition"), (2, 6, "latency"), (5, 6, "blackhole")]
+
+
+def test_client_groups_imply_links_and_workloads_name_them():
+    spec = from_dict({"name": "g", "cluster": {"brokers": 3, "client_groups": ["producers"]},
+                      "topics": [{"name": "t"}],
+                      "workloads": [{"type": "producer", "topic": "t", "client_group": "producers"}],
+                      "schedule": [{"at": 1, "action": "partition", "from": "client:producers", "to": "brokers"}]})
+    assert spec.cluster.links and spec.cluster.client_groups == ("producers",)
+    assert spec.workloads[0].client_group == "producers"
+    with pytest.raises(ScenarioSpecError, match=r"workloads\[0\].client_group: 'consumers' is not in"):
+        from_dict({**BASE, "workloads": [{"type": "consumer", "topic": "t", "client_group": "consumers"}]})
+    with pytest.raises(ScenarioSpecError, match="cluster.client_groups"):
+        from_dict({**BASE, "cluster": {"client_groups": ["Bad Name"]}})
