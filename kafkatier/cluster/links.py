@@ -197,6 +197,7 @@ class LinkServer:
         self.generation = -1
         self.rng = random.Random()
         self.stopping: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task] = set()   # connection tasks, referenced until they finish
 
     # --- start ----------------------------------------------------------------------------------------------
     def bind(self) -> LinkTable:
@@ -245,7 +246,9 @@ class LinkServer:
                 reset_socket(client)
                 rt.reset += 1
                 continue
-            asyncio.ensure_future(self._connect(rt, client))
+            task = asyncio.ensure_future(self._connect(rt, client))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, rt: LinkRuntime, client: socket.socket) -> None:
         loop = asyncio.get_running_loop()

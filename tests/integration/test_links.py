@@ -146,8 +146,9 @@ def test_latency_within_ten_percent_of_the_mean(links, mean_ms, jitter_ms):
             t0 = time.perf_counter()
             round_trip(s)
             samples.append((time.perf_counter() - t0) * 1000)
-    mean = statistics.mean(samples)
-    assert abs(mean - mean_ms) <= 0.1 * mean_ms, samples
+    # The median: on a loaded machine a late wake-up adds to a few samples, never takes away.
+    measured = statistics.median(samples)
+    assert abs(measured - mean_ms) <= 0.1 * mean_ms, samples
     if jitter_ms:
         assert max(samples) - min(samples) > jitter_ms / 2, samples  # the jitter is there
 
