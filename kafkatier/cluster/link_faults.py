@@ -1,5 +1,5 @@
 """Links and link faults: the value types of kafkatier's user-space network (no Kafka class; Toxiproxy's proxies
-and toxics, Jepsen's grudges and partition shapes, see ``docs``-level notes in the README's "Network faults").
+and toxics, Jepsen's grudges and partition shapes; README "Network faults (links)").
 
 A **link** is one directed TCP path of a cluster, served by the link process (``cluster/links.py``): its
 ``source`` dials ``127.0.0.1:<port>`` and the link connects on to ``upstream``.  Node names:
@@ -143,8 +143,9 @@ class Link:
     def with_fault(self, fault: LinkFault) -> "Link":
         """This link with ``fault`` added, replacing one of the same kind and direction (a ``both`` fault
         replaces the one-direction faults of its kind, and the other way round)."""
-        kept = tuple(f for f in self.faults
-                     if f.kind != fault.kind or not (f.direction == fault.direction or BOTH in (f.direction, fault.direction)))
+        def replaced(f: LinkFault) -> bool:
+            return f.kind == fault.kind and (f.direction == fault.direction or BOTH in (f.direction, fault.direction))
+        kept = tuple(f for f in self.faults if not replaced(f))
         return attrs.evolve(self, faults=kept + (fault,))
 
     def healed(self, kinds=None) -> "Link":
@@ -240,13 +241,15 @@ def _between(table: LinkTable, a: set[str], b: set[str]) -> list[str]:
             if (li.source in a and li.destination in b) or (li.source in b and li.destination in a)]
 
 
-def cut(table: LinkTable, a: set[str], b: set[str], kind: str = PARTITION, now: float = 0.0) -> list[tuple[str, LinkFault]]:
+def cut(table: LinkTable, a: set[str], b: set[str], kind: str = PARTITION,
+        now: float = 0.0) -> list[tuple[str, LinkFault]]:
     if kind not in (PARTITION, BLACKHOLE):
         raise LinkFaultError(f"a cut is a partition or a blackhole, not {kind!r}")
     return [(name, LinkFault(kind, applied_at=now)) for name in _between(table, a, b)]
 
 
-def one_way(table: LinkTable, sources: set[str], destinations: set[str], now: float = 0.0) -> list[tuple[str, LinkFault]]:
+def one_way(table: LinkTable, sources: set[str], destinations: set[str],
+            now: float = 0.0) -> list[tuple[str, LinkFault]]:
     """Bytes from ``sources`` never reach ``destinations``; the other way they still flow."""
     out = []
     for li in table.links:

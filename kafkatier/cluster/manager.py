@@ -468,7 +468,8 @@ class ClusterManager:
         groups = self.state.get("client_groups") or {}
         if group not in groups:
             from kafkatier.common.errors import UsageError
-            raise UsageError(f"no client group {group!r} (groups: {', '.join(groups) or 'none; cluster up --client-group'})")
+            known = ", ".join(groups) or "none; cluster up --client-group"
+            raise UsageError(f"no client group {group!r} (groups: {known})")
         return groups[group]
 
     def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int]]:

@@ -29,7 +29,8 @@ SERVER_NAMES = frozenset({
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
     "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
 })
-PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.", "log.", "group.",
+PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.",
+            "log.", "group.",
             "offsets.")
 
 
