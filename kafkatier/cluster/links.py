@@ -5,8 +5,9 @@
 - One listening socket per link on ``127.0.0.1``: the port recorded in the state file, or port 0 on the first
   start, the bound port then written back (never "find a free port, close it, bind it later").  A restarted
   process binds the same ports (``SO_REUSEADDR``) and serves the recorded faults.
-- Healthy bytes are forwarded in chunks of up to 256 KiB with ``sock_recv`` / ``sock_sendall``, and nothing else
-  per chunk but one lookup of the direction's behaviour.  Under latency or bandwidth a chunk goes through a
+- Healthy bytes are forwarded in chunks of up to 256 KiB with ``sock_recv_into`` (one buffer per direction, so no
+  allocation per chunk) / ``sock_sendall``, and nothing else per chunk but one lookup of the direction's
+  behaviour.  Under latency or bandwidth a chunk goes through a
   bounded queue to the direction's writer task (order kept; the bound is the back-pressure).
 - The state file is the truth: a command (``cluster/link_manager.py``) changes it under ``links.json.lock`` and
   sends ``{"op": "reload"}`` to the control port (JSON lines on ``127.0.0.1``); the answer comes once the new
@@ -127,30 +128,32 @@ class Connection:
         rt = self.rt
         queue: asyncio.Queue | None = None
         writer: asyncio.Task | None = None
+        buf = bytearray(CHUNK)  # one buffer per direction: no allocation (nor fresh mmap) per chunk
+        view = memoryview(buf)
         try:
             while True:
                 try:
-                    data = await loop.sock_recv(src, CHUNK)
+                    n = await loop.sock_recv_into(src, buf)
                 except OSError:
                     self.close(reset=True)  # a reset on one side is passed on to the other
                     return
-                if not data:
+                if not n:
                     break
                 b = rt.behaviour(direction)
                 if b.drop:
                     self.tainted = True
-                    rt.dropped[direction] += len(data)
+                    rt.dropped[direction] += n
                     continue
-                rt.bytes[direction] += len(data)
+                rt.bytes[direction] += n
                 if b.healthy and not self.pending[direction]:
-                    await loop.sock_sendall(dst, data)
+                    await loop.sock_sendall(dst, view[:n])
                     continue
                 if queue is None:
                     queue = asyncio.Queue(QUEUE_CHUNKS)
                     writer = asyncio.ensure_future(self._write(queue, dst, direction))
                     self.tasks.append(writer)
                 self.pending[direction] += 1
-                await queue.put((time.monotonic() + b.delay_s(self.rng), data))
+                await queue.put((time.monotonic() + b.delay_s(self.rng), bytes(view[:n])))
             if queue is not None:
                 await queue.put(None)
                 await writer
