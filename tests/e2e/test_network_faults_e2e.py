@@ -189,3 +189,29 @@ def consume_all_from(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     finally:
         consumer.close()
     return out
+
+
+def test_cli_partition_describe_and_heal(lcluster, kafkatier_cli):
+    """The commands a user types: faults in force show in describe (text and JSON), heal removes them, bad input
+    is one line and exit 2."""
+    d = lcluster.data_dir
+    r = kafkatier_cli.run("cluster", "partition", "--data-dir", d, "--from", "1", "--to", "2", "--one-way")
+    assert r.returncode == 0, r.stderr
+    r = kafkatier_cli.run("cluster", "link-fault", "--data-dir", d, "--from", "brokers", "--to", "zookeeper",
+                          "--latency-ms", "5", "--jitter-ms", "1")
+    assert r.returncode == 0, r.stderr
+    described = json.loads(kafkatier_cli.run("cluster", "describe", "--data-dir", d, "--json").stdout)["links"]
+    faults = {li["name"]: li["fault_text"] for li in described["links"] if li["faults"]}
+    assert faults["broker:1->broker:2"] == "blackhole forward"
+    assert faults["broker:2->broker:1"] == "blackhole backward"
+    assert faults["broker:3->zookeeper:1"] == "latency 5±1ms"
+    text = kafkatier_cli.run("cluster", "describe", "--data-dir", d).stdout
+    assert "5 with faults" in text and "FAULT blackhole forward" in text
+    for argv in (["partition", "--shape", "isolate", "--node", "7"], ["link-fault", "--from", "1", "--to", "2",
+                                                                      "--bandwidth", "-3MB/s"]):
+        bad = kafkatier_cli.run("cluster", *argv, "--data-dir", d)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    r = kafkatier_cli.run("cluster", "heal", "--data-dir", d)
+    assert r.returncode == 0 and r.stdout.startswith("healed 5 links"), r.stdout
+    assert kafkatier_cli.run("cluster", "heal", "--data-dir", d).stdout.startswith("healed 0 links")
+    lcluster.manager.wait_until_ready(timeout=CONVERGE_S)
