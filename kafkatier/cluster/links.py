@@ -114,6 +114,13 @@ class Connection:
         self.rt.connections.discard(self)
         for t in self.tasks:
             t.cancel()
+        loop = asyncio.get_running_loop()
+        for s in (self.client, self.upstream):
+            # Unregister now: the cancelled reads' own clean-up runs later with the fd number, which a new
+            # connection may have taken by then (asyncio skips it once the handle is cancelled here).
+            if s.fileno() >= 0:
+                loop.remove_reader(s.fileno())
+                loop.remove_writer(s.fileno())
         for s in (self.client, self.upstream):
             if reset:
                 reset_socket(s)

@@ -61,14 +61,15 @@ def echo():
 @pytest.fixture
 def links(tmp_path, echo):
     lm = LinkManager(str(tmp_path))
-    lm.create([Link("client:test", "broker:1", f"127.0.0.1:{echo.port}")])
+    lm.create([Link("client:test", "broker:1", f"127.0.0.1:{echo.port}"),
+               Link("client:base", "broker:1", f"127.0.0.1:{echo.port}")])  # a healthy twin, for baselines
     lm.start()
     yield lm
     lm.stop(kill=True)
 
 
-def dial(lm: LinkManager, timeout: float = 5.0) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", lm.table().link(NAME).port), timeout=timeout)
+def dial(lm: LinkManager, timeout: float = 5.0, name: str = NAME) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", lm.table().link(name).port), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -136,21 +137,29 @@ def test_one_way_blackhole_delivers_the_other_direction(links, echo):
     s.close()
 
 
-@pytest.mark.parametrize("mean_ms, jitter_ms", [(50.0, 0.0), (40.0, 10.0)])
+@pytest.mark.parametrize("mean_ms, jitter_ms", [(50.0, 0.0), (100.0, 20.0)])
 def test_latency_within_ten_percent_of_the_mean(links, mean_ms, jitter_ms):
+    """Round trips through the slowed link, interleaved with round trips through its healthy twin (the
+    difference is what the fault added).  The link's delays are uniform in mean ± jitter; a loaded machine's late
+    wake-ups (tens of ms at times on a shared CI runner) only ever add to a sample.  So the mean is estimated
+    from the lower quartile, which such outliers do not move: p25 + jitter/2; the median must not be far off."""
     fault(links, LinkFault(LATENCY, FORWARD, latency_ms=mean_ms, jitter_ms=jitter_ms))
-    with dial(links) as s:
+    with dial(links) as s, dial(links, name="client:base->broker:1") as base:
         round_trip(s)
-        samples = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            round_trip(s)
-            samples.append((time.perf_counter() - t0) * 1000)
-    # The median: on a loaded machine a late wake-up adds to a few samples, never takes away.
-    measured = statistics.median(samples)
-    assert abs(measured - mean_ms) <= 0.1 * mean_ms, samples
+        round_trip(base)
+        slow, healthy = [], []
+        for _ in range(40):
+            for sock, out in ((s, slow), (base, healthy)):
+                t0 = time.perf_counter()
+                round_trip(sock)
+                out.append((time.perf_counter() - t0) * 1000)
+    baseline = statistics.median(healthy)
+    quartiles = statistics.quantiles([x - baseline for x in slow], n=4)
+    estimated_mean = quartiles[0] + jitter_ms / 2
+    assert abs(estimated_mean - mean_ms) <= 0.1 * mean_ms, (estimated_mean, slow, healthy)
+    assert 0.9 * mean_ms <= quartiles[1] <= 1.5 * mean_ms, (quartiles, slow)
     if jitter_ms:
-        assert max(samples) - min(samples) > jitter_ms / 2, samples  # the jitter is there
+        assert max(slow) - min(slow) > jitter_ms, slow  # the jitter is there
 
 
 def test_latency_keeps_order(links):
