@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import uuid
 
+import confluent_kafka
+import confluent_kafka.admin
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from kafkatier.cluster.link_faults import BLACKHOLE, LinkFault
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -164,6 +168,13 @@ def test_client_groups_cut_the_producers_but_not_the_consumers(cluster_factory):
     finally:
         producer.close(timeout=5)
     assert b"after" in consume_all_from(consumers, topic, 2)
+    # A blackhole is silent: a client connects, its requests vanish, and it gives up on its own timeout.
+    c.links.link_fault("client:consumers", "brokers", LinkFault(BLACKHOLE))
+    t0 = time.monotonic()
+    with pytest.raises(confluent_kafka.KafkaException):  # librdkafka gives up when its timeout runs out
+        confluent_kafka.admin.AdminClient({"bootstrap.servers": consumers}).list_topics(timeout=3)
+    assert time.monotonic() - t0 >= 2.8  # a timeout, not a refusal
+    c.links.heal()
 
 
 def _sent(producer, topic: str, value: bytes) -> bool:
