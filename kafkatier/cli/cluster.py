@@ -150,9 +150,13 @@ def _partition(args) -> int:
 
     def plan():
         kind = BLACKHOLE if args.blackhole else PARTITION
+        if args.node is not None and args.shape not in ("isolate", "isolate-zookeeper"):
+            raise LinkFaultError("--node goes with --shape isolate or isolate-zookeeper")
+        if args.partition is not None and args.shape != "isolate-leader":
+            raise LinkFaultError("--partition goes with --shape isolate-leader")
         if args.shape is not None:
-            if args.source or args.destination:
-                raise LinkFaultError("--shape and --from/--to are exclusive")
+            if args.source or args.destination or args.one_way:
+                raise LinkFaultError("--shape and --from/--to/--one-way are exclusive")
             tp = None
             if args.partition is not None:
                 topic, _, n = args.partition.rpartition(":")
@@ -191,11 +195,14 @@ def _heal(args) -> int:
 
 
 def _link_fault(args) -> int:
-    from kafkatier.cluster.link_faults import BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, parse_rate
+    from kafkatier.cluster.link_faults import (BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, LinkFaultError,
+                                               parse_rate)
     m = _manager(args)
     m.load()
 
     def plan():
+        if args.jitter_ms and args.latency_ms is None:
+            raise LinkFaultError("--jitter-ms goes with --latency-ms")
         if args.latency_ms is not None:
             f = LinkFault(LATENCY, args.direction, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms)
         elif args.bandwidth is not None:

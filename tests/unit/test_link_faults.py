@@ -135,6 +135,11 @@ def cluster_dir(tmp_path):
     (["link-fault", "--from", "1", "--to", "moon", "--blackhole"], "unknown node 'moon'"),
     (["heal", "--link", "broker:1->broker:9"], "no link 'broker:1->broker:9'"),
     (["partition", "--shape", "square"], "invalid choice: 'square'"),
+    (["partition", "--shape", "halves", "--node", "1"], "--node goes with --shape isolate"),
+    (["partition", "--shape", "halves", "--one-way"], "exclusive"),
+    (["partition", "--from", "1", "--to", "2", "--partition", "t:0"], "--partition goes with"),
+    (["link-fault", "--from", "1", "--to", "2", "--blackhole", "--jitter-ms", "5"], "--jitter-ms goes with"),
+    (["link-fault", "--from", "1", "--to", "2", "--partition", "--direction", "forward"], "cuts both directions"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(cluster_dir, capsys, argv, message):
     from kafkatier.cli.main import main
