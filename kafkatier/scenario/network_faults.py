@@ -114,6 +114,8 @@ def parse_action(a: dict, where: str, links_enabled: bool, brokers: int) -> Link
         given = [k for k in ("latency_ms", "bandwidth", "blackhole") if a.get(k)]
         if len(given) != 1:
             raise ValueError(f"{where}: a link_fault gives one of latency_ms, bandwidth, blackhole")
+        if "jitter_ms" in a and "latency_ms" not in a:
+            raise ValueError(f"{where}.jitter_ms: only with latency_ms")
     bandwidth = a.get("bandwidth")
     try:
         if isinstance(bandwidth, str):

@@ -42,6 +42,7 @@ def test_link_steps_load_with_their_fields():
     (step(action="link_fault", **{"from": 1, "to": 2}), "one of latency_ms, bandwidth, blackhole"),
     (step(action="link_fault", latency_ms=10, jitter_ms=30, **{"from": 1, "to": 2}), "latency needs"),
     (step(action="link_fault", bandwidth="fast", **{"from": 1, "to": 2}), "bad rate 'fast'"),
+    (step(action="link_fault", bandwidth=1000, jitter_ms=3, **{"from": 1, "to": 2}), "jitter_ms: only with latency_ms"),
     (step(action="kill", target=1, latency_ms=5), "schedule[0].latency_ms: only for the link actions"),
     ({**BASE, "cluster": {"brokers": 3}, "nemesis": {"menu": ["partition-halves"]}}, "needs [cluster] links"),
 ])
