@@ -1,4 +1,5 @@
-"""``kafkatier cluster up|down|start-broker|stop-broker|describe|fail-log-dir|restore-log-dir``."""
+"""``kafkatier cluster up|down|start-broker|stop-broker|describe|fail-log-dir|restore-log-dir``, and the network
+faults of a cluster started with ``--links``: ``partition|heal|link-fault|links``."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,12 @@ def register(sub) -> None:
                          "DATA_DIR/broker-<id>/server.properties (mode 0600), never on a command line; tiered "
                          "storage is on by default, --override remote.log.storage.system.enable=false turns it off")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
+    up.add_argument("--links", action="store_true",
+                    help="run every broker -> broker and broker -> ZooKeeper path through the cluster's link "
+                         "process, so that partition / link-fault can cut, stall, slow or throttle it")
+    up.add_argument("--client-group", action="append", default=[], metavar="NAME",
+                    help="(implies --links) a client group with its own listener on every broker, reached through "
+                         "links client:NAME -> broker:N; its bootstrap servers are in describe (repeatable)")
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every broker and the embedded ZooKeeper")
@@ -63,6 +70,170 @@ def register(sub) -> None:
     d.add_argument("--data-dir", required=True)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_describe)
+    _register_links(csub)
+
+
+# --- network faults (cluster/links.py, cluster/link_faults.py) ---------------------------------------------------
+def _register_links(csub) -> None:
+    from kafkatier.cluster.link_faults import DIRECTIONS, SHAPES
+    pa = csub.add_parser("partition", help="cut links by a named shape (isolate, isolate-zookeeper, isolate-leader, "
+                                           "halves, random-halves, bridge) or between --from and --to")
+    pa.add_argument("--data-dir", required=True)
+    pa.add_argument("--shape", choices=[s for s in SHAPES if s != "one-way"], default=None)
+    pa.add_argument("--node", type=int, default=None, help="the broker of isolate / isolate-zookeeper")
+    pa.add_argument("--partition", default=None, metavar="TOPIC:N", help="the partition of isolate-leader")
+    pa.add_argument("--seed", type=int, default=0, help="the shuffle of random-halves")
+    pa.add_argument("--from", dest="source", default=None, metavar="NODES",
+                    help="comma-separated nodes: broker ids, broker:N, zookeeper[:N], client:GROUP, brokers")
+    pa.add_argument("--to", dest="destination", default=None, metavar="NODES")
+    pa.add_argument("--one-way", action="store_true",
+                    help="with --from/--to: bytes from --from never reach --to; the other way they flow")
+    pa.add_argument("--blackhole", action="store_true",
+                    help="a silent cut: bytes accepted and thrown away (peers time out) instead of resets")
+    pa.set_defaults(func=_partition)
+
+    he = csub.add_parser("heal", help="remove link faults (all, or of --link / --from --to / --fault); a link "
+                                      "with no fault is left as it is; a dead link process is started again")
+    he.add_argument("--data-dir", required=True)
+    he.add_argument("--link", action="append", default=[], metavar="SOURCE->DESTINATION")
+    he.add_argument("--from", dest="source", default=None, metavar="NODES")
+    he.add_argument("--to", dest="destination", default=None, metavar="NODES")
+    he.add_argument("--fault", action="append", default=[], metavar="KIND",
+                    help="heal only this kind: partition, blackhole, latency, bandwidth (repeatable)")
+    he.set_defaults(func=_heal)
+
+    lf = csub.add_parser("link-fault", help="latency, bandwidth, blackhole or partition on the links from --from "
+                                            "to --to")
+    lf.add_argument("--data-dir", required=True)
+    lf.add_argument("--from", dest="source", required=True, metavar="NODES")
+    lf.add_argument("--to", dest="destination", required=True, metavar="NODES")
+    lf.add_argument("--both-ways", action="store_true", help="also the links from --to to --from")
+    lf.add_argument("--direction", choices=DIRECTIONS, default="both",
+                    help="bytes towards the destination (forward), the answers (backward), or both (default)")
+    kind = lf.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--latency-ms", type=float, default=None, help="delay per direction (a round trip "
+                                                                      "through a link slowed both ways pays it twice)")
+    kind.add_argument("--bandwidth", default=None, metavar="RATE", help="e.g. 1MB/s, 512KiB/s, 250000 (bytes/s)")
+    kind.add_argument("--blackhole", action="store_true")
+    kind.add_argument("--partition", action="store_true")
+    lf.add_argument("--jitter-ms", type=float, default=0.0, help="with --latency-ms: ± uniform jitter")
+    lf.set_defaults(func=_link_fault)
+
+    li = csub.add_parser("links", help="the link process: serve (its main), start, stop")
+    lsub = li.add_subparsers(dest="links_command", metavar="ACTION")
+    lsub.required = True
+    for name, hlp in (("serve", "run the link process in the foreground (what cluster up --links starts)"),
+                      ("start", "start the link process if it is not running"),
+                      ("stop", "stop the link process: every path through it is cut like a cable")):
+        c = lsub.add_parser(name, help=hlp)
+        c.add_argument("--data-dir", required=True)
+        if name == "stop":
+            c.add_argument("--kill", action="store_true")
+        c.set_defaults(func=_links_command)
+
+
+def _link_usage(fn):
+    """A link fault error (unknown broker, shape, value) as the CLI's one line and exit 2."""
+    from kafkatier.cluster.link_faults import LinkFaultError
+    from kafkatier.common.errors import UsageError
+    try:
+        return fn()
+    except LinkFaultError as e:
+        raise UsageError(str(e)) from None
+
+
+def _partition(args) -> int:
+    from kafkatier.cluster.link_faults import BLACKHOLE, PARTITION, LinkFaultError
+    m = _manager(args)
+    m.load()
+    lm = m.links
+
+    def plan():
+        kind = BLACKHOLE if args.blackhole else PARTITION
+        if args.node is not None and args.shape not in ("isolate", "isolate-zookeeper"):
+            raise LinkFaultError("--node goes with --shape isolate or isolate-zookeeper")
+        if args.partition is not None and args.shape != "isolate-leader":
+            raise LinkFaultError("--partition goes with --shape isolate-leader")
+        if args.shape is not None:
+            if args.source or args.destination or args.one_way:
+                raise LinkFaultError("--shape and --from/--to/--one-way are exclusive")
+            tp = None
+            if args.partition is not None:
+                topic, _, n = args.partition.rpartition(":")
+                if not topic or not n.isdigit():
+                    raise LinkFaultError(f"--partition expects TOPIC:N, got {args.partition!r}")
+                tp = (topic, int(n))
+            return lm.shape_plan(args.shape, node=args.node, topic_partition=tp, seed=args.seed, kind=kind)
+        if not (args.source and args.destination):
+            raise LinkFaultError("give --shape, or --from and --to")
+        return lm.cut_plan(args.source, args.destination, args.one_way, kind)
+    p = _link_usage(plan)
+    _link_usage(lambda: lm.apply(p))
+    print(f"{p.description}: {len(p.link_names())} links faulted ({', '.join(p.link_names())})")
+    return 0
+
+
+def _heal(args) -> int:
+    from kafkatier.cluster.link_faults import LinkFaultError, links_between, resolve_nodes
+    m = _manager(args)
+    m.load()
+
+    def heal():
+        table = m.links.table()
+        names = list(args.link)
+        if args.source or args.destination:
+            if not (args.source and args.destination):
+                raise LinkFaultError("--from and --to go together")
+            names += links_between(table, resolve_nodes(table, args.source), resolve_nodes(table, args.destination),
+                                   both_ways=True)
+        for n in names:
+            table.link(n)
+        return m.links.heal(names or None, kinds=args.fault or None)
+    healed = _link_usage(heal)
+    print(f"healed {len(healed)} links" + (f": {', '.join(healed)}" if healed else " (none had a fault)"))
+    return 0
+
+
+def _link_fault(args) -> int:
+    from kafkatier.cluster.link_faults import (BANDWIDTH, BLACKHOLE, LATENCY, PARTITION, LinkFault, LinkFaultError,
+                                               parse_rate)
+    m = _manager(args)
+    m.load()
+
+    def plan():
+        if args.jitter_ms and args.latency_ms is None:
+            raise LinkFaultError("--jitter-ms goes with --latency-ms")
+        if args.latency_ms is not None:
+            f = LinkFault(LATENCY, args.direction, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms)
+        elif args.bandwidth is not None:
+            f = LinkFault(BANDWIDTH, args.direction, rate_bytes_per_s=parse_rate(args.bandwidth))
+        elif args.blackhole:
+            f = LinkFault(BLACKHOLE, args.direction)
+        else:
+            f = LinkFault(PARTITION, args.direction)
+        return m.links.fault_plan(args.source, args.destination, f, args.both_ways)
+    p = _link_usage(plan)
+    _link_usage(lambda: m.links.apply(p))
+    print(f"{p.description}: {', '.join(p.link_names())}")
+    return 0
+
+
+def _links_command(args) -> int:
+    if args.links_command == "serve":
+        from kafkatier.cluster.links import serve
+        return serve(args.data_dir)
+    m = _manager(args)
+    m.load()
+    if not m.state.get("links"):
+        from kafkatier.common.errors import UsageError
+        raise UsageError(f"the cluster at {m.data_dir} runs without links (start it with --links)")
+    if args.links_command == "start":
+        t = m.links.start()
+        print(f"link process serving {len(t.links)} links (pid {t.pid})")
+    else:
+        m.links.stop(kill=args.kill)
+        print("link process stopped")
+    return 0
 
     from kafkatier.cli import faults  # inject-errors, clock (request faults and clock skew)
     faults.register(csub)
@@ -82,11 +253,15 @@ def _up(args) -> int:
         raise UsageError("--brokers must be at least 1")
     if args.log_dirs_per_broker < 1:
         raise UsageError("--log-dirs-per-broker must be at least 1")
+    from kafkatier.cluster.link_faults import check_client_group
+    for g in args.client_group:
+        _link_usage(lambda g=g: check_client_group(g))
     m = _manager(args)
     try:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
-                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)})
+                     overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
+                     client_groups=args.client_group)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:
             m.down()
@@ -97,6 +272,8 @@ def _up(args) -> int:
             m.down()
         raise
     print(f"cluster ready: zookeeper={state['zookeeper']} bootstrap_servers={state['bootstrap_servers']}")
+    for g, servers in (state.get("client_groups") or {}).items():
+        print(f"client group {g}: bootstrap_servers={servers}")
     print(f"cluster file: {m.cluster_file}")
     if args.detach:
         return 0
@@ -206,7 +383,22 @@ def _describe(args) -> int:
         for f in rf.get("faults") or []:
             left = "unbounded" if f.get("remaining") is None else f.get("remaining")
             print(f"  request fault {f['id']}: {f['summary']} remaining={left}")
+    if st.get("links"):
+        for g, servers in (st.get("client_groups") or {}).items():
+            print(f"Client group {g}: bootstrap_servers={servers}")
+        _describe_links(st["links"])
     return 0
+
+
+def _describe_links(links: dict) -> None:
+    state = f"serving (pid {links['pid']})" if links["running"] else "DOWN (every path through it is cut)"
+    faulty = [li for li in links["links"] if li["faults"]]
+    print(f"Links: {len(links['links'])} {state}, {len(faulty)} with faults")
+    for li in links["links"]:
+        st = li.get("stats") or {}
+        conns = f" connections={st['connections']}" if st else ""
+        print(f"  {li['name']}: {li['address']} -> {li['upstream']}{conns}"
+              + (f"  FAULT {li['fault_text']}" if li["faults"] else ""))
 
 
 LONG_MAX = (1 << 63) - 1

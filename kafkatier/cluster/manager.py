@@ -40,6 +40,7 @@ from kafkatier.admin.bootstrap import BootstrapConfigError
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.server.config import loggable_configs
+from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG
 from kafkatier.server.server_properties import SERVER_PROPERTIES, read_server_properties, write_server_properties
 from kafkatier.waiting import wait_for
 from kafkatier.zk.embedded import pid_alive as _pid_alive
@@ -136,7 +137,7 @@ class ClusterManager:
     # --- up / down ------------------------------------------------------------------------------------------
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
-           first_broker_id: int = 1) -> dict:
+           first_broker_id: int = 1, links: bool = False, client_groups=()) -> dict:
         os.makedirs(os.path.join(self.data_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.data_dir, "status"), exist_ok=True)
         remote = os.path.join(self.data_dir, "remote-storage")
@@ -168,6 +169,8 @@ class ClusterManager:
             "remote_storage_dir": remote,
             "data_dir": self.data_dir,
         }
+        if links or client_groups:
+            self._wire_links(specs, zookeeper, overrides or {}, client_groups)
         self.save()
         for s in specs:
             self.start_broker(s.id, wait=False)
@@ -467,6 +470,85 @@ class ClusterManager:
     def kill_broker(self, broker_id: int) -> None:
         self.stop_broker(broker_id, kill=True)
 
+    # --- links (cluster/links.py): every broker -> broker and broker -> ZooKeeper path through the link process --
+    @property
+    def links(self):
+        from kafkatier.cluster.link_manager import LinkManager
+        return LinkManager(self.data_dir, partition_replicas=self.partition_replicas)
+
+    def _wire_links(self, specs: list[BrokerSpec], zookeeper: str, overrides: dict, client_groups=()) -> None:
+        """Create the links of a new cluster, start the link process, and point each broker at its own links:
+        ``--zookeeper`` becomes its links to each ZooKeeper server (chroot kept), and
+        ``kafkatier.links.broker.endpoints`` (in its server.properties) maps every other broker to its link.
+
+        Each client group ``g`` gets a listener ``G`` on every broker (``listeners``), advertised at the group's
+        link to that broker (``advertised.listeners``): a client bootstrapping from the group's links is
+        answered with link addresses only, so all its traffic goes through them."""
+        from kafkatier.cluster.link_faults import Link, broker_node, check_client_group, client_node, zookeeper_node
+        servers, _, chroot = zookeeper.partition("/")
+        zk_servers = [s.strip() for s in servers.split(",") if s.strip()]
+        groups = [check_client_group(g) for g in dict.fromkeys(client_groups)]
+        listener_ports = {(g, s.id): free_port() for g in groups for s in specs}
+        links = []
+        for s in specs:
+            links += [Link(broker_node(s.id), broker_node(o.id), f"127.0.0.1:{o.port}") for o in specs if o.id != s.id]
+            links += [Link(broker_node(s.id), zookeeper_node(n), hp) for n, hp in enumerate(zk_servers, start=1)]
+        for g in groups:
+            links += [Link(client_node(g), broker_node(s.id), f"127.0.0.1:{listener_ports[g, s.id]}") for s in specs]
+        lm = self.links
+        lm.create(links)
+        table = lm.start()
+        for s in specs:
+            connect = ",".join(table.link(f"{broker_node(s.id)}->{zookeeper_node(n)}").address
+                               for n in range(1, len(zk_servers) + 1)) + (f"/{chroot}" if chroot else "")
+            s.args[s.args.index("--zookeeper") + 1] = connect
+            endpoints = ",".join(f"{o.id}:{table.link(f'{broker_node(s.id)}->{broker_node(o.id)}').address}"
+                                 for o in specs if o.id != s.id)
+            props = {**overrides, LINK_ENDPOINTS_CONFIG: endpoints}
+            if groups:
+                props["listeners"] = ",".join([f"PLAINTEXT://127.0.0.1:{s.port}"] + [
+                    f"{g.upper()}://127.0.0.1:{listener_ports[g, s.id]}" for g in groups])
+                props["advertised.listeners"] = ",".join(
+                    f"{g.upper()}://{table.link(f'{client_node(g)}->{broker_node(s.id)}').address}" for g in groups)
+                props["listener.security.protocol.map"] = ",".join(
+                    ["PLAINTEXT:PLAINTEXT"] + [f"{g.upper()}:PLAINTEXT" for g in groups])
+            write_server_properties(os.path.join(self.data_dir, f"broker-{s.id}", SERVER_PROPERTIES), props,
+                                    comment=f"broker {s.id}, by kafkatier cluster up --links")
+        self.state["links"] = {"enabled": True, "state_file": lm.state.path}
+        self.state["client_groups"] = {
+            g: ",".join(table.link(f"{client_node(g)}->{broker_node(s.id)}").address for s in specs) for g in groups}
+        self.state["brokers"] = [attrs.asdict(s) for s in specs]
+        log.info("links wired %s", kv(links=len(links), pid=table.pid))
+
+    def client_bootstrap(self, group: str) -> str:
+        """The bootstrap servers of a client group: its links to every broker."""
+        groups = self.state.get("client_groups") or {}
+        if group not in groups:
+            from kafkatier.common.errors import UsageError
+            known = ", ".join(groups) or "none; cluster up --client-group"
+            raise UsageError(f"no client group {group!r} (groups: {known})")
+        return groups[group]
+
+    def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int]]:
+        """(leader, replicas) of a partition as ZooKeeper has them, for the ``isolate-leader`` shape."""
+        from kafkatier.cluster.link_faults import LinkFaultError
+        from kafkatier.common.structs import TopicPartition
+        from kafkatier.zk.kafka_zk_client import KafkaZkClient
+        zk = self._zk()
+        try:
+            kzk = KafkaZkClient(zk)
+            tp = TopicPartition(topic, partition)
+            state = kzk.get_partition_states([tp]).get(tp)
+            assignment = kzk.get_topic_assignments([topic]).get(topic)
+        finally:
+            zk.stop()
+            zk.close()
+        if state is None or assignment is None or partition not in assignment.partitions:
+            raise LinkFaultError(f"unknown partition {topic}-{partition}")
+        if state.leader < 0:
+            raise LinkFaultError(f"{topic}-{partition} has no leader")
+        return state.leader, list(assignment.partitions[partition])
+
     def down(self, timeout: float = 30.0) -> None:
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
@@ -481,6 +563,8 @@ class ClusterManager:
                          max(0.1, deadline - time.monotonic()), message=f"broker {b['id']} to stop")
             except TimeoutError:
                 os.kill(pid, signal.SIGKILL)
+        if self.state.get("links"):
+            self.links.stop()
         zk_pid = self.state.get("zookeeper_pid")
         if zk_pid:
             from kafkatier.zk.embedded import stop_pid
@@ -545,4 +629,7 @@ class ClusterManager:
             except (OSError, json.JSONDecodeError):
                 entry["status"] = None
             out["brokers"].append(entry)
+        if self.state.get("links"):
+            out["links"] = self.links.describe()
+            out["client_groups"] = self.state.get("client_groups") or {}
         return out

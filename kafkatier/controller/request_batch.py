@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext
 from kafkatier.logsetup import get_logger
-from kafkatier.zk.codecs import wire_topic_id
+from kafkatier.zk.codecs import parse_endpoint, wire_topic_id
 
 log = get_logger("controller.batch")
 
@@ -201,8 +201,8 @@ class ControllerBrokerRequestBatch:
                  "partition_states": ps} for t, ps in by_topic.items()]
 
     def _live_brokers_body(self) -> list:
-        return [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
-                                            "security_protocol": 0}], "rack": b.rack}
+        """Every live broker with each listener it registered (PLAINTEXT first), as Kafka's UpdateMetadata."""
+        return [{"id": b.id, "endpoints": _endpoints_body(b), "rack": b.rack}
                 for b in sorted(self.ctx.live_brokers.values(), key=lambda b: b.id)]
 
     def _update_metadata_body(self, broker_id, partition_states, live_brokers, controller_epoch) -> dict:
@@ -225,3 +225,15 @@ class ControllerBrokerRequestBatch:
         body = self._header(broker_id, controller_epoch)
         body["topic_states"] = [{"topic_name": t, "partition_states": ps} for t, ps in by_topic.items()]
         return body
+
+
+def _endpoints_body(b) -> list[dict]:
+    out = [{"port": b.port, "host": b.host, "listener": "PLAINTEXT", "security_protocol": 0}]
+    for text in b.endpoints or ():
+        try:
+            ep = parse_endpoint(text)
+        except ValueError:
+            continue
+        if ep.listener != "PLAINTEXT":
+            out.append({"port": ep.port, "host": ep.host, "listener": ep.listener, "security_protocol": 0})
+    return out

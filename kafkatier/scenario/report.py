@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.scenario.checkers import Anomaly, split
 from kafkatier.scenario.history import pairs
+from kafkatier.scenario.network_faults import draw_timeline as draw_link_faults
 
 TIERED_COLOURS = {"ENABLED": "#4caf50", "DISABLING": "#ff9800", "DISABLED": "#9e9e9e"}
 PROCESS_MARKERS = ("kill", "terminate", "pause", "expire_session", "zk_pause", "zk_stop")
@@ -157,11 +158,13 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
             ax.text(t, len(lanes) - 0.4, _marker_label(e), rotation=90, fontsize=7, va="top", color=colour)
         if e["process"] == "admin" and e["type"] == "invoke":
             ax.axvline(e["time"] / 1e9, color="#1565c0", alpha=0.35, lw=1, ls="--")
+    draw_link_faults(ax, entries, y, end)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
     ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
                  "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
-                 "fault, teal: request fault / clock skew, dashed: admin operation)", fontsize=9)
+                 "fault, teal: request fault / clock skew, dashed: admin operation; top bar: link fault, brown cut /"
+                 " black blackhole / blue latency / teal bandwidth)", fontsize=9)
     # throughput and latency
     bins: Counter = Counter()
     lat_t, lat_v = [], []
@@ -226,7 +229,7 @@ def summary(res: dict) -> str:
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
                  + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
                              if f not in ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume",
-                                          "unthrottle")))
+                                          "unthrottle", "link-heal")))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")

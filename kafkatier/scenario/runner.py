@@ -36,6 +36,7 @@ from kafkatier.cluster.manager import ClusterManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
+from kafkatier.scenario.network_faults import LINK_ACTIONS, NetworkFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
@@ -118,6 +119,7 @@ class ScenarioRunner:
         self.extra_anomalies: list[Anomaly] = []
         self._cancel = threading.Event()
         self._step_threads: list[threading.Thread] = []
+        self.network: NetworkFaults | None = None   # with [cluster] links = true
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -143,7 +145,7 @@ class ScenarioRunner:
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
-                       timeout=SETUP_TIMEOUT_S)
+                       timeout=SETUP_TIMEOUT_S, links=c.links, client_groups=c.client_groups)
         except BaseException:
             try:
                 if manager.state:
@@ -158,6 +160,8 @@ class ScenarioRunner:
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
             faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
+            if c.links or c.client_groups:
+                self.network = NetworkFaults(manager.links, self.history, faults.resolve, self._partition_of)
             self._workload_phase(manager, observer, faults)
             self._heal(manager, observer, faults)
             self._final_reads(manager, observer)
@@ -217,6 +221,8 @@ class ScenarioRunner:
         def on_written(rows: int) -> None:   # a Spark job's committed rows count as acknowledged progress
             observer.snapshot.acked = max(observer.snapshot.acked, counter["n"] + rows)
         for i, w in enumerate(spec.workloads):
+            # A workload of a client group bootstraps from the group's links (its own listener on every broker).
+            bootstrap = manager.client_bootstrap(w.client_group) if w.client_group else manager.bootstrap_servers
             for k in range(w.count):
                 name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
                 h.info(name, "start", attrs.asdict(w))
@@ -228,6 +234,7 @@ class ScenarioRunner:
                     self.readers.append(ConsumerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h))
                 else:
                     self.readers.append(OffsetsSampler(name, w, bootstrap, spec.topic(w.topic).partitions, h))
+        bootstrap = manager.bootstrap_servers
         self.admin = AdminOperations(bootstrap, h)
         self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
         self.request_faults = RequestFaults(manager, h)
@@ -291,10 +298,17 @@ class ScenarioRunner:
                 self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action} did not happen: "
                                   f"{reason.splitlines()[0]}")
 
+    def _partition_of(self, pick: float) -> tuple[str, int]:
+        """A partition of the scenario's topics that ``pick`` chooses."""
+        tps = [(t.name, p) for t in self.spec.topics for p in range(t.partitions)]
+        return tps[min(int(pick * len(tps)), len(tps) - 1)]
+
     def _apply(self, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
         a = step.action
         kind = a.action
-        if kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
+        if kind in LINK_ACTIONS:
+            self.network.apply(kind, a.link, a.target, a.topic, a.partition, step.pick, step.duration_s)
+        elif kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
             b = faults.resolve(a.target, step.pick)
             if kind == "kill":
                 faults.kill(b, a.signal)
@@ -398,6 +412,8 @@ class ScenarioRunner:
             th.join(timeout=90)
         h.info("nemesis", "heal", None)
         t0 = time.monotonic()
+        if self.network is not None:
+            self.network.heal()   # first: brokers reach ZooKeeper and each other again
         faults.heal()
         self.admin_faults.heal()
         self.request_faults.heal()

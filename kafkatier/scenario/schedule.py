@@ -17,6 +17,7 @@ import random
 import attrs
 
 from kafkatier.scenario import request_faults
+from kafkatier.scenario import network_faults
 from kafkatier.scenario.spec import ActionSpec, ScenarioSpec, Time
 
 # Nemesis menu entries as schedule actions.
@@ -78,6 +79,8 @@ class Step:
             parts.append(f"offset_ms={a.offset_ms or 0:g} drift_ppm={a.drift_ppm or 0:g}")
         if a.clear:
             parts.append("clear")
+        if a.link is not None:
+            parts.append(a.link.describe())
         if self.duration_s:
             parts.append(f"for={self.duration_s:.2f}s")
         if self.down_s:
@@ -150,6 +153,15 @@ def derive(spec: ScenarioSpec, seed: int) -> Schedule:
         k = 0
         while t < stop:
             kind = rng.choices(kinds, kind_weights)[0]
+            if kind in network_faults.NEMESIS_MENU:   # link faults: their own fields and durations
+                a = ActionSpec(at=t, **network_faults.menu_action(kind))
+                lo, hi = network_faults.NEMESIS_DURATIONS[kind]
+                steps.append((t, 1000 + k, Step(number=0, action=a, at=round(t, 3), pick=round(rng.random(), 6),
+                                                duration_s=round(rng.uniform(lo, hi), 3), down_s=0.0,
+                                                origin="nemesis")))
+                t += _draw(rng, n.interval_s)
+                k += 1
+                continue
             a = ActionSpec(at=t, **_MENU[kind])
             duration = round(rng.uniform(0.5, 2.0), 3) if kind in _PAUSES else 0.0
             down = round(rng.uniform(0.2, 1.5), 3) if kind in _RESTARTS else 0.0

@@ -23,6 +23,8 @@ from jsonschema import Draft202012Validator
 
 from kafkatier.cluster.request_faults import build_faults
 from kafkatier.common.errors import UsageError
+from kafkatier.scenario.network_faults import NEMESIS_MENU as LINK_MENU
+from kafkatier.scenario.network_faults import LINK_ACTIONS, LinkActionSpec, parse_action
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
 
@@ -47,6 +49,8 @@ class ClusterSpec:
     tiered: bool = False
     zookeeper: str | None = None           # an external ZooKeeper (HOST:PORT), or "ensemble" (3 containers)
     overrides: dict[str, str] = attrs.field(factory=dict)
+    links: bool = False                    # broker -> broker and broker -> ZooKeeper paths through links
+    client_groups: tuple[str, ...] = ()     # client groups, each a listener reached through links (implies links)
 
     def broker_overrides(self) -> dict[str, str]:
         out = dict(TIERED_OVERRIDES) if self.tiered else {}
@@ -78,6 +82,7 @@ class WorkloadSpec:
     interval_s: float = 0.5                 # offsets sampler period
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
+    client_group: str | None = None         # bootstrap through this client group's links
 
 
 @attrs.frozen
@@ -125,6 +130,8 @@ class ActionSpec:
     close_connection_nth: int | None = None
     offset_ms: float | None = None
     drift_ppm: float | None = None
+    clear: bool = False                     # throttle: remove the throttles instead
+    link: LinkActionSpec | None = None      # partition / link_fault: the link fields (scenario/network_faults.py)
 
 
 @attrs.frozen
@@ -250,7 +257,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     cluster = ClusterSpec(brokers=c.get("brokers", 3), log_dirs_per_broker=c.get("log_dirs_per_broker", 1),
                           session_timeout_ms=c.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
                           tiered=c.get("tiered", False), zookeeper=c.get("zookeeper"),
-                          overrides=_configs(c.get("overrides")))
+                          overrides=_configs(c.get("overrides")),
+                          links=c.get("links", False) or bool(c.get("client_groups")),
+                          client_groups=tuple(c.get("client_groups", ())))
     topics = tuple(TopicSpec(name=t["name"], partitions=t.get("partitions", 1),
                              replication_factor=t.get("replication_factor", min(3, cluster.brokers)),
                              configs=_configs(t.get("configs"))) for t in doc["topics"])
@@ -263,6 +272,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     for i, w in enumerate(doc.get("workloads", [])):
         if w["topic"] not in names:
             raise ScenarioSpecError(f"workloads[{i}].topic: unknown topic {w['topic']!r}")
+        if w.get("client_group") is not None and w["client_group"] not in cluster.client_groups:
+            raise ScenarioSpecError(f"workloads[{i}].client_group: {w['client_group']!r} is not in "
+                                    f"cluster.client_groups")
         kw = {k: v for k, v in w.items() if k != "acks"}
         acks = str(w.get("acks", "all"))
         workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))
@@ -276,6 +288,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                               start_s=float(n.get("start_s", 1.0)), stop_s=n.get("stop_s"),
                               swarm=n.get("swarm", False), via=n.get("via", "api"),
                               throttle_rate=_time(n.get("throttle_rate", [100_000, 1_000_000])))
+        links = [m for m in nemesis.menu if m in LINK_MENU]
+        if links and not cluster.links:
+            raise ScenarioSpecError(f"nemesis.menu: {links[0]!r} needs [cluster] links = true")
     e = doc.get("expect", {})
     expect = ExpectSpec(failed_sends=e.get("failed_sends", "any"),
                         tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
@@ -373,6 +388,10 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
             raise ScenarioSpecError(f"{where}.when.partition: {w['topic']} has partitions 0.."
                                     f"{topics[w['topic']] - 1}")
         when = ConditionSpec(**dict(w, isr=tuple(sorted(w["isr"])) if "isr" in w else None))
+    try:
+        link = parse_action(a, where, cluster.links, cluster.brokers)
+    except ValueError as e:
+        raise ScenarioSpecError(str(e)) from None
     return ActionSpec(action=kind, at=_time(a.get("at")), when=when, delay_s=float(a.get("delay_s", 0.0)),
                       target=target, signal=a.get("signal", "KILL"),
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
@@ -385,7 +404,7 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
                       errors=tuple(a.get("errors", ())), count=a.get("count"), latency_ms=a.get("latency_ms"),
                       drop_response_nth=a.get("drop_response_nth"),
                       close_connection_nth=a.get("close_connection_nth"), offset_ms=a.get("offset_ms"),
-                      drift_ppm=a.get("drift_ppm"))
+                      drift_ppm=a.get("drift_ppm"), link=link)
 
 
 _REQUEST_FAULT_KINDS = ("errors", "latency_ms", "drop_response_nth", "close_connection_nth")
@@ -396,6 +415,11 @@ def _check_request_fault(a: dict, where: str, kind: str) -> None:
     """``inject_errors`` / ``clock_skew`` fields: only on those actions, one fault kind, known names."""
     if kind != "inject_errors":
         for key in _REQUEST_FAULT_FIELDS:
+            if key == "latency_ms" and kind in LINK_ACTIONS:
+                continue  # a link's latency (network_faults.py)
+            if key == "latency_ms" and key in a:
+                raise ScenarioSpecError(f"{where}.latency_ms: only for the link actions "
+                                        f"({', '.join(LINK_ACTIONS)}) and 'inject_errors'")
             if key in a:
                 raise ScenarioSpecError(f"{where}.{key}: only for action 'inject_errors'")
     if kind != "clock_skew":

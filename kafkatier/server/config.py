@@ -43,6 +43,45 @@ class BrokerConfig:
         return f"PLAINTEXT://{self.host}:{self.port}"
 
 
+# --- listeners beyond PLAINTEXT (Kafka's ``listeners`` / ``advertised.listeners``) ---------------------------------
+@attrs.frozen
+class ExtraListener:
+    """A listener besides the broker's PLAINTEXT one (``--port``): where it binds and what it advertises."""
+    name: str
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int
+
+    @property
+    def advertised(self) -> str:
+        return f"{self.name}://{self.advertised_host}:{self.advertised_port}"
+
+
+def _listener_map(value: str | None) -> dict[str, tuple[str, int]]:
+    out = {}
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, rest = item.partition("://")
+        host, _, port = rest.rpartition(":")
+        if not sep or not name or not port.isdigit():
+            raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
+        out[name.upper()] = (host or "127.0.0.1", int(port))
+    return out
+
+
+def extra_listeners(overrides: dict) -> list[ExtraListener]:
+    """The listeners of ``listeners`` other than PLAINTEXT (which is the broker's ``--port``), each advertised as
+    ``advertised.listeners`` says (default: as it binds).  Every listener speaks PLAINTEXT (as the
+    ``listener.security.protocol.map`` kafkatier writes)."""
+    bind = _listener_map(overrides.get("listeners"))
+    adv = _listener_map(overrides.get("advertised.listeners"))
+    return [ExtraListener(name, host, port, *adv.get(name, (host, port)))
+            for name, (host, port) in bind.items() if name != "PLAINTEXT"]
+
+
 # --- password-type configs -------------------------------------------------------------------------------------
 #: Kafka's broker configs of type PASSWORD (``KafkaConfig``'s ``ConfigDef``): never shown, logged or echoed.
 PASSWORD_CONFIGS = frozenset({

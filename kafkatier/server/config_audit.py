@@ -20,7 +20,8 @@ log = get_logger("server.config")
 
 #: Read by the network layer, SASL, the authorizer and the broker itself (not dynamic, so not in BROKER_CONFIGS).
 SERVER_NAMES = frozenset({
-    "listener.security.protocol", "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
+    "listener.security.protocol", "advertised.listeners", "listener.security.protocol.map",
+    "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
     "sasl.jaas.config", "sasl.server.max.receive.size", "connection.failed.authentication.delay.ms",
     "socket.request.max.bytes", "max.connections", "max.connections.per.ip",
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
@@ -28,7 +29,8 @@ SERVER_NAMES = frozenset({
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
     "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
 })
-PREFIXES = ("listener.name.", "kafkatier.test.", "remote.log.", "rsm.config.", "rlmm.config.", "log.", "group.",
+PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.",
+            "log.", "group.",
             "offsets.")
 
 

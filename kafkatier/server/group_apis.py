@@ -86,7 +86,8 @@ class GroupApis:
             keys, key_type = list(req.coordinator_keys), req.key_type
         else:
             keys, key_type = [req.key], (req.key_type if v >= 1 else GROUP_KEY_TYPE)
-        answers = [self._coordinator_denied(ctx, k, key_type) or self._coordinator_for(k, key_type) for k in keys]
+        answers = [self._coordinator_denied(ctx, k, key_type) or self._coordinator_for(k, key_type, ctx.listener_name)
+                   for k in keys]
         if v >= 4:
             return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
                 {"key": k, "node_id": n, "host": h, "port": p, "error_code": e, "error_message": m}
@@ -102,7 +103,8 @@ class GroupApis:
             return (int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), None, -1, "", -1)
         return None
 
-    def _coordinator_for(self, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
+    def _coordinator_for(self, key: str, key_type: int,
+                         listener: str = "PLAINTEXT") -> tuple[int, str | None, int, str, int]:
         none = (-1, "", -1)
         if key_type != GROUP_KEY_TYPE:
             if self.transaction_coordinator_for is not None:
@@ -116,7 +118,7 @@ class GroupApis:
             return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the offsets topic is being created", *none)
         partition = self.coordinator.partition_for(key)
         pm = next((p for p in parts if p.partition == partition), None)
-        broker = self.cache.broker(pm.leader) if pm is not None and pm.leader >= 0 else None
+        broker = self.cache.broker(pm.leader, listener) if pm is not None and pm.leader >= 0 else None
         if broker is None:
             return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available", *none)
         return (0, None, broker.id, broker.host, broker.port)

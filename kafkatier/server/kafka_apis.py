@@ -195,7 +195,7 @@ class KafkaApis:
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
                    "is_internal": False, "partitions": []} for n in denied]
         want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
-        alive = {b.id for b in cache.alive_brokers()}
+        alive = {b.id for b in cache.alive_brokers(ctx.listener_name)}
         for name in names:
             parts = cache.topic_partitions(name)
             if not parts:
@@ -215,8 +215,9 @@ class KafkaApis:
             topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(cache.topic_ids.get(name)),
                            "is_internal": name in ("__consumer_offsets", "__transaction_state"), "partitions": plist,
                            "authorized_operations": self.auth.topic_operations(ctx, want_ops, name)})
-        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.alive_brokers()]
-        if not brokers:  # not yet told by the controller: at least advertise ourselves
+        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                   for b in cache.alive_brokers(ctx.listener_name)]
+        if not brokers and ctx.listener_name == "PLAINTEXT":  # not yet told by the controller: advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
         return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
@@ -715,7 +716,7 @@ class KafkaApis:
 
         def run():
             cid = self.cache.controller_id
-            b = self.cache.broker(cid) if cid >= 0 else None
+            b = self.cache.inter_broker_endpoint(cid) if cid >= 0 else None
             if b is None or cid == self.config.broker_id:
                 fut.set_result(not_controller("The controller is not known yet."))
                 return
@@ -757,7 +758,7 @@ class KafkaApis:
     def handle_describe_cluster(self, header, req, ctx):
         v = header.request_api_version
         brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                   for b in self.cache.alive_brokers()]
+                   for b in self.cache.alive_brokers(ctx.listener_name)]
         return self._resp(DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.advertised_controller_id(),

@@ -47,7 +47,7 @@ from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-from kafkatier.server.config import BrokerConfig
+from kafkatier.server.config import BrokerConfig, extra_listeners
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -65,6 +65,7 @@ from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.common.time import SkewedTime
 from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
 from kafkatier.server.faults_watcher import FaultsWatcher
+from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache, parse_link_endpoints
 from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
@@ -91,7 +92,8 @@ class KafkaServer:
         self.zk = None
         self.broker_epoch = -1
         self.cluster_id: str | None = None
-        self.metadata_cache = MetadataCache(self.broker_id)
+        self.metadata_cache = MetadataCache(
+            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)))
         self.scheduler: KafkaScheduler | None = None
         self.topic_configs: TopicConfigCache | None = None
         self.topic_config_handler: TopicConfigHandler | None = None
@@ -101,6 +103,7 @@ class KafkaServer:
         self.control_handler: ControlRequestHandler | None = None
         self.controller: KafkaController | None = None
         self.socket_server: SocketServer | None = None
+        self.extra_socket_servers: list[SocketServer] = []   # listeners beyond PLAINTEXT (client groups)
         self.apis: KafkaApis | None = None
         self.admin_zk: AdminZkClient | None = None
         self.dynamic_config: DynamicConfigManager | None = None
@@ -229,14 +232,20 @@ class KafkaServer:
         self.faults_watcher = FaultsWatcher(self.zk, self.broker_id, self.request_faults,
                                             on_clock=lambda skew: self.time.set_skew(skew.offset_ms, skew.drift_ppm))
         self.faults_watcher.start()  # request faults and clock skew (server/fault_injection.py), before serving
-        self.socket_server = SocketServer(
-            c.host, c.port, FaultInjectingHandler(self.apis, self.request_faults), request_gate=sasl.gate if sasl is not None else None,
-            max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
-            unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
-            max_connections=int(o["max.connections"]) if "max.connections" in o else None,
-            max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
-            on_fatal=self._on_network_failure, any_port_if_taken=c.any_port_if_taken)
+        def socket_server(host: str, port: int, listener_name: str = "PLAINTEXT",
+                          any_port_if_taken: bool = False) -> SocketServer:
+            return SocketServer(
+                host, port, FaultInjectingHandler(self.apis, self.request_faults),
+                request_gate=sasl.gate if sasl is not None else None,
+                max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
+                unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
+                max_connections=int(o["max.connections"]) if "max.connections" in o else None,
+                max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
+                on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken)
+        self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
+        for extra in extra_listeners(o):
+            self.extra_socket_servers.append(socket_server(extra.host, extra.port, extra.name).start())
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
@@ -299,7 +308,7 @@ class KafkaServer:
         """One request to another broker (or this one) on a kept connection; raises BrokerConnectionError."""
         with self._broker_clients_lock:
             entry = self._broker_clients.get(broker_id)
-            b = self.metadata_cache.broker(broker_id)
+            b = self.metadata_cache.inter_broker_endpoint(broker_id)  # its link when the cluster runs links
             if b is None:
                 raise BrokerConnectionError(f"broker {broker_id} is not known")
             if entry is None or (entry[0].host, entry[0].port) != (b.host, b.port):
@@ -428,8 +437,10 @@ class KafkaServer:
     def _register_broker(self) -> None:
         """``/brokers/ids/{id}``; waits (bounded) for a previous incarnation's node to expire with its session."""
         c = self.config
+        extras = extra_listeners(c.overrides)
         reg = codecs.BrokerRegistration.create(
-            self.broker_id, endpoints=(c.listener,), listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"},
+            self.broker_id, endpoints=(c.listener, *(e.advertised for e in extras)),
+            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT", **{e.name: "PLAINTEXT" for e in extras}},
             timestamp_ms=int(time.time() * 1000), rack=c.rack)
         self.broker_epoch = broker_registration.register_broker(
             self.zk, self.broker_id, reg.encode(),
@@ -506,7 +517,7 @@ class KafkaServer:
             return None
         if cid == self.broker_id:
             return cid, self.config.host, self.config.port
-        b = self.metadata_cache.broker(cid)
+        b = self.metadata_cache.inter_broker_endpoint(cid)
         return None if b is None else (cid, b.host, b.port)
 
     def shutdown(self) -> None:
@@ -515,6 +526,7 @@ class KafkaServer:
         self._shutdown.set()
         log.info("shutting down %s", kv(broker=self.broker_id))
         for step in (lambda: self.socket_server and self.socket_server.shutdown(),
+                     *(s.shutdown for s in self.extra_socket_servers),
                      lambda: self.dynamic_config and self.dynamic_config.stop(),
                      lambda: self.controller and self.controller.shutdown(),
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),

@@ -28,12 +28,29 @@ class BrokerEndpoint:
     rack: str | None = None
 
 
+#: A kafkatier broker property (``cluster up --links``): ``<id>:<host>:<port>,...``, where this broker dials
+#: each other broker instead of the address that broker registered (a link of ``cluster/links.py``).
+LINK_ENDPOINTS_CONFIG = "kafkatier.links.broker.endpoints"
+
+
+def parse_link_endpoints(value: str | None) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        bid, host, port = item.strip().split(":")
+        out[int(bid)] = (host, int(port))
+    return out
+
+
 class MetadataCache:
-    def __init__(self, broker_id: int):
+    def __init__(self, broker_id: int, link_endpoints: dict[int, tuple[str, int]] | None = None):
         self.broker_id = broker_id
+        self.link_endpoints = dict(link_endpoints or {})
         self._lock = threading.RLock()
         self.controller_id: int = -1
         self.brokers: dict[int, BrokerEndpoint] = {}
+        self.listeners: dict[int, dict[str, BrokerEndpoint]] = {}  # broker -> listener name -> its endpoint
         self.partitions: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_ids: dict[str, str] = {}
 
@@ -51,11 +68,15 @@ class MetadataCache:
         deleted = []
         with self._lock:
             self.controller_id = body.get("controller_id", self.controller_id)
-            brokers = {}
+            brokers, listeners = {}, {}
             for b in body.get("live_brokers", []):
-                ep = (b.get("endpoints") or [{}])[0]
+                eps = b.get("endpoints") or [{}]
+                ep = eps[0]
                 brokers[b["id"]] = BrokerEndpoint(b["id"], ep.get("host", ""), ep.get("port", -1), b.get("rack"))
+                listeners[b["id"]] = {e.get("listener") or "PLAINTEXT": BrokerEndpoint(
+                    b["id"], e.get("host", ""), e.get("port", -1), b.get("rack")) for e in eps}
             self.brokers = brokers
+            self.listeners = listeners
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
                 tid = topic_id_from_wire(ts.get("topic_id"))
@@ -86,13 +107,30 @@ class MetadataCache:
         with self._lock:
             return [self.partitions[topic][p] for p in sorted(self.partitions.get(topic, {}))]
 
-    def alive_brokers(self) -> list[BrokerEndpoint]:
+    def alive_brokers(self, listener: str = "PLAINTEXT") -> list[BrokerEndpoint]:
+        """The live brokers' endpoints on ``listener`` (the one a client's request arrived on): brokers without
+        that listener are left out, as Kafka's metadata cache does."""
         with self._lock:
-            return sorted(self.brokers.values(), key=lambda b: b.id)
+            if listener == "PLAINTEXT":
+                return sorted(self.brokers.values(), key=lambda b: b.id)
+            return sorted((ls[listener] for ls in self.listeners.values() if listener in ls), key=lambda b: b.id)
 
-    def broker(self, broker_id: int) -> BrokerEndpoint | None:
+    def broker(self, broker_id: int, listener: str = "PLAINTEXT") -> BrokerEndpoint | None:
         with self._lock:
-            return self.brokers.get(broker_id)
+            if listener == "PLAINTEXT":
+                return self.brokers.get(broker_id)
+            return self.listeners.get(broker_id, {}).get(listener)
+
+    def inter_broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """Where this broker dials ``broker_id`` (every broker-to-broker request: fetchers, forwarding,
+        controlled shutdown, tiered rebuild): its registered endpoint, or its link when the cluster runs links;
+        None while it is not a live broker."""
+        with self._lock:
+            b = self.brokers.get(broker_id)
+        if b is None or broker_id not in self.link_endpoints:
+            return b
+        host, port = self.link_endpoints[broker_id]
+        return attrs.evolve(b, host=host, port=port)
 
     def contains_topic(self, topic: str) -> bool:
         with self._lock:

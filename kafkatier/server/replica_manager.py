@@ -193,7 +193,7 @@ class ReplicaManager:
     def _broker_address(self, broker_id: int):
         if self.metadata_cache is None:
             return None
-        b = self.metadata_cache.broker(broker_id)
+        b = self.metadata_cache.inter_broker_endpoint(broker_id)
         return (b.host, b.port) if b else None
 
     def _min_isr(self, topic: str) -> Callable[[], int]:

@@ -125,7 +125,7 @@ def leader_offsets(broker_id: int, metadata_cache, login=None) -> Callable[[Part
     """(leader local log start offset, leader log start offset) by ListOffsets -4 / -2 to the leader; None when
     the leader is unknown or does not answer."""
     def query(p: PartitionLike) -> tuple[int, int] | None:
-        b = metadata_cache.broker(p.leader_id)
+        b = metadata_cache.inter_broker_endpoint(p.leader_id)
         if b is None:
             return None
         client = BrokerClient(b.host, b.port, client_id=f"broker-{broker_id}-tiered-rebuild", timeout_s=10.0,

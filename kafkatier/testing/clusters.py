@@ -72,18 +72,31 @@ class RunningCluster:
     def request_faults(self, broker_id: int) -> dict:
         """The broker's faults with what is left of each (``remaining``)."""
         return request_faults.describe(self.zk, broker_id)
+    @property
+    def links(self):
+        """The cluster's links (started with ``links=True``): ``partition(shape, node=..)``,
+        ``partition(sources=.., destinations=.., one_way_only=..)``, ``link_fault(sources, destinations, LinkFault)``,
+        ``heal()``, ``describe()``, ``stop(kill=True)`` -- ``kafkatier.cluster.link_manager.LinkManager``."""
+        return self.manager.links
+
+    def bootstrap_for(self, client_group: str) -> str:
+        """The bootstrap servers of a client group (``client_groups=[...]``): its links to every broker."""
+        return self.manager.client_bootstrap(client_group)
 
 
 def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,
-                  overrides: dict | None = None, session_timeout_ms: int = 6000) -> RunningCluster:
-    """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client)."""
+                  overrides: dict | None = None, session_timeout_ms: int = 6000, links: bool = False,
+                  client_groups=()) -> RunningCluster:
+    """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client); with
+    ``links``, every broker -> broker and broker -> ZooKeeper path runs through the cluster's link process, and
+    each of ``client_groups`` gets its own listener reached through links (``bootstrap_for(group)``)."""
     root = f"/cluster-{uuid.uuid4().hex[:10]}"
     client.retry(client.create, root)
     connect = connect_string + root
     manager = ClusterManager(str(data_dir))
     try:
         manager.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
-                   session_timeout_ms=session_timeout_ms)
+                   session_timeout_ms=session_timeout_ms, links=links, client_groups=client_groups)
     except BaseException:
         manager.down()
         raise
