@@ -7,6 +7,7 @@ import json
 import os
 
 DEFAULT_DIR = "scenarios"
+RUN_INCOMPLETE = 3   # exit code of a run that could not complete (no verdict: neither valid nor anomalies)
 
 
 def register(sub) -> None:
@@ -92,8 +93,9 @@ def _run(args) -> int:
 
 
 def _guarded(run) -> int:
-    """A run that could not complete (the cluster did not start...) is one line on stderr and exit 1.  SIGTERM
-    (a sweep being stopped) unwinds like Ctrl-C, so the run's cluster is torn down."""
+    """Exit codes: 0 valid, 1 anomalies, 2 bad input (or a run that cannot happen here), 3 a run that could not
+    complete (the cluster did not start...: one line on stderr; a sweep shows it as ``error``).  SIGTERM (a sweep
+    being stopped) unwinds like Ctrl-C, so the run's cluster is torn down."""
     import signal
     import sys
 
@@ -109,9 +111,9 @@ def _guarded(run) -> int:
         print(f"kafkatier scenario: cannot run here: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError, WaitTimeout) as e:
-        print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else e!r}",
+        print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else repr(e)}",
               file=sys.stderr)
-        return 1
+        return RUN_INCOMPLETE
 
 
 def _replay(args) -> int:

@@ -252,3 +252,16 @@ def test_partition_conditions_hold_on_what_zookeeper_shows():
     assert not _holds(isr, snap) and _holds(offline, snap)
     snap.partitions[("t", 0)] = {"leader": -1, "isr": [1]}
     assert _holds(offline, snap)
+
+
+def test_a_run_that_could_not_complete_exits_3_with_one_line(capsys):
+    """Issue 25: 0 valid, 1 anomalies, 2 bad input, 3 the run could not complete (no verdict either way)."""
+    from kafkatier.cli.scenario import _guarded
+    from kafkatier.waiting import WaitTimeout
+
+    def cluster_did_not_start():
+        raise WaitTimeout("timed out after 90.0s waiting for brokers [1, 2, 3] to register\nmore detail")
+    assert _guarded(cluster_did_not_start) == 3
+    err = capsys.readouterr().err
+    assert err == ("kafkatier scenario: the run could not complete: timed out after 90.0s waiting for brokers "
+                   "[1, 2, 3] to register\n")
