@@ -177,6 +177,19 @@ def client_node(group: str) -> str:
     return f"client:{group}"
 
 
+def zookeeper_servers(connect: str) -> tuple[list[str], str]:
+    """``h1:p1,h2:p2/chroot`` as (``["h1:p1", "h2:p2"]``, ``"/chroot"``); the chroot is ``""`` when absent."""
+    servers, slash, chroot = connect.partition("/")
+    return [s.strip() for s in servers.split(",") if s.strip()], slash + chroot
+
+
+def linked_zookeeper_connect(table: LinkTable, broker_id: int, connect: str) -> str:
+    """A broker's ``zookeeper.connect`` through its links: one link per server of ``connect``, chroot kept."""
+    servers, chroot = zookeeper_servers(connect)
+    return ",".join(table.link(link_name(broker_node(broker_id), zookeeper_node(n))).address
+                    for n in range(1, len(servers) + 1)) + chroot
+
+
 def check_client_group(name: str) -> str:
     import re
     if not re.fullmatch(r"[a-z][a-z0-9_-]*", name) or name == "plaintext":

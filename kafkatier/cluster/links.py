@@ -214,9 +214,11 @@ class LinkServer:
         """Bind every link's port (its recorded one, else a new one) and the control port; write them back."""
         with self.state.locked():
             table = self.state.read()
+            # A new port never lands on a destination's port: those are chosen before their servers bind them.
+            upstream_ports = {int(li.upstream.rpartition(":")[2]) for li in table.links}
             bound = []
             for link in table.links:
-                sock = _listen(link.port)
+                sock = _listen(link.port) if link.port else _listen_avoiding(upstream_ports)
                 bound.append(attrs.evolve(link, port=sock.getsockname()[1]))
                 self.runtimes[link.name] = LinkRuntime(bound[-1], sock)
             try:
@@ -351,6 +353,21 @@ def _listen(port: int) -> socket.socket:
     s.listen(512)
     s.setblocking(False)
     return s
+
+
+def _listen_avoiding(ports: set[int], attempts: int = 20) -> socket.socket:
+    """A listener on a new port (port 0) that is not one of ``ports``."""
+    held = []
+    try:
+        for _ in range(attempts):
+            s = _listen(0)
+            if s.getsockname()[1] not in ports:
+                return s
+            held.append(s)  # kept open while retrying, so the next bind gets another port
+        raise OSError(f"no free port outside {sorted(ports)} after {attempts} attempts")
+    finally:
+        for s in held:
+            s.close()
 
 
 def serve(data_dir: str) -> int:

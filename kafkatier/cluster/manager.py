@@ -484,9 +484,9 @@ class ClusterManager:
         Each client group ``g`` gets a listener ``G`` on every broker (``listeners``), advertised at the group's
         link to that broker (``advertised.listeners``): a client bootstrapping from the group's links is
         answered with link addresses only, so all its traffic goes through them."""
-        from kafkatier.cluster.link_faults import Link, broker_node, check_client_group, client_node, zookeeper_node
-        servers, _, chroot = zookeeper.partition("/")
-        zk_servers = [s.strip() for s in servers.split(",") if s.strip()]
+        from kafkatier.cluster.link_faults import (Link, broker_node, check_client_group, client_node,
+                                                   linked_zookeeper_connect, zookeeper_node, zookeeper_servers)
+        zk_servers, _ = zookeeper_servers(zookeeper)
         groups = [check_client_group(g) for g in dict.fromkeys(client_groups)]
         listener_ports = {(g, s.id): free_port() for g in groups for s in specs}
         links = []
@@ -499,9 +499,7 @@ class ClusterManager:
         lm.create(links)
         table = lm.start()
         for s in specs:
-            connect = ",".join(table.link(f"{broker_node(s.id)}->{zookeeper_node(n)}").address
-                               for n in range(1, len(zk_servers) + 1)) + (f"/{chroot}" if chroot else "")
-            s.args[s.args.index("--zookeeper") + 1] = connect
+            s.args[s.args.index("--zookeeper") + 1] = linked_zookeeper_connect(table, s.id, zookeeper)
             endpoints = ",".join(f"{o.id}:{table.link(f'{broker_node(s.id)}->{broker_node(o.id)}').address}"
                                  for o in specs if o.id != s.id)
             props = {**overrides, LINK_ENDPOINTS_CONFIG: endpoints}
