@@ -29,7 +29,7 @@ import time
 import attrs
 
 from kafkatier.cluster.link_faults import (BACKWARD, FORWARD, HEALTHY, DirectionBehaviour, Link, LinkTable,
-                                           behaviour)
+                                           behaviour, fixed_upstream_port, resolve_upstream)
 from kafkatier.cluster.link_state import LinkStateFile
 from kafkatier.logsetup import get_logger, kv
 
@@ -215,7 +215,7 @@ class LinkServer:
         with self.state.locked():
             table = self.state.read()
             # A new port never lands on a destination's port: those are chosen before their servers bind them.
-            upstream_ports = {int(li.upstream.rpartition(":")[2]) for li in table.links}
+            upstream_ports = {fixed_upstream_port(li.upstream) for li in table.links} - {None}
             bound = []
             for link in table.links:
                 sock = _listen(link.port) if link.port else _listen_avoiding(upstream_ports)
@@ -266,12 +266,11 @@ class LinkServer:
         loop = asyncio.get_running_loop()
         client.setblocking(False)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        host, _, port = rt.link.upstream.rpartition(":")
         up = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         up.setblocking(False)
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await asyncio.wait_for(loop.sock_connect(up, (host, int(port))), CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(loop.sock_connect(up, resolve_upstream(rt.link.upstream)), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
             up.close()
             reset_socket(client)  # the destination refuses: so does the link
