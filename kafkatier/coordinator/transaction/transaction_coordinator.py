@@ -6,7 +6,7 @@ Flow of a transaction: InitProducerId writes Empty (epoch bumped); AddPartitions
 of partitions; EndTxn writes PrepareCommit / PrepareAbort, answers the client at once, and queues the markers
 (``transaction_marker_channel_manager.py``); when every partition acknowledged its marker the CompleteCommit /
 CompleteAbort record is written.  Until then the id answers CONCURRENT_TRANSACTIONS.  The order of checks and the
-error codes are Kafka's (see ``docs/transactions.md`` in the README's Transactions section).
+error codes are Kafka's (the README's Transactions section).
 
 Fencing: InitProducerId while a transaction is Ongoing bumps the epoch (PrepareEpochFence, in memory), aborts the
 transaction with the bumped epoch (the markers fence the old producer on every partition) and answers
