@@ -303,6 +303,12 @@ class KafkaServer:
                 client.close()
                 raise
 
+    def _close_broker_clients(self) -> None:
+        with self._broker_clients_lock:
+            clients, self._broker_clients = list(self._broker_clients.values()), {}
+        for client, _lock in clients:
+            client.close()
+
     def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
         """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
         (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
@@ -507,6 +513,7 @@ class KafkaServer:
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),
                      lambda: self.transaction_coordinator and self.transaction_coordinator.shutdown(),
                      lambda: self.txn_verification and self.txn_verification.shutdown(),
+                     self._close_broker_clients,
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),
                      lambda: self.replica_manager and self.replica_manager.shutdown(),
