@@ -110,3 +110,6 @@ def test_tool_tables_and_usage_errors(capsys):
         tool._find_hanging(None, 1, "t", None, 15)
     with pytest.raises(UsageError):
         tool._find_hanging(None, 1, None, 0, 15)
+    for start, producer in ((None, (None, None, None)), (5, (1, 0, 0)), (None, (1, None, 0))):
+        with pytest.raises(UsageError):
+            tool._abort(None, "t", 0, start, producer)
