@@ -231,7 +231,8 @@ def _abort(admin, topic: str, partition: int, start_offset: int | None,
         if not match:
             return common.print_error("transactions", f"Could not find any open transactions starting at offset "
                                                       f"{start_offset} on partition {topic}-{partition}")
-        pid, epoch, coordinator_epoch = match[0].producer_id, match[0].producer_epoch, max(match[0].coordinator_epoch, 0)
+        a = match[0]
+        pid, epoch, coordinator_epoch = a.producer_id, a.producer_epoch, max(a.coordinator_epoch, 0)
     else:
         pid, epoch, coordinator_epoch = producer
     r = admin.send_request(_request(WRITE_TXN_MARKERS, 1, {"markers": [

@@ -263,7 +263,8 @@ class GroupApis:
         return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
                                        "topics": self._offset_topics(r, parts, v, denied)})
 
-    def _fetch_offsets(self, ctx, group_id: str, parts, require_stable: bool = False) -> tuple[OffsetFetchResult, frozenset]:
+    def _fetch_offsets(self, ctx, group_id: str, parts,
+                       require_stable: bool = False) -> tuple[OffsetFetchResult, frozenset]:
         """The coordinator's answer under Kafka's checks (DESCRIBE on the group, then on each topic), and the
         asked-for partitions denied (unauthorized topics are simply left out of an all-partitions answer)."""
         if not self.auth.authorize(ctx, "Describe", "Group", group_id):

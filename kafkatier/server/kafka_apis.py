@@ -254,7 +254,8 @@ class KafkaApis:
                 ctx, "Write", "TransactionalId", txn_id)):
             # Kafka answers every partition: INVALID_REQUIRED_ACKS, or (a transactional produce without WRITE on
             # its transactional id) TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-            code = Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            code = (Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1)
+                    else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             for td in req.topic_data:
                 for pd in td.partition_data:
                     errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(code)

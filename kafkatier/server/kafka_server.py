@@ -3,8 +3,9 @@
 Start-up order: ZooKeeper session -> persistent paths and cluster id -> dynamic broker configs, dynamic config
 listener -> tiered storage start-up checks -> scheduler, log manager -> remote log manager (with tiered storage)
 -> replica manager -> topic config handler -> dynamic broker configs loaded -> group coordinator -> admin
-client, producer ids, transaction coordinator, controller object, DeleteRecords, authorizer, SASL -> request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
-broker epoch = its czxid) -> control-request handler -> controller start-up.
+client, producer ids, transaction coordinator, controller object, DeleteRecords, authorizer, SASL -> request
+handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``, broker epoch =
+its czxid) -> control-request handler -> controller start-up.
 
 Every collaborator is built here and passed to the constructors that use it (Kafka's ``KafkaServer.startup``):
 nothing is attached to a part after it was built.  A lost ZooKeeper session makes the controller resign; when a
