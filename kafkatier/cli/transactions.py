@@ -14,9 +14,10 @@ DescribeProducers.
   older than the timeout (default 15 minutes) that no coordinator knows of -- no transactional id lists the
   producer, or the producer's transaction does not hold the partition: Topic, Partition, ProducerId,
   ProducerEpoch, CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min);
-- ``abort --topic T --partition P --start-offset N``: write an ABORT marker for the producer whose open
-  transaction starts at N (WriteTxnMarkers to the leader, with its producer epoch and coordinator epoch, as
-  kafka-transactions.sh; needs ALTER or CLUSTER_ACTION on the cluster).
+- ``abort --topic T --partition P (--start-offset N | --producer-id ID --producer-epoch E --coordinator-epoch C)``:
+  write an ABORT marker for the producer whose open transaction starts at N (with the epochs DescribeProducers
+  shows, as kafka-transactions.sh) or for the given producer (WriteTxnMarkers to the leader; needs ALTER or
+  CLUSTER_ACTION on the cluster).
 
 Tables are Kafka's ``ToolsUtils.prettyPrintTable``: each cell padded to its column's width, followed by a tab.
 Errors print ``kafkatier transactions: NAME: message`` and exit 1.
@@ -63,7 +64,10 @@ def register(subparsers) -> None:
     abort = sub.add_parser("abort", help="abort the open transaction starting at an offset")
     abort.add_argument("--topic", required=True)
     abort.add_argument("--partition", type=int, required=True)
-    abort.add_argument("--start-offset", type=int, required=True)
+    abort.add_argument("--start-offset", type=int, help="the first offset of the open transaction")
+    abort.add_argument("--producer-id", type=int, help="instead of --start-offset: the producer ...")
+    abort.add_argument("--producer-epoch", type=int, help="... its epoch ...")
+    abort.add_argument("--coordinator-epoch", type=int, help="... and the coordinator epoch of the marker")
     p.set_defaults(func=run)
 
 
@@ -84,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
             if args.action == "find-hanging":
                 return _find_hanging(admin, args.broker_id, args.topic, args.partition, args.max_transaction_timeout)
             if args.action == "abort":
-                return _abort(admin, args.topic, args.partition, args.start_offset)
+                return _abort(admin, args.topic, args.partition, args.start_offset,
+                              (args.producer_id, args.producer_epoch, args.coordinator_epoch))
             return _describe_producers(admin, args.topic, args.partition, args.broker_id)
     except (AdminError, NoReachableBrokerError) as e:
         return common.print_error("transactions", e)
@@ -214,23 +219,30 @@ def _find_hanging(admin, broker_id: int | None, topic: str | None, partition: in
     return 0
 
 
-def _abort(admin, topic: str, partition: int, start_offset: int) -> int:
+def _abort(admin, topic: str, partition: int, start_offset: int | None,
+           producer: tuple[int | None, int | None, int | None]) -> int:
+    given = [x is not None for x in producer]
+    if (any(given) if start_offset is not None else not all(given)):
+        raise UsageError("give --start-offset, or all of --producer-id, --producer-epoch and --coordinator-epoch")
     leader = _leader(admin, topic, partition)
-    producers = _producers(admin, leader, [(topic, partition)])[(topic, partition)]
-    match = [a for a in producers if a.current_txn_start_offset == start_offset]
-    if not match:
-        return common.print_error("transactions", f"Could not find any open transactions starting at offset "
-                                                  f"{start_offset} on partition {topic}-{partition}")
-    a = match[0]
+    if start_offset is not None:
+        producers = _producers(admin, leader, [(topic, partition)])[(topic, partition)]
+        match = [a for a in producers if a.current_txn_start_offset == start_offset]
+        if not match:
+            return common.print_error("transactions", f"Could not find any open transactions starting at offset "
+                                                      f"{start_offset} on partition {topic}-{partition}")
+        a = match[0]
+        pid, epoch, coordinator_epoch = a.producer_id, a.producer_epoch, max(a.coordinator_epoch, 0)
+    else:
+        pid, epoch, coordinator_epoch = producer
     r = admin.send_request(_request(WRITE_TXN_MARKERS, 1, {"markers": [
-        {"producer_id": a.producer_id, "producer_epoch": a.producer_epoch, "transaction_result": False,
-         "coordinator_epoch": max(a.coordinator_epoch, 0),
-         "topics": [{"name": topic, "partition_indexes": [partition]}]}]}), leader)
+        {"producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
+         "coordinator_epoch": coordinator_epoch, "topics": [{"name": topic, "partition_indexes": [partition]}]}]}),
+        leader)
     code = r.markers[0].topics[0].partitions[0].error_code
     if code:
-        raise AdminError.from_code(code, f"aborting producer {a.producer_id}'s transaction on {topic}-{partition}")
-    print(f"Aborted the transaction of producer {a.producer_id} (epoch {a.producer_epoch}) starting at offset "
-          f"{start_offset} of {topic}-{partition}")
+        raise AdminError.from_code(code, f"aborting producer {pid}'s transaction on {topic}-{partition}")
+    print(f"Aborted the transaction of producer {pid} (epoch {epoch}) on {topic}-{partition}")
     return 0
 
 

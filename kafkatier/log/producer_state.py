@@ -257,7 +257,8 @@ class ProducerStateManager:
             self._last_timestamps.clear()
             end = log.log_end_offset
             for seg in log.log_segments():
-                for base, delta, pid, epoch, seq, attributes, kind, coordinator_epoch, ts in _scan_headers(seg.log_path):
+                for (base, delta, pid, epoch, seq, attributes, kind, coordinator_epoch,
+                     ts) in _scan_headers(seg.log_path):
                     if base + delta >= end:
                         break
                     if pid != NO_PRODUCER_ID:

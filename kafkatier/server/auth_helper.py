@@ -90,11 +90,11 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
          AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional")),
     24: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # AddPartsToTxn
          AclCheck("Write", "Topic", "TOPIC_AUTHORIZATION_FAILED", "internal topics not checked")),
-    25: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # AddOffsetsToTxn
+    25: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # AddOffsets
          AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED")),
     26: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),),               # EndTxn
-    27: (AclCheck("ClusterAction", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or ALTER on the cluster"),),  # WriteTxnMarkers
-    28: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # TxnOffsetCommit
+    27: (AclCheck("ClusterAction", "Cluster", "CLUSTER_AUTHORIZATION_FAILED", "or ALTER on the cluster"),),  # Markers
+    28: (AclCheck("Write", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),                 # TxnOffsets
          AclCheck("Read", "Group", "GROUP_AUTHORIZATION_FAILED"),
          AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     23: (AclCheck("ClusterAction", "Cluster", "", "allows every topic (brokers)"),                    # OffsetForLE
@@ -115,10 +115,10 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
     47: (AclCheck("Delete", "Group", "GROUP_AUTHORIZATION_FAILED"),                                    # OffsetDelete
          AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED")),
     60: (AclCheck("Describe", "Cluster", "", "only cluster_authorized_operations"),),                 # DescribeCluster
-    61: (AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                    # DescribeProducers
+    61: (AclCheck("Read", "Topic", "TOPIC_AUTHORIZATION_FAILED"),),                                    # DescrProducers
     65: (AclCheck("Describe", "TransactionalId", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",              # DescribeTxns
                   "topics filtered by DESCRIBE on the topic"),),
-    66: (AclCheck("Describe", "TransactionalId", "", "only the ids the principal may DESCRIBE are listed"),),  # ListTxns
+    66: (AclCheck("Describe", "TransactionalId", "", "only the ids it may DESCRIBE are listed"),),     # ListTxns
 }
 
 

@@ -250,12 +250,13 @@ class GroupApis:
             groups = []
             for g in req.groups:
                 parts = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
-                r, denied = self._fetch_offsets(ctx, g.group_id, parts)
+                r, denied = self._fetch_offsets(ctx, g.group_id, parts, bool(req.require_stable))
                 groups.append({"group_id": g.group_id, "error_code": r.error,
                                "topics": self._offset_topics(r, parts, v, denied)})
             return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "groups": groups})
         parts = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
-        r, denied = self._fetch_offsets(ctx, req.group_id, parts)
+        r, denied = self._fetch_offsets(ctx, req.group_id, parts, bool(getattr(req, "require_stable", False))
+                                        if v >= 7 else False)
         if v < 2 and r.error:    # no top-level error before v2: report it per partition
             return _resp(OFFSET_FETCH, v, {"topics": [
                 {"name": t, "partitions": [{"partition_index": p, "committed_offset": -1, "metadata": "",
@@ -264,17 +265,19 @@ class GroupApis:
         return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
                                        "topics": self._offset_topics(r, parts, v, denied)})
 
-    def _fetch_offsets(self, ctx, group_id: str, parts) -> tuple[OffsetFetchResult, frozenset]:
+    def _fetch_offsets(self, ctx, group_id: str, parts,
+                       require_stable: bool = False) -> tuple[OffsetFetchResult, frozenset]:
         """The coordinator's answer under Kafka's checks (DESCRIBE on the group, then on each topic), and the
         asked-for partitions denied (unauthorized topics are simply left out of an all-partitions answer)."""
         if not self.auth.authorize(ctx, "Describe", "Group", group_id):
             return OffsetFetchResult(int(Errors.GROUP_AUTHORIZATION_FAILED), {}), frozenset()
-        r = self.coordinator.handle_fetch_offsets(group_id, parts)
+        r = self.coordinator.handle_fetch_offsets(group_id, parts, require_stable)
         if r.error or not self.auth.enabled:
             return r, frozenset()
         ok = self.auth.filter_authorized(ctx, "Describe", "Topic", (t for t, _ in (parts or list(r.offsets))))
         denied = frozenset(tp for tp in parts or () if tp[0] not in ok)
-        return OffsetFetchResult(r.error, {tp: o for tp, o in r.offsets.items() if tp[0] in ok}), denied
+        return OffsetFetchResult(r.error, {tp: o for tp, o in r.offsets.items() if tp[0] in ok},
+                                 {tp: e for tp, e in r.partition_errors.items() if tp[0] in ok}), denied
 
     @staticmethod
     def _offset_topics(r, parts, v, denied: frozenset = frozenset()) -> list[dict]:
@@ -283,11 +286,12 @@ class GroupApis:
         items = parts if parts is not None else sorted(r.offsets)
         by_topic: dict[str, list] = {}
         for tp in items:
-            o = r.offsets.get(tp)
+            o = None if tp in r.partition_errors else r.offsets.get(tp)
             by_topic.setdefault(tp[0], []).append({
                 "partition_index": tp[1], "committed_offset": o.offset if o else -1,
                 "committed_leader_epoch": o.leader_epoch if o else -1, "metadata": o.metadata if o else "",
-                "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED) if tp in denied else 0})
+                "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED) if tp in denied
+                else r.partition_errors.get(tp, 0)})
         return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
     # --- admin ------------------------------------------------------------------------------------------------

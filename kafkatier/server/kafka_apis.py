@@ -9,8 +9,12 @@ cache, the admin client and the controller (topic and config changes), the produ
 broker configs (``server/dynamic_broker_config.py``: DescribeConfigs / AlterConfigs of BROKER resources), and the
 optional features -- DeleteRecords (API 21, ``server/delete_records.py``), AlterReplicaLogDirs and
 DescribeLogDirs (APIs 34 and 35, ``server/log_dirs.py``), SASL/PLAIN (APIs 17 and 36, ``server/sasl.py``) and the
-group APIs (8-16, 42, 47, ``server/group_apis.py``), ElectLeaders (43, ``server/election_apis.py``) and
-ControlledShutdown (7, ``server/controlled_shutdown.py``), advertised only when given.
+group APIs (8-16, 42, 47, ``server/group_apis.py``), ElectLeaders (43, ``server/election_apis.py``),
+ControlledShutdown (7, ``server/controlled_shutdown.py``) and the transaction APIs (22 with a transactional id,
+24-28, 61, 65, 66, ``server/transaction_apis.py``), advertised only when given.  Fetch and ListOffsets honour
+``isolation_level`` (read_committed: up to the last stable offset, with the aborted transactions); a
+transactional Produce is verified with its coordinator first (KIP-890 part 1,
+``server/add_partitions_to_txn_manager.py``).
 """
 from __future__ import annotations
 
@@ -251,7 +255,8 @@ class KafkaApis:
                 ctx, "Write", "TransactionalId", txn_id)):
             # Kafka answers every partition: INVALID_REQUIRED_ACKS, or (a transactional produce without WRITE on
             # its transactional id) TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-            code = Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1) else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            code = (Errors.INVALID_REQUIRED_ACKS if acks not in (-1, 0, 1)
+                    else Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             for td in req.topic_data:
                 for pd in td.partition_data:
                     errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(code)

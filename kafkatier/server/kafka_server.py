@@ -3,8 +3,9 @@
 Start-up order: ZooKeeper session -> persistent paths and cluster id -> dynamic broker configs, dynamic config
 listener -> tiered storage start-up checks -> scheduler, log manager -> remote log manager (with tiered storage)
 -> replica manager -> topic config handler -> dynamic broker configs loaded -> group coordinator -> admin
-client, producer ids, transaction coordinator, controller object, DeleteRecords, authorizer, SASL -> request handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``,
-broker epoch = its czxid) -> control-request handler -> controller start-up.
+client, producer ids, transaction coordinator, controller object, DeleteRecords, authorizer, SASL -> request
+handlers and Kafka-protocol socket server -> broker registration (ephemeral ``/brokers/ids/{id}``, broker epoch =
+its czxid) -> control-request handler -> controller start-up.
 
 Every collaborator is built here and passed to the constructors that use it (Kafka's ``KafkaServer.startup``):
 nothing is attached to a part after it was built.  A lost ZooKeeper session makes the controller resign; when a
@@ -325,6 +326,12 @@ class KafkaServer:
                 client.close()
                 raise
 
+    def _close_broker_clients(self) -> None:
+        with self._broker_clients_lock:
+            clients, self._broker_clients = list(self._broker_clients.values()), {}
+        for client, _lock in clients:
+            client.close()
+
     def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
         """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
         (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
@@ -532,6 +539,7 @@ class KafkaServer:
                      lambda: self.group_coordinator and self.group_coordinator.shutdown(),
                      lambda: self.transaction_coordinator and self.transaction_coordinator.shutdown(),
                      lambda: self.txn_verification and self.txn_verification.shutdown(),
+                     self._close_broker_clients,
                      lambda: self.control_handler and self.control_handler.stop(),
                      lambda: self.faults_watcher and self.faults_watcher.stop(),
                      lambda: self.remote_log_manager and self.remote_log_manager.shutdown(),

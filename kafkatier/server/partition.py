@@ -195,8 +195,14 @@ class Partition:
             self.producer_state.first_unstable_offset(self.log.high_watermark)
         for txn in completed:
             if txn.is_aborted:
-                self.log.append_aborted_txn(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
-                                                       self.producer_state.last_stable_offset_after(txn)))
+                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                   self.producer_state.last_stable_offset_after(txn))
+                try:
+                    self.log.append_aborted_txn(entry)
+                except (ValueError, OSError) as e:
+                    # The marker is in the log already: report, do not fail the append (read_committed
+                    # consumers would then see this aborted transaction's records).
+                    log.error("cannot index an aborted transaction %s", kv(partition=self, entry=entry, reason=e))
 
     @property
     def last_stable_offset(self) -> int:

@@ -454,7 +454,8 @@ class ReplicaManager:
         self._append(timeout_ms, required_acks, entries, respond,
                      lambda p, records: p.append_records_to_leader(
                          records, required_acks, from_coordinator=from_coordinator,
-                         verification_guard=None if guards is None else guards.get(TopicPartition(p.topic, p.partition)),
+                         verification_guard=None if guards is None else guards.get(
+                             TopicPartition(p.topic, p.partition)),
                          verify=guards is not None))
 
     def append_txn_markers(self, timeout_ms: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,

@@ -353,7 +353,8 @@ class TransactionApis:
             for t in m.topics:
                 for p in t.partition_indexes:
                     by_topic.setdefault(t.name, []).append({"partition_index": p, "error_code": errors[(t.name, p)]})
-            return {"producer_id": m.producer_id, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+            return {"producer_id": m.producer_id,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
         if not (self.auth.authorize_cluster(ctx, "ClusterAction") or self.auth.authorize_cluster(ctx, "Alter")):
             for i, m in enumerate(markers):

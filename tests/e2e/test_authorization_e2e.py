@@ -287,6 +287,11 @@ def cases():
          lambda r: r.filter_results[0].error_code, {OK}, CLUSTER_DENIED),
         ("DescribeLogDirs", [lit(*CLUSTER, "Describe")], 3, lambda u: DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code, {OK}, CLUSTER_DENIED),
+        ("Produce with a transactional id", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED"),
+                                             lit("Topic", TOPIC, "Write")], 7,
+         lambda u: ProduceRequest(transactional_id=f"tx-{uid}-{u}", acks=1, timeout_ms=5000, topic_data=[
+             {"name": TOPIC, "partition_data": [{"index": 0, "records": records()}]}]),
+         lambda r: r.responses[0].partition_responses[0].error_code, {OK}, TXN_ID_DENIED),
         ("InitProducerId transactional", [lit("TransactionalId", f"tx-{uid}", "Write", "PREFIXED")], 3,
          lambda u: InitProducerIdRequest(transactional_id=f"tx-{uid}-{u}", transaction_timeout_ms=60000,
                                          producer_id=-1, producer_epoch=-1), lambda r: r.error_code, {OK},

@@ -1,5 +1,8 @@
 """Transactions (issue 23) through real clients against real broker processes: confluent-kafka's (librdkafka)
-and kafka-python's transactional producers, read_committed and read_uncommitted consumers.
+and kafka-python's transactional producers, read_committed and read_uncommitted consumers; fencing, timeouts,
+transactional offsets, a consume-transform-produce job under kill -9, coordinator failover (kill -9 with a
+transaction open, a crash right after PrepareCommit), KIP-890's refusal of a produce outside the transaction,
+``kafkatier transactions``, and raw requests with bad input.
 
 One 3-broker cluster for the module, with 3 ``__transaction_state`` partitions (Kafka's default is 50) so it
 starts quickly; ``__transaction_state`` gets replication min(3, brokers) = 3 and min ISR 2, as in Kafka.

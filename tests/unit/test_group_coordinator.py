@@ -9,6 +9,7 @@ import pytest
 from kafkatier.coordinator.group import records
 from kafkatier.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from kafkatier.coordinator.group.records import OffsetAndMetadata
+from kafkatier.log.record_batch import end_transaction_marker
 from kafkatier.protocol.errors import Errors
 
 SESSION, REBALANCE = 10000, 30000
@@ -329,3 +330,29 @@ def test_a_leader_that_never_syncs_is_still_expelled():
     timer.advance(SESSION // 2 + 1)                           # the leader's session ends, not the follower's
     assert waiting and waiting[0].error == Errors.REBALANCE_IN_PROGRESS
     assert coord.handle_describe_group("g").state == "PreparingRebalance"
+
+
+def test_transactional_offsets_are_pending_until_the_commit_marker_and_replayed_on_load(env):
+    coord, timer, log = env
+    tp = ("t", 0)
+    out = []
+    o = OffsetAndMetadata(offset=42, leader_epoch=-1, metadata="", commit_timestamp=timer.now, expire_timestamp=None)
+    coord.handle_txn_commit_offsets("g-txn", 9000, 0, "", None, -1, {tp: o}, out.append)
+    coord.handle_txn_commit_offsets("g-txn", 9001, 0, "", None, -1, {("t", 1): o}, out.append)
+    assert out == [{tp: 0}, {("t", 1): 0}]
+    assert coord.handle_fetch_offsets("g-txn", [tp]).offsets == {tp: None}           # pending: not visible
+    unstable = coord.handle_fetch_offsets("g-txn", [tp], require_stable=True)
+    assert unstable.partition_errors == {tp: int(Errors.UNSTABLE_OFFSET_COMMIT)}
+    partition = coord.partition_for("g-txn")
+    coord.on_transaction_completed(partition, 9000, commit=True)
+    coord.on_transaction_completed(partition, 9001, commit=False)
+    got = coord.handle_fetch_offsets("g-txn", [tp, ("t", 1)], require_stable=True)
+    assert got.offsets[tp].offset == 42 and got.offsets[("t", 1)] is None and not got.partition_errors
+    # The log replays the same: the transactional batches and the markers written after them.
+    log.data[partition].append(end_transaction_marker(9000, 0, 0, True, timer.now))
+    log.data[partition].append(end_transaction_marker(9001, 0, 0, False, timer.now))
+    coord.on_resignation(partition)
+    coord.on_election(partition, 1)
+    timer.advance(0)
+    got = coord.handle_fetch_offsets("g-txn", [tp, ("t", 1)])
+    assert got.offsets[tp].offset == 42 and got.offsets[("t", 1)] is None

@@ -15,11 +15,12 @@ member's session deadline); a rebalance also completes early, as Kafka's ``tryCo
 member joins.
 
 TxnOffsetCommit (KIP-98): offsets written as a transactional batch of the producer stay pending until the
-producer's COMMIT / ABORT marker reaches the group's ``__consumer_offsets`` partition.
+producer's COMMIT / ABORT marker reaches the group's ``__consumer_offsets`` partition; OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with one pending (KIP-447).
 
-Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); OffsetFetch's
-``require_stable`` is not answered UNSTABLE_OFFSET_COMMIT (pending offsets are simply not shown); JoinGroup's
-KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
+Deliberate differences from Kafka: one lock for all groups (Kafka locks per group); a committed transactional
+offset replaces the stored one even when a plain commit was appended after it (Kafka compares append offsets);
+JoinGroup's KIP-814 ``skip_assignment`` is always false; a static member rejoining with changed
 metadata triggers a rebalance rather than Kafka's in-place update; no pending-sync timeout (a member that
 joined and never sends SyncGroup is removed when its session runs out, not after the rebalance timeout).
 """
@@ -97,6 +98,9 @@ class GroupSummary:
 class OffsetFetchResult:
     error: int
     offsets: dict          # (topic, partition) -> OffsetAndMetadata | None (None: no committed offset)
+    #: (topic, partition) -> error code: UNSTABLE_OFFSET_COMMIT for a partition with a pending transactional
+    #: commit when the fetch requires stable offsets (KIP-447)
+    partition_errors: dict = attrs.field(factory=dict)
 
 
 # Append errors as the committer sees them (Kafka's GroupMetadataManager.storeOffsets / storeGroup).
@@ -805,17 +809,24 @@ class GroupCoordinator:
             log.info("transactional offsets committed %s", kv(partition=partition, producer_id=producer_id,
                                                               offsets=moved))
 
-    def handle_fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> OffsetFetchResult:
-        """Committed offsets of ``partitions`` (all of the group's when ``None``)."""
+    def handle_fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
+                             require_stable: bool = False) -> OffsetFetchResult:
+        """Committed offsets of ``partitions`` (all of the group's when ``None``).  ``require_stable`` (KIP-447):
+        a partition with a transactional commit not yet committed or aborted answers UNSTABLE_OFFSET_COMMIT."""
         with self._lock:
             err = self._group_error(group_id)
             if err is not None:
                 return OffsetFetchResult(int(err), {})
             group = self.manager.groups.get(group_id)
             stored = dict(group.offsets) if group is not None else {}
+            pending = {tp for per in group.pending_txn_offsets.values() for tp in per} \
+                if group is not None and require_stable else set()
+        result = stored if partitions is None else {tp: stored.get(tp) for tp in partitions}
+        unstable = {tp: int(Errors.UNSTABLE_OFFSET_COMMIT) for tp in (partitions if partitions is not None
+                                                                      else pending) if tp in pending}
         if partitions is None:
-            return OffsetFetchResult(0, stored)
-        return OffsetFetchResult(0, {tp: stored.get(tp) for tp in partitions})
+            result = {**result, **{tp: None for tp in unstable if tp not in result}}
+        return OffsetFetchResult(0, result, unstable)
 
     # --- admin: Describe / List / Delete groups, OffsetDelete ------------------------------------------------
     def handle_describe_group(self, group_id: str) -> GroupSummary:

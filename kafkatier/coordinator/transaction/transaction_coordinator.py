@@ -6,7 +6,7 @@ Flow of a transaction: InitProducerId writes Empty (epoch bumped); AddPartitions
 of partitions; EndTxn writes PrepareCommit / PrepareAbort, answers the client at once, and queues the markers
 (``transaction_marker_channel_manager.py``); when every partition acknowledged its marker the CompleteCommit /
 CompleteAbort record is written.  Until then the id answers CONCURRENT_TRANSACTIONS.  The order of checks and the
-error codes are Kafka's (see ``docs/transactions.md`` in the README's Transactions section).
+error codes are Kafka's (the README's Transactions section).
 
 Fencing: InitProducerId while a transaction is Ongoing bumps the epoch (PrepareEpochFence, in memory), aborts the
 transaction with the bumped epoch (the markers fence the old producer on every partition) and answers
@@ -357,7 +357,8 @@ class TransactionCoordinator:
         fence_epoch = m.producer_epoch
         if pending_fence:
             fence_epoch = producer_epoch     # the bumped epoch, not applied yet
-        if (from_client and producer_epoch != m.producer_epoch) or (not pending_fence and producer_epoch < m.producer_epoch):
+        if (from_client and producer_epoch != m.producer_epoch) or (
+                not pending_fence and producer_epoch < m.producer_epoch):
             return Errors.PRODUCER_FENCED, None
         if m.pending_transition_in_progress and not pending_fence:
             return Errors.CONCURRENT_TRANSACTIONS, None
@@ -413,7 +414,8 @@ class TransactionCoordinator:
                                                         state=complete.txn_state.state_name))
         with self._lock:
             err, epoch, current = self.state.get_transaction_state(m.transactional_id)
-            if err is not None or current is not m or epoch != coordinator_epoch or m.pending_state is not complete.txn_state:
+            if (err is not None or current is not m or epoch != coordinator_epoch
+                    or m.pending_state is not complete.txn_state):
                 log.info("not completing a transaction this broker no longer coordinates %s",
                          kv(transactional_id=m.transactional_id))
                 return

@@ -198,7 +198,8 @@ class TransactionMetadata:
 
     def prepare_add_partitions(self, partitions, now_ms: int) -> TxnTransitMetadata:
         start = now_ms if self.state in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT) else self.txn_start_timestamp
-        return self._prepare(TransactionState.ONGOING, topic_partitions=frozenset(self.topic_partitions) | set(partitions),
+        return self._prepare(TransactionState.ONGOING,
+                             topic_partitions=frozenset(self.topic_partitions) | set(partitions),
                              txn_start_timestamp=start, now_ms=now_ms)
 
     def prepare_abort_or_commit(self, state: TransactionState, now_ms: int) -> TxnTransitMetadata:

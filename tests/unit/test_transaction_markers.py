@@ -1,0 +1,115 @@
+"""TransactionMarkerChannelManager alone: markers grouped by leader, Kafka's handling of each partition answer,
+completion once every partition answered (a fake broker client, rounds driven by the test)."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from kafkatier.cli import transactions as tool
+from kafkatier.cli.main import UsageError
+from kafkatier.coordinator.transaction.transaction_marker_channel_manager import (PendingMarkers,
+                                                                                  TransactionMarkerChannelManager)
+from kafkatier.protocol.errors import Errors
+
+
+class FakeBrokers:
+    """Answers WriteTxnMarkers with the error the test set per partition (default NONE); records requests."""
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, int], list[Errors]] = {}
+        self.requests: list[tuple[int, list]] = []
+        self.down: set[int] = set()
+
+    def send(self, broker: int, request, version: int):
+        if broker in self.down:
+            raise ConnectionError(f"broker {broker} is down")
+        self.requests.append((broker, request.markers))
+        markers = []
+        for m in request.markers:
+            topics = []
+            for t in m.topics:
+                parts = []
+                for p in t.partition_indexes:
+                    queue = self.errors.get((t.name, p), [])
+                    parts.append(types.SimpleNamespace(partition_index=p,
+                                                       error_code=int(queue.pop(0) if queue else Errors.NONE)))
+                topics.append(types.SimpleNamespace(name=t.name, partitions=parts))
+            markers.append(types.SimpleNamespace(producer_id=m.producer_id, topics=topics))
+        return types.SimpleNamespace(markers=markers)
+
+
+def pending(done: list, partitions, txn_partition: int = 0) -> PendingMarkers:
+    return PendingMarkers("tx", txn_partition, 3, 1000, 2, True, set(partitions), done.append)
+
+
+@pytest.fixture
+def channel():
+    brokers = FakeBrokers()
+    leaders = {("a", 0): 1, ("a", 1): 2, ("b", 0): 1}
+    ch = TransactionMarkerChannelManager(9, lambda t, p: leaders.get((t, p)), brokers.send)
+    ch.brokers, ch.leaders = brokers, leaders
+    yield ch
+    ch.shutdown()
+
+
+def test_markers_are_grouped_by_leader_and_complete_once_all_answered(channel):
+    done = []
+    channel.add_markers(pending(done, [("a", 0), ("a", 1), ("b", 0)]))
+    assert channel._send_round() is False
+    assert sorted(b for b, _ in channel.brokers.requests) == [1, 2]
+    one = next(m for b, m in channel.brokers.requests if b == 1)[0]
+    assert (one.producer_id, one.producer_epoch, one.transaction_result, one.coordinator_epoch) == (1000, 2, True, 3)
+    assert {(t.name, tuple(t.partition_indexes)) for t in one.topics} == {("a", (0,)), ("b", (0,))}
+    assert len(done) == 1 and channel.pending_count() == 0
+
+
+def test_retriable_errors_and_lost_connections_are_sent_again(channel):
+    done = []
+    channel.brokers.errors[("a", 0)] = [Errors.NOT_LEADER_OR_FOLLOWER, Errors.NOT_ENOUGH_REPLICAS]
+    channel.brokers.down.add(2)
+    channel.add_markers(pending(done, [("a", 0), ("a", 1)]))
+    assert channel._send_round() is True and not done
+    assert channel._send_round() is True and not done
+    channel.brokers.down.clear()
+    assert channel._send_round() is False and len(done) == 1
+
+
+def test_a_deleted_partition_is_dropped_and_a_leaderless_one_waits(channel):
+    done = []
+    channel.leaders[("a", 1)] = -1
+    channel.add_markers(pending(done, [("gone", 0), ("a", 1)]))
+    assert channel._send_round() is True and not done
+    channel.leaders[("a", 1)] = 2
+    assert channel._send_round() is False and len(done) == 1
+
+
+def test_a_fenced_marker_gives_the_transaction_up(channel):
+    done = []
+    channel.brokers.errors[("a", 0)] = [Errors.TRANSACTION_COORDINATOR_FENCED]
+    channel.add_markers(pending(done, [("a", 0), ("a", 1)]))
+    channel._send_round()
+    assert done == [] and channel.pending_count() == 0
+
+
+def test_markers_of_an_unloaded_partition_are_dropped(channel):
+    done = []
+    channel.leaders[("a", 0)] = -1
+    channel.add_markers(pending(done, [("a", 0)], txn_partition=4))
+    channel.remove_markers_for_txn_partition(4)
+    channel.leaders[("a", 0)] = 1
+    assert channel._send_round() is False and done == [] and channel.brokers.requests == []
+
+
+def test_tool_tables_and_usage_errors(capsys):
+    tool.pretty_print_table(["A", "Long"], [["xyz", "1"]])
+    assert capsys.readouterr().out.splitlines() == ["A  \tLong\t", "xyz\t1   \t"]
+    with pytest.raises(UsageError):
+        tool._find_hanging(None, None, None, None, 15)
+    with pytest.raises(UsageError):
+        tool._find_hanging(None, 1, "t", None, 15)
+    with pytest.raises(UsageError):
+        tool._find_hanging(None, 1, None, 0, 15)
+    for start, producer in ((None, (None, None, None)), (5, (1, 0, 0)), (None, (1, None, 0))):
+        with pytest.raises(UsageError):
+            tool._abort(None, "t", 0, start, producer)
