@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import AuthFailedError, ConnectionLoss, SessionExpiredError, NodeExistsError, NoNodeError, OperationTimeoutError, UnimplementedError
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
@@ -45,6 +45,14 @@ class ZooKeeperAuthError(ConnectionError):
     """ZooKeeper refused the client's SASL login (wrong user or password, or SASL not enabled on the server)."""
 
 
+def _not_auth_failed(record: logging.LogRecord) -> bool:
+    """kazoo's own AUTH_FAILED warning: :func:`start_client` reports a refused login as one clear line instead."""
+    return not str(record.msg).startswith("AUTH_FAILED")
+
+
+logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
+
+
 class SecureKazooClient(KazooClient):
     """A kazoo client that gives every znode it creates Kafka's default ACLs for its path
     (:func:`kafkatier.zk.security.default_acls`) unless the caller names ACLs."""
@@ -64,6 +72,18 @@ class SecureKazooClient(KazooClient):
         if acl is None and self.secure_acls:
             acl = default_acls(True, path)
         return super().create_async(path, value, acl, *args, **kwargs)
+
+    def transaction(self):
+        return _SecureTransaction(self)
+
+
+class _SecureTransaction(TransactionRequest):
+    """A multi whose creates get the client's per-path default ACLs, as :meth:`SecureKazooClient.create_async`."""
+
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None and self.client.secure_acls:
+            acl = default_acls(True, path)
+        return super().create(path, value, acl, ephemeral, sequence)
 
 
 @attrs.frozen

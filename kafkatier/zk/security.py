@@ -173,3 +173,14 @@ def validate_server_jaas(path: str) -> dict[str, str]:
     if not users:
         raise ZooKeeperSecurityError(f"JAAS file {path} needs a Server section with user_<name>=\"<password>\"")
     return users
+
+
+def secure_root(client) -> bool:
+    """Give the cluster's root znode (``/`` of the chroot) creator-all plus world-read if it is still open:
+    ZooKeeper's ``/`` is world-all, and anyone could otherwise delete a top-level leaf such as ``/controller`` or
+    create a top-level znode.  Returns whether it changed the ACL."""
+    acls, stat = client.get_acls("/")
+    if list(acls) != list(OPEN_ACL_UNSAFE):
+        return False
+    client.set_acls("/", default_acls(True, "/"), version=stat.aversion)
+    return True
