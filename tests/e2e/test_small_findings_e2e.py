@@ -1,0 +1,36 @@
+"""Issue #26's smaller findings on a real broker: ``produce`` to a missing topic (auto creation off) fails at once
+with Kafka's error and exit 1; ``--record-size 1000000000000`` and ``sasl.mechanism=NOPE`` are one-line usage
+errors (exit 2)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=1, overrides={"auto.create.topics.enable": "false"})
+
+
+def test_produce_to_missing_topic_fails_fast(cluster, kafkatier_cli):
+    started = time.monotonic()
+    r = kafkatier_cli.run("produce", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "no-such-topic",
+                          input="a\n", timeout=60)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_record_size_and_sasl_mechanism_usage_errors(cluster, kafkatier_cli, tmp_path):
+    r = kafkatier_cli.run("produce", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "t",
+                          "--num-records", "1", "--record-size", "1000000000000")
+    assert r.returncode == 2 and "max.request.size" in r.stderr, r.stderr
+    cfg = tmp_path / "client.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=NOPE\n")
+    r = kafkatier_cli.run("produce", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "t",
+                          "--command-config", str(cfg), input="a\n")
+    assert r.returncode == 2 and "unsupported SASL mechanism 'NOPE'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
