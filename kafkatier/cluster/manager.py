@@ -412,7 +412,9 @@ class ClusterManager:
                     return True
                 if resp is None:
                     return False
-                registered = {int(i) for i in zk.get_children("/brokers/ids") if i.isdigit()}
+                # this cluster's brokers only: a foreign or malformed /brokers/ids/99 is never in any answer
+                ours = {b["id"] for b in self.state.get("brokers", [])}
+                registered = {int(i) for i in zk.get_children("/brokers/ids") if i.isdigit()} & ours
                 nodes = {b.node_id for b in resp.brokers}
                 return resp.controller_id == controller and registered | {controller, broker_id} <= nodes
             wait_for(knows, timeout, interval=0.1,

@@ -34,3 +34,14 @@ def test_record_size_and_sasl_mechanism_usage_errors(cluster, kafkatier_cli, tmp
                           "--command-config", str(cfg), input="a\n")
     assert r.returncode == 2 and "unsupported SASL mechanism 'NOPE'" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_foreign_broker_registration_does_not_block_start_broker(cluster):
+    cluster.zk.create("/brokers/ids/99", b'{"not": "a registration"}')
+    try:
+        cluster.manager.stop_broker(1)
+        started = time.monotonic()
+        cluster.manager.start_broker(1, timeout=60)
+        assert time.monotonic() - started < 45
+    finally:
+        cluster.zk.delete("/brokers/ids/99")
