@@ -45,3 +45,35 @@ def test_foreign_broker_registration_does_not_block_start_broker(cluster):
         assert time.monotonic() - started < 45
     finally:
         cluster.zk.delete("/brokers/ids/99")
+
+
+def test_delete_topic_with_malformed_assignment(module_cluster_factory):
+    import json
+    import os
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from kafkatier.waiting import wait_for
+    c = module_cluster_factory(brokers=2)
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic("mal", 1, 2)])
+        dirs = [d for b in c.broker_ids() for d in c.manager.broker(b)["log_dirs"]]
+
+        def hosted() -> int:
+            return sum(os.path.isdir(os.path.join(d, "mal-0")) for d in dirs)
+        wait_for(lambda: hosted() == 2, 60, message="both replicas on disk")
+        c.zk.set("/brokers/topics/mal", b"{not an assignment")
+        old = json.loads(c.zk.get("/controller")[0])["brokerid"]
+        epoch = int(c.zk.get("/controller_epoch")[0])
+        c.zk.delete("/controller")  # a new controller loads a context without the unreadable topic
+        wait_for(lambda: c.zk.exists("/controller") and int(c.zk.get("/controller_epoch")[0]) > epoch, 60,
+                 ignore=(Exception,), message=f"a controller after {old}")
+    finally:
+        admin.close()
+    from kafkatier.admin.client import AdminClient
+    with AdminClient(c.bootstrap_servers.split(",")) as kt_admin:
+        assert kt_admin.delete_topics(["mal"], timeout_ms=30000) == {"mal": None}
+    wait_for(lambda: hosted() == 0 and not c.zk.exists("/brokers/topics/mal"), 60,
+             message="mal-0 gone from every broker and from ZooKeeper")
