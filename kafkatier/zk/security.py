@@ -86,8 +86,9 @@ def parse_jaas(text: str, what: str = "JAAS file") -> dict[str, dict[str, str]]:
             raise ZooKeeperSecurityError(f"{what}: section {m.group(1)} needs 'LoginModule required key=\"value\";'")
         rest = head[2] if len(head) > 2 else ""
         options = {k: (v[1:-1].replace('\\"', '"') if v.startswith('"') else v) for k, v in _OPTION.findall(rest)}
-        if _OPTION.sub("", rest).strip():
-            raise ZooKeeperSecurityError(f"{what}: section {m.group(1)}: cannot parse {_OPTION.sub('', rest).strip()[:40]!r}")
+        leftover = _OPTION.sub("", rest).strip()
+        if leftover:
+            raise ZooKeeperSecurityError(f"{what}: section {m.group(1)}: cannot parse {leftover[:40]!r}")
         sections[m.group(1)] = options
     if stripped[pos:].strip():
         raise ZooKeeperSecurityError(f"{what}: syntax error near {stripped[pos:].strip()[:40]!r}")

@@ -168,7 +168,8 @@ def test_broker_with_wrong_password_fails_fast_one_line(secured, kafkatier_cli, 
 
 def test_zookeeper_start_refuses_a_bad_server_jaas(kafkatier_cli, tmp_path):
     jaas = tmp_path / "server.conf"
-    jaas.write_text('Client { org.apache.zookeeper.server.auth.DigestLoginModule required username="a" password="b"; };')
+    jaas.write_text('Client { org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+                    ' username="a" password="b"; };')
     r = kafkatier_cli.run("zookeeper", "start", "--data-dir", str(tmp_path / "zk"), "--port", "0",
                           "--sasl-jaas-config", str(jaas), "--detach")
     assert r.returncode == 2 and "Server section" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
