@@ -301,11 +301,23 @@ def _protocol(key: str, value: str) -> str:
     return v
 
 
+#: The SASL mechanisms a client can name (Kafka's; kafka-python speaks each of them).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+
+
+def _mechanism(key: str, value: str) -> str:
+    v = value.strip().upper()
+    if v not in SASL_MECHANISMS:
+        raise BootstrapConfigError(f"{key}: unsupported SASL mechanism {value!r}, expected one of "
+                                   f"{', '.join(SASL_MECHANISMS)}")
+    return v
+
+
 # property -> (kafka-python keyword, converter)
 _SIMPLE: dict[str, tuple[str, Any]] = {
     "client.id": ("client_id", lambda k, v: v),
     "security.protocol": ("security_protocol", _protocol),
-    "sasl.mechanism": ("sasl_mechanism", lambda k, v: v.strip().upper()),
+    "sasl.mechanism": ("sasl_mechanism", _mechanism),
     "sasl.kerberos.service.name": ("sasl_kerberos_service_name", lambda k, v: v),
     "request.timeout.ms": ("request_timeout_ms", _int),
     "retry.backoff.ms": ("retry_backoff_ms", _int),

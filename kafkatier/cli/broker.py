@@ -1,6 +1,7 @@
 """``kafkatier broker start``: run one broker in the foreground."""
 from __future__ import annotations
 
+import sys
 
 from kafkatier import logsetup
 from kafkatier.logsetup import kv
@@ -92,6 +93,8 @@ def build_config(args):
 def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
     from kafkatier.zk.broker_registration import BrokerIdConflictError
+    from kafkatier.zk.client import ZooKeeperAuthError
+    from kafkatier.zk.security import ZooKeeperSecurityError
     logsetup.set_process_tag(f"broker-{args.id}")
     config = build_config(args)
     logsetup.get_logger("server").info("broker properties %s", kv(
@@ -100,6 +103,7 @@ def _start(args) -> int:
     # there (KIP-112), so nothing is created or checked here.
     try:
         return run_broker(config, status_file=args.status_file, port_file=args.port_file)
-    except BrokerIdConflictError as e:
+    except (BrokerIdConflictError, ZooKeeperAuthError, ZooKeeperSecurityError) as e:
         logsetup.get_logger("server").error("start-up failed: %s", e)
+        print(f"kafkatier: error: {e}", file=sys.stderr)
         return 1

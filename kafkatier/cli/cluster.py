@@ -20,6 +20,10 @@ def register(sub) -> None:
     up.add_argument("--data-dir", required=True)
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper (HOST:PORT) instead of an embedded one")
     up.add_argument("--session-timeout-ms", type=int, default=6000)
+    up.add_argument("--zookeeper-sasl", action="store_true",
+                    help="start the embedded ZooKeeper with SASL (DIGEST-MD5) required and the brokers with "
+                         "zookeeper.set.acl=true: a random password in DATA_DIR/zookeeper-jaas.conf (mode 0600), "
+                         "never printed; tools log in with KAFKATIER_JAAS_CONFIG=DATA_DIR/zookeeper-jaas.conf")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="broker property for every broker (repeatable), kept in each broker's "
                          "DATA_DIR/broker-<id>/server.properties (mode 0600), never on a command line; tiered "
@@ -261,7 +265,7 @@ def _up(args) -> int:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
                      overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
-                     client_groups=args.client_group)
+                     client_groups=args.client_group, zookeeper_sasl=args.zookeeper_sasl)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:
             m.down()

@@ -94,6 +94,22 @@ def check_codec(compression_type: str) -> None:
                          f"which is not installed")
 
 
+def topic_missing(conn: common.Connection, topic: str) -> str | None:
+    """Kafka's error when ``topic`` does not exist and will not be created (a Metadata request that allows auto
+    creation answers UNKNOWN_TOPIC_OR_PARTITION), so a send fails at once instead of after --max-block-ms."""
+    from kafka.protocol.metadata import MetadataRequest
+    with common.open_admin(conn) as admin:
+        response = admin.send_request(MetadataRequest[4](topics=[topic], allow_auto_topic_creation=True))
+    for t in response.topics:
+        code, name = t[0], t[1]
+        if name == topic and code == 3:
+            return (f"UnknownTopicOrPartitionError: Topic {topic} not present in metadata "
+                    f"(UNKNOWN_TOPIC_OR_PARTITION; auto.create.topics.enable is off)")
+        if name == topic and code == 17:
+            return f"InvalidTopicError: {topic} is not a valid topic name (INVALID_TOPIC_EXCEPTION)"
+    return None
+
+
 def producer_kwargs(args: argparse.Namespace, conn: common.Connection) -> dict:
     kwargs = {**conn.client_kwargs, "bootstrap_servers": list(conn.bootstrap_servers),
               "acks": ACKS[args.acks], "enable_idempotence": bool(args.idempotence),
@@ -103,6 +119,11 @@ def producer_kwargs(args: argparse.Namespace, conn: common.Connection) -> dict:
     for name in ("batch_size", "linger_ms", "request_timeout_ms"):
         if getattr(args, name) is not None:
             kwargs[name] = getattr(args, name)
+    limit = int(kwargs.get("max_request_size", 1048576))
+    if args.record_size is not None and args.record_size > limit:
+        # Kafka's RecordTooLargeException, before anything is generated or sent
+        raise UsageError(f"--record-size {args.record_size}: the message is larger than {limit}, which is the value "
+                         "of the max.request.size configuration")
     if kwargs.get("request_timeout_ms") and kwargs["delivery_timeout_ms"] < kwargs["request_timeout_ms"] + \
             kwargs.get("linger_ms", 0):
         raise UsageError("--delivery-timeout-ms must be at least --request-timeout-ms + --linger-ms")
@@ -224,6 +245,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         conn = common.connection_from_args(args)
         kwargs = producer_kwargs(args, conn)
+        missing = topic_missing(conn, args.topic)
+        if missing:
+            return common.print_error("produce", missing)
         producer = KafkaProducer(**kwargs)
     except (NoReachableBrokerError, KafkaError) as e:
         return common.print_error("produce", e)

@@ -13,6 +13,7 @@ from kafkatier.cli.main import UsageError
 from kafkatier.logsetup import get_logger
 from kafkatier.zk import embedded
 from kafkatier.zk.embedded import CLI_MAIN, DEFAULT_TICK_MS, EmbeddedZooKeeper, EmbeddedZooKeeperError
+from kafkatier.zk.security import ZooKeeperSecurityError, migrate_acls, validate_server_jaas, zk_security
 
 log = get_logger("zookeeper")
 
@@ -39,7 +40,21 @@ def register(subparsers) -> None:
                        help="largest session timeout the server grants (default 60000)")
     start.add_argument("--wait-timeout", type=float, default=60.0,
                        help="seconds to wait for the server to serve (default 60)")
+    start.add_argument("--sasl-jaas-config", metavar="FILE",
+                       help="require SASL (DIGEST-MD5) of every client: a JAAS file whose Server section names "
+                            "the users (user_<name>=\"<password>\"), as ZooKeeper's java.security.auth.login.config")
     start.set_defaults(func=_start)
+
+    migrate = sub.add_parser("security-migration", help="set Kafka's ACLs on every znode, secure or unsecure "
+                                                        "(zookeeper-security-migration.sh)",
+                             description="Walks the tree under --zookeeper.connect and sets, on every znode, "
+                                         "creator-all plus world-read (none on sensitive paths) with 'secure', or "
+                                         "world-all with 'unsecure'.  Authenticates with the JAAS Client section "
+                                         "of $KAFKATIER_JAAS_CONFIG or -Djava.security.auth.login.config in "
+                                         "$KAFKA_OPTS.")
+    migrate.add_argument("--zookeeper.acl", dest="zookeeper_acl", required=True, choices=("secure", "unsecure"))
+    migrate.add_argument("--zookeeper.connect", dest="zookeeper_connect", required=True, metavar="HOST:PORT[/CHROOT]")
+    migrate.set_defaults(func=_security_migration)
 
     stop = sub.add_parser("stop", help="stop the server running from a data directory")
     stop.add_argument("--data-dir", required=True)
@@ -80,8 +95,14 @@ def _start(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     if args.tick_time_ms <= 0:
         raise UsageError(f"--tick-time-ms must be positive, got {args.tick_time_ms}")
+    if args.sasl_jaas_config:
+        try:
+            validate_server_jaas(args.sasl_jaas_config)
+        except ZooKeeperSecurityError as e:
+            raise UsageError(str(e)) from None
     server = EmbeddedZooKeeper(_data_dir(args.data_dir), port=args.port, tick_time_ms=args.tick_time_ms,
-                               max_session_timeout_ms=args.max_session_timeout_ms)
+                               max_session_timeout_ms=args.max_session_timeout_ms,
+                               sasl_jaas_config=args.sasl_jaas_config)
     if args.detach:
         try:
             server.start_detached(wait_timeout=args.wait_timeout)
@@ -90,6 +111,25 @@ def _start(args: argparse.Namespace) -> int:
         print(server.connect_string, flush=True)
         return 0
     return _run_foreground(server, args.wait_timeout)
+
+
+def _security_migration(args: argparse.Namespace) -> int:
+    from kafkatier.zk.client import start_client
+    try:
+        security = zk_security()
+    except ZooKeeperSecurityError as e:
+        raise UsageError(str(e)) from None
+    if not security.sasl:
+        raise UsageError("security-migration needs a ZooKeeper login: a JAAS file with a Client section in "
+                         "$KAFKATIER_JAAS_CONFIG or -Djava.security.auth.login.config= in $KAFKA_OPTS")
+    client = start_client(args.zookeeper_connect, timeout=10.0, connect_timeout=30.0, security=security)
+    try:
+        count = migrate_acls(client, args.zookeeper_acl == "secure")
+    finally:
+        client.stop()
+        client.close()
+    print(f"set {args.zookeeper_acl} ACLs on {count} znodes")
+    return 0
 
 
 def _run_foreground(server: EmbeddedZooKeeper, wait_timeout: float) -> int:

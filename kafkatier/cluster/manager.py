@@ -137,7 +137,13 @@ class ClusterManager:
     # --- up / down ------------------------------------------------------------------------------------------
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
-           first_broker_id: int = 1, links: bool = False, client_groups=()) -> dict:
+           first_broker_id: int = 1, links: bool = False, client_groups=(), zookeeper_sasl: bool = False) -> dict:
+        """``zookeeper_sasl``: the embedded ZooKeeper requires SASL, the brokers log in with a generated password
+        (``zookeeper-jaas.conf``, mode 0600) and set Kafka's ZooKeeper ACLs."""
+        if zookeeper_sasl and zookeeper is not None:
+            from kafkatier.common.errors import UsageError
+            raise UsageError("--zookeeper-sasl starts the embedded ZooKeeper: with --zookeeper, give the brokers "
+                             "zookeeper.set.acl=true and java.security.auth.login.config instead")
         os.makedirs(os.path.join(self.data_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.data_dir, "status"), exist_ok=True)
         remote = os.path.join(self.data_dir, "remote-storage")
@@ -145,7 +151,11 @@ class ClusterManager:
         zk_pid = None
         if zookeeper is None:
             from kafkatier.zk.embedded import EmbeddedZooKeeper
-            zk = EmbeddedZooKeeper(data_dir=os.path.join(self.data_dir, "zookeeper"), port=0)
+            jaas = self._write_zookeeper_jaas() if zookeeper_sasl else None
+            if jaas:
+                overrides = {**(overrides or {}), "zookeeper.set.acl": "true",
+                             "java.security.auth.login.config": jaas}
+            zk = EmbeddedZooKeeper(data_dir=os.path.join(self.data_dir, "zookeeper"), port=0, sasl_jaas_config=jaas)
             zk.start_detached()
             zookeeper, zk_pid = zk.connect_string, zk.pid
             log.info("embedded ZooKeeper started %s", kv(connect=zookeeper, pid=zk_pid))
@@ -168,6 +178,7 @@ class ClusterManager:
             "zookeeper_pid": zk_pid,
             "remote_storage_dir": remote,
             "data_dir": self.data_dir,
+            "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
         }
         if links or client_groups:
             self._wire_links(specs, zookeeper, overrides or {}, client_groups)
@@ -282,7 +293,21 @@ class ClusterManager:
 
     def _zk(self):
         from kafkatier.zk.client import start_client
-        return start_client(self.zookeeper, timeout=10.0, connect_timeout=30.0)
+        from kafkatier.zk.security import zk_security
+        jaas = self.state.get("zookeeper_jaas") if self.state else None
+        security = zk_security({"java.security.auth.login.config": jaas, "zookeeper.set.acl": "true"}) if jaas else None
+        return start_client(self.zookeeper, timeout=10.0, connect_timeout=30.0, security=security)
+
+    def _write_zookeeper_jaas(self) -> str:
+        """A JAAS file (mode 0600) for the embedded ZooKeeper's one user, ``kafka``, with a random password."""
+        import secrets
+        from kafkatier.zk.security import server_jaas
+        path = os.path.join(self.data_dir, "zookeeper-jaas.conf")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(server_jaas({"kafka": secrets.token_urlsafe(24)}))
+        os.chmod(path, 0o600)
+        return os.path.abspath(path)
 
     def _registration_czxid(self, broker_id: int) -> int | None:
         """The czxid of the broker's current registration, if any: a restarted broker is registered once the
@@ -387,7 +412,9 @@ class ClusterManager:
                     return True
                 if resp is None:
                     return False
-                registered = {int(i) for i in zk.get_children("/brokers/ids") if i.isdigit()}
+                # this cluster's brokers only: a foreign or malformed /brokers/ids/99 is never in any answer
+                ours = {b["id"] for b in self.state.get("brokers", [])}
+                registered = {int(i) for i in zk.get_children("/brokers/ids") if i.isdigit()} & ours
                 nodes = {b.node_id for b in resp.brokers}
                 return resp.controller_id == controller and registered | {controller, broker_id} <= nodes
             wait_for(knows, timeout, interval=0.1,

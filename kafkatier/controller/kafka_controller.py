@@ -510,9 +510,19 @@ class KafkaController:
         topics = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))
         unknown = topics - ctx.all_topics
         for t in unknown:
+            if self.config.delete_topic_enable and self.zk.exists(paths.topic(t)):
+                self._delete_unreadable_topic(t)
+                continue
             log.info("removing deletion marker of unknown topic %s", t)
             self._fenced_delete(paths.delete_topic(t))
         topics -= unknown
+        if self.config.delete_topic_enable:
+            # a topic whose /brokers/topics/T could not be decoded is known by name only, with no partitions
+            unreadable = {t for t in topics if t not in ctx.topics_to_be_deleted and not ctx.partitions_for_topic(t)}
+            for t in unreadable:
+                self._delete_unreadable_topic(t)
+                ctx.remove_topic(t)
+            topics -= unreadable
         if not self.config.delete_topic_enable:
             for t in topics:
                 self._fenced_delete(paths.delete_topic(t))
@@ -522,6 +532,24 @@ class KafkaController:
             log.info("topics queued for deletion %s", ",".join(sorted(new)))
             self.tiered_manager.on_topic_queued_for_deletion(new)
             self.topic_deletion_manager.enqueue_topics_for_deletion(new)
+
+    def _delete_unreadable_topic(self, topic: str) -> None:
+        """Delete a topic whose ``/brokers/topics/T`` cannot be decoded (so it is in no context): StopReplica with
+        delete to every live broker for each partition znode, then its znodes and marker.  Its assignment is
+        unknown, so no replica state is tracked; a broker down now finds the topic gone when it comes back."""
+        ctx = self.ctx
+        partitions = sorted(int(p) for p in self.kafka_zk.get_children_or_empty(paths.topic_partitions(topic))
+                            if p.isdigit())
+        log.warning("deleting a topic whose assignment cannot be read %s",
+                    kv(topic=topic, partitions=len(partitions), brokers=sorted(ctx.live_broker_ids)))
+        if partitions and ctx.live_broker_ids:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            self.batch.new_batch()
+            self.batch.add_update_metadata_deleted(ctx.live_broker_ids, tps)
+            for tp in tps:
+                self.batch.add_stop_replica(ctx.live_broker_ids, tp, delete=True)
+            self.batch.send_requests_to_brokers(ctx.epoch)
+        self.kafka_zk.delete_topic_znodes(topic, ctx.epoch_zk_version)
 
     def on_topic_deletion_completing(self, topic: str) -> None:
         self.tiered_manager.on_topic_queued_for_deletion([topic])

@@ -70,6 +70,8 @@ class ControllerBrokerRequestBatch:
         self.stop_replica: dict[int, dict[TopicPartition, dict]] = defaultdict(dict)
         self.update_metadata_brokers: set[int] = set()
         self.update_metadata_partitions: set[TopicPartition] = set()
+        # partitions of a topic deleted while its assignment could not be read: in no context, sent as deleted
+        self.update_metadata_deleted: set[TopicPartition] = set()
 
     def reset(self) -> None:
         """Drop whatever a round left unsent (an error interrupted it, the controller resigned): the next
@@ -102,6 +104,11 @@ class ControllerBrokerRequestBatch:
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
         self.update_metadata_partitions.update(partitions)
+
+    def add_update_metadata_deleted(self, broker_ids, partitions) -> None:
+        """UpdateMetadata marking ``partitions`` deleted (leader -2) though the context knows nothing of them."""
+        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
+        self.update_metadata_deleted.update(partitions)
 
     def add_stop_replica(self, broker_ids, tp: TopicPartition, delete: bool, disable_remote: bool = False) -> None:
         for b in broker_ids:
@@ -197,6 +204,11 @@ class ControllerBrokerRequestBatch:
                 "offline_replicas": [r for r in a.replicas if r not in live or r in shutting_down
                                      or (r in offline_dirs and tp in offline_dirs[r])],
             })
+        for tp in sorted(self.update_metadata_deleted):
+            by_topic[tp.topic].append({
+                "partition_index": tp.partition, "controller_epoch": ctx.epoch,
+                "leader": LeaderAndIsr.LEADER_DURING_DELETE, "leader_epoch": LeaderAndIsr.EPOCH_DURING_DELETE,
+                "isr": [], "zk_version": 0, "replicas": [], "offline_replicas": []})
         return [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
                  "partition_states": ps} for t, ps in by_topic.items()]
 

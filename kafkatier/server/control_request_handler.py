@@ -3,10 +3,15 @@ sequence order, and writes each answer to ``/kafkatier/control/<id>/responses/<s
 
 Epoch checks follow Kafka (docs/controller.md#broker-side-checks): a request whose broker epoch is not -1 and below
 this broker's czxid gets STALE_BROKER_EPOCH; one whose controller epoch is below the highest seen gets
-STALE_CONTROLLER_EPOCH.  Malformed request znodes are logged and skipped.  A controller epoch above the highest seen
+STALE_CONTROLLER_EPOCH.  A controller epoch above the highest seen
 is believed only if ``/controller_epoch`` (read after a sync) has reached it: an absurd jump -- a forged or
 corrupted request -- would otherwise make every real controller look stale to this broker; it is logged and refused
 with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooKeeper cannot be read).
+
+Every request is checked before anything is applied: a znode that is not a control request (bad JSON, wrong
+envelope types, missing fields) is answered INVALID_REQUEST when its envelope names an API and version, else deleted;
+a body that does not match its API's message spec (:func:`~kafkatier.protocol.control_requests.body_problem`) is
+answered INVALID_REQUEST before the epoch checks; either is logged once and the queue goes on.
 
 A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
 is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.
@@ -19,10 +24,11 @@ resends (a request znode left in place would make it wait for ever: the broker l
 """
 from __future__ import annotations
 
+import json
 import threading
 from typing import Callable
 
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
@@ -114,12 +120,19 @@ class ControlRequestHandler:
                 continue
             try:
                 req = codecs.ControlRequest.decode(data)
-            except codecs.MalformedZNodeError as e:
-                self.metrics["malformed"] += 1
-                log.warning("skipping malformed control request %s", kv(node=name, reason=e))
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+                self._refuse_unreadable(parent + "/" + name, resp_path, data, e)
                 self._done.add(name)
                 continue
-            response = self._handle_complete(req, parent + "/" + name)
+            try:
+                response = self._handle_complete(req, parent + "/" + name)
+            except KazooException:
+                raise  # ZooKeeper trouble: the drain loop tries again
+            except Exception as e:  # noqa: BLE001 - a request this code cannot handle must not stop the queue
+                self.metrics["malformed"] += 1
+                log.exception("control request could not be handled; answered INVALID_REQUEST %s",
+                              kv(node=name, api=req.api_name, error=type(e).__name__))
+                response = self._invalid_response(req)
             if response is None:  # an injected lost answer: applied, not answered
                 self.metrics["answers_dropped"] += 1
                 log.info("dropping the answer to a control request (injected fault) %s", kv(node=name))
@@ -138,6 +151,38 @@ class ControlRequestHandler:
                 self.zk.ensure_path(paths.control_responses(self.broker_id))
                 self.zk.create(resp_path, data)
             self._done.add(name)
+
+    def _refuse_unreadable(self, path: str, resp_path: str, data: bytes | None, reason: Exception) -> None:
+        """A request znode that is not a control request (bad JSON, wrong envelope types, missing fields): logged
+        once and answered INVALID_REQUEST when its envelope names an API and version, else deleted."""
+        self.metrics["malformed"] += 1
+        text = str(reason)
+        log.warning("refusing malformed control request %s", kv(node=path, reason=text[:300]))
+        envelope = _envelope(data)
+        if envelope is not None:
+            api_key, api_version = envelope
+            response = codecs.ControlResponse(api_key=api_key, api_version=api_version,
+                                              error_code=int(Errors.INVALID_REQUEST),
+                                              body={"error_code": int(Errors.INVALID_REQUEST)},
+                                              broker_id=self.broker_id, broker_epoch=self.broker_epoch())
+            try:
+                self.zk.create(resp_path, response.encode())
+                return
+            except NodeExistsError:
+                return
+            except (KazooException, ValueError) as e:
+                log.warning("cannot answer a malformed control request; deleting it %s",
+                            kv(node=path, error=type(e).__name__))
+        try:
+            self.zk.delete(path)
+        except NoNodeError:
+            pass
+
+    def _invalid_response(self, req) -> codecs.ControlResponse:
+        return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
+                                      error_code=int(Errors.INVALID_REQUEST),
+                                      body={"error_code": int(Errors.INVALID_REQUEST)},
+                                      broker_id=self.broker_id, broker_epoch=self.broker_epoch())
 
     def _handle_complete(self, req: codecs.ControlRequest, path: str) -> codecs.ControlResponse | None:
         """``handle`` the request once its body is joined from its parts; a body that cannot be joined is
@@ -171,6 +216,12 @@ class ControlRequestHandler:
         """The answer to ``req``; None when an injected fault drops it (the request was applied)."""
         self.metrics["requests"] += 1
         my_epoch = self.broker_epoch()
+        invalid = self._invalid_body(req)
+        if invalid:  # checked before anything else: the error bodies below walk the request's partitions
+            self.metrics["malformed"] += 1
+            log.warning("invalid control request body %s", kv(api=req.api_name, version=req.api_version,
+                                                              reason=invalid[:300]))
+            return self._invalid_response(req)
         error = Errors.NONE
         body: dict
         if req.broker_epoch != -1 and req.broker_epoch < my_epoch:
@@ -188,14 +239,6 @@ class ControlRequestHandler:
             body = self._error_body(req, error)
             return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version, error_code=int(error),
                                           body=body, broker_id=self.broker_id, broker_epoch=my_epoch)
-        invalid = self._invalid_body(req)
-        if invalid:
-            self.metrics["malformed"] += 1
-            log.warning("invalid control request body %s", kv(api=req.api_name, version=req.api_version, reason=invalid))
-            return codecs.ControlResponse(api_key=req.api_key, api_version=req.api_version,
-                                          error_code=int(Errors.INVALID_REQUEST),
-                                          body=self._error_body(req, Errors.INVALID_REQUEST),
-                                          broker_id=self.broker_id, broker_epoch=my_epoch)
         self.controller_epoch = max(self.controller_epoch, req.controller_epoch)
         dropped = False
         try:
@@ -259,3 +302,17 @@ class ControlRequestHandler:
                       for t in req.body.get("topic_states", [])]
             return {"error_code": code, "topics": topics}
         return {"error_code": code}
+
+
+def _envelope(data: bytes | None) -> tuple[int, int] | None:
+    """``(api_key, api_version)`` of a request znode whose body is bad but whose envelope names them, else None."""
+    try:
+        js = json.loads(data or b"")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(js, dict):
+        return None
+    key, version = js.get("api_key"), js.get("api_version")
+    if type(key) is int and type(version) is int and 0 <= key < 1 << 15 and 0 <= version < 1 << 15:
+        return key, version
+    return None

@@ -80,6 +80,7 @@ from kafkatier.server.user_scram_apis import UserScramApis
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
+from kafkatier.zk.security import secure_root, zk_security
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("server")
@@ -134,9 +135,12 @@ class KafkaServer:
         c = self.config
         log_unknown_overrides(c.overrides)  # named, never with their values
         self.zk = start_client(c.zookeeper_connect, timeout=c.zookeeper_session_timeout_ms / 1000.0,
-                               connect_timeout=c.zookeeper_connection_timeout_ms / 1000.0)
+                               connect_timeout=c.zookeeper_connection_timeout_ms / 1000.0,
+                               security=zk_security(c.overrides))
         self.zk.add_listener(self._on_zk_state)
         ensure_persistent_paths(self.zk, paths.PERSISTENT_PATHS)
+        if self.zk.secure_acls:
+            secure_root(self.zk)
         self.cluster_id = self._get_or_create_cluster_id()
         self.topic_configs = TopicConfigCache(self.zk)
         self.replication_quotas = ReplicationQuotas(self.broker_id, self.topic_configs)

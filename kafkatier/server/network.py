@@ -10,8 +10,9 @@ through a queue plus a wake-up socketpair.  We chose this over asyncio because t
 the same single-I/O-thread model with less machinery, and with 2 cores one I/O thread plus a few mostly-idle
 handler threads is the right size.
 
-Data path: a frame's body is received straight into one exact-size ``bytearray`` (``recv_into``, no reassembly
-copy) and decoded from a memoryview, so the only copy of a record payload on the way in is the decoder slicing
+Data path: a frame's body is received straight into one ``bytearray`` (``recv_into``, no reassembly copy) that
+starts at 64 KiB and doubles up to the frame's size as its bytes arrive (memory follows what was sent, not what a
+header claims) and decoded from a memoryview, so the only copy of a record payload on the way in is the decoder slicing
 it out as ``bytes``; a response is encoded once into a frame (kafka-python's thread-local buffer, then one copy
 out) and written from memoryviews, partial sends included.
 
@@ -70,6 +71,8 @@ from kafkatier.server.api_versions import ApiVersionsTable
 
 log = get_logger("network")
 
+#: A frame's body buffer starts at most this large and doubles as its bytes arrive.
+_FIRST_BODY_CHUNK = 64 * 1024
 #: Kafka's ``socket.request.max.bytes`` default.
 DEFAULT_MAX_REQUEST_BYTES = 104857600
 #: api key + api version + correlation id: the smallest possible request.
@@ -127,7 +130,7 @@ class _Slot:
 
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
-                 "events", "size_buf", "size_read", "body", "body_read", "close_when_flushed")
+                 "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -143,6 +146,7 @@ class _Connection:
         self.size_buf = bytearray(4)
         self.size_read = 0
         self.body: bytearray | None = None
+        self.body_size = 0  # the frame's size, as its header claims; ``body`` grows towards it as bytes arrive
         self.body_read = 0
         self.close_when_flushed = False
 
@@ -493,20 +497,30 @@ class SocketServer:
                         self._close(conn, "invalid frame size", malformed=True)
                         return
                     try:
-                        conn.body = bytearray(size)
+                        conn.body = bytearray(min(size, _FIRST_BODY_CHUNK))
                     except MemoryError:
                         log.error("closing connection: no memory for the request %s",
                                   kv(connection=conn.context.connection_id, size=size))
                         self._close(conn, "out of memory", malformed=True)
                         return
-                    conn.body_read = 0
+                    conn.body_read, conn.body_size = 0, size
                 else:
+                    if conn.body_read == len(conn.body):
+                        # full, the frame is not: double it, so memory follows the bytes that arrived and not
+                        # the size a frame header claims (10 connections claiming 99 MB cost nothing until sent)
+                        try:
+                            conn.body.extend(bytes(min(conn.body_size - len(conn.body), len(conn.body))))
+                        except MemoryError:
+                            log.error("closing connection: no memory for the request %s",
+                                      kv(connection=conn.context.connection_id, size=conn.body_size))
+                            self._close(conn, "out of memory", malformed=True)
+                            return
                     n = conn.sock.recv_into(memoryview(conn.body)[conn.body_read:])
                     if n == 0:
                         self._close(conn, "closed by peer")
                         return
                     conn.body_read += n
-                    if conn.body_read == len(conn.body):
+                    if conn.body_read == conn.body_size:
                         frame, conn.body = conn.body, None
                         self._enqueue(conn, frame)
             except (BlockingIOError, InterruptedError):

@@ -12,17 +12,20 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
-from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, UnimplementedError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
+                              SessionExpiredError, UnimplementedError)
+from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk.multi_read import MultiReadError, multi_read_async
+from kafkatier.zk.security import ZkSecurity, default_acls, zk_security
 
 log = get_logger("zk")
 
@@ -37,6 +40,51 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTi
 
 class ZooKeeperUnavailableError(ConnectionError):
     """No ZooKeeper server could be reached in time."""
+
+
+class ZooKeeperAuthError(ConnectionError):
+    """ZooKeeper refused the client's SASL login (wrong user or password, or SASL not enabled on the server)."""
+
+
+def _not_auth_failed(record: logging.LogRecord) -> bool:
+    """kazoo's own AUTH_FAILED warning: :func:`start_client` reports a refused login as one clear line instead."""
+    return not str(record.msg).startswith("AUTH_FAILED")
+
+
+logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
+
+
+class SecureKazooClient(KazooClient):
+    """A kazoo client that gives every znode it creates Kafka's default ACLs for its path
+    (:func:`kafkatier.zk.security.default_acls`) unless the caller names ACLs."""
+
+    def __init__(self, *args: Any, secure_acls: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.secure_acls = secure_acls
+        self.sasl_login = bool(kwargs.get("sasl_options"))
+        self.auth_failed = False
+
+    def _session_callback(self, state):
+        if state == KeeperState.AUTH_FAILED:
+            self.auth_failed = True
+        return super()._session_callback(state)
+
+    def create_async(self, path, value=b"", acl=None, *args, **kwargs):
+        if acl is None and self.secure_acls:
+            acl = default_acls(True, path)
+        return super().create_async(path, value, acl, *args, **kwargs)
+
+    def transaction(self):
+        return _SecureTransaction(self)
+
+
+class _SecureTransaction(TransactionRequest):
+    """A multi whose creates get the client's per-path default ACLs, as :meth:`SecureKazooClient.create_async`."""
+
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None and self.client.secure_acls:
+            acl = default_acls(True, path)
+        return super().create(path, value, acl, ephemeral, sequence)
 
 
 @attrs.frozen
@@ -73,10 +121,12 @@ def default_connection_retry(reconnect_deadline: float = 300.0) -> RetryPolicy:
 
 def make_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S, read_only: bool = False, *,
                 command_retry: RetryPolicy | None = None, connection_retry: RetryPolicy | None = None,
-                logger: logging.Logger | None = None, **kazoo_kwargs: Any) -> KazooClient:
+                logger: logging.Logger | None = None, security: ZkSecurity | None = None,
+                **kazoo_kwargs: Any) -> KazooClient:
     """A not-yet-started ``KazooClient`` for ``hosts`` (``h:p[,h:p][/chroot]``).
 
-    ``timeout`` is the session timeout in seconds (the server clamps it to its min/max).
+    ``timeout`` is the session timeout in seconds (the server clamps it to its min/max).  ``security`` (default:
+    from the environment, as Kafka's tools, :func:`~kafkatier.zk.security.zk_security`) sets SASL and ACLs.
     """
     if not hosts or not isinstance(hosts, str):
         raise ValueError(f"ZooKeeper connect string must be a non-empty 'host:port' string, got {hosts!r}")
@@ -84,10 +134,11 @@ def make_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S, read_onl
         raise ValueError(f"session timeout must be positive, got {timeout}")
     command_retry = command_retry or default_command_retry(timeout)
     connection_retry = connection_retry or default_connection_retry()
-    return KazooClient(
+    security = zk_security() if security is None else security
+    return SecureKazooClient(
         hosts=hosts, timeout=timeout, read_only=read_only,
         command_retry=command_retry.kazoo_kwargs(), connection_retry=connection_retry.kazoo_kwargs(),
-        logger=logger, **kazoo_kwargs,
+        logger=logger, secure_acls=security.set_acl, **security.kazoo_kwargs(), **kazoo_kwargs,
     )
 
 
@@ -96,13 +147,30 @@ def start_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S,
                  **kwargs: Any) -> KazooClient:
     """:func:`make_client` + ``start()``; ZooKeeperUnavailableError if no connection within ``connect_timeout``."""
     client = make_client(hosts, timeout=timeout, read_only=read_only, **kwargs)
-    try:
-        client.start(timeout=connect_timeout)
-    except KazooTimeoutError:
+    event = client.start_async()
+    deadline = time.monotonic() + connect_timeout
+    # kazoo reports CONNECTED before its SASL exchange and, when the server refuses the login, waits out the
+    # whole timeout: with SASL, a first request's answer (or AUTH_FAILED) tells the login's outcome
+    probe = None
+    while not client.auth_failed and time.monotonic() < deadline:
+        if event.wait(0.05):
+            if not getattr(client, "sasl_login", False):
+                break
+            probe = probe or client.exists_async("/")
+            if probe.ready():
+                break
+    if client.auth_failed:
+        client.stop()
+        client.close()
+        raise ZooKeeperAuthError(f"ZooKeeper at {hosts} refused the SASL login (wrong username or password in the "
+                                 "JAAS Client section, or SASL not enabled on the server)")
+    if not client.connected:
+        client.stop()
+        client.close()
         raise ZooKeeperUnavailableError(
             f"could not connect to ZooKeeper at {hosts} within {connect_timeout:g}s "
             "(is it running? start one with: kafkatier zookeeper start)"
-        ) from None
+        )
     return client
 
 

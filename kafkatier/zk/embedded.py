@@ -289,6 +289,7 @@ class ZooKeeperSettings:
     min_session_timeout_ms: int | None = None   # default 2 * tick
     max_session_timeout_ms: int = 60_000
     fsync: bool = False  # forceSync: off by default (a crash of the process loses nothing, of the host may)
+    sasl: bool = False   # require SASL (DIGEST-MD5 users from the JAAS Server section) of every client
 
     def zoo_cfg(self) -> str:
         min_session = self.min_session_timeout_ms or 2 * self.tick_time_ms
@@ -307,6 +308,9 @@ class ZooKeeperSettings:
             "autopurge.purgeInterval=1",
             f"forceSync={'yes' if self.fsync else 'no'}",
         ]
+        if self.sasl:
+            lines += ["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+                      "requireClientAuthScheme=sasl"]
         return "\n".join(lines) + "\n"
 
 
@@ -446,7 +450,9 @@ class EmbeddedZooKeeper:
                  host: str = DEFAULT_HOST, min_session_timeout_ms: int | None = None,
                  max_session_timeout_ms: int = 60_000, fsync: bool = False, java: str | None = None,
                  jars_dir: str | os.PathLike | None = None, jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
-                 log_level: str = "INFO") -> None:
+                 log_level: str = "INFO", sasl_jaas_config: str | os.PathLike | None = None) -> None:
+        """``sasl_jaas_config``: a JAAS file with a ``Server`` section (``user_<name>="<password>"``): every client
+        must then log in with SASL DIGEST-MD5."""
         if not 0 <= port < 65536:
             raise ValueError(f"port must be in 0..65535, got {port}")
         if tick_time_ms <= 0:
@@ -461,7 +467,9 @@ class EmbeddedZooKeeper:
         self.fsync = fsync
         self.java = java
         self.jars_dir = Path(jars_dir) if jars_dir else None
-        self.jvm_opts = tuple(jvm_opts)
+        self.sasl_jaas_config = Path(sasl_jaas_config).resolve() if sasl_jaas_config else None
+        self.jvm_opts = tuple(jvm_opts) + ((f"-Djava.security.auth.login.config={self.sasl_jaas_config}",)
+                                           if self.sasl_jaas_config else ())
         self.log_level = log_level
         self._proc: subprocess.Popen | None = None
         self.last_start_seconds: float | None = None
@@ -542,7 +550,8 @@ class EmbeddedZooKeeper:
         settings = ZooKeeperSettings(
             data_dir=self.data_dir, port=self._port, host=self.host, tick_time_ms=self.tick_time_ms,
             min_session_timeout_ms=self.min_session_timeout_ms,
-            max_session_timeout_ms=self.max_session_timeout_ms, fsync=self.fsync)
+            max_session_timeout_ms=self.max_session_timeout_ms, fsync=self.fsync,
+            sasl=self.sasl_jaas_config is not None)
         atomic_write_text(self.config_path, settings.zoo_cfg())
         atomic_write_text(self.data_dir / "log4j2.xml", log4j2_xml(self.log_path, self.log_level))
         started = time.monotonic()

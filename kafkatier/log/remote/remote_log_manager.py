@@ -79,6 +79,7 @@ from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentDa
 from kafkatier.log.segment import TimestampAndOffset
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, OffsetOutOfRangeError
+from kafkatier.zk.codecs import MalformedZNodeError
 
 log = get_logger("remote.rlm")
 
@@ -174,6 +175,7 @@ class _Task:
         self.leader_epoch = p.leader_epoch
         self._cancelled = threading.Event()
         self.handle: ScheduledTask | None = None
+        self._last_problem: str | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -187,7 +189,16 @@ class _Task:
     def run(self) -> None:
         if self.cancelled or self.partition.log.closed:
             return
-        self.execute()
+        try:
+            self.execute()
+        except MalformedZNodeError as e:
+            # an unreadable znode (a bad tiered_epoch) fails every run alike: one line per change, no traceback
+            if str(e) != self._last_problem:
+                self._last_problem = str(e)
+                log.error(kv(event="task_skipped_malformed_znode", task=type(self).__name__, partition=self.tip,
+                             reason=str(e)))
+            return
+        self._last_problem = None
 
     def execute(self) -> None:
         raise NotImplementedError
