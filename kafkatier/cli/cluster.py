@@ -75,6 +75,8 @@ def register(sub) -> None:
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_describe)
     _register_links(csub)
+    from kafkatier.cli import faults  # inject-errors, clock (request faults and clock skew)
+    faults.register(csub)
 
 
 # --- network faults (cluster/links.py, cluster/link_faults.py) ---------------------------------------------------
@@ -238,9 +240,6 @@ def _links_command(args) -> int:
         m.links.stop(kill=args.kill)
         print("link process stopped")
     return 0
-
-    from kafkatier.cli import faults  # inject-errors, clock (request faults and clock skew)
-    faults.register(csub)
 
 
 def _manager(args):

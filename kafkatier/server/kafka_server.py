@@ -62,7 +62,6 @@ from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
-from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.common.time import SkewedTime
 from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
 from kafkatier.server.faults_watcher import FaultsWatcher
@@ -578,12 +577,6 @@ class KafkaServer:
                           "total_bytes": d.total_bytes, "replicas": len(d.replicas)} for d in rm.describe_log_dirs()],
                 "moves": [attrs.asdict(m) for m in rm.alter_log_dirs_manager.describe()],
                 "throttle_bytes_per_s": rm.alter_log_dirs_quota.rate}
-
-    def _high_watermarks(self) -> dict:
-        return self.replica_manager.high_watermarks() if self.replica_manager else {}
-
-    def await_shutdown(self) -> None:
-        self._shutdown.wait()
 
     def describe(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "listener": self.config.listener,
