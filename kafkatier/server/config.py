@@ -52,6 +52,9 @@ class ExtraListener:
     port: int
     advertised_host: str
     advertised_port: int
+    #: Its ``listener.security.protocol.map`` entry: PLAINTEXT (the default for a name the map lacks), SSL,
+    #: SASL_PLAINTEXT or SASL_SSL.
+    security_protocol: str = "PLAINTEXT"
 
     @property
     def advertised(self) -> str:
@@ -72,13 +75,32 @@ def _listener_map(value: str | None) -> dict[str, tuple[str, int]]:
     return out
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def security_protocol_map(overrides: dict) -> dict[str, str]:
+    """``listener.security.protocol.map`` (``NAME:PROTOCOL,...``) over Kafka's default, where each of the four
+    protocol names maps to itself."""
+    out = {p: p for p in SECURITY_PROTOCOLS}
+    for item in str(overrides.get("listener.security.protocol.map") or "").split(","):
+        name, sep, protocol = item.strip().partition(":")
+        if not item.strip():
+            continue
+        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"bad listener.security.protocol.map entry {item.strip()!r}: expected NAME:PROTOCOL "
+                             f"with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
+
+
 def extra_listeners(overrides: dict) -> list[ExtraListener]:
     """The listeners of ``listeners`` other than PLAINTEXT (which is the broker's ``--port``), each advertised as
-    ``advertised.listeners`` says (default: as it binds).  Every listener speaks PLAINTEXT (as the
-    ``listener.security.protocol.map`` kafkatier writes)."""
+    ``advertised.listeners`` says (default: as it binds), speaking the security protocol
+    ``listener.security.protocol.map`` gives it (a name the map lacks speaks PLAINTEXT: client groups)."""
     bind = _listener_map(overrides.get("listeners"))
     adv = _listener_map(overrides.get("advertised.listeners"))
-    return [ExtraListener(name, host, port, *adv.get(name, (host, port)))
+    spm = security_protocol_map(overrides)
+    return [ExtraListener(name, host, port, *adv.get(name, (host, port)), security_protocol=spm.get(name, "PLAINTEXT"))
             for name, (host, port) in bind.items() if name != "PLAINTEXT"]
 
 

@@ -520,7 +520,10 @@ class SocketServer:
             return
         except (OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e) or type(e).__name__
-            log.warning("Failed authentication with /%s (SSL handshake failed) %s", conn.context.client_address[0],
+            # A peer that connects and leaves without a word (a port probe) is not worth a warning.
+            quiet = isinstance(e, (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError))
+            log.log(logging.DEBUG if quiet else logging.WARNING,
+                    "Failed authentication with /%s (SSL handshake failed) %s", conn.context.client_address[0],
                         kv(connection=conn.context.connection_id, listener=self._listener_name,
                            reason=str(reason).replace(" ", "_")))
             with self._metrics_lock:

@@ -324,10 +324,10 @@ class SaslServer:
 SaslPlainServer = SaslServer
 
 
-def sasl_server_from_config(zk, overrides: Mapping[str, Any]) -> SaslServer | None:
-    """The listener's SASL server if ``listener.security.protocol=SASL_PLAINTEXT``, else None.
-    ``KafkaApis`` serves APIs 17 and 36 with it and ``SocketServer`` gates the listener with :meth:`gate`."""
-    if not sasl_enabled(overrides):
+def sasl_server_from_config(zk, overrides: Mapping[str, Any], sasl_ssl_listener: bool = False) -> SaslServer | None:
+    """The SASL server if ``listener.security.protocol=SASL_PLAINTEXT`` or a ``SASL_SSL`` listener exists, else
+    None.  ``KafkaApis`` serves APIs 17 and 36 with it and ``SocketServer`` gates those listeners with :meth:`gate`."""
+    if not (sasl_enabled(overrides) or sasl_ssl_listener):
         return None
     sasl = SaslServer(CredentialStore(zk, static_users(overrides)), enabled_mechanisms(overrides),
                       int(overrides.get("connection.failed.authentication.delay.ms",

@@ -377,6 +377,25 @@ class SslPrincipalBuilder:
         return "User:" + self.mapper.name(distinguished_name(cert))
 
 
-__all__ = ["SslConfig", "SslConfigError", "SslPrincipalMapper", "SslPrincipalBuilder", "NoMatchingRule",
+@attrs.frozen
+class ListenerTls:
+    """What a TLS listener's ``SocketServer`` needs: its server context and how a connection's principal is found."""
+    context: ssl.SSLContext
+    builder: SslPrincipalBuilder
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], listener: str) -> "ListenerTls":
+        cfg = listener_ssl_config(props, listener)
+        try:
+            context = server_context(cfg)
+        except SslConfigError as e:
+            raise SslConfigError(f"listener {listener}: {e}") from None
+        return cls(context, SslPrincipalBuilder(SslPrincipalMapper.from_rules(cfg.principal_mapping_rules)))
+
+    def principal(self, sock: ssl.SSLSocket) -> str:
+        return self.builder.principal(sock)
+
+
+__all__ = ["ListenerTls", "SslConfig", "SslConfigError", "SslPrincipalMapper", "SslPrincipalBuilder", "NoMatchingRule",
            "server_context", "client_context", "listener_ssl_config", "distinguished_name", "uses_tls", "uses_sasl",
            "WOULD_BLOCK", "ANONYMOUS", "SECURITY_PROTOCOLS"]
