@@ -531,7 +531,7 @@ class ClusterManager:
         broker's ``listeners`` / ``listener.security.protocol.map`` / ``ssl.*`` in its server.properties
         (``ssl.client.auth=requested``: TLS with or without a client certificate; the user's overrides win), and
         ``DIR/client-ssl.properties``, a client config in Kafka's names for ``--command-config`` and Kafka's tools."""
-        from kafkatier.testing.tls import make_ca, make_cert
+        from kafkatier.cluster.certificates import make_ca, make_cert
         from kafkatier.zk.embedded import free_port
         tls_dir = os.path.join(self.data_dir, "tls")
         ca = make_ca(tls_dir)
