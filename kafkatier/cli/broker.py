@@ -91,7 +91,7 @@ def build_config(args):
 
 def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
-    from kafkatier.server.ssl_transport import SslConfigError
+    from kafkatier.server.config import ListenerConfigError
     from kafkatier.zk.broker_registration import BrokerIdConflictError
     logsetup.set_process_tag(f"broker-{args.id}")
     config = build_config(args)
@@ -101,6 +101,6 @@ def _start(args) -> int:
     # there (KIP-112), so nothing is created or checked here.
     try:
         return run_broker(config, status_file=args.status_file, port_file=args.port_file)
-    except (BrokerIdConflictError, SslConfigError) as e:
+    except (BrokerIdConflictError, ListenerConfigError) as e:
         logsetup.get_logger("server").error("start-up failed: %s", e)
         return 1

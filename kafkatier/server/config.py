@@ -43,6 +43,11 @@ class BrokerConfig:
         return f"PLAINTEXT://{self.host}:{self.port}"
 
 
+class ListenerConfigError(ValueError):
+    """Listener settings (``listeners``, ``listener.security.protocol.map``, the inter-broker listener, ``ssl.*``)
+    that cannot work: the broker stops before it starts anything, with this one line."""
+
+
 # --- listeners beyond PLAINTEXT (Kafka's ``listeners`` / ``advertised.listeners``) ---------------------------------
 @attrs.frozen
 class ExtraListener:
@@ -70,7 +75,7 @@ def _listener_map(value: str | None) -> dict[str, tuple[str, int]]:
         name, sep, rest = item.partition("://")
         host, _, port = rest.rpartition(":")
         if not sep or not name or not port.isdigit():
-            raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
+            raise ListenerConfigError(f"bad listener {item!r}: expected NAME://host:port")
         out[name.upper()] = (host or "127.0.0.1", int(port))
     return out
 
@@ -87,10 +92,23 @@ def security_protocol_map(overrides: dict) -> dict[str, str]:
         if not item.strip():
             continue
         if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
-            raise ValueError(f"bad listener.security.protocol.map entry {item.strip()!r}: expected NAME:PROTOCOL "
+            raise ListenerConfigError(f"bad listener.security.protocol.map entry {item.strip()!r}: expected NAME:PROTOCOL "
                              f"with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
         out[name.strip().upper()] = protocol.strip().upper()
     return out
+
+
+def inter_broker_listener_name(overrides: dict) -> str | None:
+    """``inter.broker.listener.name``, else the listener named after ``security.inter.broker.protocol`` (Kafka's
+    rule); None when neither is set (brokers dial each other's first endpoint: PLAINTEXT)."""
+    name = str(overrides.get("inter.broker.listener.name") or "").strip().upper()
+    if not name:
+        name = str(overrides.get("security.inter.broker.protocol") or "").strip().upper()
+    if not name or name == "PLAINTEXT":
+        return None
+    if name not in {e.name for e in extra_listeners(overrides)}:
+        raise ListenerConfigError(f"inter-broker listener {name} is not in listeners")
+    return name
 
 
 def extra_listeners(overrides: dict) -> list[ExtraListener]:

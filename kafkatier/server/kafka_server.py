@@ -46,8 +46,8 @@ from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-from kafkatier.server.config import BrokerConfig, extra_listeners
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
+from kafkatier.server.config import BrokerConfig, extra_listeners, inter_broker_listener_name, security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -73,7 +73,7 @@ from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
 from kafkatier.server.sasl import inter_broker_login, sasl_enabled, sasl_server_from_config
-from kafkatier.server.ssl_transport import ListenerTls, uses_sasl, uses_tls
+from kafkatier.server.ssl_transport import ListenerTls, client_context, listener_ssl_config, uses_sasl, uses_tls
 from kafkatier.server.transaction_apis import TransactionApis
 from kafkatier.server.transaction_topic_log import ReplicaManagerTransactionLog
 from kafkatier.server.user_scram_apis import UserScramApis
@@ -94,7 +94,8 @@ class KafkaServer:
         self.broker_epoch = -1
         self.cluster_id: str | None = None
         self.metadata_cache = MetadataCache(
-            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)))
+            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)),
+            inter_broker_listener=inter_broker_listener_name(config.overrides))
         self.scheduler: KafkaScheduler | None = None
         self.topic_configs: TopicConfigCache | None = None
         self.topic_config_handler: TopicConfigHandler | None = None
@@ -131,6 +132,13 @@ class KafkaServer:
         # TLS listeners' contexts, made before anything starts: a bad keystore stops the broker with one line.
         self.listener_tls = {e.name: ListenerTls.from_props(config.overrides, e.name)
                              for e in extra_listeners(config.overrides) if uses_tls(e.security_protocol)}
+        inter = self.metadata_cache.inter_broker_listener
+        if inter is not None and inter in self.listener_tls:
+            # Kafka's inter-broker channel: the listener's own ssl.* settings as a client (its keystore is the
+            # client certificate); SASL_SSL adds the SASL login.
+            self.login = InterBrokerSecurity(client_context(listener_ssl_config(config.overrides, inter)),
+                                             self.login if "SASL" in security_protocol_map(config.overrides).get(
+                                                 inter, "") else None)
 
     # --- start-up -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -520,13 +528,14 @@ class KafkaServer:
             return False
         c = self.config
         return ControlledShutdown(self.broker_id, lambda: self.broker_epoch, self._controller_endpoint,
-                                  ControlledShutdownConfig.from_props(c.overrides, c.request_timeout_ms)).run()
+                                  ControlledShutdownConfig.from_props(c.overrides, c.request_timeout_ms),
+                                  login=self.login).run()
 
     def _controller_endpoint(self) -> tuple[int, str, int] | None:
         cid = KafkaZkClient(self.zk).get_controller_id()
         if cid is None:
             return None
-        if cid == self.broker_id:
+        if cid == self.broker_id and self.metadata_cache.inter_broker_listener is None:
             return cid, self.config.host, self.config.port
         b = self.metadata_cache.inter_broker_endpoint(cid)
         return None if b is None else (cid, b.host, b.port)

@@ -33,6 +33,8 @@ from typing import Any, Mapping
 
 import attrs
 
+from kafkatier.server.config import ListenerConfigError
+
 #: ``select`` says nothing about bytes OpenSSL already holds decrypted, and a non-blocking TLS socket signals "try
 #: again" with these two besides the usual ones.
 WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -48,7 +50,7 @@ _NAMES = ("keystore.type", "keystore.location", "keystore.password", "key.passwo
           "enabled.protocols", "cipher.suites", "protocol")
 
 
-class SslConfigError(ValueError):
+class SslConfigError(ListenerConfigError):
     """A listener's or client's ``ssl.*`` settings cannot make a TLS context; the text names the config."""
 
 

@@ -132,3 +132,32 @@ def test_missing_key_file_stops_the_broker_with_one_line(tmp_path):
     assert "start-up failed: listener SSL: ssl.keystore.location=/nonexistent.pem: No such file or directory" \
         in r.stdout + r.stderr
     assert not (tmp_path / "d").exists()  # nothing started
+
+
+def test_replication_over_tls_with_broker_certificate_principals(module_cluster_factory):
+    """inter.broker.listener.name=SSL with ssl.client.auth=required and no ACL for anonymous: followers can only
+    fetch as User:CN=broker-N over TLS, so an acks=all write with min.insync.replicas=2 proves the path."""
+    cluster = module_cluster_factory(brokers=2, log_dirs=1, tls=True, overrides={
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "false",
+        "super.users": "User:CN=broker-1;User:CN=broker-2;User:CN=client", "inter.broker.listener.name": "SSL",
+        "ssl.client.auth": "required", "min.insync.replicas": "2"})
+    tls = cluster.manager.state["tls"]
+    client = {"bootstrap_servers": tls["bootstrap_servers"], "security_protocol": "SSL", "ssl_cafile": tls["ca"],
+              "ssl_certfile": tls["client_certificate"], "ssl_keyfile": tls["client_key"],
+              "request_timeout_ms": TIMEOUT_S * 1000}
+    admin = KafkaAdminClient(**client)
+    try:
+        admin.create_topics([NewTopic("tls-r", 1, 2)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(acks="all", retries=20, **client)
+    try:
+        for i in range(10):
+            producer.send("tls-r", f"r{i}".encode()).get(timeout=TIMEOUT_S)
+    finally:
+        producer.close()
+    # the brokers registered both listeners with the security protocol map
+    import json
+    reg = json.loads(cluster.zk.get("/brokers/ids/1")[0])
+    assert reg["listener_security_protocol_map"]["SSL"] == "SSL"
+    assert any(e.startswith("SSL://") for e in reg["endpoints"])
