@@ -7,7 +7,7 @@ batches of ``--batch-kb`` (default 1 MiB), timed from the first send until every
 alternate PLAINTEXT / SSL ``--rounds`` times; the median of each is reported with the ratio SSL / PLAINTEXT (goal
 >= 0.6 at 1 MiB batches)::
 
-    .venv/bin/python benchmarks/tls.py [--mb 128] [--batch-kb 1024] [--rounds 3] [--mtls] [--json FILE]
+    .venv/bin/python benchmarks/tls.py [--quick] [--mb 128] [--batch-kb 1024] [--rounds 3] [--mtls] [--json FILE]
 """
 from __future__ import annotations
 
@@ -64,7 +64,10 @@ def main() -> int:
     ap.add_argument("--brokers", type=int, default=1)
     ap.add_argument("--mtls", action="store_true", help="present the client certificate (ssl.client.auth=required)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 16 MB, one round")
     args = ap.parse_args()
+    if args.quick:
+        args.mb, args.rounds = 16, 1
     work = tempfile.mkdtemp(prefix="kafkatier-bench-tls-")
     m = ClusterManager(os.path.join(work, "cluster"))
     try:
@@ -91,7 +94,7 @@ def main() -> int:
                   flush=True)
         med = {k: statistics.median(v) for k, v in rates.items()}
         ratio = med["SSL"] / med["PLAINTEXT"]
-        print(f"median: PLAINTEXT {med['PLAINTEXT']:.1f} MB/s, SSL{' (mTLS)' if args.mtls else ''} "
+        print(f"summary: median: PLAINTEXT {med['PLAINTEXT']:.1f} MB/s, SSL{' (mTLS)' if args.mtls else ''} "
               f"{med['SSL']:.1f} MB/s, ratio {ratio:.2f} (goal >= {GOAL})")
         if args.json:
             with open(args.json, "w") as f:
