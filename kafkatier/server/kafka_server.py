@@ -136,9 +136,10 @@ class KafkaServer:
         if inter is not None and inter in self.listener_tls:
             # Kafka's inter-broker channel: the listener's own ssl.* settings as a client (its keystore is the
             # client certificate); SASL_SSL adds the SASL login.
+            sasl_ssl = security_protocol_map(config.overrides).get(inter) == "SASL_SSL"
             self.login = InterBrokerSecurity(client_context(listener_ssl_config(config.overrides, inter)),
-                                             self.login if "SASL" in security_protocol_map(config.overrides).get(
-                                                 inter, "") else None)
+                                             inter_broker_login(config.overrides, sasl_ssl=True) if sasl_ssl
+                                             else None)
 
     # --- start-up -------------------------------------------------------------------------------------------
     def startup(self) -> None:

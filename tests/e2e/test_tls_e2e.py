@@ -161,3 +161,32 @@ def test_replication_over_tls_with_broker_certificate_principals(module_cluster_
     reg = json.loads(cluster.zk.get("/brokers/ids/1")[0])
     assert reg["listener_security_protocol_map"]["SSL"] == "SSL"
     assert any(e.startswith("SSL://") for e in reg["endpoints"])
+
+
+def test_sasl_ssl_listener_with_inter_broker_sasl_over_tls(module_cluster_factory):
+    """A SASL_SSL listener used by clients and by the brokers themselves (inter.broker.listener.name=SASL_SSL):
+    PLAIN over TLS; a wrong password is refused."""
+    from kafka.errors import KafkaError
+    cluster = module_cluster_factory(brokers=2, log_dirs=1, sasl_ssl=True, overrides={
+        "sasl.enabled.mechanisms": "PLAIN", "inter.broker.listener.name": "SASL_SSL", "min.insync.replicas": "2",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+            'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";'})
+    tls = cluster.manager.state["tls"]
+    client = {"bootstrap_servers": tls["sasl_ssl_bootstrap_servers"], "security_protocol": "SASL_SSL",
+              "ssl_cafile": tls["ca"], "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+              "sasl_plain_password": "alice-secret", "request_timeout_ms": TIMEOUT_S * 1000}
+    admin = KafkaAdminClient(**client)
+    try:
+        admin.create_topics([NewTopic("sasl-ssl-t", 1, 2)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(acks="all", retries=20, **client)
+    try:
+        for i in range(10):
+            producer.send("sasl-ssl-t", f"s{i}".encode()).get(timeout=TIMEOUT_S)
+    finally:
+        producer.close()
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(**{**client, "sasl_plain_password": "wrong", "request_timeout_ms": 5000,
+                            "api_version_auto_timeout_ms": 5000})
