@@ -273,7 +273,8 @@ class SocketServer:
         self._stopping = threading.Event()
         self._metrics_lock = threading.Lock()
         self._api_metrics: dict[int, list[int]] = {}
-        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0, "refused": 0, "failed": 0}
+        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0, "refused": 0, "failed": 0,
+                              "failed_authentication": 0}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -371,7 +372,8 @@ class SocketServer:
 
     @property
     def connection_metrics(self) -> dict[str, int]:
-        """``active``, ``accepted``, ``closed`` and ``malformed`` (connections closed for a bad frame)."""
+        """``active``, ``accepted``, ``closed``, ``malformed`` (connections closed for a bad frame) and
+        ``failed_authentication`` (TLS handshakes that failed: Kafka's ``failed-authentication-total``)."""
         with self._metrics_lock:
             return dict(self._conn_metrics, active=len(self._conns))
 
@@ -524,10 +526,10 @@ class SocketServer:
             quiet = isinstance(e, (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError))
             log.log(logging.DEBUG if quiet else logging.WARNING,
                     "Failed authentication with /%s (SSL handshake failed) %s", conn.context.client_address[0],
-                        kv(connection=conn.context.connection_id, listener=self._listener_name,
-                           reason=str(reason).replace(" ", "_")))
+                    kv(connection=conn.context.connection_id, listener=self._listener_name,
+                       reason=str(reason).replace(" ", "_")))
             with self._metrics_lock:
-                self._conn_metrics["malformed"] += 1
+                self._conn_metrics["failed_authentication"] += 1
             self._close(conn, "TLS handshake failed")
             return
         principal = conn.context.principal
@@ -537,6 +539,8 @@ class SocketServer:
             except Exception as e:  # noqa: BLE001 - e.g. no principal mapping rule matches the DN
                 log.warning("Failed authentication with /%s (%s) %s", conn.context.client_address[0], e,
                             kv(connection=conn.context.connection_id, listener=self._listener_name))
+                with self._metrics_lock:
+                    self._conn_metrics["failed_authentication"] += 1
                 self._close(conn, "no principal")
                 return
         conn.context = attrs.evolve(conn.context, principal=principal)

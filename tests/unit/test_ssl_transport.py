@@ -110,11 +110,13 @@ def test_large_frames_both_ways(pki, tls_server):
 
 
 def test_untrusted_expired_and_missing_client_certificates_are_refused(pki, tls_server, caplog):
-    _, server = tls_server
+    stub, server = tls_server
     for cert in ("stranger", "expired", None):
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
             _api_versions(_client_ctx(pki, cert=cert), server.port)
     assert "SSL handshake failed" in caplog.text
+    assert server.connection_metrics["failed_authentication"] >= 1
+    assert stub.seen == []  # no request reached the handler
 
 
 def test_client_checks_the_broker_host_name(pki, tmp_path):
