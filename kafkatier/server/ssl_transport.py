@@ -387,8 +387,8 @@ class ListenerTls:
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any], listener: str) -> "ListenerTls":
-        cfg = listener_ssl_config(props, listener)
         try:
+            cfg = listener_ssl_config(props, listener)
             context = server_context(cfg)
         except SslConfigError as e:
             raise SslConfigError(f"listener {listener}: {e}") from None

@@ -235,3 +235,25 @@ def test_kcat_over_mtls(pki, tls_server):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert stub.contexts[-1].principal == "User:" + CLIENT_DN
+
+
+def test_pkcs12_keystore_and_truststore(pki, tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    key = serialization.load_pem_private_key(pki["server"].key.read_bytes(), None)
+    cert = x509.load_pem_x509_certificate(pki["server"].certificate.read_bytes())
+    ca = x509.load_pem_x509_certificate(pki["ca"].read_bytes())
+    (tmp_path / "ks.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", key, cert, None, serialization.BestAvailableEncryption(b"ks-pass")))
+    (tmp_path / "ts.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"ca", None, None, [ca], serialization.BestAvailableEncryption(b"ts-pass")))
+    props = {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tmp_path / "ks.p12"),
+             "ssl.keystore.password": "ks-pass", "ssl.truststore.type": "PKCS12",
+             "ssl.truststore.location": str(tmp_path / "ts.p12"), "ssl.truststore.password": "ts-pass",
+             "ssl.client.auth": "required"}
+    cfg = SslConfig.from_props(props)
+    with SocketServer("127.0.0.1", 0, StubBroker(), num_handler_threads=1, ssl_context=server_context(cfg)) as server:
+        _api_versions(_client_ctx(pki), server.port)
+    with pytest.raises(SslConfigError, match="PKCS12"):
+        server_context(SslConfig.from_props({**props, "ssl.keystore.password": "wrong"}))
