@@ -21,6 +21,7 @@ forward on ``a -> b`` and backward on ``b -> a`` (:func:`one_way`).  A link hold
 """
 from __future__ import annotations
 
+import json
 import random
 
 import attrs
@@ -128,7 +129,7 @@ def _key(f: LinkFault) -> tuple[str, str]:
 class Link:
     source: str
     destination: str
-    upstream: str                # host:port the link connects to
+    upstream: str                # host:port the link connects to, or a broker's port file (:func:`resolve_upstream`)
     port: int = 0                # the link's own listening port on 127.0.0.1 (0 until the link process binds it)
     faults: tuple[LinkFault, ...] = ()
 
@@ -165,6 +166,40 @@ def link_name(source: str, destination: str) -> str:
     return f"{source}->{destination}"
 
 
+#: An upstream read from a port file at each connect: ``status:<path>`` (its ``port``) or
+#: ``status:<path>#<LISTENER>`` (that listener's port).  Brokers bind their own ports and publish them in that
+#: file, so a link to a broker is created before the broker knows its port, and follows it across restarts.
+STATUS_UPSTREAM = "status:"
+
+
+def port_file_upstream(path: str, listener: str | None = None) -> str:
+    return f"{STATUS_UPSTREAM}{path}" + (f"#{listener}" if listener else "")
+
+
+def fixed_upstream_port(upstream: str) -> int | None:
+    """The port of a ``host:port`` upstream; None for a port-file upstream."""
+    if upstream.startswith(STATUS_UPSTREAM):
+        return None
+    return int(upstream.rpartition(":")[2])
+
+
+def resolve_upstream(upstream: str) -> tuple[str, int]:
+    """Where a link connects now; OSError while a port file names no port (the broker is not listening yet)."""
+    if not upstream.startswith(STATUS_UPSTREAM):
+        host, _, port = upstream.rpartition(":")
+        return host, int(port)
+    path, _, listener = upstream[len(STATUS_UPSTREAM):].partition("#")
+    try:
+        with open(path) as f:
+            published = json.load(f)
+        port = published["listeners"][listener] if listener else published["port"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise OSError(f"no port published in {path}{'#' + listener if listener else ''}: {e}") from None
+    if not isinstance(port, int) or port <= 0:
+        raise OSError(f"no port published in {path}")
+    return "127.0.0.1", port
+
+
 def broker_node(broker_id: int) -> str:
     return f"broker:{broker_id}"
 
@@ -175,6 +210,19 @@ def zookeeper_node(n: int) -> str:
 
 def client_node(group: str) -> str:
     return f"client:{group}"
+
+
+def zookeeper_servers(connect: str) -> tuple[list[str], str]:
+    """``h1:p1,h2:p2/chroot`` as (``["h1:p1", "h2:p2"]``, ``"/chroot"``); the chroot is ``""`` when absent."""
+    servers, slash, chroot = connect.partition("/")
+    return [s.strip() for s in servers.split(",") if s.strip()], slash + chroot
+
+
+def linked_zookeeper_connect(table: LinkTable, broker_id: int, connect: str) -> str:
+    """A broker's ``zookeeper.connect`` through its links: one link per server of ``connect``, chroot kept."""
+    servers, chroot = zookeeper_servers(connect)
+    return ",".join(table.link(link_name(broker_node(broker_id), zookeeper_node(n))).address
+                    for n in range(1, len(servers) + 1)) + chroot
 
 
 def check_client_group(name: str) -> str:

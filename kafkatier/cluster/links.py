@@ -29,7 +29,7 @@ import time
 import attrs
 
 from kafkatier.cluster.link_faults import (BACKWARD, FORWARD, HEALTHY, DirectionBehaviour, Link, LinkTable,
-                                           behaviour)
+                                           behaviour, fixed_upstream_port, resolve_upstream)
 from kafkatier.cluster.link_state import LinkStateFile
 from kafkatier.logsetup import get_logger, kv
 
@@ -214,9 +214,11 @@ class LinkServer:
         """Bind every link's port (its recorded one, else a new one) and the control port; write them back."""
         with self.state.locked():
             table = self.state.read()
+            # A new port never lands on a destination's port: those are chosen before their servers bind them.
+            upstream_ports = {fixed_upstream_port(li.upstream) for li in table.links} - {None}
             bound = []
             for link in table.links:
-                sock = _listen(link.port)
+                sock = _listen(link.port) if link.port else _listen_avoiding(upstream_ports)
                 bound.append(attrs.evolve(link, port=sock.getsockname()[1]))
                 self.runtimes[link.name] = LinkRuntime(bound[-1], sock)
             try:
@@ -264,12 +266,11 @@ class LinkServer:
         loop = asyncio.get_running_loop()
         client.setblocking(False)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        host, _, port = rt.link.upstream.rpartition(":")
         up = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         up.setblocking(False)
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await asyncio.wait_for(loop.sock_connect(up, (host, int(port))), CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(loop.sock_connect(up, resolve_upstream(rt.link.upstream)), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
             up.close()
             reset_socket(client)  # the destination refuses: so does the link
@@ -351,6 +352,21 @@ def _listen(port: int) -> socket.socket:
     s.listen(512)
     s.setblocking(False)
     return s
+
+
+def _listen_avoiding(ports: set[int], attempts: int = 20) -> socket.socket:
+    """A listener on a new port (port 0) that is not one of ``ports``."""
+    held = []
+    try:
+        for _ in range(attempts):
+            s = _listen(0)
+            if s.getsockname()[1] not in ports:
+                return s
+            held.append(s)  # kept open while retrying, so the next bind gets another port
+        raise OSError(f"no free port outside {sorted(ports)} after {attempts} attempts")
+    finally:
+        for s in held:
+            s.close()
 
 
 def serve(data_dir: str) -> int:

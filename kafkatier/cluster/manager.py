@@ -490,30 +490,32 @@ class ClusterManager:
         Each client group ``g`` gets a listener ``G`` on every broker (``listeners``), advertised at the group's
         link to that broker (``advertised.listeners``): a client bootstrapping from the group's links is
         answered with link addresses only, so all its traffic goes through them."""
-        from kafkatier.cluster.link_faults import Link, broker_node, check_client_group, client_node, zookeeper_node
-        servers, _, chroot = zookeeper.partition("/")
-        zk_servers = [s.strip() for s in servers.split(",") if s.strip()]
+        from kafkatier.cluster.link_faults import (Link, broker_node, check_client_group, client_node,
+                                                   linked_zookeeper_connect, port_file_upstream, zookeeper_node,
+                                                   zookeeper_servers)
+        zk_servers, _ = zookeeper_servers(zookeeper)
         groups = [check_client_group(g) for g in dict.fromkeys(client_groups)]
-        listener_ports = {(g, s.id): free_port() for g in groups for s in specs}
         links = []
+        # A link to a broker reads the broker's port from the file the broker publishes once it listens
+        # (its port, and each client group's listener), so no port is chosen for a broker before it binds it.
         for s in specs:
-            links += [Link(broker_node(s.id), broker_node(o.id), f"127.0.0.1:{o.port}") for o in specs if o.id != s.id]
+            links += [Link(broker_node(s.id), broker_node(o.id), port_file_upstream(self._port_path(o.id)))
+                      for o in specs if o.id != s.id]
             links += [Link(broker_node(s.id), zookeeper_node(n), hp) for n, hp in enumerate(zk_servers, start=1)]
         for g in groups:
-            links += [Link(client_node(g), broker_node(s.id), f"127.0.0.1:{listener_ports[g, s.id]}") for s in specs]
+            links += [Link(client_node(g), broker_node(s.id), port_file_upstream(self._port_path(s.id), g.upper()))
+                      for s in specs]
         lm = self.links
         lm.create(links)
         table = lm.start()
         for s in specs:
-            connect = ",".join(table.link(f"{broker_node(s.id)}->{zookeeper_node(n)}").address
-                               for n in range(1, len(zk_servers) + 1)) + (f"/{chroot}" if chroot else "")
-            s.args[s.args.index("--zookeeper") + 1] = connect
+            s.args[s.args.index("--zookeeper") + 1] = linked_zookeeper_connect(table, s.id, zookeeper)
             endpoints = ",".join(f"{o.id}:{table.link(f'{broker_node(s.id)}->{broker_node(o.id)}').address}"
                                  for o in specs if o.id != s.id)
             props = {**overrides, LINK_ENDPOINTS_CONFIG: endpoints}
             if groups:
                 props["listeners"] = ",".join([f"PLAINTEXT://127.0.0.1:{s.port}"] + [
-                    f"{g.upper()}://127.0.0.1:{listener_ports[g, s.id]}" for g in groups])
+                    f"{g.upper()}://127.0.0.1:0" for g in groups])   # bound by the broker, published in its port file
                 props["advertised.listeners"] = ",".join(
                     f"{g.upper()}://{table.link(f'{client_node(g)}->{broker_node(s.id)}').address}" for g in groups)
                 props["listener.security.protocol.map"] = ",".join(

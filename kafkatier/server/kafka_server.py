@@ -630,7 +630,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     signal.signal(signal.SIGINT, _signal)
     server.startup()
     if port_file:
-        write_port_file(port_file, server.config.port)
+        write_port_file(port_file, server.config.port,
+                        {ss.listener_name: ss.port for ss in server.extra_socket_servers})
     apply_test_memory_limit(config.overrides)
     interval = STATUS_INTERVAL_S
     if status_file:
@@ -648,9 +649,10 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     return 0 if stop.is_set() else 1  # 1: the broker shut itself down (a failed network thread)
 
 
-def write_port_file(path: str, port: int) -> None:
-    """The port this process listens on, with its pid (a reader tells it from a previous incarnation's)."""
-    atomic_write(path, json.dumps({"port": port, "pid": os.getpid()}).encode())
+def write_port_file(path: str, port: int, listeners: dict[str, int] | None = None) -> None:
+    """The port this process listens on, with its pid (a reader tells it from a previous incarnation's), and the
+    ports of its other listeners by name (client groups' listeners, read by their links)."""
+    atomic_write(path, json.dumps({"port": port, "pid": os.getpid(), "listeners": listeners or {}}).encode())
 
 
 def apply_test_memory_limit(overrides) -> None:

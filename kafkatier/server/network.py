@@ -354,6 +354,10 @@ class SocketServer:
         return self._port
 
     @property
+    def listener_name(self) -> str:
+        return self._listener_name
+
+    @property
     def host(self) -> str:
         return self._host
 

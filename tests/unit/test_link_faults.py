@@ -101,6 +101,16 @@ def test_a_fault_replaces_its_kind_and_behaviour_combines_kinds():
     assert Link.from_json(link.to_json()) == link
 
 
+def test_a_brokers_zookeeper_connect_through_its_links_keeps_the_chroot():
+    from kafkatier.cluster.link_faults import linked_zookeeper_connect, zookeeper_servers
+    connect = "10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/cluster-ab"
+    assert zookeeper_servers(connect) == (["10.0.0.1:2181", "10.0.0.2:2181", "10.0.0.3:2181"], "/cluster-ab")
+    assert zookeeper_servers("127.0.0.1:2181") == (["127.0.0.1:2181"], "")
+    t = LinkTable(tuple(Link("broker:2", f"zookeeper:{n}", f"10.0.0.{n}:2181", port=41000 + n) for n in (1, 2, 3)))
+    assert linked_zookeeper_connect(t, 2, connect) == \
+        "127.0.0.1:41001,127.0.0.1:41002,127.0.0.1:41003/cluster-ab"
+
+
 @pytest.mark.parametrize("text, rate", [("1MB/s", 1_000_000), ("512KiB/s", 524288), ("250000", 250000),
                                         ("1.5 MiB/s", 1572864), ("2k", 2000)])
 def test_parse_rate(text, rate):
