@@ -391,7 +391,11 @@ def client_kwargs_from_properties(props: Mapping[str, str]) -> ClientSettings:
 
 def load_command_config(path: str | os.PathLike) -> dict[str, Any]:
     """Read a ``--command-config`` file into kafka-python keyword arguments, warning about unused keys."""
-    settings = client_kwargs_from_properties(load_properties(path, "command config file"))
+    props = load_properties(path, "command config file")
+    settings = client_kwargs_from_properties(props)
+    for key in ("ssl.truststore.location", "ssl.keystore.location"):
+        if props.get(key) and not os.path.isfile(props[key]):
+            raise BootstrapConfigError(f"{path}: {key}={props[key]}: no such file")
     for key in settings.ignored:
         log.warning("command config key not supported, ignored %s", kv(file=path, key=key))
     return settings.kwargs

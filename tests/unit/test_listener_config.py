@@ -36,3 +36,15 @@ def test_bad_map_entry_is_one_line():
     with pytest.raises(ListenerConfigError, match="listener.security.protocol.map"):
         security_protocol_map({"listener.security.protocol.map": "SSL:TLS"})
     assert issubclass(SslConfigError, ListenerConfigError)
+
+
+def test_command_config_with_a_missing_pem_file_is_one_line(tmp_path):
+    from kafkatier.admin.bootstrap import BootstrapConfigError, load_command_config
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SSL\nssl.keystore.type=PEM\nssl.keystore.location=/nonexistent.pem\n")
+    with pytest.raises(BootstrapConfigError, match="ssl.keystore.location=/nonexistent.pem: no such file"):
+        load_command_config(props)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    props.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca}\n")
+    assert load_command_config(props) == {"security_protocol": "SSL", "ssl_cafile": str(ca)}
