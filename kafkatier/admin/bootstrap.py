@@ -74,8 +74,10 @@ def parse_bootstrap_servers(text: str) -> tuple[HostPort, ...]:
     return tuple(dict.fromkeys(parse_host_port(t) for t in items))
 
 
-def servers_from_cluster_file(data_dir: str | os.PathLike) -> tuple[HostPort, ...]:
-    """The ``bootstrap_servers`` recorded in ``DATA_DIR/cluster.json`` by ``kafkatier cluster up``."""
+def servers_from_cluster_file(data_dir: str | os.PathLike, security_protocol: str = "PLAINTEXT"
+                              ) -> tuple[HostPort, ...]:
+    """The ``bootstrap_servers`` recorded in ``DATA_DIR/cluster.json`` by ``kafkatier cluster up`` (for
+    ``security_protocol=SSL``, those of the SSL listeners of ``cluster up --tls``)."""
     path = Path(data_dir) / CLUSTER_FILE
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
@@ -85,6 +87,10 @@ def servers_from_cluster_file(data_dir: str | os.PathLike) -> tuple[HostPort, ..
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BootstrapConfigError(f"cannot read {path}: {e}") from None
     servers = state.get("bootstrap_servers") if isinstance(state, dict) else None
+    if security_protocol.upper() == "SSL" and isinstance(state, dict):
+        servers = (state.get("tls") or {}).get("bootstrap_servers")
+        if not servers:
+            raise BootstrapConfigError(f"the cluster in {data_dir} has no SSL listeners (kafkatier cluster up --tls)")
     if not isinstance(servers, str) or not servers.strip():
         raise BootstrapConfigError(f"{path} has no \"bootstrap_servers\" string")
     try:
@@ -192,7 +198,7 @@ def resolve_bootstrap_servers(bootstrap_server: str | None = None, zookeeper: st
     if bootstrap_server:
         servers = parse_bootstrap_servers(bootstrap_server)
     elif data_dir:
-        servers = servers_from_cluster_file(data_dir)
+        servers = servers_from_cluster_file(data_dir, security_protocol)
     else:
         servers = servers_from_zookeeper(zookeeper, security_protocol, timeout=max(timeout, DEFAULT_ZK_TIMEOUT_S))
     if probe:
@@ -397,7 +403,11 @@ def client_kwargs_from_properties(props: Mapping[str, str]) -> ClientSettings:
 
 def load_command_config(path: str | os.PathLike) -> dict[str, Any]:
     """Read a ``--command-config`` file into kafka-python keyword arguments, warning about unused keys."""
-    settings = client_kwargs_from_properties(load_properties(path, "command config file"))
+    props = load_properties(path, "command config file")
+    settings = client_kwargs_from_properties(props)
+    for key in ("ssl.truststore.location", "ssl.keystore.location"):
+        if props.get(key) and not os.path.isfile(props[key]):
+            raise BootstrapConfigError(f"{path}: {key}={props[key]}: no such file")
     for key in settings.ignored:
         log.warning("command config key not supported, ignored %s", kv(file=path, key=key))
     return settings.kwargs

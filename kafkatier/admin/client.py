@@ -291,8 +291,11 @@ class AdminClient:
             self._admin = admin_factory(bootstrap_servers=servers, bootstrap_timeout_ms=bootstrap_timeout_ms,
                                         **kwargs)
         except kerr.KafkaTimeoutError as e:
+            hint = ""
+            if str(kwargs.get("security_protocol", "")).upper() in ("SSL", "SASL_SSL"):
+                hint = "; over TLS: does ssl.truststore.location trust the brokers' CA, and do they trust the client's?"
             raise NoReachableBrokerError(f"could not bootstrap from {','.join(servers)} within "
-                                         f"{bootstrap_timeout_ms / 1000:g}s ({e.args[0] if e.args else e})"
+                                         f"{bootstrap_timeout_ms / 1000:g}s ({e.args[0] if e.args else e}{hint})"
                                          ) from None
         except kerr.KafkaConfigurationError as e:
             raise AdminError(type(e).__name__, str(e.args[0]) if e.args else "") from None

@@ -92,6 +92,7 @@ def build_config(args):
 
 def _start(args) -> int:
     from kafkatier.server.kafka_server import run_broker
+    from kafkatier.server.config import ListenerConfigError
     from kafkatier.zk.broker_registration import BrokerIdConflictError
     from kafkatier.zk.client import ZooKeeperAuthError
     from kafkatier.zk.security import ZooKeeperSecurityError
@@ -103,7 +104,7 @@ def _start(args) -> int:
     # there (KIP-112), so nothing is created or checked here.
     try:
         return run_broker(config, status_file=args.status_file, port_file=args.port_file)
-    except (BrokerIdConflictError, ZooKeeperAuthError, ZooKeeperSecurityError) as e:
+    except (BrokerIdConflictError, ZooKeeperAuthError, ZooKeeperSecurityError, ListenerConfigError) as e:
         logsetup.get_logger("server").error("start-up failed: %s", e)
         print(f"kafkatier: error: {e}", file=sys.stderr)
         return 1

@@ -32,6 +32,12 @@ def register(sub) -> None:
     up.add_argument("--links", action="store_true",
                     help="run every broker -> broker and broker -> ZooKeeper path through the cluster's link "
                          "process, so that partition / link-fault can cut, stall, slow or throttle it")
+    up.add_argument("--tls", action="store_true",
+                    help="also give every broker an SSL listener, with a test CA and certificates in DIR/tls and a "
+                         "client config DIR/client-ssl.properties (docs/security.md#tls)")
+    up.add_argument("--sasl-ssl", action="store_true",
+                    help="(implies --tls) a SASL_SSL listener too; SASL settings as for SASL_PLAINTEXT (--override "
+                         "sasl.enabled.mechanisms=..., sasl.jaas.config=...)")
     up.add_argument("--client-group", action="append", default=[], metavar="NAME",
                     help="(implies --links) a client group with its own listener on every broker, reached through "
                          "links client:NAME -> broker:N; its bootstrap servers are in describe (repeatable)")
@@ -264,7 +270,8 @@ def _up(args) -> int:
         state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
                      overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
-                     client_groups=args.client_group, zookeeper_sasl=args.zookeeper_sasl)
+                      client_groups=args.client_group, zookeeper_sasl=args.zookeeper_sasl,
+                      tls=args.tls or args.sasl_ssl, sasl_ssl=args.sasl_ssl)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:
             m.down()
@@ -277,6 +284,11 @@ def _up(args) -> int:
     print(f"cluster ready: zookeeper={state['zookeeper']} bootstrap_servers={state['bootstrap_servers']}")
     for g, servers in (state.get("client_groups") or {}).items():
         print(f"client group {g}: bootstrap_servers={servers}")
+    if state.get("tls"):
+        print(f"SSL listeners: bootstrap_servers={state['tls']['bootstrap_servers']} "
+              f"client_config={state['tls']['client_config']}")
+        if state["tls"].get("sasl_ssl_bootstrap_servers"):
+            print(f"SASL_SSL listeners: bootstrap_servers={state['tls']['sasl_ssl_bootstrap_servers']}")
     print(f"cluster file: {m.cluster_file}")
     if args.detach:
         return 0
@@ -386,6 +398,11 @@ def _describe(args) -> int:
         for f in rf.get("faults") or []:
             left = "unbounded" if f.get("remaining") is None else f.get("remaining")
             print(f"  request fault {f['id']}: {f['summary']} remaining={left}")
+    if st.get("tls"):
+        print(f"SSL listeners: bootstrap_servers={st['tls']['bootstrap_servers']} "
+              f"client_config={st['tls']['client_config']} ca={st['tls']['ca']}")
+        if st["tls"].get("sasl_ssl_bootstrap_servers"):
+            print(f"SASL_SSL listeners: bootstrap_servers={st['tls']['sasl_ssl_bootstrap_servers']}")
     if st.get("links"):
         for g, servers in (st.get("client_groups") or {}).items():
             print(f"Client group {g}: bootstrap_servers={servers}")

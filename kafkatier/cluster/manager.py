@@ -137,7 +137,8 @@ class ClusterManager:
     # --- up / down ------------------------------------------------------------------------------------------
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
-           first_broker_id: int = 1, links: bool = False, client_groups=(), zookeeper_sasl: bool = False) -> dict:
+           first_broker_id: int = 1, links: bool = False, client_groups=(), zookeeper_sasl: bool = False,
+           tls: bool = False, sasl_ssl: bool = False) -> dict:
         """``zookeeper_sasl``: the embedded ZooKeeper requires SASL, the brokers log in with a generated password
         (``zookeeper-jaas.conf``, mode 0600) and set Kafka's ZooKeeper ACLs."""
         if zookeeper_sasl and zookeeper is not None:
@@ -180,6 +181,11 @@ class ClusterManager:
             "data_dir": self.data_dir,
             "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
         }
+        if tls:
+            if links or client_groups:
+                from kafkatier.common.errors import UsageError
+                raise UsageError("--tls cannot be combined with --links or --client-group yet")
+            self._wire_tls(specs, overrides or {}, sasl_ssl)
         if links or client_groups:
             self._wire_links(specs, zookeeper, overrides or {}, client_groups)
         self.save()
@@ -549,6 +555,45 @@ class ClusterManager:
         self.state["brokers"] = [attrs.asdict(s) for s in specs]
         log.info("links wired %s", kv(links=len(links), pid=table.pid))
 
+    def _wire_tls(self, specs, overrides: dict, sasl_ssl: bool = False) -> None:
+        """Give every broker an ``SSL`` listener (``cluster up --tls``): a test CA and certificates in ``DIR/tls``
+        (``kafkatier/testing/tls.py``: one per broker, ``CN=broker-N``, and one client ``CN=client``), the
+        broker's ``listeners`` / ``listener.security.protocol.map`` / ``ssl.*`` in its server.properties
+        (``ssl.client.auth=requested``: TLS with or without a client certificate; the user's overrides win), and
+        ``DIR/client-ssl.properties``, a client config in Kafka's names for ``--command-config`` and Kafka's tools.
+        ``sasl_ssl``: a ``SASL_SSL`` listener too (SASL settings from the overrides, as for SASL_PLAINTEXT)."""
+        from kafkatier.cluster.certificates import make_ca, make_cert
+        from kafkatier.zk.embedded import free_port
+        tls_dir = os.path.join(self.data_dir, "tls")
+        ca = make_ca(tls_dir)
+        client = make_cert(tls_dir, "client", "CN=client", hosts=None)
+        ports, sasl_ports = {}, {}
+        for s in specs:
+            cert = make_cert(tls_dir, f"broker-{s.id}", f"CN=broker-{s.id}")
+            ports[s.id] = free_port()
+            listeners = f"PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{ports[s.id]}"
+            if sasl_ssl:
+                sasl_ports[s.id] = free_port()
+                listeners += f",SASL_SSL://127.0.0.1:{sasl_ports[s.id]}"
+            props = {"listeners": listeners,
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
+                     "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore),
+                     "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca),
+                     "ssl.client.auth": "requested", **overrides}
+            write_server_properties(os.path.join(self.data_dir, f"broker-{s.id}", SERVER_PROPERTIES), props,
+                                    comment=f"broker {s.id}, by kafkatier cluster up --tls")
+        client_config = os.path.join(self.data_dir, "client-ssl.properties")
+        write_server_properties(client_config, {
+            "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca),
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(client.keystore)},
+            comment="client settings for the SSL listeners (kafkatier cluster up --tls); principal User:CN=client")
+        self.state["tls"] = {"bootstrap_servers": ",".join(f"127.0.0.1:{ports[s.id]}" for s in specs),
+                             "client_config": client_config, "ca": str(ca),
+                             "client_certificate": str(client.certificate), "client_key": str(client.key)}
+        if sasl_ssl:
+            self.state["tls"]["sasl_ssl_bootstrap_servers"] = ",".join(f"127.0.0.1:{sasl_ports[s.id]}" for s in specs)
+        log.info("TLS listeners wired %s", kv(brokers=len(specs), tls_dir=tls_dir))
+
     def client_bootstrap(self, group: str) -> str:
         """The bootstrap servers of a client group: its links to every broker."""
         groups = self.state.get("client_groups") or {}
@@ -661,4 +706,6 @@ class ClusterManager:
         if self.state.get("links"):
             out["links"] = self.links.describe()
             out["client_groups"] = self.state.get("client_groups") or {}
+        if self.state.get("tls"):
+            out["tls"] = self.state["tls"]
         return out

@@ -1,17 +1,21 @@
 """A small blocking Kafka-protocol client for broker-to-broker requests (follower fetches).
 
-Requests and responses are kafka-python's message classes; one request at a time per connection.  With a
-``login`` (``server/sasl.SaslLogin``: the inter-broker mechanism and credentials) each new connection first
-authenticates with SaslHandshake v1 + SaslAuthenticate (PLAIN, or SCRAM's two rounds); a refused login raises
-:class:`BrokerAuthenticationError`.
+Requests and responses are kafka-python's message classes; one request at a time per connection.  ``login`` says
+how to reach the other broker: ``server/sasl.SaslLogin`` (the inter-broker mechanism and credentials), or an
+:class:`InterBrokerSecurity` when the inter-broker listener speaks TLS (``SSL``, or ``SASL_SSL`` with a login).
+A TLS connection handshakes first (the broker's certificate and host name checked, the broker's own keystore as
+its client certificate); then, with a SASL login, each new connection authenticates with SaslHandshake v1 +
+SaslAuthenticate (PLAIN, or SCRAM's two rounds); a refused login raises :class:`BrokerAuthenticationError`.
 """
 from __future__ import annotations
 
 import io
 import itertools
 import socket
+import ssl
 import struct
 
+import attrs
 from kafka.protocol.api_message import ApiMessage
 
 from kafkatier.logsetup import get_logger, kv
@@ -29,9 +33,19 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """The broker refused this client's SASL login."""
 
 
+@attrs.frozen
+class InterBrokerSecurity:
+    """How a broker's own clients reach another broker when the inter-broker listener speaks TLS."""
+    ssl_context: ssl.SSLContext
+    sasl: object | None = None  # server/sasl.SaslLogin, for SASL_SSL
+
+
 class BrokerClient:
     def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0, login=None):
         self.host, self.port = host, port
+        self.ssl_context: ssl.SSLContext | None = None
+        if isinstance(login, InterBrokerSecurity):
+            self.ssl_context, login = login.ssl_context, login.sasl
         self.login = login
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -45,6 +59,12 @@ class BrokerClient:
             except OSError as e:
                 raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e}") from e
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.ssl_context is not None:
+                try:
+                    s = self.ssl_context.wrap_socket(s, server_hostname=self.host)
+                except (OSError, ValueError) as e:
+                    s.close()
+                    raise BrokerConnectionError(f"TLS handshake with {self.host}:{self.port} failed: {e}") from e
             s.settimeout(self.timeout_s)
             self._sock = s
             if self.login is not None:

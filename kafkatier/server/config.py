@@ -43,6 +43,11 @@ class BrokerConfig:
         return f"PLAINTEXT://{self.host}:{self.port}"
 
 
+class ListenerConfigError(ValueError):
+    """Listener settings (``listeners``, ``listener.security.protocol.map``, the inter-broker listener, ``ssl.*``)
+    that cannot work: the broker stops before it starts anything, with this one line."""
+
+
 # --- listeners beyond PLAINTEXT (Kafka's ``listeners`` / ``advertised.listeners``) ---------------------------------
 @attrs.frozen
 class ExtraListener:
@@ -52,6 +57,9 @@ class ExtraListener:
     port: int
     advertised_host: str
     advertised_port: int
+    #: Its ``listener.security.protocol.map`` entry: PLAINTEXT (the default for a name the map lacks), SSL,
+    #: SASL_PLAINTEXT or SASL_SSL.
+    security_protocol: str = "PLAINTEXT"
 
     @property
     def advertised(self) -> str:
@@ -67,18 +75,50 @@ def _listener_map(value: str | None) -> dict[str, tuple[str, int]]:
         name, sep, rest = item.partition("://")
         host, _, port = rest.rpartition(":")
         if not sep or not name or not port.isdigit():
-            raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
+            raise ListenerConfigError(f"bad listener {item!r}: expected NAME://host:port")
         out[name.upper()] = (host or "127.0.0.1", int(port))
     return out
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def security_protocol_map(overrides: dict) -> dict[str, str]:
+    """``listener.security.protocol.map`` (``NAME:PROTOCOL,...``) over Kafka's default, where each of the four
+    protocol names maps to itself."""
+    out = {p: p for p in SECURITY_PROTOCOLS}
+    for item in str(overrides.get("listener.security.protocol.map") or "").split(","):
+        name, sep, protocol = item.strip().partition(":")
+        if not item.strip():
+            continue
+        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ListenerConfigError(f"bad listener.security.protocol.map entry {item.strip()!r}: expected NAME:PROTOCOL "
+                             f"with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+def inter_broker_listener_name(overrides: dict) -> str | None:
+    """``inter.broker.listener.name``, else the listener named after ``security.inter.broker.protocol`` (Kafka's
+    rule); None when neither is set (brokers dial each other's first endpoint: PLAINTEXT)."""
+    name = str(overrides.get("inter.broker.listener.name") or "").strip().upper()
+    if not name:
+        name = str(overrides.get("security.inter.broker.protocol") or "").strip().upper()
+    if not name or name == "PLAINTEXT":
+        return None
+    if name not in {e.name for e in extra_listeners(overrides)}:
+        raise ListenerConfigError(f"inter-broker listener {name} is not in listeners")
+    return name
+
+
 def extra_listeners(overrides: dict) -> list[ExtraListener]:
     """The listeners of ``listeners`` other than PLAINTEXT (which is the broker's ``--port``), each advertised as
-    ``advertised.listeners`` says (default: as it binds).  Every listener speaks PLAINTEXT (as the
-    ``listener.security.protocol.map`` kafkatier writes)."""
+    ``advertised.listeners`` says (default: as it binds), speaking the security protocol
+    ``listener.security.protocol.map`` gives it (a name the map lacks speaks PLAINTEXT: client groups)."""
     bind = _listener_map(overrides.get("listeners"))
     adv = _listener_map(overrides.get("advertised.listeners"))
-    return [ExtraListener(name, host, port, *adv.get(name, (host, port)))
+    spm = security_protocol_map(overrides)
+    return [ExtraListener(name, host, port, *adv.get(name, (host, port)), security_protocol=spm.get(name, "PLAINTEXT"))
             for name, (host, port) in bind.items() if name != "PLAINTEXT"]
 
 

@@ -29,6 +29,12 @@ SERVER_NAMES = frozenset({
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
     "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
     "zookeeper.set.acl", "java.security.auth.login.config",
+    "listeners", "inter.broker.listener.name", "security.inter.broker.protocol",
+    # TLS listeners (server/ssl_transport.py)
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.client.auth", "ssl.principal.mapping.rules",
+    "ssl.endpoint.identification.algorithm", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.protocol",
 })
 PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.",
             "log.", "group.",

@@ -112,9 +112,11 @@ class ControlledShutdown:
     """Kafka's ``KafkaServer.controlledShutdown``: ask the controller to move this broker's leaders away."""
 
     def __init__(self, broker_id: int, broker_epoch: Callable[[], int], controller_endpoint: Callable[[], tuple | None],
-                 config: ControlledShutdownConfig, sleep: Callable[[float], None] = time.sleep):
-        """``controller_endpoint()`` returns ``(controller id, host, port)`` or None when no controller is known."""
+                 config: ControlledShutdownConfig, sleep: Callable[[float], None] = time.sleep, login=None):
+        """``controller_endpoint()`` returns ``(controller id, host, port)`` or None when no controller is known;
+        ``login``: how to reach it (server/broker_client.py)."""
         self.broker_id = broker_id
+        self.login = login
         self.broker_epoch = broker_epoch
         self.controller_endpoint = controller_endpoint
         self.config = config
@@ -153,7 +155,7 @@ class ControlledShutdown:
             raise ControlledShutdownNotDone("no controller known")
         cid, host, port = endpoint
         client = BrokerClient(host, port, client_id=f"broker-{self.broker_id}-controlled-shutdown",
-                              timeout_s=self.config.request_timeout_ms / 1000.0)
+                              timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login)
         try:
             resp = client.send(ControlledShutdownRequest[REQUEST_VERSION](
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch()), ControlledShutdownResponse,

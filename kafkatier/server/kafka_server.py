@@ -47,8 +47,8 @@ from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-from kafkatier.server.config import BrokerConfig, extra_listeners
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
+from kafkatier.server.config import BrokerConfig, extra_listeners, inter_broker_listener_name, security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -72,7 +72,8 @@ from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
-from kafkatier.server.sasl import inter_broker_login, sasl_server_from_config
+from kafkatier.server.sasl import inter_broker_login, sasl_enabled, sasl_server_from_config
+from kafkatier.server.ssl_transport import ListenerTls, client_context, listener_ssl_config, uses_sasl, uses_tls
 from kafkatier.server.transaction_apis import TransactionApis
 from kafkatier.server.transaction_topic_log import ReplicaManagerTransactionLog
 from kafkatier.server.user_scram_apis import UserScramApis
@@ -94,7 +95,8 @@ class KafkaServer:
         self.broker_epoch = -1
         self.cluster_id: str | None = None
         self.metadata_cache = MetadataCache(
-            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)))
+            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)),
+            inter_broker_listener=inter_broker_listener_name(config.overrides))
         self.scheduler: KafkaScheduler | None = None
         self.topic_configs: TopicConfigCache | None = None
         self.topic_config_handler: TopicConfigHandler | None = None
@@ -128,6 +130,17 @@ class KafkaServer:
         self._session_lost = False
         self._started_at = time.time()
         self.login = inter_broker_login(config.overrides)  # the brokers' own SASL login, when SASL is on
+        # TLS listeners' contexts, made before anything starts: a bad keystore stops the broker with one line.
+        self.listener_tls = {e.name: ListenerTls.from_props(config.overrides, e.name)
+                             for e in extra_listeners(config.overrides) if uses_tls(e.security_protocol)}
+        inter = self.metadata_cache.inter_broker_listener
+        if inter is not None and inter in self.listener_tls:
+            # Kafka's inter-broker channel: the listener's own ssl.* settings as a client (its keystore is the
+            # client certificate); SASL_SSL adds the SASL login.
+            sasl_ssl = security_protocol_map(config.overrides).get(inter) == "SASL_SSL"
+            self.login = InterBrokerSecurity(client_context(listener_ssl_config(config.overrides, inter)),
+                                             inter_broker_login(config.overrides, sasl_ssl=True) if sasl_ssl
+                                             else None)
 
     # --- start-up -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -205,7 +218,8 @@ class KafkaServer:
         if authorizer is not None:
             authorizer.start()  # ACL cache + /kafka-acl-changes listener
         auth = AuthHelper(authorizer)
-        sasl = sasl_server_from_config(self.zk, c.overrides)
+        sasl = sasl_server_from_config(self.zk, c.overrides, sasl_ssl_listener=any(
+            e.security_protocol == "SASL_SSL" for e in extra_listeners(c.overrides)))
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
         if str(c.overrides.get("transaction.partition.verification.enable", "true")).lower() == "true":
@@ -237,10 +251,15 @@ class KafkaServer:
                                             on_clock=lambda skew: self.time.set_skew(skew.offset_ms, skew.drift_ppm))
         self.faults_watcher.start()  # request faults and clock skew (server/fault_injection.py), before serving
         def socket_server(host: str, port: int, listener_name: str = "PLAINTEXT",
-                          any_port_if_taken: bool = False) -> SocketServer:
+                          any_port_if_taken: bool = False, security_protocol: str = "PLAINTEXT") -> SocketServer:
+            tls = self.listener_tls.get(listener_name)
+            # SASL_SSL always authenticates with SASL; SSL never (the certificate does); PLAINTEXT listeners follow
+            # the broker's listener.security.protocol switch (server/sasl.py).
+            gated = uses_sasl(security_protocol) or (security_protocol == "PLAINTEXT" and sasl_enabled(o))
             return SocketServer(
                 host, port, FaultInjectingHandler(self.apis, self.request_faults),
-                request_gate=sasl.gate if sasl is not None else None,
+                request_gate=sasl.gate if sasl is not None and gated else None,
+                ssl_context=tls.context if tls else None, ssl_principal=tls.principal if tls else None,
                 max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
                 unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
                 max_connections=int(o["max.connections"]) if "max.connections" in o else None,
@@ -249,7 +268,8 @@ class KafkaServer:
         self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
         for extra in extra_listeners(o):
-            self.extra_socket_servers.append(socket_server(extra.host, extra.port, extra.name).start())
+            self.extra_socket_servers.append(socket_server(extra.host, extra.port, extra.name,
+                                                           security_protocol=extra.security_protocol).start())
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
@@ -450,7 +470,7 @@ class KafkaServer:
         extras = extra_listeners(c.overrides)
         reg = codecs.BrokerRegistration.create(
             self.broker_id, endpoints=(c.listener, *(e.advertised for e in extras)),
-            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT", **{e.name: "PLAINTEXT" for e in extras}},
+            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT", **{e.name: e.security_protocol for e in extras}},
             timestamp_ms=int(time.time() * 1000), rack=c.rack)
         self.broker_epoch = broker_registration.register_broker(
             self.zk, self.broker_id, reg.encode(),
@@ -519,13 +539,14 @@ class KafkaServer:
             return False
         c = self.config
         return ControlledShutdown(self.broker_id, lambda: self.broker_epoch, self._controller_endpoint,
-                                  ControlledShutdownConfig.from_props(c.overrides, c.request_timeout_ms)).run()
+                                  ControlledShutdownConfig.from_props(c.overrides, c.request_timeout_ms),
+                                  login=self.login).run()
 
     def _controller_endpoint(self) -> tuple[int, str, int] | None:
         cid = KafkaZkClient(self.zk).get_controller_id()
         if cid is None:
             return None
-        if cid == self.broker_id:
+        if cid == self.broker_id and self.metadata_cache.inter_broker_listener is None:
             return cid, self.config.host, self.config.port
         b = self.metadata_cache.inter_broker_endpoint(cid)
         return None if b is None else (cid, b.host, b.port)

@@ -44,8 +44,11 @@ def parse_link_endpoints(value: str | None) -> dict[int, tuple[str, int]]:
 
 
 class MetadataCache:
-    def __init__(self, broker_id: int, link_endpoints: dict[int, tuple[str, int]] | None = None):
+    def __init__(self, broker_id: int, link_endpoints: dict[int, tuple[str, int]] | None = None,
+                 inter_broker_listener: str | None = None):
         self.broker_id = broker_id
+        #: ``inter.broker.listener.name``: the listener other brokers are dialed on (None: the first endpoint).
+        self.inter_broker_listener = inter_broker_listener
         self.link_endpoints = dict(link_endpoints or {})
         self._lock = threading.RLock()
         self.controller_id: int = -1
@@ -127,6 +130,8 @@ class MetadataCache:
         None while it is not a live broker."""
         with self._lock:
             b = self.brokers.get(broker_id)
+            if b is not None and self.inter_broker_listener is not None:
+                b = self.listeners.get(broker_id, {}).get(self.inter_broker_listener, b)
         if b is None or broker_id not in self.link_endpoints:
             return b
         host, port = self.link_endpoints[broker_id]

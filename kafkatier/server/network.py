@@ -44,6 +44,15 @@ dispatching, a ``MemoryError`` allocating a frame -- closes that connection only
 thread that dies is replaced.  If the I/O loop itself fails the listener cannot serve anyone: ``on_fatal`` (given
 by the broker) is called, and the broker shuts down and deregisters rather than stay registered serving nothing.
 
+TLS (``SSL`` / ``SASL_SSL`` listeners, given an ``ssl_context`` made by ``server/ssl_transport.py``): an accepted
+socket is wrapped without handshaking; the handshake runs non-blocking in the I/O thread, driven by
+``SSLWantReadError`` / ``SSLWantWriteError``, before the connection reads any frame.  Then the principal is set from
+the client certificate (``ssl_principal``) and reads and writes go through the ``SSLSocket``.  ``select`` does not
+see bytes OpenSSL has already decrypted: when reading resumes (after the in-flight limit) on a connection whose
+``pending()`` is non-zero, the loop reads it without waiting for the socket.  A failed handshake (a plaintext
+client, an untrusted or expired certificate) closes that connection with one line, as Kafka's "Failed authentication
+with /ip (SSL handshake failed)".
+
 Connection limits (Kafka's ``max.connections`` and ``max.connections.per.ip``): a connection over either limit is
 closed as soon as it is accepted, with a log line (Kafka stops accepting while at ``max.connections`` instead).
 """
@@ -55,6 +64,7 @@ import logging
 import queue
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -68,6 +78,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.api_versions import ApiVersionsTable
+from kafkatier.server.ssl_transport import WOULD_BLOCK
 
 log = get_logger("network")
 
@@ -130,7 +141,8 @@ class _Slot:
 
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
-                 "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed")
+                  "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
+                  "handshake_events")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -149,6 +161,8 @@ class _Connection:
         self.body_size = 0  # the frame's size, as its header claims; ``body`` grows towards it as bytes arrive
         self.body_read = 0
         self.close_when_flushed = False
+        #: While a TLS handshake is under way: the selector events it waits for (0: no handshake pending).
+        self.handshake_events = 0
 
 
 class _HandlerPool:
@@ -217,7 +231,9 @@ class SocketServer:
                  max_connections: int | None = None,
                  max_connections_per_ip: int | None = None,
                  on_fatal: Callable[[BaseException], None] | None = None,
-                 any_port_if_taken: bool = False):
+                 any_port_if_taken: bool = False,
+                 ssl_context: ssl.SSLContext | None = None,
+                 ssl_principal: Callable[[ssl.SSLSocket], str] | None = None):
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
@@ -242,6 +258,10 @@ class SocketServer:
         self._per_ip: collections.Counter[str] = collections.Counter()
         #: Called (from the I/O thread) when the I/O loop fails for good; the broker shuts down.
         self._on_fatal = on_fatal
+        #: TLS listener: the server context and how a handshaken connection's principal is found.
+        self._ssl_context = ssl_context
+        self._ssl_principal = ssl_principal
+        self._pending_reads: collections.deque[_Connection] = collections.deque()  # TLS bytes select cannot see
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -257,7 +277,8 @@ class SocketServer:
         self._stopping = threading.Event()
         self._metrics_lock = threading.Lock()
         self._api_metrics: dict[int, list[int]] = {}
-        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0, "refused": 0, "failed": 0}
+        self._conn_metrics = {"accepted": 0, "closed": 0, "malformed": 0, "refused": 0, "failed": 0,
+                              "failed_authentication": 0}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -359,7 +380,8 @@ class SocketServer:
 
     @property
     def connection_metrics(self) -> dict[str, int]:
-        """``active``, ``accepted``, ``closed`` and ``malformed`` (connections closed for a bad frame)."""
+        """``active``, ``accepted``, ``closed``, ``malformed`` (connections closed for a bad frame) and
+        ``failed_authentication`` (TLS handshakes that failed: Kafka's ``failed-authentication-total``)."""
         with self._metrics_lock:
             return dict(self._conn_metrics, active=len(self._conns))
 
@@ -385,7 +407,7 @@ class SocketServer:
         assert self._selector is not None
         try:
             while not self._stopping.is_set():
-                for key, mask in self._selector.select(timeout=1.0):
+                for key, mask in self._selector.select(timeout=0 if self._pending_reads else 1.0):
                     if key.data == "listener":
                         self._accept()
                     elif key.data == "wakeup":
@@ -393,6 +415,9 @@ class SocketServer:
                     else:
                         conn: _Connection = key.data
                         try:
+                            if conn.handshake_events:
+                                self._handshake(conn)
+                                continue
                             if mask & selectors.EVENT_READ and not conn.closed:
                                 self._read(conn)
                             if mask & selectors.EVENT_WRITE and not conn.closed:
@@ -403,6 +428,13 @@ class SocketServer:
                     conn = self._ready.popleft()
                     try:
                         self._collect(conn)
+                    except Exception as e:
+                        self._fail(conn, e)
+                while self._pending_reads:
+                    conn = self._pending_reads.popleft()
+                    try:
+                        if not conn.closed and conn.events & selectors.EVENT_READ:
+                            self._read(conn)
                     except Exception as e:
                         self._fail(conn, e)
         except BaseException as e:
@@ -471,8 +503,72 @@ class SocketServer:
             self._per_ip[ip] += 1
             with self._metrics_lock:
                 self._conn_metrics["accepted"] += 1
-            self._update_interest(conn)
             log.debug("accepted %s", kv(connection=conn_id))
+            if self._ssl_context is not None:
+                try:
+                    conn.sock = self._ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError) as e:
+                    self._close(conn, f"TLS wrap failed: {e}")
+                    continue
+                conn.handshake_events = selectors.EVENT_READ
+                self._handshake(conn)
+            else:
+                self._update_interest(conn)
+
+    def _handshake(self, conn: _Connection) -> None:
+        """One step of a non-blocking TLS handshake; when it completes, the connection's principal is set and it
+        starts reading frames."""
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._set_handshake_interest(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._set_handshake_interest(conn, selectors.EVENT_WRITE)
+            return
+        except (OSError, ValueError) as e:
+            reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e) or type(e).__name__
+            # A peer that connects and leaves without a word (a port probe) is not worth a warning.
+            quiet = isinstance(e, (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError))
+            log.log(logging.DEBUG if quiet else logging.WARNING,
+                    "Failed authentication with /%s (SSL handshake failed) %s", conn.context.client_address[0],
+                    kv(connection=conn.context.connection_id, listener=self._listener_name,
+                       reason=str(reason).replace(" ", "_")))
+            with self._metrics_lock:
+                self._conn_metrics["failed_authentication"] += 1
+            self._close(conn, "TLS handshake failed")
+            return
+        principal = conn.context.principal
+        if self._ssl_principal is not None:
+            try:
+                principal = self._ssl_principal(sock)
+            except Exception as e:  # noqa: BLE001 - e.g. no principal mapping rule matches the DN
+                log.warning("Failed authentication with /%s (%s) %s", conn.context.client_address[0], e,
+                            kv(connection=conn.context.connection_id, listener=self._listener_name))
+                with self._metrics_lock:
+                    self._conn_metrics["failed_authentication"] += 1
+                self._close(conn, "no principal")
+                return
+        conn.context = attrs.evolve(conn.context, principal=principal)
+        log.debug("TLS handshake done %s", kv(connection=conn.context.connection_id, principal=principal,
+                                               version=sock.version()))
+        self._set_handshake_interest(conn, 0)
+        self._update_interest(conn)
+        if sock.pending() and conn.events & selectors.EVENT_READ:
+            self._pending_reads.append(conn)
+
+    def _set_handshake_interest(self, conn: _Connection, events: int) -> None:
+        assert self._selector is not None
+        conn.handshake_events = events
+        if events == 0:
+            return
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, conn)
+        elif events != conn.events:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _read(self, conn: _Connection) -> None:
         while not conn.closed and conn.events & selectors.EVENT_READ:
@@ -523,7 +619,7 @@ class SocketServer:
                     if conn.body_read == conn.body_size:
                         frame, conn.body = conn.body, None
                         self._enqueue(conn, frame)
-            except (BlockingIOError, InterruptedError):
+            except WOULD_BLOCK:
                 return
             except OSError as e:
                 self._close(conn, f"read failed: {e}")
@@ -575,7 +671,7 @@ class SocketServer:
             buf = conn.out[0]
             try:
                 n = conn.sock.send(buf)
-            except (BlockingIOError, InterruptedError):
+            except WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close(conn, f"write failed: {e}")
@@ -590,7 +686,7 @@ class SocketServer:
         self._update_interest(conn)
 
     def _update_interest(self, conn: _Connection) -> None:
-        if conn.closed:
+        if conn.closed or conn.handshake_events:
             return
         events = 0
         if not conn.closing and len(conn.slots) + len(conn.out) < self._max_in_flight:
@@ -606,7 +702,10 @@ class SocketServer:
             self._selector.unregister(conn.sock)
         else:
             self._selector.modify(conn.sock, events, conn)
+        resumed = events & ~conn.events & selectors.EVENT_READ
         conn.events = events
+        if resumed and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+            self._pending_reads.append(conn)
 
     def _close(self, conn: _Connection, reason: str, malformed: bool = False) -> None:
         if conn.closed:

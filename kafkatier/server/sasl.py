@@ -97,7 +97,8 @@ class SaslLogin:
 def jaas_config_key(overrides: Mapping[str, Any], mechanism: str) -> str | None:
     """The property holding ``mechanism``'s JAAS config: Kafka's listener-prefixed name first, then
     ``sasl.jaas.config``."""
-    for key in (f"listener.name.{LISTENER}.{mechanism.lower()}.sasl.jaas.config", "sasl.jaas.config"):
+    for key in (f"listener.name.{LISTENER}.{mechanism.lower()}.sasl.jaas.config",
+                f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config", "sasl.jaas.config"):
         if overrides.get(key):
             return key
     return None
@@ -132,10 +133,10 @@ def enabled_mechanisms(overrides: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(m for m in listed if m in SUPPORTED_MECHANISMS) or ("PLAIN",)
 
 
-def inter_broker_login(overrides: Mapping[str, Any]) -> SaslLogin | None:
-    """The brokers' own login when SASL is on, else None.  Without credentials in the JAAS config it is logged
-    as an error: replication then cannot authenticate."""
-    if not sasl_enabled(overrides):
+def inter_broker_login(overrides: Mapping[str, Any], sasl_ssl: bool = False) -> SaslLogin | None:
+    """The brokers' own login when SASL is on (or ``sasl_ssl``: the inter-broker listener is SASL_SSL), else None.
+    Without credentials in the JAAS config it is logged as an error: replication then cannot authenticate."""
+    if not (sasl_enabled(overrides) or sasl_ssl):
         return None
     mechanism = str(overrides.get("sasl.mechanism.inter.broker.protocol", "PLAIN")).strip().upper()
     if mechanism not in SUPPORTED_MECHANISMS:
@@ -324,10 +325,10 @@ class SaslServer:
 SaslPlainServer = SaslServer
 
 
-def sasl_server_from_config(zk, overrides: Mapping[str, Any]) -> SaslServer | None:
-    """The listener's SASL server if ``listener.security.protocol=SASL_PLAINTEXT``, else None.
-    ``KafkaApis`` serves APIs 17 and 36 with it and ``SocketServer`` gates the listener with :meth:`gate`."""
-    if not sasl_enabled(overrides):
+def sasl_server_from_config(zk, overrides: Mapping[str, Any], sasl_ssl_listener: bool = False) -> SaslServer | None:
+    """The SASL server if ``listener.security.protocol=SASL_PLAINTEXT`` or a ``SASL_SSL`` listener exists, else
+    None.  ``KafkaApis`` serves APIs 17 and 36 with it and ``SocketServer`` gates those listeners with :meth:`gate`."""
+    if not (sasl_enabled(overrides) or sasl_ssl_listener):
         return None
     sasl = SaslServer(CredentialStore(zk, static_users(overrides)), enabled_mechanisms(overrides),
                       int(overrides.get("connection.failed.authentication.delay.ms",

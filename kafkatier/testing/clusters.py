@@ -86,7 +86,7 @@ class RunningCluster:
 
 def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,
                   overrides: dict | None = None, session_timeout_ms: int = 6000, links: bool = False,
-                  client_groups=()) -> RunningCluster:
+                  client_groups=(), tls: bool = False, sasl_ssl: bool = False) -> RunningCluster:
     """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client); with
     ``links``, every broker -> broker and broker -> ZooKeeper path runs through the cluster's link process, and
     each of ``client_groups`` gets its own listener reached through links (``bootstrap_for(group)``)."""
@@ -96,7 +96,8 @@ def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_d
     manager = ClusterManager(str(data_dir))
     try:
         manager.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
-                   session_timeout_ms=session_timeout_ms, links=links, client_groups=client_groups)
+                   session_timeout_ms=session_timeout_ms, links=links, client_groups=client_groups,
+                   tls=tls or sasl_ssl, sasl_ssl=sasl_ssl)
     except BaseException:
         manager.down()
         raise
