@@ -7,6 +7,9 @@ jobs for the command line (``jobs``).
     df.write.format("kafkatier").mode("append").option("kafka.bootstrap.servers", b).option("topic", t).save()
     spark.read.format("kafkatier").option("kafka.bootstrap.servers", b).option("subscribe", t).load()
 """
+from kafkatier.spark import active_session
 from kafkatier.spark.source import NAME, KafkatierDataSource, register
+
+active_session.install()
 
 __all__ = ["NAME", "KafkatierDataSource", "register"]
