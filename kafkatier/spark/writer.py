@@ -11,7 +11,12 @@ the only per-row Python work left is the ``produce()`` call itself.  Delivery re
 only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
 acknowledged, so Spark's task retry or job failure follows.
 
-Guarantee: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
+Guarantee with ``exactlyOnce=true``: **exactly once** for read_committed readers -- each task writes in a
+transaction ``<transactionalIdPrefix>-<partition id>`` that it flushes and leaves open; ``commit()`` on the
+driver ends every task's transaction with EndTxn (:mod:`kafkatier.spark.transactions`), ``abort()`` aborts or
+fences them; a retried task's ``init_transactions`` fences its earlier attempt.
+
+Guarantee otherwise: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
 (a leader killed mid-write) write nothing twice; but a task that fails after some of its records were
 acknowledged, and is run again by Spark, sends those records again.
 
