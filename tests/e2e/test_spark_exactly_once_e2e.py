@@ -24,12 +24,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 log = get_logger("test.spark.eos")
 
 WAIT_S = 60.0
-ROWS = 20_000
+ROWS = 10_000
 
 
 @pytest.fixture(scope="module")
 def eos_cluster(module_cluster_factory):
-    return module_cluster_factory(brokers=3, log_dirs=1)
+    # Few transaction-state partitions: the first InitProducerId creates the topic, 50 partitions by default.
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides={"transaction.state.log.num.partitions": "4"})
 
 
 def unique(prefix: str) -> str:
