@@ -26,7 +26,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-    .venv/bin/pip install -q -e '.[test]'
+    # Compat mode: a .pth puts the project directory on sys.path, so PySpark's look-up of installed
+    # top-level pyspark_* modules (pkgutil.iter_modules) finds pyspark_kafkatier; the default editable mode's
+    # import hook is invisible to that scan.
+    .venv/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
     touch "$stamp"
 fi
 

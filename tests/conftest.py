@@ -61,13 +61,13 @@ def kafkatier_cli() -> KafkatierCli:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Spark: one local session for the whole test session (start-up costs seconds), ``kafkatier`` data source
-# registered.
+# registered.  ``local[2,3]``: two cores, a failed task is tried up to 3 times (the exactly-once tests retry one).
 
 
 @pytest.fixture(scope="session")
 def spark():
     from kafkatier.spark.jobs import spark_session
-    session = spark_session("local[2]", app_name="kafkatier-tests",
+    session = spark_session("local[2,3]", app_name="kafkatier-tests",
                             conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping
 
 import attrs
@@ -44,7 +45,11 @@ PRODUCER_DEFAULTS = {
     "delivery.report.only.error": "true",
 }
 
+# read_committed (librdkafka's default; the Java client's is read_uncommitted): a reader sees what
+# exactly-once jobs committed, never an aborted or still-open transaction's records, and ``latest`` is the
+# last stable offset.
 CONSUMER_DEFAULTS = {
+    "isolation.level": "read_committed",
     "enable.auto.commit": "false",
     "enable.partition.eof": "true",
     "check.crcs": "false",
@@ -122,6 +127,24 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------- writer
 
+# Exactly-once writes: Kafka's default transaction.max.timeout.ms, so the transaction a task leaves open for the
+# driver to commit survives a long job.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+@attrs.frozen
+class ExactlyOnce:
+    """``exactlyOnce=true``: each task writes in a transaction ``<prefix>-<partition id>`` that the driver
+    commits; ``prefix`` is ``transactionalIdPrefix`` (a job id: a re-run with the same one fences the previous
+    run's open transactions) or a random one per job."""
+
+    prefix: str
+    timeout_ms: int
+
+    def transactional_id(self, partition_id: int) -> str:
+        return f"{self.prefix}-{partition_id}"
+
+
 @attrs.frozen
 class WriterOptions:
     """What the sink needs in every task: the producer's configuration and the ``topic`` option."""
@@ -129,6 +152,7 @@ class WriterOptions:
     producer_config: dict[str, str]
     topic: str | None
     flush_timeout_s: float
+    exactly_once: ExactlyOnce | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -141,8 +165,25 @@ class WriterOptions:
             raise DataSourceOptionError("option topic is empty")
         # librdkafka gives up on a record after message.timeout.ms (default 300 s); flush waits a bit longer.
         timeout_ms = _int(config, "message.timeout.ms", 300_000, 0) or 300_000
+        exactly_once = None
+        if _bool(options, "exactlyOnce", False):
+            if "transactional.id" in config:
+                raise DataSourceOptionError("Kafka option 'transactional.id' is not supported: with exactlyOnce each "
+                                            "task's id is <transactionalIdPrefix>-<partition id>")
+            prefix = _get(options, "transactionalIdPrefix")
+            if prefix is not None and not prefix.strip():
+                raise DataSourceOptionError("option transactionalIdPrefix is empty")
+            prefix = prefix.strip() if prefix else f"kafkatier-spark-{uuid.uuid4().hex[:12]}"
+            txn_timeout = _int(config, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS, 1000)
+            config["transaction.timeout.ms"] = str(txn_timeout)
+            if config.get("enable.idempotence", "true").lower() == "false" or config.get("acks") not in ("all", "-1"):
+                raise DataSourceOptionError("exactlyOnce needs kafka.acks=all and kafka.enable.idempotence=true")
+            exactly_once = ExactlyOnce(prefix, txn_timeout)
+            timeout_ms = min(timeout_ms, txn_timeout)
+        elif _get(options, "transactionalIdPrefix") is not None:
+            raise DataSourceOptionError("option transactionalIdPrefix needs exactlyOnce=true")
         return cls(producer_config=config, topic=topic.strip() if topic else None,
-                   flush_timeout_s=timeout_ms / 1000 + 30)
+                   flush_timeout_s=timeout_ms / 1000 + 30, exactly_once=exactly_once)
 
 
 # ---------------------------------------------------------------------------------------------- reader
@@ -230,6 +271,13 @@ class ReaderOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
         params = kafka_params(options)
+        isolation = _get(options, "isolation.level")
+        if isolation is not None:
+            params["isolation.level"] = isolation
+        level = params.get("isolation.level", CONSUMER_DEFAULTS["isolation.level"])
+        if level not in ("read_committed", "read_uncommitted"):
+            raise DataSourceOptionError(f"option isolation.level must be read_committed or read_uncommitted, "
+                                        f"got {level!r}")
         return cls(
             consumer_config={**CONSUMER_DEFAULTS, **params},
             subscription=Subscription.parse(options),

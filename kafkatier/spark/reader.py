@@ -177,7 +177,12 @@ class RangeConsumer:
                 good = [m for m in msgs if m.error() is None]
                 if len(good) != len(msgs):
                     self._check_errors(m.error() for m in msgs if m.error() is not None)
-                if good and good[-1].offset() >= r.until_offset:
+                    # The end of the partition past the range: the range's last offsets were transaction
+                    # markers or aborted records, which a consumer never returns.
+                    if any(m.error() is not None and m.offset() is not None and m.offset() >= r.until_offset
+                           for m in msgs):
+                        position = r.until_offset
+                if good and good[-1].offset() >= r.until_offset - 1:
                     good = [m for m in good if m.offset() < r.until_offset]
                     position = r.until_offset                 # records past the range arrived: done
                 if good:

@@ -3,6 +3,8 @@
 Spark pickles the data source, its reader and writer by reference to this module, so executors import them
 from the installed ``kafkatier`` package: install the wheel on every machine of a cluster (it brings
 confluent-kafka and pyarrow with it).  The name is not ``kafka``: Spark's own Kafka source wins that name.
+PySpark finds it without registration through the top-level ``pyspark_kafkatier`` package, whose
+``DefaultSource`` is this class.
 """
 from __future__ import annotations
 
@@ -35,5 +37,9 @@ class KafkatierDataSource(DataSource):
 
 
 def register(spark) -> None:
-    """Make ``format("kafkatier")`` available in ``spark`` (a ``SparkSession``)."""
+    """Register the data source in ``spark`` (a ``SparkSession``) by hand.
+
+    Not needed: PySpark finds the installed ``pyspark_kafkatier`` package on its own, for every session and
+    thread of the driver.  Kept as a harmless alias for code written before (registering again replaces the
+    same class)."""
     spark.dataSource.register(KafkatierDataSource)

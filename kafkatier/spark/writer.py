@@ -11,7 +11,12 @@ the only per-row Python work left is the ``produce()`` call itself.  Delivery re
 only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
 acknowledged, so Spark's task retry or job failure follows.
 
-Guarantee: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
+Guarantee with ``exactlyOnce=true``: **exactly once** for read_committed readers -- each task writes in a
+transaction ``<transactionalIdPrefix>-<partition id>`` that it flushes and leaves open; ``commit()`` on the
+driver ends every task's transaction with EndTxn (:mod:`kafkatier.spark.transactions`), ``abort()`` aborts or
+fences them; a retried task's ``init_transactions`` fences its earlier attempt.
+
+Guarantee otherwise: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
 (a leader killed mid-write) write nothing twice; but a task that fails after some of its records were
 acknowledged, and is run again by Spark, sends those records again.
 
@@ -31,6 +36,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
 from kafkatier.spark.options import DataSourceOptionError, WriterOptions, _get
+from kafkatier.spark.transactions import TaskTransaction, TransactionEnder, TransactionError
 
 log = get_logger("spark.writer")
 
@@ -90,6 +96,8 @@ class KafkaWriterCommitMessage(WriterCommitMessage):
     records: int
     value_bytes: int
     seconds: float
+    # exactlyOnce: the task's open transaction, which the driver commits (None: the task wrote nothing).
+    transaction: TaskTransaction | None = None
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
@@ -110,6 +118,15 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         _check_producer_config(options.producer_config)
         timeout = float(_get(raw_options, "metadataTimeoutMs") or metadata.DEFAULT_TIMEOUT_S * 1000) / 1000
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
+        eos = options.exactly_once
+        if eos is not None:
+            with _ender(options, timeout) as ender:
+                try:
+                    ender.check(eos.transactional_id(0), eos.timeout_ms)
+                except TransactionError as e:
+                    raise DataSourceOptionError(str(e)) from None
+            log.info("exactly-once write planned %s", kv(transactional_id_prefix=eos.prefix,
+                                                         transaction_timeout_ms=eos.timeout_ms))
         return cls(options, columns)
 
     # --- tasks ------------------------------------------------------------------------------------------------
@@ -127,10 +144,16 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
         config = {**self.options.producer_config, "on_delivery": on_error,
                   "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
+        eos = self.options.exactly_once
+        txn = _TaskTransactionState(eos.transactional_id(pid)) if eos is not None else None
+        if txn is not None:
+            config = txn.configure(config)
         producer = Producer(config)
         start = time.monotonic()
         records = value_bytes = 0
         try:
+            if txn is not None:
+                txn.begin(producer, self.options.flush_timeout_s)
             for batch in iterator:
                 records += batch.num_rows
                 value_bytes += self._send(producer, batch)
@@ -138,17 +161,25 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                 if failures:
                     break
             remaining = producer.flush(self.options.flush_timeout_s)
+        except BaseException:
+            if txn is not None:
+                txn.abort(producer)
+            raise
         finally:
             producer.poll(0)
         if failures or remaining:
+            if txn is not None:
+                txn.abort(producer)
             err, topic, part = failures[0] if failures else ("flush timed out", "?", -1)
             raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): "
                                f"{len(failures)} record(s) not delivered, {remaining} still unacknowledged; "
                                f"first error: {err} (topic {topic}, partition {part})")
+        reported = txn.flushed(producer, records) if txn is not None else None
         seconds = time.monotonic() - start
         log.info("task wrote %s", kv(task=pid, attempt=attempt, records=records, value_bytes=value_bytes,
-                                     seconds=round(seconds, 3)))
-        return KafkaWriterCommitMessage(pid, attempt, records, value_bytes, seconds)
+                                     seconds=round(seconds, 3),
+                                     transactional_id=reported.transactional_id if reported else None))
+        return KafkaWriterCommitMessage(pid, attempt, records, value_bytes, seconds, reported)
 
     def _send(self, producer, batch) -> int:
         """Queue every row of one Arrow batch; returns the value bytes queued."""
@@ -220,16 +251,90 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     # --- driver -----------------------------------------------------------------------------------------------
     def commit(self, messages) -> None:
         done = [m for m in messages if m is not None]
+        if self.options.exactly_once is not None:
+            txns = [m.transaction for m in done if m.transaction is not None]
+            with _ender(self.options, self.options.flush_timeout_s) as ender:
+                ender.commit_all(txns)
         log.info("write committed %s", kv(tasks=len(done), records=sum(m.records for m in done),
-                                          value_bytes=sum(m.value_bytes for m in done)))
+                                          value_bytes=sum(m.value_bytes for m in done),
+                                          exactly_once=self.options.exactly_once is not None))
 
     def abort(self, messages) -> None:
         done = [m for m in messages if m is not None]
+        eos = self.options.exactly_once
+        if eos is not None:
+            txns = [m.transaction for m in done if m.transaction is not None]
+            others = [eos.transactional_id(i) for i, m in enumerate(messages) if m is None]
+            with _ender(self.options, self.options.flush_timeout_s) as ender:
+                errors = ender.abort_all(txns, others, eos.timeout_ms)
+            log.warning("exactly-once write aborted %s", kv(
+                tasks_succeeded=len(done), tasks_failed=len(messages) - len(done), abort_errors=errors or None,
+                note="read_committed readers see none of its records"))
+            return
         log.warning("write aborted %s", kv(
             tasks_succeeded=len(done), tasks_failed=len(messages) - len(done),
             records_already_written=sum(m.records for m in done),
             note="records acknowledged before the failure stay in the topic (at least once)"))
 
+
+def _ender(options: WriterOptions, timeout_s: float) -> TransactionEnder:
+    try:
+        return TransactionEnder(options.producer_config, timeout_s)
+    except TransactionError as e:
+        raise DataSourceOptionError(str(e)) from None
+
+
+class _TaskTransactionState:
+    """A task's transaction under exactlyOnce: ``init_transactions`` fences an earlier attempt of the same
+    partition (its open transaction is aborted), the rows go into one transaction that the task flushes and
+    leaves open, and its producer id and epoch (from librdkafka's statistics, ``eos`` section) go back to the
+    driver.  Destroying the producer does not abort the transaction."""
+
+    STATS_INTERVAL_MS = 100
+
+    def __init__(self, transactional_id: str):
+        self.transactional_id = transactional_id
+        self._stats: list[dict] = []
+
+    def configure(self, config: dict) -> dict:
+        import json
+
+        def on_stats(text: str) -> None:
+            self._stats.append(json.loads(text).get("eos", {}))
+            del self._stats[:-1]
+        return {**config, "transactional.id": self.transactional_id,
+                "statistics.interval.ms": self.STATS_INTERVAL_MS, "stats_cb": on_stats}
+
+    def begin(self, producer, timeout_s: float) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.init_transactions(timeout_s)
+            producer.begin_transaction()
+        except KafkaException as e:
+            raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: "
+                               f"init_transactions failed: {e.args[0].str() if e.args else e}") from None
+
+    def abort(self, producer) -> None:
+        try:
+            producer.abort_transaction(10)
+        except Exception as e:  # noqa: BLE001 - the driver's abort() fences it anyway
+            log.warning("task could not abort its transaction %s", kv(transactional_id=self.transactional_id, error=e))
+
+    def flushed(self, producer, records: int) -> TaskTransaction | None:
+        """The open transaction to report, or None (no row: nothing to commit, the empty one ends here)."""
+        if records == 0:
+            producer.abort_transaction(10)
+            return None
+        deadline = time.monotonic() + 10 * self.STATS_INTERVAL_MS / 1000 + 5
+        self._stats.clear()
+        while time.monotonic() < deadline:
+            producer.poll(self.STATS_INTERVAL_MS / 1000)
+            eos = self._stats[-1] if self._stats else {}
+            if eos.get("txn_state") == "InTransaction" and eos.get("producer_id", -1) >= 0:
+                return TaskTransaction(self.transactional_id, eos["producer_id"], eos["producer_epoch"])
+        raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: librdkafka reported no "
+                           "producer id and epoch for the open transaction")
 
 def _check_producer_config(config: dict) -> None:
     """librdkafka refuses unknown or ill-typed properties when a client is built: do it on the driver."""

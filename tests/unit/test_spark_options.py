@@ -91,3 +91,40 @@ def test_cli_prints_one_line_of_the_data_source_error():
                      "RuntimeError: kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered\n\tat x")
     assert source_error(task) == ("RuntimeError", "kafkatier sink: task 0 (attempt 0): 3 record(s) not delivered")
     assert source_error(Exception("\nsomething else\nmore")) == (None, "something else")
+
+
+# ------------------------------------------------------------------------------------------- exactly once
+
+def test_exactly_once_options():
+    w = WriterOptions.parse({**B, "exactlyOnce": "true", "transactionalIdPrefix": " job-7 "})
+    assert w.exactly_once.prefix == "job-7" and w.exactly_once.transactional_id(3) == "job-7-3"
+    assert w.exactly_once.timeout_ms == 900_000 and w.producer_config["transaction.timeout.ms"] == "900000"
+    assert w.flush_timeout_s == 300 + 30                              # message.timeout.ms below the txn timeout
+    short = WriterOptions.parse({**B, "exactlyOnce": "true", "kafka.transaction.timeout.ms": "60000"})
+    assert short.exactly_once.timeout_ms == 60_000 and short.flush_timeout_s == 60 + 30
+    assert short.exactly_once.prefix.startswith("kafkatier-spark-")  # random per job without a prefix
+    assert WriterOptions.parse(B).exactly_once is None
+
+
+@pytest.mark.parametrize("options, message", [
+    ({**B, "transactionalIdPrefix": "x"}, "transactionalIdPrefix needs exactlyOnce=true"),
+    ({**B, "exactlyOnce": "yes"}, "exactlyOnce must be true or false"),
+    ({**B, "exactlyOnce": "true", "transactionalIdPrefix": " "}, "transactionalIdPrefix is empty"),
+    ({**B, "exactlyOnce": "true", "kafka.transactional.id": "t"}, "'transactional.id' is not supported"),
+    ({**B, "exactlyOnce": "true", "kafka.acks": "1"}, "exactlyOnce needs kafka.acks=all"),
+    ({**B, "exactlyOnce": "true", "kafka.transaction.timeout.ms": "10"}, "must be >= 1000"),
+])
+def test_exactly_once_bad_options(options, message):
+    with pytest.raises(DataSourceOptionError, match=message):
+        WriterOptions.parse(options)
+
+
+def test_reader_isolation_level():
+    base = {**B, "subscribe": "t"}
+    assert ReaderOptions.parse(base).consumer_config["isolation.level"] == "read_committed"
+    assert ReaderOptions.parse({**base, "isolation.level": "read_uncommitted"}).consumer_config[
+        "isolation.level"] == "read_uncommitted"
+    assert ReaderOptions.parse({**base, "kafka.isolation.level": "read_uncommitted"}).consumer_config[
+        "isolation.level"] == "read_uncommitted"
+    with pytest.raises(DataSourceOptionError, match="isolation.level must be read_committed or read_uncommitted"):
+        ReaderOptions.parse({**base, "isolation.level": "committed"})

@@ -1,0 +1,155 @@
+"""Exactly-once Spark batch writes and a data source found without registration (issue 28).
+
+One shared SparkSession (``local[2,3]``: a failed task is retried) and one 3-broker cluster for the module.
+Checked: writing from a thread pool through new sessions that never called ``register()``; an exactly-once job
+that a read_committed reader sees once; a job that fails after its tasks wrote leaving nothing visible; a task
+that fails on its first attempt after writing and is retried leaving no duplicate; a re-run of the same job id
+fencing the open transactions a previous run left behind; bad input refused before work.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import AnalysisException
+from pyspark.sql import functions as F
+
+from kafkatier.logsetup import get_logger
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+log = get_logger("test.spark.eos")
+
+WAIT_S = 60.0
+ROWS = 10_000
+
+
+@pytest.fixture(scope="module")
+def eos_cluster(module_cluster_factory):
+    # Few transaction-state partitions: the first InitProducerId creates the topic, 50 partitions by default.
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides={"transaction.state.log.num.partitions": "4"})
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(cluster, topic: str, partitions: int = 2, rf: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, partitions, rf)], request_timeout=30)[topic].result(timeout=WAIT_S)
+
+
+def write(df, cluster, topic: str, **options):
+    w = (df.write.format("kafkatier").mode("append").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+         .option("topic", topic))
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def read_keys(spark, cluster, topic: str, isolation: str = "read_committed") -> list[str]:
+    df = (spark.read.format("kafkatier").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+          .option("subscribe", topic).option("isolation.level", isolation).option("kafkaConsumer.pollTimeoutMs", "20000")
+          .load())
+    return [r["key"].decode() for r in df.select("key").collect()]
+
+
+def rows(spark, n: int = ROWS, partitions: int = 4):
+    return spark.range(0, n, numPartitions=partitions).select(
+        F.col("id").cast("string").alias("key"), F.lpad(F.col("id").cast("string"), 50, "v").alias("value"))
+
+
+def exactly_once_each(keys: list[str], n: int) -> None:
+    assert len(keys) == n and set(keys) == {str(i) for i in range(n)}
+
+
+def test_found_without_register_from_a_thread_pool(spark, eos_cluster):
+    """New sessions (no register() in them) on two threads write two DataFrames at once."""
+    c = eos_cluster
+    topics = [unique("pool-a"), unique("pool-b")]
+    for t in topics:
+        create_topic(c, t, partitions=1, rf=1)
+
+    def job(topic: str) -> None:
+        session = spark.newSession()                   # its own data source registry: nothing registered
+        write(rows(session, 500, 2), c, topic)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(job, topics))
+    for t in topics:
+        exactly_once_each(read_keys(spark.newSession(), c, t), 500)
+
+
+def test_exactly_once_job_commits_every_row_once(spark, eos_cluster):
+    c, t = eos_cluster, unique("eos")
+    create_topic(c, t)
+    write(rows(spark), c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    exactly_once_each(read_keys(spark, c, t), ROWS)
+    exactly_once_each(read_keys(spark, c, t, "read_uncommitted"), ROWS)   # committed: nothing else in the log
+
+
+def failing_values(marker: str | None, fail_at: int):
+    """A value column whose UDF raises at row ``fail_at`` (every attempt, or only until ``marker`` exists)."""
+    def value(i):
+        if i == fail_at and (marker is None or not os.path.exists(marker)):
+            if marker is not None:
+                open(marker, "w").close()
+            raise RuntimeError(f"injected failure at row {i}")
+        return str(i).rjust(50, "v")
+    return F.udf(value, "string")
+
+
+def test_a_failed_job_leaves_nothing_visible(spark, eos_cluster):
+    c, t = eos_cluster, unique("eos-fail")
+    create_topic(c, t)
+    udf = failing_values(None, ROWS - 10)                 # the last partition fails near its end, every attempt
+    df = spark.range(0, ROWS, numPartitions=4).select(F.col("id").cast("string").alias("key"),
+                                                      udf(F.col("id")).alias("value"))
+    with pytest.raises(Exception, match="injected failure"):
+        write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    assert read_keys(spark, c, t) == []
+    written = read_keys(spark, c, t, "read_uncommitted")
+    log.info("failed exactly-once job: %d records in the log, none visible to read_committed", len(written))
+
+
+def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
+    c, t = eos_cluster, unique("eos-retry")
+    create_topic(c, t)
+    udf = failing_values(str(tmp_path / "failed-once"), ROWS // 4 * 2 - 100)   # late in the second partition
+    df = spark.range(0, ROWS, numPartitions=4).select(F.col("id").cast("string").alias("key"),
+                                                      udf(F.col("id")).alias("value"))
+    write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    assert (tmp_path / "failed-once").exists()
+    exactly_once_each(read_keys(spark, c, t), ROWS)
+    log.info("retried task: %d records in the log (the first attempt's aborted)", len(read_keys(spark, c, t,
+                                                                                               "read_uncommitted")))
+
+
+def test_a_rerun_fences_the_previous_runs_open_transactions(spark, eos_cluster):
+    c, t, job = eos_cluster, unique("eos-rerun"), unique("job")
+    create_topic(c, t)
+    for p in range(2):                                    # a previous run's tasks, dead with their transactions open
+        zombie = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": f"{job}-{p}"})
+        zombie.init_transactions(WAIT_S)
+        zombie.begin_transaction()
+        for i in range(100):
+            zombie.produce(t, b"zombie", b"zombie")
+        assert zombie.flush(WAIT_S) == 0
+        del zombie
+    write(rows(spark, 1000, 2), c, t, exactlyOnce="true", transactionalIdPrefix=job)
+    exactly_once_each(read_keys(spark, c, t), 1000)      # the zombies' rows aborted, the LSO not held back
+
+
+def test_exactly_once_bad_input(spark, eos_cluster):
+    c, t = eos_cluster, unique("eos-bad")
+    create_topic(c, t, partitions=1, rf=1)
+    with pytest.raises(AnalysisException, match="above the brokers' transaction.max.timeout.ms"):
+        write(rows(spark, 10, 1), c, t, exactlyOnce="true", **{"kafka.transaction.timeout.ms": "3600000"})
+    with pytest.raises(AnalysisException, match="transactionalIdPrefix needs exactlyOnce=true"):
+        write(rows(spark, 10, 1), c, t, transactionalIdPrefix="x")
+    with pytest.raises(AnalysisException, match="'transactional.id' is not supported"):
+        write(rows(spark, 10, 1), c, t, exactlyOnce="true", **{"kafka.transactional.id": "x"})
+    assert read_keys(spark, c, t, "read_uncommitted") == []
