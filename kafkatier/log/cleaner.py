@@ -1,0 +1,473 @@
+"""One cleaning of one compacted log: Kafka's ``Cleaner`` (docs/log-compaction.md).
+
+1. **Offset map.** The dirty segments ``[first dirty, first uncleanable)`` are read batch by batch and every
+   keyed record of a batch that is neither a control batch nor part of an aborted transaction puts
+   ``hash(key) -> offset`` in a map bounded by ``log.cleaner.dedupe.buffer.size`` (24 bytes an entry, as Kafka's
+   ``SkimpyOffsetMap`` with MD5, times ``log.cleaner.io.buffer.load.factor``); when it is full the dirty range
+   ends at the last whole segment mapped.
+2. **Cleaning.** Every segment from the first up to the end of the mapped range is rewritten, in groups whose
+   total size fits ``segment.bytes`` (and whose offsets fit a segment), into one ``<base>.log.cleaned``: a record
+   survives when no later offset of its key is in the map; a tombstone (null value) and a transaction marker
+   are kept while their segment is dirty or was cleaned less than ``delete.retention.ms`` ago (a cleaned
+   segment's modification time is the time it was first cleaned: kept across later cleanings unless merged
+   with dirty data; Kafka 3.9 stores that horizon in the batch instead, KIP-534); records of aborted
+   transactions go; a batch left empty is kept (header only) when it is its producer's last batch, so that the
+   idempotent producer state survives a reload.  Batches keep their base offset, last offset delta, producer
+   fields and base timestamp; untouched batches are copied as they are, filtered ones re-framed (records are
+   copied byte for byte: their deltas are relative to the unchanged base) and recompressed with their codec.
+3. **Swap.** The cleaned segment is synced and swapped in by :meth:`Log.replace_segments` (``.cleaned`` ->
+   ``.swap`` -> final name; a crash is completed at the next load), its indexes built while writing.
+
+Reading and writing go through a :class:`Throttler` (``log.cleaner.io.max.bytes.per.second``).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+from typing import Callable
+
+import attrs
+from crc32c import crc32c
+
+from kafkatier.log import record_batch as rb
+from kafkatier.log.log import Log
+from kafkatier.log.log_cleaner_manager import LogToClean
+from kafkatier.log.log_validator import _decompress
+from kafkatier.log.producer_state import ABORT, COMMIT, control_record_type
+from kafkatier.log.segment import CLEANED_FILE_SUFFIX, LogSegment, filename_prefix
+from kafkatier.log.transaction_index import AbortedTxn
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("log.cleaner")
+
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+#: Kafka's SkimpyOffsetMap entry: a 16-byte MD5 and an 8-byte offset.
+BYTES_PER_ENTRY = 24
+_READ_CHUNK = 1024 * 1024
+_RECORDS_COUNT_OFFSET = 57
+
+
+class CleanerAbortedError(Exception):
+    """The log changed under the cleaner (closed, deleted, truncated): this cleaning is dropped."""
+
+
+class Throttler:
+    """Bytes per second over all cleaner threads (Kafka's ``Throttler`` on the cleaner's I/O)."""
+
+    def __init__(self, bytes_per_second: float, stop: threading.Event | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.rate = bytes_per_second
+        self._stop = stop or threading.Event()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._bytes = 0.0
+        self.throttled_s = 0.0
+
+    def maybe_throttle(self, n: int) -> None:
+        if self.rate <= 0 or self.rate == float("inf"):
+            return
+        with self._lock:
+            self._bytes += n
+            now = self._clock()
+            elapsed = now - self._start
+            wait = self._bytes / self.rate - elapsed
+            if elapsed > 1.0 and wait <= 0:
+                self._start, self._bytes = now, 0.0
+        if wait > 0.001:
+            self.throttled_s += wait
+            self._stop.wait(wait)
+
+
+class OffsetMap:
+    """Key hash -> last offset, bounded by a number of entries."""
+
+    def __init__(self, slots: int):
+        self.slots = max(1, slots)
+        self._map: dict[int, int] = {}
+        self.latest_offset = -1
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def full(self) -> bool:
+        return len(self._map) >= self.slots
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.slots
+
+    def get(self, key: bytes) -> int:
+        return self._map.get(hash(key), -1)
+
+
+@attrs.define
+class CleanerStats:
+    """What one cleaning did (Kafka's ``CleanerStats``)."""
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    buffer_utilization: float = 0.0
+    start_ms: float = attrs.field(factory=time.monotonic)
+    map_complete_ms: float = 0.0
+    end_ms: float = 0.0
+
+
+def _varint(buf, p: int) -> tuple[int, int]:
+    """A zig-zag varint at ``p``: (value, next position)."""
+    b = buf[p]
+    p += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p
+    v, shift = b & 0x7F, 7
+    while True:
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (v >> 1) ^ -(v & 1), p
+        shift += 7
+
+
+def iter_records(buf, p: int, end: int):
+    """(start, stop, offset delta, key or None, value is null, timestamp delta) of every record in ``buf[p:end]``."""
+    while p < end:
+        length, q = _varint(buf, p)
+        stop = q + length
+        q += 1  # attributes
+        ts_delta, q = _varint(buf, q)
+        off_delta, q = _varint(buf, q)
+        klen, q = _varint(buf, q)
+        if klen >= 0:
+            key = bytes(buf[q:q + klen])
+            q += klen
+        else:
+            key = None
+        vlen, q = _varint(buf, q)
+        yield p, stop, off_delta, key, vlen < 0, ts_delta
+        p = stop
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == 1:  # gzip
+        c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        return c.compress(data) + c.flush()
+    from kafka import codec as kc
+    if codec == 2:
+        return kc.snappy_encode(data, xerial_compatible=True)
+    if codec == 3:
+        return kc.lz4_encode(data)
+    if codec == 4:
+        return kc.zstd_encode(data)
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[[int], None]):
+    """(buffer, position, header) of every whole batch of a segment file, read in chunks."""
+    pos = 0
+    while pos + rb.LOG_OVERHEAD <= size:
+        head = os.pread(fd, min(max(_READ_CHUNK, rb.HEADER_SIZE), size - pos), pos)
+        if len(head) < rb.HEADER_SIZE:
+            return
+        first = _I32.unpack_from(head, rb.LENGTH_OFFSET)[0] + rb.LOG_OVERHEAD
+        if first > len(head):
+            if pos + first > size:
+                return
+            head = os.pread(fd, first, pos)
+        throttler.maybe_throttle(len(head))
+        stats_add(len(head))
+        p = 0
+        while p + rb.HEADER_SIZE <= len(head):
+            n = _I32.unpack_from(head, p + rb.LENGTH_OFFSET)[0] + rb.LOG_OVERHEAD
+            if n < rb.HEADER_SIZE or p + n > len(head):
+                break
+            if head[p + rb.MAGIC_OFFSET] != rb.MAGIC_V2:
+                raise ValueError(f"unsupported record batch magic {head[p + rb.MAGIC_OFFSET]} at position {pos + p}")
+            yield head, p, rb.BatchHeader.parse(head, p)
+            p += n
+        if p == 0:
+            return
+        pos += p
+
+
+class Cleaner:
+    """Cleans one log at a time; one per cleaner thread (Kafka's ``Cleaner``)."""
+
+    def __init__(self, thread_id: int, map_slots: int, throttler: Throttler, clock: Callable[[], int],
+                 check_done: Callable[[Log], None] = lambda lg: None):
+        self.id = thread_id
+        self.map_slots = map_slots
+        self.throttler = throttler
+        self._clock = clock
+        self._check_done = check_done
+
+    def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
+        """Clean ``cleanable``; return the new first dirty offset and the stats."""
+        stats = CleanerStats()
+        lg = cleanable.log
+        segs = lg.cleanable_segments()
+        offset_map = OffsetMap(self.map_slots)
+        end = self._build_offset_map(lg, segs, cleanable.first_dirty_offset, cleanable.first_uncleanable_offset,
+                                     offset_map, stats)
+        stats.map_complete_ms = time.monotonic()
+        stats.buffer_utilization = offset_map.utilization
+        now = self._clock()
+        horizon = now - lg.config.delete_retention_ms
+        last_batches = self._last_batch_of_producers(lg)
+        aborted = self._aborted_txns(lg, end)
+        to_clean = [s for s in segs if s.next_offset() <= end]
+        txn_has_data: dict[int, bool] = {}  # producer id -> its open transaction kept some data
+        for group in self._group_segments(to_clean, lg.config.segment_bytes):
+            self._clean_segments(lg, group, offset_map, cleanable.first_dirty_offset, now, horizon, last_batches, aborted,
+                                 txn_has_data, stats)
+        stats.end_ms = time.monotonic()
+        return end, stats
+
+    # --- offset map ----------------------------------------------------------------------------------
+    def _build_offset_map(self, lg: Log, segs: list[LogSegment], start: int, stop: int, offset_map: OffsetMap,
+                          stats: CleanerStats) -> int:
+        """Map the dirty segments whole, stopping when the map is full; return the end of the mapped range."""
+        aborted = self._aborted_txns(lg, stop)
+        mapped_end = start
+        m = offset_map._map
+        for seg in segs:
+            nxt = seg.next_offset()
+            if nxt <= start:
+                continue
+            if nxt > stop:
+                break
+            before = dict(m) if mapped_end > start else None
+            fd = os.open(seg.log_path, os.O_RDONLY)
+            try:
+                for buf, p, h in _read_batches(fd, seg.size, self.throttler, self._add_map_read(stats)):
+                    self._check_done(lg)
+                    if h.attributes & rb.CONTROL_FLAG_MASK or _is_aborted(h, aborted):
+                        continue
+                    data, lo, hi = self._records_of(buf, p, h, lg)
+                    base = h.base_offset
+                    for _, _, delta, key, _, _ in iter_records(data, lo, hi):
+                        stats.map_messages_read += 1
+                        if key is not None:
+                            m[hash(key)] = base + delta
+            finally:
+                os.close(fd)
+            if len(m) > offset_map.slots:
+                if before is not None:  # this segment did not fit: the range ends before it
+                    m.clear()
+                    m.update(before)
+                    break
+            mapped_end = nxt
+            if len(m) >= offset_map.slots:
+                break
+        offset_map.latest_offset = mapped_end - 1
+        return mapped_end
+
+    @staticmethod
+    def _add_map_read(stats: CleanerStats) -> Callable[[int], None]:
+        def add(n: int) -> None:
+            stats.map_bytes_read += n
+        return add
+
+    def _records_of(self, buf, p: int, h: rb.BatchHeader, lg: Log):
+        """(buffer, start, end) of a batch's records, decompressed when needed."""
+        start, end = p + rb.HEADER_SIZE, p + h.size_in_bytes
+        codec = h.compression_type
+        if codec == 0:
+            return buf, start, end
+        data = _decompress(codec, buf, start, end, lg.name)
+        return data, 0, len(data)
+
+    # --- transactions and producers ------------------------------------------------------------------
+    @staticmethod
+    def _aborted_txns(lg: Log, upper: int) -> dict[int, list[AbortedTxn]]:
+        out: dict[int, list[AbortedTxn]] = {}
+        for t in lg.collect_aborted_transactions(lg.log_start_offset, upper):
+            out.setdefault(t.producer_id, []).append(t)
+        return out
+
+    @staticmethod
+    def _last_batch_of_producers(lg: Log) -> dict[int, int]:
+        """Producer id -> base offset of its last data batch in the log (these batches are always kept)."""
+        out: dict[int, int] = {}
+        for seg in lg.log_segments():
+            fd = os.open(seg.log_path, os.O_RDONLY)
+            try:
+                pos, size = 0, seg.size
+                while pos + rb.HEADER_SIZE <= size:
+                    hdr = os.pread(fd, rb.HEADER_SIZE, pos)
+                    if len(hdr) < rb.HEADER_SIZE:
+                        break
+                    h = rb.BatchHeader.parse(hdr)
+                    if h.producer_id >= 0 and not h.attributes & rb.CONTROL_FLAG_MASK:
+                        out[h.producer_id] = h.base_offset
+                    pos += h.size_in_bytes
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+        return out
+
+    # --- cleaning ------------------------------------------------------------------------------------
+    @staticmethod
+    def _group_segments(segs: list[LogSegment], max_size: int) -> list[list[LogSegment]]:
+        groups: list[list[LogSegment]] = []
+        cur: list[LogSegment] = []
+        size = 0
+        for seg in segs:
+            fits = (cur and size + seg.size <= max_size
+                    and seg.next_offset() - 1 - cur[0].base_offset <= 2**31 - 1)
+            if cur and not fits:
+                groups.append(cur)
+                cur, size = [], 0
+            cur.append(seg)
+            size += seg.size
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def _clean_segments(self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, first_dirty: int, now: int,
+                        horizon: int,
+                        last_batches: dict[int, int], aborted: dict[int, list[AbortedTxn]],
+                        txn_has_data: dict[int, bool], stats: CleanerStats) -> None:
+        base = group[0].base_offset
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            leftover = os.path.join(lg.dir, filename_prefix(base) + suffix + CLEANED_FILE_SUFFIX)
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        cleaned = LogSegment(lg.dir, base, index_interval_bytes=lg.config.index_interval_bytes,
+                             max_index_size=lg.config.segment_index_bytes, file_suffix=CLEANED_FILE_SUFFIX)
+        swapped = False
+        try:
+            cleaned_at = 0
+            for seg in group:
+                # A segment cleaned before carries the time of that cleaning; its tombstones and markers go
+                # once that is older than delete.retention.ms.
+                was_clean = seg.next_offset() <= first_dirty
+                retain_deletes = not was_clean or seg.last_modified_ms > horizon
+                cleaned_at = max(cleaned_at, seg.last_modified_ms if was_clean else now)
+                fd = os.open(seg.log_path, os.O_RDONLY)
+                try:
+                    self._clean_into(lg, fd, seg.size, cleaned, offset_map, retain_deletes, last_batches, aborted,
+                                     txn_has_data, stats)
+                finally:
+                    os.close(fd)
+                for t in seg.txn_index.entries:
+                    if t.last_offset < cleaned.next_offset():
+                        cleaned.txn_index.append(t)
+            cleaned.on_become_inactive()
+            cleaned.flush()
+            cleaned.set_last_modified_ms(cleaned_at)
+            self._check_done(lg)
+            swapped = lg.replace_segments(cleaned, group)
+            if not swapped:
+                raise CleanerAbortedError(f"log {lg.name} changed during cleaning")
+        finally:
+            # Once renamed .swap the cleaned data is to be swapped in (at the next load if not now).
+            if not swapped and cleaned.log_path.endswith(CLEANED_FILE_SUFFIX):
+                cleaned.delete()
+
+    def _clean_into(self, lg: Log, fd: int, size: int, out: LogSegment, offset_map: OffsetMap,
+                    retain_deletes: bool, last_batches: dict[int, int], aborted: dict[int, list[AbortedTxn]],
+                    txn_has_data: dict[int, bool], stats: CleanerStats) -> None:
+        pending = bytearray()
+        largest = max_ts = offset_of_max_ts = -1
+        map_get = offset_map._map.get
+        latest = offset_map.latest_offset
+
+        def add(n: int) -> None:
+            stats.bytes_read += n
+
+        def flush_pending() -> None:
+            nonlocal pending, largest, max_ts, offset_of_max_ts
+            if pending:
+                out.append(largest, max_ts, offset_of_max_ts, bytes(pending))
+                self.throttler.maybe_throttle(len(pending))
+                stats.bytes_written += len(pending)
+                pending = bytearray()
+                largest = max_ts = offset_of_max_ts = -1
+
+        for buf, p, h in _read_batches(fd, size, self.throttler, add):
+            self._check_done(lg)
+            n = h.size_in_bytes
+            stats.messages_read += h.records_count
+            keep_raw: bytes | None = None
+            new_batch: bytes | None = None
+            if h.attributes & rb.CONTROL_FLAG_MASK:
+                kind = control_record_type(buf, p)
+                pid = h.producer_id
+                discard = (kind in (ABORT, COMMIT) and not retain_deletes and not txn_has_data.get(pid, False))
+                txn_has_data.pop(pid, None)
+                if not discard:
+                    keep_raw = bytes(buf[p:p + n])
+            elif _is_aborted(h, aborted):
+                if last_batches.get(h.producer_id) == h.base_offset:
+                    new_batch = _rebuild(buf, p, h, [], b"", None)
+            else:
+                data, lo, hi = self._records_of(buf, p, h, lg)
+                base = h.base_offset
+                kept: list[tuple[int, int]] = []
+                total = 0
+                batch_max_ts = -1
+                for start, stop, delta, key, null_value, ts_delta in iter_records(data, lo, hi):
+                    total += 1
+                    off = base + delta
+                    if key is not None and off <= latest:
+                        if map_get(hash(key), -1) > off:
+                            continue
+                    if null_value and not retain_deletes:
+                        continue
+                    kept.append((start, stop))
+                    if ts_delta > batch_max_ts:
+                        batch_max_ts = ts_delta
+                if h.is_transactional and kept:
+                    txn_has_data[h.producer_id] = True
+                if len(kept) == total:
+                    keep_raw = bytes(buf[p:p + n])
+                elif kept or last_batches.get(h.producer_id) == h.base_offset:
+                    new_batch = _rebuild(buf, p, h, kept, data, h.base_timestamp + batch_max_ts if kept else None)
+            batch = keep_raw if keep_raw is not None else new_batch
+            if batch is None:
+                continue
+            stats.messages_written += _I32.unpack_from(batch, _RECORDS_COUNT_OFFSET)[0]
+            pending += batch
+            bh = rb.BatchHeader.parse(batch)
+            largest = bh.last_offset
+            if bh.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = bh.max_timestamp, bh.last_offset
+            if len(pending) >= out.index_interval_bytes:
+                flush_pending()
+        flush_pending()
+
+
+def _is_aborted(h: rb.BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
+    if not h.attributes & rb.TRANSACTIONAL_FLAG_MASK:
+        return False
+    for t in aborted.get(h.producer_id, ()):
+        if t.first_offset <= h.base_offset <= t.last_offset:
+            return True
+    return False
+
+
+def _rebuild(buf, p: int, h: rb.BatchHeader, kept: list[tuple[int, int]], data, max_ts: int | None) -> bytes:
+    """The batch at ``p`` with only the ``kept`` record slices of ``data`` (recompressed with the batch's codec);
+    base offset, last offset delta, producer fields and base timestamp unchanged."""
+    records = b"".join(bytes(data[a:b]) for a, b in kept)
+    codec = h.compression_type
+    if codec and records:
+        records = _compress(codec, records)
+    out = bytearray(buf[p:p + rb.HEADER_SIZE])
+    _I32.pack_into(out, rb.LENGTH_OFFSET, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(records))
+    if max_ts is not None and h.timestamp_type != rb.LOG_APPEND_TIME:
+        struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_ts)
+    _I32.pack_into(out, _RECORDS_COUNT_OFFSET, len(kept))
+    out += records
+    _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
+    return bytes(out)
