@@ -7,14 +7,15 @@
    ends at the last whole segment mapped.
 2. **Cleaning.** Every segment from the first up to the end of the mapped range is rewritten, in groups whose
    total size fits ``segment.bytes`` (and whose offsets fit a segment), into one ``<base>.log.cleaned``: a record
-   survives when no later offset of its key is in the map; a tombstone (null value) and a transaction marker
-   are kept while their segment is dirty or was cleaned less than ``delete.retention.ms`` ago (a cleaned
-   segment's modification time is the time it was first cleaned: kept across later cleanings unless merged
-   with dirty data; Kafka 3.9 stores that horizon in the batch instead, KIP-534); records of aborted
-   transactions go; a batch left empty is kept (header only) when it is its producer's last batch, so that the
-   idempotent producer state survives a reload.  Batches keep their base offset, last offset delta, producer
-   fields and base timestamp; untouched batches are copied as they are, filtered ones re-framed (records are
-   copied byte for byte: their deltas are relative to the unchanged base) and recompressed with their codec.
+   survives when no later offset of its key is in the map; records of aborted transactions go; a tombstone
+   (null value) and a transaction marker whose transaction kept no data get a delete horizon (KIP-534: the
+   batch's delete-horizon attribute bit, its base timestamp = cleaning time + ``delete.retention.ms``, record
+   timestamp deltas rebased) the first time they are cleaned, and go at the first cleaning after that horizon
+   (the manager cleans a log whose horizon passed even when it has no new dirty data); a batch left empty is
+   kept (header only) when it is its producer's last batch, so that the idempotent producer state survives a
+   reload.  Batches keep their base offset, last offset delta and producer fields; untouched batches are copied
+   as they are, filtered ones re-framed (records copied byte for byte unless rebased) and recompressed with their
+   codec.
 3. **Swap.** The cleaned segment is synced and swapped in by :meth:`Log.replace_segments` (``.cleaned`` ->
    ``.swap`` -> final name; a crash is completed at the next load), its indexes built while writing.
 
@@ -49,6 +50,8 @@ _U32 = struct.Struct(">I")
 BYTES_PER_ENTRY = 24
 _READ_CHUNK = 1024 * 1024
 _RECORDS_COUNT_OFFSET = 57
+#: KIP-534: the batch's base timestamp is the time after which its tombstones and markers may go.
+DELETE_HORIZON_FLAG = 0x40
 
 
 class CleanerAbortedError(Exception):
@@ -119,6 +122,7 @@ class CleanerStats:
     start_ms: float = attrs.field(factory=time.monotonic)
     map_complete_ms: float = 0.0
     end_ms: float = 0.0
+    next_delete_horizon: int = 2**63 - 1  # the earliest delete horizon left in the log
 
 
 def _varint(buf, p: int) -> tuple[int, int]:
@@ -138,12 +142,15 @@ def _varint(buf, p: int) -> tuple[int, int]:
 
 
 def iter_records(buf, p: int, end: int):
-    """(start, stop, offset delta, key or None, value is null, timestamp delta) of every record in ``buf[p:end]``."""
+    """(start, stop, offset delta, key or None, value is null, timestamp delta, attributes position, position
+    after the timestamp delta) of every record in ``buf[p:end]``."""
     while p < end:
         length, q = _varint(buf, p)
         stop = q + length
-        q += 1  # attributes
+        attrs_at = q
+        q += 1
         ts_delta, q = _varint(buf, q)
+        ts_end = q
         off_delta, q = _varint(buf, q)
         klen, q = _varint(buf, q)
         if klen >= 0:
@@ -152,8 +159,18 @@ def iter_records(buf, p: int, end: int):
         else:
             key = None
         vlen, q = _varint(buf, q)
-        yield p, stop, off_delta, key, vlen < 0, ts_delta
+        yield p, stop, off_delta, key, vlen < 0, ts_delta, attrs_at, ts_end
         p = stop
+
+
+def _zigzag(v: int) -> bytes:
+    u = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -220,14 +237,12 @@ class Cleaner:
         stats.map_complete_ms = time.monotonic()
         stats.buffer_utilization = offset_map.utilization
         now = self._clock()
-        horizon = now - lg.config.delete_retention_ms
         last_batches = self._last_batch_of_producers(lg)
         aborted = self._aborted_txns(lg, end)
         to_clean = [s for s in segs if s.next_offset() <= end]
         txn_has_data: dict[int, bool] = {}  # producer id -> its open transaction kept some data
         for group in self._group_segments(to_clean, lg.config.segment_bytes):
-            self._clean_segments(lg, group, offset_map, cleanable.first_dirty_offset, now, horizon, last_batches, aborted,
-                                 txn_has_data, stats)
+            self._clean_segments(lg, group, offset_map, now, last_batches, aborted, txn_has_data, stats)
         stats.end_ms = time.monotonic()
         return end, stats
 
@@ -253,7 +268,7 @@ class Cleaner:
                         continue
                     data, lo, hi = self._records_of(buf, p, h, lg)
                     base = h.base_offset
-                    for _, _, delta, key, _, _ in iter_records(data, lo, hi):
+                    for _, _, delta, key, _, _, _, _ in iter_records(data, lo, hi):
                         stats.map_messages_read += 1
                         if key is not None:
                             m[hash(key)] = base + delta
@@ -333,8 +348,7 @@ class Cleaner:
             groups.append(cur)
         return groups
 
-    def _clean_segments(self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, first_dirty: int, now: int,
-                        horizon: int,
+    def _clean_segments(self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, now: int,
                         last_batches: dict[int, int], aborted: dict[int, list[AbortedTxn]],
                         txn_has_data: dict[int, bool], stats: CleanerStats) -> None:
         base = group[0].base_offset
@@ -346,25 +360,23 @@ class Cleaner:
                              max_index_size=lg.config.segment_index_bytes, file_suffix=CLEANED_FILE_SUFFIX)
         swapped = False
         try:
-            cleaned_at = 0
             for seg in group:
-                # A segment cleaned before carries the time of that cleaning; its tombstones and markers go
-                # once that is older than delete.retention.ms.
-                was_clean = seg.next_offset() <= first_dirty
-                retain_deletes = not was_clean or seg.last_modified_ms > horizon
-                cleaned_at = max(cleaned_at, seg.last_modified_ms if was_clean else now)
                 fd = os.open(seg.log_path, os.O_RDONLY)
                 try:
-                    self._clean_into(lg, fd, seg.size, cleaned, offset_map, retain_deletes, last_batches, aborted,
+                    self._clean_into(lg, fd, seg.size, cleaned, offset_map, now, last_batches, aborted,
                                      txn_has_data, stats)
                 finally:
                     os.close(fd)
                 for t in seg.txn_index.entries:
                     if t.last_offset < cleaned.next_offset():
                         cleaned.txn_index.append(t)
-            cleaned.on_become_inactive()
+            if cleaned.max_timestamp_so_far != rb.NO_TIMESTAMP:
+                cleaned.on_become_inactive()
+            else:  # nothing survived: an empty segment keeps the group's offsets
+                cleaned.offset_index.ensure_file()
+                cleaned.time_index.ensure_file()
             cleaned.flush()
-            cleaned.set_last_modified_ms(cleaned_at)
+            cleaned.set_last_modified_ms(group[-1].last_modified_ms)  # as Kafka
             self._check_done(lg)
             swapped = lg.replace_segments(cleaned, group)
             if not swapped:
@@ -375,7 +387,7 @@ class Cleaner:
                 cleaned.delete()
 
     def _clean_into(self, lg: Log, fd: int, size: int, out: LogSegment, offset_map: OffsetMap,
-                    retain_deletes: bool, last_batches: dict[int, int], aborted: dict[int, list[AbortedTxn]],
+                    now: int, last_batches: dict[int, int], aborted: dict[int, list[AbortedTxn]],
                     txn_has_data: dict[int, bool], stats: CleanerStats) -> None:
         pending = bytearray()
         largest = max_ts = offset_of_max_ts = -1
@@ -400,39 +412,58 @@ class Cleaner:
             stats.messages_read += h.records_count
             keep_raw: bytes | None = None
             new_batch: bytes | None = None
+            has_horizon = bool(h.attributes & DELETE_HORIZON_FLAG)
+            horizon_passed = has_horizon and now >= h.base_timestamp
+            new_horizon = now + lg.config.delete_retention_ms
             if h.attributes & rb.CONTROL_FLAG_MASK:
                 kind = control_record_type(buf, p)
                 pid = h.producer_id
-                discard = (kind in (ABORT, COMMIT) and not retain_deletes and not txn_has_data.get(pid, False))
+                txn_marker = kind in (ABORT, COMMIT) and not txn_has_data.get(pid, False)
                 txn_has_data.pop(pid, None)
-                if not discard:
+                if txn_marker and horizon_passed:
+                    continue
+                if txn_marker and not has_horizon:
+                    recs = [(r[0], r[1], r[6], r[7], r[5]) for r in iter_records(buf, p + rb.HEADER_SIZE, p + n)]
+                    new_batch = _rebuild(buf, p, h, recs, buf, None, new_horizon)
+                else:
                     keep_raw = bytes(buf[p:p + n])
+                    if has_horizon:
+                        stats.next_delete_horizon = min(stats.next_delete_horizon, h.base_timestamp)
             elif _is_aborted(h, aborted):
                 if last_batches.get(h.producer_id) == h.base_offset:
-                    new_batch = _rebuild(buf, p, h, [], b"", None)
+                    new_batch = _rebuild(buf, p, h, [], b"", None, None)
             else:
                 data, lo, hi = self._records_of(buf, p, h, lg)
                 base = h.base_offset
-                kept: list[tuple[int, int]] = []
+                kept: list[tuple[int, int, int, int, int]] = []
                 total = 0
-                batch_max_ts = -1
-                for start, stop, delta, key, null_value, ts_delta in iter_records(data, lo, hi):
+                tombstones = 0
+                batch_max_ts = -(2**62)
+                for start, stop, delta, key, null_value, ts_delta, attrs_at, ts_end in iter_records(data, lo, hi):
                     total += 1
                     off = base + delta
                     if key is not None and off <= latest:
                         if map_get(hash(key), -1) > off:
                             continue
-                    if null_value and not retain_deletes:
-                        continue
-                    kept.append((start, stop))
+                    if null_value:
+                        if horizon_passed:
+                            continue
+                        tombstones += 1
+                    kept.append((start, stop, attrs_at, ts_end, ts_delta))
                     if ts_delta > batch_max_ts:
                         batch_max_ts = ts_delta
                 if h.is_transactional and kept:
                     txn_has_data[h.producer_id] = True
-                if len(kept) == total:
+                set_horizon = new_horizon if tombstones and not has_horizon else None
+                if tombstones and has_horizon:
+                    stats.next_delete_horizon = min(stats.next_delete_horizon, h.base_timestamp)
+                kept_max_ts = h.base_timestamp + batch_max_ts if kept else None
+                if len(kept) == total and set_horizon is None:
                     keep_raw = bytes(buf[p:p + n])
                 elif kept or last_batches.get(h.producer_id) == h.base_offset:
-                    new_batch = _rebuild(buf, p, h, kept, data, h.base_timestamp + batch_max_ts if kept else None)
+                    new_batch = _rebuild(buf, p, h, kept, data, kept_max_ts, set_horizon)
+                if set_horizon is not None:
+                    stats.next_delete_horizon = min(stats.next_delete_horizon, set_horizon)
             batch = keep_raw if keep_raw is not None else new_batch
             if batch is None:
                 continue
@@ -456,10 +487,22 @@ def _is_aborted(h: rb.BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool
     return False
 
 
-def _rebuild(buf, p: int, h: rb.BatchHeader, kept: list[tuple[int, int]], data, max_ts: int | None) -> bytes:
-    """The batch at ``p`` with only the ``kept`` record slices of ``data`` (recompressed with the batch's codec);
-    base offset, last offset delta, producer fields and base timestamp unchanged."""
-    records = b"".join(bytes(data[a:b]) for a, b in kept)
+def _rebuild(buf, p: int, h: rb.BatchHeader, kept: list[tuple[int, int, int, int, int]], data, max_ts: int | None,
+             delete_horizon: int | None) -> bytes:
+    """The batch at ``p`` with only the ``kept`` records of ``data`` (start, stop, attributes position, end of the
+    timestamp delta, timestamp delta), recompressed with the batch's codec; base offset, last offset delta and
+    producer fields unchanged.  Records are copied byte for byte unless ``delete_horizon`` is set (KIP-534): then
+    the base timestamp becomes the horizon, the delete-horizon attribute is set and each record's timestamp delta
+    is rebased."""
+    if delete_horizon is None:
+        records = b"".join(bytes(data[a:b]) for a, b, _, _, _ in kept)
+    else:
+        shift = h.base_timestamp - delete_horizon
+        parts = []
+        for _, stop, attrs_at, ts_end, ts_delta in kept:
+            body = bytes(data[attrs_at:attrs_at + 1]) + _zigzag(ts_delta + shift) + bytes(data[ts_end:stop])
+            parts.append(_zigzag(len(body)) + body)
+        records = b"".join(parts)
     codec = h.compression_type
     if codec and records:
         records = _compress(codec, records)
@@ -467,6 +510,9 @@ def _rebuild(buf, p: int, h: rb.BatchHeader, kept: list[tuple[int, int]], data, 
     _I32.pack_into(out, rb.LENGTH_OFFSET, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(records))
     if max_ts is not None and h.timestamp_type != rb.LOG_APPEND_TIME:
         struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_ts)
+    if delete_horizon is not None:
+        struct.pack_into(">h", out, rb.ATTRIBUTES_OFFSET, h.attributes | DELETE_HORIZON_FLAG)
+        struct.pack_into(">q", out, rb.BASE_TIMESTAMP_OFFSET, delete_horizon)
     _I32.pack_into(out, _RECORDS_COUNT_OFFSET, len(kept))
     out += records
     _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))

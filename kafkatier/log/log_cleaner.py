@@ -87,8 +87,10 @@ class CleanerThread(threading.Thread):
             return False
         lg = todo.log
         end: int | None = None
+        horizon: int | None = None
         try:
             end, stats = self.cleaner.clean(todo)
+            horizon = stats.next_delete_horizon
             self._record(lg, todo, end, stats)
         except CleanerAbortedError as e:
             log.info(kv(event="cleaning_aborted", partition=lg.name, reason=str(e)))
@@ -97,7 +99,7 @@ class CleanerThread(threading.Thread):
             log.exception(kv(event="cleaning_failed", partition=lg.name))
             self.owner.manager.mark_failed(lg)
         finally:
-            self.owner.manager.done_cleaning(lg, end)
+            self.owner.manager.done_cleaning(lg, end, horizon)
         return end is not None
 
     def _record(self, lg: Log, todo, end: int, s: CleanerStats) -> None:

@@ -94,6 +94,7 @@ class LogCleanerManager:
         self._in_progress: set[tuple[str, int]] = set()
         self._paused: dict[tuple[str, int], int] = {}
         self._uncleanable: set[tuple[str, int]] = set()
+        self._delete_horizons: dict[tuple[str, int], int] = {}  # the earliest KIP-534 horizon left in each log
         self._checkpoints = {d: OffsetCheckpointFile(os.path.join(d, CLEANER_OFFSET_CHECKPOINT)) for d in self._dirs
                              if os.path.isdir(d)}
         self.max_dirty_ratio = 0.0
@@ -150,10 +151,12 @@ class LogCleanerManager:
                 ranges.append(cleanable_range(lg, self._checkpoint_for(lg), now))
             except Exception as e:  # noqa: BLE001 - a log closed under us is simply skipped
                 log.debug(kv(event="cleanable_range_failed", partition=lg.name, error=repr(e)))
-        ranges = [r for r in ranges if r.cleanable_bytes > 0]
+        horizons = dict(self._delete_horizons)
+        ranges = [r for r in ranges if r.cleanable_bytes > 0 or horizons.get(r.log.topic_partition, now + 1) <= now]
         self.max_dirty_ratio = max((r.cleanable_ratio for r in ranges), default=0.0)
         ready = [r for r in ranges
-                 if r.needs_compaction_now or r.cleanable_ratio >= r.log.config.min_cleanable_dirty_ratio]
+                 if r.needs_compaction_now or r.cleanable_ratio >= r.log.config.min_cleanable_dirty_ratio
+                 or horizons.get(r.log.topic_partition, now + 1) <= now]
         if not ready:
             return None
         best = max(ready, key=lambda r: (r.needs_compaction_now, r.cleanable_ratio))
@@ -163,11 +166,18 @@ class LogCleanerManager:
             self._in_progress.add(best.log.topic_partition)
         return best
 
-    def done_cleaning(self, lg: Log, end_offset: int | None) -> None:
+    def done_cleaning(self, lg: Log, end_offset: int | None, next_delete_horizon: int | None = None) -> None:
+        """A cleaning ended: checkpoint its end (None: it failed or was given up) and remember the earliest
+        delete horizon left in the log (the log is cleaned again once it passes)."""
         if end_offset is not None:
             self.update_checkpoint(lg, end_offset)
         with self._lock:
             self._in_progress.discard(lg.topic_partition)
+            if next_delete_horizon is not None:
+                if next_delete_horizon < 2**63 - 1:
+                    self._delete_horizons[lg.topic_partition] = next_delete_horizon
+                else:
+                    self._delete_horizons.pop(lg.topic_partition, None)
 
     def mark_failed(self, lg: Log) -> None:
         """A cleaning failed (e.g. a corrupt segment): leave the log alone until the broker restarts (Kafka's

@@ -92,11 +92,15 @@ def test_tombstones_kept_then_removed_after_delete_retention(tmp_path):
     lg.update_high_watermark(lg.log_end_offset)
     end, _ = clean_once(lg)
     assert (b"k1", None) in [(k, v) for _, k, v, _ in records(lg)]  # first cleaning: kept
-    clean_once(lg, checkpointed=end, now=10**13 + 500)  # cleaned 500 ms ago: kept
-    assert (b"k1", None) in [(k, v) for _, k, v, _ in records(lg)]
-    clean_once(lg, checkpointed=end, now=10**13 + 1_001)
+    _, stats = clean_once(lg, checkpointed=end, now=10**13 + 500)  # horizon = first cleaning + 1000 ms: kept
+    assert stats.next_delete_horizon == 10**13 + 1000
+    got = records(lg)
+    assert (b"k1", None) in [(k, v) for _, k, v, _ in got]
+    assert [t for _, k, _, t in got if k == b"k1"] == [1_000]  # the record's timestamp survives the rebasing
+    _, stats = clean_once(lg, checkpointed=end, now=10**13 + 1_000)
     after = [(k, v) for _, k, v, _ in records(lg)]
     assert b"k1" not in [k for k, _ in after] and len(after) == 4
+    assert stats.next_delete_horizon == 2**63 - 1
 
 
 def test_map_full_cleans_a_prefix_only(tmp_path):
