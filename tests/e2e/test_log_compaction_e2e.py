@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 KEYS = 20
 CONVERGE_S = 45.0
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01",
-                 "delete.retention.ms": "2000"}
+                 "delete.retention.ms": "2000", "segment.ms": "1000"}
 
 
 def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -115,21 +115,34 @@ def test_compaction_with_real_clients(cluster_factory):
     assert latest(read_all(c.bootstrap_servers, topic)) == expected
 
     # A record without a key is refused (Kafka's INVALID_RECORD).
+    p.close()
+    keyless = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", enable_idempotence=False)
     with pytest.raises(Exception) as err:
-        p.send(topic, key=None, value=b"no key", partition=0).get(timeout=30)
+        keyless.send(topic, key=None, value=b"no key", partition=0).get(timeout=30)
+    keyless.close()
     assert "InvalidRecord" in type(err.value).__name__ or "INVALID_RECORD" in str(err.value).upper()
 
-    # A crash between the .swap rename and the removal of the old segments: completed at the next start.
-    from kafkatier.zk.kafka_zk_client import KafkaZkClient
-    kzk = KafkaZkClient(c.zk)
-    cfg, version = kzk.get_entity_config_and_version("topics", topic)
-    kzk.change_entity_config_conditionally("topics", topic, {**cfg, "min.compaction.lag.ms": "3600000"}, version)
+    # A crash between the .swap rename and the removal of the old segments: completed at the next start.  A
+    # second topic is filled while min.compaction.lag.ms keeps the cleaner off it, then the lag is lifted while
+    # the broker is down and it restarts with the crash point armed.
+    slow = f"compacted-slow-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    admin.create_topics([NewTopic(slow, 1, 1, topic_configs=dict(TOPIC_CONFIGS, **{
+        "min.compaction.lag.ms": "3600000"}))])
+    admin.close()
+    p = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", linger_ms=5, batch_size=1024)
+    expected = {}
+    sent = []
     for i in range(300):
-        k, v = b"key-%02d" % (1 + i % (KEYS - 1)), b"again-%05d" % i + b"." * 40
-        p.send(topic, key=k, value=v, partition=0)
+        k, v = b"key-%02d" % (i % KEYS), b"again-%05d" % i + b"." * 40
+        sent.append(p.send(slow, key=k, value=v, partition=0))
         expected[k] = v
     p.flush(30)
+    assert [f.get(timeout=30).offset for f in sent] == list(range(300))
     p.close()
+    topic = slow
+    from kafkatier.zk.kafka_zk_client import KafkaZkClient
+    kzk = KafkaZkClient(c.zk)
     c.manager.stop_broker(1)
     cfg, version = kzk.get_entity_config_and_version("topics", topic)
     kzk.change_entity_config_conditionally("topics", topic, {**cfg, "min.compaction.lag.ms": "0"}, version)
