@@ -48,7 +48,7 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 #: Kafka's SkimpyOffsetMap entry: a 16-byte MD5 and an 8-byte offset.
 BYTES_PER_ENTRY = 24
-_READ_CHUNK = 1024 * 1024
+_READ_CHUNK = 256 * 1024
 _RECORDS_COUNT_OFFSET = 57
 #: KIP-534: the batch's base timestamp is the time after which its tombstones and markers may go.
 DELETE_HORIZON_FLAG = 0x40
@@ -84,6 +84,29 @@ class Throttler:
         if wait > 0.001:
             self.throttled_s += wait
             self._stop.wait(wait)
+
+
+class DutyCycle:
+    """Caps the share of time a cleaner thread works (project addition, ``kafkatier.log.cleaner.duty.cycle``):
+    the broker's threads share one interpreter lock, so a cleaner running flat out halves the produce path's
+    throughput; after each stretch of work it sleeps so that work is at most ``fraction`` of its time.  1.0: off."""
+
+    def __init__(self, fraction: float, stop: threading.Event | None = None):
+        self.fraction = fraction
+        self._stop = stop or threading.Event()
+        self._mark = time.perf_counter()
+        self.slept_s = 0.0
+
+    def tick(self) -> None:
+        if self.fraction >= 1.0:
+            return
+        now = time.perf_counter()
+        work = now - self._mark
+        if work >= 0.005:
+            pause = work * (1.0 - self.fraction) / self.fraction
+            self.slept_s += pause
+            self._stop.wait(pause)
+            self._mark = time.perf_counter()
 
 
 class OffsetMap:
@@ -187,10 +210,13 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[[int], None]):
+def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[[int], None],
+                  duty: DutyCycle | None = None):
     """(buffer, position, header) of every whole batch of a segment file, read in chunks."""
     pos = 0
     while pos + rb.LOG_OVERHEAD <= size:
+        if duty is not None:
+            duty.tick()
         head = os.pread(fd, min(max(_READ_CHUNK, rb.HEADER_SIZE), size - pos), pos)
         if len(head) < rb.HEADER_SIZE:
             return
@@ -219,12 +245,13 @@ class Cleaner:
     """Cleans one log at a time; one per cleaner thread (Kafka's ``Cleaner``)."""
 
     def __init__(self, thread_id: int, map_slots: int, throttler: Throttler, clock: Callable[[], int],
-                 check_done: Callable[[Log], None] = lambda lg: None):
+                 check_done: Callable[[Log], None] = lambda lg: None, duty: DutyCycle | None = None):
         self.id = thread_id
         self.map_slots = map_slots
         self.throttler = throttler
         self._clock = clock
         self._check_done = check_done
+        self.duty = duty
 
     def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
         """Clean ``cleanable``; return the new first dirty offset and the stats."""
@@ -262,7 +289,7 @@ class Cleaner:
             before = dict(m) if mapped_end > start else None
             fd = os.open(seg.log_path, os.O_RDONLY)
             try:
-                for buf, p, h in _read_batches(fd, seg.size, self.throttler, self._add_map_read(stats)):
+                for buf, p, h in _read_batches(fd, seg.size, self.throttler, self._add_map_read(stats), self.duty):
                     self._check_done(lg)
                     if h.attributes & rb.CONTROL_FLAG_MASK or _is_aborted(h, aborted):
                         continue
@@ -406,7 +433,7 @@ class Cleaner:
                 pending = bytearray()
                 largest = max_ts = offset_of_max_ts = -1
 
-        for buf, p, h in _read_batches(fd, size, self.throttler, add):
+        for buf, p, h in _read_batches(fd, size, self.throttler, add, self.duty):
             self._check_done(lg)
             n = h.size_in_bytes
             stats.messages_read += h.records_count

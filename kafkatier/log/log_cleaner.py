@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import attrs
 
-from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats, Throttler
+from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats, DutyCycle, Throttler
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogCleanerManager
 from kafkatier.logsetup import get_logger, kv
@@ -21,6 +21,8 @@ from kafkatier.logsetup import get_logger, kv
 log = get_logger("log.cleaner")
 
 _MB = 1024.0 * 1024.0
+#: Project addition: the share of time each cleaner thread may work (cleaner.DutyCycle); 1.0 = as Kafka.
+DUTY_CYCLE_CONFIG = "kafkatier.log.cleaner.duty.cycle"
 
 
 @attrs.frozen
@@ -33,6 +35,7 @@ class CleanerConfig:
     max_io_bytes_per_second: float = float("inf")
     backoff_ms: int = 15000
     enable_cleaner: bool = True
+    duty_cycle: float = 0.2  # project addition: see cleaner.DutyCycle
 
     @classmethod
     def from_broker(cls, props) -> "CleanerConfig":
@@ -46,7 +49,8 @@ class CleanerConfig:
                    io_buffer_size=get("log.cleaner.io.buffer.size", int, 512 * 1024),
                    max_io_bytes_per_second=get("log.cleaner.io.max.bytes.per.second", float, float("inf")),
                    backoff_ms=get("log.cleaner.backoff.ms", int, 15000),
-                   enable_cleaner=get("log.cleaner.enable", lambda s: str(s).strip().lower() == "true", True))
+                   enable_cleaner=get("log.cleaner.enable", lambda s: str(s).strip().lower() == "true", True),
+                   duty_cycle=min(1.0, max(0.01, get(DUTY_CYCLE_CONFIG, float, 0.2))))
 
     @property
     def map_slots_per_thread(self) -> int:
@@ -60,7 +64,7 @@ class CleanerThread(threading.Thread):
         self.owner = owner
         self.id = thread_id
         self.cleaner = Cleaner(thread_id, owner.config.map_slots_per_thread, owner.throttler, owner.clock,
-                               check_done=owner.check_done)
+                               check_done=owner.check_done, duty=DutyCycle(owner.config.duty_cycle, owner.stop_event))
         self.logs_cleaned = 0
         self.bytes_read = 0
         self.bytes_written = 0

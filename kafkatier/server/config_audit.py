@@ -28,6 +28,7 @@ SERVER_NAMES = frozenset({
     "auto.create.topics.enable", "log.initial.task.delay.ms", "num.replica.alter.log.dirs.threads",
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
     "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
+    "kafkatier.log.cleaner.duty.cycle",
 })
 PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.",
             "log.", "group.",
