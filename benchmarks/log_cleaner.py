@@ -182,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--dirty-logs", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="8 MB, 1 round, 2 s of appends")
     args = p.parse_args(argv)
+    if args.quick:
+        args.total_mb, args.rounds, args.seconds, args.dirty_logs = 8, 1, 2.0, 4
     tmp = tempfile.mkdtemp(prefix="kafkatier-bench-cleaner-")
     try:
         best_clean = best_raw = 0.0
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{cleaner_mb:.1f} MB/s, raw read-dedupe-write {raw_mb:.1f} MB/s, ratio {cleaner_mb / raw_mb:.2f}x "
               f"(goal >= 0.6x)")
         alone, busy, cleaned = bench_append(tmp, args)
+        print(f"summary: cleaner/raw {cleaner_mb / raw_mb:.2f}x, appends with/without cleaner {busy / alone:.2f}x")
         print(f"appends to another log: {alone:.1f} MB/s alone, {busy:.1f} MB/s while the cleaner runs "
               f"({cleaned} of {args.dirty_logs} dirty logs cleaned meanwhile), ratio {busy / alone:.2f}x (goal >= 0.8x)")
     finally:
