@@ -506,6 +506,7 @@ class Cleaner:
                 if txn_marker and not has_horizon:
                     recs = [(r[0], r[1], r[6], r[7], r[5]) for r in iter_records(buf, p + rb.HEADER_SIZE, p + n)]
                     new_batch = _rebuild(buf, p, h, recs, buf, None, new_horizon)
+                    stats.next_delete_horizon = min(stats.next_delete_horizon, new_horizon)
                 else:
                     keep_raw = bytes(buf[p:p + n])
                     if has_horizon:

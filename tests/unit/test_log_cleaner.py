@@ -36,6 +36,8 @@ def records(lg: Log):
         while recs.has_next():
             batch = recs.next_batch()
             assert batch.validate_crc()
+            if batch.is_control_batch:
+                continue
             for r in batch:
                 out.append((r.offset, r.key, r.value, r.timestamp))
             last = batch.base_offset + batch.last_offset_delta if hasattr(batch, "last_offset_delta") else last
@@ -170,3 +172,38 @@ def test_log_cleaner_thread_cleans(tmp_path):
     finally:
         cleaner.shutdown()
     assert len({k for _, k, _, _ in records(lg)}) == len(records(lg))
+
+
+def txn_blob(pairs, pid, seq, transactional=True):
+    b = MemoryRecordsBuilder(2, 0, 1 << 20, transactional=transactional, producer_id=pid, producer_epoch=0,
+                             base_sequence=seq)
+    for i, (k, v) in enumerate(pairs):
+        b.append(2_000 + i, k, v, headers=[])
+    b.close()
+    return bytes(b.buffer())
+
+
+def test_aborted_data_removed_marker_after_horizon_and_producer_last_batch_kept(tmp_path):
+    from kafkatier.log.record_batch import end_transaction_marker
+    from kafkatier.log.transaction_index import AbortedTxn
+    lg = Log(str(tmp_path / "t-0"), dict(COMPACT, **{"delete.retention.ms": "1000"}), had_clean_shutdown=True)
+    a = lg.append_as_leader(txn_blob([(b"a", b"aborted")], pid=7, seq=0), 0)
+    m = lg.append_as_leader(end_transaction_marker(7, 0, 0, False, 2_000), 0, from_coordinator=True)
+    lg.append_aborted_txn(AbortedTxn(7, a.first_offset, m.first_offset, m.first_offset + 1))
+    lg.append_as_leader(txn_blob([(b"b", b"old")], pid=8, seq=0, transactional=False), 0)
+    lg.append_as_leader(blob([(b"b", b"new")]), 0)  # supersedes producer 8's only (so last) batch
+    lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+    end, stats = clean_once(lg)
+    got = records(lg)
+    assert [(k, v) for _, k, v, _ in got] == [(b"b", b"new")]  # aborted data gone, b's old value gone
+    from kafkatier.log.record_batch import iter_batches
+    data = lg.read(0, 1 << 20).records
+    kinds = [(h.producer_id, h.records_count, bool(h.attributes & 0x20)) for _, h in iter_batches(data)]
+    assert (8, 0, False) in kinds  # producer 8's last batch kept, empty
+    assert (7, 1, True) in kinds  # the marker: kept until its delete horizon
+    assert stats.next_delete_horizon == 10**13 + 1000
+    clean_once(lg, checkpointed=end, now=10**13 + 1000)
+    data = lg.read(0, 1 << 20).records
+    assert not [h for _, h in iter_batches(data) if h.attributes & 0x20]
+    assert [(k, v) for _, k, v, _ in records(lg)] == [(b"b", b"new")]
