@@ -36,7 +36,7 @@ from crc32c import crc32c
 from kafkatier.log import record_batch as rb
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogToClean
-from kafkatier.log.log_validator import _decompress
+from kafkatier.log.log_validator import decompress
 from kafkatier.log.producer_state import ABORT, COMMIT, control_record_type
 from kafkatier.log.segment import CLEANED_FILE_SUFFIX, LogSegment, filename_prefix
 from kafkatier.log.transaction_index import AbortedTxn
@@ -378,7 +378,7 @@ class Cleaner:
         codec = h.compression_type
         if codec == 0:
             return buf, start, end
-        data = _decompress(codec, buf, start, end, lg.name)
+        data = decompress(codec, buf, start, end, lg.name)
         return data, 0, len(data)
 
     # --- transactions and producers ------------------------------------------------------------------
