@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(goal >= 0.6x)")
         alone, busy, cleaned = bench_append(tmp, args)
         print(f"appends to another log: {alone:.1f} MB/s alone, {busy:.1f} MB/s while the cleaner runs "
-              f"({cleaned} of {args.dirty_logs} dirty logs cleaned meanwhile), ratio {busy / alone:.2f}x (goal >= 0.8x)")
+              f"({cleaned} of {args.dirty_logs} dirty logs cleaned meanwhile), ratio {busy / alone:.2f}x "
+              f"(goal >= 0.8x)")
         print(f"summary: cleaner/raw {cleaner_mb / raw_mb:.2f}x, appends with/without cleaner {busy / alone:.2f}x")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

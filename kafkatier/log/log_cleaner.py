@@ -180,6 +180,7 @@ class LogCleaner:
         self.manager.resume_cleaning(tp)
 
     def describe(self) -> dict:
-        return {"enabled": self.config.enable_cleaner, "max_dirty_percent": round(100 * self.manager.max_dirty_ratio, 1),
+        return {"enabled": self.config.enable_cleaner,
+                "max_dirty_percent": round(100 * self.manager.max_dirty_ratio, 1),
                 "throttled_s": round(self.throttler.throttled_s, 3),
                 "threads": [t.describe() for t in self.threads]}
