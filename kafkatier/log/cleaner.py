@@ -340,7 +340,8 @@ class Cleaner:
                 continue
             if nxt > stop:
                 break
-            before = dict(m) if mapped_end > start else None
+            if mapped_end > start and len(m) + _record_count(seg.log_path, seg.size) > offset_map.slots:
+                break  # this segment might not fit: the range ends before it (the first one is always mapped)
             fd = os.open(seg.log_path, os.O_RDONLY)
             try:
                 for buf, p, h in _read_batches(fd, seg.size, self.throttler, self._add_map_read(stats), self.duty):
@@ -355,11 +356,6 @@ class Cleaner:
                             m[hash(key)] = base + delta
             finally:
                 os.close(fd)
-            if len(m) > offset_map.slots:
-                if before is not None:  # this segment did not fit: the range ends before it
-                    m.clear()
-                    m.update(before)
-                    break
             mapped_end = nxt
             if len(m) >= offset_map.slots:
                 break
@@ -558,6 +554,25 @@ class Cleaner:
             if len(pending) >= out.index_interval_bytes:
                 flush_pending()
         flush_pending()
+
+
+def _record_count(path: str, size: int) -> int:
+    """The number of records in a segment file, from its batch headers."""
+    n = pos = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while pos + rb.HEADER_SIZE <= size:
+            hdr = os.pread(fd, rb.HEADER_SIZE, pos)
+            if len(hdr) < rb.HEADER_SIZE:
+                break
+            length = _I32.unpack_from(hdr, rb.LENGTH_OFFSET)[0]
+            if length < rb.HEADER_SIZE - rb.LOG_OVERHEAD:
+                break
+            n += _I32.unpack_from(hdr, _RECORDS_COUNT_OFFSET)[0]
+            pos += length + rb.LOG_OVERHEAD
+    finally:
+        os.close(fd)
+    return n
 
 
 def _is_aborted(h: rb.BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:

@@ -109,14 +109,14 @@ class LogCleanerManager:
                 log.warning(kv(event="cleaner_checkpoint_unreadable", dir=d, error=e))
         return out
 
-    def _checkpoint_for(self, lg: Log) -> int | None:
-        f = self._checkpoints.get(lg.parent_dir)
-        if f is None:
-            return None
-        try:
-            return f.read().get(lg.topic_partition)
-        except (CheckpointReadError, OSError):
-            return None
+    def _checkpoints_by_dir(self) -> dict[str, dict[tuple[str, int], int]]:
+        out: dict[str, dict[tuple[str, int], int]] = {}
+        for d, f in self._checkpoints.items():
+            try:
+                out[d] = f.read()
+            except (CheckpointReadError, OSError):
+                out[d] = {}
+        return out
 
     def update_checkpoint(self, lg: Log, offset: int) -> None:
         """Record ``offset`` as the log's first dirty offset in its dir's checkpoint; entries of logs no longer
@@ -146,9 +146,10 @@ class LogCleanerManager:
                     continue
                 candidates.append(lg)
         ranges = []
+        checkpoints = self._checkpoints_by_dir() if candidates else {}
         for lg in candidates:
             try:
-                ranges.append(cleanable_range(lg, self._checkpoint_for(lg), now))
+                ranges.append(cleanable_range(lg, checkpoints.get(lg.parent_dir, {}).get(lg.topic_partition), now))
             except Exception as e:  # noqa: BLE001 - a log closed under us is simply skipped
                 log.debug(kv(event="cleanable_range_failed", partition=lg.name, error=repr(e)))
         horizons = dict(self._delete_horizons)
