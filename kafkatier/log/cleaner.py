@@ -19,6 +19,8 @@
 3. **Swap.** The cleaned segment is synced and swapped in by :meth:`Log.replace_segments` (``.cleaned`` ->
    ``.swap`` -> final name; a crash is completed at the next load), its indexes built while writing.
 
+Every batch read is checked (size, magic, CRC): a corrupt segment fails the cleaning with
+:class:`CorruptRecordError` before anything is swapped, the log stays as it was and the manager leaves it alone.
 Reading and writing go through a :class:`Throttler` (``log.cleaner.io.max.bytes.per.second``).
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ import attrs
 from crc32c import crc32c
 
 from kafkatier.log import record_batch as rb
+from kafkatier.log.errors import CorruptRecordError
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogToClean
 from kafkatier.log.log_validator import decompress
@@ -268,16 +271,16 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
                   duty: DutyCycle | None = None):
     """(buffer, position, header) of every whole batch of a segment file, read in chunks."""
     pos = 0
-    while pos + rb.LOG_OVERHEAD <= size:
+    while pos < size:
         if duty is not None:
             duty.tick()
         head = os.pread(fd, min(max(_READ_CHUNK, rb.HEADER_SIZE), size - pos), pos)
         if len(head) < rb.HEADER_SIZE:
-            return
+            raise CorruptRecordError(f"Record batch at position {pos} is truncated ({len(head)} bytes)")
         first = _I32.unpack_from(head, rb.LENGTH_OFFSET)[0] + rb.LOG_OVERHEAD
+        if first < rb.HEADER_SIZE or pos + first > size:
+            raise CorruptRecordError(f"Record batch at position {pos} has an invalid size {first}")
         if first > len(head):
-            if pos + first > size:
-                return
             head = os.pread(fd, first, pos)
         throttler.maybe_throttle(len(head))
         stats_add(len(head))
@@ -287,8 +290,12 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
             if n < rb.HEADER_SIZE or p + n > len(head):
                 break
             if head[p + rb.MAGIC_OFFSET] != rb.MAGIC_V2:
-                raise ValueError(f"unsupported record batch magic {head[p + rb.MAGIC_OFFSET]} at position {pos + p}")
-            yield head, p, rb.BatchHeader.parse(head, p)
+                raise CorruptRecordError(f"unsupported record batch magic {head[p + rb.MAGIC_OFFSET]} at position "
+                                         f"{pos + p}")
+            h = rb.BatchHeader.parse(head, p)
+            if rb.compute_crc(head, p, n) != h.crc & 0xFFFFFFFF:
+                raise CorruptRecordError(f"Record batch at position {pos + p} is corrupt (CRC mismatch)")
+            yield head, p, h
             p += n
         if p == 0:
             return

@@ -207,3 +207,20 @@ def test_aborted_data_removed_marker_after_horizon_and_producer_last_batch_kept(
     data = lg.read(0, 1 << 20).records
     assert not [h for _, h in iter_batches(data) if h.attributes & 0x20]
     assert [(k, v) for _, k, v, _ in records(lg)] == [(b"b", b"new")]
+
+
+def test_corrupt_segment_fails_the_cleaning_and_changes_nothing(tmp_path):
+    from kafkatier.log.errors import CorruptRecordError
+    lg = make_log(tmp_path)
+    seg = lg.cleanable_segments()[3]
+    with open(seg.log_path, "r+b") as f:  # flip a byte inside a record: the batch CRC no longer matches
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    files_before = sorted(os.listdir(lg.dir))
+    sizes = [s.size for s in lg.log_segments()]
+    with pytest.raises(CorruptRecordError):
+        clean_once(lg)
+    assert sorted(os.listdir(lg.dir)) == files_before and [s.size for s in lg.log_segments()] == sizes
+    assert lg.read(0, 1 << 20).records  # still readable
