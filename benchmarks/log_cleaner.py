@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from crc32c import crc32c  # noqa: E402
 from kafka.record.memory_records import MemoryRecordsBuilder  # noqa: E402
 
-from kafkatier.log.cleaner import Cleaner, Throttler  # noqa: E402
+from kafkatier.log.cleaner import Cleaner
+from kafkatier.log.cleaner_throttle import Throttler  # noqa: E402
 from kafkatier.log.log import Log  # noqa: E402
 from kafkatier.log.log_cleaner import CleanerConfig, LogCleaner  # noqa: E402
 from kafkatier.log.log_cleaner_manager import cleanable_range  # noqa: E402

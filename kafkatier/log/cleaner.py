@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 import time
 import zlib
 from typing import Callable
@@ -36,6 +35,7 @@ import attrs
 from crc32c import crc32c
 
 from kafkatier.log import record_batch as rb
+from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
 from kafkatier.log.errors import CorruptRecordError
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogToClean
@@ -43,7 +43,7 @@ from kafkatier.log.log_validator import decompress
 from kafkatier.log.producer_state import ABORT, COMMIT, control_record_type
 from kafkatier.log.segment import CLEANED_FILE_SUFFIX, LogSegment, filename_prefix
 from kafkatier.log.transaction_index import AbortedTxn
-from kafkatier.logsetup import get_logger, kv
+from kafkatier.logsetup import get_logger
 
 log = get_logger("log.cleaner")
 
@@ -59,57 +59,6 @@ DELETE_HORIZON_FLAG = 0x40
 
 class CleanerAbortedError(Exception):
     """The log changed under the cleaner (closed, deleted, truncated): this cleaning is dropped."""
-
-
-class Throttler:
-    """Bytes per second over all cleaner threads (Kafka's ``Throttler`` on the cleaner's I/O)."""
-
-    def __init__(self, bytes_per_second: float, stop: threading.Event | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.rate = bytes_per_second
-        self._stop = stop or threading.Event()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._start = clock()
-        self._bytes = 0.0
-        self.throttled_s = 0.0
-
-    def maybe_throttle(self, n: int) -> None:
-        if self.rate <= 0 or self.rate == float("inf"):
-            return
-        with self._lock:
-            self._bytes += n
-            now = self._clock()
-            elapsed = now - self._start
-            wait = self._bytes / self.rate - elapsed
-            if elapsed > 1.0 and wait <= 0:
-                self._start, self._bytes = now, 0.0
-        if wait > 0.001:
-            self.throttled_s += wait
-            self._stop.wait(wait)
-
-
-class DutyCycle:
-    """Caps the share of time a cleaner thread works (project addition, ``kafkatier.log.cleaner.duty.cycle``):
-    the broker's threads share one interpreter lock, so a cleaner running flat out halves the produce path's
-    throughput; after each stretch of work it sleeps so that work is at most ``fraction`` of its time.  1.0: off."""
-
-    def __init__(self, fraction: float, stop: threading.Event | None = None):
-        self.fraction = fraction
-        self._stop = stop or threading.Event()
-        self._mark = time.perf_counter()
-        self.slept_s = 0.0
-
-    def tick(self) -> None:
-        if self.fraction >= 1.0:
-            return
-        now = time.perf_counter()
-        work = now - self._mark
-        if work >= 0.005:
-            pause = work * (1.0 - self.fraction) / self.fraction
-            self.slept_s += pause
-            self._stop.wait(pause)
-            self._mark = time.perf_counter()
 
 
 class OffsetMap:
@@ -149,22 +98,6 @@ class CleanerStats:
     map_complete_ms: float = 0.0
     end_ms: float = 0.0
     next_delete_horizon: int = 2**63 - 1  # the earliest delete horizon left in the log
-
-
-def _varint(buf, p: int) -> tuple[int, int]:
-    """A zig-zag varint at ``p``: (value, next position)."""
-    b = buf[p]
-    p += 1
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p
-    v, shift = b & 0x7F, 7
-    while True:
-        b = buf[p]
-        p += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (v >> 1) ^ -(v & 1), p
-        shift += 7
 
 
 def iter_records(buf, p: int, end: int) -> list[tuple]:

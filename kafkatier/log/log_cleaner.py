@@ -13,7 +13,8 @@ from typing import Callable, Iterable
 
 import attrs
 
-from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats, DutyCycle, Throttler
+from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats
+from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogCleanerManager
 from kafkatier.logsetup import get_logger, kv

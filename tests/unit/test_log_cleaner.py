@@ -6,7 +6,8 @@ import os
 import pytest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-from kafkatier.log.cleaner import Cleaner, Throttler
+from kafkatier.log.cleaner import Cleaner
+from kafkatier.log.cleaner_throttle import Throttler
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner import CleanerConfig, LogCleaner
 from kafkatier.log.log_cleaner_manager import CLEANER_OFFSET_CHECKPOINT, LogCleanerManager, cleanable_range
