@@ -391,6 +391,13 @@ def _describe(args) -> int:
                   f"rate={mv['rate_bytes_per_s']:.0f} B/s ({mv['thread']})")
         if ld.get("moves") or (ld.get("throttle_bytes_per_s", LONG_MAX) < LONG_MAX):
             print(f"  move throttle: {_rate(ld.get('throttle_bytes_per_s'))}")
+        lc = s.get("log_cleaner")
+        if lc and lc.get("enabled"):  # log/log_cleaner.py
+            for t in lc.get("threads") or []:
+                print(f"  log cleaner thread {t['thread']}: logs_cleaned={t['logs_cleaned']} "
+                      f"bytes_read={t['bytes_read']} bytes_written={t['bytes_written']} "
+                      f"time_spent_s={t['time_spent_s']} max_dirty_percent={lc.get('max_dirty_percent')} "
+                      f"last_log={t.get('last_log')} errors={t.get('errors')}")
         rf = s.get("request_faults") or {}
         clock = rf.get("clock") or {}
         if clock.get("offset_ms") or clock.get("drift_ppm"):

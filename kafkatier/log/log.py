@@ -31,6 +31,8 @@ from kafkatier.log.errors import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
+from kafkatier.common.atomic_file import fsync_dir
+from kafkatier.common.faults import crash_point
 from kafkatier.log.leader_epoch_cache import LeaderEpochFileCache
 from kafkatier.log.log_config import LONG_MAX, LogConfig
 from kafkatier.log.partition_metadata import (
@@ -53,6 +55,7 @@ from kafkatier.log.segment import (
     LogSegment,
     SourceReadError,
     TimestampAndOffset,
+    filename_prefix,
     random_roll_jitter,
 )
 from kafkatier.logsetup import get_logger, kv
@@ -303,8 +306,7 @@ class Log:
             if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(CLEANED_FILE_SUFFIX) or name.endswith(".tmp"):
                 log.info(kv(event="leftover_file_deleted", partition=self.name, file=name))
                 _unlink(path)
-            elif name.endswith(SWAP_FILE_SUFFIX):
-                log.warning(kv(event="swap_file_ignored", partition=self.name, file=name))
+        self._complete_swaps()
         names = sorted(os.listdir(self._dir))
         log_bases = set()
         for name in names:
@@ -362,6 +364,68 @@ class Log:
             self._rebuild_leader_epoch_cache()
         self.leader_epoch_cache.truncate_from_end(self._next_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    def _complete_swaps(self) -> None:
+        """Finish a log cleaner swap cut short by a crash, as Kafka does: a ``.swap`` segment holds fully written,
+        synced data, so the segments it replaces (those whose base offset lies in its offset range) are deleted
+        and it is renamed into place; its index files are rebuilt.  ``.cleaned`` files were deleted already."""
+        for name in sorted(os.listdir(self._dir)):
+            if not name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX):
+                continue
+            stem = name[: -len(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX)]
+            if not stem.isdigit():
+                continue
+            base = int(stem)
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):  # rebuilt from the data below
+                _unlink(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
+            swap = LogSegment(self._dir, base, file_suffix=SWAP_FILE_SUFFIX)
+            last = swap.next_offset() - 1
+            swap.close_without_index_update()
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                _unlink(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
+            for other in os.listdir(self._dir):
+                if other.endswith(LOG_FILE_SUFFIX) and other[: -len(LOG_FILE_SUFFIX)].isdigit():
+                    ob = int(other[: -len(LOG_FILE_SUFFIX)])
+                    if base <= ob <= max(base, last):
+                        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+                                       TXN_INDEX_FILE_SUFFIX):
+                            _unlink(os.path.join(self._dir, filename_prefix(ob) + suffix))
+            for suffix in (LOG_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
+                src = os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX)
+                if os.path.exists(src):
+                    os.replace(src, os.path.join(self._dir, stem + suffix))
+            fsync_dir(self._dir)
+            log.info(kv(event="swap_completed", partition=self.name, segment=base, last_offset=last))
+
+    def cleanable_segments(self) -> list[LogSegment]:
+        """Every segment but the active one (the log cleaner never touches the active segment)."""
+        with self._lock:
+            return list(self._segments[:-1])
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Swap a log cleaner's ``.cleaned`` segment in for ``old`` (Kafka's ``replaceSegments``): rename it
+        ``.swap``, remove the old segments, rename the swap into place.  A crash anywhere in between is completed
+        at the next load (:meth:`_complete_swaps`).  False (nothing changed) when the log moved on meanwhile
+        (closed, segments deleted by retention or truncation)."""
+        with self._lock:
+            if self._closed or any(seg not in self._segments for seg in old) or not self._segments \
+                    or self._segments[-1] in old:
+                return False
+            cleaned.flush()
+            cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+            fsync_dir(self._dir)
+            crash_point("cleaner-after-swap-rename")
+            for seg in old:
+                self._remove_segment(seg)
+                seg.rename_to_deleted()
+            crash_point("cleaner-after-old-segments-removed")
+            for seg in old:
+                seg.delete()
+            cleaned.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            fsync_dir(self._dir)
+            self._add_segment(cleaned)
+            self._hw_meta = None
+            return True
 
     def _recover_from(self, recovery_point: int) -> None:
         """Recover segments from the one holding the recovery point; drop everything after a corruption."""

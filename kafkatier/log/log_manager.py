@@ -24,7 +24,7 @@ move runs. :meth:`create_future_log`, :meth:`abort_and_delete_future_log` and
 ``abortAndPauseCleaning`` + ``asyncDelete(isFuture)`` and ``replaceCurrentWithFutureLog``. Differences from
 Kafka: KIP-113's names (``.move`` / ``.delete``) are written, and the swap renames the source first (Kafka
 renames the future dir first), so a crash between the renames leaves ``.delete`` + ``.move``, which start-up
-completes. There is no log cleaner here, so there is no cleaning to pause during a move.
+completes. The log cleaner gives up a cleaning whose log was closed or replaced meanwhile (the swap checks).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping
 
 from kafkatier.common.faults import crash_point
 from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
+from kafkatier.log.log_cleaner import CleanerConfig, LogCleaner
 from kafkatier.log.broker_metadata import ensure_meta_properties
 from kafkatier.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -98,6 +99,7 @@ class LogManager:
                  log_dir_health_check_interval_ms: int = 1000,
                  num_recovery_threads_per_data_dir: int = DEFAULT_RECOVERY_THREADS_PER_DATA_DIR,
                  file_release_interval_ms: int = DEFAULT_FILE_RELEASE_INTERVAL_MS,
+                 cleaner_config: CleanerConfig | None = None,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -141,6 +143,9 @@ class LogManager:
         self._shut_down = False
         self._prepare_dirs()
         self._load_logs()
+        # Kafka's LogCleaner (docs/log-compaction.md); None: no cleaner (tools and tests that load logs only).
+        self.cleaner = (LogCleaner(cleaner_config, self.live_log_dirs, self.all_logs, clock)
+                        if cleaner_config is not None else None)
 
     # --- start-up ------------------------------------------------------------------------------------
     @property
@@ -308,6 +313,8 @@ class LogManager:
             tasks.append(s.schedule("kafka-log-file-release", self._safe(self.release_files),
                                     self.file_release_interval_ms, self.file_release_interval_ms))
         self._tasks = tasks
+        if self.cleaner is not None:
+            self.cleaner.startup()
         for path, delay_ms in self._pending_deletions:
             self._schedule_dir_deletion(path, delay_ms)
         self._pending_deletions.clear()
@@ -751,6 +758,8 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         for task in self._tasks:
             task.cancel()
         if self._owns_scheduler:

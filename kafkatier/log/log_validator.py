@@ -122,7 +122,7 @@ def validate_records(records, config, now_ms: int, *, topic_partition: str = "")
         if codec == NONE:
             data, start, end = records, body_start, body_end
         else:
-            inflated = _decompress(codec, records, body_start, body_end, tp)
+            inflated = decompress(codec, records, body_start, body_end, tp)
             data, start, end = inflated, 0, len(inflated)
         min_ts, min_i, max_ts, max_i, keyless = _walk(data, start, end, header.records_count, header.base_timestamp,
                                                       tp, codec != NONE)
@@ -152,8 +152,8 @@ def _ts_message(ts: int, offset: int, lo: int | None, hi: int | None, now_ms: in
             f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else '+inf'}]")
 
 
-def _decompress(codec: int, buf, start: int, end: int, tp: str) -> bytes:
-    """The inflated records of a compressed batch."""
+def decompress(codec: int, buf, start: int, end: int, tp: str) -> bytes:
+    """The inflated records of a compressed batch (also read by the log cleaner)."""
     if codec == GZIP:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:

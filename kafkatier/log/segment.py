@@ -611,6 +611,33 @@ class LogSegment:
         self.time_index.path = os.path.join(new_dir, os.path.basename(self.time_index.path))
         self.txn_index.path = os.path.join(new_dir, os.path.basename(self.txn_index.path))
 
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the segment's files from ``old_suffix`` to ``new_suffix`` (Kafka's ``changeFileSuffixes``:
+        ``.cleaned`` -> ``.swap`` -> none while the log cleaner swaps a cleaned segment in)."""
+        for attr_owner, attr in ((self, "log_path"), (self.offset_index, "path"), (self.time_index, "path"),
+                                  (self.txn_index, "path")):
+            old = getattr(attr_owner, attr)
+            if not old.endswith(old_suffix):
+                raise ValueError(f"{old} does not end with {old_suffix!r}")
+            new = old[: len(old) - len(old_suffix)] + new_suffix
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                pass
+            setattr(attr_owner, attr, new)
+        self._suffix = new_suffix
+
+    def first_batch_timestamp(self) -> int:
+        """The max timestamp of the first batch (-1 when empty): the age the cleaner's max.compaction.lag.ms
+        is measured from."""
+        self._load_first_batch_timestamp()
+        t = self._rolling_based_timestamp
+        return -1 if t is None else t
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        """Set the .log file's modification time (the cleaner keeps the sources' time on a cleaned segment)."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
+
     def rename_to_deleted(self) -> None:
         """Add ``.deleted`` to the file names: the segment is gone for the log, its files go later."""
         for attr_owner, attr in ((self, "log_path"), (self.offset_index, "path"), (self.time_index, "path"),

@@ -35,6 +35,7 @@ SERVER_NAMES = frozenset({
     "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.principal.mapping.rules",
     "ssl.endpoint.identification.algorithm", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.protocol",
+    "kafkatier.log.cleaner.duty.cycle",
 })
 PREFIXES = ("listener.name.", "kafkatier.test.", "kafkatier.links.", "remote.log.", "rsm.config.", "rlmm.config.",
             "log.", "group.",

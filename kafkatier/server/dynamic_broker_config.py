@@ -101,6 +101,14 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("controlled.shutdown.enable", "BOOLEAN", True, READ_ONLY),
     _d("controlled.shutdown.max.retries", "INT", 3, READ_ONLY),
     _d("controlled.shutdown.retry.backoff.ms", "LONG", 5000, READ_ONLY),
+    # the log cleaner (log/log_cleaner.py; dynamic in Kafka, read at start-up here)
+    _d("log.cleaner.enable", "BOOLEAN", True, READ_ONLY),
+    _d("log.cleaner.threads", "INT", 1, READ_ONLY, 0),
+    _d("log.cleaner.dedupe.buffer.size", "LONG", 134217728, READ_ONLY),
+    _d("log.cleaner.io.buffer.size", "INT", 524288, READ_ONLY, 0),
+    _d("log.cleaner.io.buffer.load.factor", "DOUBLE", 0.9, READ_ONLY),
+    _d("log.cleaner.io.max.bytes.per.second", "DOUBLE", 1.7976931348623157e308, READ_ONLY),
+    _d("log.cleaner.backoff.ms", "LONG", 15000, READ_ONLY, 0),
     # log configs: the defaults of every topic without an override (Kafka's DynamicLogConfig)
     _d("log.retention.ms", "LONG", None, CLUSTER_WIDE, -1),
     _d("log.retention.minutes", "INT", None, CLUSTER_WIDE, -1),

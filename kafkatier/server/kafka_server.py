@@ -36,6 +36,7 @@ from kafkatier.coordinator.transaction.transaction_marker_channel_manager import
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
+from kafkatier.log.log_cleaner import CleanerConfig
 from kafkatier.log.log_manager import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
@@ -170,7 +171,8 @@ class KafkaServer:
             num_recovery_threads_per_data_dir=int(c.overrides.get("num.recovery.threads.per.data.dir",
                                                                   DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
-            log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds)
+            log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds,
+            cleaner_config=CleanerConfig.from_broker(c.overrides))
         self.log_manager.startup()
         if remote_log_config.remote_log_storage_system_enable:
             rsm, rlmm = tiered_storage.storage_managers(remote_log_config, c, self.zk)
@@ -607,6 +609,8 @@ class KafkaServer:
                 "control_channel": self.control_handler.metrics if self.control_handler else {},
                 "remote_log_manager": self.remote_log_manager.metrics() if self.remote_log_manager else None,
                 "log_dirs": self._describe_log_dirs(),
+                "log_cleaner": self.log_manager.cleaner.describe() if getattr(self, "log_manager", None)
+                and self.log_manager.cleaner else None,
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
                 "request_faults": dict(self.request_faults.describe(), clock_skew_ms=round(self.time.skew_ms, 1)),
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,

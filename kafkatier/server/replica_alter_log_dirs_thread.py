@@ -39,7 +39,7 @@ reported to ``on_log_dir_failure`` and drops the future log; the partition stays
 Differences from Kafka: no fetch sessions or fetch states (the thread reads the local log directly, so leader
 epochs, fencing and OffsetsForLeaderEpoch are not involved); batches are copied file to file without
 re-checking their CRCs (they were checked when appended to the current log); the throttle is a token bucket
-(same long-run rate as Kafka's sampled windows); there is no log cleaner, so nothing is paused.
+(same long-run rate as Kafka's sampled windows); the log cleaner never cleans a future log, so nothing is paused.
 """
 from __future__ import annotations
 

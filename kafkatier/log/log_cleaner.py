@@ -1,0 +1,187 @@
+"""The log cleaner: Kafka's ``LogCleaner`` and its ``CleanerThread``s (docs/log-compaction.md).
+
+``log.cleaner.threads`` threads each loop: ask the :class:`LogCleanerManager` for the dirtiest compacted log,
+clean it with their :class:`Cleaner`, record the new first dirty offset in ``cleaner-offset-checkpoint``, log
+Kafka's summary (logger ``log.cleaner``, as ``log-cleaner.log``), and back off ``log.cleaner.backoff.ms`` when
+there is nothing to clean.  :meth:`LogCleaner.describe` is what ``cluster describe`` shows per cleaner thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterable
+
+import attrs
+
+from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats
+from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
+from kafkatier.log.log import Log
+from kafkatier.log.log_cleaner_manager import LogCleanerManager
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("log.cleaner")
+
+_MB = 1024.0 * 1024.0
+#: Project addition: the share of time each cleaner thread may work (cleaner.DutyCycle); 1.0 = as Kafka.
+DUTY_CYCLE_CONFIG = "kafkatier.log.cleaner.duty.cycle"
+
+
+@attrs.frozen
+class CleanerConfig:
+    """The broker's ``log.cleaner.*`` settings (Kafka's ``CleanerConfig``), with Kafka's defaults."""
+    num_threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    dedupe_buffer_load_factor: float = 0.9
+    io_buffer_size: int = 512 * 1024
+    max_io_bytes_per_second: float = float("inf")
+    backoff_ms: int = 15000
+    enable_cleaner: bool = True
+    duty_cycle: float = 0.2  # project addition: see cleaner.DutyCycle
+
+    @classmethod
+    def from_broker(cls, props) -> "CleanerConfig":
+        """From broker properties (``server.properties`` overrides: strings)."""
+        def get(name: str, conv, default):
+            v = props.get(name)
+            return default if v is None or v == "" else conv(v)
+        return cls(num_threads=get("log.cleaner.threads", int, 1),
+                   dedupe_buffer_size=get("log.cleaner.dedupe.buffer.size", int, 128 * 1024 * 1024),
+                   dedupe_buffer_load_factor=get("log.cleaner.io.buffer.load.factor", float, 0.9),
+                   io_buffer_size=get("log.cleaner.io.buffer.size", int, 512 * 1024),
+                   max_io_bytes_per_second=get("log.cleaner.io.max.bytes.per.second", float, float("inf")),
+                   backoff_ms=get("log.cleaner.backoff.ms", int, 15000),
+                   enable_cleaner=get("log.cleaner.enable", lambda s: str(s).strip().lower() == "true", True),
+                   duty_cycle=min(1.0, max(0.01, get(DUTY_CYCLE_CONFIG, float, 0.2))))
+
+    @property
+    def map_slots_per_thread(self) -> int:
+        return int(self.dedupe_buffer_size / max(1, self.num_threads) / BYTES_PER_ENTRY
+                   * self.dedupe_buffer_load_factor)
+
+
+class CleanerThread(threading.Thread):
+    def __init__(self, owner: "LogCleaner", thread_id: int):
+        super().__init__(name=f"kafka-log-cleaner-thread-{thread_id}", daemon=True)
+        self.owner = owner
+        self.id = thread_id
+        self.cleaner = Cleaner(thread_id, owner.config.map_slots_per_thread, owner.throttler, owner.clock,
+                               check_done=owner.check_done, duty=DutyCycle(owner.config.duty_cycle, owner.stop_event))
+        self.logs_cleaned = 0
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.time_spent_s = 0.0
+        self.last_stats: CleanerStats | None = None
+        self.last_log: str | None = None
+        self.errors = 0
+
+    def run(self) -> None:
+        stop = self.owner.stop_event
+        while not stop.is_set():
+            try:
+                cleaned = self.try_clean_filthiest_log()
+            except Exception:  # noqa: BLE001 - Kafka's thread logs and carries on
+                self.errors += 1
+                log.exception(kv(event="cleaner_thread_error", thread=self.id))
+                cleaned = False
+            if not cleaned:
+                stop.wait(self.owner.config.backoff_ms / 1000.0)
+
+    def try_clean_filthiest_log(self) -> bool:
+        todo = self.owner.manager.grab_filthiest_compacted_log()
+        if todo is None:
+            return False
+        lg = todo.log
+        end: int | None = None
+        horizon: int | None = None
+        try:
+            end, stats = self.cleaner.clean(todo)
+            horizon = stats.next_delete_horizon
+            self._record(lg, todo, end, stats)
+        except CleanerAbortedError as e:
+            log.info(kv(event="cleaning_aborted", partition=lg.name, reason=str(e)))
+        except Exception:  # noqa: BLE001 - a corrupt segment: this log is skipped, the log stays readable
+            self.errors += 1
+            log.exception(kv(event="cleaning_failed", partition=lg.name))
+            self.owner.manager.mark_failed(lg)
+        finally:
+            self.owner.manager.done_cleaning(lg, end, horizon)
+        return end is not None
+
+    def _record(self, lg: Log, todo, end: int, s: CleanerStats) -> None:
+        self.logs_cleaned += 1
+        self.bytes_read += s.bytes_read
+        self.bytes_written += s.bytes_written
+        elapsed = max(1e-6, s.end_ms - s.start_ms)
+        self.time_spent_s += elapsed
+        self.last_stats = s
+        self.last_log = lg.name
+        map_s = max(1e-6, s.map_complete_ms - s.start_ms)
+        clean_s = max(1e-6, s.end_ms - s.map_complete_ms)
+        red = 100.0 * (1 - s.bytes_written / s.bytes_read) if s.bytes_read else 0.0
+        fewer = 100.0 * (1 - s.messages_written / s.messages_read) if s.messages_read else 0.0
+        log.info(
+            f"Log cleaner thread {self.id} cleaned log {lg.name} (dirty section = [{todo.first_dirty_offset}, "
+            f"{end}])\n"
+            f"\t{s.bytes_read / _MB:.1f} MB of log processed in {elapsed:.1f} seconds "
+            f"({s.bytes_read / _MB / elapsed:.1f} MB/sec).\n"
+            f"\tIndexed {s.map_bytes_read / _MB:.1f} MB in {map_s:.1f} seconds "
+            f"({s.map_bytes_read / _MB / map_s:.1f} Mb/sec, {100 * map_s / elapsed:.1f}% of total time)\n"
+            f"\tBuffer utilization: {100 * s.buffer_utilization:.1f}%\n"
+            f"\tCleaned {s.bytes_read / _MB:.1f} MB in {clean_s:.1f} seconds "
+            f"({s.bytes_read / _MB / clean_s:.1f} Mb/sec, {100 * clean_s / elapsed:.1f}% of total time)\n"
+            f"\tStart size: {s.bytes_read / _MB:.1f} MB ({s.messages_read} messages)\n"
+            f"\tEnd size: {s.bytes_written / _MB:.1f} MB ({s.messages_written} messages)\n"
+            f"\t{red:.1f}% size reduction ({fewer:.1f}% fewer messages)")
+
+    def describe(self) -> dict:
+        return {"thread": self.id, "logs_cleaned": self.logs_cleaned, "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written, "time_spent_s": round(self.time_spent_s, 3),
+                "last_log": self.last_log, "errors": self.errors,
+                "last_buffer_utilization": round(self.last_stats.buffer_utilization, 4) if self.last_stats else None}
+
+
+class LogCleaner:
+    """Owns the cleaner threads, their shared throttler and the :class:`LogCleanerManager`."""
+
+    def __init__(self, config: CleanerConfig, log_dirs: Iterable[str], logs: Callable[[], list[Log]],
+                 clock: Callable[[], int]):
+        self.config = config
+        self.clock = clock
+        self.stop_event = threading.Event()
+        self.throttler = Throttler(config.max_io_bytes_per_second, self.stop_event)
+        self.manager = LogCleanerManager(log_dirs, logs, clock)
+        self.threads: list[CleanerThread] = []
+
+    def startup(self) -> None:
+        if not self.config.enable_cleaner:
+            return
+        log.info(kv(event="log_cleaner_starting", threads=self.config.num_threads,
+                    map_slots_per_thread=self.config.map_slots_per_thread))
+        self.threads = [CleanerThread(self, i) for i in range(self.config.num_threads)]
+        for t in self.threads:
+            t.start()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout_s
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def check_done(self, lg: Log) -> None:
+        """Raised into a cleaning when the broker stops or the log closes (Kafka's ``checkDone``)."""
+        if self.stop_event.is_set():
+            raise CleanerAbortedError("the log cleaner is shutting down")
+        if lg.closed:
+            raise CleanerAbortedError(f"log {lg.name} was closed")
+
+    def pause_cleaning(self, tp: tuple[str, int]) -> None:
+        self.manager.pause_cleaning(tp)
+
+    def resume_cleaning(self, tp: tuple[str, int]) -> None:
+        self.manager.resume_cleaning(tp)
+
+    def describe(self) -> dict:
+        return {"enabled": self.config.enable_cleaner,
+                "max_dirty_percent": round(100 * self.manager.max_dirty_ratio, 1),
+                "throttled_s": round(self.throttler.throttled_s, 3),
+                "threads": [t.describe() for t in self.threads]}
