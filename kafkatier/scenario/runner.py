@@ -185,12 +185,20 @@ class ScenarioRunner:
         return self._report(time.monotonic() - started)
 
     def _create_topics(self, manager: ClusterManager) -> None:
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": manager.bootstrap_servers})
         futures = admin.create_topics([NewTopic(t.name, t.partitions, t.replication_factor, config=t.configs)
                                        for t in self.spec.topics], request_timeout=30)
-        for f in futures.values():
-            f.result(timeout=30)
+        for name, f in futures.items():
+            try:
+                f.result(timeout=30)
+            except KafkaException as e:
+                # The cluster is new and this is its only creator: the topic exists because a request that the
+                # client sent again (a lost answer) created it.  Seen once in a 100-seed sweep under load.
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                log.warning("topic already created by an earlier attempt of the same request %s", kv(topic=name))
         zk = start_client(manager.zookeeper, timeout=10.0, connect_timeout=30.0)
         try:
             def online() -> bool:
