@@ -53,21 +53,7 @@ def create_topic(c, assignment: list[int], configs: dict | None = None) -> str:
 
 
 def consume_all(c, topic: str, expected: int) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=c.bootstrap_servers, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    out: list[bytes] = []
-    try:
-        def done():
-            for batch in consumer.poll(timeout_ms=500).values():
-                out.extend(r.value for r in batch)
-            return len(out) >= expected
-        wait_for(done, CONVERGE_S, interval=0, message=f"{expected} records of {topic}")
-    finally:
-        consumer.close()
-    return out
+    return consume_all_from(c.bootstrap_servers, topic, expected)
 
 
 def test_follower_cut_from_leader_leaves_isr_and_returns_with_nothing_lost(lcluster):

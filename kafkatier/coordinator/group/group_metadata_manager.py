@@ -27,6 +27,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafkatier.coordinator.group import records
 from kafkatier.coordinator.group.group_metadata import GroupMetadata
 from kafkatier.coordinator.group.records import GroupMetadataKey, GroupRecord, OffsetAndMetadata, OffsetKey
+from kafkatier.coordinator.log_reader import read_to_log_end
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("coordinator.group.metadata-manager")
@@ -193,22 +194,4 @@ class GroupMetadataManager:
     # --- loading ------------------------------------------------------------------------------------------
     def read_partition(self, partition: int) -> LoadedPartition:
         """Read the partition from its start to its log end (outside the coordinator's lock)."""
-        chunks, offset = [], 0
-        while True:
-            data, log_end = self.log.read(partition, offset, self.load_buffer_size)
-            if not data or offset >= log_end:
-                break
-            chunks.append(data)
-            last = None
-            batches = MemoryRecords(data)
-            while batches.has_next():
-                b = batches.next_batch()
-                if b is None:
-                    break
-                last = b
-            if last is None:
-                break
-            offset = last.base_offset + last.last_offset_delta + 1
-            if offset >= log_end:
-                break
-        return parse_partition(chunks)
+        return parse_partition(read_to_log_end(self.log, partition, self.load_buffer_size))

@@ -26,6 +26,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
 from kafkatier.coordinator.transaction.transaction_metadata import TransactionMetadata, TxnTransitMetadata
+from kafkatier.coordinator.log_reader import read_to_log_end
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 
@@ -180,22 +181,4 @@ class TransactionStateManager:
     # --- loading ------------------------------------------------------------------------------------------
     def read_partition(self, partition: int) -> LoadedTransactions:
         """Read the partition from its start to its log end (outside the coordinator's lock)."""
-        chunks, offset = [], 0
-        while True:
-            data, log_end = self.log.read(partition, offset, self.config.transaction_state_log_load_buffer_size)
-            if not data or offset >= log_end:
-                break
-            chunks.append(data)
-            last = None
-            batches = MemoryRecords(data)
-            while batches.has_next():
-                b = batches.next_batch()
-                if b is None:
-                    break
-                last = b
-            if last is None:
-                break
-            offset = last.base_offset + last.last_offset_delta + 1
-            if offset >= log_end:
-                break
-        return parse_partition(chunks)
+        return parse_partition(read_to_log_end(self.log, partition, self.config.transaction_state_log_load_buffer_size))
