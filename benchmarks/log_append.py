@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from kafka.record.memory_records import MemoryRecordsBuilder  # noqa: E402
 
+from kafkatier.log import log_validator  # noqa: E402
 from kafkatier.log.log import Log  # noqa: E402
 from kafkatier.log.log_config import LogConfig  # noqa: E402
 
@@ -67,13 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     batch = build_batch(args.batch_kb * 1024, args.record_bytes)
     count = max(1, args.total_mb * 1024 * 1024 // len(batch))
     total = count * len(batch)
-    raw_s = log_s = float("inf")
+    raw_s = log_s = py_s = float("inf")
+    compiled = log_validator._compiled_walk
     for _ in range(max(1, args.rounds)):
         work = tempfile.mkdtemp(prefix="kafkatier-bench-", dir=args.dir)
         try:
             raw_s = min(raw_s, bench_raw(os.path.join(work, "raw.bin"), batch, count))
             os.unlink(os.path.join(work, "raw.bin"))
             log_s = min(log_s, bench_log(work, batch, count))
+            if compiled is not None:  # the same appends with the pure-Python record walk (no C compiler)
+                shutil.rmtree(os.path.join(work, "bench-0"), ignore_errors=True)
+                log_validator._compiled_walk = None
+                try:
+                    py_s = min(py_s, bench_log(work, batch, count))
+                finally:
+                    log_validator._compiled_walk = compiled
         finally:
             shutil.rmtree(work, ignore_errors=True)
     mb = total / (1024 * 1024)
@@ -81,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch: {len(batch)} bytes ({args.record_bytes}-byte records), batches: {count}, "
           f"total: {mb:.0f} MiB per run, best of {max(1, args.rounds)} rounds")
     print(f"raw file.write:          {raw_rate:9.1f} MB/s")
-    print(f"Log.append_as_leader:    {log_rate:9.1f} MB/s  ({count / log_s:,.0f} batches/s)")
+    print(f"Log.append_as_leader:    {log_rate:9.1f} MB/s  ({count / log_s:,.0f} batches/s)"
+          f"{'' if compiled else '  (pure-Python record walk: the compiled one is not built)'}")
+    if compiled is not None:
+        print(f"  with the Python walk:  {mb / py_s:9.1f} MB/s  (ratio {mb / py_s / raw_rate:.2f})")
     print(f"ratio (log / raw):       {log_rate / raw_rate:9.2f}")
     return 0
 

@@ -24,11 +24,14 @@ stamp=.venv/.kafkatier-installed
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+        || [ kafkatier/log/_record_walk.c -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
     # Compat mode: a .pth puts the project directory on sys.path, so PySpark's look-up of installed
     # top-level pyspark_* modules (pkgutil.iter_modules) finds pyspark_kafkatier; the default editable mode's
     # import hook is invisible to that scan.
+    # setup.py also builds the optional compiled record walk in place (kafkatier/log/_record_walk.c; skipped
+    # without a C compiler).
     .venv/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
     touch "$stamp"
 fi
