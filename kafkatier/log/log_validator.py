@@ -127,28 +127,41 @@ def validate_records(records, config, now_ms: int, *, topic_partition: str = "")
     hi = now_ms + after if after < LONG_MAX else None
     compacted = config.compact
     tp = topic_partition or "<unknown>"
-    for pos, header in rb.iter_batches(records):
-        codec = header.compression_type
-        body_start, body_end = pos + rb.HEADER_SIZE, pos + header.size_in_bytes
+    # rb.iter_batches inlined (no header object per batch): whole batches only; what it refuses, it raises
+    total = len(records)
+    pos = 0
+    unpack = rb.HEADER.unpack_from
+    while total - pos >= rb.LOG_OVERHEAD:
+        size = _INT32.unpack_from(records, pos + rb.LENGTH_OFFSET)[0] + rb.LOG_OVERHEAD
+        if size < rb.HEADER_SIZE:
+            next(rb.iter_batches(records, pos))  # raises iter_batches' CorruptRecordError
+        if pos + size > total:
+            break
+        (base_offset, _len, _epoch, magic, _crc, attributes, _last_delta, base_ts, _max_ts, _pid, _pe, _seq,
+         count) = unpack(records, pos)
+        if magic != rb.MAGIC_V2:
+            next(rb.iter_batches(records, pos))  # raises iter_batches' CorruptRecordError
+        codec = attributes & rb.COMPRESSION_CODEC_MASK
+        body_start, body_end = pos + rb.HEADER_SIZE, pos + size
         if codec == NONE:
             data, start, end = records, body_start, body_end
         else:
             inflated = decompress(codec, records, body_start, body_end, tp)
             data, start, end = inflated, 0, len(inflated)
-        min_ts, min_i, max_ts, max_i, keyless = walk_records(data, start, end, header.records_count,
-                                                             header.base_timestamp, tp, codec != NONE)
+        min_ts, min_i, max_ts, max_i, keyless = walk_records(data, start, end, count, base_ts, tp, codec != NONE)
+        pos += size
         if compacted and keyless:
             raise RecordValidationError(
                 _summary(len(keyless), "One or more records have been rejected"), Errors.INVALID_RECORD,
                 [RecordError(i, f"Compacted topic cannot accept message without key in topic partition {tp}.")
                  for i in keyless])
-        errors = []
-        if header.base_timestamp == rb.NO_TIMESTAMP:
+        if base_ts == rb.NO_TIMESTAMP or (lo is None and hi is None):
             continue  # Kafka checks only records that carry a timestamp
+        errors = []
         if lo is not None and min_ts < lo:
-            errors.append(RecordError(min_i, _ts_message(min_ts, header.base_offset + min_i, lo, hi, now_ms)))
+            errors.append(RecordError(min_i, _ts_message(min_ts, base_offset + min_i, lo, hi, now_ms)))
         if hi is not None and max_ts > hi:
-            errors.append(RecordError(max_i, _ts_message(max_ts, header.base_offset + max_i, lo, hi, now_ms)))
+            errors.append(RecordError(max_i, _ts_message(max_ts, base_offset + max_i, lo, hi, now_ms)))
         if errors:
             raise RecordValidationError(_summary(len(errors), "One or more records have been rejected due to invalid "
                                                               "timestamp"), Errors.INVALID_TIMESTAMP, errors)
