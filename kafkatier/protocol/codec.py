@@ -16,6 +16,11 @@ Header rules (Kafka's):
   UNSUPPORTED_VERSION with an ApiVersionsResponse v0.
 
 The request body is decoded from a memoryview over the frame, so record payloads are not copied here.
+
+Hot path: the header flexibility and the generated body decoder are looked up once per (API key, version);
+response headers are written here (correlation id, then an empty tagged-field section when flexible) around
+kafka-python's compiled body encoder; an :class:`EncodedResponse` (a body already encoded by a purpose-built
+codec, e.g. ``produce_codec``) is framed without any message object.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from typing import Iterator
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
 from kafkatier.protocol.errors import Errors
@@ -32,6 +38,33 @@ from kafkatier.protocol.errors import Errors
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 _HEAD = struct.Struct(">hhi")
+_SIZE_CORRELATION = struct.Struct(">ii")
+
+
+class EncodedResponse:
+    """A response whose body a purpose-built codec has already encoded (``protocol/produce_codec.py``).
+
+    The network layer frames ``body`` as the answer to the request; everything else that looks at the
+    response (attributes such as ``responses``, or code that edits it) gets kafka-python's object, decoded from
+    the body on first use (:meth:`decoded`)."""
+
+    __slots__ = ("API_KEY", "version", "body", "_decoded")
+
+    def __init__(self, api_key: int, version: int, body: bytes):
+        self.API_KEY = api_key
+        self.version = version
+        self.body = body
+        self._decoded = None
+
+    def decoded(self) -> ApiMessage:
+        if self._decoded is None:
+            cls = response_class(self.API_KEY)
+            assert cls is not None
+            self._decoded = cls.decode(self.body, version=self.version)
+        return self._decoded
+
+    def __getattr__(self, name: str):
+        return getattr(self.decoded(), name)
 
 
 class FrameError(ValueError):
@@ -106,7 +139,21 @@ def response_class(api_key: int) -> type[ApiMessage] | None:
     return entry[1] if entry else None
 
 
+_flexible_cache: dict[tuple[int, int], bool] = {}
+_decoder_cache: dict[tuple[int, int], object] = {}
+_encoder_cache: dict[tuple[type, int], tuple[object, bool]] = {}
+
+
 def request_header_flexible(api_key: int, api_version: int) -> bool:
+    """Whether the request header is v2 (tagged fields); cached per (API key, version)."""
+    key = (api_key, api_version)
+    flexible = _flexible_cache.get(key)
+    if flexible is None:
+        flexible = _flexible_cache[key] = _request_header_flexible(api_key, api_version)
+    return flexible
+
+
+def _request_header_flexible(api_key: int, api_version: int) -> bool:
     """Whether the request header is v2 (tagged fields).  Versions above the class's maximum count as flexible
     when the API has any flexible version (a newer client speaking a newer flexible version)."""
     cls = request_class(api_key)
@@ -133,6 +180,32 @@ def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise FrameError("varint too long in request header")
 
 
+def _fast_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> RequestHeader:
+    """``RequestHeader(...)`` without kafka-python's generic field loop (10 us of every request, 1 us here)."""
+    h = _object_new(RequestHeader)
+    h._version = None
+    h.tags = None
+    h.unknown_tags = None
+    h.request_api_key = api_key
+    h.request_api_version = api_version
+    h.correlation_id = correlation_id
+    h.client_id = client_id
+    return h
+
+
+def _slow_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> RequestHeader:
+    return RequestHeader(request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id,
+                         client_id=client_id)
+
+
+_object_new = object.__new__
+# The fast construction only while it builds what the constructor builds (a kafka-python with other header
+# fields gets the constructor).
+_new_header = _fast_header if ([f.name for f in RequestHeader._struct._fields] == [
+    "request_api_key", "request_api_version", "correlation_id", "client_id"]
+    and _fast_header(1, 2, 3, "c") == _slow_header(1, 2, 3, "c")) else _slow_header
+
+
 def _decode_header(frame: memoryview) -> tuple[RequestHeader, int]:
     if len(frame) < _HEAD.size:
         raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -154,8 +227,7 @@ def _decode_header(frame: memoryview) -> tuple[RequestHeader, int]:
             pos += n
         elif n != -1:
             raise FrameError(f"invalid client id length {n}")
-    header = RequestHeader(request_api_key=api_key, request_api_version=api_version,
-                           correlation_id=correlation_id, client_id=client_id)
+    header = _new_header(api_key, api_version, correlation_id, client_id)
     if request_header_flexible(api_key, api_version):
         count, pos = _read_uvarint(frame, pos)
         for _ in range(count):
@@ -182,8 +254,11 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         raise UnsupportedVersionError(
             f"{api_name(header.request_api_key)} v{version} is outside 0..{cls.max_version}", header)
     body = view[pos:]
-    flexible = cls.flexible_version_q(version)
-    decoder = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
+    decoder = _decoder_cache.get((header.request_api_key, version))
+    if decoder is None:
+        flexible = cls.flexible_version_q(version)
+        decoder = _decoder_cache[(header.request_api_key, version)] = cls._struct.compiled_decode_from(
+            version, compact=flexible, tagged=flexible, data_class=cls)
     try:
         request, end = decoder(body, 0)
     except Exception as e:  # the generated decoders raise struct.error, IndexError, UnicodeDecodeError, ...
@@ -200,15 +275,47 @@ def encode_response(header: RequestHeader, response: ApiMessage, version: int | 
     """Encode ``response`` as a size-prefixed frame answering ``header``; ``version`` defaults to the
     request's version (ApiVersions error answers pass 0)."""
     v = header.request_api_version if version is None else version
-    # Set the version before attaching the header: kafka-python's version setter assumes a request header.
+    if isinstance(response, EncodedResponse):
+        return _frame(header.correlation_id, response.API_KEY, v, response.body)
+    if response.API_KEY == API_VERSIONS_KEY:  # its response header is always v0 (kafka-python's override)
+        response._header = None
+        response.API_VERSION = v
+        response.with_header(correlation_id=header.correlation_id)
+        return response.encode(header=True, framed=True)
+    cls = type(response)
+    entry = _encoder_cache.get((cls, v))
+    if entry is None:
+        flexible = cls.flexible_version_q(v)
+        entry = _encoder_cache[(cls, v)] = (cls._struct.compiled_encode_into(v, compact=flexible, tagged=flexible),
+                                            flexible)
+    encode, flexible = entry
     response._header = None
     response.API_VERSION = v
-    response.with_header(correlation_id=header.correlation_id)
-    return response.encode(header=True, framed=True)
+    with EncodeBufferPool.acquire() as out:
+        start = out.pos
+        out.pos += 9 if flexible else 8   # size, correlation id, (empty tagged fields)
+        encode(response, out)
+        _SIZE_CORRELATION.pack_into(out.buf, start, out.pos - start - 4, header.correlation_id)
+        if flexible:
+            out.buf[start + 8] = 0
+        return out.result()
 
 
-def top_level_error(response: ApiMessage) -> int:
+def _frame(correlation_id: int, api_key: int, version: int, body: bytes) -> bytearray:
+    flexible = api_key != API_VERSIONS_KEY and response_class(api_key).flexible_version_q(version)
+    head = 9 if flexible else 8
+    data = bytearray(head + len(body))
+    _SIZE_CORRELATION.pack_into(data, 0, len(data) - 4, correlation_id)
+    data[head:] = body
+    return data
+
+
+def top_level_error(response: ApiMessage | EncodedResponse) -> int:
     """The response's top-level ``error_code`` for its version, or 0 when it has none."""
+    if isinstance(response, EncodedResponse):
+        response = response.decoded() if response.API_KEY != 0 else None  # Produce has no top-level error
+        if response is None:
+            return 0
     field = response._struct.fields.get("error_code")
     if field is None or response.version is None or not field.for_version_q(response.version):
         return 0
@@ -235,5 +342,5 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
 __all__ = [
     "REGISTRY", "FrameError", "UnknownApiError", "UnsupportedVersionError", "api_name", "request_class",
     "response_class", "request_header_flexible", "decode_request", "encode_response", "error_response",
-    "top_level_error", "API_VERSIONS_KEY",
+    "top_level_error", "API_VERSIONS_KEY", "EncodedResponse",
 ]

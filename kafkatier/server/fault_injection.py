@@ -577,6 +577,8 @@ class FaultInjectingHandler:
         v = header.request_api_version
 
         def merge(response):
+            if isinstance(response, codec.EncodedResponse):  # a purpose-built codec's bytes: edit the object
+                response = response.decoded()
             return None if response is None else _with_partition_errors(response, v, layout, errors)
         if hasattr(result, "add_done_callback"):
             out: Future = Future()

@@ -28,7 +28,7 @@ from kafkatier.log import log_validator
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol import codec
+from kafkatier.protocol import codec, produce_codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.acl_apis import AclApis
@@ -284,6 +284,15 @@ class KafkaApis:
             results = {**errors, **results}
             if acks == 0:
                 fut.set_result(None)
+                return
+            if produce_codec.supports(v):  # the hot path: straight to bytes (protocol/produce_codec.py)
+                answers: dict[str, list] = {}
+                for (t, p), r in sorted(results.items()):
+                    answers.setdefault(t, []).append(
+                        (p, int(r.error), r.base_offset, -1, r.log_start_offset,
+                         [(e.batch_index, e.message) for e in r.record_errors], r.error_message))
+                fut.set_result(codec.EncodedResponse(PRODUCE, v, produce_codec.encode_produce_response(
+                    v, answers.items())))
                 return
             by_topic: dict[str, list] = {}
             for (t, p), r in sorted(results.items()):

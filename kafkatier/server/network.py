@@ -873,7 +873,7 @@ class SocketServer:
                 version: int | None = None, close_after: bool = False) -> None:
         api_key = header.request_api_key
         try:
-            if not isinstance(response, ApiMessage) or response.API_KEY != api_key:
+            if not isinstance(response, (ApiMessage, codec.EncodedResponse)) or response.API_KEY != api_key:
                 raise TypeError(f"handler returned {type(response).__name__} for {codec.api_name(api_key)}")
             data = codec.encode_response(header, response, version)
         except Exception:
