@@ -46,3 +46,73 @@ def test_framed_responses_match_kafka_python(version):
 def test_versions_outside_the_codec_are_refused():
     with pytest.raises(ValueError):
         produce_codec.encode_produce_response(13, [])
+
+
+# --- requests -------------------------------------------------------------------------------------------------
+
+def produce_request(version: int, topics, txn_id=None, acks=-1):
+    from kafka.protocol.producer import ProduceRequest
+    T = ProduceRequest.TopicProduceData
+    return ProduceRequest[version](transactional_id=txn_id, acks=acks, timeout_ms=30000, topic_data=[
+        T(version=version, name=name, partition_data=[T.PartitionProduceData(version=version, index=i, records=r)
+                                                      for i, r in parts]) for name, parts in topics])
+
+
+REQUEST_TOPICS = [("t\u00e9", [(0, b"\x00" * 70), (5, None)]), ("u", []), ("v", [(2, b"")])]
+
+
+def generic_decode(body: bytes, version: int):
+    from kafka.protocol.producer import ProduceRequest
+    flexible = ProduceRequest.flexible_version_q(version)
+    decoder = ProduceRequest._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
+                                                          data_class=ProduceRequest)
+    request, end = decoder(memoryview(body), 0)
+    if end > len(body):
+        raise ValueError("truncated")
+    return request
+
+
+@pytest.mark.parametrize("version", range(produce_codec.MIN_VERSION, produce_codec.MAX_VERSION + 1))
+@pytest.mark.parametrize("txn_id", [None, "txn-\u00e9"])
+def test_produce_request_decodes_as_kafka_python_does(version, txn_id):
+    body = bytes(produce_request(version, REQUEST_TOPICS, txn_id).encode(version=version))
+    fast = produce_codec.decode_produce_request(memoryview(body), version)
+    reference = generic_decode(body, version)
+    assert fast is not None
+    assert repr(fast) == repr(reference)
+    assert bytes(fast.encode(version=version)) == body
+    assert fast.topic_data[0].partition_data[0].records == b"\x00" * 70
+    assert fast.expect_response()
+
+
+def test_mutated_produce_requests_are_decoded_alike_or_left_to_the_generic_decoder():
+    import random
+    rnd = random.Random(29)
+    for version in (3, 8, 9, 11):
+        base = bytes(produce_request(version, REQUEST_TOPICS, "x").encode(version=version))
+        for _ in range(600):
+            buf = bytearray(base)
+            for _ in range(rnd.randint(1, 3)):
+                pos = rnd.randrange(len(buf))
+                if rnd.random() < 0.7:
+                    buf[pos] = rnd.randrange(256)
+                else:
+                    del buf[pos:]
+                    break
+            body = bytes(buf)
+            fast = produce_codec.decode_produce_request(memoryview(body), version)
+            if fast is None:
+                continue
+            assert repr(fast) == repr(generic_decode(body, version)), body.hex()
+
+
+def test_decode_request_uses_it_and_keeps_the_header():
+    from kafka.protocol.api_header import RequestHeader  # noqa: F401
+    req = produce_request(9, REQUEST_TOPICS, acks=0)
+    req.with_header(correlation_id=11, client_id="cid")
+    frame = bytes(req.encode(header=True, framed=True))[4:]
+    header, decoded = codec.decode_request(frame)
+    assert (header.request_api_key, header.request_api_version, header.correlation_id, header.client_id) == \
+        (0, 9, 11, "cid")
+    assert decoded._header is header and not decoded.expect_response()
+    assert repr(decoded) == repr(req)
