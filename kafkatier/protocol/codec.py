@@ -49,13 +49,19 @@ class EncodedResponse:
     response (attributes such as ``responses``, or code that edits it) gets kafka-python's object, decoded from
     the body on first use (:meth:`decoded`)."""
 
-    __slots__ = ("API_KEY", "version", "body", "_decoded")
+    __slots__ = ("API_KEY", "version", "parts", "error", "_decoded")
 
-    def __init__(self, api_key: int, version: int, body: bytes):
+    def __init__(self, api_key: int, version: int, body: bytes | list, error: int = 0):
         self.API_KEY = api_key
         self.version = version
-        self.body = body
+        # the body, or its pieces in order (joined once, with the frame header, when it is sent)
+        self.parts = body if isinstance(body, list) else [body]
+        self.error = error   # the top-level error code (0 for responses without one)
         self._decoded = None
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.parts)
 
     def decoded(self) -> ApiMessage:
         if self._decoded is None:
@@ -277,12 +283,13 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     return header, request
 
 
-def encode_response(header: RequestHeader, response: ApiMessage, version: int | None = None) -> bytearray:
+def encode_response(header: RequestHeader, response: ApiMessage | EncodedResponse,
+                    version: int | None = None) -> bytes | bytearray:
     """Encode ``response`` as a size-prefixed frame answering ``header``; ``version`` defaults to the
     request's version (ApiVersions error answers pass 0)."""
     v = header.request_api_version if version is None else version
     if isinstance(response, EncodedResponse):
-        return _frame(header.correlation_id, response.API_KEY, v, response.body)
+        return _frame(header.correlation_id, response.API_KEY, v, response.parts)
     if response.API_KEY == API_VERSIONS_KEY:  # its response header is always v0 (kafka-python's override)
         response._header = None
         response.API_VERSION = v
@@ -307,21 +314,17 @@ def encode_response(header: RequestHeader, response: ApiMessage, version: int | 
         return out.result()
 
 
-def _frame(correlation_id: int, api_key: int, version: int, body: bytes) -> bytearray:
+def _frame(correlation_id: int, api_key: int, version: int, parts: list) -> bytes:
     flexible = api_key != API_VERSIONS_KEY and response_class(api_key).flexible_version_q(version)
-    head = 9 if flexible else 8
-    data = bytearray(head + len(body))
-    _SIZE_CORRELATION.pack_into(data, 0, len(data) - 4, correlation_id)
-    data[head:] = body
-    return data
+    size = sum(map(len, parts)) + (5 if flexible else 4)
+    head = _SIZE_CORRELATION.pack(size, correlation_id)
+    return b"".join([head, b"\x00", *parts] if flexible else [head, *parts])
 
 
 def top_level_error(response: ApiMessage | EncodedResponse) -> int:
     """The response's top-level ``error_code`` for its version, or 0 when it has none."""
     if isinstance(response, EncodedResponse):
-        response = response.decoded() if response.API_KEY != 0 else None  # Produce has no top-level error
-        if response is None:
-            return 0
+        return response.error
     field = response._struct.fields.get("error_code")
     if field is None or response.version is None or not field.for_version_q(response.version):
         return 0

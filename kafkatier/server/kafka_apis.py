@@ -28,7 +28,7 @@ from kafkatier.log import log_validator
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol import codec, produce_codec
+from kafkatier.protocol import codec, fetch_codec, produce_codec
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.acl_apis import AclApis
@@ -368,6 +368,16 @@ class KafkaApis:
             answer = context.response({tp: results.get(tp) or FetchPartitionResult(
                 Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
                 for tp in order})
+            if fetch_codec.supports(v):  # the hot path: straight to bytes (protocol/fetch_codec.py)
+                answers: dict[str, list] = {}
+                for tp, r in answer.partitions.items():
+                    answers.setdefault(tp[0], []).append((
+                        tp[1], int(r.error), r.high_watermark,
+                        r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark, r.log_start_offset,
+                        None if r.error else r.aborted_transactions, r.records))
+                fut.set_result(codec.EncodedResponse(FETCH, v, fetch_codec.fetch_response_parts(
+                    v, int(answer.error), answer.session_id, answers.items()), int(answer.error) if v >= 7 else 0))
+                return
             by_topic: dict[str, list] = {}
             for tp, r in answer.partitions.items():
                 by_topic.setdefault(tp[0], []).append({

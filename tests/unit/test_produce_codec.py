@@ -107,7 +107,6 @@ def test_mutated_produce_requests_are_decoded_alike_or_left_to_the_generic_decod
 
 
 def test_decode_request_uses_it_and_keeps_the_header():
-    from kafka.protocol.api_header import RequestHeader  # noqa: F401
     req = produce_request(9, REQUEST_TOPICS, acks=0)
     req.with_header(correlation_id=11, client_id="cid")
     frame = bytes(req.encode(header=True, framed=True))[4:]
@@ -116,3 +115,37 @@ def test_decode_request_uses_it_and_keeps_the_header():
         (0, 9, 11, "cid")
     assert decoded._header is header and not decoded.expect_response()
     assert repr(decoded) == repr(req)
+
+
+# --- Fetch responses ------------------------------------------------------------------------------------------
+
+FETCH_TOPICS = [
+    ("t\u00e9", [(0, 0, 10, 10, 0, [], b"\x01" * 90), (1, 0, 5, 3, 0, [(7, 1), (9, 2)], b""),
+                 (2, 6, -1, -1, -1, None, b"")]),
+    ("u", [(4, 0, 0, 0, 0, [], None)]),
+    ("w", []),
+]
+
+
+def fetch_reference(version: int, error: int, session: int, topics):
+    from kafka.protocol.consumer import FetchResponse
+    return build(FetchResponse, version, {"throttle_time_ms": 0, "error_code": error, "session_id": session,
+                                          "responses": [{"topic": name, "partitions": [
+                                              {"partition_index": i, "error_code": e, "high_watermark": hw,
+                                               "last_stable_offset": lso, "log_start_offset": ls,
+                                               "aborted_transactions": None if ab is None else [
+                                                   {"producer_id": p, "first_offset": f} for p, f in ab],
+                                               "preferred_read_replica": -1, "records": rec}
+                                              for i, e, hw, lso, ls, ab, rec in parts]}
+                                              for name, parts in topics]})
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("topics", [FETCH_TOPICS, []])
+def test_fetch_response_body_matches_kafka_python(version, topics):
+    from kafkatier.protocol import fetch_codec
+    expected = bytes(fetch_reference(version, 0, 77, topics).encode(version=version))
+    assert fetch_codec.encode_fetch_response(version, 0, 77, topics) == expected
+    header = RequestHeader(request_api_key=1, request_api_version=version, correlation_id=5, client_id="c")
+    framed = codec.encode_response(header, codec.EncodedResponse(1, version, expected))
+    assert bytes(framed) == bytes(codec.encode_response(header, fetch_reference(version, 0, 77, topics)))

@@ -1,0 +1,98 @@
+"""The Fetch response encoded straight to bytes, without kafka-python's message objects (every consumer and
+follower fetch answers through it).
+
+:func:`encode_fetch_response` writes FetchResponse v4-v12 bodies (the versions that name topics) exactly as
+kafka-python's generated encoder writes them (``tests/unit/test_produce_codec.py`` compares them byte for
+byte). The broker never sets the tagged ``DivergingEpoch`` / ``CurrentLeader`` / ``SnapshotId`` fields in its
+answers, so nothing tagged is written. Record bytes are copied once, into the joined body.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterable, Sequence
+
+MIN_VERSION, MAX_VERSION = 4, 12
+FLEXIBLE_FROM = 12
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_TOP_V7 = struct.Struct(">ihi")       # throttle, error, session id
+_PART_V5 = struct.Struct(">ihqqq")    # index, error, high watermark, last stable offset, log start offset
+_PART_V4 = struct.Struct(">ihqq")     # index, error, high watermark, last stable offset
+_ABORTED = struct.Struct(">qq")
+
+
+def supports(version: int) -> bool:
+    return MIN_VERSION <= version <= MAX_VERSION
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+#: One partition's answer: (index, error code, high watermark, last stable offset, log start offset,
+#: aborted transactions as (producer id, first offset) pairs or None, records or None).
+PartitionAnswer = tuple[int, int, int, int, int, "Sequence[tuple[int, int]] | None", "bytes | None"]
+
+
+def encode_fetch_response(version: int, error_code: int, session_id: int,
+                          topics: Iterable[tuple[str, Sequence[PartitionAnswer]]],
+                          throttle_time_ms: int = 0) -> bytes:
+    """The FetchResponse body at ``version`` (4-12)."""
+    return b"".join(fetch_response_parts(version, error_code, session_id, topics, throttle_time_ms))
+
+
+def fetch_response_parts(version: int, error_code: int, session_id: int,
+                         topics: Iterable[tuple[str, Sequence[PartitionAnswer]]],
+                         throttle_time_ms: int = 0) -> list:
+    """:func:`encode_fetch_response` as a list of pieces (the records not copied), for
+    :class:`~kafkatier.protocol.codec.EncodedResponse` to join once with the frame header."""
+    if not supports(version):
+        raise ValueError(f"FetchResponse v{version} is not encoded here")
+    flexible = version >= FLEXIBLE_FROM
+    topics = list(topics)
+    parts: list = []
+    add = parts.append
+    if version >= 7:
+        add(_TOP_V7.pack(throttle_time_ms, error_code, session_id))
+    else:
+        add(_I32.pack(throttle_time_ms))
+    add(_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics)))
+    part = _PART_V5 if version >= 5 else _PART_V4
+    for name, partitions in topics:
+        data = name.encode("utf-8")
+        add(_uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
+        add(data)
+        add(_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
+        for index, error, hw, lso, log_start, aborted, records in partitions:
+            if version >= 5:
+                add(part.pack(index, error, hw, lso, log_start))
+            else:
+                add(part.pack(index, error, hw, lso))
+            if aborted is None:
+                add(b"\x00" if flexible else b"\xff\xff\xff\xff")
+            else:
+                add(_uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted)))
+                for pid, first in aborted:
+                    add(_ABORTED.pack(pid, first))
+                    if flexible:
+                        add(b"\x00")
+            if version >= 11:
+                add(_I32.pack(-1))  # preferred read replica: none (KIP-392 is not implemented)
+            if records is None:
+                add(b"\x00" if flexible else b"\xff\xff\xff\xff")
+            else:
+                add(_uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
+                add(records)
+            if flexible:
+                add(b"\x00")
+        if flexible:
+            add(b"\x00")
+    if flexible:
+        add(b"\x00")
+    return parts
