@@ -84,6 +84,7 @@ def build_config(args):
         replica_lag_time_max_ms=num("replica.lag.time.max.ms", 30000),
         replica_fetch_wait_max_ms=num("replica.fetch.wait.max.ms", 500),
         replica_fetch_max_bytes=num("replica.fetch.max.bytes", 1048576),
+        replica_fetch_min_bytes=num("replica.fetch.min.bytes", 1),
         request_timeout_ms=num("request.timeout.ms", 30000),
         log_retention_check_interval_ms=num("log.retention.check.interval.ms", 300000),
         remote_log_storage_system_enable=flag("remote.log.storage.system.enable", False),

@@ -32,6 +32,7 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1048576
+    replica_fetch_min_bytes: int = 1
     log_retention_check_interval_ms: int = 300000
     log_flush_offset_checkpoint_interval_ms: int = 60000
     remote_log_storage_system_enable: bool = False

@@ -71,6 +71,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("replica.lag.time.max.ms", "LONG", 30000, READ_ONLY),
     _d("replica.fetch.wait.max.ms", "INT", 500, READ_ONLY),
     _d("replica.fetch.max.bytes", "INT", 1048576, READ_ONLY),
+    _d("replica.fetch.min.bytes", "INT", 1, READ_ONLY),
     _d("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000, READ_ONLY),
     _d("log.retention.check.interval.ms", "LONG", 300000, READ_ONLY),
     _d("remote.log.storage.system.enable", "BOOLEAN", False, READ_ONLY),

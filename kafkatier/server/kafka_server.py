@@ -188,6 +188,7 @@ class KafkaServer:
             remote_log_manager=self.remote_log_manager, scheduler=self.scheduler,
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
+            replica_fetch_min_bytes=c.replica_fetch_min_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
             num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
             inter_broker_login=self.login,
@@ -402,6 +403,7 @@ class KafkaServer:
                   "replica.lag.time.max.ms": c.replica_lag_time_max_ms,
                   "replica.fetch.wait.max.ms": c.replica_fetch_wait_max_ms,
                   "replica.fetch.max.bytes": c.replica_fetch_max_bytes,
+                  "replica.fetch.min.bytes": c.replica_fetch_min_bytes,
                   "log.retention.check.interval.ms": c.log_retention_check_interval_ms,
                   "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
                   **c.overrides}

@@ -133,7 +133,7 @@ class ReplicaFetcherThread(threading.Thread):
                  max_bytes: int = 10 * 1024 * 1024, partition_max_bytes: int = 1048576,
                  on_fetched: Callable[[object], None] | None = None,
                  on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, login=None,
-                 quota: ReplicationQuotaManager | None = None):
+                 quota: ReplicationQuotaManager | None = None, min_bytes: int = 1):
         super().__init__(name=f"ReplicaFetcherThread-0-{leader_id}", daemon=True)
         self.login = login  # the inter-broker SASL login (server/sasl.SaslLogin) when the listener needs one
         self.broker_id = broker_id
@@ -141,6 +141,7 @@ class ReplicaFetcherThread(threading.Thread):
         self.leader_address = leader_address
         self.partition_lookup = partition_lookup
         self.max_wait_ms = max_wait_ms
+        self.min_bytes = max(1, min_bytes)  # replica.fetch.min.bytes: the leader answers once this much is there
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.on_fetched = on_fetched
@@ -334,7 +335,7 @@ class ReplicaFetcherThread(threading.Thread):
         for t, p in data.to_forget:
             forgotten.setdefault(t, []).append(p)
         req = FetchRequest[FETCH_VERSION](
-            replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=self.max_bytes,
+            replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
             isolation_level=0, session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
             topics=[FetchRequest.FetchTopic(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
             forgotten_topics_data=[FetchRequest.ForgottenTopic(version=FETCH_VERSION, topic=t, partitions=ps)
@@ -434,12 +435,14 @@ class ReplicaFetcherManager:
     def __init__(self, broker_id: int, leader_address: Callable[[int], tuple[str, int] | None],
                  partition_lookup: Callable[[str, int], object], on_fetched: Callable[[object], None] | None = None,
                  on_offset_moved_to_tiered_storage: Callable[[object], bool] | None = None, max_wait_ms: int = 500,
-                 partition_max_bytes: int = 1048576, quota: ReplicationQuotaManager | None = None, login=None):
+                 partition_max_bytes: int = 1048576, quota: ReplicationQuotaManager | None = None, login=None,
+                 min_bytes: int = 1):
         self.broker_id = broker_id
         self.leader_address = leader_address
         self.partition_lookup = partition_lookup
         self.on_fetched = on_fetched
         self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes  # replica.fetch.min.bytes
         self.login = login
         self.partition_max_bytes = partition_max_bytes  # replica.fetch.max.bytes
         self.quota = quota
@@ -456,6 +459,7 @@ class ReplicaFetcherManager:
             if t is None or not t.is_alive():
                 t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
                                          self.partition_lookup, max_wait_ms=self.max_wait_ms,
+                                         min_bytes=self.min_bytes,
                                          on_fetched=self.on_fetched,
                                          on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage,
                                          partition_max_bytes=self.partition_max_bytes, quota=self.quota,

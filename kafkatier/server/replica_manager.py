@@ -118,6 +118,7 @@ class ReplicaManager:
                  remote_log_manager: RemoteLogManager | None = None, scheduler: KafkaScheduler | None = None,
                  min_insync_replicas_default: int = 1, replica_lag_time_max_ms: int = 30000,
                  replica_fetch_wait_max_ms: int = 500, replica_fetch_max_bytes: int = 1048576,
+                 replica_fetch_min_bytes: int = 1,
                  alter_log_dirs_quota: ReplicationQuotaManager | None = None,
                  num_replica_alter_log_dirs_threads: int | None = None,
                  log_dir_failure_channel: LogDirFailureChannel | None = None,
@@ -144,7 +145,8 @@ class ReplicaManager:
             broker_id, self._broker_address, self.get_partition, on_fetched=self._on_follower_fetched,
             on_offset_moved_to_tiered_storage=(remote_log_manager.on_offset_moved_to_tiered_storage
                                                if remote_log_manager is not None else None),
-            max_wait_ms=replica_fetch_wait_max_ms, partition_max_bytes=replica_fetch_max_bytes,
+            max_wait_ms=replica_fetch_wait_max_ms, min_bytes=replica_fetch_min_bytes,
+            partition_max_bytes=replica_fetch_max_bytes,
             quota=follower_replication_quota, login=inter_broker_login)
         self.leader_replication_quota = leader_replication_quota
         self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
