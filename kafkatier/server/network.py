@@ -399,8 +399,8 @@ class SocketServer:
     # -- I/O thread ------------------------------------------------------------------------------------------
 
     def _wakeup(self) -> None:
-        # Called after queueing work for the I/O thread. The flag is cleared by the I/O thread before it drains
-        # the socketpair and then serves every queued item, so skipping the send while it is set loses nothing.
+        # Called after queueing work for the I/O thread. The flag is cleared by the I/O thread once it has drained
+        # the socketpair, before it serves the queued items, so skipping the send while it is set loses nothing.
         if self._wake_pending:
             return
         self._wake_pending = True
@@ -471,12 +471,14 @@ class SocketServer:
         self._close(conn, f"error: {type(error).__name__}")
 
     def _drain_wakeup(self) -> None:
-        self._wake_pending = False
         try:
             while self._wake_r.recv(4096):  # type: ignore[union-attr]
                 pass
         except (BlockingIOError, OSError):
             pass
+        # Cleared after draining (a byte sent while draining may be drained too: clearing first would leave the
+        # flag set with nothing pending); whatever was queued before this point is served in this round.
+        self._wake_pending = False
 
     def _accept(self) -> None:
         assert self._listener is not None
