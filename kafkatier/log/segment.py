@@ -267,10 +267,11 @@ class LogSegment:
         buf = b""
         buf_start = start
         pos = start
+        chunk = _SCAN_CHUNK
         while pos + LOG_OVERHEAD <= end:
             rel = pos - buf_start
             if rel < 0 or rel + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf = os.pread(self._fd, min(chunk, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -280,6 +281,9 @@ class LogSegment:
                 return
             yield _Hdr(pos, size, h[0], h[0] + h[6], h[8], h[2])
             pos += size
+            # After a batch larger than the scan chunk the next header is past the buffer: read just a header
+            # (1 MiB batches: 61 bytes per batch instead of 64 KiB; moves read every header this way).
+            chunk = HEADER_SIZE if size >= _SCAN_CHUNK else _SCAN_CHUNK
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int] | None:
         """(position, size) of the first batch whose last offset >= ``offset``, or None past the end."""
