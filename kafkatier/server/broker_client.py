@@ -23,6 +23,8 @@ from kafkatier.logsetup import get_logger, kv
 log = get_logger("server.broker-client")
 
 _SIZE = struct.Struct(">i")
+_REQUEST_HEAD = struct.Struct(">ihhi")   # size, api key, api version, correlation id (then the client id)
+_INT16 = struct.Struct(">h")
 
 
 class BrokerConnectionError(ConnectionError):
@@ -131,6 +133,27 @@ class BrokerClient:
             self.close()
             raise BrokerConnectionError(f"correlation id mismatch: sent {corr}, got {resp.header.correlation_id}")
         return resp
+
+    def send_encoded(self, api_key: int, version: int, body: bytes) -> memoryview:
+        """A request whose body a purpose-built codec encoded (non-flexible versions: request header v1,
+        response header v0); returns the response body after its header (``protocol/fetch_codec.py`` for the
+        follower's fetches)."""
+        self.connect()
+        corr = next(self._corr)
+        client_id = self.client_id.encode("utf-8")
+        head = _REQUEST_HEAD.pack(_REQUEST_HEAD.size - 4 + 2 + len(client_id) + len(body), api_key, version, corr)
+        try:
+            self._sock.sendall(b"".join((head, _INT16.pack(len(client_id)), client_id, body)))
+            size = _SIZE.unpack(self._recv_exact(4))[0]
+            frame = self._recv_exact(size)
+        except (OSError, struct.error) as e:
+            self.close()
+            raise BrokerConnectionError(f"request to {self.host}:{self.port} failed: {e}") from e
+        if size < 4 or _SIZE.unpack_from(frame, 0)[0] != corr:
+            self.close()
+            raise BrokerConnectionError(f"correlation id mismatch: sent {corr}, got "
+                                        f"{_SIZE.unpack_from(frame, 0)[0] if size >= 4 else None}")
+        return memoryview(frame)[4:]
 
     def _recv_exact(self, n: int) -> bytes:
         buf = bytearray(n)

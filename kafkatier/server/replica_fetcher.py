@@ -50,10 +50,10 @@ from typing import Callable
 
 import attrs
 import tenacity
-from kafka.protocol.consumer import (FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
-                                     OffsetForLeaderEpochResponse)
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol import fetch_codec
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.fetch_session_handler import FetchSessionHandler, PartitionData
@@ -61,7 +61,8 @@ from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 
 log = get_logger("server.replica-fetcher")
 
-FETCH_VERSION = 11
+FETCH_VERSION = fetch_codec.FOLLOWER_VERSION   # 11
+FETCH_KEY = 1
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # the first version with replica_id (Kafka 2.3+)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -325,22 +326,24 @@ class ReplicaFetcherThread(threading.Thread):
             wanted[key] = PartitionData(st.fetch_offset, part.log.log_start_offset if part is not None else -1,
                                         self.partition_max_bytes, st.leader_epoch)
         data = self.session.build(wanted)
-        P = FetchRequest.FetchTopic.FetchPartition
         by_topic: dict[str, list] = {}
         for (t, p), pd in data.to_send.items():
-            by_topic.setdefault(t, []).append(P(
-                version=FETCH_VERSION, partition=p, current_leader_epoch=pd.current_leader_epoch,
-                fetch_offset=pd.fetch_offset, log_start_offset=pd.log_start_offset, partition_max_bytes=pd.max_bytes))
+            by_topic.setdefault(t, []).append((p, pd.current_leader_epoch, pd.fetch_offset, pd.log_start_offset,
+                                               pd.max_bytes))
         forgotten: dict[str, list] = {}
         for t, p in data.to_forget:
             forgotten.setdefault(t, []).append(p)
-        req = FetchRequest[FETCH_VERSION](
-            replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
-            isolation_level=0, session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
-            topics=[FetchRequest.FetchTopic(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[FetchRequest.ForgottenTopic(version=FETCH_VERSION, topic=t, partitions=ps)
-                                   for t, ps in forgotten.items()], rack_id="")
-        resp = self.client.send(req, FetchResponse, FETCH_VERSION)  # a failure: run() resets the session
+        # Encoded and decoded by the purpose-built Fetch v11 codec (protocol/fetch_codec.py), not kafka-python's
+        # message objects: this runs once per fetch round of every follower.
+        body = fetch_codec.encode_fetch_request_v11(
+            self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes, 0, data.metadata.session_id,
+            data.metadata.epoch, list(by_topic.items()), list(forgotten.items()))
+        raw = self.client.send_encoded(FETCH_KEY, FETCH_VERSION, body)  # a failure: run() resets the session
+        try:
+            resp = fetch_codec.decode_fetch_response_v11(raw)
+        except ValueError as e:
+            self.client.close()
+            raise BrokerConnectionError(f"malformed fetch response from broker {self.leader_id}: {e}") from e
         m = self.metrics
         m["fetches"] += 1
         m["incremental_fetches" if not data.metadata.is_full else "full_fetches"] += 1

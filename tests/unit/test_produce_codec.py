@@ -149,3 +149,45 @@ def test_fetch_response_body_matches_kafka_python(version, topics):
     header = RequestHeader(request_api_key=1, request_api_version=version, correlation_id=5, client_id="c")
     framed = codec.encode_response(header, codec.EncodedResponse(1, version, expected))
     assert bytes(framed) == bytes(codec.encode_response(header, fetch_reference(version, 0, 77, topics)))
+
+
+# --- the follower's Fetch v11 ---------------------------------------------------------------------------------
+
+def test_follower_fetch_request_matches_kafka_python():
+    from kafka.protocol.consumer import FetchRequest
+
+    from kafkatier.protocol import fetch_codec
+    v = 11
+    P, T, F = FetchRequest.FetchTopic.FetchPartition, FetchRequest.FetchTopic, FetchRequest.ForgottenTopic
+    topics = [("t\u00e9", [(0, 3, 100, 0, 1048576), (2, 3, 7, 5, 1048576)]), ("u", [])]
+    forgotten = [("gone", [1, 4])]
+    reference = FetchRequest[v](
+        replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, isolation_level=0, session_id=9,
+        session_epoch=4, topics=[T(version=v, topic=t, partitions=[
+            P(version=v, partition=p, current_leader_epoch=e, fetch_offset=o, log_start_offset=s, partition_max_bytes=m)
+            for p, e, o, s, m in ps]) for t, ps in topics],
+        forgotten_topics_data=[F(version=v, topic=t, partitions=ps) for t, ps in forgotten], rack_id="")
+    assert fetch_codec.encode_fetch_request_v11(2, 500, 1, 10 << 20, 0, 9, 4, topics, forgotten) == \
+        bytes(reference.encode(version=v))
+
+
+def test_follower_fetch_response_decodes_as_kafka_python_does():
+    from kafka.protocol.consumer import FetchResponse
+
+    from kafkatier.protocol import fetch_codec
+    body = bytes(fetch_reference(11, 0, 77, FETCH_TOPICS).encode(version=11))
+    ours = fetch_codec.decode_fetch_response_v11(body)
+    theirs = FetchResponse.decode(body, version=11)
+    assert (ours.error_code, ours.session_id) == (theirs.error_code, theirs.session_id)
+    for a, b in zip(ours.responses, theirs.responses, strict=True):
+        assert a.topic == b.topic
+        for pa, pb in zip(a.partitions, b.partitions, strict=True):
+            for field in ("partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
+                          "preferred_read_replica", "records"):
+                assert getattr(pa, field) == getattr(pb, field), field
+            assert (None if pa.aborted_transactions is None else [tuple(x) for x in pa.aborted_transactions]) == \
+                (None if pb.aborted_transactions is None else
+                 [(x.producer_id, x.first_offset) for x in pb.aborted_transactions])
+    for cut in range(0, len(body) - 1, 7):  # truncated: ValueError, never a partial answer
+        with pytest.raises(ValueError):
+            fetch_codec.decode_fetch_response_v11(body[:cut])
