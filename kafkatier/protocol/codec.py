@@ -32,7 +32,6 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
-from kafkatier.protocol import produce_codec
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
 from kafkatier.protocol.errors import Errors
 
@@ -261,11 +260,6 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         raise UnsupportedVersionError(
             f"{api_name(header.request_api_key)} v{version} is outside 0..{cls.max_version}", header)
     body = view[pos:]
-    if header.request_api_key == 0:  # Produce: the purpose-built decoder, the generic one when it declines
-        request = produce_codec.decode_produce_request(body, version)
-        if request is not None:
-            request._header = header
-            return header, request
     decoder = _decoder_cache.get((header.request_api_key, version))
     if decoder is None:
         flexible = cls.flexible_version_q(version)

@@ -50,7 +50,7 @@ from typing import Callable
 
 import attrs
 import tenacity
-from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import fetch_codec
@@ -333,15 +333,15 @@ class ReplicaFetcherThread(threading.Thread):
         forgotten: dict[str, list] = {}
         for t, p in data.to_forget:
             forgotten.setdefault(t, []).append(p)
-        # Encoded and decoded by the purpose-built Fetch v11 codec (protocol/fetch_codec.py), not kafka-python's
-        # message objects: this runs once per fetch round of every follower.
+        # Encoded by the purpose-built Fetch v11 encoder (protocol/fetch_codec.py), not kafka-python's message
+        # objects (160 us -> 2 us per round of three partitions); the answer by kafka-python's decoder.
         body = fetch_codec.encode_fetch_request_v11(
             self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes, 0, data.metadata.session_id,
             data.metadata.epoch, list(by_topic.items()), list(forgotten.items()))
         raw = self.client.send_encoded(FETCH_KEY, FETCH_VERSION, body)  # a failure: run() resets the session
         try:
-            resp = fetch_codec.decode_fetch_response_v11(raw)
-        except ValueError as e:
+            resp = FetchResponse.decode(raw, version=FETCH_VERSION)
+        except Exception as e:  # noqa: BLE001 - the generated decoder raises struct.error, IndexError, ...
             self.client.close()
             raise BrokerConnectionError(f"malformed fetch response from broker {self.leader_id}: {e}") from e
         m = self.metrics
