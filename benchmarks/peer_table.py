@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_scripts:
         line, ratio = script_ratio([os.path.join(HERE, "log_append.py"), "--total-mb", "64", "--rounds", "3"],
                                    r"ratio \(log / raw\):\s+([0-9.]+)")
-        rows.append(("benchmarks/log_append.py (16 KiB batches)", line, "raw file.write", ratio))
+        rows.append(("benchmarks/log_append.py (16 KiB batches)", "" if ratio else line, "raw file.write", ratio))
         line, ratio = script_ratio([os.path.join(HERE, "replica_move.py"), "--quick", "--rates", "8"],
                                    r"unthrottled move .*ratio ([0-9.]+)")
         rows.append(("benchmarks/replica_move.py (KIP-113 move)", line, "cp -r", ratio))
