@@ -167,11 +167,62 @@ def start_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S,
     if not client.connected:
         client.stop()
         client.close()
+        reason = tls_failure(hosts, client) if getattr(client, "use_ssl", False) else None
+        if reason:
+            raise ZooKeeperUnavailableError(f"TLS to ZooKeeper at {hosts} failed: {reason}")
+        if not getattr(client, "use_ssl", False) and speaks_tls(hosts):
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper at {hosts} serves TLS only: set zookeeper.ssl.client.enable=true and zookeeper.ssl.* "
+                "(a broker), or KAFKATIER_ZK_TLS_CONFIG to a file of them (a tool)")
         raise ZooKeeperUnavailableError(
             f"could not connect to ZooKeeper at {hosts} within {connect_timeout:g}s "
             "(is it running? start one with: kafkatier zookeeper start)"
         )
     return client
+
+
+def tls_failure(hosts: str, client: KazooClient, timeout: float = 3.0) -> str | None:
+    """Why a TLS connection with ``client``'s settings to the first server of ``hosts`` fails (kazoo only logs it
+    and retries): the handshake's error, or the alert the server sends after it (TLS 1.3 refuses a client
+    certificate after the client's side of the handshake is done).  None if it succeeds or the port is closed."""
+    import socket
+    import ssl
+    host, _, port = hosts.split("/", 1)[0].split(",")[0].strip().rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = bool(client.check_hostname)
+    ctx.verify_mode = ssl.CERT_REQUIRED if client.verify_certs else ssl.CERT_NONE
+    try:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        if client.ca:
+            ctx.load_verify_locations(client.ca)
+        if client.certfile and client.keyfile:
+            ctx.load_cert_chain(client.certfile, client.keyfile, client.keyfile_password)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw, server_hostname=host.strip("[]")) as sock:
+                sock.settimeout(timeout)
+                sock.sendall(b"\0\0\0\0")  # not a valid ZooKeeper frame: the server's answer is an alert or a close
+                sock.recv(1)
+    except ssl.SSLError as e:
+        return str(e.reason or e).replace("_", " ").lower() if e.reason else str(e)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def speaks_tls(hosts: str, timeout: float = 3.0) -> bool:
+    """Whether the first server of ``hosts`` answers a TLS ClientHello with a ServerHello (certificate unchecked)."""
+    import socket
+    import ssl
+    host, _, port = hosts.split("/", 1)[0].split(",")[0].strip().rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw):
+                return True
+    except (OSError, ValueError):
+        return False
 
 
 def _retrying(attempts: int, initial_delay: float, max_delay: float, deadline: float | None,
