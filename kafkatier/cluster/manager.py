@@ -150,6 +150,9 @@ class ClusterManager:
         if zookeeper_tls and zookeeper is not None:
             raise UsageError("--zookeeper-tls starts the embedded ZooKeeper: with --zookeeper, give the brokers "
                              "zookeeper.ssl.client.enable=true and zookeeper.ssl.* instead")
+        if tls and (links or client_groups):
+            raise UsageError("--tls cannot be combined with --links or --client-group: the link process relays the "
+                             "PLAINTEXT listeners only, so TLS traffic would bypass every link fault")
         if zookeeper_tls and links:
             raise UsageError("--zookeeper-tls cannot be combined with --links: the link process relays plain TCP "
                              "to ZooKeeper and cannot fault a TLS session it cannot read")
@@ -197,9 +200,6 @@ class ClusterManager:
                                      else None),
         }
         if tls:
-            if links or client_groups:
-                from kafkatier.common.errors import UsageError
-                raise UsageError("--tls cannot be combined with --links or --client-group yet")
             self._wire_tls(specs, overrides or {}, sasl_ssl)
         if links or client_groups:
             self._wire_links(specs, zookeeper, overrides or {}, client_groups)
@@ -277,14 +277,15 @@ class ClusterManager:
             except (OSError, ValueError):
                 continue
             if isinstance(published, dict) and published.get("pid") == pid and isinstance(published.get("port"), int):
-                learned[i] = published["port"]
+                learned[i] = (published["port"], published.get("listeners") or {})
         if not learned:
             return
         with self._state_lock():
             if os.path.exists(self.cluster_file):
                 self.load()
-            for i, port in learned.items():
+            for i, (port, listener_ports) in learned.items():
                 b = self.broker(i)
+                b["listener_ports"] = listener_ports
                 if b["port"] and b["port"] != port:
                     log.warning("broker restarted on another port (its previous one was taken) %s",
                                 kv(id=i, port=port, previous=b["port"]))
@@ -292,6 +293,11 @@ class ClusterManager:
                 del self._awaiting_port[i]
             self.state["bootstrap_servers"] = ",".join(
                 f"127.0.0.1:{b['port']}" for b in self.state["brokers"] if b.get("port"))
+            tls = self.state.get("tls")
+            for key, listener in (("bootstrap_servers", "SSL"), ("sasl_ssl_bootstrap_servers", "SASL_SSL")):
+                if tls is not None and key in tls:   # the TLS listeners' ports, published by the brokers
+                    tls[key] = ",".join(f"127.0.0.1:{b['listener_ports'][listener]}" for b in self.state["brokers"]
+                                        if (b.get("listener_ports") or {}).get(listener))
             self.save()
 
     def wait_for_ports(self, ids, timeout: float = 60.0) -> None:
@@ -609,17 +615,12 @@ class ClusterManager:
         ``DIR/client-ssl.properties``, a client config in Kafka's names for ``--command-config`` and Kafka's tools.
         ``sasl_ssl``: a ``SASL_SSL`` listener too (SASL settings from the overrides, as for SASL_PLAINTEXT)."""
         from kafkatier.cluster.certificates import make_cert
-        from kafkatier.zk.embedded import free_port
         tls_dir, ca = self._tls_ca()
         client = make_cert(tls_dir, "client", "CN=client", hosts=None)
-        ports, sasl_ports = {}, {}
         for s in specs:
             cert = make_cert(tls_dir, f"broker-{s.id}", f"CN=broker-{s.id}")
-            ports[s.id] = free_port()
-            listeners = f"PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{ports[s.id]}"
-            if sasl_ssl:
-                sasl_ports[s.id] = free_port()
-                listeners += f",SASL_SSL://127.0.0.1:{sasl_ports[s.id]}"
+            # port 0: each listener is bound by the broker and published in its port file (``_learn_ports``)
+            listeners = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0" + (",SASL_SSL://127.0.0.1:0" if sasl_ssl else "")
             props = {"listeners": listeners,
                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
                      "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore),
@@ -632,11 +633,11 @@ class ClusterManager:
             "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca),
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(client.keystore)},
             comment="client settings for the SSL listeners (kafkatier cluster up --tls); principal User:CN=client")
-        self.state["tls"] = {"bootstrap_servers": ",".join(f"127.0.0.1:{ports[s.id]}" for s in specs),
+        self.state["tls"] = {"bootstrap_servers": "",   # once the brokers published their SSL ports
                              "client_config": client_config, "ca": str(ca),
                              "client_certificate": str(client.certificate), "client_key": str(client.key)}
         if sasl_ssl:
-            self.state["tls"]["sasl_ssl_bootstrap_servers"] = ",".join(f"127.0.0.1:{sasl_ports[s.id]}" for s in specs)
+            self.state["tls"]["sasl_ssl_bootstrap_servers"] = ""
         log.info("TLS listeners wired %s", kv(brokers=len(specs), tls_dir=tls_dir))
 
     def client_bootstrap(self, group: str) -> str:
