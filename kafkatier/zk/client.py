@@ -12,13 +12,15 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
-                              SessionExpiredError, UnimplementedError)
+                              SessionClosedRequireSaslError, SessionExpiredError, UnimplementedError)
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
@@ -53,16 +55,33 @@ def _not_auth_failed(record: logging.LogRecord) -> bool:
 
 logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
 
+_previous_excepthook = threading.excepthook
+
+
+def _quiet_sasl_refusal(args) -> None:
+    """kazoo's connection thread dies with ``SessionClosedRequireSaslError`` when a server enforcing SASL
+    (``enforce.auth.schemes=sasl``) closes a session that has no login: :func:`start_client` reports that as one
+    ``ZooKeeperAuthError`` line, so the thread's traceback is not printed too."""
+    if isinstance(args.exc_value, SessionClosedRequireSaslError):
+        return
+    _previous_excepthook(args)
+
+
+threading.excepthook = _quiet_sasl_refusal
+
 
 class SecureKazooClient(KazooClient):
     """A kazoo client that gives every znode it creates Kafka's default ACLs for its path
     (:func:`kafkatier.zk.security.default_acls`) unless the caller names ACLs."""
 
     def __init__(self, *args: Any, secure_acls: bool = False, **kwargs: Any) -> None:
+        self.auth_failed = False
+        # kazoo's connection loop dies on a server that closes a session for want of a SASL login (ZooKeeper 3.7+'s
+        # enforce.auth) and only logs it: the client's logger sees the error and flags it for ``start_client``
+        kwargs["logger"] = _AuthFailureLogger(kwargs.get("logger") or logging.getLogger("kazoo.client"), self)
         super().__init__(*args, **kwargs)
         self.secure_acls = secure_acls
         self.sasl_login = bool(kwargs.get("sasl_options"))
-        self.auth_failed = False
 
     def _session_callback(self, state):
         if state == KeeperState.AUTH_FAILED:
@@ -76,6 +95,26 @@ class SecureKazooClient(KazooClient):
 
     def transaction(self):
         return _SecureTransaction(self)
+
+
+class _AuthFailureLogger(logging.LoggerAdapter):
+    """Passes every record on; an error logged while handling ``SessionClosedRequireSaslError`` (or
+    ``AuthFailedError``) marks the client's login as refused, and is then not logged as a traceback."""
+
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter, client: "SecureKazooClient") -> None:
+        super().__init__(logger, {})
+        self.client = client
+
+    def log(self, level, msg, *args, **kwargs):
+        error = sys.exc_info()[1]
+        if isinstance(error, (SessionClosedRequireSaslError, AuthFailedError)):
+            self.client.auth_failed = True
+            kwargs.pop("exc_info", None)
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+    def exception(self, msg, *args, exc_info=True, **kwargs):
+        self.log(logging.ERROR, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class _SecureTransaction(TransactionRequest):
@@ -150,18 +189,23 @@ def start_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S,
     event = client.start_async()
     deadline = time.monotonic() + connect_timeout
     # kazoo reports CONNECTED before its SASL exchange and, when the server refuses the login, waits out the
-    # whole timeout: with SASL, a first request's answer (or AUTH_FAILED) tells the login's outcome
+    # whole timeout: a first request's answer (or AUTH_FAILED) tells the login's outcome -- and, without a login,
+    # whether the server requires one
     probe = None
     while not client.auth_failed and time.monotonic() < deadline:
         if event.wait(0.05):
-            if not getattr(client, "sasl_login", False):
-                break
             probe = probe or client.exists_async("/")
             if probe.ready():
+                if isinstance(probe.exception, (SessionClosedRequireSaslError, AuthFailedError)):
+                    client.auth_failed = True
                 break
     if client.auth_failed:
         client.stop()
         client.close()
+        if not getattr(client, "sasl_login", False):
+            raise ZooKeeperAuthError(f"ZooKeeper at {hosts} requires a SASL login: give a JAAS file with a Client "
+                                     "section (java.security.auth.login.config, $KAFKATIER_JAAS_CONFIG or "
+                                     "-Djava.security.auth.login.config= in $KAFKA_OPTS)")
         raise ZooKeeperAuthError(f"ZooKeeper at {hosts} refused the SASL login (wrong username or password in the "
                                  "JAAS Client section, or SASL not enabled on the server)")
     if not client.connected:

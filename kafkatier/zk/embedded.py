@@ -361,8 +361,10 @@ class ZooKeeperSettings:
             f"forceSync={'yes' if self.fsync else 'no'}",
         ]
         if self.sasl:
+            # ZooKeeper 3.7+'s enforcement: a session that has not logged in with SASL is refused every request
+            # (AUTH_FAILED) -- 3.9 ignores the older requireClientAuthScheme
             lines += ["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
-                      "requireClientAuthScheme=sasl"]
+                      "enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         return "\n".join(lines) + "\n"
 
 
