@@ -93,3 +93,14 @@ def test_the_pool_must_hold_the_largest_request():
     with pytest.raises(ValueError, match="queued.max.request.bytes .* must be larger or equal to "
                                          "socket.request.max.bytes"):
         SocketServer("127.0.0.1", 0, StubBroker(), max_request_bytes=POOL, memory_pool=MemoryPool(POOL - 1))
+
+
+def test_a_broker_with_a_pool_smaller_than_a_request_stops_with_one_line(kafkatier_cli, tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text("queued.max.request.bytes=1000\n")
+    r = kafkatier_cli.run("broker", "start", "--id", "5", "--zookeeper", "127.0.0.1:1", "--log-dirs",
+                          str(tmp_path / "logs"), "--config", str(props))
+    assert r.returncode == 1
+    assert "kafkatier: error: queued.max.request.bytes (1000) must be larger or equal to socket.request.max.bytes" \
+        in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "logs").exists()   # nothing started

@@ -290,3 +290,11 @@ def test_jks_keystore_and_truststore_kafkas_default_type(pki, tmp_path):
     with pytest.raises(SslConfigError, match="cannot read the JKS store") as e:
         server_context(SslConfig.from_props({**props, "ssl.keystore.password": "wrong-pass"}))
     assert "\n" not in str(e.value) and "wrong-pass" not in str(e.value)
+
+
+def test_a_keystore_whose_key_does_not_match_its_certificate_is_one_line(pki, tmp_path):
+    mixed = tmp_path / "mixed.pem"
+    mixed.write_bytes(pki["client"].key.read_bytes() + pki["server"].certificate.read_bytes())
+    with pytest.raises(SslConfigError, match="ssl.keystore.location: cannot load the key and certificate") as e:
+        server_context(SslConfig.from_props({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(mixed)}))
+    assert "\n" not in str(e.value)
