@@ -45,7 +45,8 @@ def pkcs12_to_pem(data: bytes, password: str | None, what: str, need_key: bool =
     if store.key is not None and need_key:
         out += store.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption())
-    certs = ([store.cert.certificate] if store.cert is not None else []) + [c.certificate for c in store.additional_certs]
+    certs = [store.cert.certificate] if store.cert is not None else []
+    certs += [c.certificate for c in store.additional_certs]
     for c in certs:
         out += c.public_bytes(serialization.Encoding.PEM)
     return out

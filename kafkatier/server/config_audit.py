@@ -32,7 +32,8 @@ SERVER_NAMES = frozenset({
     # TLS to ZooKeeper (zk/security.py)
     "zookeeper.ssl.client.enable", "zookeeper.clientCnxnSocket", "zookeeper.ssl.keystore.location",
     "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type", "zookeeper.ssl.truststore.location",
-    "zookeeper.ssl.truststore.password", "zookeeper.ssl.truststore.type", "zookeeper.ssl.endpoint.identification.algorithm",
+    "zookeeper.ssl.truststore.password", "zookeeper.ssl.truststore.type",
+    "zookeeper.ssl.endpoint.identification.algorithm",
     "listeners", "inter.broker.listener.name", "security.inter.broker.protocol",
     # TLS listeners (server/ssl_transport.py)
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",

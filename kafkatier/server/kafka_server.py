@@ -49,7 +49,8 @@ from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
-from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name, security_protocol_map
+from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name
+from kafkatier.server.config import security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig

@@ -987,4 +987,5 @@ class SocketServer:
         self._wakeup()
 
 
-__all__ = ["SocketServer", "MemoryPool", "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]
+__all__ = ["SocketServer", "MemoryPool",
+           "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

@@ -34,7 +34,8 @@ def zk_tls_cluster(tmp_path_factory):
 
 
 def _env(m) -> dict:
-    return {"KAFKATIER_ZK_TLS_CONFIG": m.state["zookeeper_tls_config"], "KAFKATIER_JAAS_CONFIG": m.state["zookeeper_jaas"]}
+    return {"KAFKATIER_ZK_TLS_CONFIG": m.state["zookeeper_tls_config"],
+            "KAFKATIER_JAAS_CONFIG": m.state["zookeeper_jaas"]}
 
 
 def _tls_props(m) -> dict:
