@@ -24,6 +24,10 @@ def register(sub) -> None:
                     help="start the embedded ZooKeeper with SASL (DIGEST-MD5) required and the brokers with "
                          "zookeeper.set.acl=true: a random password in DATA_DIR/zookeeper-jaas.conf (mode 0600), "
                          "never printed; tools log in with KAFKATIER_JAAS_CONFIG=DATA_DIR/zookeeper-jaas.conf")
+    up.add_argument("--zookeeper-tls", action="store_true",
+                    help="start the embedded ZooKeeper serving TLS only (mutual TLS, certificates from the test CA "
+                         "in DATA_DIR/tls) and the brokers with zookeeper.ssl.*; tools connect with "
+                         "KAFKATIER_ZK_TLS_CONFIG=DATA_DIR/zookeeper-tls.properties (combines with --zookeeper-sasl)")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="broker property for every broker (repeatable), kept in each broker's "
                          "DATA_DIR/broker-<id>/server.properties (mode 0600), never on a command line; tiered "
@@ -271,6 +275,7 @@ def _up(args) -> int:
                      session_timeout_ms=args.session_timeout_ms,
                      overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
                       client_groups=args.client_group, zookeeper_sasl=args.zookeeper_sasl,
+                      zookeeper_tls=args.zookeeper_tls,
                       tls=args.tls or args.sasl_ssl, sasl_ssl=args.sasl_ssl)
     except (BrokerStartError, WaitTimeout) as e:
         if m.state:

@@ -13,7 +13,8 @@ from kafkatier.cli.main import UsageError
 from kafkatier.logsetup import get_logger
 from kafkatier.zk import embedded
 from kafkatier.zk.embedded import CLI_MAIN, DEFAULT_TICK_MS, EmbeddedZooKeeper, EmbeddedZooKeeperError
-from kafkatier.zk.security import ZooKeeperSecurityError, migrate_acls, validate_server_jaas, zk_security
+from kafkatier.zk.security import TLS_CONFIG_ENV, ZooKeeperSecurityError, migrate_acls, validate_server_jaas
+from kafkatier.zk.security import jaas_path, zk_security
 
 log = get_logger("zookeeper")
 
@@ -43,6 +44,13 @@ def register(subparsers) -> None:
     start.add_argument("--sasl-jaas-config", metavar="FILE",
                        help="require SASL (DIGEST-MD5) of every client: a JAAS file whose Server section names "
                             "the users (user_<name>=\"<password>\"), as ZooKeeper's java.security.auth.login.config")
+    start.add_argument("--tls-keystore", metavar="PEM",
+                       help="serve TLS only, on a secureClientPort (no plain client port): the server's PEM "
+                            "keystore (PKCS#8 key + certificate chain, e.g. from kafkatier tls make-cert)")
+    start.add_argument("--tls-truststore", metavar="PEM", help="with --tls-keystore: the CAs client certificates "
+                                                               "must chain to")
+    start.add_argument("--tls-client-auth", choices=("need", "want", "none"), default="need",
+                       help="ZooKeeper's ssl.clientAuth (default need: every client presents a certificate)")
     start.set_defaults(func=_start)
 
     migrate = sub.add_parser("security-migration", help="set Kafka's ACLs on every znode, secure or unsecure "
@@ -54,6 +62,9 @@ def register(subparsers) -> None:
                                          "$KAFKA_OPTS.")
     migrate.add_argument("--zookeeper.acl", dest="zookeeper_acl", required=True, choices=("secure", "unsecure"))
     migrate.add_argument("--zookeeper.connect", dest="zookeeper_connect", required=True, metavar="HOST:PORT[/CHROOT]")
+    migrate.add_argument("--zk-tls-config-file", metavar="FILE",
+                         help="zookeeper.ssl.* properties for TLS to ZooKeeper (Kafka's option; default "
+                              "$KAFKATIER_ZK_TLS_CONFIG)")
     migrate.set_defaults(func=_security_migration)
 
     stop = sub.add_parser("stop", help="stop the server running from a data directory")
@@ -100,9 +111,21 @@ def _start(args: argparse.Namespace) -> int:
             validate_server_jaas(args.sasl_jaas_config)
         except ZooKeeperSecurityError as e:
             raise UsageError(str(e)) from None
-    server = EmbeddedZooKeeper(_data_dir(args.data_dir), port=args.port, tick_time_ms=args.tick_time_ms,
-                               max_session_timeout_ms=args.max_session_timeout_ms,
-                               sasl_jaas_config=args.sasl_jaas_config)
+    tls = None
+    if args.tls_keystore or args.tls_truststore:
+        if not (args.tls_keystore and args.tls_truststore):
+            raise UsageError("--tls-keystore and --tls-truststore go together")
+        try:
+            tls = embedded.ZooKeeperTls(Path(args.tls_keystore).resolve(), Path(args.tls_truststore).resolve(),
+                                        args.tls_client_auth)
+        except EmbeddedZooKeeperError as e:
+            raise UsageError(str(e).removeprefix("kafkatier: ")) from None
+    try:
+        server = EmbeddedZooKeeper(_data_dir(args.data_dir), port=args.port, tick_time_ms=args.tick_time_ms,
+                                   max_session_timeout_ms=args.max_session_timeout_ms,
+                                   sasl_jaas_config=args.sasl_jaas_config, tls=tls)
+    except EmbeddedZooKeeperError as e:
+        return _fail(e)
     if args.detach:
         try:
             server.start_detached(wait_timeout=args.wait_timeout)
@@ -115,14 +138,19 @@ def _start(args: argparse.Namespace) -> int:
 
 def _security_migration(args: argparse.Namespace) -> int:
     from kafkatier.zk.client import start_client
+    import os
+    env = dict(os.environ, **({TLS_CONFIG_ENV: args.zk_tls_config_file} if args.zk_tls_config_file else {}))
     try:
-        security = zk_security()
+        security = zk_security(env=env)
     except ZooKeeperSecurityError as e:
         raise UsageError(str(e)) from None
     if not security.sasl:
         raise UsageError("security-migration needs a ZooKeeper login: a JAAS file with a Client section in "
                          "$KAFKATIER_JAAS_CONFIG or -Djava.security.auth.login.config= in $KAFKA_OPTS")
-    client = start_client(args.zookeeper_connect, timeout=10.0, connect_timeout=30.0, security=security)
+    try:
+        client = start_client(args.zookeeper_connect, timeout=10.0, connect_timeout=30.0, security=security)
+    except ConnectionError as e:
+        return _fail(e)
     try:
         count = migrate_acls(client, args.zookeeper_acl == "secure")
     finally:
@@ -190,8 +218,8 @@ def _shell(args: argparse.Namespace) -> int:
         log_config.write_text(embedded.log4j2_xml(None, level="ERROR"))
         try:
             argv = embedded.java_command(CLI_MAIN, ["-server", args.zookeeper, *cmd], log_config=log_config,
-                                         jvm_opts=SHELL_JVM_OPTS)
-        except EmbeddedZooKeeperError as e:
+                                         jvm_opts=SHELL_JVM_OPTS + _shell_security_opts())
+        except (EmbeddedZooKeeperError, ZooKeeperSecurityError) as e:
             return _fail(e)
         # Ctrl-C belongs to the shell (same process group); we only wait for it.  A no-op handler rather than
         # SIG_IGN: an ignored signal stays ignored across exec, and java would then keep it ignored.
@@ -200,6 +228,26 @@ def _shell(args: argparse.Namespace) -> int:
             return subprocess.call(argv)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _shell_security_opts() -> tuple[str, ...]:
+    """zkCli's system properties for the login and TLS the environment gives the tools (a JAAS file;
+    ``$KAFKATIER_ZK_TLS_CONFIG``, its stores as the PEM files kazoo also loads)."""
+    opts: list[str] = []
+    jaas = jaas_path()
+    if jaas:
+        # ZooKeeper 3.9's client refuses DIGEST-MD5 in its default FIPS mode
+        opts += [f"-Djava.security.auth.login.config={jaas}", "-Dzookeeper.fips-mode=false"]
+    tls = zk_security().tls
+    if tls is not None:
+        opts += ["-Dzookeeper.client.secure=true",
+                 "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+                 f"-Dzookeeper.ssl.hostnameVerification={'true' if tls.check_hostname else 'false'}"]
+        if tls.keystore:
+            opts += [f"-Dzookeeper.ssl.keyStore.location={tls.keystore}", "-Dzookeeper.ssl.keyStore.type=PEM"]
+        if tls.truststore:
+            opts += [f"-Dzookeeper.ssl.trustStore.location={tls.truststore}", "-Dzookeeper.ssl.trustStore.type=PEM"]
+    return tuple(opts)
 
 
 def _build_image(args: argparse.Namespace) -> int:

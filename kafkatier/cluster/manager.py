@@ -138,13 +138,24 @@ class ClusterManager:
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
            first_broker_id: int = 1, links: bool = False, client_groups=(), zookeeper_sasl: bool = False,
-           tls: bool = False, sasl_ssl: bool = False) -> dict:
+           tls: bool = False, sasl_ssl: bool = False, zookeeper_tls: bool = False) -> dict:
         """``zookeeper_sasl``: the embedded ZooKeeper requires SASL, the brokers log in with a generated password
-        (``zookeeper-jaas.conf``, mode 0600) and set Kafka's ZooKeeper ACLs."""
+        (``zookeeper-jaas.conf``, mode 0600) and set Kafka's ZooKeeper ACLs.  ``zookeeper_tls``: the embedded
+        ZooKeeper serves TLS only (mTLS, certificates from the cluster's test CA); the brokers connect with Kafka's
+        ``zookeeper.ssl.*``, the tools with ``KAFKATIER_ZK_TLS_CONFIG=DIR/zookeeper-tls.properties``."""
+        from kafkatier.common.errors import UsageError
         if zookeeper_sasl and zookeeper is not None:
-            from kafkatier.common.errors import UsageError
             raise UsageError("--zookeeper-sasl starts the embedded ZooKeeper: with --zookeeper, give the brokers "
                              "zookeeper.set.acl=true and java.security.auth.login.config instead")
+        if zookeeper_tls and zookeeper is not None:
+            raise UsageError("--zookeeper-tls starts the embedded ZooKeeper: with --zookeeper, give the brokers "
+                             "zookeeper.ssl.client.enable=true and zookeeper.ssl.* instead")
+        if tls and (links or client_groups):
+            raise UsageError("--tls cannot be combined with --links or --client-group: the link process relays the "
+                             "PLAINTEXT listeners only, so TLS traffic would bypass every link fault")
+        if zookeeper_tls and links:
+            raise UsageError("--zookeeper-tls cannot be combined with --links: the link process relays plain TCP "
+                             "to ZooKeeper and cannot fault a TLS session it cannot read")
         os.makedirs(os.path.join(self.data_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.data_dir, "status"), exist_ok=True)
         remote = os.path.join(self.data_dir, "remote-storage")
@@ -156,7 +167,12 @@ class ClusterManager:
             if jaas:
                 overrides = {**(overrides or {}), "zookeeper.set.acl": "true",
                              "java.security.auth.login.config": jaas}
-            zk = EmbeddedZooKeeper(data_dir=os.path.join(self.data_dir, "zookeeper"), port=0, sasl_jaas_config=jaas)
+            zk_tls = None
+            if zookeeper_tls:
+                zk_tls, tls_props = self._zookeeper_tls()
+                overrides = {**tls_props, **(overrides or {})}
+            zk = EmbeddedZooKeeper(data_dir=os.path.join(self.data_dir, "zookeeper"), port=0, sasl_jaas_config=jaas,
+                                   tls=zk_tls)
             zk.start_detached()
             zookeeper, zk_pid = zk.connect_string, zk.pid
             log.info("embedded ZooKeeper started %s", kv(connect=zookeeper, pid=zk_pid))
@@ -180,11 +196,10 @@ class ClusterManager:
             "remote_storage_dir": remote,
             "data_dir": self.data_dir,
             "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
+            "zookeeper_tls_config": (os.path.join(self.data_dir, "zookeeper-tls.properties") if zookeeper_tls
+                                     else None),
         }
         if tls:
-            if links or client_groups:
-                from kafkatier.common.errors import UsageError
-                raise UsageError("--tls cannot be combined with --links or --client-group yet")
             self._wire_tls(specs, overrides or {}, sasl_ssl)
         if links or client_groups:
             self._wire_links(specs, zookeeper, overrides or {}, client_groups)
@@ -262,14 +277,15 @@ class ClusterManager:
             except (OSError, ValueError):
                 continue
             if isinstance(published, dict) and published.get("pid") == pid and isinstance(published.get("port"), int):
-                learned[i] = published["port"]
+                learned[i] = (published["port"], published.get("listeners") or {})
         if not learned:
             return
         with self._state_lock():
             if os.path.exists(self.cluster_file):
                 self.load()
-            for i, port in learned.items():
+            for i, (port, listener_ports) in learned.items():
                 b = self.broker(i)
+                b["listener_ports"] = listener_ports
                 if b["port"] and b["port"] != port:
                     log.warning("broker restarted on another port (its previous one was taken) %s",
                                 kv(id=i, port=port, previous=b["port"]))
@@ -277,6 +293,11 @@ class ClusterManager:
                 del self._awaiting_port[i]
             self.state["bootstrap_servers"] = ",".join(
                 f"127.0.0.1:{b['port']}" for b in self.state["brokers"] if b.get("port"))
+            tls = self.state.get("tls")
+            for key, listener in (("bootstrap_servers", "SSL"), ("sasl_ssl_bootstrap_servers", "SASL_SSL")):
+                if tls is not None and key in tls:   # the TLS listeners' ports, published by the brokers
+                    tls[key] = ",".join(f"127.0.0.1:{b['listener_ports'][listener]}" for b in self.state["brokers"]
+                                        if (b.get("listener_ports") or {}).get(listener))
             self.save()
 
     def wait_for_ports(self, ids, timeout: float = 60.0) -> None:
@@ -299,10 +320,41 @@ class ClusterManager:
 
     def _zk(self):
         from kafkatier.zk.client import start_client
-        from kafkatier.zk.security import zk_security
+        from kafkatier.zk.security import read_properties, zk_security
         jaas = self.state.get("zookeeper_jaas") if self.state else None
-        security = zk_security({"java.security.auth.login.config": jaas, "zookeeper.set.acl": "true"}) if jaas else None
+        tls_config = self.state.get("zookeeper_tls_config") if self.state else None
+        config = {**({"java.security.auth.login.config": jaas, "zookeeper.set.acl": "true"} if jaas else {}),
+                  **(read_properties(tls_config, "the ZooKeeper TLS config") if tls_config else {})}
+        security = zk_security(config) if config else None
         return start_client(self.zookeeper, timeout=10.0, connect_timeout=30.0, security=security)
+
+    def _tls_ca(self) -> tuple[str, str]:
+        """The cluster's test CA (``DIR/tls``), made once for the listeners and ZooKeeper: (dir, ca.pem)."""
+        from kafkatier.cluster.certificates import make_ca
+        tls_dir = os.path.join(self.data_dir, "tls")
+        ca = os.path.join(tls_dir, "ca.pem")
+        if not os.path.exists(ca):
+            make_ca(tls_dir)
+        return tls_dir, ca
+
+    def _zookeeper_tls(self):
+        """``--zookeeper-tls``: the embedded server's certificate (``CN=zookeeper``), a client certificate for the
+        brokers and tools (``CN=zookeeper-client``), the brokers' ``zookeeper.ssl.*`` and the tools' config file
+        ``DIR/zookeeper-tls.properties`` (Kafka's ``--zk-tls-config-file``)."""
+        from pathlib import Path
+        from kafkatier.cluster.certificates import make_cert
+        from kafkatier.zk.embedded import ZooKeeperTls
+        tls_dir, ca = self._tls_ca()
+        server = make_cert(tls_dir, "zookeeper", "CN=zookeeper")
+        client = make_cert(tls_dir, "zookeeper-client", "CN=zookeeper-client", hosts=None)
+        props = {"zookeeper.ssl.client.enable": "true",
+                 "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
+                 "zookeeper.ssl.keystore.type": "PEM", "zookeeper.ssl.keystore.location": str(client.keystore),
+                 "zookeeper.ssl.truststore.type": "PEM", "zookeeper.ssl.truststore.location": ca}
+        write_server_properties(os.path.join(self.data_dir, "zookeeper-tls.properties"), props,
+                                comment="TLS to ZooKeeper for tools: KAFKATIER_ZK_TLS_CONFIG=<this file> "
+                                        "(kafkatier cluster up --zookeeper-tls)")
+        return ZooKeeperTls(Path(server.keystore), Path(ca)), props
 
     def _write_zookeeper_jaas(self) -> str:
         """A JAAS file (mode 0600) for the embedded ZooKeeper's one user, ``kafka``, with a random password."""
@@ -562,19 +614,13 @@ class ClusterManager:
         (``ssl.client.auth=requested``: TLS with or without a client certificate; the user's overrides win), and
         ``DIR/client-ssl.properties``, a client config in Kafka's names for ``--command-config`` and Kafka's tools.
         ``sasl_ssl``: a ``SASL_SSL`` listener too (SASL settings from the overrides, as for SASL_PLAINTEXT)."""
-        from kafkatier.cluster.certificates import make_ca, make_cert
-        from kafkatier.zk.embedded import free_port
-        tls_dir = os.path.join(self.data_dir, "tls")
-        ca = make_ca(tls_dir)
+        from kafkatier.cluster.certificates import make_cert
+        tls_dir, ca = self._tls_ca()
         client = make_cert(tls_dir, "client", "CN=client", hosts=None)
-        ports, sasl_ports = {}, {}
         for s in specs:
             cert = make_cert(tls_dir, f"broker-{s.id}", f"CN=broker-{s.id}")
-            ports[s.id] = free_port()
-            listeners = f"PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{ports[s.id]}"
-            if sasl_ssl:
-                sasl_ports[s.id] = free_port()
-                listeners += f",SASL_SSL://127.0.0.1:{sasl_ports[s.id]}"
+            # port 0: each listener is bound by the broker and published in its port file (``_learn_ports``)
+            listeners = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0" + (",SASL_SSL://127.0.0.1:0" if sasl_ssl else "")
             props = {"listeners": listeners,
                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
                      "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore),
@@ -587,11 +633,11 @@ class ClusterManager:
             "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca),
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(client.keystore)},
             comment="client settings for the SSL listeners (kafkatier cluster up --tls); principal User:CN=client")
-        self.state["tls"] = {"bootstrap_servers": ",".join(f"127.0.0.1:{ports[s.id]}" for s in specs),
+        self.state["tls"] = {"bootstrap_servers": "",   # once the brokers published their SSL ports
                              "client_config": client_config, "ca": str(ca),
                              "client_certificate": str(client.certificate), "client_key": str(client.key)}
         if sasl_ssl:
-            self.state["tls"]["sasl_ssl_bootstrap_servers"] = ",".join(f"127.0.0.1:{sasl_ports[s.id]}" for s in specs)
+            self.state["tls"]["sasl_ssl_bootstrap_servers"] = ""
         log.info("TLS listeners wired %s", kv(brokers=len(specs), tls_dir=tls_dir))
 
     def client_bootstrap(self, group: str) -> str:

@@ -28,7 +28,12 @@ SERVER_NAMES = frozenset({
     "auto.create.topics.enable", "log.initial.task.delay.ms", "num.replica.alter.log.dirs.threads",
     "zookeeper.connection.timeout.ms", "controlled.shutdown.enable",
     "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
-    "zookeeper.set.acl", "java.security.auth.login.config",
+    "zookeeper.set.acl", "java.security.auth.login.config", "queued.max.request.bytes",
+    # TLS to ZooKeeper (zk/security.py)
+    "zookeeper.ssl.client.enable", "zookeeper.clientCnxnSocket", "zookeeper.ssl.keystore.location",
+    "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type", "zookeeper.ssl.truststore.location",
+    "zookeeper.ssl.truststore.password", "zookeeper.ssl.truststore.type",
+    "zookeeper.ssl.endpoint.identification.algorithm",
     "listeners", "inter.broker.listener.name", "security.inter.broker.protocol",
     # TLS listeners (server/ssl_transport.py)
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",

@@ -49,7 +49,8 @@ from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
-from kafkatier.server.config import BrokerConfig, extra_listeners, inter_broker_listener_name, security_protocol_map
+from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name
+from kafkatier.server.config import security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
@@ -67,7 +68,7 @@ from kafkatier.common.time import SkewedTime
 from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
 from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache, parse_link_endpoints
-from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, SocketServer
+from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
 from kafkatier.server.producer_id_manager import ProducerIdManager
@@ -131,6 +132,7 @@ class KafkaServer:
         self._session_lost = False
         self._started_at = time.time()
         self.login = inter_broker_login(config.overrides)  # the brokers' own SASL login, when SASL is on
+        self.request_memory_pool = request_memory_pool(config.overrides)  # queued.max.request.bytes, all listeners
         # TLS listeners' contexts, made before anything starts: a bad keystore stops the broker with one line.
         self.listener_tls = {e.name: ListenerTls.from_props(config.overrides, e.name)
                              for e in extra_listeners(config.overrides) if uses_tls(e.security_protocol)}
@@ -267,7 +269,8 @@ class KafkaServer:
                 unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
                 max_connections=int(o["max.connections"]) if "max.connections" in o else None,
                 max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
-                on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken)
+                on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken,
+                memory_pool=self.request_memory_pool)
         self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
         for extra in extra_listeners(o):
@@ -472,6 +475,10 @@ class KafkaServer:
         """``/brokers/ids/{id}``; waits (bounded) for a previous incarnation's node to expire with its session."""
         c = self.config
         extras = extra_listeners(c.overrides)
+        bound = {ss.listener_name: ss.port for ss in self.extra_socket_servers}
+        # a listener configured on port 0 (and not advertised elsewhere) is advertised on the port it bound
+        extras = [attrs.evolve(e, advertised_port=bound.get(e.name, 0)) if e.advertised_port == 0 else e
+                  for e in extras]
         reg = codecs.BrokerRegistration.create(
             self.broker_id, endpoints=(c.listener, *(e.advertised for e in extras)),
             listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT", **{e.name: e.security_protocol for e in extras}},
@@ -620,6 +627,22 @@ class KafkaServer:
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001
+
+
+def request_memory_pool(overrides) -> MemoryPool | None:
+    """Kafka's ``queued.max.request.bytes`` (default -1: unbounded) as the pool the listeners share; smaller than
+    ``socket.request.max.bytes`` is refused at start-up as Kafka refuses it."""
+    try:
+        queued = int(overrides.get("queued.max.request.bytes", -1))
+        max_request = int(overrides.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES))
+    except ValueError as e:
+        raise ListenerConfigError(f"queued.max.request.bytes / socket.request.max.bytes: {e}") from None
+    if queued <= 0:
+        return None
+    if queued < max_request:
+        raise ListenerConfigError(f"queued.max.request.bytes ({queued}) must be larger or equal to "
+                                  f"socket.request.max.bytes ({max_request})")
+    return MemoryPool(queued)
 
 
 def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: str | None = None) -> int:

@@ -53,6 +53,13 @@ see bytes OpenSSL has already decrypted: when reading resumes (after the in-flig
 client, an untrusted or expired certificate) closes that connection with one line, as Kafka's "Failed authentication
 with /ip (SSL handshake failed)".
 
+Queued request memory (Kafka's ``queued.max.request.bytes``, its ``SimpleMemoryPool`` in non-strict mode): when
+set, a frame's claimed size is taken from a pool of that many bytes once its size prefix is read, and given back when
+the request has been handled (or its connection closed).  While the pool is exhausted (nothing left, the last
+frame may overdraw it), connections that have read a size prefix stop reading until memory is given back -- the
+muting of Kafka's selector under memory pressure.  The pool must be at least ``socket.request.max.bytes`` (Kafka
+refuses a smaller one), so one frame of any allowed size can always be read.
+
 Connection limits (Kafka's ``max.connections`` and ``max.connections.per.ip``): a connection over either limit is
 closed as soon as it is accepted, with a log line (Kafka stops accepting while at ``max.connections`` instead).
 """
@@ -139,10 +146,35 @@ class _Slot:
         self.close_after = False  # send data, then close
 
 
+class MemoryPool:
+    """Kafka's ``SimpleMemoryPool`` (non-strict) as accounting only: ``try_allocate`` succeeds while anything is
+    left, so the last allocation may overdraw; buffers themselves still grow with the bytes that arrive."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._available = capacity
+        self._lock = threading.Lock()
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    def try_allocate(self, size: int) -> bool:
+        with self._lock:
+            if self._available <= 0:
+                return False
+            self._available -= size
+            return True
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self._available += size
+
+
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
                   "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
-                  "handshake_events")
+                  "handshake_events", "awaiting_memory")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -163,6 +195,8 @@ class _Connection:
         self.close_when_flushed = False
         #: While a TLS handshake is under way: the selector events it waits for (0: no handshake pending).
         self.handshake_events = 0
+        #: A size prefix was read (``body_size``) and the memory pool had nothing left: reading waits for memory.
+        self.awaiting_memory = False
 
 
 class _HandlerPool:
@@ -233,10 +267,16 @@ class SocketServer:
                  on_fatal: Callable[[BaseException], None] | None = None,
                  any_port_if_taken: bool = False,
                  ssl_context: ssl.SSLContext | None = None,
-                 ssl_principal: Callable[[ssl.SSLSocket], str] | None = None):
+                 ssl_principal: Callable[[ssl.SSLSocket], str] | None = None,
+                 memory_pool: MemoryPool | None = None):
+        """``memory_pool``: the broker's ``queued.max.request.bytes`` pool, shared by its listeners (None:
+        unbounded, Kafka's default -1)."""
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
+        if memory_pool is not None and memory_pool.capacity < max_request_bytes:
+            raise ValueError(f"queued.max.request.bytes ({memory_pool.capacity}) must be larger or equal to "
+                             f"socket.request.max.bytes ({max_request_bytes})")
         self._host, self._requested_port = host, port
         #: ``port`` is a preference: when another process holds it, bind any free port (a restarted broker keeps
         #: its port when it can; whoever started it reads the port it got, see ``cluster/manager.py``).
@@ -262,6 +302,8 @@ class SocketServer:
         self._ssl_context = ssl_context
         self._ssl_principal = ssl_principal
         self._pending_reads: collections.deque[_Connection] = collections.deque()  # TLS bytes select cannot see
+        self._memory_pool = memory_pool
+        self._awaiting_memory: collections.deque[_Connection] = collections.deque()  # I/O thread only
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -437,6 +479,8 @@ class SocketServer:
                         self._collect(conn)
                     except Exception as e:
                         self._fail(conn, e)
+                if self._awaiting_memory and self._memory_pool is not None and self._memory_pool.available > 0:
+                    self._resume_after_memory()
                 while self._pending_reads:
                     conn = self._pending_reads.popleft()
                     try:
@@ -467,7 +511,9 @@ class SocketServer:
         log.error("closing connection after an error %s", kv(connection=conn.context.connection_id,
                                                              error=type(error).__name__),
                   exc_info=not isinstance(error, MemoryError))
-        conn.body = None  # drop a partly received frame before anything else
+        if conn.body is not None:  # drop a partly received frame before anything else
+            conn.body = None
+            self._release(conn.body_size)
         self._close(conn, f"error: {type(error).__name__}")
 
     def _drain_wakeup(self) -> None:
@@ -602,14 +648,14 @@ class SocketServer:
                                     kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
                         self._close(conn, "invalid frame size", malformed=True)
                         return
-                    try:
-                        conn.body = bytearray(min(size, _FIRST_BODY_CHUNK))
-                    except MemoryError:
-                        log.error("closing connection: no memory for the request %s",
-                                  kv(connection=conn.context.connection_id, size=size))
-                        self._close(conn, "out of memory", malformed=True)
+                    conn.body_size = size
+                    if self._memory_pool is not None and not self._memory_pool.try_allocate(size):
+                        conn.awaiting_memory = True   # muted until memory is given back (``_resume_after_memory``)
+                        self._awaiting_memory.append(conn)
+                        self._update_interest(conn)
                         return
-                    conn.body_read, conn.body_size = 0, size
+                    if not self._start_body(conn):
+                        return
                 else:
                     if conn.body_read == len(conn.body):
                         # full, the frame is not: double it, so memory follows the bytes that arrived and not
@@ -635,10 +681,45 @@ class SocketServer:
                 self._close(conn, f"read failed: {e}")
                 return
 
+    def _start_body(self, conn: _Connection) -> bool:
+        """The buffer of a frame whose size was read (and, with a pool, allocated)."""
+        try:
+            conn.body = bytearray(min(conn.body_size, _FIRST_BODY_CHUNK))
+        except MemoryError:
+            log.error("closing connection: no memory for the request %s",
+                      kv(connection=conn.context.connection_id, size=conn.body_size))
+            self._release(conn.body_size)
+            self._close(conn, "out of memory", malformed=True)
+            return False
+        conn.body_read = 0
+        return True
+
+    def _release(self, size: int) -> None:
+        if self._memory_pool is not None:
+            self._memory_pool.release(size)
+            if self._awaiting_memory:
+                self._wakeup()
+
+    def _resume_after_memory(self) -> None:
+        """Memory was given back: connections muted on it, oldest first, read on while the pool has any left."""
+        assert self._memory_pool is not None
+        while self._awaiting_memory:
+            conn = self._awaiting_memory[0]
+            if conn.closed:
+                self._awaiting_memory.popleft()
+                continue
+            if not self._memory_pool.try_allocate(conn.body_size):
+                return
+            self._awaiting_memory.popleft()
+            conn.awaiting_memory = False
+            if self._start_body(conn):
+                self._update_interest(conn)
+
     def _enqueue(self, conn: _Connection, frame: bytearray) -> None:
         slot = _Slot()
         with conn.lock:
             if conn.closing:
+                self._release(len(frame))
                 return
             conn.slots.append(slot)
             conn.frames.append((frame, slot))
@@ -699,7 +780,7 @@ class SocketServer:
         if conn.closed or conn.handshake_events:
             return
         events = 0
-        if not conn.closing and len(conn.slots) + len(conn.out) < self._max_in_flight:
+        if not conn.closing and not conn.awaiting_memory and len(conn.slots) + len(conn.out) < self._max_in_flight:
             events |= selectors.EVENT_READ
         if conn.out:
             events |= selectors.EVENT_WRITE
@@ -723,7 +804,11 @@ class SocketServer:
         conn.closed = True
         with conn.lock:
             conn.closing = True
+            self._release(sum(len(frame) for frame, _ in conn.frames))
             conn.frames.clear()
+        if conn.body is not None:   # a frame partly read holds its size from the pool
+            self._release(conn.body_size)
+            conn.body = None
         if conn.events and self._selector is not None:
             try:
                 self._selector.unregister(conn.sock)
@@ -753,6 +838,7 @@ class SocketServer:
         while True:
             with conn.lock:
                 if conn.closing or not conn.frames:
+                    self._release(sum(len(frame) for frame, _ in conn.frames))
                     conn.frames.clear()
                     conn.dispatching = False
                     return
@@ -762,6 +848,8 @@ class SocketServer:
             except Exception:
                 log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
                 self._complete(conn, slot, close=True)
+            finally:
+                self._release(len(frame))   # the request was handled: its bytes go back to the pool
 
     def _process(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:
         frame_bytes = len(frame) + 4
@@ -909,4 +997,5 @@ class SocketServer:
         self._wakeup()
 
 
-__all__ = ["SocketServer", "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]
+__all__ = ["SocketServer", "MemoryPool",
+           "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

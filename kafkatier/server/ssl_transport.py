@@ -7,8 +7,8 @@ configs.  Supported:
 
 - keystores of ``ssl.keystore.type`` ``PEM`` (a file holding the private key and the certificate chain, or inline
   ``ssl.keystore.key`` + ``ssl.keystore.certificate.chain``) and ``PKCS12`` (decoded with ``cryptography``);
-  ``ssl.key.password`` decrypts an encrypted PEM key.  ``JKS`` (Kafka's default type) is refused with a line saying
-  to convert it -- Python has no reader for Java keystores;
+  ``ssl.key.password`` decrypts an encrypted PEM key.  ``JKS`` (Kafka's default type) is converted with the JDK's
+  ``keytool`` (:mod:`kafkatier.common.keystores`);
 - truststores of the same types (``ssl.truststore.location`` or inline ``ssl.truststore.certificates``); none set:
   the system's CAs, as a JVM falls back to its ``cacerts``;
 - ``ssl.client.auth`` = ``none`` | ``requested`` | ``required``; ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3);
@@ -20,7 +20,7 @@ configs.  Supported:
 Principal: ``User:<mapped DN>`` when the client presented a verified certificate, else ``User:ANONYMOUS``.  The DN
 is written as Java's ``X500Principal.getName()`` does (RFC 2253: most specific RDN first, ``CN=c,OU=u,O=o,C=US``).
 
-A bad file, a wrong password or a JKS keystore raises :class:`SslConfigError` with one line naming the config, so
+A bad file or a wrong password raises :class:`SslConfigError` with one line naming the config, so
 the broker fails before it binds anything.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from kafkatier.common.keystores import KeystoreError, store_to_pem
 from kafkatier.server.config import ListenerConfigError
 
 #: ``select`` says nothing about bytes OpenSSL already holds decrypted, and a non-blocking TLS socket signals "try
@@ -171,18 +172,18 @@ def _read(path: str, config: str) -> bytes:
 
 def _load_keystore(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
     kind = cfg.keystore_type.upper()
-    if kind == "JKS":
-        raise SslConfigError("ssl.keystore.type=JKS is not supported: convert the keystore to PKCS12 or PEM "
-                             "(keytool -importkeystore -deststoretype PKCS12) and set ssl.keystore.type")
-    if kind == "PKCS12":
+    if kind in ("PKCS12", "JKS"):
         if not cfg.keystore_location:
-            raise SslConfigError("ssl.keystore.type=PKCS12 needs ssl.keystore.location")
-        pem = _pkcs12_to_pem(_read(cfg.keystore_location, "ssl.keystore.location"), cfg.keystore_password,
-                             "ssl.keystore.location")
+            raise SslConfigError(f"ssl.keystore.type={kind} needs ssl.keystore.location")
+        try:
+            pem = store_to_pem(cfg.keystore_location, kind, cfg.keystore_password, "ssl.keystore.location",
+                               key_password=cfg.key_password)
+        except KeystoreError as e:
+            raise SslConfigError(str(e)) from None
         _load_pem_chain(ctx, pem, None, "ssl.keystore.location")
         return
     if kind != "PEM":
-        raise SslConfigError(f"ssl.keystore.type={cfg.keystore_type}: supported are PEM and PKCS12")
+        raise SslConfigError(f"ssl.keystore.type={cfg.keystore_type}: supported are JKS, PKCS12 and PEM")
     if cfg.keystore_key or cfg.keystore_certificate_chain:
         if cfg.keystore_location:
             raise SslConfigError("set either ssl.keystore.location or ssl.keystore.key + "
@@ -225,17 +226,14 @@ def _load_truststore(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH if ctx.protocol == ssl.PROTOCOL_TLS_CLIENT
                                else ssl.Purpose.CLIENT_AUTH)
         return
-    data = _read(cfg.truststore_location, "ssl.truststore.location")
-    if kind == "JKS":
-        raise SslConfigError("ssl.truststore.type=JKS is not supported: convert the truststore to PKCS12 or PEM "
-                             "and set ssl.truststore.type")
-    if kind == "PKCS12":
-        _load_cas(ctx, _pkcs12_to_pem(data, cfg.truststore_password, "ssl.truststore.location", need_key=False)
-                  .decode(), "ssl.truststore.location")
-    elif kind == "PEM":
-        _load_cas(ctx, data.decode("ascii", "replace"), "ssl.truststore.location")
-    else:
-        raise SslConfigError(f"ssl.truststore.type={cfg.truststore_type}: supported are PEM and PKCS12")
+    if kind not in ("PEM", "PKCS12", "JKS"):
+        raise SslConfigError(f"ssl.truststore.type={cfg.truststore_type}: supported are JKS, PKCS12 and PEM")
+    try:
+        pem = store_to_pem(cfg.truststore_location, kind, cfg.truststore_password, "ssl.truststore.location",
+                           need_key=False)
+    except KeystoreError as e:
+        raise SslConfigError(str(e)) from None
+    _load_cas(ctx, pem.decode("ascii", "replace"), "ssl.truststore.location")
 
 
 def _load_cas(ctx: ssl.SSLContext, pem: str, config: str) -> None:
@@ -245,25 +243,6 @@ def _load_cas(ctx: ssl.SSLContext, pem: str, config: str) -> None:
         ctx.load_verify_locations(cadata=pem)
     except (ssl.SSLError, ValueError) as e:
         raise SslConfigError(f"{config}: cannot load the certificates: {getattr(e, 'reason', None) or e}") from None
-
-
-def _pkcs12_to_pem(data: bytes, password: str | None, config: str, need_key: bool = True) -> bytes:
-    try:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.serialization import pkcs12
-    except ImportError:  # pragma: no cover - cryptography is a dependency
-        raise SslConfigError(f"{config}: PKCS12 needs the 'cryptography' package") from None
-    try:
-        key, cert, extra = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
-    except ValueError as e:
-        raise SslConfigError(f"{config}: cannot read the PKCS12 store (wrong password?): {e}") from None
-    out = b""
-    if key is not None and need_key:
-        out += key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
-    for c in ([cert] if cert is not None else []) + list(extra or []):
-        out += c.public_bytes(serialization.Encoding.PEM)
-    return out
 
 
 # --- principals -------------------------------------------------------------------------------------------------

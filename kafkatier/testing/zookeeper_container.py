@@ -17,6 +17,11 @@ Faults: :meth:`ZooKeeperServer.pause` / ``unpause`` (the cgroup freezer: the pro
 sockets stay open -- peers and clients see silence, not a closed connection), ``kill`` (SIGKILL) and ``restart``
 (the same container again), ``stop`` (SIGTERM, container removed).  Like the embedded server, and unlike the
 official image, the configuration is written by us: tickTime 500 ms so sessions of 1 s .. 60 s are granted.
+
+SASL (``EnsembleSettings(sasl=True)`` with a JAAS file, as ``ZooKeeperEnsemble(..., sasl_jaas_config=F)``): the file
+is copied into each server's directory (``/zk/jaas.conf``, mode 0600) and handed to the JVM through the launcher's
+``JDK_JAVA_OPTIONS`` (``-Djava.security.auth.login.config=/zk/jaas.conf``), and ``zoo.cfg`` requires SASL
+DIGEST-MD5 of every client -- the same image serves both, nothing is rebuilt.
 """
 from __future__ import annotations
 
@@ -72,6 +77,7 @@ class EnsembleSettings:
     sync_limit_ticks: int = 4             # a silent follower is dropped after 2 s
     min_session_timeout_ms: int = 1000
     max_session_timeout_ms: int = 60_000
+    sasl: bool = False                    # require SASL (DIGEST-MD5 users of the JAAS Server section)
 
     def zoo_cfg(self, me: ServerAddress, peers: tuple[ServerAddress, ...]) -> str:
         lines = [
@@ -89,6 +95,11 @@ class EnsembleSettings:
             "4lw.commands.whitelist=*",
             "forceSync=no",
         ]
+        if self.sasl:
+            # ZooKeeper 3.7+'s enforcement: a session that has not logged in with SASL is refused every request
+            # (AUTH_FAILED) -- 3.9 ignores the older requireClientAuthScheme
+            lines += ["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+                      "enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         if len(peers) > 1:
             lines += [p.server_line() for p in peers]
         return "\n".join(lines) + "\n"
@@ -98,8 +109,9 @@ class ZooKeeperServer:
     """One ZooKeeper server in a container (one container at a time; a new one on every :meth:`start`)."""
 
     def __init__(self, image: str, data_dir: Path, address: ServerAddress, peers: tuple[ServerAddress, ...],
-                 settings: EnsembleSettings) -> None:
+                 settings: EnsembleSettings, sasl_jaas: str | None = None) -> None:
         self.image = image
+        self.sasl_jaas = sasl_jaas   # the JAAS file's text (its Server section's users), with settings.sasl
         self.data_dir = Path(data_dir).resolve()
         self.address = address
         self.peers = peers
@@ -141,6 +153,14 @@ class ZooKeeperServer:
         container = (DockerContainer(self.image, network_mode="host", labels=docker_engine.labels())
                      .with_name(f"kafkatier-zk-{docker_engine.SESSION_ID}-{self.address.client_port}")
                      .with_volume_mapping(str(self.data_dir), CONFIG_DIR, "rw"))
+        if self.settings.sasl:
+            if not self.sasl_jaas:
+                raise ValueError("EnsembleSettings(sasl=True) needs a JAAS file (sasl_jaas_config)")
+            jaas = self.data_dir / "jaas.conf"
+            atomic_write_text(jaas, self.sasl_jaas)
+            jaas.chmod(0o600)
+            container = container.with_env("JDK_JAVA_OPTIONS",
+                                           f"-Djava.security.auth.login.config={CONFIG_DIR}/jaas.conf")
         self._started_at = time.monotonic()
         container.start()
         self._container = container
@@ -234,14 +254,23 @@ class ZooKeeperEnsemble:
     """
 
     def __init__(self, image: str, base_dir: str | Path, size: int = 3,
-                 settings: EnsembleSettings | None = None) -> None:
+                 settings: EnsembleSettings | None = None, sasl_jaas_config: str | Path | None = None) -> None:
+        """``sasl_jaas_config``: a JAAS file with a ``Server`` section (``user_<name>="<password>"``): every server
+        then requires SASL DIGEST-MD5 of its clients (as the embedded server's ``--sasl-jaas-config``)."""
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, got {size}")
         self.image = image
         self.base_dir = Path(base_dir).resolve()
         self.settings = settings or EnsembleSettings()
+        jaas = None
+        if sasl_jaas_config is not None:
+            from kafkatier.zk.security import validate_server_jaas
+            validate_server_jaas(str(sasl_jaas_config))   # one ZooKeeperSecurityError line before any container
+            jaas = Path(sasl_jaas_config).read_text(encoding="utf-8")
+            self.settings = attrs.evolve(self.settings, sasl=True)
         addresses = self._allocate(size)
-        self.servers = [ZooKeeperServer(image, self.base_dir / f"zk-{a.server_id}", a, addresses, self.settings)
+        self.servers = [ZooKeeperServer(image, self.base_dir / f"zk-{a.server_id}", a, addresses, self.settings,
+                                        sasl_jaas=jaas)
                         for a in addresses]
         self.last_start_seconds: float | None = None
 

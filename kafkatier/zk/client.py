@@ -12,13 +12,15 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
-                              SessionExpiredError, UnimplementedError)
+                              SessionClosedRequireSaslError, UnimplementedError)
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
@@ -53,16 +55,33 @@ def _not_auth_failed(record: logging.LogRecord) -> bool:
 
 logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
 
+_previous_excepthook = threading.excepthook
+
+
+def _quiet_sasl_refusal(args) -> None:
+    """kazoo's connection thread dies with ``SessionClosedRequireSaslError`` when a server enforcing SASL
+    (``enforce.auth.schemes=sasl``) closes a session that has no login: :func:`start_client` reports that as one
+    ``ZooKeeperAuthError`` line, so the thread's traceback is not printed too."""
+    if isinstance(args.exc_value, SessionClosedRequireSaslError):
+        return
+    _previous_excepthook(args)
+
+
+threading.excepthook = _quiet_sasl_refusal
+
 
 class SecureKazooClient(KazooClient):
     """A kazoo client that gives every znode it creates Kafka's default ACLs for its path
     (:func:`kafkatier.zk.security.default_acls`) unless the caller names ACLs."""
 
     def __init__(self, *args: Any, secure_acls: bool = False, **kwargs: Any) -> None:
+        self.auth_failed = False
+        # kazoo's connection loop dies on a server that closes a session for want of a SASL login (ZooKeeper 3.7+'s
+        # enforce.auth) and only logs it: the client's logger sees the error and flags it for ``start_client``
+        kwargs["logger"] = _AuthFailureLogger(kwargs.get("logger") or logging.getLogger("kazoo.client"), self)
         super().__init__(*args, **kwargs)
         self.secure_acls = secure_acls
         self.sasl_login = bool(kwargs.get("sasl_options"))
-        self.auth_failed = False
 
     def _session_callback(self, state):
         if state == KeeperState.AUTH_FAILED:
@@ -76,6 +95,26 @@ class SecureKazooClient(KazooClient):
 
     def transaction(self):
         return _SecureTransaction(self)
+
+
+class _AuthFailureLogger(logging.LoggerAdapter):
+    """Passes every record on; an error logged while handling ``SessionClosedRequireSaslError`` (or
+    ``AuthFailedError``) marks the client's login as refused, and is then not logged as a traceback."""
+
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter, client: "SecureKazooClient") -> None:
+        super().__init__(logger, {})
+        self.client = client
+
+    def log(self, level, msg, *args, **kwargs):
+        error = sys.exc_info()[1]
+        if isinstance(error, (SessionClosedRequireSaslError, AuthFailedError)):
+            self.client.auth_failed = True
+            kwargs.pop("exc_info", None)
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+    def exception(self, msg, *args, exc_info=True, **kwargs):
+        self.log(logging.ERROR, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class _SecureTransaction(TransactionRequest):
@@ -150,28 +189,84 @@ def start_client(hosts: str, timeout: float = DEFAULT_SESSION_TIMEOUT_S,
     event = client.start_async()
     deadline = time.monotonic() + connect_timeout
     # kazoo reports CONNECTED before its SASL exchange and, when the server refuses the login, waits out the
-    # whole timeout: with SASL, a first request's answer (or AUTH_FAILED) tells the login's outcome
+    # whole timeout: a first request's answer (or AUTH_FAILED) tells the login's outcome -- and, without a login,
+    # whether the server requires one
     probe = None
     while not client.auth_failed and time.monotonic() < deadline:
         if event.wait(0.05):
-            if not getattr(client, "sasl_login", False):
-                break
             probe = probe or client.exists_async("/")
             if probe.ready():
+                if isinstance(probe.exception, (SessionClosedRequireSaslError, AuthFailedError)):
+                    client.auth_failed = True
                 break
     if client.auth_failed:
         client.stop()
         client.close()
+        if not getattr(client, "sasl_login", False):
+            raise ZooKeeperAuthError(f"ZooKeeper at {hosts} requires a SASL login: give a JAAS file with a Client "
+                                     "section (java.security.auth.login.config, $KAFKATIER_JAAS_CONFIG or "
+                                     "-Djava.security.auth.login.config= in $KAFKA_OPTS)")
         raise ZooKeeperAuthError(f"ZooKeeper at {hosts} refused the SASL login (wrong username or password in the "
                                  "JAAS Client section, or SASL not enabled on the server)")
     if not client.connected:
         client.stop()
         client.close()
+        reason = tls_failure(hosts, client) if getattr(client, "use_ssl", False) else None
+        if reason:
+            raise ZooKeeperUnavailableError(f"TLS to ZooKeeper at {hosts} failed: {reason}")
+        if not getattr(client, "use_ssl", False) and speaks_tls(hosts):
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper at {hosts} serves TLS only: set zookeeper.ssl.client.enable=true and zookeeper.ssl.* "
+                "(a broker), or KAFKATIER_ZK_TLS_CONFIG to a file of them (a tool)")
         raise ZooKeeperUnavailableError(
             f"could not connect to ZooKeeper at {hosts} within {connect_timeout:g}s "
             "(is it running? start one with: kafkatier zookeeper start)"
         )
     return client
+
+
+def tls_failure(hosts: str, client: KazooClient, timeout: float = 3.0) -> str | None:
+    """Why a TLS connection with ``client``'s settings to the first server of ``hosts`` fails (kazoo only logs it
+    and retries): the handshake's error, or the alert the server sends after it (TLS 1.3 refuses a client
+    certificate after the client's side of the handshake is done).  None if it succeeds or the port is closed."""
+    import socket
+    import ssl
+    host, _, port = hosts.split("/", 1)[0].split(",")[0].strip().rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = bool(client.check_hostname)
+    ctx.verify_mode = ssl.CERT_REQUIRED if client.verify_certs else ssl.CERT_NONE
+    try:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        if client.ca:
+            ctx.load_verify_locations(client.ca)
+        if client.certfile and client.keyfile:
+            ctx.load_cert_chain(client.certfile, client.keyfile, client.keyfile_password)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw, server_hostname=host.strip("[]")) as sock:
+                sock.settimeout(timeout)
+                sock.sendall(b"\0\0\0\0")  # not a valid ZooKeeper frame: the server's answer is an alert or a close
+                sock.recv(1)
+    except ssl.SSLError as e:
+        return str(e.reason or e).replace("_", " ").lower() if e.reason else str(e)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def speaks_tls(hosts: str, timeout: float = 3.0) -> bool:
+    """Whether the first server of ``hosts`` answers a TLS ClientHello with a ServerHello (certificate unchecked)."""
+    import socket
+    import ssl
+    host, _, port = hosts.split("/", 1)[0].split(",")[0].strip().rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw):
+                return True
+    except (OSError, ValueError):
+        return False
 
 
 def _retrying(attempts: int, initial_delay: float, max_delay: float, deadline: float | None,

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from contextlib import contextmanager
@@ -65,6 +66,7 @@ _JAR_PATTERNS: tuple[tuple[str, bool], ...] = (
     ("netty-codec-base-4*.jar", False),
     ("netty-codec-4*.jar", False),
     ("netty-transport-native-unix-common-4*.jar", False),
+    ("netty-transport-classes-epoll-4*.jar", False),  # the Netty server (TLS): NIO when epoll's native part is absent
     ("log4j-slf4j2-impl-*.jar", False),      # without these three, logging is silently off
     ("log4j-api-2*.jar", False),
     ("log4j-core-2*.jar", False),
@@ -195,9 +197,12 @@ def parse_connect_string(connect_string: str) -> list[tuple[str, int]]:
     return result
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
-    """Send a four-letter word (``ruok``, ``srvr``, ``stat``, ``mntr``...) and return the reply text."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0,
+                     tls: ssl.SSLContext | None = None) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ``stat``, ``mntr``...) and return the reply text; over TLS
+    with ``tls`` (a server's secure client port)."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
         sock.sendall(word.encode("ascii"))
         chunks = []
         while True:
@@ -208,14 +213,15 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> s
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def is_serving(connect_string: str, timeout: float = 1.0) -> bool:
+def is_serving(connect_string: str, timeout: float = 1.0, tls: ssl.SSLContext | None = None) -> bool:
     """True when every server in ``connect_string`` answers ``srvr`` as a running server.
 
     (``ruok`` answers ``imok`` as soon as the port is bound, before the database is loaded.)
     """
     try:
-        return all("Mode:" in four_letter_word(h, p, "srvr", timeout) for h, p in parse_connect_string(connect_string))
-    except OSError:
+        return all("Mode:" in four_letter_word(h, p, "srvr", timeout, tls)
+                   for h, p in parse_connect_string(connect_string))
+    except OSError:  # ssl.SSLError included
         return False
 
 
@@ -229,11 +235,12 @@ def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         return False
 
 
-def serves_data_dir(host: str, port: int, data_dir: Path, timeout: float = 1.0) -> bool:
+def serves_data_dir(host: str, port: int, data_dir: Path, timeout: float = 1.0,
+                    tls: ssl.SSLContext | None = None) -> bool:
     """Whether the server on ``host:port`` is the one keeping its data in ``data_dir`` (its ``conf`` answer):
     another server that took a port we were given answers ``srvr`` just as well."""
     try:
-        conf = four_letter_word(host, port, "conf", timeout)
+        conf = four_letter_word(host, port, "conf", timeout, tls)
     except OSError:
         return False
     for line in conf.splitlines():
@@ -244,7 +251,8 @@ def serves_data_dir(host: str, port: int, data_dir: Path, timeout: float = 1.0) 
 
 
 def wait_until_serving(connect_string: str, timeout: float = 60.0,
-                       alive: Callable[[], bool] | None = None, data_dir: Path | None = None) -> None:
+                       alive: Callable[[], bool] | None = None, data_dir: Path | None = None,
+                       tls: ssl.SSLContext | None = None) -> None:
     """Block until ZooKeeper at ``connect_string`` serves; TimeoutError after ``timeout`` seconds.
 
     ``alive`` (optional) is checked between polls; when it turns false the wait ends with ZooKeeperStartError.
@@ -255,8 +263,8 @@ def wait_until_serving(connect_string: str, timeout: float = 60.0,
             raise ZooKeeperStartError("the ZooKeeper process exited before serving")
         if data_dir is not None:
             (host, port), = parse_connect_string(connect_string)
-            return is_serving(connect_string) and serves_data_dir(host, port, data_dir)
-        return is_serving(connect_string)
+            return is_serving(connect_string, tls=tls) and serves_data_dir(host, port, data_dir, tls=tls)
+        return is_serving(connect_string, tls=tls)
 
     if not poll_until(ready, timeout):
         raise TimeoutError(f"ZooKeeper at {connect_string} did not start serving within {timeout:g}s")
@@ -279,6 +287,44 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 @attrs.frozen
+class ZooKeeperTls:
+    """The server side of TLS to ZooKeeper (ZooKeeper's ``ssl.*`` in ``zoo.cfg``, Netty connection factory): PEM
+    files as ZooKeeper 3.6+ reads them (``ssl.keyStore.type=PEM``: the PKCS#8 key and the certificate chain in one
+    file).  ``client_auth``: ZooKeeper's ``ssl.clientAuth`` -- ``need`` (its default: every client presents a
+    certificate the truststore verifies), ``want`` or ``none``."""
+
+    keystore: Path
+    truststore: Path
+    client_auth: str = "need"
+
+    def __attrs_post_init__(self) -> None:
+        if self.client_auth not in ("need", "want", "none"):
+            raise ValueError(f"ssl.clientAuth must be need, want or none, got {self.client_auth!r}")
+        for what, path in (("keystore", self.keystore), ("truststore", self.truststore)):
+            if not Path(path).is_file():
+                raise EmbeddedZooKeeperError(f"kafkatier: the ZooKeeper TLS {what} {path} is not a file")
+
+    def zoo_cfg_lines(self) -> list[str]:
+        return [
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={self.keystore}", "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.truststore}", "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+            # the server does not check a client certificate's host names against the client's address
+            "ssl.clientHostnameVerification=false",
+        ]
+
+    def client_context(self) -> ssl.SSLContext:
+        """The context the server's own readiness probe (four-letter words over TLS) uses: its certificate serves
+        as a client certificate (certificates of ``kafkatier tls make-cert`` allow both uses)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.load_verify_locations(cafile=str(self.truststore))
+        ctx.load_cert_chain(str(self.keystore))
+        return ctx
+
+
+@attrs.frozen
 class ZooKeeperSettings:
     """What goes into ``zoo.cfg``."""
 
@@ -290,6 +336,13 @@ class ZooKeeperSettings:
     max_session_timeout_ms: int = 60_000
     fsync: bool = False  # forceSync: off by default (a crash of the process loses nothing, of the host may)
     sasl: bool = False   # require SASL (DIGEST-MD5 users from the JAAS Server section) of every client
+    tls: "ZooKeeperTls | None" = None  # TLS only: a ``secureClientPort`` (Netty) and no plain client port
+
+    @property
+    def client_port_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"clientPort={self.port}", f"clientPortAddress={self.host}"]
+        return [f"secureClientPort={self.port}", f"secureClientPortAddress={self.host}", *self.tls.zoo_cfg_lines()]
 
     def zoo_cfg(self) -> str:
         min_session = self.min_session_timeout_ms or 2 * self.tick_time_ms
@@ -299,8 +352,7 @@ class ZooKeeperSettings:
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={max(self.max_session_timeout_ms, min_session)}",
             f"dataDir={self.data_dir / 'data'}",
-            f"clientPort={self.port}",
-            f"clientPortAddress={self.host}",
+            *self.client_port_lines,
             "maxClientCnxns=0",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
@@ -309,8 +361,10 @@ class ZooKeeperSettings:
             f"forceSync={'yes' if self.fsync else 'no'}",
         ]
         if self.sasl:
+            # ZooKeeper 3.7+'s enforcement: a session that has not logged in with SASL is refused every request
+            # (AUTH_FAILED) -- 3.9 ignores the older requireClientAuthScheme
             lines += ["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
-                      "requireClientAuthScheme=sasl"]
+                      "enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         return "\n".join(lines) + "\n"
 
 
@@ -450,9 +504,11 @@ class EmbeddedZooKeeper:
                  host: str = DEFAULT_HOST, min_session_timeout_ms: int | None = None,
                  max_session_timeout_ms: int = 60_000, fsync: bool = False, java: str | None = None,
                  jars_dir: str | os.PathLike | None = None, jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
-                 log_level: str = "INFO", sasl_jaas_config: str | os.PathLike | None = None) -> None:
+                 log_level: str = "INFO", sasl_jaas_config: str | os.PathLike | None = None,
+                 tls: ZooKeeperTls | None = None) -> None:
         """``sasl_jaas_config``: a JAAS file with a ``Server`` section (``user_<name>="<password>"``): every client
-        must then log in with SASL DIGEST-MD5."""
+        must then log in with SASL DIGEST-MD5.  ``tls``: the server listens on a TLS ``secureClientPort`` only
+        (``port`` is then that port; there is no plain client port)."""
         if not 0 <= port < 65536:
             raise ValueError(f"port must be in 0..65535, got {port}")
         if tick_time_ms <= 0:
@@ -471,6 +527,7 @@ class EmbeddedZooKeeper:
         self.jvm_opts = tuple(jvm_opts) + ((f"-Djava.security.auth.login.config={self.sasl_jaas_config}",)
                                            if self.sasl_jaas_config else ())
         self.log_level = log_level
+        self.tls = tls
         self._proc: subprocess.Popen | None = None
         self.last_start_seconds: float | None = None
 
@@ -551,7 +608,7 @@ class EmbeddedZooKeeper:
             data_dir=self.data_dir, port=self._port, host=self.host, tick_time_ms=self.tick_time_ms,
             min_session_timeout_ms=self.min_session_timeout_ms,
             max_session_timeout_ms=self.max_session_timeout_ms, fsync=self.fsync,
-            sasl=self.sasl_jaas_config is not None)
+            sasl=self.sasl_jaas_config is not None, tls=self.tls)
         atomic_write_text(self.config_path, settings.zoo_cfg())
         atomic_write_text(self.data_dir / "log4j2.xml", log4j2_xml(self.log_path, self.log_level))
         started = time.monotonic()
@@ -562,7 +619,8 @@ class EmbeddedZooKeeper:
         atomic_write_text(self.pid_path, f"{self._proc.pid}\n")
         try:
             wait_until_serving(self.connect_string, wait_timeout, alive=self.is_running,
-                               data_dir=self.data_dir / "data")
+                               data_dir=self.data_dir / "data",
+                               tls=self.tls.client_context() if self.tls is not None else None)
         except (ZooKeeperStartError, TimeoutError) as e:
             self._abort_start()
             tail = self._output_tail()

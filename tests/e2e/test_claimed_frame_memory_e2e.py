@@ -85,3 +85,45 @@ def big_metadata_ok(port: int) -> bool:
     assert len(data) == size and struct.unpack(">i", data[:4])[0] == 9, (size, data[:40])
     assert data.count(b"bad!") == 3000, data.count(b"bad!")
     return True
+
+
+def test_queued_max_request_bytes_mutes_reads_until_claims_are_given_back(module_cluster_factory):
+    """With Kafka's ``queued.max.request.bytes`` the claims take the pool (two 99 MB claims exhaust 100 MB): RSS stays
+    within 64 MB of idle, further requests wait unread -- Kafka's muting under memory pressure -- and are answered
+    once the claiming connections close and give their memory back."""
+    c = module_cluster_factory(brokers=1, log_dirs=1, overrides={"queued.max.request.bytes": "104857600"})
+    b = c.manager.broker(c.broker_ids()[0])
+    pid, port = b["pid"], b["port"]
+    assert api_versions_ok(port)
+    idle = rss_bytes(pid)
+    socks = []
+    waiting = None
+    try:
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(struct.pack(">i", 99_000_000) + b"\x00")
+            socks.append(s)
+        # a request sent once the claims are read waits unread (muted: the pool is exhausted); one read before the
+        # broker has read the second claim is still answered, so try again until one waits
+        deadline = time.monotonic() + 60
+        while waiting is None:
+            assert time.monotonic() < deadline, "no request was ever held back"
+            probe = socket.create_connection(("127.0.0.1", port), timeout=10)
+            probe.sendall(struct.pack(">i", 10) + struct.pack(">hhih", 18, 0, 8, -1))
+            probe.settimeout(2.0)
+            try:
+                probe.recv(1)
+                probe.close()
+            except socket.timeout:
+                waiting = probe
+        peak = rss_bytes(pid)
+        print(f"broker RSS idle {idle / 2**20:.0f} MiB, with the pool exhausted {peak / 2**20:.0f} MiB")
+        assert peak - idle < 64 * 1024 * 1024, f"RSS rose by {(peak - idle) / 2**20:.0f} MiB"
+    finally:
+        for s in socks:
+            s.close()
+    waiting.settimeout(30)
+    (size,) = struct.unpack(">i", recv_exact(waiting, 4))
+    assert struct.unpack(">i", recv_exact(waiting, size)[:4])[0] == 8
+    waiting.close()
+    assert api_versions_ok(port)

@@ -164,7 +164,8 @@ def test_encrypted_key_and_inline_pem(pki):
 
 @pytest.mark.parametrize("props, message", [
     ({"ssl.keystore.location": "/nonexistent/k.pem", "ssl.keystore.type": "PEM"}, "No such file"),
-    ({"ssl.keystore.location": "/etc/hostname"}, "JKS is not supported"),
+    ({"ssl.keystore.location": "/etc/hostname"}, "a JKS store needs its password"),
+    ({"ssl.keystore.location": "/etc/hostname", "ssl.keystore.password": "x"}, "cannot read the JKS store"),
     ({}, "needs a keystore"),
     ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "/etc/hostname"}, "private key and a certificate"),
     ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
@@ -257,3 +258,43 @@ def test_pkcs12_keystore_and_truststore(pki, tmp_path):
         _api_versions(_client_ctx(pki), server.port)
     with pytest.raises(SslConfigError, match="PKCS12"):
         server_context(SslConfig.from_props({**props, "ssl.keystore.password": "wrong"}))
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="JKS is read through the JDK's keytool")
+def test_jks_keystore_and_truststore_kafkas_default_type(pki, tmp_path):
+    """Kafka's default ``ssl.keystore.type=JKS``: converted with keytool, nothing of the key left on disk."""
+    import os
+    import tempfile
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    key = serialization.load_pem_private_key(pki["server"].key.read_bytes(), None)
+    cert = x509.load_pem_x509_certificate(pki["server"].certificate.read_bytes())
+    (tmp_path / "ks.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", key, cert, None, serialization.BestAvailableEncryption(b"ks-pass")))
+    for src, dest, extra in (("ks.p12", "ks.jks", ["-srcstoretype", "PKCS12", "-srcstorepass", "ks-pass"]),):
+        subprocess.run(["keytool", "-importkeystore", "-noprompt", "-srckeystore", str(tmp_path / src), *extra,
+                        "-destkeystore", str(tmp_path / dest), "-deststoretype", "JKS", "-deststorepass", "ks-pass"],
+                       check=True, capture_output=True)
+    subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", str(pki["ca"]), "-keystore",
+                    str(tmp_path / "ts.jks"), "-storetype", "JKS", "-storepass", "ts-pass"], check=True,
+                   capture_output=True)
+    props = {"ssl.keystore.location": str(tmp_path / "ks.jks"), "ssl.keystore.password": "ks-pass",
+             "ssl.truststore.location": str(tmp_path / "ts.jks"), "ssl.truststore.password": "ts-pass",
+             "ssl.client.auth": "required"}   # no ssl.*.type: Kafka's default, JKS
+    before = set(os.listdir(tempfile.gettempdir()))
+    cfg = SslConfig.from_props(props)
+    with SocketServer("127.0.0.1", 0, StubBroker(), num_handler_threads=1, ssl_context=server_context(cfg)) as server:
+        _api_versions(_client_ctx(pki), server.port)
+    assert not {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("kafkatier-")}
+    with pytest.raises(SslConfigError, match="cannot read the JKS store") as e:
+        server_context(SslConfig.from_props({**props, "ssl.keystore.password": "wrong-pass"}))
+    assert "\n" not in str(e.value) and "wrong-pass" not in str(e.value)
+
+
+def test_a_keystore_whose_key_does_not_match_its_certificate_is_one_line(pki, tmp_path):
+    mixed = tmp_path / "mixed.pem"
+    mixed.write_bytes(pki["client"].key.read_bytes() + pki["server"].certificate.read_bytes())
+    with pytest.raises(SslConfigError, match="ssl.keystore.location: cannot load the key and certificate") as e:
+        server_context(SslConfig.from_props({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(mixed)}))
+    assert "\n" not in str(e.value)

@@ -28,3 +28,13 @@ def test_bad_subject_is_one_line(tmp_path, capsys):
     main(["tls", "make-ca", "--dir", str(tmp_path)])
     assert main(["tls", "make-cert", "--dir", str(tmp_path), "--name", "x", "--subject", "XX=1"]) == 2
     assert "bad DN component" in capsys.readouterr().err
+
+
+def test_cluster_up_refuses_tls_with_links_before_starting_anything(tmp_path, capsys):
+    for extra in (["--tls", "--links"], ["--zookeeper-tls", "--links"], ["--zookeeper-tls", "--zookeeper",
+                                                                          "127.0.0.1:1"]):
+        assert main(["cluster", "up", "--data-dir", str(tmp_path / "c"), "--brokers", "1", *extra]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "cannot be combined" in err or "starts the embedded ZooKeeper" in err, err
+        assert not (tmp_path / "c" / "zookeeper").exists() and not (tmp_path / "c" / "tls").exists()

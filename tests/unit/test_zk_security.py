@@ -61,3 +61,80 @@ def test_default_acls_as_kafka():
               "/kafkatier/control/1/requests/request_0000000001", "/kafkatier/faults/1", "/kafkatier/fault_state"):
         assert sensitive_path(p) and [a.id.scheme for a in default_acls(True, p)] == ["auth"], p
     assert not sensitive_path("/config/usersx") and not sensitive_path("/config/topics/t")
+
+
+NETTY = {"zookeeper.ssl.client.enable": "true",
+         "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty"}
+
+
+def test_zookeeper_tls_from_kafkas_names_and_the_tools_file(tmp_path):
+    from kafkatier.testing.tls import make_ca, make_cert
+    ca = make_ca(tmp_path)
+    cert = make_cert(tmp_path, "zk-client", hosts=None)
+    props = {**NETTY, "zookeeper.ssl.keystore.type": "PEM", "zookeeper.ssl.keystore.location": str(cert.keystore),
+             "zookeeper.ssl.truststore.type": "PEM", "zookeeper.ssl.truststore.location": str(ca)}
+    tls = zk_security(props, env={}).tls
+    assert tls is not None and tls.keystore == str(cert.keystore) and tls.truststore == str(ca) and tls.check_hostname
+    assert tls.kazoo_kwargs() == {"use_ssl": True, "verify_certs": True, "check_hostname": True, "ca": str(ca),
+                                  "certfile": str(cert.keystore), "keyfile": str(cert.keystore)}
+    assert zk_security({}, env={}).tls is None
+    # a tool: the same names in the file KAFKATIER_ZK_TLS_CONFIG names (Kafka's --zk-tls-config-file)
+    f = tmp_path / "zk-tls.properties"
+    f.write_text("# tools\n" + "".join(f"{k}={v}\n" for k, v in props.items())
+                 + "zookeeper.ssl.endpoint.identification.algorithm=\n")
+    tls = zk_security(env={"KAFKATIER_ZK_TLS_CONFIG": str(f)}).tls
+    assert tls is not None and not tls.check_hostname
+    # PKCS12 stores become private PEM files kazoo can load
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    key = serialization.load_pem_private_key(cert.key.read_bytes(), None)
+    (tmp_path / "ks.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"c", key, x509.load_pem_x509_certificate(cert.certificate.read_bytes()), None,
+        serialization.BestAvailableEncryption(b"pw")))
+    tls = zk_security({**NETTY, "zookeeper.ssl.keystore.type": "PKCS12", "zookeeper.ssl.keystore.password": "pw",
+                       "zookeeper.ssl.keystore.location": str(tmp_path / "ks.p12")}, env={}).tls
+    import os
+    import stat
+    assert b"PRIVATE KEY" in open(tls.keystore, "rb").read()
+    assert stat.S_IMODE(os.stat(tls.keystore).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("props, message", [
+    ({"zookeeper.ssl.client.enable": "true", "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNIO"},
+     "needs zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty"),
+    ({**NETTY, "zookeeper.ssl.endpoint.identification.algorithm": "LDAPS"}, "only HTTPS or empty"),
+    ({**NETTY, "zookeeper.ssl.keystore.type": "PKCS12", "zookeeper.ssl.keystore.location": "/etc/hostname",
+      "zookeeper.ssl.keystore.password": "pw"}, "cannot read the PKCS12 store"),
+    ({**NETTY, "zookeeper.ssl.keystore.type": "BKS", "zookeeper.ssl.keystore.location": "/etc/hostname"},
+     "supported are PEM, PKCS12 and JKS"),
+])
+def test_bad_zookeeper_tls_settings(props, message):
+    with pytest.raises(ZooKeeperSecurityError, match=message) as e:
+        zk_security(props, env={})
+    assert "\n" not in str(e.value)
+
+
+def test_tools_tls_file_errors_are_one_line(tmp_path):
+    with pytest.raises(ZooKeeperSecurityError, match="cannot read"):
+        zk_security(env={"KAFKATIER_ZK_TLS_CONFIG": str(tmp_path / "missing")})
+    bad = tmp_path / "bad.properties"
+    bad.write_text("zookeeper.ssl.client.enable\n")
+    with pytest.raises(ZooKeeperSecurityError, match="line 1 is not key=value"):
+        zk_security(env={"KAFKATIER_ZK_TLS_CONFIG": str(bad)})
+
+
+def test_embedded_zookeeper_tls_settings(tmp_path):
+    from pathlib import Path
+    from kafkatier.zk.embedded import EmbeddedZooKeeperError, ZooKeeperSettings, ZooKeeperTls
+    (tmp_path / "k.pem").write_text("x")
+    (tmp_path / "ca.pem").write_text("x")
+    tls = ZooKeeperTls(tmp_path / "k.pem", tmp_path / "ca.pem")
+    cfg = ZooKeeperSettings(data_dir=Path(tmp_path), port=2281, tls=tls).zoo_cfg()
+    assert "secureClientPort=2281" in cfg and "\nclientPort=" not in cfg   # TLS only: no plain port
+    assert "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory" in cfg
+    assert "ssl.keyStore.type=PEM" in cfg and "ssl.clientAuth=need" in cfg
+    with pytest.raises(EmbeddedZooKeeperError, match="truststore"):
+        ZooKeeperTls(tmp_path / "k.pem", tmp_path / "missing.pem")
+    with pytest.raises(ValueError, match="ssl.clientAuth"):
+        ZooKeeperTls(tmp_path / "k.pem", tmp_path / "ca.pem", client_auth="maybe")
