@@ -6,7 +6,6 @@ import glob
 import json
 import os
 
-DEFAULT_DIR = "scenarios"
 RUN_INCOMPLETE = 3   # exit code of a run that could not complete (no verdict: neither valid nor anomalies)
 
 
@@ -15,12 +14,12 @@ def register(sub) -> None:
     ssub = p.add_subparsers(dest="scenario_command", metavar="ACTION")
     ssub.required = True
 
-    ls = ssub.add_parser("list", help="the scenarios in a folder and what each shows")
-    ls.add_argument("--dir", default=DEFAULT_DIR)
+    ls = ssub.add_parser("list", help="the scenario library (or the scenarios in a folder) and what each shows")
+    ls.add_argument("--dir", default=None, help="a folder of scenario files (default: the installed library)")
     ls.set_defaults(func=_list)
 
     run = ssub.add_parser("run", help="run one scenario file")
-    run.add_argument("file")
+    run.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     _run_options(run)
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
     run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
@@ -36,7 +35,7 @@ def register(sub) -> None:
     rp.set_defaults(func=_replay)
 
     sw = ssub.add_parser("sweep", help="run a scenario for a range of seeds; keep only failing runs")
-    sw.add_argument("file")
+    sw.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     sw.add_argument("--seeds", required=True, help="A..B (inclusive)")
     sw.add_argument("--parallel", type=int, default=1)
     _run_options(sw)
@@ -51,9 +50,9 @@ def _run_options(p) -> None:
 
 def _load(path: str):
     from kafkatier.cli.main import UsageError
-    from kafkatier.scenario.spec import ScenarioSpecError, load
+    from kafkatier.scenario.spec import ScenarioSpecError, load, resolve
     try:
-        return load(path)
+        return load(resolve(path))
     except ScenarioSpecError as e:
         raise UsageError(str(e)) from None
 
@@ -68,7 +67,8 @@ def _first_comment(path: str) -> str:
 
 def _list(args) -> int:
     from kafkatier.cli.main import UsageError
-    files = sorted(glob.glob(os.path.join(args.dir, "*.toml")))
+    from kafkatier.scenario.spec import library
+    files = library() if args.dir is None else sorted(glob.glob(os.path.join(args.dir, "*.toml")))
     if not files:
         raise UsageError(f"no scenario files (*.toml) in {args.dir}")
     for f in files:
@@ -142,5 +142,5 @@ def _sweep(args) -> int:
         raise UsageError(str(e)) from None
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
-    results = sweep(args.file, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
+    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
     return 0 if all(r.exit_code == 0 for r in results) else 1

@@ -1,5 +1,5 @@
 """Failover scenarios: seeded fault schedules against a real cluster, recorded histories, Jepsen-style
-checkers, timelines.  See ``scenarios/`` for the library and docs/scenarios.md.
+checkers, timelines.  The library is ``library/`` (``scenarios/`` in a checkout links to it) and docs/scenarios.md.
 
 Python API (a pytest test runs a scenario in a few lines)::
 

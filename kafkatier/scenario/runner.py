@@ -43,7 +43,7 @@ from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_
 from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.schedule import Schedule, Step, derive
-from kafkatier.scenario.spec import ScenarioSpec, load
+from kafkatier.scenario.spec import ScenarioSpec, in_library, load, resolve
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import paths
 from kafkatier.zk.client import start_client
@@ -88,7 +88,9 @@ class RunResult:
 
 
 def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
-    path = os.path.relpath(spec.path) if spec.path else spec.name
+    """The command that runs this seed again from any directory: a library scenario by its name (the same on
+    every machine with kafkatier installed), another file by its absolute path."""
+    path = spec.name if spec.path is None or in_library(spec.path) else os.path.abspath(spec.path)
     return f"kafkatier scenario run {path} --seed {seed}" + (" --quick" if quick else "")
 
 
@@ -96,7 +98,7 @@ def run_scenario(scenario: str | ScenarioSpec, seed: int | None = None, quick: b
                  runs_dir: str = "runs", progress: bool | None = None, out: Callable[[str], None] = print,
                  record: bool = True) -> RunResult:
     """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring."""
-    spec = load(scenario) if isinstance(scenario, str) else scenario
+    spec = load(resolve(scenario)) if isinstance(scenario, str) else scenario
     if seed is None:
         seed = random.SystemRandom().randrange(1, 10**6)
     return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record).run()

@@ -1,4 +1,4 @@
-"""Scenario files: a TOML document in ``scenarios/`` validated against ``scenario.schema.json`` and turned into
+"""Scenario files: a TOML document (the library: ``kafkatier/scenario/library/``) validated against ``scenario.schema.json`` and turned into
 frozen value types.
 
 A scenario says what cluster to run (``[cluster]``), which topics to create (``[[topics]]``), which client
@@ -27,6 +27,8 @@ from kafkatier.scenario.network_faults import NEMESIS_MENU as LINK_MENU
 from kafkatier.scenario.network_faults import LINK_ACTIONS, LinkActionSpec, parse_action
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
+# The scenario library, installed with the package (``scenarios/`` in a checkout is a link to it).
+LIBRARY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "library")
 
 # Faults drive the brokers quickly through failure detection: a short session and fast tiered tasks.
 DEFAULT_SESSION_TIMEOUT_MS = 4000
@@ -217,6 +219,28 @@ def validate(doc: dict) -> None:
     # Name the field; keep the message to one short line (a oneOf failure repeats the whole value).
     message = e.message if len(e.message) <= 160 else e.message[:157] + "..."
     raise ScenarioSpecError(f"{_field(e.absolute_path)}: {message}")
+
+
+def library() -> list[str]:
+    """The library's scenario files, sorted."""
+    return sorted(os.path.join(LIBRARY_DIR, f) for f in os.listdir(LIBRARY_DIR) if f.endswith(".toml"))
+
+
+def resolve(name_or_path: str) -> str:
+    """A scenario file: ``name_or_path`` itself if it is a file, else the library's scenario of that name
+    (``nemesis-broker-faults`` or ``nemesis-broker-faults.toml``)."""
+    if os.path.isfile(name_or_path):
+        return os.path.abspath(name_or_path)
+    base = os.path.basename(name_or_path)
+    candidate = os.path.join(LIBRARY_DIR, base if base.endswith(".toml") else base + ".toml")
+    if os.sep not in name_or_path and os.path.isfile(candidate):
+        return candidate
+    raise ScenarioSpecError(f"{name_or_path}: no such scenario file, and no scenario of that name in the library "
+                            f"(kafkatier scenario list)")
+
+
+def in_library(path: str | None) -> bool:
+    return path is not None and os.path.dirname(os.path.realpath(path)) == os.path.realpath(LIBRARY_DIR)
 
 
 def load(path: str) -> ScenarioSpec:
