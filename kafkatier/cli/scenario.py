@@ -22,6 +22,8 @@ def register(sub) -> None:
     run.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     _run_options(run)
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate the file, print the schedule the seed draws (in time order) and exit 0")
     run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
                      help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
                           "then skipped")
@@ -83,6 +85,8 @@ def _run(args) -> int:
     from kafkatier.cli.main import UsageError
     from kafkatier.scenario.runner import run_scenario
     spec = _load(args.file)
+    if args.dry_run:
+        return _dry_run(spec, args.seed, args.quick)
     if args.zookeeper:
         host, _, port = args.zookeeper.rpartition(":")
         if not host or not port.isdigit():
@@ -90,6 +94,22 @@ def _run(args) -> int:
         spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
     return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
                                          progress=False if args.no_progress else None))
+
+
+def _dry_run(spec, seed: int | None, quick: bool) -> int:
+    import random
+
+    from kafkatier.scenario.runner import replay_command
+    from kafkatier.scenario.schedule import derive
+    if seed is None:
+        seed = random.SystemRandom().randrange(1, 10**6)
+    profile = spec.profile(quick)
+    schedule = derive(profile, seed)
+    print(f"scenario {spec.name}{' (quick)' if quick else ''}: seed {seed}, {profile.duration_s:g}s, "
+          f"schedule digest {schedule.digest()} (dry run: nothing started)")
+    print(schedule.describe())
+    print(f"run it: {replay_command(spec, seed, quick)}")
+    return 0
 
 
 def _guarded(run) -> int:
