@@ -1,5 +1,6 @@
-"""``kafkatier scenario list | run FILE [--seed N] [--quick] | replay RUN_DIR [--check] | sweep FILE --seeds A..B
-[--parallel K]``: failover scenarios (see kafkatier/scenario/)."""
+"""``kafkatier scenario list | run FILE|NAME [--seed N] [--quick] [--dry-run] | replay RUN_DIR [--check] |
+sweep FILE|NAME --seeds A..B [--parallel K | --spark [--master URL] [--output DIR]]``: failover scenarios (see
+kafkatier/scenario/)."""
 from __future__ import annotations
 
 import glob
@@ -39,7 +40,16 @@ def register(sub) -> None:
     sw = ssub.add_parser("sweep", help="run a scenario for a range of seeds; keep only failing runs")
     sw.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     sw.add_argument("--seeds", required=True, help="A..B (inclusive)")
-    sw.add_argument("--parallel", type=int, default=1)
+    sw.add_argument("--parallel", type=int, default=1, help="without --spark: runs at a time on this machine")
+    sw.add_argument("--spark", action="store_true", help="run each seed as a Spark task (see --master)")
+    sw.add_argument("--master", default=None, metavar="URL",
+                    help="with --spark: local[N] (default local[2]) or spark://HOST:PORT of a standalone cluster")
+    sw.add_argument("--per-executor", type=int, default=None, metavar="K",
+                    help="with --spark on a cluster: seeds one executor runs at once (spark.executor.cores)")
+    sw.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="with --spark: a Spark setting")
+    sw.add_argument("--output", default=None, metavar="DIR",
+                    help="with --spark: where results.parquet, index.html and failing runs go, shared with the "
+                         "executors (default: RUNS_DIR/sweep-NAME)")
     _run_options(sw)
     sw.set_defaults(func=_sweep)
 
@@ -162,5 +172,33 @@ def _sweep(args) -> int:
         raise UsageError(str(e)) from None
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
+    if args.spark:
+        return _spark_sweep(args, spec, seeds)
+    if args.master or args.per_executor or args.conf or args.output:
+        raise UsageError("--master, --per-executor, --conf and --output need --spark")
     results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
     return 0 if all(r.exit_code == 0 for r in results) else 1
+
+
+def _spark_sweep(args, spec, seeds) -> int:
+    import sys
+
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.spark_sweep import SweepSetupError, spark_sweep
+    master = args.master or "local[2]"
+    if not (master.startswith(("local", "spark://", "yarn", "k8s://"))):
+        raise UsageError(f"--master: expected local[N] or spark://HOST:PORT, got {master!r}")
+    if args.per_executor is not None and args.per_executor < 1:
+        raise UsageError("--per-executor must be at least 1")
+    conf = {}
+    for c in args.conf:
+        key, sep, value = c.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--conf: expected KEY=VALUE, got {c!r}")
+        conf[key] = value
+    output = args.output or os.path.join(args.runs_dir, f"sweep-{spec.name}")
+    try:
+        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf).exit_code
+    except SweepSetupError as e:
+        print(f"kafkatier scenario sweep: {e}", file=sys.stderr)
+        return RUN_INCOMPLETE

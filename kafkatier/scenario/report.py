@@ -221,15 +221,21 @@ Replay: <code>{e(res['replay'])}</code></p>
         f.write(page)
 
 
+# Nemesis entries that are not faults a run drew (set-up, heal, the end of a timed fault).
+NOT_FAULTS = ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume", "unthrottle", "link-heal")
+
+
+def drawn_faults(res: dict) -> dict[str, int]:
+    return {f: n for f, n in res.get("faults", {}).items() if f not in NOT_FAULTS}
+
+
 def summary(res: dict) -> str:
     lines = [f"== {res['scenario']} seed {res['seed']}{' (quick)' if res['quick'] else ''}: "
              f"{'VALID' if res['valid'] else 'INVALID'} in {res['elapsed_s']} s"]
     sends = res["counts"].get("send", {})
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
-                 + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
-                             if f not in ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume",
-                                          "unthrottle", "link-heal")))
+                 + ", ".join(f"{f}={n}" for f, n in drawn_faults(res).items()))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
@@ -243,3 +249,53 @@ def summary(res: dict) -> str:
     if not res["valid"]:
         lines.append(f"   replay: {res['replay']}")
     return "\n".join(lines)
+
+
+def write_sweep_html(path: str, name: str, where: str, rows: list[dict], elapsed_s: float) -> None:
+    """A sweep's page: the outcome, faults drawn and duration of every seed, and a histogram of durations."""
+    e = html.escape
+    outcomes = Counter(r["outcome"] for r in rows)
+    seed_rows = "".join(
+        f"<tr><td>{r['seed']}</td><td class=\"{'ok' if r['outcome'] == 'valid' else 'bad'}\">{e(r['outcome'])}"
+        f"</td><td>{r['duration_s']:.1f}</td><td>{e(', '.join(f'{k}={v}' for k, v in sorted(r['faults'].items())))}"
+        f"</td><td><code>{e(r['schedule_digest'] or '')}</code></td><td>{e(r['executor'])}</td>"
+        f"<td>{e('; '.join(r['anomalies']) or r['reason'] or '')}</td>"
+        f"<td>{_run_link(path, r)}<code>{e(r['replay'])}</code></td></tr>" for r in rows)
+    faults = Counter()
+    for r in rows:
+        faults.update(r["faults"])
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>sweep {e(name)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
+table{{border-collapse:collapse}} .ok{{color:#2e7d32}} .bad{{color:#c62828}} pre{{font-size:12px}}</style>
+</head><body>
+<h1>sweep {e(name)} &middot; {len(rows)} seeds</h1>
+<p>On {e(where)} in {elapsed_s:.0f} s: {e(', '.join(f'{k} {v}' for k, v in sorted(outcomes.items())))}.
+Rows: <code>results.parquet</code>.</p>
+<h2>Durations</h2><pre>{e(_histogram([r['duration_s'] for r in rows]))}</pre>
+<h2>Faults drawn (all seeds)</h2><p>{e(', '.join(f'{k}={v}' for k, v in sorted(faults.items())) or 'none')}</p>
+<h2>Seeds</h2><table><tr><th>seed</th><th>outcome</th><th>s</th><th>faults</th><th>schedule digest</th>
+<th>executor</th><th>anomalies / reason</th><th>run / replay</th></tr>{seed_rows}</table>
+</body></html>"""
+    with open(path, "w") as f:
+        f.write(page)
+
+
+def _run_link(page: str, row: dict) -> str:
+    if not row.get("run_dir"):
+        return ""
+    rel = os.path.relpath(os.path.join(row["run_dir"], "index.html"), os.path.dirname(page))
+    return f'<a href="{html.escape(rel)}">run</a> '
+
+
+def _histogram(values: list[float], bins: int = 8, width: int = 40) -> str:
+    """A text histogram (one line per bin: its range, a bar, the count)."""
+    if not values:
+        return "(no seeds)"
+    lo, hi = min(values), max(values)
+    step = (hi - lo) / bins or 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(int((v - lo) / step), bins - 1)] += 1
+    top = max(counts)
+    return "\n".join(f"{lo + i * step:7.1f}-{lo + (i + 1) * step:7.1f} s |{'#' * round(width * c / top):<{width}}| {c}"
+                     for i, c in enumerate(counts) if hi > lo or i == 0)
