@@ -15,7 +15,7 @@ import os
 from collections import Counter, defaultdict
 
 from kafkatier.common.atomic_file import atomic_write
-from kafkatier.scenario.checkers import Anomaly, split
+from kafkatier.scenario.checkers import Anomaly, final, split
 from kafkatier.scenario.history import pairs
 from kafkatier.scenario.network_faults import draw_timeline as draw_link_faults
 
@@ -65,20 +65,49 @@ def latencies(entries: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def warnings(entries: list[dict]) -> list[str]:
+    """What a person should know that is not an anomaly: duplicates Kafka allows (a non-idempotent producer's
+    retries, or an idempotent one's after a send timed out in flight), counted from the final reads."""
+    idempotent = {e["process"]: bool(e["value"].get("idempotence")) for e in entries
+                  if e["f"] == "start" and e["process"].startswith("producer")}
+    timed_out = {e["process"] for e in entries if e["f"] == "send" and e["type"] == "info"}
+    where: dict[tuple[str, str], int] = Counter()
+    for tp, part in (final(entries, "final-read") or {}).items():
+        for _, v in part.get("records", ()):
+            where[(tp.split("/")[0], v)] += 1
+    dups: Counter = Counter()
+    for (_, v), n in where.items():
+        if n > 1:
+            dups[v.split(":")[0]] += n - 1
+    out = []
+    for process, n in sorted(dups.items()):
+        if process not in idempotent:
+            continue
+        if not idempotent[process]:
+            out.append(f"{n} duplicate records from {process}, a non-idempotent producer (its retries append again; "
+                       f"Kafka allows this: set idempotence = true to rule it out)")
+        elif process in timed_out:
+            out.append(f"{n} duplicate records from {process}, an idempotent producer after a send timed out in "
+                       f"flight (its sequence numbers were reset; Kafka allows this)")
+    return out
+
+
 def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anomalies: list[Anomaly],
-            unmet: list[str], replay: str, elapsed_s: float, run_dir: str) -> dict:
+            unmet: list[str], replay: str, elapsed_s: float, run_dir: str, steps: dict | None = None) -> dict:
+    """``steps``: step number -> ``{"happened_at": s, "status": ...}`` as the runner applied it."""
     anomalies, accepted = split(anomalies)
     valid = not anomalies and not unmet
     faults = Counter(e["f"] for e in entries if e["process"] == "nemesis")
     return {
         "scenario": spec.name, "file": spec.path, "seed": seed, "quick": quick, "valid": valid,
         "exit_code": 0 if valid else 1, "elapsed_s": round(elapsed_s, 1), "run_dir": run_dir,
-        "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
+        "replay": replay, "swarm_weights": schedule.swarm_weights,
+        "schedule": [dict(s, **(steps or {}).get(s["number"], {})) for s in schedule.to_json()],
         "anomalies": [a.to_json() for a in anomalies], "accepted": [a.to_json() for a in accepted],
         "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
-        "spark_rows": _spark_rows(entries),
+        "spark_rows": _spark_rows(entries), "warnings": warnings(entries),
     }
 
 
@@ -189,6 +218,18 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
 
 # ------------------------------------------------------------------------------------------------ html
 
+def _secs(t: float | None) -> str:
+    return "" if t is None else f"{t:.2f}"
+
+
+def schedule_in_time_order(schedule: list[dict]) -> list[dict]:
+    """Steps by the time they happened (else were planned); steps that never ran last."""
+    def key(s: dict):
+        t = s.get("happened_at", s.get("at"))
+        return (t is None, t or 0.0, s["number"])
+    return sorted(schedule, key=key)
+
+
 def write_html(path: str, res: dict) -> None:
     e = html.escape
     status = "VALID" if res["valid"] else "ANOMALIES FOUND"
@@ -198,7 +239,10 @@ def write_html(path: str, res: dict) -> None:
     unmet = "".join(f"<li>{e(u)}</li>" for u in res["unmet_expectations"])
     accepted = "".join(f"<li><b>{e(a['checker'])}/{e(a['type'])}</b>: {e(a['message'])} &mdash; {e(a['accepted'])}"
                        f"</li>" for a in res.get("accepted", ()))
-    sched = "".join(f"<li><code>{e(s['describe'])}</code></li>" for s in res["schedule"])
+    sched = "".join(f"<tr><td>{s['number']}</td><td>{_secs(s.get('at'))}</td><td>{_secs(s.get('happened_at'))}</td>"
+                    f"<td>{e(s.get('status', ''))}</td><td><code>{e(s['describe'])}</code></td></tr>"
+                    for s in schedule_in_time_order(res["schedule"]))
+    warns = "".join(f"<li>{e(w)}</li>" for w in res.get("warnings", ()))
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
@@ -213,7 +257,9 @@ Replay: <code>{e(res['replay'])}</code></p>
 <h2>Anomalies</h2>{'<table><tr><th>checker</th><th>type</th><th>what</th><th>witnesses</th></tr>' + rows + '</table>' if rows else '<p>none</p>'}
 {'<h2>Accepted (Kafka allows this loss)</h2><ul>' + accepted + '</ul>' if accepted else ''}
 {'<h2>Unmet expectations</h2><ul>' + unmet + '</ul>' if unmet else ''}
-<h2>Schedule</h2><ul>{sched}</ul>
+{'<h2>Warnings</h2><ul>' + warns + '</ul>' if warns else ''}
+<h2>Schedule (time order)</h2><table><tr><th>#</th><th>planned s</th><th>happened s</th><th>status</th>
+<th>step</th></tr>{sched}</table>
 <h2>Operations</h2><table>{counts_rows}</table>
 <h2>Latencies</h2><pre>{e(json.dumps(res['latencies'], indent=1))}</pre>
 </body></html>"""
@@ -245,6 +291,8 @@ def summary(res: dict) -> str:
         lines.append(f"   ACCEPTED {a['checker']}/{a['type']}: {a['message']} -- {a['accepted']}")
     for u in res["unmet_expectations"]:
         lines.append(f"   UNMET   {u}")
+    for w in res.get("warnings", ()):
+        lines.append(f"   WARNING {w}")
     lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")
     if not res["valid"]:
         lines.append(f"   replay: {res['replay']}")

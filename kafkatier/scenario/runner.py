@@ -122,6 +122,7 @@ class ScenarioRunner:
         self._cancel = threading.Event()
         self._step_threads: list[threading.Thread] = []
         self.network: NetworkFaults | None = None   # with [cluster] links = true
+        self.steps: dict[int, dict] = {}   # step number -> when it really happened (s after start) and how it went
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -289,19 +290,24 @@ class ScenarioRunner:
         else:
             if not observer.wait_until(lambda s: _holds(a.when, s), a.when.timeout_s, self._cancel):
                 if not self._cancel.is_set():
+                    self.steps[step.number] = {"status": "skipped: condition not met"}
                     self.history.info("nemesis", "skipped", {"step": step.number, "reason": "condition not met"})
                     self.unmet.append(f"step #{step.number} ({step.origin}): condition not met within "
                                       f"{a.when.timeout_s:g}s")
                 return
             if a.delay_s and self._cancel.wait(a.delay_s):
                 return
+        happened = {"happened_at": round(time.monotonic() - t0, 3), "status": "running"}
+        self.steps[step.number] = happened
         try:
             self._apply(step, observer, faults)
+            happened["status"] = "done"
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
             if not isinstance(e, (FaultError, WaitTimeout)):
                 log.exception("step %s failed", step.number)
             reason = (str(e) if isinstance(e, (FaultError, WaitTimeout)) else repr(e))[:300]
             self.history.info("nemesis", "skipped", {"step": step.number, "reason": reason})
+            happened["status"] = f"skipped: {reason.splitlines()[0]}"
             log.info("step skipped %s", kv(step=step.number, reason=reason.splitlines()[0]))
             if step.origin != "nemesis" and not self._cancel.is_set():
                 # A step the scenario names did not happen: the run does not show what the scenario claims.
@@ -557,7 +563,7 @@ class ScenarioRunner:
         res = report.results(spec=self.spec, seed=self.seed, quick=self.quick, schedule=self.schedule,
                              entries=entries, anomalies=anomalies, unmet=self._expectations(entries),
                              replay=replay_command(self.base_spec, self.seed, self.quick), elapsed_s=elapsed,
-                             run_dir=self.run_dir)
+                             run_dir=self.run_dir, steps=self.steps)
         report.write_json(os.path.join(self.run_dir, "results.json"), res)
         write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
         try:
@@ -786,6 +792,7 @@ def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     if heal and not heal.get("converged", True):
         anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
     res = dict(old, anomalies=[a.to_json() for a in anomalies], accepted=[a.to_json() for a in accepted],
+               warnings=report.warnings(entries),
                counts=report.counts(entries),
                faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
     res["valid"] = not anomalies and not old.get("unmet_expectations")
