@@ -130,6 +130,36 @@ def _spans(events: list[tuple[float, object]], end: float) -> list[tuple[float, 
     return out
 
 
+ZK_STATES = {"zk_pause": "paused", "zk_resume": "up", "zk_stop": "down", "zk_start": "up",
+             "zk_kill_leader": "degraded", "zk_server_start": "up", "zk_pause_server": "degraded",
+             "zk_resume_server": "up"}
+
+
+def _admin_outcome(e: dict) -> str:
+    """``alter-config ok``, ``reassign fail: NO_REASSIGNMENT_IN_PROGRESS``..."""
+    error = e.get("error")
+    return f"{e['f']} {e['type']}" + (f": {error}" if error and e["type"] != "ok" else "")
+
+
+def _zookeeper_lane(ax, entries: list[dict], row: int, end: float, colours: dict) -> None:
+    """ZooKeeper: up / paused / down (the embedded server; an ensemble server down or paused: degraded, grey),
+    and a black cross where a broker's registration (its ZooKeeper session) ended."""
+    evs = [(0.0, "up")] + [(e["time"] / 1e9, ZK_STATES[e["f"]]) for e in entries
+                           if e["process"] == "nemesis" and e["f"] in ZK_STATES]
+    fill = dict(colours, degraded="#9e9e9e")
+    for t0, t1, st in _spans(evs, end):
+        ax.barh(row, t1 - t0, left=t0, height=0.6, color=fill[st], edgecolor="none")
+    registered: set[str] | None = None
+    for e in entries:
+        if e["process"] == "observer" and (e.get("value") or {}).get("kind") == "brokers":
+            ids = set(e["value"]["ids"])
+            for b in sorted((registered or set()) - ids):
+                t = e["time"] / 1e9
+                ax.plot([t], [row], marker="x", color="black", ms=6)
+                ax.text(t, row + 0.32, f"b{b} session", fontsize=6, ha="center")
+            registered = ids
+
+
 def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -138,7 +168,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     end = max((e["time"] for e in entries), default=1) / 1e9
     tiered_topics = sorted({e["value"]["topic"] for e in entries if e["process"] == "observer"
                             and (e.get("value") or {}).get("kind") == "tiered"})
-    lanes = [f"broker {b}" for b in brokers] + [f"tiered {t}" for t in tiered_topics]
+    lanes = [f"broker {b}" for b in brokers] + ["zookeeper"] + [f"tiered {t}" for t in tiered_topics]
     fig, (ax, ax_tp, ax_lat) = plt.subplots(3, 1, figsize=(13, 2.2 + 0.45 * len(lanes) + 3.6), sharex=True,
                                             gridspec_kw={"height_ratios": [max(2, len(lanes)), 1.4, 1.4]})
     y = {lane: i for i, lane in enumerate(lanes)}
@@ -157,6 +187,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     for b, evs in state.items():
         for t0, t1, s in _spans(evs, end):
             ax.barh(y[f"broker {b}"], t1 - t0, left=t0, height=0.6, color=colours[s], edgecolor="none")
+    _zookeeper_lane(ax, entries, y["zookeeper"], end, colours)
     # controller tenure: a dark bar inside the lane
     ctrl = [(e["time"] / 1e9, e["value"]["broker"]) for e in entries if e["process"] == "observer"
             and (e.get("value") or {}).get("kind") == "controller"]
@@ -187,10 +218,14 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
             ax.text(t, len(lanes) - 0.4, _marker_label(e), rotation=90, fontsize=7, va="top", color=colour)
         if e["process"] == "admin" and e["type"] == "invoke":
             ax.axvline(e["time"] / 1e9, color="#1565c0", alpha=0.35, lw=1, ls="--")
+        elif e["process"] == "admin":   # the outcome of an admin operation, where it completed
+            ax.text(e["time"] / 1e9, -0.5, _admin_outcome(e), rotation=90, fontsize=7, va="bottom",
+                    color="#2e7d32" if e["type"] == "ok" else "#c62828")
     draw_link_faults(ax, entries, y, end)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
-    ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
+    ax.set_title(title + "  (red: down, yellow: paused, grey: ZooKeeper ensemble degraded, x: a broker's "
+                 "ZooKeeper session ended, navy: controller, orange bar: throttled; tiered "
                  "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
                  "fault, teal: request fault / clock skew, dashed: admin operation; top bar: link fault, brown cut /"
                  " black blackhole / blue latency / teal bandwidth)", fontsize=9)
