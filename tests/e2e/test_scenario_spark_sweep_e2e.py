@@ -12,7 +12,7 @@ import pytest
 
 from kafkatier.testing.spark_standalone import StandaloneCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 # The quickest scenario there is: one broker, a 4-second producer run, one pause the seed places.
 TINY = """# A one-broker scenario for sweep tests.
@@ -47,7 +47,7 @@ def _file(tmp_path, name: str, text: str) -> str:
 
 def _sweep(*args, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "sweep", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=380)
+                          cwd=cwd, capture_output=True, text=True, timeout=1100)
 
 
 def _rows(output: str) -> list[dict]:
