@@ -107,8 +107,15 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
-        "spark_rows": _spark_rows(entries), "warnings": warnings(entries),
+        "spark_rows": _spark_rows(entries), "warnings": warnings(entries), "admin": admin_outcomes(entries),
     }
+
+
+def admin_outcomes(entries: list[dict]) -> list[dict]:
+    """Every admin operation with its outcome: ``ok``, ``fail`` (a definite error) or ``info`` (unknown: the
+    answer was lost or timed out), the error's name, seconds after the start."""
+    return [{"f": e["f"], "outcome": e["type"], "error": e.get("error"), "at_s": round(e["time"] / 1e9, 3),
+             "value": e.get("value")} for e in entries if e["process"] == "admin" and e["type"] != "invoke"]
 
 
 def _spark_rows(entries: list[dict]) -> dict:
@@ -253,6 +260,9 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
 
 # ------------------------------------------------------------------------------------------------ html
 
+ADMIN_OUTCOMES = {"ok": "ok", "fail": "failed", "info": "unknown (answer lost or timed out)"}
+
+
 def _secs(t: float | None) -> str:
     return "" if t is None else f"{t:.2f}"
 
@@ -278,6 +288,9 @@ def write_html(path: str, res: dict) -> None:
                     f"<td>{e(s.get('status', ''))}</td><td><code>{e(s['describe'])}</code></td></tr>"
                     for s in schedule_in_time_order(res["schedule"]))
     warns = "".join(f"<li>{e(w)}</li>" for w in res.get("warnings", ()))
+    admin = "".join(f"<tr><td>{a['at_s']:.2f}</td><td>{e(a['f'])}</td><td class=\"{'ok' if a['outcome'] == 'ok' else 'bad'}\">"
+                    f"{e(ADMIN_OUTCOMES.get(a['outcome'], a['outcome']))}</td><td>{e(a.get('error') or '')}</td>"
+                    f"<td><code>{e(json.dumps(a.get('value'))[:200])}</code></td></tr>" for a in res.get("admin", ()))
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
@@ -295,6 +308,7 @@ Replay: <code>{e(res['replay'])}</code></p>
 {'<h2>Warnings</h2><ul>' + warns + '</ul>' if warns else ''}
 <h2>Schedule (time order)</h2><table><tr><th>#</th><th>planned s</th><th>happened s</th><th>status</th>
 <th>step</th></tr>{sched}</table>
+{'<h2>Admin operations</h2><table><tr><th>s</th><th>operation</th><th>outcome</th><th>error</th><th>request</th></tr>' + admin + '</table>' if admin else ''}
 <h2>Operations</h2><table>{counts_rows}</table>
 <h2>Latencies</h2><pre>{e(json.dumps(res['latencies'], indent=1))}</pre>
 </body></html>"""
@@ -314,6 +328,10 @@ def summary(res: dict) -> str:
     lines = [f"== {res['scenario']} seed {res['seed']}{' (quick)' if res['quick'] else ''}: "
              f"{'VALID' if res['valid'] else 'INVALID'} in {res['elapsed_s']} s"]
     sends = res["counts"].get("send", {})
+    spark = res.get("spark_rows") or {}
+    if spark:   # a Spark producer's rows are acknowledged by its job, not send by send
+        lines.append(f"   spark rows: {spark['rows']} written by jobs that succeeded, {spark['lost']} lost, "
+                     f"{spark['duplicates']} duplicates (task retries, allowed)")
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
                  + ", ".join(f"{f}={n}" for f, n in drawn_faults(res).items()))
