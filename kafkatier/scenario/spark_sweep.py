@@ -242,9 +242,9 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
     finally:
         spark.stop()
     result = SweepResult(rows=rows, output=output, elapsed_s=time.monotonic() - t0)
-    reasons = {r["reason"] for r in rows}
-    if all(r["outcome"] == "error" for r in rows) and len(reasons) == 1 and "no Java" in next(iter(reasons)):
-        raise SweepSetupError(next(iter(reasons)))
+    why = setup_failure(rows)
+    if why is not None:
+        raise SweepSetupError(why)
     out(summary_table(rows))
     bad = [r for r in rows if r["exit_code"] != 0]
     out(f"{len(rows)} seeds in {result.elapsed_s:.0f}s ({3600 * len(rows) / max(result.elapsed_s, 1e-9):.0f} "
@@ -255,6 +255,15 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         out(f"  replay seed {r['seed']}: {r['replay']}")
     report.write_sweep_html(os.path.join(output, "index.html"), spec.name, master, rows, result.elapsed_s)
     return result
+
+
+def setup_failure(rows: list[dict]) -> str | None:
+    """Why no seed could run, when every seed failed for the same reason of the executors (no Java): the sweep
+    then ends with that one line instead of a table of identical errors."""
+    reasons = {r["reason"] for r in rows if r["outcome"] == "error"}
+    if len(reasons) == 1 and all(r["outcome"] == "error" for r in rows) and "no Java" in next(iter(reasons)):
+        return next(iter(reasons))
+    return None
 
 
 def _write_parquet(spark, rows: list[dict], path: str) -> None:

@@ -2,10 +2,13 @@
 exit codes and the summary table (the sweeps themselves: tests/e2e/test_scenario_spark_sweep_e2e.py)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from kafkatier.scenario.spark_sweep import (ROW_FIELDS, SeedTask, SweepResult, SweepSetupError, check_master,
-                                            run_seed, summary_table)
+                                            run_seed, setup_failure, summary_table)
 
 
 def test_a_seed_on_an_executor_without_java_is_an_error_row(tmp_path, monkeypatch):
@@ -38,3 +41,25 @@ def test_exit_codes_anomalies_first_then_runs_that_could_not_complete():
 def test_summary_table_has_a_row_per_seed_and_the_outcomes():
     text = summary_table([_row(1, "valid", 0), dict(_row(2, "error", 3), reason="no Java")])
     assert "no Java" in text and text.splitlines()[-1] == "outcomes: error=1, valid=1"
+
+
+def test_executors_without_java_end_the_sweep_with_one_line():
+    no_java = dict(_row(1, "error", 3), reason="no Java on executor h/1 (the embedded ZooKeeper needs Java 17+)")
+    assert setup_failure([no_java, dict(no_java, seed=2)]) == no_java["reason"]
+    assert setup_failure([no_java, _row(2, "valid", 0)]) is None
+
+
+def _sweep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "sweep", "nemesis-broker-faults", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["--seeds", "5..1", "--spark"], 2, "below"),
+    (["--seeds", "1..2", "--spark", "--master", "spark://127.0.0.1:1"], 3, "unreachable"),
+    (["--seeds", "1..2", "--spark", "--master", "mesos://x"], 2, "--master"),
+    (["--seeds", "1..2", "--master", "local[2]"], 2, "need --spark"),
+])
+def test_cli_bad_input_is_one_line(args, code, words):
+    p = _sweep(*args)
+    assert p.returncode == code and len(p.stderr.strip().splitlines()) == 1 and words in p.stderr, p.stderr
