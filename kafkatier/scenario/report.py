@@ -307,8 +307,8 @@ Replay: <code>{e(res['replay'])}</code></p>
 {'<h2>Unmet expectations</h2><ul>' + unmet + '</ul>' if unmet else ''}
 {'<h2>Warnings</h2><ul>' + warns + '</ul>' if warns else ''}
 <h2>Schedule (time order)</h2><table><tr><th>#</th><th>planned s</th><th>happened s</th><th>status</th>
-<th>step</th></tr>{sched}</table>
-{'<h2>Admin operations</h2><table><tr><th>s</th><th>operation</th><th>outcome</th><th>error</th><th>request</th></tr>' + admin + '</table>' if admin else ''}
+<th>step</th></tr>{sched}</table><p>Schedule times: seconds after the workload started.</p>
+{'<h2>Admin operations</h2><table><tr><th>s since the run started (history time)</th><th>operation</th><th>outcome</th><th>error</th><th>request</th></tr>' + admin + '</table>' if admin else ''}
 <h2>Operations</h2><table>{counts_rows}</table>
 <h2>Latencies</h2><pre>{e(json.dumps(res['latencies'], indent=1))}</pre>
 </body></html>"""
