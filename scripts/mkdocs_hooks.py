@@ -3,7 +3,8 @@ so the reference cannot drift from what the code accepts.
 
 ``<!-- scenario-schema -->`` in a page is replaced by the reference of the scenario file format, rendered from
 ``kafkatier/scenario/scenario.schema.json`` (the schema the loader validates every scenario file against): one
-table per TOML table or array of tables, one row per key with its type, its constraints and its description.
+table per TOML table or array of tables, one row per key with its type, its constraints and its description, and
+one row per value of an enum that describes its values (``enumDescriptions``: the schedule's actions).
 Only the JSON file is read (no kafkatier import), so the site builds without the package's dependencies.
 """
 from __future__ import annotations
@@ -68,6 +69,11 @@ def _table(title: str, name: str, obj: dict, defs: dict, path: str) -> str:
         if _sections(key, prop, defs, sub):
             meaning = (meaning + "; " if meaning else "") + f"see `[{sub}]` below"
         rows.append(f"| {key_cell} | {_cell(_type(prop, defs))} | {_cell(meaning)} |")
+    for key, prop in obj.get("properties", {}).items():
+        # An enum whose values each have a meaning (``enumDescriptions``, as editors read it): one row per value.
+        if prop.get("enumDescriptions"):
+            rows += ["", f"Values of `{key}`:", "", "| value | what it does |", "|---|---|"]
+            rows += [f"| `{json.dumps(v)}` | {_cell(d)} |" for v, d in zip(prop["enum"], prop["enumDescriptions"])]
     return "\n".join(rows)
 
 
@@ -84,6 +90,8 @@ def _type(prop: dict, defs: dict, expand: bool = False) -> str:
     if ref.startswith("#/$defs/") and not expand:
         return f"`{ref.split('/')[-1]}`"
     prop = _resolve(prop, defs) if ref else prop
+    if prop.get("enumDescriptions"):
+        return "one of the values below"
     if "enum" in prop:
         return "one of " + ", ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
     if "oneOf" in prop:

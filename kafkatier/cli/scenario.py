@@ -1,12 +1,12 @@
-"""``kafkatier scenario list | run FILE [--seed N] [--quick] | replay RUN_DIR [--check] | sweep FILE --seeds A..B
-[--parallel K]``: failover scenarios (see kafkatier/scenario/)."""
+"""``kafkatier scenario list | run FILE|NAME [--seed N] [--quick] [--dry-run] | replay RUN_DIR [--check] |
+sweep FILE|NAME --seeds A..B [--parallel K | --spark [--master URL] [--output DIR]]``: failover scenarios (see
+kafkatier/scenario/)."""
 from __future__ import annotations
 
 import glob
 import json
 import os
 
-DEFAULT_DIR = "scenarios"
 RUN_INCOMPLETE = 3   # exit code of a run that could not complete (no verdict: neither valid nor anomalies)
 
 
@@ -15,14 +15,16 @@ def register(sub) -> None:
     ssub = p.add_subparsers(dest="scenario_command", metavar="ACTION")
     ssub.required = True
 
-    ls = ssub.add_parser("list", help="the scenarios in a folder and what each shows")
-    ls.add_argument("--dir", default=DEFAULT_DIR)
+    ls = ssub.add_parser("list", help="the scenario library (or the scenarios in a folder) and what each shows")
+    ls.add_argument("--dir", default=None, help="a folder of scenario files (default: the installed library)")
     ls.set_defaults(func=_list)
 
     run = ssub.add_parser("run", help="run one scenario file")
-    run.add_argument("file")
+    run.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     _run_options(run)
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate the file, print the schedule the seed draws (in time order) and exit 0")
     run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
                      help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
                           "then skipped")
@@ -36,9 +38,18 @@ def register(sub) -> None:
     rp.set_defaults(func=_replay)
 
     sw = ssub.add_parser("sweep", help="run a scenario for a range of seeds; keep only failing runs")
-    sw.add_argument("file")
+    sw.add_argument("file", metavar="FILE|NAME", help="a scenario file, or the name of a library scenario")
     sw.add_argument("--seeds", required=True, help="A..B (inclusive)")
-    sw.add_argument("--parallel", type=int, default=1)
+    sw.add_argument("--parallel", type=int, default=1, help="without --spark: runs at a time on this machine")
+    sw.add_argument("--spark", action="store_true", help="run each seed as a Spark task (see --master)")
+    sw.add_argument("--master", default=None, metavar="URL",
+                    help="with --spark: local[N] (default local[2]) or spark://HOST:PORT of a standalone cluster")
+    sw.add_argument("--per-executor", type=int, default=None, metavar="K",
+                    help="with --spark on a cluster: seeds one executor runs at once (spark.executor.cores)")
+    sw.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="with --spark: a Spark setting")
+    sw.add_argument("--output", default=None, metavar="DIR",
+                    help="with --spark: where results.parquet, index.html and failing runs go, shared with the "
+                         "executors (default: RUNS_DIR/sweep-NAME)")
     _run_options(sw)
     sw.set_defaults(func=_sweep)
 
@@ -51,9 +62,9 @@ def _run_options(p) -> None:
 
 def _load(path: str):
     from kafkatier.cli.main import UsageError
-    from kafkatier.scenario.spec import ScenarioSpecError, load
+    from kafkatier.scenario.spec import ScenarioSpecError, load, resolve
     try:
-        return load(path)
+        return load(resolve(path))
     except ScenarioSpecError as e:
         raise UsageError(str(e)) from None
 
@@ -68,7 +79,8 @@ def _first_comment(path: str) -> str:
 
 def _list(args) -> int:
     from kafkatier.cli.main import UsageError
-    files = sorted(glob.glob(os.path.join(args.dir, "*.toml")))
+    from kafkatier.scenario.spec import library
+    files = library() if args.dir is None else sorted(glob.glob(os.path.join(args.dir, "*.toml")))
     if not files:
         raise UsageError(f"no scenario files (*.toml) in {args.dir}")
     for f in files:
@@ -83,6 +95,8 @@ def _run(args) -> int:
     from kafkatier.cli.main import UsageError
     from kafkatier.scenario.runner import run_scenario
     spec = _load(args.file)
+    if args.dry_run:
+        return _dry_run(spec, args.seed, args.quick)
     if args.zookeeper:
         host, _, port = args.zookeeper.rpartition(":")
         if not host or not port.isdigit():
@@ -90,6 +104,22 @@ def _run(args) -> int:
         spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
     return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
                                          progress=False if args.no_progress else None))
+
+
+def _dry_run(spec, seed: int | None, quick: bool) -> int:
+    import random
+
+    from kafkatier.scenario.runner import replay_command
+    from kafkatier.scenario.schedule import derive
+    if seed is None:
+        seed = random.SystemRandom().randrange(1, 10**6)
+    profile = spec.profile(quick)
+    schedule = derive(profile, seed)
+    print(f"scenario {spec.name}{' (quick)' if quick else ''}: seed {seed}, {profile.duration_s:g}s, "
+          f"schedule digest {schedule.digest()} (dry run: nothing started)")
+    print(schedule.describe())
+    print(f"run it: {replay_command(spec, seed, quick)}")
+    return 0
 
 
 def _guarded(run) -> int:
@@ -142,5 +172,33 @@ def _sweep(args) -> int:
         raise UsageError(str(e)) from None
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
-    results = sweep(args.file, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
+    if args.spark:
+        return _spark_sweep(args, spec, seeds)
+    if args.master or args.per_executor or args.conf or args.output:
+        raise UsageError("--master, --per-executor, --conf and --output need --spark")
+    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
     return 0 if all(r.exit_code == 0 for r in results) else 1
+
+
+def _spark_sweep(args, spec, seeds) -> int:
+    import sys
+
+    from kafkatier.cli.main import UsageError
+    from kafkatier.scenario.spark_sweep import SweepSetupError, spark_sweep
+    master = args.master or "local[2]"
+    if not (master.startswith(("local", "spark://", "yarn", "k8s://"))):
+        raise UsageError(f"--master: expected local[N] or spark://HOST:PORT, got {master!r}")
+    if args.per_executor is not None and args.per_executor < 1:
+        raise UsageError("--per-executor must be at least 1")
+    conf = {}
+    for c in args.conf:
+        key, sep, value = c.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--conf: expected KEY=VALUE, got {c!r}")
+        conf[key] = value
+    output = args.output or os.path.join(args.runs_dir, f"sweep-{spec.name}")
+    try:
+        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf).exit_code
+    except SweepSetupError as e:
+        print(f"kafkatier scenario sweep: {e}", file=sys.stderr)
+        return RUN_INCOMPLETE

@@ -1,15 +1,15 @@
 """Failover scenarios: seeded fault schedules against a real cluster, recorded histories, Jepsen-style
-checkers, timelines.  See ``scenarios/`` for the library and docs/scenarios.md.
+checkers, timelines.  The library is ``library/`` (``scenarios/`` in a checkout links to it) and docs/scenarios.md.
 
 Python API (a pytest test runs a scenario in a few lines)::
 
     from kafkatier.scenario import run_scenario
-    result = run_scenario("scenarios/controller-kill-during-disabling.toml", seed=7, quick=True,
+    result = run_scenario("controller-kill-during-disabling", seed=7, quick=True,   # a library name or a path
                           runs_dir=str(tmp_path))
     assert result.valid, result.anomalies
 
 Modules: ``spec`` (file format and loader), ``schedule`` (seeded PRNG), ``faults``, ``workloads``,
-``observer`` (ZooKeeper), ``history``, ``checkers/``, ``report``, ``runner``, ``sweep``.
+``observer`` (ZooKeeper), ``history``, ``checkers/``, ``report``, ``runner``, ``sweep``, ``spark_sweep``.
 Imports point down: scenario -> cluster -> server/log/zk (never into server internals).
 """
 from __future__ import annotations

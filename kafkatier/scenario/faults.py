@@ -91,36 +91,62 @@ class Faults:
         pid = self._pid(broker_id)
         return pid_alive(pid) and pid not in self._paused
 
-    def resolve(self, target, pick: float) -> int:
-        """The broker a step's target means now (see schedule.py for ``pick``)."""
+    def resolve(self, target, pick: float, exclude: tuple = ()) -> int:
+        """The broker a step's target means now (see schedule.py for ``pick``), never one ``exclude`` names:
+        a broker id, ``controller``, ``paused`` (a broker this run has paused) or ``leader:TOPIC/P``.  A target that
+        means one broker (``controller``, ``leader:``, an id) which is excluded is a :class:`FaultError`."""
         snap = self.observer.snapshot
+        excluded = self._excluded(exclude)
         live = [b for b in self.broker_ids() if self.alive(b)]
-        if isinstance(target, int):
-            return target
-        if target == "controller":
-            if snap.controller is None:
-                raise FaultError("no controller to target")
-            return snap.controller
+        if isinstance(target, int) or target == "controller" or target.startswith("leader:"):
+            if isinstance(target, int):
+                broker = target
+            elif target == "controller":
+                if snap.controller is None:
+                    raise FaultError("no controller to target")
+                broker = snap.controller
+            else:
+                topic, p = target[7:].rsplit("/", 1)
+                broker = snap.leader(topic, int(p))
+                if broker is None or not self.alive(broker):
+                    raise FaultError(f"{target[7:]} has no live leader (ZooKeeper names {broker})")
+            if broker in excluded:
+                raise FaultError(f"target {target} is broker {broker}, which is excluded ({', '.join(exclude)})")
+            return broker
         if target == "random":
             candidates = live
         elif target == "non-controller":
             candidates = [b for b in live if b != snap.controller]
-        elif target.startswith("leader:"):
-            topic, p = target[7:].rsplit("/", 1)
-            leader = snap.leader(topic, int(p))
-            if leader is None or not self.alive(leader):
-                raise FaultError(f"{target[7:]} has no live leader (ZooKeeper names {leader})")
-            return leader
         elif target.startswith("follower:"):
             topic, p = target[9:].rsplit("/", 1)
             leader = snap.leader(topic, int(p))
             candidates = [b for b in snap.replicas(topic, int(p)) if b != leader and b in live]
         else:
             raise FaultError(f"unknown target {target!r}")
-        candidates = sorted(candidates)
+        candidates = sorted(b for b in candidates if b not in excluded)
         if not candidates:
-            raise FaultError(f"no live broker for target {target!r}")
+            raise FaultError(f"no live broker for target {target!r}" + (
+                f" outside {', '.join(map(str, exclude))}" if exclude else ""))
         return candidates[min(int(pick * len(candidates)), len(candidates) - 1)]
+
+    def _excluded(self, exclude: tuple) -> set[int]:
+        snap = self.observer.snapshot
+        out: set[int] = set()
+        for e in exclude:
+            if isinstance(e, int):
+                out.add(e)
+            elif e == "controller" and snap.controller is not None:
+                out.add(snap.controller)
+            elif e == "paused":
+                with self._lock:
+                    paused = set(self._paused)
+                out.update(b for b in self.broker_ids() if self._pid(b) in paused)
+            elif isinstance(e, str) and e.startswith("leader:"):
+                topic, p = e[7:].rsplit("/", 1)
+                leader = snap.leader(topic, int(p))
+                if leader is not None:
+                    out.add(leader)
+        return out
 
     # -- brokers ---------------------------------------------------------------------------------------------
     def _registration(self, broker_id: int) -> int | None:

@@ -15,7 +15,7 @@ import os
 from collections import Counter, defaultdict
 
 from kafkatier.common.atomic_file import atomic_write
-from kafkatier.scenario.checkers import Anomaly, split
+from kafkatier.scenario.checkers import Anomaly, final, split
 from kafkatier.scenario.history import pairs
 from kafkatier.scenario.network_faults import draw_timeline as draw_link_faults
 
@@ -65,21 +65,57 @@ def latencies(entries: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def warnings(entries: list[dict]) -> list[str]:
+    """What a person should know that is not an anomaly: duplicates Kafka allows (a non-idempotent producer's
+    retries, or an idempotent one's after a send timed out in flight), counted from the final reads."""
+    idempotent = {e["process"]: bool(e["value"].get("idempotence")) for e in entries
+                  if e["f"] == "start" and e["process"].startswith("producer")}
+    timed_out = {e["process"] for e in entries if e["f"] == "send" and e["type"] == "info"}
+    where: dict[tuple[str, str], int] = Counter()
+    for tp, part in (final(entries, "final-read") or {}).items():
+        for _, v in part.get("records", ()):
+            where[(tp.split("/")[0], v)] += 1
+    dups: Counter = Counter()
+    for (_, v), n in where.items():
+        if n > 1:
+            dups[v.split(":")[0]] += n - 1
+    out = []
+    for process, n in sorted(dups.items()):
+        if process not in idempotent:
+            continue
+        if not idempotent[process]:
+            out.append(f"{n} duplicate records from {process}, a non-idempotent producer (its retries append again; "
+                       f"Kafka allows this: set idempotence = true to rule it out)")
+        elif process in timed_out:
+            out.append(f"{n} duplicate records from {process}, an idempotent producer after a send timed out in "
+                       f"flight (its sequence numbers were reset; Kafka allows this)")
+    return out
+
+
 def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anomalies: list[Anomaly],
-            unmet: list[str], replay: str, elapsed_s: float, run_dir: str) -> dict:
+            unmet: list[str], replay: str, elapsed_s: float, run_dir: str, steps: dict | None = None) -> dict:
+    """``steps``: step number -> ``{"happened_at": s, "status": ...}`` as the runner applied it."""
     anomalies, accepted = split(anomalies)
     valid = not anomalies and not unmet
     faults = Counter(e["f"] for e in entries if e["process"] == "nemesis")
     return {
         "scenario": spec.name, "file": spec.path, "seed": seed, "quick": quick, "valid": valid,
         "exit_code": 0 if valid else 1, "elapsed_s": round(elapsed_s, 1), "run_dir": run_dir,
-        "replay": replay, "swarm_weights": schedule.swarm_weights, "schedule": schedule.to_json(),
+        "replay": replay, "swarm_weights": schedule.swarm_weights,
+        "schedule": [dict(s, **(steps or {}).get(s["number"], {})) for s in schedule.to_json()],
         "anomalies": [a.to_json() for a in anomalies], "accepted": [a.to_json() for a in accepted],
         "unmet_expectations": unmet,
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
-        "spark_rows": _spark_rows(entries),
+        "spark_rows": _spark_rows(entries), "warnings": warnings(entries), "admin": admin_outcomes(entries),
     }
+
+
+def admin_outcomes(entries: list[dict]) -> list[dict]:
+    """Every admin operation with its outcome: ``ok``, ``fail`` (a definite error) or ``info`` (unknown: the
+    answer was lost or timed out), the error's name, seconds after the start."""
+    return [{"f": e["f"], "outcome": e["type"], "error": e.get("error"), "at_s": round(e["time"] / 1e9, 3),
+             "value": e.get("value")} for e in entries if e["process"] == "admin" and e["type"] != "invoke"]
 
 
 def _spark_rows(entries: list[dict]) -> dict:
@@ -101,6 +137,36 @@ def _spans(events: list[tuple[float, object]], end: float) -> list[tuple[float, 
     return out
 
 
+ZK_STATES = {"zk_pause": "paused", "zk_resume": "up", "zk_stop": "down", "zk_start": "up",
+             "zk_kill_leader": "degraded", "zk_server_start": "up", "zk_pause_server": "degraded",
+             "zk_resume_server": "up"}
+
+
+def _admin_outcome(e: dict) -> str:
+    """``alter-config ok``, ``reassign fail: NO_REASSIGNMENT_IN_PROGRESS``..."""
+    error = e.get("error")
+    return f"{e['f']} {e['type']}" + (f": {error}" if error and e["type"] != "ok" else "")
+
+
+def _zookeeper_lane(ax, entries: list[dict], row: int, end: float, colours: dict) -> None:
+    """ZooKeeper: up / paused / down (the embedded server; an ensemble server down or paused: degraded, grey),
+    and a black cross where a broker's registration (its ZooKeeper session) ended."""
+    evs = [(0.0, "up")] + [(e["time"] / 1e9, ZK_STATES[e["f"]]) for e in entries
+                           if e["process"] == "nemesis" and e["f"] in ZK_STATES]
+    fill = dict(colours, degraded="#9e9e9e")
+    for t0, t1, st in _spans(evs, end):
+        ax.barh(row, t1 - t0, left=t0, height=0.6, color=fill[st], edgecolor="none")
+    registered: set[str] | None = None
+    for e in entries:
+        if e["process"] == "observer" and (e.get("value") or {}).get("kind") == "brokers":
+            ids = set(e["value"]["ids"])
+            for b in sorted((registered or set()) - ids):
+                t = e["time"] / 1e9
+                ax.plot([t], [row], marker="x", color="black", ms=6)
+                ax.text(t, row + 0.32, f"b{b} session", fontsize=6, ha="center")
+            registered = ids
+
+
 def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -109,7 +175,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     end = max((e["time"] for e in entries), default=1) / 1e9
     tiered_topics = sorted({e["value"]["topic"] for e in entries if e["process"] == "observer"
                             and (e.get("value") or {}).get("kind") == "tiered"})
-    lanes = [f"broker {b}" for b in brokers] + [f"tiered {t}" for t in tiered_topics]
+    lanes = [f"broker {b}" for b in brokers] + ["zookeeper"] + [f"tiered {t}" for t in tiered_topics]
     fig, (ax, ax_tp, ax_lat) = plt.subplots(3, 1, figsize=(13, 2.2 + 0.45 * len(lanes) + 3.6), sharex=True,
                                             gridspec_kw={"height_ratios": [max(2, len(lanes)), 1.4, 1.4]})
     y = {lane: i for i, lane in enumerate(lanes)}
@@ -128,6 +194,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     for b, evs in state.items():
         for t0, t1, s in _spans(evs, end):
             ax.barh(y[f"broker {b}"], t1 - t0, left=t0, height=0.6, color=colours[s], edgecolor="none")
+    _zookeeper_lane(ax, entries, y["zookeeper"], end, colours)
     # controller tenure: a dark bar inside the lane
     ctrl = [(e["time"] / 1e9, e["value"]["broker"]) for e in entries if e["process"] == "observer"
             and (e.get("value") or {}).get("kind") == "controller"]
@@ -158,10 +225,14 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
             ax.text(t, len(lanes) - 0.4, _marker_label(e), rotation=90, fontsize=7, va="top", color=colour)
         if e["process"] == "admin" and e["type"] == "invoke":
             ax.axvline(e["time"] / 1e9, color="#1565c0", alpha=0.35, lw=1, ls="--")
+        elif e["process"] == "admin":   # the outcome of an admin operation, where it completed
+            ax.text(e["time"] / 1e9, -0.5, _admin_outcome(e), rotation=90, fontsize=7, va="bottom",
+                    color="#2e7d32" if e["type"] == "ok" else "#c62828")
     draw_link_faults(ax, entries, y, end)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
-    ax.set_title(title + "  (red: down, yellow: paused, navy: controller, orange bar: throttled; tiered "
+    ax.set_title(title + "  (red: down, yellow: paused, grey: ZooKeeper ensemble degraded, x: a broker's "
+                 "ZooKeeper session ended, navy: controller, orange bar: throttled; tiered "
                  "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
                  "fault, teal: request fault / clock skew, dashed: admin operation; top bar: link fault, brown cut /"
                  " black blackhole / blue latency / teal bandwidth)", fontsize=9)
@@ -189,6 +260,21 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
 
 # ------------------------------------------------------------------------------------------------ html
 
+ADMIN_OUTCOMES = {"ok": "ok", "fail": "failed", "info": "unknown (answer lost or timed out)"}
+
+
+def _secs(t: float | None) -> str:
+    return "" if t is None else f"{t:.2f}"
+
+
+def schedule_in_time_order(schedule: list[dict]) -> list[dict]:
+    """Steps by the time they happened (else were planned); steps that never ran last."""
+    def key(s: dict):
+        t = s.get("happened_at", s.get("at"))
+        return (t is None, t or 0.0, s["number"])
+    return sorted(schedule, key=key)
+
+
 def write_html(path: str, res: dict) -> None:
     e = html.escape
     status = "VALID" if res["valid"] else "ANOMALIES FOUND"
@@ -198,7 +284,13 @@ def write_html(path: str, res: dict) -> None:
     unmet = "".join(f"<li>{e(u)}</li>" for u in res["unmet_expectations"])
     accepted = "".join(f"<li><b>{e(a['checker'])}/{e(a['type'])}</b>: {e(a['message'])} &mdash; {e(a['accepted'])}"
                        f"</li>" for a in res.get("accepted", ()))
-    sched = "".join(f"<li><code>{e(s['describe'])}</code></li>" for s in res["schedule"])
+    sched = "".join(f"<tr><td>{s['number']}</td><td>{_secs(s.get('at'))}</td><td>{_secs(s.get('happened_at'))}</td>"
+                    f"<td>{e(s.get('status', ''))}</td><td><code>{e(s['describe'])}</code></td></tr>"
+                    for s in schedule_in_time_order(res["schedule"]))
+    warns = "".join(f"<li>{e(w)}</li>" for w in res.get("warnings", ()))
+    admin = "".join(f"<tr><td>{a['at_s']:.2f}</td><td>{e(a['f'])}</td><td class=\"{'ok' if a['outcome'] == 'ok' else 'bad'}\">"
+                    f"{e(ADMIN_OUTCOMES.get(a['outcome'], a['outcome']))}</td><td>{e(a.get('error') or '')}</td>"
+                    f"<td><code>{e(json.dumps(a.get('value'))[:200])}</code></td></tr>" for a in res.get("admin", ()))
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
@@ -213,7 +305,10 @@ Replay: <code>{e(res['replay'])}</code></p>
 <h2>Anomalies</h2>{'<table><tr><th>checker</th><th>type</th><th>what</th><th>witnesses</th></tr>' + rows + '</table>' if rows else '<p>none</p>'}
 {'<h2>Accepted (Kafka allows this loss)</h2><ul>' + accepted + '</ul>' if accepted else ''}
 {'<h2>Unmet expectations</h2><ul>' + unmet + '</ul>' if unmet else ''}
-<h2>Schedule</h2><ul>{sched}</ul>
+{'<h2>Warnings</h2><ul>' + warns + '</ul>' if warns else ''}
+<h2>Schedule (time order)</h2><table><tr><th>#</th><th>planned s</th><th>happened s</th><th>status</th>
+<th>step</th></tr>{sched}</table><p>Schedule times: seconds after the workload started.</p>
+{'<h2>Admin operations</h2><table><tr><th>s since the run started (history time)</th><th>operation</th><th>outcome</th><th>error</th><th>request</th></tr>' + admin + '</table>' if admin else ''}
 <h2>Operations</h2><table>{counts_rows}</table>
 <h2>Latencies</h2><pre>{e(json.dumps(res['latencies'], indent=1))}</pre>
 </body></html>"""
@@ -221,15 +316,25 @@ Replay: <code>{e(res['replay'])}</code></p>
         f.write(page)
 
 
+# Nemesis entries that are not faults a run drew (set-up, heal, the end of a timed fault).
+NOT_FAULTS = ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume", "unthrottle", "link-heal")
+
+
+def drawn_faults(res: dict) -> dict[str, int]:
+    return {f: n for f, n in res.get("faults", {}).items() if f not in NOT_FAULTS}
+
+
 def summary(res: dict) -> str:
     lines = [f"== {res['scenario']} seed {res['seed']}{' (quick)' if res['quick'] else ''}: "
              f"{'VALID' if res['valid'] else 'INVALID'} in {res['elapsed_s']} s"]
     sends = res["counts"].get("send", {})
+    spark = res.get("spark_rows") or {}
+    if spark:   # a Spark producer's rows are acknowledged by its job, not send by send
+        lines.append(f"   spark rows: {spark['rows']} written by jobs that succeeded, {spark['lost']} lost, "
+                     f"{spark['duplicates']} duplicates (task retries, allowed)")
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
-                 + ", ".join(f"{f}={n}" for f, n in res.get("faults", {}).items()
-                             if f not in ("cluster_up", "heal", "started", "stopped", "resume", "zk_resume",
-                                          "unthrottle", "link-heal")))
+                 + ", ".join(f"{f}={n}" for f, n in drawn_faults(res).items()))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
@@ -239,7 +344,59 @@ def summary(res: dict) -> str:
         lines.append(f"   ACCEPTED {a['checker']}/{a['type']}: {a['message']} -- {a['accepted']}")
     for u in res["unmet_expectations"]:
         lines.append(f"   UNMET   {u}")
+    for w in res.get("warnings", ()):
+        lines.append(f"   WARNING {w}")
     lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")
     if not res["valid"]:
         lines.append(f"   replay: {res['replay']}")
     return "\n".join(lines)
+
+
+def write_sweep_html(path: str, name: str, where: str, rows: list[dict], elapsed_s: float) -> None:
+    """A sweep's page: the outcome, faults drawn and duration of every seed, and a histogram of durations."""
+    e = html.escape
+    outcomes = Counter(r["outcome"] for r in rows)
+    seed_rows = "".join(
+        f"<tr><td>{r['seed']}</td><td class=\"{'ok' if r['outcome'] == 'valid' else 'bad'}\">{e(r['outcome'])}"
+        f"</td><td>{r['duration_s']:.1f}</td><td>{e(', '.join(f'{k}={v}' for k, v in sorted(r['faults'].items())))}"
+        f"</td><td><code>{e(r['schedule_digest'] or '')}</code></td><td>{e(r['executor'])}</td>"
+        f"<td>{e('; '.join(r['anomalies']) or r['reason'] or '')}</td>"
+        f"<td>{_run_link(path, r)}<code>{e(r['replay'])}</code></td></tr>" for r in rows)
+    faults = Counter()
+    for r in rows:
+        faults.update(r["faults"])
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>sweep {e(name)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
+table{{border-collapse:collapse}} .ok{{color:#2e7d32}} .bad{{color:#c62828}} pre{{font-size:12px}}</style>
+</head><body>
+<h1>sweep {e(name)} &middot; {len(rows)} seeds</h1>
+<p>On {e(where)} in {elapsed_s:.0f} s: {e(', '.join(f'{k} {v}' for k, v in sorted(outcomes.items())))}.
+Rows: <code>results.parquet</code>.</p>
+<h2>Durations</h2><pre>{e(_histogram([r['duration_s'] for r in rows]))}</pre>
+<h2>Faults drawn (all seeds)</h2><p>{e(', '.join(f'{k}={v}' for k, v in sorted(faults.items())) or 'none')}</p>
+<h2>Seeds</h2><table><tr><th>seed</th><th>outcome</th><th>s</th><th>faults</th><th>schedule digest</th>
+<th>executor</th><th>anomalies / reason</th><th>run / replay</th></tr>{seed_rows}</table>
+</body></html>"""
+    with open(path, "w") as f:
+        f.write(page)
+
+
+def _run_link(page: str, row: dict) -> str:
+    if not row.get("run_dir"):
+        return ""
+    rel = os.path.relpath(os.path.join(row["run_dir"], "index.html"), os.path.dirname(page))
+    return f'<a href="{html.escape(rel)}">run</a> '
+
+
+def _histogram(values: list[float], bins: int = 8, width: int = 40) -> str:
+    """A text histogram (one line per bin: its range, a bar, the count)."""
+    if not values:
+        return "(no seeds)"
+    lo, hi = min(values), max(values)
+    step = (hi - lo) / bins or 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(int((v - lo) / step), bins - 1)] += 1
+    top = max(counts)
+    return "\n".join(f"{lo + i * step:7.1f}-{lo + (i + 1) * step:7.1f} s |{'#' * round(width * c / top):<{width}}| {c}"
+                     for i, c in enumerate(counts) if hi > lo or i == 0)

@@ -43,7 +43,7 @@ from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_
 from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.schedule import Schedule, Step, derive
-from kafkatier.scenario.spec import ScenarioSpec, load
+from kafkatier.scenario.spec import ScenarioSpec, in_library, load, resolve
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import paths
 from kafkatier.zk.client import start_client
@@ -88,7 +88,9 @@ class RunResult:
 
 
 def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
-    path = os.path.relpath(spec.path) if spec.path else spec.name
+    """The command that runs this seed again from any directory: a library scenario by its name (the same on
+    every machine with kafkatier installed), another file by its absolute path."""
+    path = spec.name if spec.path is None or in_library(spec.path) else os.path.abspath(spec.path)
     return f"kafkatier scenario run {path} --seed {seed}" + (" --quick" if quick else "")
 
 
@@ -96,7 +98,7 @@ def run_scenario(scenario: str | ScenarioSpec, seed: int | None = None, quick: b
                  runs_dir: str = "runs", progress: bool | None = None, out: Callable[[str], None] = print,
                  record: bool = True) -> RunResult:
     """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring."""
-    spec = load(scenario) if isinstance(scenario, str) else scenario
+    spec = load(resolve(scenario)) if isinstance(scenario, str) else scenario
     if seed is None:
         seed = random.SystemRandom().randrange(1, 10**6)
     return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record).run()
@@ -120,6 +122,7 @@ class ScenarioRunner:
         self._cancel = threading.Event()
         self._step_threads: list[threading.Thread] = []
         self.network: NetworkFaults | None = None   # with [cluster] links = true
+        self.steps: dict[int, dict] = {}   # step number -> when it really happened (s after start) and how it went
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -287,19 +290,24 @@ class ScenarioRunner:
         else:
             if not observer.wait_until(lambda s: _holds(a.when, s), a.when.timeout_s, self._cancel):
                 if not self._cancel.is_set():
+                    self.steps[step.number] = {"status": "skipped: condition not met"}
                     self.history.info("nemesis", "skipped", {"step": step.number, "reason": "condition not met"})
                     self.unmet.append(f"step #{step.number} ({step.origin}): condition not met within "
                                       f"{a.when.timeout_s:g}s")
                 return
             if a.delay_s and self._cancel.wait(a.delay_s):
                 return
+        happened = {"happened_at": round(time.monotonic() - t0, 3), "status": "running"}
+        self.steps[step.number] = happened
         try:
             self._apply(step, observer, faults)
+            happened["status"] = "done"
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
             if not isinstance(e, (FaultError, WaitTimeout)):
                 log.exception("step %s failed", step.number)
             reason = (str(e) if isinstance(e, (FaultError, WaitTimeout)) else repr(e))[:300]
             self.history.info("nemesis", "skipped", {"step": step.number, "reason": reason})
+            happened["status"] = f"skipped: {reason.splitlines()[0]}"
             log.info("step skipped %s", kv(step=step.number, reason=reason.splitlines()[0]))
             if step.origin != "nemesis" and not self._cancel.is_set():
                 # A step the scenario names did not happen: the run does not show what the scenario claims.
@@ -312,90 +320,28 @@ class ScenarioRunner:
         return tps[min(int(pick * len(tps)), len(tps) - 1)]
 
     def _apply(self, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
-        a = step.action
-        kind = a.action
-        if kind in LINK_ACTIONS:
-            self.network.apply(kind, a.link, a.target, a.topic, a.partition, step.pick, step.duration_s)
-        elif kind in ("kill", "terminate", "restart", "start", "pause", "expire_session"):
-            b = faults.resolve(a.target, step.pick)
-            if kind == "kill":
-                faults.kill(b, a.signal)
-            elif kind == "terminate":
-                faults.kill(b, "TERM")
-            elif kind == "restart":
-                faults.restart(b, a.signal, step.down_s)
-            elif kind == "start":
-                faults.start(b)
-            elif kind == "pause":
-                faults.pause(b, step.duration_s or 1.0)
-            else:
-                faults.expire_session(b)
-        elif kind == "zk_pause":
-            faults.zk_pause(step.duration_s or 1.0)
-        elif kind == "zk_restart":
-            faults.zk_restart(step.down_s)
-        elif kind == "kill_all":
-            faults.kill_all(step.down_s)
-        elif kind == "rolling_restart":
-            faults.rolling_restart(lambda: self._converged(observer, faults) is None, self.spec.heal_timeout_s)
-        elif kind == "zk_kill_leader":
-            faults.zk_kill_leader(step.down_s)
-        elif kind == "zk_pause_server":
-            faults.zk_pause_server(a.server, step.duration_s or 1.0)
-        elif kind == "zk_restart_ensemble":
-            faults.zk_restart_ensemble(step.down_s)
-        elif kind == "fail_log_dir":
-            faults.fail_log_dir(faults.resolve(a.target, step.pick), a.dir)
-        elif kind == "move_replica":
-            b = faults.resolve(a.target, step.pick)
-            dirs = faults.manager.broker(b)["log_dirs"]
-            index = a.dir
-            if index is None:   # the dir after the one holding the replica now
-                here = [i for i, d in enumerate(dirs) if os.path.isdir(os.path.join(d, f"{a.topic}-{a.partition}"))]
-                if not here:
-                    raise FaultError(f"broker {b} has no current directory of {a.topic}-{a.partition}")
-                index = (here[0] + 1) % len(dirs)
-            err = self.admin.move_replica(a.topic, a.partition, b, faults.log_dir(b, index))
-            self._expect_error(step, err)
-            if err is not None and step.action.expect_error is None:
-                raise FaultError(f"AlterReplicaLogDirs answered {err}")
-        elif kind == "alter_config":
-            err = self.admin.alter_config(a.topic, a.set, a.delete)
-            self._expect_error(step, err)
-        elif kind == "delete_records":
-            err = self.admin.delete_records(a.topic, a.partition, a.offset, a.timeout_ms)
-            self._expect_error(step, err)
-        elif kind == "controlled-shutdown":
-            faults.controlled_shutdown(faults.resolve(a.target, step.pick), [t.name for t in self.spec.topics],
-                                       step.down_s)
-        elif kind == "reassign":
-            err = self.admin_faults.reassign(a.topic, a.partition, a.replicas, a.via, step.pick)
-            self._expect_error(step, err)
-            if err is not None and a.expect_error is None:
-                raise FaultError(f"the reassignment was not started: {err}")
-        elif kind == "cancel-reassignment":
-            self._expect_error(step, self.admin_faults.cancel(a.topic, a.partition))
-        elif kind in ("preferred-election", "unclean-election"):
-            self._expect_error(step, self.admin_faults.elect(kind.split("-")[0], a.topic, a.partition))
-        elif kind in ("inject_errors", "clock_skew"):
-            self.request_faults.apply(a, faults.resolve(a.target, step.pick), step.duration_s)
-        elif kind == "throttle":
-            brokers = [faults.resolve(a.target, step.pick)] if a.target is not None else \
-                self.admin_faults.live_brokers()
-            if a.clear:
-                self.admin_faults.clear_throttles(None if a.target is None else brokers,
-                                                  None if a.topic is None else [a.topic])
-            else:
-                self.admin_faults.throttle(a.rate, brokers, a.topic, step.duration_s)
+        ACTIONS[step.action.action](self, step, observer, faults)
 
-    def _expect_error(self, step: Step, err: str | None) -> None:
+    def target(self, step: Step, faults: Faults) -> int:
+        """The broker the step's ``target`` means now, never one its ``not`` excludes."""
+        return faults.resolve(step.action.target, step.pick, exclude=step.action.exclude)
+
+    def expect_outcome(self, step: Step, err: str | None) -> None:
+        """The step's ``expect`` on an admin operation's outcome: an error name (``NONE``: success) or ``any``.
+        Without one, an admin operation's error is recorded in the history and the run goes on."""
         want = step.action.expect_error
-        if want is not None and (err or "NONE") != want:
+        if want is not None and want != "any" and (err or "NONE") != want:
             self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action}: expected {want}, got "
                               f"{err or 'NONE'}")
 
+    def require_outcome(self, step: Step, err: str | None, what: str) -> None:
+        """An admin operation the step needs to have happened: an error nobody expected skips the step."""
+        self.expect_outcome(step, err)
+        if err is not None and step.action.expect_error is None:
+            raise FaultError(f"{what}: {err}")
+
     # -- heal ------------------------------------------------------------------------------------------------
-    def _converged(self, observer: ZooKeeperObserver, faults: Faults) -> str | None:
+    def converged(self, observer: ZooKeeperObserver, faults: Faults) -> str | None:
         """None when the cluster is healthy, else what is still missing."""
         snap = observer.snapshot
         missing = [b for b in faults.broker_ids() if b not in snap.brokers]
@@ -428,7 +374,7 @@ class ScenarioRunner:
         why: list[str | None] = [None]
 
         def healthy() -> bool:
-            why[0] = (self._converged(observer, faults) or self._remote_pending(manager, observer)
+            why[0] = (self.converged(observer, faults) or self._remote_pending(manager, observer)
                       or self._moves_pending(manager) or self.admin_faults.pending())
             return why[0] is None
         try:
@@ -617,7 +563,7 @@ class ScenarioRunner:
         res = report.results(spec=self.spec, seed=self.seed, quick=self.quick, schedule=self.schedule,
                              entries=entries, anomalies=anomalies, unmet=self._expectations(entries),
                              replay=replay_command(self.base_spec, self.seed, self.quick), elapsed_s=elapsed,
-                             run_dir=self.run_dir)
+                             run_dir=self.run_dir, steps=self.steps)
         report.write_json(os.path.join(self.run_dir, "results.json"), res)
         write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
         try:
@@ -628,6 +574,165 @@ class ScenarioRunner:
         report.write_html(os.path.join(self.run_dir, "index.html"), res)
         self.out(report.summary(res))
         return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
+
+
+# ------------------------------------------------------------------------------------------------ actions
+# One handler per ``[[schedule]]`` action: ``handler(runner, step, observer, faults)``.  The schema's action enum
+# (scenario.schema.json, with a description of each) and this table hold the same names (a unit test checks), so
+# a new action is one ``@action`` function here, one enum entry there.
+Handler = Callable[[ScenarioRunner, Step, ZooKeeperObserver, Faults], None]
+ACTIONS: dict[str, Handler] = {}
+
+
+def action(*names: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for n in names:
+            if n in ACTIONS:
+                raise ValueError(f"action {n!r} registered twice")
+            ACTIONS[n] = fn
+        return fn
+    return register
+
+
+@action(*LINK_ACTIONS)
+def _link(r: ScenarioRunner, step: Step, observer: ZooKeeperObserver, faults: Faults) -> None:
+    a = step.action
+    r.network.apply(a.action, a.link, a.target, a.topic, a.partition, step.pick, step.duration_s)
+
+
+@action("kill")
+def _kill(r, step, observer, faults) -> None:
+    faults.kill(r.target(step, faults), step.action.signal)
+
+
+@action("terminate")
+def _terminate(r, step, observer, faults) -> None:
+    faults.kill(r.target(step, faults), "TERM")
+
+
+@action("restart")
+def _restart(r, step, observer, faults) -> None:
+    faults.restart(r.target(step, faults), step.action.signal, step.down_s)
+
+
+@action("start")
+def _start(r, step, observer, faults) -> None:
+    faults.start(r.target(step, faults))
+
+
+@action("pause")
+def _pause(r, step, observer, faults) -> None:
+    faults.pause(r.target(step, faults), step.duration_s or 1.0)
+
+
+@action("expire_session")
+def _expire_session(r, step, observer, faults) -> None:
+    faults.expire_session(r.target(step, faults))
+
+
+@action("zk_pause")
+def _zk_pause(r, step, observer, faults) -> None:
+    faults.zk_pause(step.duration_s or 1.0)
+
+
+@action("zk_restart")
+def _zk_restart(r, step, observer, faults) -> None:
+    faults.zk_restart(step.down_s)
+
+
+@action("kill_all")
+def _kill_all(r, step, observer, faults) -> None:
+    faults.kill_all(step.down_s)
+
+
+@action("rolling_restart")
+def _rolling_restart(r, step, observer, faults) -> None:
+    faults.rolling_restart(lambda: r.converged(observer, faults) is None, r.spec.heal_timeout_s)
+
+
+@action("zk_kill_leader")
+def _zk_kill_leader(r, step, observer, faults) -> None:
+    faults.zk_kill_leader(step.down_s)
+
+
+@action("zk_pause_server")
+def _zk_pause_server(r, step, observer, faults) -> None:
+    faults.zk_pause_server(step.action.server, step.duration_s or 1.0)
+
+
+@action("zk_restart_ensemble")
+def _zk_restart_ensemble(r, step, observer, faults) -> None:
+    faults.zk_restart_ensemble(step.down_s)
+
+
+@action("fail_log_dir")
+def _fail_log_dir(r, step, observer, faults) -> None:
+    faults.fail_log_dir(r.target(step, faults), step.action.dir)
+
+
+@action("move_replica")
+def _move_replica(r, step, observer, faults) -> None:
+    a = step.action
+    b = r.target(step, faults)
+    dirs = faults.manager.broker(b)["log_dirs"]
+    index = a.dir
+    if index is None:   # the dir after the one holding the replica now
+        here = [i for i, d in enumerate(dirs) if os.path.isdir(os.path.join(d, f"{a.topic}-{a.partition}"))]
+        if not here:
+            raise FaultError(f"broker {b} has no current directory of {a.topic}-{a.partition}")
+        index = (here[0] + 1) % len(dirs)
+    r.require_outcome(step, r.admin.move_replica(a.topic, a.partition, b, faults.log_dir(b, index)),
+               "AlterReplicaLogDirs answered")
+
+
+@action("alter_config")
+def _alter_config(r, step, observer, faults) -> None:
+    a = step.action
+    r.expect_outcome(step, r.admin.alter_config(a.topic, a.set, a.delete))
+
+
+@action("delete_records")
+def _delete_records(r, step, observer, faults) -> None:
+    a = step.action
+    r.expect_outcome(step, r.admin.delete_records(a.topic, a.partition, a.offset, a.timeout_ms))
+
+
+@action("controlled-shutdown")
+def _controlled_shutdown(r, step, observer, faults) -> None:
+    faults.controlled_shutdown(r.target(step, faults), [t.name for t in r.spec.topics], step.down_s)
+
+
+@action("reassign")
+def _reassign(r, step, observer, faults) -> None:
+    a = step.action
+    r.require_outcome(step, r.admin_faults.reassign(a.topic, a.partition, a.replicas, a.via, step.pick),
+               "the reassignment was not started")
+
+
+@action("cancel-reassignment")
+def _cancel_reassignment(r, step, observer, faults) -> None:
+    r.expect_outcome(step, r.admin_faults.cancel(step.action.topic, step.action.partition))
+
+
+@action("preferred-election", "unclean-election")
+def _elect(r, step, observer, faults) -> None:
+    a = step.action
+    r.expect_outcome(step, r.admin_faults.elect(a.action.split("-")[0], a.topic, a.partition))
+
+
+@action("inject_errors", "clock_skew")
+def _request_fault(r, step, observer, faults) -> None:
+    r.request_faults.apply(step.action, r.target(step, faults), step.duration_s)
+
+
+@action("throttle")
+def _throttle(r, step, observer, faults) -> None:
+    a = step.action
+    brokers = [r.target(step, faults)] if a.target is not None else r.admin_faults.live_brokers()
+    if a.clear:
+        r.admin_faults.clear_throttles(None if a.target is None else brokers, None if a.topic is None else [a.topic])
+    else:
+        r.admin_faults.throttle(a.rate, brokers, a.topic, step.duration_s)
 
 
 def _log_dirs(manager: ClusterManager) -> list[dict]:
@@ -687,6 +792,7 @@ def recheck(run_dir: str, out: Callable[[str], None] = print) -> RunResult:
     if heal and not heal.get("converged", True):
         anomalies.append(Anomaly("heal", "not-converged", f"did not converge: {heal.get('reason')}"))
     res = dict(old, anomalies=[a.to_json() for a in anomalies], accepted=[a.to_json() for a in accepted],
+               warnings=report.warnings(entries),
                counts=report.counts(entries),
                faults=dict(sorted(Counter(e["f"] for e in entries if e["process"] == "nemesis").items())))
     res["valid"] = not anomalies and not old.get("unmet_expectations")

@@ -109,12 +109,23 @@ class Schedule:
     steps: tuple[Step, ...]
     swarm_weights: dict[str, float] | None = None
 
+    def in_time_order(self) -> list[Step]:
+        """The timed steps by time, then the steps that wait for a condition (their time is not known)."""
+        return sorted(self.steps, key=lambda s: (s.at is None, s.at or 0.0, s.number))
+
     def describe(self) -> str:
         lines = [f"seed {self.seed}: {len(self.steps)} steps"]
         if self.swarm_weights is not None:
             lines.append("swarm weights: " + ", ".join(f"{k}={v:.2f}" for k, v in self.swarm_weights.items()))
-        lines += ["  " + s.describe() for s in self.steps]
+        lines += ["  " + s.describe() for s in self.in_time_order()]
         return "\n".join(lines)
+
+    def digest(self) -> str:
+        """A short digest of the drawn schedule: two runs (or sweep rows) with the same digest drew the same
+        steps."""
+        import hashlib
+        text = "\n".join(s.describe() for s in self.steps) + f"\n{self.swarm_weights}"
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def to_json(self) -> list[dict]:
         return [{"number": s.number, "action": s.action.action, "at": s.at, "pick": s.pick, "origin": s.origin,

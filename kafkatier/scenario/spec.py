@@ -1,4 +1,4 @@
-"""Scenario files: a TOML document in ``scenarios/`` validated against ``scenario.schema.json`` and turned into
+"""Scenario files: a TOML document (the library: ``kafkatier/scenario/library/``) validated against ``scenario.schema.json`` and turned into
 frozen value types.
 
 A scenario says what cluster to run (``[cluster]``), which topics to create (``[[topics]]``), which client
@@ -23,10 +23,13 @@ from jsonschema import Draft202012Validator
 
 from kafkatier.cluster.request_faults import build_faults
 from kafkatier.common.errors import UsageError
+from kafkatier.protocol.errors import Errors
 from kafkatier.scenario.network_faults import NEMESIS_MENU as LINK_MENU
 from kafkatier.scenario.network_faults import LINK_ACTIONS, LinkActionSpec, parse_action
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "scenario.schema.json")
+# The scenario library, installed with the package (``scenarios/`` in a checkout is a link to it).
+LIBRARY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "library")
 
 # Faults drive the brokers quickly through failure detection: a short session and fast tiered tasks.
 DEFAULT_SESSION_TIMEOUT_MS = 4000
@@ -114,7 +117,8 @@ class ActionSpec:
     timeout_ms: int = 5000
     set: dict[str, str] = attrs.field(factory=dict)
     delete: tuple[str, ...] = ()
-    expect_error: str | None = None
+    expect_error: str | None = None         # `expect`: the admin operation's outcome (an error name, NONE, any)
+    exclude: tuple[int | str, ...] = ()     # `not`: brokers the target never resolves to
     dir: int | None = None                  # fail_log_dir / move_replica: index of a log dir of the target
     server: str = "follower"                # zk_pause_server: the ensemble's leader or a follower
     replicas: tuple[int, ...] | None = None  # reassign: the target replicas (None: a random set of live brokers)
@@ -130,7 +134,6 @@ class ActionSpec:
     close_connection_nth: int | None = None
     offset_ms: float | None = None
     drift_ppm: float | None = None
-    clear: bool = False                     # throttle: remove the throttles instead
     link: LinkActionSpec | None = None      # partition / link_fault: the link fields (scenario/network_faults.py)
 
 
@@ -219,6 +222,28 @@ def validate(doc: dict) -> None:
     raise ScenarioSpecError(f"{_field(e.absolute_path)}: {message}")
 
 
+def library() -> list[str]:
+    """The library's scenario files, sorted."""
+    return sorted(os.path.join(LIBRARY_DIR, f) for f in os.listdir(LIBRARY_DIR) if f.endswith(".toml"))
+
+
+def resolve(name_or_path: str) -> str:
+    """A scenario file: ``name_or_path`` itself if it is a file, else the library's scenario of that name
+    (``nemesis-broker-faults`` or ``nemesis-broker-faults.toml``)."""
+    if os.path.isfile(name_or_path):
+        return os.path.abspath(name_or_path)
+    base = os.path.basename(name_or_path)
+    candidate = os.path.join(LIBRARY_DIR, base if base.endswith(".toml") else base + ".toml")
+    if os.sep not in name_or_path and os.path.isfile(candidate):
+        return candidate
+    raise ScenarioSpecError(f"{name_or_path}: no such scenario file, and no scenario of that name in the library "
+                            f"(kafkatier scenario list)")
+
+
+def in_library(path: str | None) -> bool:
+    return path is not None and os.path.dirname(os.path.realpath(path)) == os.path.realpath(LIBRARY_DIR)
+
+
 def load(path: str) -> ScenarioSpec:
     """Read, validate and convert one scenario file."""
     try:
@@ -277,7 +302,9 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                                     f"cluster.client_groups")
         kw = {k: v for k, v in w.items() if k != "acks"}
         acks = str(w.get("acks", "all"))
-        workloads.append(WorkloadSpec(acks="all" if acks == "-1" else acks, **kw))
+        workload = WorkloadSpec(acks="all" if acks == "-1" else acks, **kw)
+        _check_client_settings(workload, f"workloads[{i}]", "idempotence" in w)
+        workloads.append(workload)
     schedule = []
     for i, a in enumerate(doc.get("schedule", [])):
         schedule.append(_action(a, i, {t.name: t.partitions for t in topics}, cluster))
@@ -306,8 +333,20 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         quick_rate_scale=float(q.get("rate_scale", 1.0)))
 
 
+def _check_client_settings(w: WorkloadSpec, where: str, idempotence_given: bool) -> None:
+    """Producer settings that cannot work together, refused before anything starts (the clients would refuse
+    them at run time): an idempotent producer needs acks=all (KIP-98; librdkafka and the Java client both fail)."""
+    if w.type == "producer" and w.idempotence and w.acks != "all":
+        why = "idempotence = true" if idempotence_given else "idempotence (on by default)"
+        raise ScenarioSpecError(f"{where}.acks: {w.acks!r} cannot work with {why}: an idempotent producer needs "
+                                f"acks = \"all\"; set idempotence = false for acks = {w.acks!r}")
+
+
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
 _NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica", "reassign", "unclean-election")
+# Actions whose outcome is an admin operation's answer (`expect` applies to them).
+ADMIN_ACTIONS = ("alter_config", "delete_records", "move_replica", "reassign", "cancel-reassignment",
+                 "preferred-election", "unclean-election")
 _NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica",
                  "controlled-shutdown", "inject_errors", "clock_skew")
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
@@ -374,6 +413,25 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
     if "partition" in a and a.get("topic") in topics and a["partition"] >= topics[a["topic"]]:
         raise ScenarioSpecError(f"{where}.partition: {a['topic']} has partitions 0..{topics[a['topic']] - 1}")
     _check_request_fault(a, where, kind)
+    if "expect" in a and "expect_error" in a:
+        raise ScenarioSpecError(f"{where}.expect: give `expect` or its older name `expect_error`, not both")
+    expect = a.get("expect", a.get("expect_error"))
+    key = "expect" if "expect" in a else "expect_error"
+    if expect is not None:
+        if kind not in ADMIN_ACTIONS:
+            raise ScenarioSpecError(f"{where}.{key}: only for the admin actions ({', '.join(ADMIN_ACTIONS)})")
+        if expect != "any" and expect not in Errors.__members__:
+            raise ScenarioSpecError(f"{where}.{key}: {expect!r} is not a Kafka error name (NONE for success, or any)")
+    if "not" in a:
+        if "target" not in a:
+            raise ScenarioSpecError(f"{where}.not: only with a `target`")
+        if target in a["not"]:
+            raise ScenarioSpecError(f"{where}.not: excludes the target {target!r} itself")
+        for e in a["not"]:
+            if isinstance(e, int) and not 1 <= e <= cluster.brokers:
+                raise ScenarioSpecError(f"{where}.not: no broker {e} (brokers are 1..{cluster.brokers})")
+            if isinstance(e, str) and ":" in e and e.split(":", 1)[1].split("/")[0] not in topics:
+                raise ScenarioSpecError(f"{where}.not: unknown topic in {e!r}")
     when = None
     if kind in ENSEMBLE_FAULTS and cluster.zookeeper != "ensemble":
         raise ScenarioSpecError(f"{where}.action: {kind!r} needs cluster.zookeeper = \"ensemble\"")
@@ -397,7 +455,8 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
                       duration_s=_time(a.get("duration_s", 0.0)), down_s=_time(a.get("down_s", 0.0)),
                       topic=a.get("topic"), partition=a.get("partition", 0), offset=a.get("offset"),
                       timeout_ms=a.get("timeout_ms", 5000), set=_configs(a.get("set")),
-                      delete=tuple(a.get("delete", ())), expect_error=a.get("expect_error"), dir=a.get("dir"),
+                      delete=tuple(a.get("delete", ())), expect_error=expect, exclude=tuple(a.get("not", ())),
+                      dir=a.get("dir"),
                       server=a.get("server", "follower"),
                       replicas=tuple(a["replicas"]) if "replicas" in a else None, via=a.get("via", "api"),
                       rate=a.get("rate"), clear=a.get("clear", False), api=a.get("api"),

@@ -1,0 +1,292 @@
+"""A sweep on Spark: each seed of a scenario is one Spark task, run on an executor in its own temporary directory
+with its own embedded ZooKeeper and brokers (``kafkatier scenario run`` in a child process, so a run's clients,
+threads and signals never touch the Python worker).  An executor runs as many seeds at once as it has task slots
+(``local[N]``: N; a standalone cluster: ``--per-executor K`` sets ``spark.executor.cores``).
+
+The result is one row per seed (:data:`ROW_FIELDS`) as a DataFrame written to ``<output>/results.parquet``, a
+summary table, ``<output>/index.html`` and, for every seed that did not pass, its run directory copied to
+``<output>/runs/<scenario>-<seed>/`` by the executor (the output location is shared by the driver and the
+executors, as Spark's own output is).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from urllib.parse import urlparse
+
+import attrs
+
+from kafkatier.logsetup import get_logger
+from kafkatier.waiting import WaitTimeout, wait_for
+
+log = get_logger("scenario.spark_sweep")
+
+SEED_TIMEOUT_S = 1800.0          # a run has bounded phases; this only catches a child that hangs
+EXECUTORS_TIMEOUT_S = 60.0       # a standalone master with no worker registering executors
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+ROW_FIELDS = ("seed", "outcome", "exit_code", "anomalies", "reason", "duration_s", "faults", "schedule_digest",
+              "executor", "replay", "run_dir")
+
+
+class SweepSetupError(RuntimeError):
+    """The sweep could not start or could not run any seed (unreachable master, no executors, no Java on the
+    executors); the CLI prints it as one line and exits 3."""
+
+
+@attrs.frozen
+class SeedTask:
+    """What an executor needs to run one seed: the scenario as text (or a library name), and where to copy the run
+    directory of a seed that did not pass."""
+
+    name: str
+    library: bool                  # run the installed library's scenario of that name
+    text: str | None               # else the scenario file's text
+    seed: int
+    quick: bool
+    output: str
+    replay: str
+
+
+def _outcome(rc: int) -> str:
+    return {0: "valid", 1: "anomalies"}.get(rc, "error")
+
+
+def run_seed(task: SeedTask) -> dict:
+    """One seed on this executor (a Spark task): a row of :data:`ROW_FIELDS`."""
+    from kafkatier.scenario.report import drawn_faults
+    from kafkatier.scenario.schedule import derive
+    from kafkatier.scenario.spec import load, resolve
+    from kafkatier.zk.embedded import JavaNotFoundError, find_java
+    executor = f"{socket.gethostname()}/{os.getppid()}"   # the executor's Python daemon: one per executor
+    started = time.monotonic()
+    row = dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason="", duration_s=0.0, faults={},
+               schedule_digest="", executor=executor, replay=task.replay, run_dir=None)
+    tmp = tempfile.mkdtemp(prefix=f"kafkatier-sweep-{task.name}-{task.seed}-")
+    try:
+        try:
+            find_java()
+        except JavaNotFoundError:
+            row["reason"] = f"no Java on executor {executor} (the embedded ZooKeeper needs Java 17+)"
+            return row
+        if task.library:
+            target = task.name
+            spec = load(resolve(task.name))
+        else:
+            target = os.path.join(tmp, f"{task.name}.toml")
+            with open(target, "w") as f:
+                f.write(task.text)
+            spec = load(target)
+        row["schedule_digest"] = derive(spec.profile(task.quick), task.seed).digest()
+        runs = os.path.join(tmp, "runs")
+        os.makedirs(runs)
+        log_path = os.path.join(runs, "sweep-run.log")
+        cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", target, "--seed",
+               str(task.seed), "--runs-dir", runs, "--no-progress"] + (["--quick"] if task.quick else [])
+        # The Python worker's PYTHONPATH points at pyspark's zip (no jars/ there); the run imports the installed
+        # pyspark, whose jars the embedded ZooKeeper runs from.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        with open(log_path, "w") as out:
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=SEED_TIMEOUT_S,
+                                    env=env).returncode
+            except subprocess.TimeoutExpired:
+                rc = 3
+                out.write(f"\nkafkatier scenario sweep: the run did not finish within {SEED_TIMEOUT_S:g}s\n")
+        run_dir = os.path.join(runs, f"{task.name}-{task.seed}")
+        results = _results(run_dir)
+        if results is None and rc in (0, 1):
+            rc = 3          # no verdict: never counted as valid
+        row.update(exit_code=rc, outcome=_outcome(rc))
+        if results is not None:
+            row["anomalies"] = [f"{a['checker']}/{a['type']}" for a in results.get("anomalies", [])] + [
+                f"unmet: {u}" for u in results.get("unmet_expectations", [])]
+            row["faults"] = {k: int(v) for k, v in drawn_faults(results).items()}
+        if rc != 0:
+            row["reason"] = _last_line(log_path) if results is None else ""
+            dest = os.path.join(task.output, "runs", f"{task.name}-{task.seed}")
+            shutil.rmtree(dest, ignore_errors=True)
+            if os.path.isdir(run_dir):
+                shutil.copytree(run_dir, dest, symlinks=True)
+            else:
+                os.makedirs(dest)
+            shutil.copyfile(log_path, os.path.join(dest, "sweep-run.log"))
+            row["run_dir"] = dest
+        return row
+    finally:
+        row["duration_s"] = round(time.monotonic() - started, 1)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _results(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, "results.json")) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path) as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+# ------------------------------------------------------------------------------------------------ the driver
+
+def check_master(master: str) -> None:
+    """A ``spark://host:port`` master must accept connections (else Spark retries for a minute, then hangs)."""
+    if not master.startswith("spark://"):
+        return
+    for hostport in master[len("spark://"):].split(","):
+        url = urlparse(f"spark://{hostport}")
+        try:
+            with socket.create_connection((url.hostname, url.port or 7077), timeout=MASTER_CONNECT_TIMEOUT_S):
+                return
+        except (OSError, ValueError) as e:
+            last = e
+    raise SweepSetupError(f"Spark master {master} is unreachable ({getattr(last, 'strerror', None) or last})")
+
+
+def _on_this_machine(master: str) -> bool:
+    if master.startswith("local"):
+        return True
+    host = urlparse(master.split(",")[0]).hostname or ""
+    return host == "localhost" or host.startswith("127.")
+
+
+def _session(master: str, per_executor: int | None, conf: dict[str, str]):
+    from pyspark.sql import SparkSession
+    if _on_this_machine(master) and not os.environ.get("PYSPARK_PYTHON"):
+        # Workers on this machine import this environment's kafkatier (on a cluster: set PYSPARK_PYTHON to the
+        # executors' Python, which has kafkatier installed).
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # the driver listens on loopback unless told otherwise
+    builder = (SparkSession.builder.master(master).appName("kafkatier-scenario-sweep")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.task.maxFailures", "1").config("spark.locality.wait", "0")
+               .config("spark.python.worker.reuse", "true"))
+    if per_executor is not None:
+        builder = builder.config("spark.executor.cores", str(per_executor)).config("spark.task.cpus", "1")
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - the JVM did not start (no Java on the driver...): one line
+        raise SweepSetupError(f"Spark did not start on {master}: {str(e).strip().splitlines()[0]}") from None
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _wait_for_executors(spark, master: str) -> None:
+    if not master.startswith("spark://"):
+        return
+    # The JVM SparkContext knows its registered executors (the driver is one of the entries).
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus  # noqa: SLF001 - no public Python API for it
+    try:
+        wait_for(lambda: status().size() > 1, EXECUTORS_TIMEOUT_S, interval=0.5,
+                 message="an executor to register")
+    except WaitTimeout:
+        raise SweepSetupError(f"no executor registered with {master} within {EXECUTORS_TIMEOUT_S:g}s (are its "
+                              f"workers running, with free cores?)") from None
+
+
+@attrs.frozen
+class SweepResult:
+    rows: list[dict]
+    output: str
+    elapsed_s: float
+
+    @property
+    def exit_code(self) -> int:
+        """1 if a seed found anomalies, else 3 if a seed could not complete, else 0."""
+        codes = {r["exit_code"] for r in self.rows}
+        return 1 if 1 in codes else (3 if codes - {0} else 0)
+
+
+def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_executor: int | None = None,
+                conf: dict[str, str] | None = None, out=print) -> SweepResult:
+    """Run ``spec`` (a loaded :class:`ScenarioSpec`) for every seed as Spark tasks on ``master``."""
+    from kafkatier.scenario import report
+    from kafkatier.scenario.runner import replay_command
+    from kafkatier.scenario.spec import in_library
+    check_master(master)
+    output = os.path.abspath(output)
+    os.makedirs(output, exist_ok=True)
+    library = in_library(spec.path)
+    text = None
+    if not library:
+        with open(spec.path) as f:
+            text = f.read()
+    tasks = [SeedTask(name=spec.name, library=library, text=text, seed=s, quick=quick, output=output,
+                      replay=replay_command(spec, s, quick)) for s in seeds]
+    spark = _session(master, per_executor, conf or {})
+    t0 = time.monotonic()
+    try:
+        _wait_for_executors(spark, master)
+        out(f"sweep {spec.name}{' (quick)' if quick else ''} on Spark {master}: seeds {seeds.start}.."
+            f"{seeds.stop - 1} ({len(tasks)} tasks)")
+        rows = spark.sparkContext.parallelize(tasks, len(tasks)).map(run_seed).collect()
+        rows.sort(key=lambda r: r["seed"])
+        _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
+    finally:
+        spark.stop()
+    result = SweepResult(rows=rows, output=output, elapsed_s=time.monotonic() - t0)
+    why = setup_failure(rows)
+    if why is not None:
+        raise SweepSetupError(why)
+    out(summary_table(rows))
+    bad = [r for r in rows if r["exit_code"] != 0]
+    out(f"{len(rows)} seeds in {result.elapsed_s:.0f}s ({3600 * len(rows) / max(result.elapsed_s, 1e-9):.0f} "
+        f"seeds/hour): {len(rows) - len(bad)} valid, {sum(r['exit_code'] == 1 for r in rows)} with anomalies, "
+        f"{sum(r['outcome'] == 'error' for r in rows)} could not complete; rows in {output}/results.parquet"
+        + (f"; failing runs in {output}/runs/" if bad else ""))
+    for r in bad:
+        out(f"  replay seed {r['seed']}: {r['replay']}")
+    report.write_sweep_html(os.path.join(output, "index.html"), spec.name, master, rows, result.elapsed_s)
+    return result
+
+
+def setup_failure(rows: list[dict]) -> str | None:
+    """Why no seed could run, when every seed failed for the same reason of the executors (no Java): the sweep
+    then ends with that one line instead of a table of identical errors."""
+    reasons = {r["reason"] for r in rows if r["outcome"] == "error"}
+    if len(reasons) == 1 and all(r["outcome"] == "error" for r in rows) and "no Java" in next(iter(reasons)):
+        return next(iter(reasons))
+    return None
+
+
+def _write_parquet(spark, rows: list[dict], path: str) -> None:
+    from pyspark.sql.types import (ArrayType, DoubleType, IntegerType, LongType, MapType, StringType, StructField,
+                                   StructType)
+    schema = StructType([
+        StructField("seed", LongType(), False), StructField("outcome", StringType(), False),
+        StructField("exit_code", IntegerType(), False), StructField("anomalies", ArrayType(StringType()), False),
+        StructField("reason", StringType(), True), StructField("duration_s", DoubleType(), False),
+        StructField("faults", MapType(StringType(), IntegerType()), False),
+        StructField("schedule_digest", StringType(), True), StructField("executor", StringType(), False),
+        StructField("replay", StringType(), False), StructField("run_dir", StringType(), True)])
+    spark.createDataFrame([tuple(r[f] for f in ROW_FIELDS) for r in rows], schema) \
+        .coalesce(1).write.mode("overwrite").parquet(path)
+
+
+def summary_table(rows: list[dict]) -> str:
+    lines = [f"{'seed':>8}  {'outcome':<9} {'time':>7}  {'digest':<12}  {'executor':<22} faults; anomalies"]
+    for r in rows:
+        faults = ",".join(f"{k}={v}" for k, v in sorted(r["faults"].items()))
+        what = "; ".join(r["anomalies"]) or r["reason"]
+        lines.append(f"{r['seed']:>8}  {r['outcome']:<9} {r['duration_s']:>6.1f}s  {r['schedule_digest']:<12}  "
+                     f"{r['executor']:<22} {faults}" + (f"; {what}" if what else ""))
+    counts = Counter(r["outcome"] for r in rows)
+    lines.append("outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)

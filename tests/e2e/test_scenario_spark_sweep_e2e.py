@@ -1,0 +1,90 @@
+"""Scenario sweeps on Spark: each seed a Spark task with its own embedded ZooKeeper and brokers, on ``local[2]``
+and on a standalone master with two workers started by the test; rows in Parquet, failing runs copied to the
+output, their verdict reproduced from the copy (bad input: tests/unit/test_scenario_spark_sweep.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from kafkatier.testing.spark_standalone import StandaloneCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+# The quickest scenario there is: one broker, a 4-second producer run, one pause the seed places.
+TINY = """# A one-broker scenario for sweep tests.
+name = "{name}"
+duration_s = 4
+[cluster]
+brokers = 1
+[[topics]]
+name = "t"
+replication_factor = 1
+[[workloads]]
+type = "producer"
+topic = "t"
+rate = 50
+[[schedule]]
+at = [0.5, 2.0]
+action = "pause"
+target = 1
+duration_s = [0.2, 0.5]
+[heal]
+timeout_s = 30
+"""
+# ... and one that always fails its expectations (one broker never changes controller): a failing seed to copy.
+UNMET = TINY + "[expect]\ncontroller_changes_at_least = 2\n"
+
+
+def _file(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.format(name=name))
+    return str(path)
+
+
+def _sweep(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "sweep", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=800)
+
+
+def _rows(output: str) -> list[dict]:
+    return sorted(pq.read_table(os.path.join(output, "results.parquet")).to_pylist(), key=lambda r: r["seed"])
+
+
+def test_sweep_on_local_spark(tmp_path):
+    path = _file(tmp_path, "tiny", TINY)
+    out = str(tmp_path / "out")
+    p = _sweep(path, "--seeds", "1..2", "--spark", "--master", "local[2]", "--output", out, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = _rows(out)
+    assert [r["seed"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["outcome"] == "valid" and r["exit_code"] == 0 and r["anomalies"] == []
+        assert dict(r["faults"]) == {"pause": 1} and r["duration_s"] > 0 and r["executor"]
+        assert r["replay"] == f"kafkatier scenario run {path} --seed {r['seed']}" and r["run_dir"] is None
+    assert rows[0]["schedule_digest"] != rows[1]["schedule_digest"]
+    assert os.path.isfile(os.path.join(out, "index.html")) and not os.path.exists(os.path.join(out, "runs"))
+    assert "outcomes: valid=2" in p.stdout
+
+
+def test_sweep_on_a_standalone_cluster_copies_failing_runs(tmp_path):
+    path = _file(tmp_path, "tiny-unmet", UNMET)
+    out = str(tmp_path / "out")
+    with StandaloneCluster(str(tmp_path / "spark"), workers=2, cores_per_worker=1) as cluster:
+        p = _sweep(path, "--seeds", "3..4", "--spark", "--master", cluster.master_url, "--per-executor", "1",
+                   "--output", out, cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    rows = _rows(out)
+    assert [r["seed"] for r in rows] == [3, 4]
+    for r in rows:
+        assert r["outcome"] == "anomalies" and any("controller changes" in a for a in r["anomalies"])
+        assert r["run_dir"] == os.path.join(out, "runs", f"tiny-unmet-{r['seed']}")
+        assert os.path.isfile(os.path.join(r["run_dir"], "history.jsonl"))
+    # The copied run reproduces its verdict on this machine (re-judged from its history, no cluster).
+    check = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "replay", rows[0]["run_dir"], "--check"],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "replay seed 3: kafkatier scenario run" in p.stdout

@@ -1,0 +1,139 @@
+"""The scenario format: every action and ``when`` key documented from the schema and dispatched from one table,
+target exclusion (``not``), ``expect`` on an admin action's outcome, client settings that cannot work together
+refused before anything starts, ``scenario run --dry-run``."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from kafkatier.scenario.faults import FaultError, Faults
+from kafkatier.scenario.runner import ACTIONS
+from kafkatier.scenario.spec import SCHEMA_FILE, ConditionSpec, ScenarioSpecError, from_dict
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import mkdocs_hooks  # noqa: E402
+
+MINIMAL = {"name": "m", "cluster": {"brokers": 3}, "topics": [{"name": "t"}]}
+
+with open(SCHEMA_FILE) as f:
+    SCHEMA = json.load(f)
+ACTION = SCHEMA["$defs"]["action"]["properties"]["action"]
+CONDITION = SCHEMA["$defs"]["condition"]["properties"]
+
+
+def test_the_dispatch_table_and_the_schema_name_the_same_actions_each_described():
+    assert set(ACTIONS) == set(ACTION["enum"])
+    assert len(ACTION["enumDescriptions"]) == len(ACTION["enum"])
+    assert all(d.strip() for d in ACTION["enumDescriptions"])
+
+
+def test_every_when_key_is_in_the_schema_with_a_meaning():
+    assert set(CONDITION) == {f.name for f in attrs.fields(ConditionSpec)}
+    assert all(p.get("description") for p in CONDITION.values())
+
+
+def test_the_generated_reference_lists_every_action_and_when_key():
+    text = mkdocs_hooks.render_scenario_schema(SCHEMA)
+    when = text[text.index("### [schedule.when]"):]
+    for key in CONDITION:
+        assert f"| `{key}` |" in when, key
+    for name in ACTION["enum"]:
+        assert f'| `"{name}"` |' in text, name
+    with open(os.path.join(REPO, "docs", "scenario-reference.md")) as f:
+        assert "<!-- scenario-schema -->" in f.read()
+
+
+def _step(**kw):
+    return {**MINIMAL, "schedule": [{"at": 1, **kw}]}
+
+
+@pytest.mark.parametrize("doc, message", [
+    (_step(action="kill", target="random", **{"not": ["nobody"]}), "schedule[0].not"),
+    (_step(action="kill", target="random", **{"not": [9]}), "no broker 9"),
+    (_step(action="kill", target="controller", **{"not": ["controller"]}), "excludes the target"),
+    (_step(action="zk_pause", **{"not": ["paused"]}), "only with a `target`"),
+    (_step(action="kill", target=1, expect="NONE"), "only for the admin actions"),
+    (_step(action="alter_config", topic="t", set={"retention.ms": 1}, expect="NOT_AN_ERROR"),
+     "not a Kafka error name"),
+    (_step(action="alter_config", topic="t", expect="any", expect_error="NONE"), "not both"),
+    ({**MINIMAL, "workloads": [{"type": "producer", "topic": "t", "acks": "1"}]}, "workloads[0].acks"),
+    ({**MINIMAL, "workloads": [{"type": "producer", "topic": "t", "acks": 0, "idempotence": True}]},
+     "idempotence = true"),
+])
+def test_bad_format_is_one_line_naming_the_field(doc, message):
+    with pytest.raises(ScenarioSpecError) as e:
+        from_dict(doc)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_good_format_loads():
+    spec = from_dict({**MINIMAL, "workloads": [{"type": "producer", "topic": "t", "acks": "1",
+                                                "idempotence": False}],
+                      "schedule": [{"at": 1, "action": "kill", "target": "controller", "not": ["paused", 2]},
+                                   {"at": 2, "action": "alter_config", "topic": "t", "expect": "any",
+                                    "set": {"retention.ms": 1000}},
+                                   {"at": 3, "action": "preferred-election", "topic": "t",
+                                    "expect_error": "NONE"}]})
+    assert spec.schedule[0].exclude == ("paused", 2)
+    assert [a.expect_error for a in spec.schedule] == [None, "any", "NONE"]
+
+
+class _Snapshot:
+    controller = 1
+
+    def leader(self, topic, p):
+        return 2
+
+    def replicas(self, topic, p):
+        return [1, 2, 3]
+
+
+class _Observer:
+    snapshot = _Snapshot()
+
+
+class _Manager:
+    state = {"brokers": [{"id": b, "pid": os.getpid()} for b in (1, 2, 3)]}
+
+    def broker(self, b):
+        return self.state["brokers"][b - 1]
+
+
+def test_a_target_never_resolves_to_an_excluded_broker():
+    faults = Faults(_Manager(), _Observer(), history=None, session_timeout_ms=1000)
+    for pick in (0.0, 0.5, 0.99):
+        assert faults.resolve("random", pick, exclude=("controller", "leader:t/0")) == 3
+        assert faults.resolve("follower:t/0", pick, exclude=(3,)) == 1
+    assert faults.resolve("controller", 0.0, exclude=(2,)) == 1
+    with pytest.raises(FaultError, match="excluded"):
+        faults.resolve("controller", 0.0, exclude=("controller",))
+    with pytest.raises(FaultError, match="outside"):
+        faults.resolve("non-controller", 0.0, exclude=(2, 3))
+
+
+def test_cli_incompatible_client_settings_exit_2_before_anything_starts(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[cluster]\nbrokers = 1\n[[topics]]\nname = "t"\nreplication_factor = 1\n'
+                   '[[workloads]]\ntype = "producer"\ntopic = "t"\nacks = "1"\n')
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "run", str(bad), "--runs-dir",
+                        str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "idempotence" in p.stderr and not (tmp_path / "runs").exists()
+
+
+def test_dry_run_prints_the_schedule_in_time_order_and_starts_nothing(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "run", "nemesis-broker-faults", "--seed", "5",
+                        "--dry-run", "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    times = [float(t) for t in re.findall(r"#\d+\s+at\s+([0-9.]+)s", p.stdout)]
+    assert times and times == sorted(times)
+    assert "kafkatier scenario run nemesis-broker-faults --seed 5" in p.stdout
+    assert not (tmp_path / "runs").exists()
