@@ -2,7 +2,8 @@
 ``doControlledShutdown`` (docs/controller.md#broker-membership).
 
 A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; the request handler calls
-:meth:`ControlledShutdownManager.submit`, which runs on the controller event thread:
+:meth:`ControlledShutdownManager.submit`, which runs on the controller event thread as an *urgent* event (ahead
+of queued bulk work, controller/event_manager.py):
 
 1. not the active controller → STALE_CONTROLLER_EPOCH (Kafka's ``ControllerMovedException``; also when the event
    is pre-empted by a resignation); unknown broker → BROKER_NOT_AVAILABLE; a broker epoch that is not -1 and
@@ -11,7 +12,8 @@ A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; t
 3. of its partitions with more than one replica, not being deleted and with a leadership znode: those it leads
    get a new leader with the controlled-shutdown strategy (the first in-sync, live, not shutting-down replica;
    the shutting-down brokers leave the ISR), those it follows go OfflineReplica (StopReplica(delete=false), out
-   of the ISR);
+   of the ISR); both in batches: the elections and the ISR removals each in pipelined fenced multis
+   (``KafkaZkClient.update_leader_and_isr``), and one request of each kind per broker for the whole shutdown;
 4. the answer is the replicated partitions it still leads (no eligible replica); the broker retries while
    that is not empty.
 
@@ -75,7 +77,9 @@ class ControlledShutdownManager:
             if not fut.done():
                 fut.set_exception(StaleControllerEpochError(
                     "Controller moved to another broker. Aborting controlled shutdown"))
-        self.controller._put(f"ControlledShutdown({broker_id})", run, preempt)
+        # Urgent: ahead of bulk work already queued (ISR changes, responses), which the broker's request would
+        # otherwise wait behind until it times out.
+        self.controller._put(f"ControlledShutdown({broker_id})", run, preempt, urgent=True)
         return fut
 
     def _answer_once_applied(self, fut: Future, remaining: set[TopicPartition], shutting_down: int) -> None:
@@ -128,9 +132,12 @@ class ControlledShutdownManager:
         led = sorted(tp for tp in to_act_on if ctx.partition_leadership[tp].leader == broker_id)
         followed = {PartitionAndReplica(tp, broker_id) for tp in to_act_on
                     if ctx.partition_leadership[tp].leader != broker_id}
-        failed = self.controller.partition_state_machine.handle_state_changes(
-            led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
-        self.controller.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
+        # One LeaderAndIsr, StopReplica and UpdateMetadata per broker for both state machines' changes; each
+        # machine writes its partitions' states in pipelined fenced multis.
+        with self.controller.batch.coalesced(lambda: ctx.epoch):
+            failed = self.controller.partition_state_machine.handle_state_changes(
+                led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
+            self.controller.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
         remaining = {tp for tp in ctx.partitions_led_by(broker_id)
                      if len(ctx.partition_replicas(tp)) > 1 and not ctx.is_topic_queued_for_deletion(tp.topic)}
         ms = (time.monotonic() - t0) * 1000

@@ -16,6 +16,8 @@ log = get_logger("controller.partition-state-machine")
 
 # Elections logged one line per partition up to this many at once; above, one summary line.
 MAX_PARTITIONS_LOGGED = 50
+# Elections written again after their conditional write lost a race with a leader's ISR write.
+MAX_ELECTION_ROUNDS = 3
 
 _VALID_PREVIOUS = {
     PartitionState.NEW: {PartitionState.NON_EXISTENT},
@@ -156,27 +158,37 @@ class PartitionStateMachine:
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
         zkc = self.controller.kafka_zk
-        updates = {}
         unclean_enabled = functools.lru_cache(maxsize=None)(
             lambda topic: allow_unclean or self.controller.unclean_leader_election_enabled(topic))
-        for tp in partitions:
-            cur = self.ctx.partition_leadership.get(tp)
-            if cur is None:
-                failed[tp] = "no leadership znode"
-                continue
-            result = self._elect(tp, cur, strategy, unclean_enabled)
-            if result is None:
-                failed[tp] = f"no eligible leader ({strategy.value})"
-                log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
-                                                      replicas=list(self.ctx.partition_replicas(tp))))
-                continue
-            if result.unclean:
-                log.warning("unclean leader election %s", kv(partition=tp, leader=result.leader))
-            updates[tp] = LeaderAndIsr(leader=result.leader, leader_epoch=cur.leader_epoch + 1, isr=result.isr,
-                                       controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
-                                       leader_recovery_state=cur.leader_recovery_state)
-        written = zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version)
-        for tp in updates.keys() - written.keys():
+        written: dict[TopicPartition, LeaderAndIsr] = {}
+        todo = list(partitions)
+        for attempt in range(MAX_ELECTION_ROUNDS):
+            updates = {}
+            for tp in todo:
+                cur = self.ctx.partition_leadership.get(tp)
+                if cur is None:
+                    failed[tp] = "no leadership znode"
+                    continue
+                result = self._elect(tp, cur, strategy, unclean_enabled)
+                if result is None:
+                    failed[tp] = f"no eligible leader ({strategy.value})"
+                    log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
+                                                          replicas=list(self.ctx.partition_replicas(tp))))
+                    continue
+                if result.unclean:
+                    log.warning("unclean leader election %s", kv(partition=tp, leader=result.leader))
+                updates[tp] = LeaderAndIsr(leader=result.leader, leader_epoch=cur.leader_epoch + 1, isr=result.isr,
+                                           controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
+                                           leader_recovery_state=cur.leader_recovery_state)
+            written.update(zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version))
+            todo = sorted(updates.keys() - written.keys())
+            if not todo:
+                break
+            if attempt + 1 < MAX_ELECTION_ROUNDS:
+                # A leader's ISR write moved the znode meanwhile (Kafka's ``partitionsToRetry``): read the current
+                # states of all of them and elect again.
+                self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
+        for tp in todo:
             failed[tp] = "leader and ISR update failed"
         # One line per partition for a few; past that one summary line (per partition at DEBUG): a failover
         # at 20,000 partitions would otherwise write thousands of lines on the controller thread.

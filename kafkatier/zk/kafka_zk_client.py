@@ -27,7 +27,7 @@ from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import get_many
-from kafkatier.zk.fenced import Create, FencedZkWriter, SetData, read_retrying
+from kafkatier.zk.fenced import Create, Delete, FencedZkWriter, SetData, read_retrying
 
 log = get_logger("zk.client")
 
@@ -36,6 +36,8 @@ log = get_logger("zk.client")
 # is ~100 bytes and its path ~60, so 500 of them (1,000 ops for new partitions) stay far below jute.maxbuffer.
 # Kafka's controller sends the same writes as one pipelined batch of conditional setData requests.
 MULTI_BATCH_PARTITIONS = 500
+# Deletes per fenced multi (a delete is its path and a version: 1,000 stay far below jute.maxbuffer).
+MULTI_BATCH_DELETES = 1000
 
 
 def read_entity_config(zk, entity_type: str, name: str) -> dict[str, str] | None:
@@ -140,6 +142,45 @@ class KafkaZkClient:
                 log.warning("skipping malformed config %s", kv(path=paths.topic_config(t), reason=e.reason))
         return out
 
+    # --- ISR change notifications (Kafka's getAllIsrChangeNotifications / getPartitionsFromIsrChange...) --
+    def get_isr_change_notifications(self) -> tuple[list[str], set[TopicPartition]]:
+        """The ``/isr_change_notification`` children (full paths) and every partition they name, read in
+        multiReads.  A malformed notification is logged, contributes nothing, and is returned for deletion."""
+        children = sorted(self.get_children_or_empty(paths.ISR_CHANGE_NOTIFICATION))
+        znodes = [f"{paths.ISR_CHANGE_NOTIFICATION}/{c}" for c in children]
+        tps: set[TopicPartition] = set()
+        found = []
+        for path, res in zip(znodes, get_many(self.zk, znodes)):
+            if res is None:
+                continue
+            found.append(path)
+            try:
+                for topic, partition in codecs.IsrChangeNotification.decode(res[0], path).partitions:
+                    tps.add(TopicPartition(topic, int(partition)))
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed ISR change notification %s", kv(path=path, reason=e))
+        return found, tps
+
+    def delete_fenced(self, znodes, epoch_zk_version: int) -> int:
+        """Delete ``znodes`` in fenced multis of :data:`MULTI_BATCH_DELETES`, pipelined; a znode already gone
+        is dropped from its batch and the rest written again.  Returns how many were deleted."""
+        w = self.writer(epoch_zk_version)
+        pending = _batches(sorted(znodes), MULTI_BATCH_DELETES)
+        deleted = 0
+        while pending:
+            again = []
+            for batch, res in zip(pending, w.multi_many([[Delete(z) for z in b] for b in pending])):
+                if isinstance(res, NoNodeError) and 0 <= getattr(res, "op_index", -1) < len(batch):
+                    rest = batch[:res.op_index] + batch[res.op_index + 1:]
+                    if rest:
+                        again.append(rest)
+                    continue
+                if isinstance(res, Exception):
+                    raise res
+                deleted += len(batch)
+            pending = again
+        return deleted
+
     def get_children_or_empty(self, path: str) -> list[str]:
         try:
             return self.zk.get_children(path)
@@ -224,7 +265,7 @@ class KafkaZkClient:
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
-                                epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
+                                epoch_zk_version: int, _retry_round: int = 0) -> dict[TopicPartition, LeaderAndIsr]:
         updates = {}
         for tp, l in states.items():
             if replica not in l.isr and l.leader != replica:
@@ -234,11 +275,12 @@ class KafkaZkClient:
             updates[tp] = LeaderAndIsr(leader, l.leader_epoch + 1, isr, controller_epoch, l.partition_epoch,
                                        l.leader_recovery_state)
         result = self.update_leader_and_isr(updates, epoch_zk_version)
-        for tp in set(updates) - set(result):
-            # BADVERSION: re-read once and retry with the fresh state.
-            fresh = self.get_partition_states([tp]).get(tp)
-            if fresh is not None:
-                result.update(self.remove_replica_from_isr(replica, {tp: fresh}, controller_epoch, epoch_zk_version))
+        missed = set(updates) - set(result)
+        if missed and _retry_round < 3:
+            # BADVERSION (a leader's ISR write won the race): re-read them together and retry with the fresh state.
+            fresh = self.get_partition_states(missed)
+            result.update(self.remove_replica_from_isr(replica, fresh, controller_epoch, epoch_zk_version,
+                                                       _retry_round=_retry_round + 1))
         return result
 
     def delete_topic_znodes(self, topic: str, epoch_zk_version: int) -> None:
