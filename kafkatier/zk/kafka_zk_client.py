@@ -236,11 +236,17 @@ class KafkaZkClient:
     def update_leader_and_isr(self, updates: dict[TopicPartition, LeaderAndIsr],
                               epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
         """Conditional updates (``l.partition_epoch`` is the expected zkVersion) in fenced multis of
-        :data:`MULTI_BATCH_PARTITIONS`.  Returns the written states with their new partition epoch; a partition
-        whose update fails (BADVERSION, NONODE) is logged, left out, and the rest of its batch written again."""
+        :data:`MULTI_BATCH_PARTITIONS`, pipelined.  Returns the written states with their new partition epoch.
+
+        A multi fails as a whole when one of its partitions moved on (a leader's ISR write won the race: Kafka's
+        per-partition conditional writes fail alone).  The versions of the failed batch are then read at once
+        (one multiRead), every partition whose znode moved is left out (logged; the caller reads the current
+        state and decides again), and the rest of the batch is written again: a round per batch, not per
+        conflict."""
         out = {}
         w = self.writer(epoch_zk_version)
         pending = _batches(sorted(updates.items()), MULTI_BATCH_PARTITIONS)
+        conflicts: list[TopicPartition] = []
         while pending:
             ops = [[SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
                             version=l.partition_epoch) for tp, l in batch] for batch in pending]
@@ -250,10 +256,15 @@ class KafkaZkClient:
                     index = getattr(res, "op_index", None)
                     if index is None or not 0 <= index < len(batch):
                         raise res
-                    log.warning("partition state update failed %s", kv(partition=batch[index][0],
-                                                                       reason=type(res).__name__))
-                    if len(batch) > 1:
-                        again.append(batch[:index] + batch[index + 1:])
+                    current = get_many(self.zk, [paths.partition_state(tp.topic, tp.partition) for tp, _ in batch])
+                    rest = []
+                    for i, ((tp, l), cur) in enumerate(zip(batch, current)):
+                        if i == index or cur is None or cur[1].version != l.partition_epoch:
+                            conflicts.append(tp)
+                        else:
+                            rest.append((tp, l))
+                    if rest:
+                        again.append(rest)
                     continue
                 if isinstance(res, Exception):
                     raise res
@@ -262,6 +273,9 @@ class KafkaZkClient:
                                            partition_epoch=_version_of(stat, l.partition_epoch + 1),
                                            leader_recovery_state=l.leader_recovery_state)
             pending = again
+        if conflicts:
+            log.warning("partition state updates failed: the znodes moved on %s",
+                        kv(partitions=len(conflicts), first=",".join(map(str, sorted(conflicts)[:5]))))
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,

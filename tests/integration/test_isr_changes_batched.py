@@ -94,3 +94,16 @@ def test_the_controller_reads_and_deletes_notifications_in_batches(zk):
     with pytest.raises(ControllerMovedError):
         kzc.delete_fenced(kzc.get_isr_change_notifications()[0], epoch_version + 1)
     assert len(zk.get_children(paths.ISR_CHANGE_NOTIFICATION)) == 1
+
+
+def test_elections_that_lost_races_with_isr_writes_are_left_out_together(zk):
+    kzc = _create_states(zk, PARTITIONS)
+    epoch_version = zk.get(paths.CONTROLLER_EPOCH)[1].version
+    moved = set(range(0, PARTITIONS, 7))  # leaders' ISR writes won these: every batch has many conflicts
+    for p in moved:
+        zk.set(paths.partition_state("t", p), codecs.LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1).encode())
+    updates = {TopicPartition("t", p): LeaderAndIsr(2, 1, (2,), 1, partition_epoch=0) for p in range(PARTITIONS)}
+    written = kzc.update_leader_and_isr(updates, epoch_version)
+    assert set(written) == {TopicPartition("t", p) for p in range(PARTITIONS) if p not in moved}
+    assert all(l.partition_epoch == 1 for l in written.values())
+    assert json.loads(zk.get(paths.partition_state("t", 7))[0])["isr"] == [1, 2]
