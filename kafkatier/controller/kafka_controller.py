@@ -64,15 +64,19 @@ class KafkaController:
         self.batch = ControllerBrokerRequestBatch(broker_id, self.ctx, self._send,
                                                   stop_replica_callback=self._on_stop_replica_response,
                                                   leader_and_isr_callback=self._on_leader_and_isr_response)
-        self.replica_state_machine = ReplicaStateMachine(self)
-        self.partition_state_machine = PartitionStateMachine(self)
+        self.replica_state_machine = ReplicaStateMachine(self.ctx, self.batch, self.kafka_zk)
+        self.partition_state_machine = PartitionStateMachine(self.ctx, self.batch, self.kafka_zk,
+                                                             self.unclean_leader_election_enabled)
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
         # Timers (the disablement's retry backoff): the broker's scheduler, or one of our own.
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
         self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
         self.replica_election_manager = ReplicaElectionManager(self, self.scheduler, self.config.auto_rebalance)
-        self.controlled_shutdown_manager = ControlledShutdownManager(self)
+        self.controlled_shutdown_manager = ControlledShutdownManager(
+            self.ctx, self.batch, self.partition_state_machine, self.replica_state_machine, self.event_manager,
+            is_active=lambda: self.is_active, channel=lambda: self.channel, scheduler=self.scheduler,
+            request_timeout_s=self.config.request_timeout_s)
         self.partition_reassignment = PartitionReassignmentManager(self)
         self._admin_factory = admin_factory
         self._admin = None

@@ -5,12 +5,15 @@ caller asks for them)."""
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller import election
 from kafkatier.controller.context import ControllerContext, PartitionState
 from kafkatier.controller.election import ElectionStrategy
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("controller.partition-state-machine")
 
@@ -28,12 +31,16 @@ _VALID_PREVIOUS = {
 
 
 class PartitionStateMachine:
-    def __init__(self, controller) -> None:
-        self.controller = controller
+    """Kafka's ``ZkPartitionStateMachine(config, stateChangeLogger, controllerContext, zkClient, requestBatch)``:
+    it receives what it uses.  ``unclean_leader_election_enabled(topic)`` reads the topic's setting (asked only
+    when no in-sync replica can lead)."""
 
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
+    def __init__(self, ctx: ControllerContext, batch: ControllerBrokerRequestBatch, kafka_zk: KafkaZkClient,
+                 unclean_leader_election_enabled: Callable[[str], bool]) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.kafka_zk = kafka_zk
+        self.unclean_leader_election_enabled = unclean_leader_election_enabled
 
     def startup(self) -> None:
         for tp in self.ctx.all_partitions():
@@ -63,7 +70,7 @@ class PartitionStateMachine:
         """
         if not partitions:
             return {}
-        batch = self.controller.batch
+        batch = self.batch
         batch.new_batch()
         failed = self._do_handle(partitions, target, strategy, allow_unclean)
         batch.send_requests_to_brokers(self.ctx.epoch)
@@ -116,7 +123,7 @@ class PartitionStateMachine:
     def _initialize_leader_and_isr(self, partitions) -> list[TopicPartition]:
         """First leader = first live replica in assignment order; ISR = all live replicas; epoch 0."""
         done = []
-        zkc = self.controller.kafka_zk
+        zkc = self.kafka_zk
         to_create = {}
         for tp in partitions:
             replicas = self.ctx.partition_replicas(tp)
@@ -129,7 +136,7 @@ class PartitionStateMachine:
         created = zkc.create_partition_states(to_create, self.ctx.epoch_zk_version)
         for tp, l in created.items():
             self.ctx.partition_leadership[tp] = l
-            self.controller.batch.add_leader_and_isr(
+            self.batch.add_leader_and_isr(
                 [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r, tp)], tp, l, is_new=True)
             done.append(tp)
         return done
@@ -157,9 +164,9 @@ class PartitionStateMachine:
         """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
-        zkc = self.controller.kafka_zk
+        zkc = self.kafka_zk
         unclean_enabled = functools.lru_cache(maxsize=None)(
-            lambda topic: allow_unclean or self.controller.unclean_leader_election_enabled(topic))
+            lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
         written: dict[TopicPartition, LeaderAndIsr] = {}
         todo = list(partitions)
         for attempt in range(MAX_ELECTION_ROUNDS):
@@ -197,7 +204,7 @@ class PartitionStateMachine:
             self.ctx.partition_leadership[tp] = l
             each("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
                                           isr=list(l.isr), strategy=strategy.value))
-            self.controller.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
+            self.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
             done.append(tp)
         if len(written) > MAX_PARTITIONS_LOGGED:
             by_leader: dict[int, int] = {}
