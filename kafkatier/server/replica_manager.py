@@ -163,6 +163,7 @@ class ReplicaManager:
                 "isr-change-propagation", self.isr_manager.maybe_propagate_isr_changes,
                 delay_ms=isr_change_propagation.check_interval_ms, period_ms=isr_change_propagation.check_interval_ms)
         self._hw_checkpoint_task = None
+        self._last_hw_checkpoint: tuple | None = None  # what the last high-watermark checkpoint wrote
         if scheduler is not None and high_watermark_checkpoint_interval_ms > 0:
             self._hw_checkpoint_task = scheduler.schedule(
                 "highwatermark-checkpoint", self.checkpoint_high_watermarks,
@@ -725,8 +726,21 @@ class ReplicaManager:
         log manager and goes offline."""
         if self._stopped.is_set():
             return
+        hws = self.high_watermarks()
+        # Idle work proportional to change: the files are rewritten (and fsynced) only when a high watermark or
+        # a log's place changed since the last write; an idle broker of thousands of partitions writes none.
+        lm = self.log_manager
+        logs = getattr(lm, "all_logs", None)
+        futures = getattr(lm, "all_future_logs", None)
+        placement = None if logs is None or futures is None else frozenset(
+            [(lg.parent_dir, lg.topic_partition) for lg in logs()]
+            + [(lg.parent_dir, lg.topic_partition, lg.high_watermark) for lg in futures()])
+        snapshot = (hws, placement)
+        if placement is not None and snapshot == self._last_hw_checkpoint:
+            return
         try:
-            self.log_manager.checkpoint_high_watermarks(self.high_watermarks())
+            lm.checkpoint_high_watermarks(hws)
+            self._last_hw_checkpoint = snapshot
         except KafkaStorageError:
             pass  # reported to the log dir failure channel by the log manager
 

@@ -88,7 +88,19 @@ class ZkIsrManager:
         if not writes:
             return {}
         if self.zk is None:  # no ZooKeeper (unit tests of the data path): every write succeeds
-            return {w.tp: w.expected_version + 1 for w in writes}
+            out = {w.tp: w.expected_version + 1 for w in writes}
+        else:
+            out = self._write(writes)
+        written = [w for w in writes if out.get(w.tp) is not None]
+        self.metrics["isr_writes"] += len(written)
+        if written:
+            self.record_isr_changes(w.tp for w in written)
+            if any(w.urgent for w in written):
+                with self._lock:
+                    self._urgent = True
+        return out
+
+    def _write(self, writes: list[IsrWrite]) -> dict[TopicPartition, int | None]:
         payloads = [self._payload(w) for w in writes]
         results = set_many(self.zk, [ConditionalSet(paths.partition_state(*w.tp), data, w.expected_version)
                                      for w, data in zip(writes, payloads)])
@@ -110,13 +122,6 @@ class ZkIsrManager:
             for (w, _), res in zip(conflicts, current):
                 out[w.tp] = self._already_written(w, res)
             self.metrics["isr_write_conflicts"] += len(conflicts)
-        written = [w for w in writes if out.get(w.tp) is not None]
-        self.metrics["isr_writes"] += len(written)
-        if written:
-            self.record_isr_changes(w.tp for w in written)
-            if any(w.urgent for w in written):
-                with self._lock:
-                    self._urgent = True
         return out
 
     @staticmethod
