@@ -47,6 +47,19 @@ class DuplicateAppend:
     last_offset: int
 
 
+@attrs.frozen
+class FollowerFetchUpdate:
+    """What a follower's fetch changed on the leader: ``moved`` (its log end or start offset), and the ISR
+    expansion it allows, if any."""
+
+    moved: bool
+    isr_write: IsrWrite | None = None
+
+
+UNCHANGED = FollowerFetchUpdate(False)
+MOVED = FollowerFetchUpdate(True)
+
+
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log_,
                  isr_writer: Callable[[list[IsrWrite]], dict[tuple[str, int], int | None]],
@@ -219,21 +232,25 @@ class Partition:
     # --- leader: follower fetches ---------------------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
                                     leader_end_offset_at_read: int) -> None:
-        w = self.follower_fetch_isr_write(replica_id, fetch_offset, follower_log_start_offset,
-                                          leader_end_offset_at_read)
+        upd = self.follower_fetch_isr_write(replica_id, fetch_offset, follower_log_start_offset,
+                                            leader_end_offset_at_read)
+        w = upd.isr_write
         if w is not None:
             self.complete_isr_write(w, self._isr_writer([w]).get(w.tp), reason=f"expand replica={replica_id}")
         self.maybe_increment_high_watermark()
 
     def follower_fetch_isr_write(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
-                                 leader_end_offset_at_read: int) -> IsrWrite | None:
-        """Record a follower's fetch position; the ISR expansion it allows (in flight until
-        :meth:`complete_isr_write`), or None."""
+                                 leader_end_offset_at_read: int) -> FollowerFetchUpdate:
+        """Record a follower's fetch position: whether it moved (only then can the high or low watermark move),
+        and the ISR expansion it allows (in flight until :meth:`complete_isr_write`)."""
         with self.lock:
             if not self.is_leader:
-                return None
-            st = self.followers.setdefault(replica_id, FollowerState())
+                return UNCHANGED
+            st = self.followers.get(replica_id)
+            if st is None:
+                st = self.followers[replica_id] = FollowerState()
             now = now_ms()
+            moved = st.log_end_offset != fetch_offset or st.log_start_offset != follower_log_start_offset
             st.log_end_offset = fetch_offset
             st.log_start_offset = follower_log_start_offset
             if fetch_offset >= leader_end_offset_at_read:
@@ -242,8 +259,9 @@ class Partition:
             if (replica_id not in self.isr and replica_id in self.replicas and not self._isr_in_flight
                     and fetch_offset >= self.log.high_watermark
                     and fetch_offset >= self.log.epoch_start_offset(self.leader_epoch)):
-                return self._isr_write(tuple(sorted(set(self.isr) | {replica_id}, key=self._replica_order)))
-            return None
+                return FollowerFetchUpdate(True, self._isr_write(
+                    tuple(sorted(set(self.isr) | {replica_id}, key=self._replica_order))))
+            return MOVED if moved else UNCHANGED
 
     def _isr_write(self, new_isr: tuple[int, ...]) -> IsrWrite:
         """Under the lock: the change to ``new_isr``, marked in flight."""

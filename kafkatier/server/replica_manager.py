@@ -332,13 +332,17 @@ class ReplicaManager:
         and write the ISR expansions it allows together: a restarted follower rejoins the ISR of every
         partition of this leader in one pipelined write, not one write per partition."""
         expansions = []
+        deletes_waiting = bool(self.delete_records_purgatory.watched())
         for fp in partitions:
             p = self.partitions.get(fp.tp)
             if p is not None and p.is_leader:
-                w = p.follower_fetch_isr_write(replica_id, fp.fetch_offset, fp.log_start_offset,
-                                               p.log.log_end_offset)
-                if w is not None:
-                    expansions.append((p, w, f"expand replica={replica_id}"))
+                upd = p.follower_fetch_isr_write(replica_id, fp.fetch_offset, fp.log_start_offset,
+                                                 p.log.log_end_offset)
+                if not upd.moved and not deletes_waiting:
+                    # An idle follower (most partitions of a fetch session): no watermark can move.
+                    continue
+                if upd.isr_write is not None:
+                    expansions.append((p, upd.isr_write, f"expand replica={replica_id}"))
                 else:
                     p.maybe_increment_high_watermark()
                 self.delete_records_purgatory.check_and_complete(("delete_records", fp.tp))
