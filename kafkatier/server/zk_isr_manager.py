@@ -83,14 +83,18 @@ class ZkIsrManager:
     def write(self, writes: Iterable[IsrWrite]) -> dict[TopicPartition, int | None]:
         """Write every change, pipelined; per partition the new zkVersion, or None when the znode moved on (the
         controller changed it) or the write could not be made (then the leader keeps its ISR and tries again at
-        its next check)."""
+        its next check).  Never raises: each decided change must be completed by its partition."""
         writes = list(writes)
         if not writes:
             return {}
         if self.zk is None:  # no ZooKeeper (unit tests of the data path): every write succeeds
             out = {w.tp: w.expected_version + 1 for w in writes}
         else:
-            out = self._write(writes)
+            try:
+                out = self._write(writes)
+            except Exception as e:  # noqa: BLE001 - never leave a partition's change in flight: not written
+                log.warning("ISR writes failed %s", kv(partitions=len(writes), error=repr(e)))
+                out = {w.tp: None for w in writes}
         written = [w for w in writes if out.get(w.tp) is not None]
         self.metrics["isr_writes"] += len(written)
         if written:
