@@ -231,6 +231,7 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         if count > MAX_PARTITIONS_LOGGED:
             log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
+                                                        unchanged=count - len(leaders) - len(followers),
                                                         controller_epoch=body.get("controller_epoch")))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
@@ -258,8 +259,12 @@ class ReplicaManager:
         if cur is not None and cur.topic_id and topic_id and cur.topic_id != topic_id:
             return Errors.INCONSISTENT_TOPIC_ID
         if cur is not None and ps["leader_epoch"] <= cur.leader_epoch:
-            log.info("ignoring LeaderAndIsr with an old leader epoch %s", kv(
-                partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
+            # Per partition only for small requests (``each``): a new controller's LeaderAndIsr repeats every
+            # partition's current state, and one line each for thousands held the broker's GIL while its
+            # Metadata still lagged the failover.
+            if each is not None:
+                each("ignoring LeaderAndIsr with an old leader epoch %s", kv(
+                    partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
             return Errors.STALE_CONTROLLER_EPOCH
         if cur is None:
             try:
