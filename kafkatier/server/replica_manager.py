@@ -231,7 +231,7 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         if count > MAX_PARTITIONS_LOGGED:
             log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
-                                                        unchanged=count - len(leaders) - len(followers),
+                                                        ignored_or_failed=count - len(leaders) - len(followers),
                                                         controller_epoch=body.get("controller_epoch")))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
