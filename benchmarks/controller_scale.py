@@ -387,7 +387,7 @@ def main() -> int:
               f"| {r['ctrl_ms']:.0f} ms | {r['raw_ms']:.0f} ms | {r['ratio']:.2f}x "
               f"| {r['raw_multi_ms']:.0f} ms "
               f"| {r['registered_s']:.1f} s / {r['restart_s']:.1f} s / {r['rejoin_s']:.1f} s "
-              f"| {min(r['idle'].values()):.0f}-{max(r['idle'].values()):.0f} % "
+              f"| {min(r['idle'].values()):.1f}-{max(r['idle'].values()):.1f} % "
               f"| {r['rss_b'] / 1024:.1f} KiB | {r['load']} |")
     for total, why in failed:
         print(f"| {total:,} | not completed: {why} |||||||||")
