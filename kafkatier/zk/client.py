@@ -17,8 +17,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
-                              SessionExpiredError, UnimplementedError)
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, UnimplementedError
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
