@@ -1,84 +1,100 @@
-"""Controlled shutdown of a broker leading a third of ``--partitions`` partitions (default 3,000; 3 brokers, RF 3),
-against the raw ZooKeeper writes it needs, measured in the same run.
+"""Controlled shutdown and restart of the broker leading the most partitions, on one 3-broker cluster (RF 3) that
+grows through the sizes of ``--sizes`` (default 1,000 / 5,000 / 20,000 partitions, topics of 1,000), against the
+raw ZooKeeper writes each needs, measured in the same run (issue 27).
 
-The shutdown: SIGTERM to a broker that is not the controller; it sends ControlledShutdown to the controller, which
-moves the ~1/3 of the leaders it holds and takes it out of every other ISR (one partition-state write per
-partition, since with RF 3 on 3 brokers it hosts a replica of every partition), sends LeaderAndIsr /
-StopReplica / UpdateMetadata, and answers once every broker has applied them.  Reported: the controller's
-handling time (its log), the broker's request round trip (its log) and SIGTERM-to-exit (wall clock).
+Per size:
 
-The baseline: the same number of ``set_data`` calls on the same partition ``state`` znodes with their current
-payloads, after the shutdown, two ways: pipelined (every call issued, then all awaited) and as multis of 50
-(one ``/controller_epoch`` version check + 50 writes, how a fenced controller could batch them).  The ratio is
-the controller's handling time over the faster baseline.  (Kafka 1.1 reported 3 s for 10,000 partitions.)
+1. **controlled shutdown**: SIGTERM to the broker (not the controller) leading the most partitions; it sends
+   ControlledShutdown to the controller, which elects new leaders for the partitions it leads and takes it out of
+   every other ISR (one ``state`` write per partition it hosts: every partition, with RF 3 on 3 brokers).
+   Measured: SIGTERM until the ``state`` znodes name it leader of nothing (polled with multiReads), the broker's
+   request round trip (its ``controlled shutdown succeeded ms=`` log line), the controller's handling (its
+   ``controlled shutdown handled ... ms=`` line) and SIGTERM to process exit.
+2. **restart**: the broker started again, until every ISR is full (it rejoined every partition's ISR: one
+   conditional ``state`` write per partition by the leaders).
 
-    .venv/bin/python benchmarks/controlled_shutdown.py [--partitions 3000] [--quick]   # KEEP=1: keep the logs
+The baseline: the same number of writes of the same ``state`` znodes with their current payloads, the fastest
+of two batched forms: pipelined ``set_data`` calls (1,000 in flight) and fenced multis of 500 (one
+``/controller_epoch`` check + 500 writes each, 10 in flight, how kafkatier's controller writes).  Goals (issue
+27): shutdown (SIGTERM -> leadership moved) <= 3x the raw writes at every size and <= 5 s at 10,000 led
+partitions (Kafka 1.1 published ~3 s); restart -> every ISR full <= 20 s at 20,000 partitions.
+
+    .venv/bin/python benchmarks/controlled_shutdown.py [--sizes 1000,5000,20000] [--quick]   # KEEP=1: keep logs
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.waiting import wait_for  # noqa: E402
-from kafkatier.zk.client import start_client  # noqa: E402
+from kafkatier.zk import paths  # noqa: E402
+from kafkatier.zk.client import get_many, start_client  # noqa: E402
 from kafkatier.zk.kafka_zk_client import KafkaZkClient  # noqa: E402
 
-TOPIC = "cs-bench"
-MULTI_SIZE = 50
+MULTI_SIZE = 500
+MULTIS_IN_FLIGHT = 10
+SETS_IN_FLIGHT = 1000
 
 
-def wait_full_isr(zk, partitions: int, timeout: float) -> None:
-    from tqdm import tqdm
-    paths = [f"/brokers/topics/{TOPIC}/partitions/{p}/state" for p in range(partitions)]
-    done: set[str] = set()
-    bar = tqdm(total=partitions, desc="partitions with a full ISR", unit="p", file=sys.stderr)
-
-    def check() -> bool:
-        pending = [p for p in paths if p not in done]
-        asyncs = [(p, zk.get_async(p)) for p in pending]
-        for p, a in asyncs:
-            try:
-                if len(json.loads(a.get()[0])["isr"]) == 3:
-                    done.add(p)
-                    bar.update(1)
-            except Exception:  # noqa: BLE001 - not created yet
-                pass
-        return len(done) == partitions
-    try:
-        wait_for(check, timeout, interval=0.5, message="every partition with a full ISR")
-    finally:
-        bar.close()
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def wait_brokers_applied(m: ClusterManager, partitions: int, timeout: float) -> None:
-    """Every broker's Metadata shows every partition with a leader: it has applied the LeaderAndIsr requests
-    queued before its UpdateMetadata (one FIFO control queue per broker), so nothing from the topic's creation
-    is still in flight when the shutdown starts."""
+def state_paths(topics: dict[str, int]) -> list[str]:
+    return [paths.partition_state(t, p) for t, n in sorted(topics.items()) for p in range(n)]
+
+
+def states(zk, topics: dict[str, int]) -> dict[str, dict]:
+    znodes = state_paths(topics)
+    return {z: (json.loads(r[0]) if r is not None else {"leader": -1, "isr": []})
+            for z, r in zip(znodes, get_many(zk, znodes))}
+
+
+def wait_full_isr(zk, topics: dict[str, int], timeout: float) -> float:
+    t0 = time.monotonic()
+    last = [0.0]
+
+    def full() -> bool:
+        short = sum(1 for s in states(zk, topics).values() if len(s["isr"]) < 3)
+        if time.monotonic() - last[0] > 15:
+            print(f"  ... {short:,} partitions without a full ISR", flush=True)
+            last[0] = time.monotonic()
+        return short == 0
+    wait_for(full, timeout, interval=0.2, message="every partition with a full ISR")
+    return time.monotonic() - t0
+
+
+def wait_brokers_applied(m: ClusterManager, topics: dict[str, int], live: set[int], timeout: float) -> None:
+    """Every live broker's Metadata shows every partition with a leader: nothing from the topics' creation is
+    still in flight when the shutdown starts."""
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
     from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 
     def knows(b: dict) -> bool:
-        client = BrokerClient("127.0.0.1", b["port"], client_id="bench", timeout_s=30.0)
+        client = BrokerClient("127.0.0.1", b["port"], client_id="bench", timeout_s=60.0)
         try:
-            resp = client.send(MetadataRequest[1](topics=[TOPIC]), MetadataResponse, 1)
+            resp = client.send(MetadataRequest[1](topics=None), MetadataResponse, 1)
         except (BrokerConnectionError, OSError):
             return False
         finally:
             client.close()
-        parts = resp.topics[0].partitions if resp.topics else []
-        return len(parts) == partitions and all(p.leader_id >= 0 for p in parts)
-    wait_for(lambda: all(knows(b) for b in m.state["brokers"]), timeout, interval=0.5,
-             message="every broker to have applied the topic's creation")
+        led = {(t[1], p[1]) for t in resp.topics for p in t[3] if p[2] >= 0}
+        return len(led) >= sum(topics.values())
+    wait_for(lambda: all(knows(b) for b in m.state["brokers"] if b["id"] in live), timeout, interval=0.5,
+             message="every broker to have applied the topics' creation")
 
 
 def last_ms(log_path: str, pattern: str) -> float | None:
@@ -89,79 +105,138 @@ def last_ms(log_path: str, pattern: str) -> float | None:
 
 def baseline_pipelined(zk, payloads: dict[str, bytes]) -> float:
     t0 = time.monotonic()
-    asyncs = [zk.set_async(p, d) for p, d in payloads.items()]
-    for a in asyncs:
-        a.get()
+    window: collections.deque = collections.deque()
+    for p, d in payloads.items():
+        if len(window) >= SETS_IN_FLIGHT:
+            window.popleft().get()
+        window.append(zk.set_async(p, d))
+    while window:
+        window.popleft().get()
     return time.monotonic() - t0
 
 
 def baseline_multi(zk, payloads: dict[str, bytes]) -> float:
-    epoch_version = zk.get("/controller_epoch")[1].version
+    epoch_version = zk.get(paths.CONTROLLER_EPOCH)[1].version
     items = list(payloads.items())
     t0 = time.monotonic()
+    window: collections.deque = collections.deque()
     for i in range(0, len(items), MULTI_SIZE):
+        if len(window) >= MULTIS_IN_FLIGHT:
+            window.popleft().get()
         t = zk.transaction()
-        t.check("/controller_epoch", epoch_version)
+        t.check(paths.CONTROLLER_EPOCH, epoch_version)
         for p, d in items[i:i + MULTI_SIZE]:
             t.set_data(p, d)
-        t.commit()
+        window.append(t.commit_async())
+    while window:
+        window.popleft().get()
     return time.monotonic() - t0
+
+
+def raw_writes_s(zk, topics: dict[str, int], victim: int) -> float:
+    """The fastest batched form of one write per partition the victim hosts (the writes its shutdown needs)."""
+    znodes = state_paths(topics)
+    now = {z: r[0] for z, r in zip(znodes, get_many(zk, znodes)) if r is not None}
+    payloads = {z: d for z, d in now.items() if victim in json.loads(d)["isr"] or json.loads(d)["leader"] == victim}
+    if not payloads:
+        payloads = now
+    return min(min(baseline_pipelined(zk, payloads) for _ in range(3)),
+               min(baseline_multi(zk, payloads) for _ in range(3)))
+
+
+def grow(kzc: KafkaZkClient, topics: dict[str, int], total: int, topic_partitions: int) -> None:
+    have = sum(topics.values())
+    while have < total:
+        n = min(topic_partitions, total - have)
+        name = f"cs-{len(topics):03d}"
+        kzc.create_topic(name, {p: [1 + (p + i + len(topics)) % 3 for i in range(3)] for p in range(n)}, {})
+        topics[name] = n
+        have += n
+
+
+def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, topics: dict[str, int], total: int,
+             topic_partitions: int) -> dict:
+    print(f"[{total:,}] creating partitions (load {load_average()})", flush=True)
+    grow(kzc, topics, total, topic_partitions)
+    wait_full_isr(zk, topics, timeout=max(300.0, total / 10))
+    wait_brokers_applied(m, topics, {1, 2, 3}, timeout=max(300.0, total / 10))
+    controller = json.loads(zk.get(paths.CONTROLLER)[0])["brokerid"]
+    before = states(zk, topics)
+    led_by = collections.Counter(s["leader"] for s in before.values())
+    victim = max((b for b in (1, 2, 3) if b != controller), key=lambda b: led_by[b])
+    led = led_by[victim]
+    print(f"[{total:,}] broker {victim} leads {led:,} partitions; controller is {controller} "
+          f"(load {load_average()})", flush=True)
+    raw = raw_writes_s(zk, topics, victim)
+
+    t0 = time.monotonic()
+    exited: list[float] = []
+    stopper = threading.Thread(target=lambda: (m.stop_broker(victim, timeout=600),
+                                               exited.append(time.monotonic() - t0)), daemon=True)
+    stopper.start()
+    moved = None
+    while moved is None and time.monotonic() - t0 < 600:
+        still = sum(1 for s in states(zk, topics).values() if s["leader"] == victim)
+        if still == 0:
+            moved = time.monotonic() - t0
+        elif exited:
+            break
+        else:
+            time.sleep(0.02)
+    stopper.join(600)
+    handled = last_ms(m._log_path(controller), r"controlled shutdown handled broker=%d" % victim)
+    round_trip = last_ms(m._log_path(victim), r"controlled shutdown succeeded")
+    print(f"[{total:,}] leadership moved in {moved if moved is not None else float('nan'):.2f} s, "
+          f"exited in {exited[0] if exited else float('nan'):.2f} s (load {load_average()})", flush=True)
+
+    t1 = time.monotonic()
+    m.start_broker(victim, wait=True, timeout=900)
+    serving = time.monotonic() - t1
+    wait_full_isr(zk, topics, timeout=900)
+    rejoined = time.monotonic() - t1
+    raw_rejoin = raw_writes_s(zk, topics, victim)
+    print(f"[{total:,}] restarted: serving in {serving:.1f} s, every ISR full in {rejoined:.1f} s", flush=True)
+    return dict(partitions=total, led=led, moved_s=moved, exit_s=exited[0] if exited else None,
+                handled_ms=handled, round_trip_ms=round_trip, raw_s=raw, serving_s=serving, rejoin_s=rejoined,
+                raw_rejoin_s=raw_rejoin, load=load_average())
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f} s"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.1f}x"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--partitions", type=int, default=3000)
-    ap.add_argument("--quick", action="store_true", help="300 partitions")
+    ap.add_argument("--sizes", default="1000,5000,20000", help="comma-separated total partitions, increasing")
+    ap.add_argument("--quick", action="store_true", help="sizes 300,1000")
+    ap.add_argument("--topic-partitions", type=int, default=1000)
     ap.add_argument("--tmp", default=None)
     args = ap.parse_args()
-    partitions = 300 if args.quick else args.partitions
+    sizes = [300, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     data_dir = tempfile.mkdtemp(prefix="kafkatier-cs-bench-", dir=args.tmp)
+
+    def interrupted(signum, frame):  # SIGTERM: stop, and clean up below
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
     m = ClusterManager(data_dir)
     zk = None
+    rows, failed = [], []
     try:
-        m.up(brokers=3, log_dirs_per_broker=1, overrides={"auto.leader.rebalance.enable": "false"}, timeout=180)
-        zk = start_client(m.zookeeper)
-        assignment = {p: [1 + (p + i) % 3 for i in range(3)] for p in range(partitions)}
-        t0 = time.monotonic()
-        KafkaZkClient(zk).create_topic(TOPIC, assignment, {})
-        wait_full_isr(zk, partitions, timeout=max(120.0, partitions / 10))
-        wait_brokers_applied(m, partitions, timeout=max(120.0, partitions / 10))
-        print(f"topic {TOPIC}: {partitions} partitions, RF 3, online with a full ISR in "
-              f"{time.monotonic() - t0:.1f} s", flush=True)
-        controller = json.loads(zk.get("/controller")[0])["brokerid"]
-        victim = next(b for b in (1, 2, 3) if b != controller)
-        states = {p: json.loads(zk.get(f"/brokers/topics/{TOPIC}/partitions/{p}/state")[0]) for p in range(partitions)}
-        led = sum(1 for s in states.values() if s["leader"] == victim)
-        print(f"broker {victim} leads {led} partitions and follows {partitions - led}; controller is {controller}",
-              flush=True)
-
-        t0 = time.monotonic()
-        m.stop_broker(victim, timeout=600)
-        wall = time.monotonic() - t0
-        handled = last_ms(m._log_path(controller), r"controlled shutdown handled broker=%d" % victim)
-        round_trip = last_ms(m._log_path(victim), r"controlled shutdown succeeded")
-        after = {p: json.loads(zk.get(f"/brokers/topics/{TOPIC}/partitions/{p}/state")[0])
-                 for p in range(partitions)}
-        still = sum(1 for s in after.values() if s["leader"] == victim)
-        in_isr = sum(1 for s in after.values() if victim in s["isr"])
-        print(f"after: partitions still led by {victim}: {still}; ISRs still holding it: {in_isr}", flush=True)
-
-        payloads = {f"/brokers/topics/{TOPIC}/partitions/{p}/state": zk.get(
-            f"/brokers/topics/{TOPIC}/partitions/{p}/state")[0] for p in range(partitions)}
-        pipelined = min(baseline_pipelined(zk, payloads) for _ in range(3))
-        multi = min(baseline_multi(zk, payloads) for _ in range(3))
-        best = min(pipelined, multi)
-        print()
-        print(f"controlled shutdown, controller handling : {handled / 1000 if handled else float('nan'):8.3f} s")
-        print(f"controlled shutdown, broker round trip   : {round_trip / 1000 if round_trip else float('nan'):8.3f} s")
-        print(f"SIGTERM to process exit                  : {wall:8.3f} s")
-        print(f"raw ZooKeeper writes, {partitions} set_data pipelined : {pipelined:8.3f} s")
-        print(f"raw ZooKeeper writes, multis of {MULTI_SIZE} (fenced)    : {multi:8.3f} s")
-        if handled:
-            print(f"ratio controller handling / fastest raw writes: {handled / 1000 / best:.1f}x")
-        if round_trip:
-            print(f"ratio broker round trip / fastest raw writes  : {round_trip / 1000 / best:.1f}x")
-        return 0
+        m.up(brokers=3, log_dirs_per_broker=1, overrides={"auto.leader.rebalance.enable": "false"}, timeout=300)
+        zk = start_client(m.zookeeper, timeout=30.0)
+        kzc = KafkaZkClient(zk)
+        topics: dict[str, int] = {}
+        for i, total in enumerate(sizes):
+            try:
+                rows.append(run_size(m, zk, kzc, topics, total, args.topic_partitions))
+            except Exception as e:  # noqa: BLE001 - report the size and stop (the cluster is in no known state)
+                print(f"row {total:,} did not finish: {type(e).__name__}: {e} (load {load_average()})", flush=True)
+                failed += [total] + sizes[i + 1:]
+                break
     finally:
         if zk is not None:
             zk.stop()
@@ -170,6 +245,21 @@ def main() -> int:
             shutil.rmtree(data_dir, ignore_errors=True)
         else:
             print("kept", data_dir)
+    print()
+    print(f"3 brokers, RF 3, {os.cpu_count()} CPUs; raw = the fastest of {SETS_IN_FLIGHT} pipelined set_data and "
+          f"fenced multis of {MULTI_SIZE} ({MULTIS_IN_FLIGHT} in flight), same znodes, same run")
+    print("| partitions | led by the broker | SIGTERM -> leadership moved | raw writes | ratio (goal <= 3x; "
+          "<= 5 s at 10,000 led) | broker round trip | controller handling | SIGTERM -> exit "
+          "| restart -> every ISR full | raw writes | ratio (goal <= 20 s at 20,000) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['partitions']:,} | {r['led']:,} | {_s(r['moved_s'])} | {_s(r['raw_s'])} "
+              f"| {_ratio(r['moved_s'], r['raw_s'])} | {_s(r['round_trip_ms'] and r['round_trip_ms'] / 1000)} "
+              f"| {_s(r['handled_ms'] and r['handled_ms'] / 1000)} | {_s(r['exit_s'])} | {_s(r['rejoin_s'])} "
+              f"| {_s(r['raw_rejoin_s'])} | {_ratio(r['rejoin_s'], r['raw_rejoin_s'])} | {r['load']} |")
+    for total in failed:
+        print(f"| {total:,} | not completed |||||||||||")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

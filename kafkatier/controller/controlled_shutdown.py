@@ -2,7 +2,8 @@
 ``doControlledShutdown`` (docs/controller.md#broker-membership).
 
 A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; the request handler calls
-:meth:`ControlledShutdownManager.submit`, which runs on the controller event thread:
+:meth:`ControlledShutdownManager.submit`, which runs on the controller event thread as an *urgent* event (ahead
+of queued bulk work, controller/event_manager.py):
 
 1. not the active controller → STALE_CONTROLLER_EPOCH (Kafka's ``ControllerMovedException``; also when the event
    is pre-empted by a resignation); unknown broker → BROKER_NOT_AVAILABLE; a broker epoch that is not -1 and
@@ -11,7 +12,8 @@ A broker about to stop sends ControlledShutdown (key 7) with its broker epoch; t
 3. of its partitions with more than one replica, not being deleted and with a leadership znode: those it leads
    get a new leader with the controlled-shutdown strategy (the first in-sync, live, not shutting-down replica;
    the shutting-down brokers leave the ISR), those it follows go OfflineReplica (StopReplica(delete=false), out
-   of the ISR);
+   of the ISR); both in batches: the elections and the ISR removals each in pipelined fenced multis
+   (``KafkaZkClient.update_leader_and_isr``), and one request of each kind per broker for the whole shutdown;
 4. the answer is the replicated partitions it still leads (no eligible replica); the broker retries while
    that is not empty.
 
@@ -28,10 +30,17 @@ from __future__ import annotations
 import time
 import threading
 from concurrent.futures import Future
+from typing import Callable
 
+from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import PartitionAndReplica, TopicPartition
+from kafkatier.controller.channel_manager import ControllerChannelManager
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.election import ElectionStrategy
+from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
+from kafkatier.controller.partition_state_machine import PartitionStateMachine
+from kafkatier.controller.replica_state_machine import ReplicaStateMachine
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (BrokerNotAvailableError, KafkaError, StaleBrokerEpochError,
                                        StaleControllerEpochError)
@@ -43,13 +52,25 @@ UNKNOWN_BROKER_EPOCH = -1
 
 
 class ControlledShutdownManager:
-    def __init__(self, controller) -> None:
-        self.controller = controller
-        self.metrics = {"controlled_shutdowns": 0, "last_controlled_shutdown_ms": 0.0}
+    """Receives what it uses: the context, the request batch, both state machines, the event queue, whether this
+    broker is the active controller and its channel manager (both change at failover: asked each time), the
+    scheduler (the answer's timeout) and the request timeout."""
 
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
+    def __init__(self, ctx: ControllerContext, batch: ControllerBrokerRequestBatch,
+                 partition_state_machine: PartitionStateMachine, replica_state_machine: ReplicaStateMachine,
+                 event_manager: ControllerEventManager, is_active: Callable[[], bool],
+                 channel: Callable[[], ControllerChannelManager | None], scheduler: KafkaScheduler,
+                 request_timeout_s: float) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.partition_state_machine = partition_state_machine
+        self.replica_state_machine = replica_state_machine
+        self.event_manager = event_manager
+        self.is_active = is_active
+        self.channel = channel
+        self.scheduler = scheduler
+        self.request_timeout_s = request_timeout_s
+        self.metrics = {"controlled_shutdowns": 0, "last_controlled_shutdown_ms": 0.0}
 
     def submit(self, broker_id: int, broker_epoch: int) -> Future[set[TopicPartition]]:
         """Enqueue ``ControlledShutdown(broker_id)``; the future holds the partitions the broker still leads, or
@@ -75,7 +96,9 @@ class ControlledShutdownManager:
             if not fut.done():
                 fut.set_exception(StaleControllerEpochError(
                     "Controller moved to another broker. Aborting controlled shutdown"))
-        self.controller._put(f"ControlledShutdown({broker_id})", run, preempt)
+        # Urgent: ahead of bulk work already queued (ISR changes, responses), which the broker's request would
+        # otherwise wait behind until it times out.
+        self.event_manager.put(ControllerEvent(f"ControlledShutdown({broker_id})", run, preempt), urgent=True)
         return fut
 
     def _answer_once_applied(self, fut: Future, remaining: set[TopicPartition], shutting_down: int) -> None:
@@ -97,20 +120,20 @@ class ControlledShutdownManager:
                 last = not pending
             if last:
                 complete()
-        channel = self.controller.channel
+        channel = self.channel()
         for b in sorted(pending):
             if channel is None or not channel.barrier(b, lambda b=b: applied(b)):
                 applied(b)
         if not pending:
             complete()
         if not fut.done():
-            self.controller.scheduler.schedule_once("ControlledShutdownAnswerTimeout", complete,
-                                                    self.controller.config.request_timeout_s * 1000 / 2)
+            self.scheduler.schedule_once("ControlledShutdownAnswerTimeout", complete,
+                                         self.request_timeout_s * 1000 / 2)
 
     def do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
         t0 = time.monotonic()
         ctx = self.ctx
-        if not self.controller.is_active:
+        if not self.is_active():
             raise StaleControllerEpochError("Controller moved to another broker. Aborting controlled shutdown")
         if broker_id not in ctx.live_or_shutting_down_broker_ids:
             raise BrokerNotAvailableError(f"Broker id {broker_id} does not exist.")
@@ -128,9 +151,12 @@ class ControlledShutdownManager:
         led = sorted(tp for tp in to_act_on if ctx.partition_leadership[tp].leader == broker_id)
         followed = {PartitionAndReplica(tp, broker_id) for tp in to_act_on
                     if ctx.partition_leadership[tp].leader != broker_id}
-        failed = self.controller.partition_state_machine.handle_state_changes(
-            led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
-        self.controller.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
+        # One LeaderAndIsr, StopReplica and UpdateMetadata per broker for both state machines' changes; each
+        # machine writes its partitions' states in pipelined fenced multis.
+        with self.batch.coalesced(lambda: ctx.epoch):
+            failed = self.partition_state_machine.handle_state_changes(
+                led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
+            self.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
         remaining = {tp for tp in ctx.partitions_led_by(broker_id)
                      if len(ctx.partition_replicas(tp)) > 1 and not ctx.is_topic_queued_for_deletion(tp.topic)}
         ms = (time.monotonic() - t0) * 1000

@@ -3,10 +3,15 @@
 ZooKeeper watch callbacks, control-channel callbacks and admin calls only *enqueue* events; all controller state
 is read and changed on this thread.  ``clear_and_put`` drains the queue (pre-empting what it drained) and is used
 for session expiry and shutdown.
+
+``put(event, urgent=True)`` queues an event ahead of every non-urgent one (urgent events keep their order among
+themselves): a ControlledShutdown must not wait behind bulk work (ISR change notifications, responses of
+thousands of partitions) while the shutting-down broker's request times out.  Kafka's ZooKeeper controller has
+one FIFO queue; its KRaft controller likewise lets some events jump the queue.
 """
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from typing import Callable
@@ -38,47 +43,48 @@ _SHUTDOWN = ControllerEvent("ShutdownEventThread", lambda: None)
 
 class ControllerEventManager:
     def __init__(self, on_controller_moved: Callable[[Exception], None] | None = None, name: str = "controller-event-thread"):
-        self._queue: "queue.Queue[ControllerEvent]" = queue.Queue()
+        self._urgent: collections.deque[ControllerEvent] = collections.deque()
+        self._normal: collections.deque[ControllerEvent] = collections.deque()
+        self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._on_controller_moved = on_controller_moved
-        self._lock = threading.Lock()
         self.metrics = {"events_processed": 0, "events_failed": 0, "queue_time_ms_max": 0.0}
         self._stopped = False
 
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, event: ControllerEvent) -> ControllerEvent:
-        with self._lock:
+    def put(self, event: ControllerEvent, urgent: bool = False) -> ControllerEvent:
+        with self._cond:
             if self._stopped:
                 event.done.set()
                 return event
-            self._queue.put(event)
+            (self._urgent if urgent else self._normal).append(event)
+            self._cond.notify()
         return event
 
     def clear_and_put(self, event: ControllerEvent) -> ControllerEvent:
-        with self._lock:
-            drained = []
-            while True:
-                try:
-                    drained.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+        with self._cond:
+            drained = list(self._urgent) + list(self._normal)
+            self._urgent.clear()
+            self._normal.clear()
             for e in drained:
                 self._preempt(e)
-            self._queue.put(event)
+            self._normal.append(event)
+            self._cond.notify()
         return event
 
     def is_empty(self) -> bool:
-        return self._queue.empty()
+        return self.queue_size() == 0
 
     def queue_size(self) -> int:
-        return self._queue.qsize()
+        return len(self._urgent) + len(self._normal)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        with self._lock:
+        with self._cond:
             self._stopped = True
-            self._queue.put(_SHUTDOWN)
+            self._normal.append(_SHUTDOWN)
+            self._cond.notify()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -92,11 +98,17 @@ class ControllerEventManager:
         finally:
             e.done.set()
 
+    def _take(self) -> ControllerEvent:
+        with self._cond:
+            while not (self._urgent or self._normal):
+                self._cond.wait()
+            return (self._urgent or self._normal).popleft()
+
     def _loop(self) -> None:
         from kafkatier.zk.fenced import ControllerMovedError
 
         while True:
-            event = self._queue.get()
+            event = self._take()
             if event is _SHUTDOWN:
                 return
             waited = (time.monotonic() - event.enqueued_at) * 1000

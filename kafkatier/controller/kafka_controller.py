@@ -64,15 +64,19 @@ class KafkaController:
         self.batch = ControllerBrokerRequestBatch(broker_id, self.ctx, self._send,
                                                   stop_replica_callback=self._on_stop_replica_response,
                                                   leader_and_isr_callback=self._on_leader_and_isr_response)
-        self.replica_state_machine = ReplicaStateMachine(self)
-        self.partition_state_machine = PartitionStateMachine(self)
+        self.replica_state_machine = ReplicaStateMachine(self.ctx, self.batch, self.kafka_zk)
+        self.partition_state_machine = PartitionStateMachine(self.ctx, self.batch, self.kafka_zk,
+                                                             self.unclean_leader_election_enabled)
         self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
         # Timers (the disablement's retry backoff): the broker's scheduler, or one of our own.
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
         self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
         self.replica_election_manager = ReplicaElectionManager(self, self.scheduler, self.config.auto_rebalance)
-        self.controlled_shutdown_manager = ControlledShutdownManager(self)
+        self.controlled_shutdown_manager = ControlledShutdownManager(
+            self.ctx, self.batch, self.partition_state_machine, self.replica_state_machine, self.event_manager,
+            is_active=lambda: self.is_active, channel=lambda: self.channel, scheduler=self.scheduler,
+            request_timeout_s=self.config.request_timeout_s)
         self.partition_reassignment = PartitionReassignmentManager(self)
         self._admin_factory = admin_factory
         self._admin = None
@@ -82,6 +86,8 @@ class KafkaController:
         self._controller_watch = None
         self.metrics = {"failovers": 0, "resignations": 0, "last_failover_ms": 0.0}
         self._in_failover = False
+        self._coalesce_lock = threading.Lock()
+        self._coalesced_events: set[str] = set()
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -113,8 +119,8 @@ class KafkaController:
         status file of every partition) so the failover is not slowed by it."""
         return self._in_failover
 
-    def _put(self, name: str, fn: Callable[[], None], preempt=None) -> ControllerEvent:
-        return self.event_manager.put(ControllerEvent(name, fn, preempt))
+    def _put(self, name: str, fn: Callable[[], None], preempt=None, urgent: bool = False) -> ControllerEvent:
+        return self.event_manager.put(ControllerEvent(name, fn, preempt), urgent=urgent)
 
     def _active_only(self, fn: Callable[[], None]) -> Callable[[], None]:
         def run():
@@ -219,7 +225,7 @@ class KafkaController:
         self._children_watch(gen, paths.BROKER_TOPICS, "TopicChange", self.process_topic_change)
         self._children_watch(gen, paths.DELETE_TOPICS, "TopicDeletion", self.process_topic_deletion)
         self._children_watch(gen, paths.ISR_CHANGE_NOTIFICATION, "IsrChangeNotification",
-                             self.process_isr_change_notification)
+                             self.process_isr_change_notification, coalesce=True)
         self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
                              self.process_log_dir_event_notification)
         self.partition_reassignment.register_watch()
@@ -315,7 +321,10 @@ class KafkaController:
                 ctx.update_assignment(TopicPartition(t, p), a)
 
     # --- watches --------------------------------------------------------------------------------------------
-    def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None]) -> None:
+    def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None],
+                        coalesce: bool = False) -> None:
+        """``coalesce``: no new event while one of this name is queued (a change after it started running
+        queues the next)."""
         try:
             self.zk.ensure_path(path)
         except NodeExistsError:
@@ -324,7 +333,23 @@ class KafkaController:
         def on_children(children):
             if gen != self._generation:
                 return False
-            self._put(name, self._active_only(handler))
+            if not coalesce:
+                self._put(name, self._active_only(handler))
+                return True
+            with self._coalesce_lock:
+                if name in self._coalesced_events:
+                    return True
+                self._coalesced_events.add(name)
+
+            def unqueued() -> None:
+                with self._coalesce_lock:
+                    self._coalesced_events.discard(name)
+
+            def run() -> None:
+                unqueued()
+                if self.is_active:
+                    handler()
+            self._put(name, run, unqueued)
             return True
         ChildrenWatch(self.zk, path, on_children)
 
@@ -607,24 +632,18 @@ class KafkaController:
 
     # --- ISR change notifications (leaders write ISR changes themselves, as with IBPs before AlterPartition) --
     def process_isr_change_notification(self) -> None:
-        children = self.kafka_zk.get_children_or_empty(paths.ISR_CHANGE_NOTIFICATION)
-        if not children:
+        """Kafka's ``processIsrChangeNotification``: read every notification (multiReads), delete them all (fenced
+        multis, pipelined), then refresh the named partitions' leadership from their ``state`` znodes and send
+        UpdateMetadata.  A notification names many partitions (server/zk_isr_manager.py); one event handles
+        every notification present, and further watch firings while it is queued add no event."""
+        found, tps = self.kafka_zk.get_isr_change_notifications()
+        if not found:
             return
-        tps = set()
-        for c in children:
-            path = f"{paths.ISR_CHANGE_NOTIFICATION}/{c}"
-            try:
-                data, _ = self.zk.get(path)
-                for tp in codecs.IsrChangeNotification.decode(data).partitions:
-                    tps.add(TopicPartition(tp[0], int(tp[1])))
-            except NoNodeError:
-                continue
-            except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed ISR change notification %s", kv(path=path, reason=e))
-            self._fenced_delete(path)
+        self.kafka_zk.delete_fenced(found, self.ctx.epoch_zk_version)
         tps = {tp for tp in tps if self.ctx.assignment(tp) is not None}
         fresh = self.kafka_zk.get_partition_states(tps)
         self.ctx.partition_leadership.update(fresh)
+        log.info("ISR changes %s", kv(notifications=len(found), partitions=len(fresh)))
         self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
         self.partition_reassignment.on_isr_change(fresh)
 

@@ -5,17 +5,22 @@ caller asks for them)."""
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller import election
 from kafkatier.controller.context import ControllerContext, PartitionState
 from kafkatier.controller.election import ElectionStrategy
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("controller.partition-state-machine")
 
 # Elections logged one line per partition up to this many at once; above, one summary line.
 MAX_PARTITIONS_LOGGED = 50
+# Elections written again after their conditional write lost a race with a leader's ISR write.
+MAX_ELECTION_ROUNDS = 3
 
 _VALID_PREVIOUS = {
     PartitionState.NEW: {PartitionState.NON_EXISTENT},
@@ -26,12 +31,16 @@ _VALID_PREVIOUS = {
 
 
 class PartitionStateMachine:
-    def __init__(self, controller) -> None:
-        self.controller = controller
+    """Kafka's ``ZkPartitionStateMachine(config, stateChangeLogger, controllerContext, zkClient, requestBatch)``:
+    it receives what it uses.  ``unclean_leader_election_enabled(topic)`` reads the topic's setting (asked only
+    when no in-sync replica can lead)."""
 
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
+    def __init__(self, ctx: ControllerContext, batch: ControllerBrokerRequestBatch, kafka_zk: KafkaZkClient,
+                 unclean_leader_election_enabled: Callable[[str], bool]) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.kafka_zk = kafka_zk
+        self.unclean_leader_election_enabled = unclean_leader_election_enabled
 
     def startup(self) -> None:
         for tp in self.ctx.all_partitions():
@@ -61,7 +70,7 @@ class PartitionStateMachine:
         """
         if not partitions:
             return {}
-        batch = self.controller.batch
+        batch = self.batch
         batch.new_batch()
         failed = self._do_handle(partitions, target, strategy, allow_unclean)
         batch.send_requests_to_brokers(self.ctx.epoch)
@@ -114,7 +123,7 @@ class PartitionStateMachine:
     def _initialize_leader_and_isr(self, partitions) -> list[TopicPartition]:
         """First leader = first live replica in assignment order; ISR = all live replicas; epoch 0."""
         done = []
-        zkc = self.controller.kafka_zk
+        zkc = self.kafka_zk
         to_create = {}
         for tp in partitions:
             replicas = self.ctx.partition_replicas(tp)
@@ -127,7 +136,7 @@ class PartitionStateMachine:
         created = zkc.create_partition_states(to_create, self.ctx.epoch_zk_version)
         for tp, l in created.items():
             self.ctx.partition_leadership[tp] = l
-            self.controller.batch.add_leader_and_isr(
+            self.batch.add_leader_and_isr(
                 [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r, tp)], tp, l, is_new=True)
             done.append(tp)
         return done
@@ -155,28 +164,38 @@ class PartitionStateMachine:
         """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
-        zkc = self.controller.kafka_zk
-        updates = {}
+        zkc = self.kafka_zk
         unclean_enabled = functools.lru_cache(maxsize=None)(
-            lambda topic: allow_unclean or self.controller.unclean_leader_election_enabled(topic))
-        for tp in partitions:
-            cur = self.ctx.partition_leadership.get(tp)
-            if cur is None:
-                failed[tp] = "no leadership znode"
-                continue
-            result = self._elect(tp, cur, strategy, unclean_enabled)
-            if result is None:
-                failed[tp] = f"no eligible leader ({strategy.value})"
-                log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
-                                                      replicas=list(self.ctx.partition_replicas(tp))))
-                continue
-            if result.unclean:
-                log.warning("unclean leader election %s", kv(partition=tp, leader=result.leader))
-            updates[tp] = LeaderAndIsr(leader=result.leader, leader_epoch=cur.leader_epoch + 1, isr=result.isr,
-                                       controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
-                                       leader_recovery_state=cur.leader_recovery_state)
-        written = zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version)
-        for tp in updates.keys() - written.keys():
+            lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
+        written: dict[TopicPartition, LeaderAndIsr] = {}
+        todo = list(partitions)
+        for attempt in range(MAX_ELECTION_ROUNDS):
+            updates = {}
+            for tp in todo:
+                cur = self.ctx.partition_leadership.get(tp)
+                if cur is None:
+                    failed[tp] = "no leadership znode"
+                    continue
+                result = self._elect(tp, cur, strategy, unclean_enabled)
+                if result is None:
+                    failed[tp] = f"no eligible leader ({strategy.value})"
+                    log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
+                                                          replicas=list(self.ctx.partition_replicas(tp))))
+                    continue
+                if result.unclean:
+                    log.warning("unclean leader election %s", kv(partition=tp, leader=result.leader))
+                updates[tp] = LeaderAndIsr(leader=result.leader, leader_epoch=cur.leader_epoch + 1, isr=result.isr,
+                                           controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
+                                           leader_recovery_state=cur.leader_recovery_state)
+            written.update(zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version))
+            todo = sorted(updates.keys() - written.keys())
+            if not todo:
+                break
+            if attempt + 1 < MAX_ELECTION_ROUNDS:
+                # A leader's ISR write moved the znode meanwhile (Kafka's ``partitionsToRetry``): read the current
+                # states of all of them and elect again.
+                self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
+        for tp in todo:
             failed[tp] = "leader and ISR update failed"
         # One line per partition for a few; past that one summary line (per partition at DEBUG): a failover
         # at 20,000 partitions would otherwise write thousands of lines on the controller thread.
@@ -185,7 +204,7 @@ class PartitionStateMachine:
             self.ctx.partition_leadership[tp] = l
             each("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
                                           isr=list(l.isr), strategy=strategy.value))
-            self.controller.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
+            self.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
             done.append(tp)
         if len(written) > MAX_PARTITIONS_LOGGED:
             by_leader: dict[int, int] = {}

@@ -220,7 +220,7 @@ class ReplicaElectionManager:
                 results[tp] = ElectionOutcome(Errors.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
             elif not self._election_needed(tp, l.leader, election_type):
                 results[tp] = ElectionOutcome(Errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic "
-                                              f"partition.", l.leader)
+                                              "partition.", l.leader)
             else:
                 electable.append(tp)
         if electable:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from kafkatier.common.structs import PartitionAndReplica
 from kafkatier.controller.context import ControllerContext, ReplicaState
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
 
 log = get_logger("controller.replica-state-machine")
 
@@ -20,12 +22,12 @@ _VALID_PREVIOUS = {
 
 
 class ReplicaStateMachine:
-    def __init__(self, controller) -> None:
-        self.controller = controller
+    """Kafka's ``ZkReplicaStateMachine(config, stateChangeLogger, controllerContext, zkClient, requestBatch)``."""
 
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
+    def __init__(self, ctx: ControllerContext, batch: ControllerBrokerRequestBatch, kafka_zk: KafkaZkClient) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.kafka_zk = kafka_zk
 
     def startup(self) -> None:
         """Kafka's ``startup``: every online replica OnlineReplica, every other one ReplicaDeletionIneligible, then
@@ -33,7 +35,7 @@ class ReplicaStateMachine:
         in bulk, one LeaderAndIsr entry per partition for all its online replicas (the same requests as one per
         replica; at a failover with 20,000 partitions the per-replica path was a large part of the work)."""
         ctx = self.ctx
-        batch = self.controller.batch
+        batch = self.batch
         offline = []
         batch.new_batch()
         # ctx.is_replica_online inlined: this loop runs over every replica of the cluster at a failover.
@@ -59,7 +61,7 @@ class ReplicaStateMachine:
     def handle_state_changes(self, replicas, target: ReplicaState) -> None:
         if not replicas:
             return
-        batch = self.controller.batch
+        batch = self.batch
         batch.new_batch()
         for broker in sorted({pr.replica for pr in replicas}):
             self._do_handle(broker, sorted(pr for pr in replicas if pr.replica == broker), target)
@@ -67,7 +69,7 @@ class ReplicaStateMachine:
 
     def _do_handle(self, broker: int, replicas, target: ReplicaState) -> None:
         ctx = self.ctx
-        batch = self.controller.batch
+        batch = self.batch
         valid = []
         for pr in replicas:
             cur = ctx.replica_states.get(pr, RS.NON_EXISTENT)
@@ -96,7 +98,7 @@ class ReplicaStateMachine:
             for pr in valid:
                 batch.add_stop_replica([broker], pr.tp, delete=False)
             with_leadership = [pr for pr in valid if pr.tp in ctx.partition_leadership]
-            updated = self.controller.kafka_zk.remove_replica_from_isr(
+            updated = self.kafka_zk.remove_replica_from_isr(
                 broker, {pr.tp: ctx.partition_leadership[pr.tp] for pr in with_leadership}, ctx.epoch,
                 ctx.epoch_zk_version)
             for tp, l in updated.items():

@@ -1,6 +1,13 @@
 """Partition: one hosted replica's data path: leader appends, high watermark, follower fetch state, ISR
-expansion and shrinking (written to the partition ``state`` znode, conditional on its zkVersion, followed by
-an ``isr_change_`` notification as Kafka did before AlterPartition)."""
+expansion and shrinking (written to the partition ``state`` znode, conditional on its zkVersion, by the
+:class:`~kafkatier.server.zk_isr_manager.ZkIsrManager`, which notifies the controller as Kafka did before
+AlterPartition).
+
+An ISR change is two steps, so that the replica manager can write many partitions' changes together:
+:meth:`Partition.follower_fetch_isr_write` / :meth:`Partition.shrink_isr_write` decide a change and mark it in
+flight (no second change of the partition is decided until it completes, as Kafka's pending ISR state), and
+:meth:`Partition.complete_isr_write` applies the written result.  :meth:`Partition.update_follower_fetch_state`
+and :meth:`Partition.maybe_shrink_isr` do both for one partition."""
 from __future__ import annotations
 
 import threading
@@ -16,6 +23,7 @@ from kafkatier.log.transaction_index import AbortedTxn
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
                                        NotEnoughReplicasError, NotLeaderOrFollowerError)
+from kafkatier.server.zk_isr_manager import IsrWrite
 
 log = get_logger("server.partition")
 
@@ -40,16 +48,21 @@ class DuplicateAppend:
 
 
 @attrs.frozen
-class IsrUpdate:
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    controller_epoch: int
-    partition_epoch: int
+class FollowerFetchUpdate:
+    """What a follower's fetch changed on the leader: ``moved`` (its log end or start offset), and the ISR
+    expansion it allows, if any."""
+
+    moved: bool
+    isr_write: IsrWrite | None = None
+
+
+UNCHANGED = FollowerFetchUpdate(False)
+MOVED = FollowerFetchUpdate(True)
 
 
 class Partition:
-    def __init__(self, topic: str, partition: int, broker_id: int, log_, isr_writer: Callable[..., int | None],
+    def __init__(self, topic: str, partition: int, broker_id: int, log_,
+                 isr_writer: Callable[[list[IsrWrite]], dict[tuple[str, int], int | None]],
                  min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000,
                  on_high_watermark_change: Callable[["Partition"], None] | None = None,
                  log_dir_failure: Callable[[str, str, BaseException], None] | None = None):
@@ -69,6 +82,8 @@ class Partition:
         self.partition_epoch = 0
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
+        self.adding_replicas: tuple[int, ...] = ()  # a reassignment in progress (from LeaderAndIsr)
+        self._isr_in_flight = False  # an ISR change decided and not yet completed
         self.followers: dict[int, FollowerState] = {}
         self.producer_state = ProducerStateManager()
         self.producer_state.rebuild(log_)
@@ -125,6 +140,7 @@ class Partition:
         self.leader_epoch = ps["leader_epoch"]
         self.isr = tuple(ps["isr"])
         self.replicas = tuple(ps["replicas"])
+        self.adding_replicas = tuple(ps.get("adding_replicas") or ())
         self.partition_epoch = ps.get("partition_epoch", 0)
         self.controller_epoch = ps.get("controller_epoch", controller_epoch)
 
@@ -216,25 +232,59 @@ class Partition:
     # --- leader: follower fetches ---------------------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
                                     leader_end_offset_at_read: int) -> None:
-        expand = False
+        upd = self.follower_fetch_isr_write(replica_id, fetch_offset, follower_log_start_offset,
+                                            leader_end_offset_at_read)
+        w = upd.isr_write
+        if w is not None:
+            self.complete_isr_write(w, self._isr_writer([w]).get(w.tp), reason=f"expand replica={replica_id}")
+        self.maybe_increment_high_watermark()
+
+    def follower_fetch_isr_write(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
+                                 leader_end_offset_at_read: int) -> FollowerFetchUpdate:
+        """Record a follower's fetch position: whether it moved (only then can the high or low watermark move),
+        and the ISR expansion it allows (in flight until :meth:`complete_isr_write`)."""
         with self.lock:
             if not self.is_leader:
-                return
-            st = self.followers.setdefault(replica_id, FollowerState())
+                return UNCHANGED
+            st = self.followers.get(replica_id)
+            if st is None:
+                st = self.followers[replica_id] = FollowerState()
             now = now_ms()
+            moved = st.log_end_offset != fetch_offset or st.log_start_offset != follower_log_start_offset
             st.log_end_offset = fetch_offset
             st.log_start_offset = follower_log_start_offset
             if fetch_offset >= leader_end_offset_at_read:
                 st.last_caught_up_ms = now
             st.last_fetch_ms = now
-            if (replica_id not in self.isr and replica_id in self.replicas
+            if (replica_id not in self.isr and replica_id in self.replicas and not self._isr_in_flight
                     and fetch_offset >= self.log.high_watermark
                     and fetch_offset >= self.log.epoch_start_offset(self.leader_epoch)):
-                expand = True
-        if expand:
-            self._update_isr(lambda isr: tuple(sorted(set(isr) | {replica_id}, key=self._replica_order)),
-                             reason=f"expand replica={replica_id}")
-        self.maybe_increment_high_watermark()
+                return FollowerFetchUpdate(True, self._isr_write(
+                    tuple(sorted(set(self.isr) | {replica_id}, key=self._replica_order))))
+            return MOVED if moved else UNCHANGED
+
+    def _isr_write(self, new_isr: tuple[int, ...]) -> IsrWrite:
+        """Under the lock: the change to ``new_isr``, marked in flight."""
+        self._isr_in_flight = True
+        return IsrWrite((self.topic, self.partition), self.leader_id, self.leader_epoch, new_isr,
+                        self.controller_epoch, self.partition_epoch, urgent=bool(self.adding_replicas))
+
+    def complete_isr_write(self, w: IsrWrite, new_version: int | None, reason: str) -> None:
+        """Apply a decided change once written (``new_version``), unless the partition moved on meanwhile (a
+        LeaderAndIsr with another epoch or zkVersion: the controller's state wins)."""
+        with self.lock:
+            self._isr_in_flight = False
+            if new_version is None:
+                log.info("ISR update skipped (state znode changed; waiting for the controller) %s",
+                         kv(partition=self, reason=reason))
+                return
+            if not self.is_leader or (self.leader_epoch, self.partition_epoch) != (w.leader_epoch,
+                                                                                   w.expected_version):
+                return
+            log.info("ISR updated %s", kv(partition=self, old=list(self.isr), new=list(w.isr), reason=reason,
+                                          partition_epoch=new_version))
+            self.isr = w.isr
+            self.partition_epoch = new_version
 
     def _replica_order(self, r: int) -> int:
         try:
@@ -243,9 +293,19 @@ class Partition:
             return len(self.replicas)
 
     def maybe_shrink_isr(self) -> None:
+        w = self.shrink_isr_write()
+        if w is None:
+            return
+        out = [r for r in self.isr if r not in w.isr]
+        self.complete_isr_write(w, self._isr_writer([w]).get(w.tp), reason=f"shrink out={out}")
+        self.maybe_increment_high_watermark()
+
+    def shrink_isr_write(self) -> IsrWrite | None:
+        """The ISR shrink the lagging followers call for (in flight until :meth:`complete_isr_write`), or
+        None."""
         with self.lock:
-            if not self.is_leader:
-                return
+            if not self.is_leader or self._isr_in_flight:
+                return None
             now = now_ms()
             leo = self.log.log_end_offset
             out = []
@@ -265,10 +325,10 @@ class Partition:
                         # stopped, is out of sync as before.
                         continue
                     out.append(r)
-            if not out:
-                return
-        self._update_isr(lambda isr: tuple(r for r in isr if r not in out), reason=f"shrink out={out}")
-        self.maybe_increment_high_watermark()
+            new_isr = tuple(r for r in self.isr if r not in out)
+            if not out or not new_isr:
+                return None
+            return self._isr_write(new_isr)
 
     def _current_epoch_start_offset(self) -> int:
         """Where this leader's epoch starts in the log (-1 if the epoch cache does not hold it: then nothing is
@@ -277,24 +337,6 @@ class Partition:
             if entry.epoch == self.leader_epoch:
                 return entry.start_offset
         return -1
-
-    def _update_isr(self, change: Callable[[tuple[int, ...]], tuple[int, ...]], reason: str) -> None:
-        with self.lock:
-            if not self.is_leader:
-                return
-            new_isr = change(self.isr)
-            if new_isr == self.isr or not new_isr:
-                return
-            upd = IsrUpdate(self.leader_id, self.leader_epoch, new_isr, self.controller_epoch, self.partition_epoch)
-            new_version = self._isr_writer(self.topic, self.partition, upd)
-            if new_version is None:
-                log.info("ISR update skipped (state znode changed; waiting for the controller) %s",
-                         kv(partition=self, reason=reason))
-                return
-            log.info("ISR updated %s", kv(partition=self, old=list(self.isr), new=list(new_isr), reason=reason,
-                                          partition_epoch=new_version))
-            self.isr = new_isr
-            self.partition_epoch = new_version
 
     def maybe_increment_high_watermark(self) -> bool:
         with self.lock:

@@ -32,7 +32,6 @@ import threading
 from typing import Callable, Mapping, Protocol
 
 import attrs
-from kazoo.exceptions import BadVersionError, NoNodeError
 
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
@@ -45,12 +44,13 @@ from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
-from kafkatier.server.partition import IsrUpdate, Partition
+from kafkatier.server.partition import Partition
 from kafkatier.server.log_dirs import ANY_LOG_DIR, LogDirDescription, ReplicaLogDirInfo
 from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
 from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
+from kafkatier.server.zk_isr_manager import IsrChangePropagationConfig, IsrWrite, ZkIsrManager
 from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
@@ -125,7 +125,8 @@ class ReplicaManager:
                  halt: Callable[[str], None] | None = None, inter_broker_login=None,
                  leader_replication_quota: ReplicationQuotaManager | None = None,
                  follower_replication_quota: ReplicationQuotaManager | None = None,
-                 high_watermark_checkpoint_interval_ms: int = 5000):
+                 high_watermark_checkpoint_interval_ms: int = 5000,
+                 isr_change_propagation: IsrChangePropagationConfig = IsrChangePropagationConfig()):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
@@ -156,7 +157,15 @@ class ReplicaManager:
             interval_ms = max(200.0, replica_lag_time_max_ms / 2)
             self._isr_expiration_task = scheduler.schedule("isr-expiration", self._maybe_shrink_isr,
                                                            delay_ms=interval_ms, period_ms=interval_ms)
+        # ISR writes and their notifications to the controller (Kafka's ZkIsrManager, isr-change-propagation).
+        self.isr_manager = ZkIsrManager(zk, isr_change_propagation)
+        self._isr_propagation_task = None
+        if scheduler is not None:
+            self._isr_propagation_task = scheduler.schedule(
+                "isr-change-propagation", self.isr_manager.maybe_propagate_isr_changes,
+                delay_ms=isr_change_propagation.check_interval_ms, period_ms=isr_change_propagation.check_interval_ms)
         self._hw_checkpoint_task = None
+        self._last_hw_checkpoint: tuple | None = None  # what the last high-watermark checkpoint wrote
         if scheduler is not None and high_watermark_checkpoint_interval_ms > 0:
             self._hw_checkpoint_task = scheduler.schedule(
                 "highwatermark-checkpoint", self.checkpoint_high_watermarks,
@@ -224,6 +233,7 @@ class ReplicaManager:
                 topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
         if count > MAX_PARTITIONS_LOGGED:
             log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
+                                                        ignored_or_failed=count - len(leaders) - len(followers),
                                                         controller_epoch=body.get("controller_epoch")))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
@@ -251,8 +261,12 @@ class ReplicaManager:
         if cur is not None and cur.topic_id and topic_id and cur.topic_id != topic_id:
             return Errors.INCONSISTENT_TOPIC_ID
         if cur is not None and ps["leader_epoch"] <= cur.leader_epoch:
-            log.info("ignoring LeaderAndIsr with an old leader epoch %s", kv(
-                partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
+            # Per partition only for small requests (``each``): a new controller's LeaderAndIsr repeats every
+            # partition's current state, and one line each for thousands held the broker's GIL while its
+            # Metadata still lagged the failover.
+            if each is not None:
+                each("ignoring LeaderAndIsr with an old leader epoch %s", kv(
+                    partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
             return Errors.STALE_CONTROLLER_EPOCH
         if cur is None:
             try:
@@ -264,7 +278,7 @@ class ReplicaManager:
             except Exception as e:  # noqa: BLE001
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
-            cur = Partition(topic, key[1], self.broker_id, plog, self._write_isr, self._min_isr(topic),
+            cur = Partition(topic, key[1], self.broker_id, plog, self.isr_manager.write, self._min_isr(topic),
                             self.replica_lag_time_max_ms, on_high_watermark_change=self._complete_delayed,
                             log_dir_failure=getattr(self.log_manager, "report_failure", None))
             cur.topic_id = topic_id
@@ -309,42 +323,53 @@ class ReplicaManager:
         self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id,
                                          max(plog.high_watermark, plog.log_start_offset), p.leader_epoch)
 
-    # --- ISR writes (partition leader -> ZooKeeper) ---------------------------------------------------------
-    def _write_isr(self, topic: str, partition: int, upd: IsrUpdate) -> int | None:
-        """Conditional update of the partition state znode; returns the new zkVersion, or None if the znode
-        moved on (the controller changed it: wait for its LeaderAndIsr)."""
-        if self.zk is None:
-            return upd.partition_epoch + 1
-        path = paths.partition_state(topic, partition)
-        data = codecs.LeaderIsrAndControllerEpoch(leader=upd.leader, leader_epoch=upd.leader_epoch, isr=upd.isr,
-                                                  controller_epoch=upd.controller_epoch).encode()
-        try:
-            stat = self.zk.set(path, data, version=upd.partition_epoch)
-        except BadVersionError:
-            try:
-                cur_data, cur_stat = self.zk.get(path)
-                cur = codecs.decode_partition_state(cur_data, cur_stat)
-                if (cur.leader, cur.leader_epoch, tuple(cur.isr)) == (upd.leader, upd.leader_epoch, tuple(upd.isr)):
-                    return cur_stat.version
-            except (NoNodeError, codecs.MalformedZNodeError):
-                pass
-            return None
-        except NoNodeError:
-            return None
-        try:
-            self.zk.create(paths.ISR_CHANGE_NOTIFICATION + "/isr_change_",
-                           codecs.IsrChangeNotification({(topic, partition)}).encode(), sequence=True, makepath=True)
-        except Exception:  # noqa: BLE001 - the notification only refreshes metadata caches
-            log.warning("could not write the ISR change notification", exc_info=True)
-        return stat.version
+    # --- ISR changes (partition leader -> ZooKeeper, server/zk_isr_manager.py) ----------------------------------
+    def _write_isr_changes(self, changes: list[tuple[Partition, IsrWrite, str]]) -> None:
+        """Write the ISR changes decided in one pass together (pipelined), then apply each result."""
+        if not changes:
+            return
+        written = self.isr_manager.write([w for _, w, _ in changes])
+        for p, w, reason in changes:
+            p.complete_isr_write(w, written.get(w.tp), reason)
+        for p, _, _ in changes:
+            p.maybe_increment_high_watermark()
+
+    def _update_followers_fetch_state(self, replica_id: int, partitions: list[FetchPartitionData]) -> None:
+        """A follower's fetch: record its position in each partition led here (it may move the high watermark),
+        and write the ISR expansions it allows together: a restarted follower rejoins the ISR of every
+        partition of this leader in one pipelined write, not one write per partition."""
+        expansions = []
+        deletes_waiting = bool(self.delete_records_purgatory.watched())
+        for fp in partitions:
+            p = self.partitions.get(fp.tp)
+            if p is not None and p.is_leader:
+                upd = p.follower_fetch_isr_write(replica_id, fp.fetch_offset, fp.log_start_offset,
+                                                 p.log.log_end_offset)
+                if not upd.moved and not deletes_waiting:
+                    # An idle follower (most partitions of a fetch session): no watermark can move.
+                    continue
+                if upd.isr_write is not None:
+                    expansions.append((p, upd.isr_write, f"expand replica={replica_id}"))
+                else:
+                    p.maybe_increment_high_watermark()
+                self.delete_records_purgatory.check_and_complete(("delete_records", fp.tp))
+        self._write_isr_changes(expansions)
 
     def _maybe_shrink_isr(self) -> None:
-        """Kafka's ``isr-expiration`` task, every ``replica.lag.time.max.ms / 2``."""
+        """Kafka's ``isr-expiration`` task, every ``replica.lag.time.max.ms / 2``: the shrinks of every led
+        partition, written together."""
+        shrinks = []
         for p in list(self.partitions.values()):
+            if not p.is_leader:
+                continue
             try:
-                p.maybe_shrink_isr()
+                w = p.shrink_isr_write()
             except Exception:  # noqa: BLE001
                 log.exception("ISR shrink check failed %s", kv(partition=p))
+                continue
+            if w is not None:
+                shrinks.append((p, w, f"shrink out={[r for r in p.isr if r not in w.isr]}"))
+        self._write_isr_changes(shrinks)
 
     def restart_fetcher(self, p: Partition) -> None:
         """Fetch again from the leader at the log end offset (after the remote log manager rebuilt a follower
@@ -510,13 +535,8 @@ class ReplicaManager:
                           isolation_level)
         is_follower = replica_id >= 0
         if is_follower:
-            # Record the follower's position first: it may move the high watermark.
-            for fp in partitions:
-                p = self.partitions.get(fp.tp)
-                if p is not None and p.is_leader:
-                    p.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset,
-                                                  p.log.log_end_offset)
-                    self.delete_records_purgatory.check_and_complete(("delete_records", fp.tp))
+            # Record the follower's position first: it may move the high watermark (and the ISR).
+            self._update_followers_fetch_state(replica_id, partitions)
         if max_wait_ms <= 0:
             op.force_complete()
             return
@@ -717,8 +737,21 @@ class ReplicaManager:
         log manager and goes offline."""
         if self._stopped.is_set():
             return
+        hws = self.high_watermarks()
+        # Idle work proportional to change: the files are rewritten (and fsynced) only when a high watermark or
+        # a log's place changed since the last write; an idle broker of thousands of partitions writes none.
+        lm = self.log_manager
+        logs = getattr(lm, "all_logs", None)
+        futures = getattr(lm, "all_future_logs", None)
+        placement = None if logs is None or futures is None else frozenset(
+            [(lg.parent_dir, lg.topic_partition) for lg in logs()]
+            + [(lg.parent_dir, lg.topic_partition, lg.high_watermark) for lg in futures()])
+        snapshot = (hws, placement)
+        if placement is not None and snapshot == self._last_hw_checkpoint:
+            return
         try:
-            self.log_manager.checkpoint_high_watermarks(self.high_watermarks())
+            lm.checkpoint_high_watermarks(hws)
+            self._last_hw_checkpoint = snapshot
         except KafkaStorageError:
             pass  # reported to the log dir failure channel by the log manager
 
@@ -727,6 +760,9 @@ class ReplicaManager:
             self._isr_expiration_task.cancel()
         if self._hw_checkpoint_task is not None:
             self._hw_checkpoint_task.cancel()
+        if self._isr_propagation_task is not None:
+            self._isr_propagation_task.cancel()
+            self.isr_manager.maybe_propagate_isr_changes(force=True)  # the controller learns the last changes
         self._stopped.set()
         self.alter_log_dirs_manager.shutdown()
         self.fetcher_manager.shutdown()

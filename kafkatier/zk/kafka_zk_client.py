@@ -27,7 +27,7 @@ from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import get_many
-from kafkatier.zk.fenced import Create, FencedZkWriter, SetData, read_retrying
+from kafkatier.zk.fenced import Create, Delete, FencedZkWriter, SetData, read_retrying
 
 log = get_logger("zk.client")
 
@@ -36,6 +36,8 @@ log = get_logger("zk.client")
 # is ~100 bytes and its path ~60, so 500 of them (1,000 ops for new partitions) stay far below jute.maxbuffer.
 # Kafka's controller sends the same writes as one pipelined batch of conditional setData requests.
 MULTI_BATCH_PARTITIONS = 500
+# Deletes per fenced multi (a delete is its path and a version: 1,000 stay far below jute.maxbuffer).
+MULTI_BATCH_DELETES = 1000
 
 
 def read_entity_config(zk, entity_type: str, name: str) -> dict[str, str] | None:
@@ -140,6 +142,45 @@ class KafkaZkClient:
                 log.warning("skipping malformed config %s", kv(path=paths.topic_config(t), reason=e.reason))
         return out
 
+    # --- ISR change notifications (Kafka's getAllIsrChangeNotifications / getPartitionsFromIsrChange...) --
+    def get_isr_change_notifications(self) -> tuple[list[str], set[TopicPartition]]:
+        """The ``/isr_change_notification`` children (full paths) and every partition they name, read in
+        multiReads.  A malformed notification is logged, contributes nothing, and is returned for deletion."""
+        children = sorted(self.get_children_or_empty(paths.ISR_CHANGE_NOTIFICATION))
+        znodes = [f"{paths.ISR_CHANGE_NOTIFICATION}/{c}" for c in children]
+        tps: set[TopicPartition] = set()
+        found = []
+        for path, res in zip(znodes, get_many(self.zk, znodes)):
+            if res is None:
+                continue
+            found.append(path)
+            try:
+                for topic, partition in codecs.IsrChangeNotification.decode(res[0], path).partitions:
+                    tps.add(TopicPartition(topic, int(partition)))
+            except codecs.MalformedZNodeError as e:
+                log.warning("skipping malformed ISR change notification %s", kv(path=path, reason=e))
+        return found, tps
+
+    def delete_fenced(self, znodes, epoch_zk_version: int) -> int:
+        """Delete ``znodes`` in fenced multis of :data:`MULTI_BATCH_DELETES`, pipelined; a znode already gone
+        is dropped from its batch and the rest written again.  Returns how many were deleted."""
+        w = self.writer(epoch_zk_version)
+        pending = _batches(sorted(znodes), MULTI_BATCH_DELETES)
+        deleted = 0
+        while pending:
+            again = []
+            for batch, res in zip(pending, w.multi_many([[Delete(z) for z in b] for b in pending])):
+                if isinstance(res, NoNodeError) and 0 <= getattr(res, "op_index", -1) < len(batch):
+                    rest = batch[:res.op_index] + batch[res.op_index + 1:]
+                    if rest:
+                        again.append(rest)
+                    continue
+                if isinstance(res, Exception):
+                    raise res
+                deleted += len(batch)
+            pending = again
+        return deleted
+
     def get_children_or_empty(self, path: str) -> list[str]:
         try:
             return self.zk.get_children(path)
@@ -195,11 +236,17 @@ class KafkaZkClient:
     def update_leader_and_isr(self, updates: dict[TopicPartition, LeaderAndIsr],
                               epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
         """Conditional updates (``l.partition_epoch`` is the expected zkVersion) in fenced multis of
-        :data:`MULTI_BATCH_PARTITIONS`.  Returns the written states with their new partition epoch; a partition
-        whose update fails (BADVERSION, NONODE) is logged, left out, and the rest of its batch written again."""
+        :data:`MULTI_BATCH_PARTITIONS`, pipelined.  Returns the written states with their new partition epoch.
+
+        A multi fails as a whole when one of its partitions moved on (a leader's ISR write won the race: Kafka's
+        per-partition conditional writes fail alone).  The versions of the failed batch are then read at once
+        (one multiRead), every partition whose znode moved is left out (logged; the caller reads the current
+        state and decides again), and the rest of the batch is written again: a round per batch, not per
+        conflict."""
         out = {}
         w = self.writer(epoch_zk_version)
         pending = _batches(sorted(updates.items()), MULTI_BATCH_PARTITIONS)
+        conflicts: list[TopicPartition] = []
         while pending:
             ops = [[SetData(paths.partition_state(tp.topic, tp.partition), _to_codec(l).encode(),
                             version=l.partition_epoch) for tp, l in batch] for batch in pending]
@@ -209,10 +256,15 @@ class KafkaZkClient:
                     index = getattr(res, "op_index", None)
                     if index is None or not 0 <= index < len(batch):
                         raise res
-                    log.warning("partition state update failed %s", kv(partition=batch[index][0],
-                                                                       reason=type(res).__name__))
-                    if len(batch) > 1:
-                        again.append(batch[:index] + batch[index + 1:])
+                    current = get_many(self.zk, [paths.partition_state(tp.topic, tp.partition) for tp, _ in batch])
+                    rest = []
+                    for i, ((tp, l), cur) in enumerate(zip(batch, current)):
+                        if i == index or cur is None or cur[1].version != l.partition_epoch:
+                            conflicts.append(tp)
+                        else:
+                            rest.append((tp, l))
+                    if rest:
+                        again.append(rest)
                     continue
                 if isinstance(res, Exception):
                     raise res
@@ -221,10 +273,13 @@ class KafkaZkClient:
                                            partition_epoch=_version_of(stat, l.partition_epoch + 1),
                                            leader_recovery_state=l.leader_recovery_state)
             pending = again
+        if conflicts:
+            log.warning("partition state updates failed: the znodes moved on %s",
+                        kv(partitions=len(conflicts), first=",".join(map(str, sorted(conflicts)[:5]))))
         return out
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
-                                epoch_zk_version: int) -> dict[TopicPartition, LeaderAndIsr]:
+                                epoch_zk_version: int, _retry_round: int = 0) -> dict[TopicPartition, LeaderAndIsr]:
         updates = {}
         for tp, l in states.items():
             if replica not in l.isr and l.leader != replica:
@@ -234,11 +289,12 @@ class KafkaZkClient:
             updates[tp] = LeaderAndIsr(leader, l.leader_epoch + 1, isr, controller_epoch, l.partition_epoch,
                                        l.leader_recovery_state)
         result = self.update_leader_and_isr(updates, epoch_zk_version)
-        for tp in set(updates) - set(result):
-            # BADVERSION: re-read once and retry with the fresh state.
-            fresh = self.get_partition_states([tp]).get(tp)
-            if fresh is not None:
-                result.update(self.remove_replica_from_isr(replica, {tp: fresh}, controller_epoch, epoch_zk_version))
+        missed = set(updates) - set(result)
+        if missed and _retry_round < 3:
+            # BADVERSION (a leader's ISR write won the race): re-read them together and retry with the fresh state.
+            fresh = self.get_partition_states(missed)
+            result.update(self.remove_replica_from_isr(replica, fresh, controller_epoch, epoch_zk_version,
+                                                       _retry_round=_retry_round + 1))
         return result
 
     def delete_topic_znodes(self, topic: str, epoch_zk_version: int) -> None:

@@ -70,3 +70,35 @@ def test_events_after_shutdown_are_not_run():
     ran = []
     ev = m.put(ControllerEvent("late", lambda: ran.append(1)))
     assert ev.done.is_set() and ran == []
+
+
+def test_urgent_events_run_before_queued_ones_in_their_own_order():
+    m = ControllerEventManager()
+    gate = threading.Event()
+    ran = []
+    m.put(ControllerEvent("blocker", lambda: gate.wait(5)))
+    m.start()
+    bulk = [m.put(ControllerEvent(f"bulk{i}", lambda i=i: ran.append(f"bulk{i}"))) for i in range(3)]
+    urgent = [m.put(ControllerEvent(f"urgent{i}", lambda i=i: ran.append(f"urgent{i}")), urgent=True)
+              for i in range(2)]
+    assert m.queue_size() == 5
+    gate.set()
+    for e in bulk + urgent:
+        assert e.done.wait(5)
+    assert ran == ["urgent0", "urgent1", "bulk0", "bulk1", "bulk2"]
+    m.shutdown()
+
+
+def test_clear_and_put_preempts_urgent_events_too():
+    m = ControllerEventManager()
+    gate = threading.Event()
+    preempted = []
+    m.put(ControllerEvent("blocker", lambda: gate.wait(5)))
+    m.start()
+    u = m.put(ControllerEvent("ControlledShutdown(2)", lambda: None, preempt=lambda: preempted.append("u")),
+              urgent=True)
+    final = m.clear_and_put(ControllerEvent("Expire", lambda: None))
+    gate.set()
+    assert final.done.wait(5) and u.done.is_set()
+    assert preempted == ["u"]
+    m.shutdown()

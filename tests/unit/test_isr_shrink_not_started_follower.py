@@ -22,9 +22,12 @@ def _leader(tmp_path, monkeypatch) -> tuple[Partition, list]:
     monkeypatch.setattr(partition_module, "now_ms", lambda: Clock.now)
     writes = []
 
-    def isr_writer(topic, partition, upd):
-        writes.append(upd.isr)
-        return len(writes)
+    def isr_writer(batch):
+        out = {}
+        for w in batch:
+            writes.append(w.isr)
+            out[w.tp] = len(writes)
+        return out
     p = Partition("t", 0, 1, Log(str(tmp_path / "t-0"), LogConfig()), isr_writer, lambda: 1, LAG_MS)
     p.make_leader({"leader": 1, "leader_epoch": 3, "isr": [1, 2, 3], "replicas": [1, 2, 3], "partition_epoch": 0},
                   controller_epoch=1)

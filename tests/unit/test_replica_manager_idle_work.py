@@ -1,0 +1,64 @@
+"""Idle work proportional to change (issue 27): the high-watermark checkpoint is rewritten only when a high
+watermark (or a log's place) changed; follower fetches and ISR-expiration rounds write their ISR changes
+together."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kafkatier.log.log_manager import LogManager
+from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
+
+
+@pytest.fixture
+def rm(tmp_path):
+    lm = LogManager([str(tmp_path / "d1")])
+    lm.startup()
+    r = ReplicaManager(1, lm, lambda t: {})
+    yield r
+    r.shutdown()
+    lm.shutdown()
+
+
+def lead(rm: ReplicaManager, partitions: int, replicas=(1, 2), isr=(1,)) -> None:
+    rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [{"topic_name": "t", "partition_states": [
+        {"partition_index": p, "leader": 1, "leader_epoch": 0, "isr": list(isr), "replicas": list(replicas),
+         "is_new": True, "partition_epoch": 0} for p in range(partitions)]}]})
+
+
+def test_the_high_watermark_checkpoint_is_written_only_after_a_change(rm, tmp_path):
+    lead(rm, 3, replicas=(1,), isr=(1,))
+    path = str(tmp_path / "d1" / "replication-offset-checkpoint")
+    rm.checkpoint_high_watermarks()
+    first = os.stat(path).st_mtime_ns
+    os.utime(path, ns=(1, 1))
+    rm.checkpoint_high_watermarks()  # nothing changed: not rewritten
+    assert os.stat(path).st_mtime_ns == 1
+    rm.partitions[("t", 1)].log.update_high_watermark(0)  # same value: still nothing to write
+    rm.checkpoint_high_watermarks()
+    assert os.stat(path).st_mtime_ns == 1
+    lead_more = {"controller_epoch": 1, "topic_states": [{"topic_name": "u", "partition_states": [
+        {"partition_index": 0, "leader": 1, "leader_epoch": 0, "isr": [1], "replicas": [1], "is_new": True}]}]}
+    rm.handle_leader_and_isr(lead_more)  # a new partition: written again
+    rm.checkpoint_high_watermarks()
+    assert os.stat(path).st_mtime_ns != 1 and first
+
+
+def test_one_follower_fetch_writes_every_isr_expansion_it_allows_in_one_batch(rm, monkeypatch):
+    lead(rm, 50)
+    batches = []
+    real = rm.isr_manager.write
+
+    def write(writes):
+        writes = list(writes)
+        batches.append(len(writes))
+        return real(writes)
+    monkeypatch.setattr(rm.isr_manager, "write", write)
+    answered = []
+    rm.fetch_messages(2, 0, 1, 1 << 20, [FetchPartitionData(("t", p), 0) for p in range(50)], answered.append)
+    assert batches == [50]
+    assert all(p.isr == (1, 2) and p.partition_epoch == 1 for p in rm.partitions.values())
+    assert rm.isr_manager.pending() == {("t", p) for p in range(50)}
+    rm.fetch_messages(2, 0, 1, 1 << 20, [FetchPartitionData(("t", p), 0) for p in range(50)], answered.append)
+    assert batches == [50]  # nothing more to write
