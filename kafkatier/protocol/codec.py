@@ -26,11 +26,10 @@ from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
 from kafkatier.protocol.errors import Errors
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 _HEAD = struct.Struct(">hhi")
 
 
@@ -139,7 +138,7 @@ def _decode_header(frame: memoryview) -> tuple[RequestHeader, int]:
     api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
     pos = _HEAD.size
     client_id: str | None = None
-    if not (api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0):
+    if not (api_key == ApiKeys.CONTROLLED_SHUTDOWN and api_version == 0):
         if pos + 2 > len(frame):
             raise FrameError("truncated client id in request header")
         (n,) = struct.unpack_from(">h", frame, pos)
@@ -235,5 +234,5 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
 __all__ = [
     "REGISTRY", "FrameError", "UnknownApiError", "UnsupportedVersionError", "api_name", "request_class",
     "response_class", "request_header_flexible", "decode_request", "encode_response", "error_response",
-    "top_level_error", "API_VERSIONS_KEY",
+    "top_level_error",
 ]

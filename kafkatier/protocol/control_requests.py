@@ -31,6 +31,7 @@ from kafka.protocol.schemas.fields.struct import StructField
 from kafka.util import classproperty
 
 from kafkatier.protocol import messages as _specs
+from kafkatier.protocol.api_keys import ApiKeys
 
 
 class _SpecKind:
@@ -80,10 +81,10 @@ class ControlledShutdownResponse(_SpecKind, ApiMessage, load_json=_specs):
 
 
 CONTROL_MESSAGES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
-    4: (LeaderAndIsrRequest, LeaderAndIsrResponse),
-    5: (StopReplicaRequest, StopReplicaResponse),
-    6: (UpdateMetadataRequest, UpdateMetadataResponse),
-    7: (ControlledShutdownRequest, ControlledShutdownResponse),
+    ApiKeys.LEADER_AND_ISR: (LeaderAndIsrRequest, LeaderAndIsrResponse),
+    ApiKeys.STOP_REPLICA: (StopReplicaRequest, StopReplicaResponse),
+    ApiKeys.UPDATE_METADATA: (UpdateMetadataRequest, UpdateMetadataResponse),
+    ApiKeys.CONTROLLED_SHUTDOWN: (ControlledShutdownRequest, ControlledShutdownResponse),
 }
 
 

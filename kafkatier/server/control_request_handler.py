@@ -32,6 +32,7 @@ from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_faults import apply_control_faults
@@ -43,7 +44,6 @@ from kafkatier.zk.limits import ZNodeTooLargeError
 
 log = get_logger("server.control")
 
-STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA = 5, 4, 6
 
 
 class ControlRequestHandler:
@@ -253,11 +253,11 @@ class ControlRequestHandler:
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
 
     def _apply(self, req, body: dict) -> dict:
-        if req.api_key == LEADER_AND_ISR:
+        if req.api_key == ApiKeys.LEADER_AND_ISR:
             return self.apis.handle_leader_and_isr(body)
-        if req.api_key == STOP_REPLICA:
+        if req.api_key == ApiKeys.STOP_REPLICA:
             return self.apis.handle_stop_replica(body)
-        if req.api_key == UPDATE_METADATA:
+        if req.api_key == ApiKeys.UPDATE_METADATA:
             return self.apis.handle_update_metadata(body)
         return {"error_code": int(Errors.INVALID_REQUEST)}
 
@@ -289,13 +289,13 @@ class ControlRequestHandler:
     @staticmethod
     def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:
         code = int(error)
-        if req.api_key == STOP_REPLICA:
+        if req.api_key == ApiKeys.STOP_REPLICA:
             parts = []
             if all_partitions:
                 parts = [{"topic_name": t["topic_name"], "partition_index": p["partition_index"], "error_code": code}
                          for t in req.body.get("topic_states", []) for p in t.get("partition_states", [])]
             return {"error_code": code, "partition_errors": parts}
-        if req.api_key == LEADER_AND_ISR:
+        if req.api_key == ApiKeys.LEADER_AND_ISR:
             topics = [{"topic_id": t.get("topic_id"), "topic_name": t["topic_name"],
                        "partition_errors": [{"partition_index": p["partition_index"], "error_code": code}
                                             for p in t.get("partition_states", [])]}

@@ -76,6 +76,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.api_versions import ApiVersionsTable
 from kafkatier.server.ssl_transport import WOULD_BLOCK
@@ -347,7 +348,7 @@ class SocketServer:
             supported = self._handler.supported_versions()
         table = ApiVersionsTable(supported)
         self._table = table
-        self._handler_serves_api_versions = codec.API_VERSIONS_KEY in supported
+        self._handler_serves_api_versions = ApiKeys.API_VERSIONS in supported
 
     # -- introspection ---------------------------------------------------------------------------------------
 
@@ -790,7 +791,7 @@ class SocketServer:
                         kv(api=codec.api_name(api_key), connection=context.connection_id, client_id=header.client_id))
             self._complete(conn, slot, close=True)
             return
-        if api_key == codec.API_VERSIONS_KEY and not self._handler_serves_api_versions:
+        if api_key == ApiKeys.API_VERSIONS and not self._handler_serves_api_versions:
             self._finish(conn, slot, header, table.response(version))
             return
         try:
@@ -839,10 +840,10 @@ class SocketServer:
                         request: ApiMessage | None) -> None:
         api_key = header.request_api_key
         # ApiVersions at a newer version is routine client negotiation; anything else is worth a line.
-        level = logging.DEBUG if api_key == codec.API_VERSIONS_KEY else logging.INFO
+        level = logging.DEBUG if api_key == ApiKeys.API_VERSIONS else logging.INFO
         log.log(level, "unsupported version %s", kv(api=codec.api_name(api_key), version=header.request_api_version,
                                               connection=conn.context.connection_id, client_id=header.client_id))
-        if api_key == codec.API_VERSIONS_KEY:
+        if api_key == ApiKeys.API_VERSIONS:
             assert self._table is not None
             self._finish(conn, slot, header, self._table.unsupported_version_response(), version=0)
         else:

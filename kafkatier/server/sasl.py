@@ -37,6 +37,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import scram
@@ -45,7 +46,6 @@ from kafkatier.zk import paths
 
 log = get_logger("server.sasl")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 HANDSHAKE_VERSIONS = (1, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 SUPPORTED_MECHANISMS = ("PLAIN", *scram.MECHANISMS)
@@ -250,29 +250,29 @@ class SaslServer:
     def gate(self, context, header, request) -> bool:
         if context.session.get("principal") is not None:
             return True
-        return header.request_api_key in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+        return header.request_api_key in (ApiKeys.API_VERSIONS, ApiKeys.SASL_HANDSHAKE, ApiKeys.SASL_AUTHENTICATE)
 
     def handle_handshake(self, header, request, context):
         v = header.request_api_version
         body = {"mechanisms": list(self.mechanisms)}
         if context.session.get("principal") is not None:
-            return CloseAfterResponse(build(codec.response_class(SASL_HANDSHAKE), v,
+            return CloseAfterResponse(build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v,
                                             {**body, "error_code": int(Errors.ILLEGAL_SASL_STATE)}))
         if request.mechanism not in self.mechanisms:
             log.info("unsupported SASL mechanism %s", kv(mechanism=str(request.mechanism)[:40],
                                                         connection=context.connection_id))
-            return CloseAfterResponse(build(codec.response_class(SASL_HANDSHAKE), v,
+            return CloseAfterResponse(build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v,
                                             {**body, "error_code": int(Errors.UNSUPPORTED_SASL_MECHANISM)}))
         context.session["sasl_mechanism"] = request.mechanism
         if request.mechanism in scram.MECHANISMS:
             context.session["scram"] = scram.ScramSaslServer(request.mechanism, self.store.scram_credential)
-        return build(codec.response_class(SASL_HANDSHAKE), v, {**body, "error_code": 0})
+        return build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v, {**body, "error_code": 0})
 
     def handle_authenticate(self, header, request, context):
         v = header.request_api_version
 
         def answer(err: Errors, message: str | None, auth_bytes: bytes = b""):
-            return build(codec.response_class(SASL_AUTHENTICATE), v, {
+            return build(codec.response_class(ApiKeys.SASL_AUTHENTICATE), v, {
                 "error_code": int(err), "error_message": message, "auth_bytes": auth_bytes,
                 "session_lifetime_ms": 0})
         mechanism = context.session.get("sasl_mechanism")

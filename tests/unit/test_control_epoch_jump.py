@@ -2,8 +2,9 @@
 make the real controller look stale (issue #16)."""
 from __future__ import annotations
 
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.control_request_handler import UPDATE_METADATA, ControlRequestHandler
+from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.zk import codecs
 
 
@@ -29,7 +30,7 @@ class Apis:
 
 
 def request(epoch: int) -> codecs.ControlRequest:
-    return codecs.ControlRequest(api_key=UPDATE_METADATA, api_version=7, api_name="UpdateMetadata", controller_id=1,
+    return codecs.ControlRequest(api_key=ApiKeys.UPDATE_METADATA, api_version=7, api_name="UpdateMetadata", controller_id=1,
                                  controller_epoch=epoch, broker_epoch=-1, body={"live_brokers": [],
                                                                                 "topic_states": []})
 
