@@ -182,6 +182,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
             f"{api_name(header.request_api_key)} v{version} is outside 0..{cls.max_version}", header)
     body = view[pos:]
     flexible = cls.flexible_version_q(version)
+    # kafka-python's public ``decode`` does not say where the body ended (needed to refuse a truncated frame), so
+    # the frame is decoded with the compiled decoder behind it: the one private member this package reads.
     decoder = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
     try:
         request, end = decoder(body, 0)
@@ -208,7 +210,7 @@ def encode_response(header: RequestHeader, response: ApiMessage, version: int | 
 
 def top_level_error(response: ApiMessage) -> int:
     """The response's top-level ``error_code`` for its version, or 0 when it has none."""
-    field = response._struct.fields.get("error_code")
+    field = type(response).fields.get("error_code")
     if field is None or response.version is None or not field.for_version_q(response.version):
         return 0
     return getattr(response, "error_code", 0) or 0
@@ -222,7 +224,7 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
     version = header.request_api_version
     if cls is None or not 0 <= version <= cls.max_version:
         return None
-    field = cls._struct.fields.get("error_code")
+    field = cls.fields.get("error_code")
     if field is None or not field.for_version_q(version):
         return None
     try:

@@ -134,8 +134,8 @@ class AclApis:
             except Exception as e:  # noqa: BLE001 - per creation, as Kafka (ApiError.fromThrowable)
                 log.exception("ACL creation failed %s", kv(binding=binding))
                 res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
-        log.info("CreateAcls %s", kv(principal=context.session.get("principal") if hasattr(context, "session")
-                                     else None, created=sum(1 for r, _ in valid if not r["error_code"]),
+        log.info("CreateAcls %s", kv(principal=getattr(context, "principal", None),
+                                     created=sum(1 for r, _ in valid if not r["error_code"]),
                                      failed=sum(1 for r in results if r["error_code"])))
         return build(codec.response_class(ApiKeys.CREATE_ACLS), v, {"throttle_time_ms": 0, "results": results})
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Callable
+from typing import Callable, Protocol
 
-from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
-from kazoo.recipe.watchers import ChildrenWatch
+import attrs
+from kafkatier.zk.errors import KazooException, NoNodeError, NodeExistsError
+from kafkatier.zk.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
@@ -37,20 +38,26 @@ from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.fault_injection import FaultRegistry
-import attrs
-
 from kafkatier.zk import codecs, control_parts, paths
 from kafkatier.zk.limits import ZNodeTooLargeError
 
 log = get_logger("server.control")
 
 
+class ControlRequestApis(Protocol):
+    """What applies a checked control request (:class:`~kafkatier.server.control_apis.ControlApis`): each takes
+    the request body and returns the response body without the top-level epoch checks."""
+
+    def handle_leader_and_isr(self, body: dict) -> dict: ...
+
+    def handle_stop_replica(self, body: dict) -> dict: ...
+
+    def handle_update_metadata(self, body: dict) -> dict: ...
+
 
 class ControlRequestHandler:
-    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis,
+    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis: ControlRequestApis,
                  faults: FaultRegistry | None = None):
-        """``apis`` implements handle_leader_and_isr(body)->body, handle_stop_replica(body)->body,
-        handle_update_metadata(body)->body (each returns a response body without the top-level epoch checks)."""
         self.zk = zk
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch

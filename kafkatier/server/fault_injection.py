@@ -622,11 +622,11 @@ _UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
 def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int]):
     """``response`` with each partition in ``errors`` answered by that code (its other fields at their
     defaults), replacing the partition's answer or added to it."""
-    topics_field = response._struct.fields[layout.resp_topics]
+    topics_field = type(response).fields[layout.resp_topics]
     topic_cls = topics_field.array_of.data_class
     part_struct = topics_field.array_of.fields[layout.resp_partitions].array_of
     part_cls = part_struct.data_class
-    unknown = {f.name: v for f in part_struct._fields if f.for_version_q(version)
+    unknown = {f.name: v for f in part_struct.fields.values() if f.for_version_q(version)
                for name, v in _UNKNOWN.items() if f.name == name}
     topics = getattr(response, layout.resp_topics)
     if topics is None:

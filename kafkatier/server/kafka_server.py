@@ -21,8 +21,8 @@ import threading
 import time
 
 import attrs
-from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kafkatier.zk.watchers import ZkState
+from kafkatier.zk.errors import NodeExistsError
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
@@ -42,7 +42,6 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
-from kafkatier.protocol.errors import Errors
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
@@ -51,6 +50,7 @@ from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
 from kafkatier.server.config import BrokerConfig, extra_listeners, inter_broker_listener_name, security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
+from kafkatier.server.control_apis import ControlApis, internal_topic_coordinators
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
 from kafkatier.server.delete_records import DeleteRecordsManager
@@ -275,7 +275,11 @@ class KafkaServer:
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
-        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self,
+        control_apis = ControlApis(self.replica_manager, self.metadata_cache, self.topic_config_handler,
+                                   tiered=self.remote_log_manager is not None,
+                                   coordinators=internal_topic_coordinators(self.group_coordinator,
+                                                                            self.transaction_coordinator))
+        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, control_apis,
                                                      faults=self.request_faults)
         self.control_handler.start()
         self.controller.startup()
@@ -357,36 +361,8 @@ class KafkaServer:
         for client, _lock in clients:
             client.close()
 
-    def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
-        """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
-        (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
-        for ts in body.get("topic_states", []):
-            if ts.get("topic_name") != TRANSACTION_STATE_TOPIC:
-                continue
-            for ps in ts.get("partition_states", []):
-                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
-                part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC, p)
-                if not stopped and part is not None and part.is_leader:
-                    self.transaction_coordinator.on_election(p, part.leader_epoch)
-                else:
-                    self.transaction_coordinator.on_resignation(p, None if stopped else epoch)
-
     def _create_offsets_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
         self.admin_zk.create_topic(OFFSETS_TOPIC, partitions, replication_factor, configs)
-
-    def _offsets_topic_leadership(self, body: dict, stopped: bool) -> None:
-        """Kafka's onLeadershipChange: the group coordinator loads the ``__consumer_offsets`` partitions this
-        broker now leads and unloads those it follows or stopped."""
-        for ts in body.get("topic_states", []):
-            if ts.get("topic_name") != OFFSETS_TOPIC:
-                continue
-            for ps in ts.get("partition_states", []):
-                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
-                part = self.replica_manager.get_partition(OFFSETS_TOPIC, p)
-                if not stopped and part is not None and part.is_leader:
-                    self.group_coordinator.on_election(p, part.leader_epoch)
-                else:
-                    self.group_coordinator.on_resignation(p, None if stopped else epoch)
 
     # --- dynamic broker configs (kafkatier/server/dynamic_broker_config.py) ---------------------------------
     def _new_dynamic_broker_config(self) -> DynamicBrokerConfig:
@@ -481,10 +457,10 @@ class KafkaServer:
     # --- ZooKeeper session --------------------------------------------------------------------------------------
     def _on_zk_state(self, state) -> None:
         # Runs on kazoo's session thread: never block or call ZooKeeper here.
-        if state == KazooState.LOST:
+        if state == ZkState.LOST:
             self._session_lost = True
             threading.Thread(target=self._handle_session_lost, name="zk-session-expired", daemon=True).start()
-        elif state == KazooState.CONNECTED and self._session_lost:
+        elif state == ZkState.CONNECTED and self._session_lost:
             self._session_lost = False
             threading.Thread(target=self._handle_new_session, name="zk-new-session", daemon=True).start()
 
@@ -504,34 +480,6 @@ class KafkaServer:
             return
         if self.controller:
             self.controller.reelect()
-
-    # --- control requests (called by ControlRequestHandler) --------------------------------------------------
-    def handle_leader_and_isr(self, body: dict) -> dict:
-        result = self.replica_manager.handle_leader_and_isr(body)
-        self._offsets_topic_leadership(body, stopped=False)
-        self._transaction_topic_leadership(body, stopped=False)
-        return result
-
-    def handle_stop_replica(self, body: dict) -> dict:
-        """KIP-950: the config of every topic with ``DisableRemotePartition`` entries is re-read first, once per
-        request (its change notification may not have arrived yet)."""
-        disabling = sorted({ts["topic_name"] for ts in body.get("topic_states", [])
-                            if any(ps.get("disable_remote_partition") for ps in ts.get("partition_states", []))})
-        answers: dict[str, Errors] = {}
-        if disabling and self.remote_log_manager is not None:
-            answers = self.topic_config_handler.refresh_for_disablement(disabling)
-        result = self.replica_manager.handle_stop_replica(body, answers)
-        self._offsets_topic_leadership(body, stopped=True)
-        self._transaction_topic_leadership(body, stopped=True)
-        return result
-
-    def handle_update_metadata(self, body: dict) -> dict:
-        self.metadata_cache.update(body)
-        try:
-            self.replica_manager.on_metadata_update()  # DeleteRecords waiting on replicas of dead brokers
-        except Exception:  # noqa: BLE001
-            log.exception("re-checking DeleteRecords after a metadata update failed")
-        return {"error_code": 0}
 
     # --- shutdown -------------------------------------------------------------------------------------------
     def controlled_shutdown(self) -> bool:

@@ -99,6 +99,14 @@ class CloseAfterResponse:
 
 
 @attrs.frozen
+class Authenticated:
+    """A handler's answer meaning: send ``response``; the connection is authenticated as ``principal`` from its
+    next request on (the SASL handshake's result, handed to the network layer that owns the connection)."""
+    response: Any
+    principal: str
+
+
+@attrs.frozen
 class CloseConnection:
     """A handler's answer meaning: send nothing and close the connection when this request's turn comes (an
     error on a Produce with acks=0; an injected connection failure, server/fault_injection.py)."""
@@ -112,8 +120,9 @@ class ConnectionContext:
     listener_name: str = "PLAINTEXT"
     client_id: str | None = None
     principal: str | None = None
+    #: True once a handler answered :class:`Authenticated` on this connection (SASL).
+    authenticated: bool = False
     #: Per-connection scratch space for handlers (e.g. SASL state), shared by every context of the connection.
-    #: A handler that stores ``session["principal"]`` changes ``principal`` for the connection's next requests.
     session: dict = attrs.field(factory=dict, eq=False, repr=False)
 
 
@@ -586,7 +595,7 @@ class SocketServer:
                     conn.size_read = 0
                     limit = self._max_request_bytes
                     if self._unauthenticated_max is not None and self._request_gate is not None and \
-                            conn.context.session.get("principal") is None:
+                            not conn.context.authenticated:
                         limit = min(limit, self._unauthenticated_max)
                     if size < _MIN_FRAME or size > limit:
                         log.warning("closing connection: invalid receive %s",
@@ -801,9 +810,6 @@ class SocketServer:
                                                   connection=context.connection_id, client_id=header.client_id))
             self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
             return
-        principal = context.session.get("principal")
-        if principal is not None and principal != conn.context.principal:
-            conn.context = attrs.evolve(conn.context, principal=principal)
         if hasattr(result, "add_done_callback"):
             result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
         else:
@@ -822,6 +828,9 @@ class SocketServer:
 
     def _deliver(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
                  result: Any) -> None:
+        if isinstance(result, Authenticated):
+            conn.context = attrs.evolve(conn.context, principal=result.principal, authenticated=True)
+            result = result.response
         if isinstance(result, CloseAfterResponse):
             self._finish(conn, slot, header, result.response, close_after=True)
             return

@@ -110,10 +110,7 @@ class Broken:
 
 
 def ctx(principal: str | None = "User:alice") -> ConnectionContext:
-    c = ConnectionContext("c1", ("10.0.0.1", 1234))
-    if principal:
-        c.session["principal"] = principal
-    return c
+    return ConnectionContext("c1", ("10.0.0.1", 1234), principal=principal, authenticated=principal is not None)
 
 
 def test_auth_helper_allows_without_authorizer_and_fails_closed():

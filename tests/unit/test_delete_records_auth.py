@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kazoo.exceptions import NoNodeError
 
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.acl import AclAuthorizer, AclEntry, AclFormatError, authorizer_from_config, decode_acls
-from kafkatier.server.network import ConnectionContext
+from kafkatier.server.network import Authenticated, ConnectionContext
 from kafkatier.server.sasl import (PlainCredentialStore, SaslAuthenticationError, SaslPlainServer, parse_plain_token,
                                    static_users)
 
@@ -171,7 +172,7 @@ def test_handshake_authenticate_and_gate():
     r = fut.result(timeout=5)  # answered after the failed-authentication delay, then the connection closes
     assert isinstance(r, CloseAfterResponse) and r.response.error_code == Errors.SASL_AUTHENTICATION_FAILED
     assert r.response.error_message == "Authentication failed: Invalid username or password"
-    assert ctx.session.get("principal") is None and not sasl.gate(ctx, metadata, object())
+    assert not ctx.authenticated and not sasl.gate(ctx, metadata, object())
 
     for user, pw, ok in (("alice", b"secret", True), ("bob", b"pw", True), ("eve", b"pw", False)):
         c = ConnectionContext(f"c-{user}", ("127.0.0.1", 1))
@@ -182,9 +183,9 @@ def test_handshake_authenticate_and_gate():
         if not ok:  # a clear-text password in ZooKeeper is never used
             assert r.result(timeout=5).response.error_code == Errors.SASL_AUTHENTICATION_FAILED
             continue
-        assert r.error_code == 0 and r.session_lifetime_ms == 0
-        assert c.session["principal"] == f"User:{user}"
-        assert sasl.gate(c, metadata, object())
+        assert isinstance(r, Authenticated) and r.principal == f"User:{user}"
+        assert r.response.error_code == 0 and r.response.session_lifetime_ms == 0
+        assert sasl.gate(attrs.evolve(c, principal=r.principal, authenticated=True), metadata, object())
 
 
 def test_scram_exchange_both_mechanisms():

@@ -370,7 +370,7 @@ def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs):
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
-    part.log.highest_offset_in_remote_storage = 59
+    part.log.update_highest_offset_in_remote_storage(59)
     mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))

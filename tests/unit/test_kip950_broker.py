@@ -169,7 +169,7 @@ def test_delete_disablement_on_a_follower_only_stops_its_task(tmp_path, stores, 
     rlm = rlm_factory(broker_id=2)
     lg = make_log(tmp_path, "b2/orders-0")
     fill(lg, 6)
-    lg.highest_offset_in_remote_storage = 7
+    lg.update_highest_offset_in_remote_storage(7)
     lg.delete_old_segments()
     follower = FakePartition(lg, broker_id=2, leader_id=1)
     rlm.on_leadership_change([], [follower])
@@ -272,7 +272,7 @@ def test_re_enable_ignores_old_epoch_segments_still_being_deleted(tmp_path, stor
 def test_read_only_retention_expires_local_segments_only_after_the_remote_tier(tmp_path):
     lg = make_log(tmp_path)
     fill(lg, 10)                                             # [0,4) .. [16,20)
-    lg.highest_offset_in_remote_storage = 7                  # [0,8) uploaded
+    lg.update_highest_offset_in_remote_storage(7)                  # [0,8) uploaded
     lg.delete_old_segments()
     assert (lg.log_start_offset, lg.local_log_start_offset) == (0, 8)
     seg = lg.log_segments()[0].size
