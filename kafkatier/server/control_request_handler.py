@@ -58,6 +58,8 @@ class ControlRequestApis(Protocol):
 class ControlRequestHandler:
     def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis: ControlRequestApis,
                  faults: FaultRegistry | None = None):
+        """``broker_epoch``: this broker's current epoch (its registration's czxid); ``apis`` applies the checked
+        requests; ``faults``: injected control-request faults, if any."""
         self.zk = zk
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch

@@ -192,8 +192,8 @@ class KafkaApis:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         names, denied = self.auth.metadata_topics(
-            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create and str(
-                self.config.overrides.get("auto.create.topics.enable", "true")).lower() == "true")
+            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create
+            and self.config.setting("auto.create.topics.enable"))
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
                    "is_internal": False, "partitions": []} for n in denied]
         want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
@@ -229,7 +229,7 @@ class KafkaApis:
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
-        if str(c.overrides.get("auto.create.topics.enable", "true")).lower() != "true":
+        if not c.setting("auto.create.topics.enable"):
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         try:
             self.admin_zk.create_topic(name, c.num_partitions, c.default_replication_factor, {})

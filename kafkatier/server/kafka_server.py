@@ -37,7 +37,7 @@ from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_cleaner import CleanerConfig
-from kafkatier.log.log_manager import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, LogManager
+from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
 from kafkatier.logsetup import get_logger, kv
@@ -167,9 +167,8 @@ class KafkaServer:
         self.log_manager = LogManager(
             list(c.log_dirs), broker_id=self.broker_id, cluster_id=self.cluster_id, topic_configs=self.topic_configs,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
-            initial_task_delay_ms=int(c.overrides.get("log.initial.task.delay.ms", 30000)),
-            num_recovery_threads_per_data_dir=int(c.overrides.get("num.recovery.threads.per.data.dir",
-                                                                  DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)),
+            initial_task_delay_ms=c.setting("log.initial.task.delay.ms"),
+            num_recovery_threads_per_data_dir=c.setting("num.recovery.threads.per.data.dir"),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
             log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds,
             cleaner_config=CleanerConfig.from_broker(c.overrides))
@@ -189,12 +188,11 @@ class KafkaServer:
             min_insync_replicas_default=c.min_insync_replicas, replica_lag_time_max_ms=c.replica_lag_time_max_ms,
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
-            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
+            num_replica_alter_log_dirs_threads=c.setting("num.replica.alter.log.dirs.threads"),
             inter_broker_login=self.login,
             leader_replication_quota=self.replication_quotas.leader,
             follower_replication_quota=self.replication_quotas.follower,
-            high_watermark_checkpoint_interval_ms=int(
-                c.overrides.get("replica.high.watermark.checkpoint.interval.ms", 5000)))
+            high_watermark_checkpoint_interval_ms=c.setting("replica.high.watermark.checkpoint.interval.ms"))
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
@@ -224,7 +222,7 @@ class KafkaServer:
             e.security_protocol == "SASL_SSL" for e in extra_listeners(c.overrides)))
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
-        if str(c.overrides.get("transaction.partition.verification.enable", "true")).lower() == "true":
+        if c.setting("transaction.partition.verification.enable"):
             self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
                                            self.replica_manager, self.metadata_cache,
@@ -303,23 +301,24 @@ class KafkaServer:
     def _group_config(self) -> GroupConfig:
         """The coordinator's settings; an existing offsets topic keeps its partition count (as in Kafka)."""
         config = GroupConfig.from_overrides(self.config.overrides)
-        try:
-            data, _ = self.zk.get(paths.topic(OFFSETS_TOPIC))
-            count = len(codecs.TopicAssignment.decode(data).partitions)
-        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
-            count = 0
+        count = self._existing_partition_count(OFFSETS_TOPIC)
         return attrs.evolve(config, offsets_topic_num_partitions=count) if count else config
+
+    def _existing_partition_count(self, topic: str) -> int:
+        """The partition count of an internal topic that exists, else 0 (absent: created on the first
+        FindCoordinator; unreadable: the configured count is used)."""
+        try:
+            data, _ = self.zk.get(paths.topic(topic))
+            return len(codecs.TopicAssignment.decode(data).partitions)
+        except Exception:  # noqa: BLE001
+            return 0
 
     # --- transaction coordinator (kafkatier/coordinator/transaction) -------------------------------------------
     def _transaction_config(self) -> TransactionConfig:
         """The coordinator's settings; an existing ``__transaction_state`` keeps its partition count."""
         config = attrs.evolve(TransactionConfig.from_overrides(self.config.overrides),
                               request_timeout_ms=self.config.request_timeout_ms)
-        try:
-            data, _ = self.zk.get(paths.topic(TRANSACTION_STATE_TOPIC))
-            count = len(codecs.TopicAssignment.decode(data).partitions)
-        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
-            count = 0
+        count = self._existing_partition_count(TRANSACTION_STATE_TOPIC)
         return attrs.evolve(config, transaction_state_log_num_partitions=count) if count else config
 
     def _create_transaction_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:

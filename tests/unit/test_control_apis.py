@@ -98,3 +98,17 @@ def test_build_drops_a_field_of_another_version():
                          "controller_id": 1, "brokers": [], "authorized_operations": 0,
                          "endpoint_type": 1})   # endpoint_type is v1+
     assert msg.cluster_id == "c"
+
+
+def test_broker_setting_is_typed_and_checked_by_its_one_definition():
+    from kafkatier.server.config import BrokerSettingError, broker_setting
+    assert broker_setting({}, "auto.create.topics.enable") is True
+    assert broker_setting({"auto.create.topics.enable": "False"}, "auto.create.topics.enable") is False
+    assert broker_setting({"log.initial.task.delay.ms": "0"}, "log.initial.task.delay.ms") == 0
+    assert broker_setting({}, "num.replica.alter.log.dirs.threads") is None      # one per log dir
+    with pytest.raises(BrokerSettingError, match="num.recovery.threads.per.data.dir: Value must be at least 1"):
+        broker_setting({"num.recovery.threads.per.data.dir": "0"}, "num.recovery.threads.per.data.dir")
+    with pytest.raises(BrokerSettingError, match="Not a valid boolean"):
+        broker_setting({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable")
+    with pytest.raises(KeyError):
+        broker_setting({}, "no.such.setting")

@@ -7,32 +7,13 @@ import json
 import attrs
 import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
-from kazoo.exceptions import NoNodeError
 
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.acl import AclAuthorizer, AclEntry, AclFormatError, authorizer_from_config, decode_acls
 from kafkatier.server.network import Authenticated, ConnectionContext
 from kafkatier.server.sasl import (PlainCredentialStore, SaslAuthenticationError, SaslPlainServer, parse_plain_token,
                                    static_users)
-
-
-class MemZk:
-    """get / get_children over a dict of path -> bytes."""
-
-    def __init__(self, nodes: dict[str, bytes]):
-        self.nodes = nodes
-
-    def get(self, path):
-        if path not in self.nodes:
-            raise NoNodeError(path)
-        return self.nodes[path], None
-
-    def get_children(self, path):
-        prefix = path.rstrip("/") + "/"
-        kids = {p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)}
-        if not kids and path not in self.nodes:
-            raise NoNodeError(path)
-        return sorted(kids)
+from fakes import FakeZk
 
 
 def acls(*entries) -> bytes:
@@ -42,7 +23,7 @@ def acls(*entries) -> bytes:
 
 
 def authz(nodes, **kw) -> AclAuthorizer:
-    return AclAuthorizer(MemZk(nodes), **kw)
+    return AclAuthorizer(FakeZk(nodes), **kw)
 
 
 def allowed(a: AclAuthorizer, principal: str, topic: str, op: str = "Delete", host: str = "127.0.0.1") -> bool:
@@ -149,7 +130,7 @@ def test_handshake_authenticate_and_gate():
     from kafkatier.server.network import CloseAfterResponse
 
     bob = scram.new_credential("SCRAM-SHA-256", "pw", salt=b"s" * 16).to_config()
-    zk = MemZk({"/config/users/bob": json.dumps({"version": 1, "config": {"SCRAM-SHA-256": bob}}).encode(),
+    zk = FakeZk({"/config/users/bob": json.dumps({"version": 1, "config": {"SCRAM-SHA-256": bob}}).encode(),
                 "/config/users/eve": json.dumps({"version": 1, "config": {"plain.password": "pw"}}).encode()})
     sasl = SaslPlainServer(PlainCredentialStore(zk, {"alice": "secret"}), failed_authentication_delay_ms=50)
     ctx = ConnectionContext("c1", ("127.0.0.1", 1))

@@ -508,9 +508,8 @@ class RemoteLogManager:
         with self._lock:
             for p in leaders:
                 st = self._state(p)
-                self._cancel(st, "follower")
-                self._cancel(st, "copy")
-                self._cancel(st, "expiration")
+                for task in ("follower", "copy", "expiration"):
+                    self._cancel(st, task)
                 st.was_leader = True
                 if not getattr(p.log.config, "remote_log_copy_disable", False):
                     st.copy = CopyTask(self, p, st.tip)
@@ -523,9 +522,8 @@ class RemoteLogManager:
                             copy=st.copy is not None))
             for p in followers:
                 st = self._state(p)
-                self._cancel(st, "copy")
-                self._cancel(st, "expiration")
-                self._cancel(st, "follower")
+                for task in ("copy", "expiration", "follower"):
+                    self._cancel(st, task)
                 st.was_leader = False
                 st.follower = FollowerTask(self, p, st.tip)
                 st.follower.handle = self.follower_pool.schedule(
