@@ -10,7 +10,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
-from kafkatier.zk.errors import NodeExistsError, NoNodeError
+from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 NOW = 1_700_000_000_000
@@ -19,7 +19,8 @@ NOW = 1_700_000_000_000
 class FakeZk:
     """The kazoo client calls kafkatier makes, over a dict of path -> bytes: ``get`` / ``get_children`` /
     ``exists`` / ``create`` (``makepath``, ``sequence``) / ``set`` / ``delete`` / ``ensure_path`` / ``sync`` /
-    ``retry``.  ``created`` records every create call as ``(path asked, data, sequence)``.  Versions count the ``set``s."""
+    ``retry``.  ``created`` records every create call as ``(path asked, data, sequence)``.  Versions count the ``set``s;
+    a ``set`` at another version raises ``BadVersionError``."""
 
     def __init__(self, nodes: dict[str, bytes] | None = None):
         self.nodes: dict[str, bytes] = dict(nodes or {})
@@ -54,11 +55,14 @@ class FakeZk:
         if path in self.nodes:
             raise NodeExistsError(path)
         self.nodes[path] = value   # parents are not checked: no test here depends on makepath
+        self.versions[path] = 0
         return path
 
     def set(self, path: str, value: bytes, version: int = -1):
         if path not in self.nodes:
             raise NoNodeError(path)
+        if version != -1 and version != self.versions.get(path, 0):
+            raise BadVersionError(path)
         self.nodes[path] = value
         self.versions[path] = self.versions.get(path, 0) + 1
         return self._stat(path)
