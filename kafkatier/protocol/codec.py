@@ -19,6 +19,7 @@ The request body is decoded from a memoryview over the frame, so record payloads
 """
 from __future__ import annotations
 
+import importlib
 import struct
 from typing import Iterator
 
@@ -53,11 +54,8 @@ class UnsupportedVersionError(FrameError):
 
 def _kafka_python_messages() -> Iterator[type[ApiMessage]]:
     # Importing the packages defines (and so registers as subclasses) all generated message classes.
-    import kafka.protocol.admin  # noqa: F401
-    import kafka.protocol.consumer  # noqa: F401
-    import kafka.protocol.metadata  # noqa: F401
-    import kafka.protocol.producer  # noqa: F401
-    import kafka.protocol.sasl  # noqa: F401
+    for package in ("admin", "consumer", "metadata", "producer", "sasl"):
+        importlib.import_module(f"kafka.protocol.{package}")
 
     stack = list(ApiMessage.__subclasses__())
     seen: set[type] = set()

@@ -203,7 +203,7 @@ class KafkaApis:
             if not parts:
                 err = self._maybe_auto_create(name) if (auto_create and req.topics is not None) else Errors.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append({"error_code": int(err), "name": name, "topic_id": ZERO_UUID, "is_internal": False,
-                               "partitions": [], "topic_authorized_operations": -2147483648})
+                               "partitions": [], "authorized_operations": None})  # Kafka: not requested
                 continue
             plist = []
             for pm in parts:
@@ -222,10 +222,11 @@ class KafkaApis:
         if not brokers and ctx.listener_name == "PLAINTEXT":  # not yet told by the controller: advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
-        return self._resp(ApiKeys.METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
-                                        "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(ctx, bool(
-                                            getattr(req, "include_cluster_authorized_operations", False)))})
+        return self._resp(ApiKeys.METADATA, v, {
+            "throttle_time_ms": 0, "brokers": brokers, "cluster_id": self.cluster_id,
+            "controller_id": cache.advertised_controller_id(), "topics": topics,
+            "authorized_operations": self.auth.cluster_operations(ctx, bool(
+                getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
