@@ -112,3 +112,13 @@ def test_broker_setting_is_typed_and_checked_by_its_one_definition():
         broker_setting({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable")
     with pytest.raises(KeyError):
         broker_setting({}, "no.such.setting")
+
+
+def test_build_refuses_the_metadata_key_it_once_dropped():
+    """An auto-created topic's Metadata entry once carried ``topic_authorized_operations`` (no such field): the
+    client saw the default.  The strict build names the path."""
+    cls = response_class(ApiKeys.METADATA)
+    topic = {"error_code": 5, "name": "t", "is_internal": False, "partitions": [], "authorized_operations": None}
+    assert build(cls, 9, {"topics": [topic]}).topics[0].error_code == 5
+    with pytest.raises(UnknownFieldError, match=r"MetadataResponse\.topics: no field 'topic_authorized_operations'"):
+        build(cls, 9, {"topics": [{**topic, "topic_authorized_operations": -2147483648}]})
