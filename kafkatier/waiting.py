@@ -1,4 +1,5 @@
-"""Wait for a condition with a deadline (the only way tests and tools synchronise)."""
+"""Wait for a condition with a deadline (the only way tests and tools synchronise): :func:`wait_for` raises
+:class:`WaitTimeout` when the deadline passes, :func:`poll_until` answers False instead."""
 from __future__ import annotations
 
 import time
@@ -27,3 +28,12 @@ def wait_for(condition: Callable[[], T], timeout: float, interval: float = 0.05,
             extra = f" (last error: {last_exc!r})" if last_exc else ""
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message}{extra}")
         time.sleep(interval)
+
+
+def poll_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> bool:
+    """Call ``predicate`` every ``interval`` s until it is true (True) or ``timeout`` seconds pass (False)."""
+    try:
+        wait_for(predicate, timeout, interval)
+    except WaitTimeout:
+        return False
+    return True

@@ -26,7 +26,7 @@ import random
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from kafkatier.admin import topic_config as tc

@@ -119,7 +119,7 @@ def endpoints_for_protocol(registrations: Iterable[Any], security_protocol: str 
 def servers_from_zookeeper(connect: str, security_protocol: str = "PLAINTEXT",
                            timeout: float = DEFAULT_ZK_TIMEOUT_S) -> tuple[HostPort, ...]:
     """Addresses of the brokers registered under ``/brokers/ids``; malformed registrations are skipped."""
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kafkatier.zk.errors import KazooException, NoNodeError
 
     from kafkatier.zk import paths
     from kafkatier.zk.client import ZooKeeperUnavailableError, start_client, zk_retry

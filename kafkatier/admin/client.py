@@ -33,6 +33,7 @@ from tenacity import wait_random
 from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 
@@ -529,7 +530,7 @@ class AdminClient:
     def describe_acls(self, acl_filter: Mapping[str, Any]) -> list[Any]:
         """The resources (with their ``acls``) matching a DescribeAcls filter; an error raises AdminError."""
         def attempt() -> list[Any]:
-            r = self._send(build(codec.REGISTRY[29][0], 2, acl_filter))
+            r = self._send(build(codec.REGISTRY[ApiKeys.DESCRIBE_ACLS][0], 2, acl_filter))
             if r.error_code:
                 raise AdminError.from_code(r.error_code, r.error_message)
             return list(r.resources)
@@ -538,12 +539,12 @@ class AdminClient:
     def create_acls(self, creations: Sequence[Mapping[str, Any]]) -> list[AdminError | None]:
         """CreateAcls: per creation None (created) or its AdminError.  Sent once (not idempotent to retry
         blindly; adding an existing ACL is harmless, but the caller reports)."""
-        r = self._call("create_acls", lambda: self._send(build(codec.REGISTRY[30][0], 2, {"creations": creations})))
+        r = self._call("create_acls", lambda: self._send(build(codec.REGISTRY[ApiKeys.CREATE_ACLS][0], 2, {"creations": creations})))
         return [AdminError.from_code(c.error_code, c.error_message) if c.error_code else None for c in r.results]
 
     def delete_acls(self, filters: Sequence[Mapping[str, Any]]) -> list[tuple[AdminError | None, list[Any]]]:
         """DeleteAcls: per filter (its AdminError or None, the ACLs it deleted)."""
-        r = self._call("delete_acls", lambda: self._send(build(codec.REGISTRY[31][0], 2, {"filters": filters})))
+        r = self._call("delete_acls", lambda: self._send(build(codec.REGISTRY[ApiKeys.DELETE_ACLS][0], 2, {"filters": filters})))
         return [(AdminError.from_code(f.error_code, f.error_message) if f.error_code else None,
                  list(f.matching_acls)) for f in r.filter_results]
 

@@ -10,7 +10,12 @@ failover, everything consumed back, the broker restarted, the topic deleted.  Th
   follower is continued (SIGCONT: its ZooKeeper session expired meanwhile, so it re-registers) and the old
   controller restarted, and the new controller completes the disablement (DISABLED);
 - a re-enable (same tiered epoch, uploads resume from the local log start offset) and a DeleteRecords whose
-  remote segment below the new log start offset is then deleted.
+  remote segment below the new log start offset is then deleted;
+- a KIP-113 move: one replica moved to its broker's other log dir (AlterReplicaLogDirs) while the topic is
+  produced to, the ``<tp>.move`` future log catching up and swapped in;
+
+and it ends with one short failover scenario (``scenarios/controller-session-expiry.toml``, quick profile) on a
+cluster of its own, saying where its timeline picture is.
 
 Every step says what it waits for (conditions with deadlines, no fixed sleeps) and what the user can check
 with ``kafkatier zookeeper shell`` and ``kafkatier tiered describe`` (with ``--keep`` the cluster stays up).
@@ -43,6 +48,8 @@ def register(sub) -> None:
     p.add_argument("--data-dir", default=None, help="keep the cluster's files here (default: a temporary dir)")
     p.add_argument("--records", type=int, default=2000, help="records to produce (default 2000)")
     p.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
+    p.add_argument("--no-scenario", action="store_true", help="skip the closing failover scenario")
+    p.add_argument("--runs-dir", default="runs", help="where the closing scenario's run is recorded (default runs)")
     p.set_defaults(func=_demo)
 
 
@@ -102,6 +109,7 @@ def _demo(args) -> int:
         _finish_disablement(s, m, zk, data_dir, tid, controller, frozen_broker, frozen_epoch, frozen)
         _re_enable(s, m, zk, data_dir, tid)
         _delete_records(s, m, zk, data_dir, tid)
+        _move_between_log_dirs(s, m, zk)
         ok = True
     finally:
         for pid in frozen:
@@ -116,8 +124,79 @@ def _demo(args) -> int:
                 shutil.rmtree(data_dir, ignore_errors=True)
         else:
             print(f"\ncluster left running; stop it with: kafkatier cluster down --data-dir {data_dir}")
+    if ok and not args.no_scenario:
+        ok = _failover_scenario(s, args.runs_dir)
     print(f"\ndemo {'completed' if ok else 'FAILED'} in {time.monotonic() - s.t0:.1f}s")
     return 0 if ok else 1
+
+
+# ------------------------------------------------------------------------------------------------ KIP-113
+
+MOVING = "moving"
+
+
+def _move_between_log_dirs(s: _Steps, m, zk) -> None:
+    """One replica of ``moving-0`` moved to the other log dir of its broker while records keep arriving."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from kafkatier.admin.client import AdminClient
+
+    s.step(f"KIP-113: moving a replica of '{MOVING}-0' to its broker's other log dir (AlterReplicaLogDirs)")
+    admin = KafkaAdminClient(bootstrap_servers=m.bootstrap_servers, client_id="kafkatier-demo")
+    admin.create_topics([NewTopic(MOVING, 1, 3)])
+    admin.close()
+    s.wait("a leader", lambda: _state(zk, MOVING, 0)["leader"] >= 0, ignore=(Exception,))
+    _produce(m.bootstrap_servers, 0, 200, topic=MOVING)
+    broker = _state(zk, MOVING, 0)["leader"]
+    client = AdminClient(m.bootstrap_servers.split(","))
+    try:
+        def where(future: bool = False) -> str | None:
+            """The log dir holding the replica (or, with ``future``, its future log), as the broker reports."""
+            for b in client.describe_log_dirs(brokers=[broker]):
+                for d in b["log_dirs"]:
+                    for t in d.get("topics") or []:
+                        if t["name"] == MOVING and any(p["partition_index"] == 0 and bool(p["is_future_key"]) == future
+                                                       for p in t["partitions"]):
+                            return d["log_dir"]
+            return None
+        source = s.wait(f"broker {broker} to report the replica's log dir", where, ignore=(Exception,))
+        dirs = next(b["log_dirs"] for b in m.state["brokers"] if b["id"] == broker)
+        target = next(d for d in dirs if os.path.abspath(d) != os.path.abspath(source))
+        s.info(f"broker {broker}: {MOVING}-0 in {source}; moving it to {target}")
+        errors = client.alter_replica_log_dirs({(MOVING, 0, broker): target})
+        s.info(f"AlterReplicaLogDirs answered {errors}")
+        _produce(m.bootstrap_servers, 200, 100, topic=MOVING)   # appended while the future log catches up
+        s.wait(f"the replica to be served from {target} (the future log swapped in)",
+               lambda: where() is not None and os.path.abspath(where()) == os.path.abspath(target)
+               and where(future=True) is None, ignore=(Exception,))
+    finally:
+        client.close()
+    s.info(f"{MOVING}-0 on broker {broker} now lives in {target}; its future log is gone")
+    s.check(f"kafkatier log-dirs --bootstrap-server {m.bootstrap_servers} --describe --broker {broker} "
+            f"--topics {MOVING}")
+
+
+# ------------------------------------------------------------------------------------------------ a scenario
+
+FAILOVER_SCENARIO = "controller-session-expiry.toml"
+
+
+def _failover_scenario(s: _Steps, runs_dir: str) -> bool:
+    """The closing failover scenario on a cluster of its own; True when the run is valid."""
+    from kafkatier.scenario.runner import run_scenario
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "scenarios", FAILOVER_SCENARIO)
+    s.step(f"A failover scenario: {FAILOVER_SCENARIO} (quick profile, its own cluster)")
+    if not os.path.exists(path):
+        s.info(f"{path} not found (the scenarios ship with the repository); skipped")
+        return True
+    result = run_scenario(path, seed=1, quick=True, runs_dir=runs_dir, progress=False,
+                          out=lambda line: print(f"    {line}", flush=True))
+    s.info(f"valid={result.valid} anomalies={len(result.anomalies)}")
+    s.info(f"timeline picture: {os.path.join(result.run_dir, 'timeline.png')} "
+           f"(report: {os.path.join(result.run_dir, 'index.html')})")
+    return result.valid
 
 
 # ------------------------------------------------------------------------------------------------ the core
@@ -415,13 +494,13 @@ def _disabled_events(data_dir: str, broker_id: int) -> int:
     return len(re.findall(rf"event=remote_partition_disabled partition={TIERED}-0 ", text))
 
 
-def _produce(bootstrap: str, first: int, n: int) -> None:
+def _produce(bootstrap: str, first: int, n: int, topic: str = TIERED) -> None:
     from kafka import KafkaProducer
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, retries=10,
                              request_timeout_ms=30000)
     try:
         for i in range(first, first + n):
-            producer.send(TIERED, f"v{i}".encode().ljust(100, b"."), partition=0).get(timeout=DEADLINE_S)
+            producer.send(topic, f"v{i}".encode().ljust(100, b"."), partition=0).get(timeout=DEADLINE_S)
     finally:
         producer.close()
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
+from kafkatier.zk.errors import NoNodeError
 
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError

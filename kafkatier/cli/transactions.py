@@ -32,10 +32,9 @@ from kafkatier.admin.client import AdminError, error_name
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 
-FIND_COORDINATOR, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 10, 61, 65, 66
-WRITE_TXN_MARKERS = 27
 TRANSACTION_KEY_TYPE = 1
 
 
@@ -102,7 +101,7 @@ def _request(api_key: int, version: int, body: dict):
 def _list(admin, duration_filter: int) -> int:
     rows = []
     for broker in sorted(admin.broker_ids()):
-        r = admin.send_request(_request(LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters": [],
+        r = admin.send_request(_request(ApiKeys.LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters": [],
                                                               "duration_filter": duration_filter}), broker)
         if r.error_code:
             raise AdminError.from_code(r.error_code, f"ListTransactions on broker {broker}")
@@ -113,7 +112,7 @@ def _list(admin, duration_filter: int) -> int:
 
 
 def _coordinator(admin, transactional_id: str) -> int:
-    r = admin.send_request(_request(FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
+    r = admin.send_request(_request(ApiKeys.FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
                                                           "coordinator_keys": [transactional_id]}))
     c = r.coordinators[0]
     if c.error_code:
@@ -123,7 +122,7 @@ def _coordinator(admin, transactional_id: str) -> int:
 
 def _describe(admin, transactional_id: str) -> int:
     node = _coordinator(admin, transactional_id)
-    r = admin.send_request(_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}), node)
+    r = admin.send_request(_request(ApiKeys.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}), node)
     t = r.transaction_states[0]
     if t.error_code:
         raise AdminError.from_code(t.error_code, f"transactional id {transactional_id}")
@@ -152,7 +151,7 @@ def _producers(admin, broker_id: int, partitions: list[tuple[str, int]]) -> dict
     topics: dict[str, list[int]] = {}
     for t, p in partitions:
         topics.setdefault(t, []).append(p)
-    r = admin.send_request(_request(DESCRIBE_PRODUCERS, 0, {"topics": [
+    r = admin.send_request(_request(ApiKeys.DESCRIBE_PRODUCERS, 0, {"topics": [
         {"name": t, "partition_indexes": ps} for t, ps in topics.items()]}), broker_id)
     out = {}
     for t in r.topics:
@@ -193,14 +192,14 @@ def _find_hanging(admin, broker_id: int | None, topic: str | None, partition: in
     if candidates:
         pids = {a.producer_id for _, a in candidates}
         for b in sorted(admin.broker_ids()):
-            r = admin.send_request(_request(LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters":
+            r = admin.send_request(_request(ApiKeys.LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters":
                                                                    sorted(pids), "duration_filter": -1}), b)
             for t in r.transaction_states:
                 known[t.producer_id] = (t.transactional_id, set())
         for pid, (tid, parts) in known.items():
             try:
                 node = _coordinator(admin, tid)
-                d = admin.send_request(_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}), node)
+                d = admin.send_request(_request(ApiKeys.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}), node)
                 st = d.transaction_states[0]
                 if st.error_code == 0 and st.producer_id == pid:
                     parts.update((t.topic, p) for t in st.topics for p in t.partitions)
@@ -235,7 +234,7 @@ def _abort(admin, topic: str, partition: int, start_offset: int | None,
         pid, epoch, coordinator_epoch = a.producer_id, a.producer_epoch, max(a.coordinator_epoch, 0)
     else:
         pid, epoch, coordinator_epoch = producer
-    r = admin.send_request(_request(WRITE_TXN_MARKERS, 1, {"markers": [
+    r = admin.send_request(_request(ApiKeys.WRITE_TXN_MARKERS, 1, {"markers": [
         {"producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
          "coordinator_epoch": coordinator_epoch, "topics": [{"name": topic, "partition_indexes": [partition]}]}]}),
         leader)

@@ -34,7 +34,6 @@ import sys
 import time
 
 import attrs
-import kazoo.exceptions
 
 from kafkatier.admin.bootstrap import BootstrapConfigError
 from kafkatier.common.atomic_file import atomic_write
@@ -43,6 +42,7 @@ from kafkatier.server.config import loggable_configs
 from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG
 from kafkatier.server.server_properties import SERVER_PROPERTIES, read_server_properties, write_server_properties
 from kafkatier.waiting import wait_for
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.embedded import pid_alive as _pid_alive
 
 log = get_logger("cluster")
@@ -463,7 +463,7 @@ class ClusterManager:
                 self._check_processes([broker_id])
                 try:
                     controller = json.loads(zk.get("/controller")[0])["brokerid"]
-                except (kazoo.exceptions.NoNodeError, ValueError, KeyError, TypeError):
+                except (NoNodeError, ValueError, KeyError, TypeError):
                     return True
                 resp = self._metadata(self.broker(broker_id))
                 if resp is _CANNOT_ASK:

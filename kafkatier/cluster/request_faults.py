@@ -16,7 +16,7 @@ from typing import Callable
 
 import attrs
 import tenacity
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkatier.common.errors import UsageError
 from kafkatier.logsetup import get_logger, kv

@@ -115,11 +115,12 @@ class Log:
         # Hooks for tiered storage: while enabled, the log start offset may lie below the first local
         # segment, and local retention only removes uploaded segments.
         self.remote_log_enabled = remote_log_enabled
-        self.highest_offset_in_remote_storage = -1
+        self._highest_offset_in_remote_storage = -1
         os.makedirs(self._dir, exist_ok=True)
         self.topic_id: str | None = None
         self._topic_id_unsynced = False
         self._load_topic_id()
+        self._epoch_cache_unreadable = False  # set by the load below: rebuilt from the batch headers
         self.leader_epoch_cache = self._load_leader_epoch_cache()
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
@@ -295,9 +296,8 @@ class Log:
                 os.replace(path, path + ".corrupt")
             except OSError:
                 pass
-            cache = LeaderEpochFileCache(path, self.name)
-            cache._rebuild_needed = True  # type: ignore[attr-defined]
-            return cache
+            self._epoch_cache_unreadable = True
+            return LeaderEpochFileCache(path, self.name)
 
     def _load(self, had_clean_shutdown: bool) -> None:
         names = sorted(os.listdir(self._dir))
@@ -339,7 +339,7 @@ class Log:
                 seg.recover()
             self._add_segment(seg)
 
-        rebuild_epochs = getattr(self.leader_epoch_cache, "_rebuild_needed", False)
+        rebuild_epochs = self._epoch_cache_unreadable
         if self._segments and not had_clean_shutdown:
             self._recover_from(self._recovery_point)
         if self._segments and self._log_start_offset > self._segments[-1].next_offset():
@@ -448,7 +448,7 @@ class Log:
     def _rebuild_leader_epoch_cache(self) -> None:
         cache = self.leader_epoch_cache
         for seg in self._segments:
-            for h in seg._headers(0):
+            for h in seg.batch_headers():
                 if h.partition_leader_epoch >= 0 and (cache.latest_epoch is None
                                                       or h.partition_leader_epoch > cache.latest_epoch):
                     cache.assign(h.partition_leader_epoch, h.base_offset)
@@ -859,7 +859,26 @@ class Log:
             else:
                 self.maybe_increment_log_start_offset(local_start, SEGMENT_DELETION)
             self.remote_log_enabled = False
-            self.highest_offset_in_remote_storage = -1
+            self._highest_offset_in_remote_storage = -1
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """The last offset known to be in remote storage (-1: none); local retention of a tiered log only
+        removes segments at or below it.  Changed only by the two methods below and by disablement."""
+        return self._highest_offset_in_remote_storage
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Kafka's ``updateHighestOffsetInRemoteStorage``: an upload (or a leader's local log start) shows that
+        data up to ``offset`` is remote; the offset only moves forward."""
+        with self._lock:
+            if offset > self._highest_offset_in_remote_storage:
+                self._highest_offset_in_remote_storage = offset
+
+    def reset_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """The remote tier's metadata says ``offset`` is the highest remote offset (a task starting, a follower
+        re-reading it after a leadership change): taken as is, even below the previous value."""
+        with self._lock:
+            self._highest_offset_in_remote_storage = offset
 
     def maybe_increment_log_start_offset_as_follower(self, leader_log_start_offset: int) -> bool:
         """Follow the leader's log start offset (from a fetch response), never past this log's end.
@@ -912,7 +931,7 @@ class Log:
         if not self._local_retention_applies():
             return True  # not tiered, or read-only: segments no longer wait for an upload (KAFKA-17236)
         upper = nxt.base_offset if nxt is not None else self._next_offset
-        return upper - 1 <= self.highest_offset_in_remote_storage
+        return upper - 1 <= self._highest_offset_in_remote_storage
 
     def _delete_retention_ms_breached(self, now: int) -> int:
         retention_ms = self._retention_ms()

@@ -261,6 +261,10 @@ class LogSegment:
         return f"LogSegment(baseOffset={self.base_offset}, size={self._size}, path={self.log_path})"
 
     # --- batch scanning -------------------------------------------------------------------------------
+    def batch_headers(self) -> Iterator[_Hdr]:
+        """Every complete batch header of the segment, first to last (the log rebuilds its epoch cache so)."""
+        return self._headers(0)
+
     def _headers(self, start: int, end: int | None = None) -> Iterator[_Hdr]:
         """Batch headers from ``start`` up to ``end`` (default: file end); stops at a partial or bad batch."""
         end = self._size if end is None else end

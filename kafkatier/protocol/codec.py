@@ -24,6 +24,7 @@ codec, e.g. ``produce_codec``) is framed without any message object.
 """
 from __future__ import annotations
 
+import importlib
 import struct
 from typing import Iterator
 
@@ -32,11 +33,10 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
 from kafkatier.protocol.errors import Errors
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 _HEAD = struct.Struct(">hhi")
 _SIZE_CORRELATION = struct.Struct(">ii")
 
@@ -93,11 +93,8 @@ class UnsupportedVersionError(FrameError):
 
 def _kafka_python_messages() -> Iterator[type[ApiMessage]]:
     # Importing the packages defines (and so registers as subclasses) all generated message classes.
-    import kafka.protocol.admin  # noqa: F401
-    import kafka.protocol.consumer  # noqa: F401
-    import kafka.protocol.metadata  # noqa: F401
-    import kafka.protocol.producer  # noqa: F401
-    import kafka.protocol.sasl  # noqa: F401
+    for package in ("admin", "consumer", "metadata", "producer", "sasl"):
+        importlib.import_module(f"kafka.protocol.{package}")
 
     stack = list(ApiMessage.__subclasses__())
     seen: set[type] = set()
@@ -218,7 +215,7 @@ def _decode_header(frame: memoryview) -> tuple[RequestHeader, int]:
     api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
     pos = _HEAD.size
     client_id: str | None = None
-    if not (api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0):
+    if not (api_key == ApiKeys.CONTROLLED_SHUTDOWN and api_version == 0):
         if pos + 2 > len(frame):
             raise FrameError("truncated client id in request header")
         (n,) = struct.unpack_from(">h", frame, pos)
@@ -263,6 +260,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     decoder = _decoder_cache.get((header.request_api_key, version))
     if decoder is None:
         flexible = cls.flexible_version_q(version)
+        # kafka-python's public ``decode`` does not say where the body ended (needed to refuse a truncated frame),
+        # so the frame is decoded with the compiled decoder behind it (cached per API and version).
         decoder = _decoder_cache[(header.request_api_key, version)] = cls._struct.compiled_decode_from(
             version, compact=flexible, tagged=flexible, data_class=cls)
     try:
@@ -284,7 +283,7 @@ def encode_response(header: RequestHeader, response: ApiMessage | EncodedRespons
     v = header.request_api_version if version is None else version
     if isinstance(response, EncodedResponse):
         return _frame(header.correlation_id, response.API_KEY, v, response.parts)
-    if response.API_KEY == API_VERSIONS_KEY:  # its response header is always v0 (kafka-python's override)
+    if response.API_KEY == ApiKeys.API_VERSIONS:  # its response header is always v0 (kafka-python's override)
         response._header = None
         response.API_VERSION = v
         response.with_header(correlation_id=header.correlation_id)
@@ -309,7 +308,7 @@ def encode_response(header: RequestHeader, response: ApiMessage | EncodedRespons
 
 
 def _frame(correlation_id: int, api_key: int, version: int, parts: list) -> bytes:
-    flexible = api_key != API_VERSIONS_KEY and response_class(api_key).flexible_version_q(version)
+    flexible = api_key != ApiKeys.API_VERSIONS and response_class(api_key).flexible_version_q(version)
     size = sum(map(len, parts)) + (5 if flexible else 4)
     head = _SIZE_CORRELATION.pack(size, correlation_id)
     return b"".join([head, b"\x00", *parts] if flexible else [head, *parts])
@@ -319,7 +318,7 @@ def top_level_error(response: ApiMessage | EncodedResponse) -> int:
     """The response's top-level ``error_code`` for its version, or 0 when it has none."""
     if isinstance(response, EncodedResponse):
         return response.error
-    field = response._struct.fields.get("error_code")
+    field = type(response).fields.get("error_code")
     if field is None or response.version is None or not field.for_version_q(response.version):
         return 0
     return getattr(response, "error_code", 0) or 0
@@ -333,7 +332,7 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
     version = header.request_api_version
     if cls is None or not 0 <= version <= cls.max_version:
         return None
-    field = cls._struct.fields.get("error_code")
+    field = cls.fields.get("error_code")
     if field is None or not field.for_version_q(version):
         return None
     try:
@@ -345,5 +344,5 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
 __all__ = [
     "REGISTRY", "FrameError", "UnknownApiError", "UnsupportedVersionError", "api_name", "request_class",
     "response_class", "request_header_flexible", "decode_request", "encode_response", "error_response",
-    "top_level_error", "API_VERSIONS_KEY", "EncodedResponse",
+    "top_level_error", "EncodedResponse",
 ]

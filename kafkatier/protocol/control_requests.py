@@ -22,15 +22,14 @@ from typing import Any, Mapping
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.base import BaseField
-from kafka.protocol.schemas.fields.codecs import (
-    Boolean, Bytes, Float64, Int8, Int16, Int32, Int64, String, UnsignedInt16, UUID,
-)
 from kafka.protocol.schemas.fields.simple import SimpleField
 from kafka.protocol.schemas.fields.struct import StructField
 
 from kafka.util import classproperty
 
 from kafkatier.protocol import messages as _specs
+from kafkatier.protocol.build import primary
+from kafkatier.protocol.api_keys import ApiKeys
 
 
 class _SpecKind:
@@ -80,11 +79,18 @@ class ControlledShutdownResponse(_SpecKind, ApiMessage, load_json=_specs):
 
 
 CONTROL_MESSAGES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
-    4: (LeaderAndIsrRequest, LeaderAndIsrResponse),
-    5: (StopReplicaRequest, StopReplicaResponse),
-    6: (UpdateMetadataRequest, UpdateMetadataResponse),
-    7: (ControlledShutdownRequest, ControlledShutdownResponse),
+    ApiKeys.LEADER_AND_ISR: (LeaderAndIsrRequest, LeaderAndIsrResponse),
+    ApiKeys.STOP_REPLICA: (StopReplicaRequest, StopReplicaResponse),
+    ApiKeys.UPDATE_METADATA: (UpdateMetadataRequest, UpdateMetadataResponse),
+    ApiKeys.CONTROLLED_SHUTDOWN: (ControlledShutdownRequest, ControlledShutdownResponse),
 }
+
+
+#: StopReplica v5's per-partition KIP-950 flag (``DisableRemotePartition`` in the spec), by its one name: the
+#: controller writes it, :class:`~kafkatier.server.control_apis.ControlApis` and the replica manager read it.
+DISABLE_REMOTE_PARTITION = "disable_remote_partition"
+assert DISABLE_REMOTE_PARTITION in StopReplicaRequest.fields["topic_states"].array_of.fields[
+    "partition_states"].array_of.fields
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -92,20 +98,16 @@ CONTROL_MESSAGES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
 # ---------------------------------------------------------------------------------------------------------
 
 _INT_RANGES = {
-    Int8: (-(1 << 7), (1 << 7) - 1),
-    Int16: (-(1 << 15), (1 << 15) - 1),
-    UnsignedInt16: (0, (1 << 16) - 1),
-    Int32: (-(1 << 31), (1 << 31) - 1),
-    Int64: (-(1 << 63), (1 << 63) - 1),
+    "int8": (-(1 << 7), (1 << 7) - 1),
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "uint16": (0, (1 << 16) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1),
 }
 
 
-def _primary(cls: type[ApiMessage]) -> type[ApiMessage]:
-    return cls[None] if getattr(cls, "_class_version", None) is not None else cls  # type: ignore[index]
-
-
-def _fields_for(struct: StructField, version: int) -> list[BaseField]:
-    return [f for f in struct._fields if f.for_version_q(version)]
+def _fields_for(fields: Mapping[str, BaseField], version: int) -> list[BaseField]:
+    return [f for f in fields.values() if f.for_version_q(version)]
 
 
 def to_body(msg: ApiMessage) -> dict[str, Any]:
@@ -114,18 +116,18 @@ def to_body(msg: ApiMessage) -> dict[str, Any]:
     version = msg.version if msg.version is not None else getattr(msg, "_class_version", None)
     if version is None:
         raise ValueError(f"{type(msg).__name__} has no version; construct it with version= or Cls[version]")
-    return _struct_to_body(msg._struct, msg, version)
+    return _struct_to_body(type(msg).fields, msg, version)
 
 
-def _struct_to_body(struct: StructField, item: Any, version: int) -> dict[str, Any]:
+def _struct_to_body(fields: Mapping[str, BaseField], item: Any, version: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for field in _fields_for(struct, version):
+    for field in _fields_for(fields, version):
         val = getattr(item, field.name)
         if field.is_struct_array():
             out[field.name] = None if val is None else [
-                _struct_to_body(field.array_of, v, version) for v in val]
+                _struct_to_body(field.array_of.fields, v, version) for v in val]
         elif field.is_struct():
-            out[field.name] = None if val is None else _struct_to_body(field, val, version)
+            out[field.name] = None if val is None else _struct_to_body(field.fields, val, version)
         else:
             out[field.name] = field.to_json(val)
     return out
@@ -136,18 +138,18 @@ def from_body(cls: type[ApiMessage], version: int, body: Mapping[str, Any]) -> A
 
     Missing keys take the spec default.  Unknown keys, keys of fields absent from ``version``, and values of the
     wrong type raise ``ValueError`` naming the offending path."""
-    cls = _primary(cls)
+    cls = primary(cls)
     if not isinstance(version, int) or not 0 <= version <= cls.max_version:
         raise ValueError(f"{cls.__name__}: version {version!r} not in 0..{cls.max_version}")
     if not isinstance(body, Mapping):
         raise ValueError(f"{cls.__name__}: body must be a mapping, got {type(body).__name__}")
-    values = _struct_values(cls._struct, version, body, cls.__name__)
+    values = _struct_values(cls.fields, version, body, cls.__name__)
     return cls(version=version, **values)
 
 
-def _struct_values(struct: StructField, version: int, body: Mapping[str, Any], path: str) -> dict[str, Any]:
-    known = {f.name: f for f in struct._fields}
-    in_version = {f.name: f for f in _fields_for(struct, version)}
+def _struct_values(known: Mapping[str, BaseField], version: int, body: Mapping[str, Any],
+                   path: str) -> dict[str, Any]:
+    in_version = {f.name: f for f in _fields_for(known, version)}
     values: dict[str, Any] = {}
     for key, raw in body.items():
         if key not in known:
@@ -181,11 +183,11 @@ def _value(field: BaseField, version: int, raw: Any, path: str) -> Any:
 def _struct_instance(struct: StructField, version: int, raw: Any, path: str) -> Any:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{path}: expected an object, got {type(raw).__name__}")
-    return struct.data_class(version=version, **_struct_values(struct, version, raw, path))
+    return struct.data_class(version=version, **_struct_values(struct.fields, version, raw, path))
 
 
 def _simple(field: SimpleField, raw: Any, path: str) -> Any:
-    kind = field._type
+    kind = field.type_str
     if kind in _INT_RANGES:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise ValueError(f"{path}: expected an integer, got {raw!r}")
@@ -193,26 +195,26 @@ def _simple(field: SimpleField, raw: Any, path: str) -> Any:
         if not lo <= raw <= hi:
             raise ValueError(f"{path}: {raw} out of range {lo}..{hi}")
         return raw
-    if kind is Boolean:
+    if kind == "bool":
         if not isinstance(raw, bool):
             raise ValueError(f"{path}: expected true/false, got {raw!r}")
         return raw
-    if isinstance(kind, String):
+    if kind == "string":
         if not isinstance(raw, str):
             raise ValueError(f"{path}: expected a string, got {raw!r}")
         return raw
-    if kind is UUID:
+    if kind == "uuid":
         if isinstance(raw, uuid.UUID):
             return raw
         try:
             return uuid.UUID(raw)
         except (TypeError, ValueError, AttributeError):
             raise ValueError(f"{path}: expected a UUID string, got {raw!r}") from None
-    if kind is Float64:
+    if kind == "float64":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise ValueError(f"{path}: expected a number, got {raw!r}")
         return float(raw)
-    if kind is Bytes:
+    if kind in ("bytes", "records"):
         if isinstance(raw, (bytes, bytearray)):
             return bytes(raw)
         if isinstance(raw, str):
@@ -233,8 +235,8 @@ def body_problem(cls: type[ApiMessage], version: int, body: Any) -> str | None:
     compiled once per (message, version) walks the dict instead (same rules: known fields of the version,
     missing ones allowed, types and ranges); only a body it refuses is rebuilt with :func:`from_body`, for the
     message naming the offending path."""
-    cls = _primary(cls)
-    if isinstance(version, int) and 0 <= version <= cls.max_version and _checker(cls._struct, version)(body):
+    cls = primary(cls)
+    if isinstance(version, int) and 0 <= version <= cls.max_version and _checker(cls.fields, version)(body):
         return None
     try:
         from_body(cls, version, body)
@@ -246,11 +248,11 @@ def body_problem(cls: type[ApiMessage], version: int, body: Any) -> str | None:
 _CHECKERS: dict[tuple[int, int], Any] = {}
 
 
-def _checker(struct: StructField, version: int):
-    key = (id(struct), version)
+def _checker(struct_fields: Mapping[str, BaseField], version: int):
+    key = (id(struct_fields), version)
     check = _CHECKERS.get(key)
     if check is None:
-        fields = {f.name: _field_checker(f, version) for f in _fields_for(struct, version)}
+        fields = {f.name: _field_checker(f, version) for f in _fields_for(struct_fields, version)}
 
         def check(raw: Any) -> bool:
             if not isinstance(raw, Mapping):
@@ -266,12 +268,12 @@ def _checker(struct: StructField, version: int):
 
 def _field_checker(field: BaseField, version: int):
     if field.is_struct_array():
-        inner = _checker(field.array_of, version)
+        inner = _checker(field.array_of.fields, version)
 
         def present(v: Any) -> bool:
             return type(v) is list and all(map(inner, v))
     elif field.is_struct():
-        present = _checker(field, version)
+        present = _checker(field.fields, version)
     elif field.is_array():
         item = _simple_checker(field.array_of)
 
@@ -285,13 +287,13 @@ def _field_checker(field: BaseField, version: int):
 
 
 def _simple_checker(field: SimpleField):
-    kind = field._type
+    kind = field.type_str
     if kind in _INT_RANGES:
         lo, hi = _INT_RANGES[kind]
         return lambda v: type(v) is int and lo <= v <= hi
-    if kind is Boolean:
+    if kind == "bool":
         return lambda v: type(v) is bool
-    if isinstance(kind, String):
+    if kind == "string":
         return lambda v: type(v) is str
 
     def other(v: Any) -> bool:  # UUIDs, floats, bytes: rare in control requests, checked the slow way
@@ -306,5 +308,5 @@ def _simple_checker(field: SimpleField):
 __all__ = [
     "LeaderAndIsrRequest", "LeaderAndIsrResponse", "StopReplicaRequest", "StopReplicaResponse",
     "UpdateMetadataRequest", "UpdateMetadataResponse", "ControlledShutdownRequest",
-    "ControlledShutdownResponse", "CONTROL_MESSAGES", "to_body", "from_body", "body_problem",
+    "ControlledShutdownResponse", "CONTROL_MESSAGES", "DISABLE_REMOTE_PARTITION", "to_body", "from_body", "body_problem",
 ]

@@ -23,7 +23,7 @@ from typing import Callable, TypeVar
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kafkatier.zk.errors import KazooException, NodeExistsError, NoNodeError
 from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential
 
 from kafkatier.admin import reassignment as plan

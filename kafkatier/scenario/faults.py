@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 
-from kazoo.exceptions import KazooException
+from kafkatier.zk.errors import KazooException
 
 from kafkatier.cluster.manager import ClusterManager, pid_alive
 from kafkatier.logsetup import get_logger, kv

@@ -25,8 +25,8 @@ import threading
 from typing import Callable
 
 import attrs
-from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.recipe.watchers import DataWatch
+from kafkatier.zk.errors import KazooException, NoNodeError
+from kafkatier.zk.watchers import DataWatch
 
 from kafkatier.logsetup import get_logger
 from kafkatier.scenario.history import History

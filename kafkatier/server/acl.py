@@ -37,7 +37,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 import attrs
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kafkatier.zk.errors import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk.node_change_notification_listener import NotificationError, ZkNodeChangeNotificationListener
@@ -475,7 +475,7 @@ def remove_acls(zk, resource_type: str, name: str, entries: Iterable[AclEntry] |
 
 
 def _update_acls(zk, resource_type: str, name: str, pattern_type: str, change) -> None:
-    from kazoo.exceptions import BadVersionError
+    from kafkatier.zk.errors import BadVersionError
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
     prefixed = pattern_type.upper() == "PREFIXED"

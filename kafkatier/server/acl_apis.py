@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.acl import AclBinding, AclBindingFilter, AclEntry, AclFormatError, ResourcePattern
@@ -22,7 +23,6 @@ from kafkatier.server.auth_helper import CLUSTER_NAME, OPERATION_CODES, AuthHelp
 
 log = get_logger("server.acl-apis")
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 VERSIONS = (0, 3)
 
 #: Kafka's wire codes (``ResourceType``, ``PatternType``, ``AclPermissionType``); 0 is UNKNOWN everywhere.
@@ -80,8 +80,9 @@ class AclApis:
         self.auth = auth
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {DESCRIBE_ACLS: (VERSIONS, self.handle_describe_acls), CREATE_ACLS: (VERSIONS, self.handle_create_acls),
-                DELETE_ACLS: (VERSIONS, self.handle_delete_acls)}
+        return {ApiKeys.DESCRIBE_ACLS: (VERSIONS, self.handle_describe_acls),
+        ApiKeys.CREATE_ACLS: (VERSIONS, self.handle_create_acls),
+                ApiKeys.DELETE_ACLS: (VERSIONS, self.handle_delete_acls)}
 
     def _refusal(self, context, operation: str) -> tuple[Errors, str] | None:
         if self.authorizer is None:
@@ -92,7 +93,7 @@ class AclApis:
 
     def handle_describe_acls(self, header, req, context) -> Any:
         v = header.request_api_version
-        cls = codec.response_class(DESCRIBE_ACLS)
+        cls = codec.response_class(ApiKeys.DESCRIBE_ACLS)
         refused = self._refusal(context, "Describe")
         if refused is not None:
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(refused[0]), "error_message": refused[1],
@@ -133,10 +134,10 @@ class AclApis:
             except Exception as e:  # noqa: BLE001 - per creation, as Kafka (ApiError.fromThrowable)
                 log.exception("ACL creation failed %s", kv(binding=binding))
                 res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
-        log.info("CreateAcls %s", kv(principal=context.session.get("principal") if hasattr(context, "session")
-                                     else None, created=sum(1 for r, _ in valid if not r["error_code"]),
+        log.info("CreateAcls %s", kv(principal=getattr(context, "principal", None),
+                                     created=sum(1 for r, _ in valid if not r["error_code"]),
                                      failed=sum(1 for r in results if r["error_code"])))
-        return build(codec.response_class(CREATE_ACLS), v, {"throttle_time_ms": 0, "results": results})
+        return build(codec.response_class(ApiKeys.CREATE_ACLS), v, {"throttle_time_ms": 0, "results": results})
 
     def handle_delete_acls(self, header, req, context) -> Any:
         v = header.request_api_version
@@ -163,4 +164,4 @@ class AclApis:
                  "pattern_type": PATTERN_TYPE_CODES[b.pattern.pattern_type], "principal": b.entry.principal,
                  "host": b.entry.host, "operation": OPERATION_CODES[b.entry.operation],
                  "permission_type": PERMISSION_CODES[b.entry.permission_type]} for b in deleted]
-        return build(codec.response_class(DELETE_ACLS), v, {"throttle_time_ms": 0, "filter_results": results})
+        return build(codec.response_class(ApiKeys.DELETE_ACLS), v, {"throttle_time_ms": 0, "filter_results": results})

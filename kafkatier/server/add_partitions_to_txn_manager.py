@@ -24,12 +24,13 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("server.add-partitions-to-txn")
 
-ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4
+VERIFY_VERSION = 4
 _RETRIABLE = frozenset({Errors.CONCURRENT_TRANSACTIONS, Errors.NETWORK_EXCEPTION, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                         Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR})
 
@@ -82,7 +83,7 @@ class AddPartitionsToTxnManager:
         topics: dict[str, list[int]] = {}
         for t, p in partitions:
             topics.setdefault(t, []).append(p)
-        request = build(codec.request_class(ADD_PARTITIONS_TO_TXN), VERIFY_VERSION, {"transactions": [
+        request = build(codec.request_class(ApiKeys.ADD_PARTITIONS_TO_TXN), VERIFY_VERSION, {"transactions": [
             {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
              "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]})
         response = self.send(pm.leader, request, VERIFY_VERSION)

@@ -11,37 +11,38 @@ from typing import Mapping
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from kafkatier.protocol.codec import API_VERSIONS_KEY, api_name, request_class, response_class
+from kafkatier.protocol.api_keys import ApiKeys
+from kafkatier.protocol.codec import api_name, request_class, response_class
 from kafkatier.protocol.errors import Errors
 
 #: ApiVersions itself: v3 is Kafka 3.x's newest (first flexible) version.
 API_VERSIONS_RANGE: tuple[int, int] = (0, 3)
 
 _KAFKA_36_RANGES: dict[int, tuple[int, int]] = {
-    0: (0, 9),     # Produce
-    1: (0, 15),    # Fetch
-    2: (0, 8),     # ListOffsets
-    3: (0, 12),    # Metadata
-    4: (0, 7),     # LeaderAndIsr
-    5: (0, 5),     # StopReplica (v5: KIP-950, ZooKeeper mode)
-    6: (0, 8),     # UpdateMetadata
-    7: (0, 3),     # ControlledShutdown
-    10: (0, 4),    # FindCoordinator
-    18: API_VERSIONS_RANGE,
-    19: (0, 7),    # CreateTopics
-    20: (0, 6),    # DeleteTopics
-    21: (0, 2),    # DeleteRecords
-    23: (0, 4),    # OffsetForLeaderEpoch
-    32: (0, 4),    # DescribeConfigs
-    33: (0, 2),    # AlterConfigs
-    34: (0, 2),    # AlterReplicaLogDirs
-    35: (0, 4),    # DescribeLogDirs
-    37: (0, 3),    # CreatePartitions
-    43: (0, 2),    # ElectLeaders
-    44: (0, 1),    # IncrementalAlterConfigs
-    45: (0, 0),    # AlterPartitionReassignments
-    46: (0, 0),    # ListPartitionReassignments
-    60: (0, 1),    # DescribeCluster
+    ApiKeys.PRODUCE: (0, 9),
+    ApiKeys.FETCH: (0, 15),
+    ApiKeys.LIST_OFFSETS: (0, 8),
+    ApiKeys.METADATA: (0, 12),
+    ApiKeys.LEADER_AND_ISR: (0, 7),
+    ApiKeys.STOP_REPLICA: (0, 5),  # v5: KIP-950 in ZooKeeper mode
+    ApiKeys.UPDATE_METADATA: (0, 8),
+    ApiKeys.CONTROLLED_SHUTDOWN: (0, 3),
+    ApiKeys.FIND_COORDINATOR: (0, 4),
+    ApiKeys.API_VERSIONS: API_VERSIONS_RANGE,
+    ApiKeys.CREATE_TOPICS: (0, 7),
+    ApiKeys.DELETE_TOPICS: (0, 6),
+    ApiKeys.DELETE_RECORDS: (0, 2),
+    ApiKeys.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKeys.DESCRIBE_CONFIGS: (0, 4),
+    ApiKeys.ALTER_CONFIGS: (0, 2),
+    ApiKeys.ALTER_REPLICA_LOG_DIRS: (0, 2),
+    ApiKeys.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKeys.CREATE_PARTITIONS: (0, 3),
+    ApiKeys.ELECT_LEADERS: (0, 2),
+    ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKeys.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKeys.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKeys.DESCRIBE_CLUSTER: (0, 1),
 }
 
 
@@ -79,7 +80,7 @@ class ApiVersionsTable:
             if hi > limit:
                 raise ValueError(f"{api_name(key)}: max version {hi} exceeds what we can decode ({limit})")
             table[int(key)] = (lo, hi)
-        table.setdefault(API_VERSIONS_KEY, API_VERSIONS_RANGE)
+        table.setdefault(ApiKeys.API_VERSIONS, API_VERSIONS_RANGE)
         self._table = dict(sorted(table.items()))
 
     @property
@@ -101,7 +102,7 @@ class ApiVersionsTable:
     def response(self, version: int, throttle_time_ms: int = 0) -> ApiVersionsResponse:
         """A successful ApiVersionsResponse of ``version`` listing the table.  v3+ carries no features
         (the tagged feature fields stay at their defaults and are not written)."""
-        if not self.is_supported(API_VERSIONS_KEY, version):
+        if not self.is_supported(ApiKeys.API_VERSIONS, version):
             raise ValueError(f"ApiVersions v{version} is not advertised")
         return ApiVersionsResponse(version=version, error_code=Errors.NONE,
                                    api_keys=self._api_keys(version), throttle_time_ms=throttle_time_ms)

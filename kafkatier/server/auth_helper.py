@@ -123,9 +123,8 @@ API_ACL_TABLE: dict[int, tuple[AclCheck, ...]] = {
 
 
 def principal_of(context) -> str | None:
-    """The connection's authenticated principal (SASL), or None (anonymous)."""
-    session = getattr(context, "session", None) or {}
-    return session.get("principal") or getattr(context, "principal", None)
+    """The connection's principal (set by the network layer after SASL or TLS), or None (anonymous)."""
+    return getattr(context, "principal", None)
 
 
 def host_of(context) -> str:

@@ -1,7 +1,17 @@
-"""Broker configuration (a subset of Kafka's ``KafkaConfig`` with Kafka's names and defaults)."""
+"""Broker configuration (a subset of Kafka's ``KafkaConfig`` with Kafka's names and defaults).
+
+:class:`BrokerConfig` holds the settings every part needs; any other broker setting is read with
+:func:`broker_setting`, typed and checked by its one definition in
+:data:`~kafkatier.server.dynamic_broker_config.BROKER_CONFIGS` (name, type, default, minimum, dynamic or not),
+never parsed from the raw ``overrides`` dict by the reader.
+"""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import attrs
+
+from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS
 
 
 def _split(v) -> tuple[str, ...]:
@@ -42,6 +52,39 @@ class BrokerConfig:
     @property
     def listener(self) -> str:
         return f"PLAINTEXT://{self.host}:{self.port}"
+
+    def setting(self, name: str) -> Any:
+        """The typed value of broker setting ``name`` (:func:`broker_setting` over :attr:`overrides`)."""
+        return broker_setting(self.overrides, name)
+
+
+class BrokerSettingError(ValueError):
+    """A broker setting whose value does not fit its definition (Kafka's ConfigException text)."""
+
+
+_PARSERS = {"INT": int, "SHORT": int, "LONG": int, "DOUBLE": float,
+            "BOOLEAN": lambda v: {"true": True, "false": False}[str(v).strip().lower()]}
+
+
+def broker_setting(overrides: Mapping[str, Any], name: str) -> Any:
+    """The value of broker setting ``name``: its override if set, else its default (None when it has none),
+    converted to its type (int, float, bool; str otherwise) and checked against its minimum.  A name without a
+    definition raises ``KeyError``: add it to ``BROKER_CONFIGS`` first."""
+    definition = BROKER_CONFIGS[name]
+    raw = overrides.get(name)
+    if raw is None:
+        raw = definition.default
+    if raw is None:
+        return None
+    try:
+        value = _PARSERS.get(definition.type, str)(str(raw).strip() if definition.type != "STRING" else raw)
+    except (KeyError, ValueError):
+        raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Not a valid "
+                                 f"{definition.type.lower()}") from None
+    if definition.minimum is not None and isinstance(value, (int, float)) and value < definition.minimum:
+        raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Value must be at least "
+                                 f"{definition.minimum}")
+    return value
 
 
 class ListenerConfigError(ValueError):

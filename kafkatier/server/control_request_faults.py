@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from kafkatier.common.structs import TopicPartition
-from kafkatier.server.fault_injection import (LEADER_AND_ISR, STOP_REPLICA, FaultRegistry,
+from kafkatier.protocol.api_keys import ApiKeys
+from kafkatier.server.fault_injection import (FaultRegistry,
                                               control_request_partitions)
 
 
@@ -39,11 +40,11 @@ def apply_control_faults(registry: FaultRegistry | None, api_key: int, body: dic
 def control_error_body(api_key: int, body: Mapping, code: int) -> dict:
     """A LeaderAndIsr / StopReplica / UpdateMetadata answer with ``code`` at the top level and for every
     partition (Kafka fills both when it refuses a whole request)."""
-    if api_key == STOP_REPLICA:
+    if api_key == ApiKeys.STOP_REPLICA:
         return {"error_code": code, "partition_errors": [
             {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}
             for tp in control_request_partitions(body)]}
-    if api_key == LEADER_AND_ISR:
+    if api_key == ApiKeys.LEADER_AND_ISR:
         return _add_control_partition_errors(api_key, body, {"error_code": code, "topics": []},
                                              {tp: code for tp in control_request_partitions(body)})
     return {"error_code": code}
@@ -67,7 +68,7 @@ def _without_partitions(body: Mapping, drop: Mapping[TopicPartition, int]) -> di
 
 def _add_control_partition_errors(api_key: int, body: Mapping, answer: dict,
                                   errors: Mapping[TopicPartition, int]) -> dict:
-    if api_key == STOP_REPLICA:
+    if api_key == ApiKeys.STOP_REPLICA:
         entries = [e for e in answer.get("partition_errors") or []
                    if TopicPartition(e["topic_name"], e["partition_index"]) not in errors]
         entries += [{"topic_name": tp.topic, "partition_index": tp.partition, "error_code": code}

@@ -26,31 +26,40 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Callable
+from typing import Callable, Protocol
 
-from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
-from kazoo.recipe.watchers import ChildrenWatch
+import attrs
+from kafkatier.zk.errors import KazooException, NoNodeError, NodeExistsError
+from kafkatier.zk.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.fault_injection import FaultRegistry
-import attrs
-
 from kafkatier.zk import codecs, control_parts, paths
 from kafkatier.zk.limits import ZNodeTooLargeError
 
 log = get_logger("server.control")
 
-STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA = 5, 4, 6
+
+class ControlRequestApis(Protocol):
+    """What applies a checked control request (:class:`~kafkatier.server.control_apis.ControlApis`): each takes
+    the request body and returns the response body without the top-level epoch checks."""
+
+    def handle_leader_and_isr(self, body: dict) -> dict: ...
+
+    def handle_stop_replica(self, body: dict) -> dict: ...
+
+    def handle_update_metadata(self, body: dict) -> dict: ...
 
 
 class ControlRequestHandler:
-    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis,
+    def __init__(self, zk, broker_id: int, broker_epoch: Callable[[], int], apis: ControlRequestApis,
                  faults: FaultRegistry | None = None):
-        """``apis`` implements handle_leader_and_isr(body)->body, handle_stop_replica(body)->body,
-        handle_update_metadata(body)->body (each returns a response body without the top-level epoch checks)."""
+        """``broker_epoch``: this broker's current epoch (its registration's czxid); ``apis`` applies the checked
+        requests; ``faults``: injected control-request faults, if any."""
         self.zk = zk
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
@@ -253,11 +262,11 @@ class ControlRequestHandler:
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
 
     def _apply(self, req, body: dict) -> dict:
-        if req.api_key == LEADER_AND_ISR:
+        if req.api_key == ApiKeys.LEADER_AND_ISR:
             return self.apis.handle_leader_and_isr(body)
-        if req.api_key == STOP_REPLICA:
+        if req.api_key == ApiKeys.STOP_REPLICA:
             return self.apis.handle_stop_replica(body)
-        if req.api_key == UPDATE_METADATA:
+        if req.api_key == ApiKeys.UPDATE_METADATA:
             return self.apis.handle_update_metadata(body)
         return {"error_code": int(Errors.INVALID_REQUEST)}
 
@@ -289,13 +298,13 @@ class ControlRequestHandler:
     @staticmethod
     def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:
         code = int(error)
-        if req.api_key == STOP_REPLICA:
+        if req.api_key == ApiKeys.STOP_REPLICA:
             parts = []
             if all_partitions:
                 parts = [{"topic_name": t["topic_name"], "partition_index": p["partition_index"], "error_code": code}
                          for t in req.body.get("topic_states", []) for p in t.get("partition_states", [])]
             return {"error_code": code, "partition_errors": parts}
-        if req.api_key == LEADER_AND_ISR:
+        if req.api_key == ApiKeys.LEADER_AND_ISR:
             topics = [{"topic_id": t.get("topic_id"), "topic_name": t["topic_name"],
                        "partition_errors": [{"partition_index": p["partition_index"], "error_code": code}
                                             for p in t.get("partition_states", [])]}

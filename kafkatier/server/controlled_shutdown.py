@@ -27,6 +27,7 @@ import tenacity
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, ControlledShutdownResponse
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
@@ -34,7 +35,6 @@ from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 
 log = get_logger("server.controlled-shutdown")
 
-CONTROLLED_SHUTDOWN = 7
 VERSIONS = (0, 3)
 REQUEST_VERSION = 3
 
@@ -77,7 +77,7 @@ class ControlledShutdownApis:
         self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {CONTROLLED_SHUTDOWN: (VERSIONS, self.handle_controlled_shutdown)}
+        return {ApiKeys.CONTROLLED_SHUTDOWN: (VERSIONS, self.handle_controlled_shutdown)}
 
 
     def handle_controlled_shutdown(self, header, req, context) -> Any:

@@ -38,6 +38,7 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log import CLIENT_RECORD_DELETION
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import (Errors, InvalidTopicError, KafkaError, NotLeaderOrFollowerError,
                                        OffsetOutOfRangeError, PolicyViolationError)
@@ -48,7 +49,6 @@ from kafkatier.server.replica_manager import ReplicaManager
 
 log = get_logger("server.delete-records")
 
-DELETE_RECORDS = 21
 VERSIONS = (0, 2)
 HIGH_WATERMARK = -1
 INVALID_LOW_WATERMARK = -1
@@ -159,7 +159,7 @@ class DeleteRecordsManager:
                 lw = st.low_watermark if st.error in (Errors.NONE, Errors.REQUEST_TIMED_OUT) else INVALID_LOW_WATERMARK
                 by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "low_watermark": lw,
                                                        "error_code": int(st.error)})
-            fut.set_result(build(codec.response_class(DELETE_RECORDS), version, {
+            fut.set_result(build(codec.response_class(ApiKeys.DELETE_RECORDS), version, {
                 "throttle_time_ms": 0,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
         self.delete_records(request.timeout_ms, offsets, respond)

@@ -73,6 +73,9 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("replica.fetch.max.bytes", "INT", 1048576, READ_ONLY),
     _d("replica.fetch.min.bytes", "INT", 1, READ_ONLY),
     _d("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000, READ_ONLY),
+    _d("log.initial.task.delay.ms", "LONG", 30000, READ_ONLY, 0),
+    _d("num.recovery.threads.per.data.dir", "INT", 2, READ_ONLY, 1),
+    _d("num.replica.alter.log.dirs.threads", "INT", None, READ_ONLY, 1),   # unset: one per log dir
     _d("log.retention.check.interval.ms", "LONG", 300000, READ_ONLY),
     _d("remote.log.storage.system.enable", "BOOLEAN", False, READ_ONLY),
     _d("offsets.topic.num.partitions", "INT", 10, READ_ONLY),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping
 
-from kazoo.exceptions import NoNodeError
+from kafkatier.zk.errors import NoNodeError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths

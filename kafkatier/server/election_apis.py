@@ -21,6 +21,7 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.controller.replica_election_manager import ElectionOutcome, ElectionType
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
@@ -28,7 +29,6 @@ from kafkatier.waiting import WaitTimeout, wait_for
 
 log = get_logger("server.election-apis")
 
-ELECT_LEADERS = 43
 VERSIONS = (0, 2)
 
 
@@ -41,7 +41,7 @@ class ElectionApis:
         self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {ELECT_LEADERS: (VERSIONS, self.handle_elect_leaders)}
+        return {ApiKeys.ELECT_LEADERS: (VERSIONS, self.handle_elect_leaders)}
 
 
     def handle_elect_leaders(self, header, req, context) -> Any:
@@ -95,6 +95,6 @@ class ElectionApis:
         for tp, o in sorted(outcomes.items()):
             by_topic.setdefault(tp.topic, []).append({"partition_id": tp.partition, "error_code": int(o.error),
                                                       "error_message": o.message})
-        return build(codec.response_class(ELECT_LEADERS), v, {
+        return build(codec.response_class(ApiKeys.ELECT_LEADERS), v, {
             "throttle_time_ms": 0, "error_code": int(error),
             "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]})

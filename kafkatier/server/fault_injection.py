@@ -49,6 +49,7 @@ from kafka.protocol.api_key import ApiKey
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.network import CloseConnection, ConnectionContext
 from kafkatier.zk import codecs
@@ -57,9 +58,7 @@ log = get_logger("server.faults")
 
 ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION = "errors", "latency", "drop_response", "close_connection"
 KINDS = (ERRORS, LATENCY, DROP_RESPONSE, CLOSE_CONNECTION)
-PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
-DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, API_VERSIONS = 21, 23, 18
-CONTROL_APIS = (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA)
+CONTROL_APIS = (ApiKeys.LEADER_AND_ISR, ApiKeys.STOP_REPLICA, ApiKeys.UPDATE_METADATA)
 MAX_LATENCY_MS = 3_600_000      # librdkafka's mock caps its rtt the same way
 MAX_ERRORS = 10_000
 
@@ -143,7 +142,7 @@ class RequestFault:
             raise FaultSpecError("count must be at least 1")
         if self.nth < 1:
             raise FaultSpecError("nth must be at least 1")
-        if self.api_key == API_VERSIONS:
+        if self.api_key == ApiKeys.API_VERSIONS:
             raise FaultSpecError("ApiVersions is answered by the network layer before any handler: no faults")
         if self.api_key in CONTROL_APIS and self.kind not in (ERRORS, DROP_RESPONSE):
             raise FaultSpecError(f"{codec.api_name(self.api_key)} (control channel) takes errors and "
@@ -300,18 +299,18 @@ class PartitionLayout:
 
 
 PARTITION_LAYOUTS: dict[int, PartitionLayout] = {
-    PRODUCE: PartitionLayout("topic_data", "name", "partition_data", "index",
+    ApiKeys.PRODUCE: PartitionLayout("topic_data", "name", "partition_data", "index",
                              "responses", "name", "partition_responses", "index"),
-    FETCH: PartitionLayout("topics", "topic", "partitions", "partition",
+    ApiKeys.FETCH: PartitionLayout("topics", "topic", "partitions", "partition",
                            "responses", "topic", "partitions", "partition_index"),
-    LIST_OFFSETS: PartitionLayout("topics", "name", "partitions", "partition_index",
+    ApiKeys.LIST_OFFSETS: PartitionLayout("topics", "name", "partitions", "partition_index",
                                   "topics", "name", "partitions", "partition_index"),
-    DELETE_RECORDS: PartitionLayout("topics", "name", "partitions", "partition_index",
+    ApiKeys.DELETE_RECORDS: PartitionLayout("topics", "name", "partitions", "partition_index",
                                     "topics", "name", "partitions", "partition_index"),
-    OFFSET_FOR_LEADER_EPOCH: PartitionLayout("topics", "topic", "partitions", "partition",
+    ApiKeys.OFFSET_FOR_LEADER_EPOCH: PartitionLayout("topics", "topic", "partitions", "partition",
                                              "topics", "topic", "partitions", "partition"),
 }
-PARTITION_LEVEL_APIS = frozenset(PARTITION_LAYOUTS) | {LEADER_AND_ISR, STOP_REPLICA}
+PARTITION_LEVEL_APIS = frozenset(PARTITION_LAYOUTS) | {ApiKeys.LEADER_AND_ISR, ApiKeys.STOP_REPLICA}
 
 
 def control_request_partitions(body: Mapping) -> list[TopicPartition]:
@@ -556,7 +555,7 @@ class FaultInjectingHandler:
 
     def _partition_errors(self, header, request, context, layout: PartitionLayout,
                           errors: Mapping[TopicPartition, int]):
-        if header.request_api_key == PRODUCE:
+        if header.request_api_key == ApiKeys.PRODUCE:
             # Refused partitions are not appended: take them out of the request before it is handled.
             for t in getattr(request, layout.req_topics):
                 setattr(t, layout.req_partitions,
@@ -567,7 +566,7 @@ class FaultInjectingHandler:
             if not getattr(request, layout.req_topics):
                 if not request.expect_response():
                     return CloseConnection()
-                response = codec.response_class(PRODUCE)(version=header.request_api_version)
+                response = codec.response_class(ApiKeys.PRODUCE)(version=header.request_api_version)
                 setattr(response, layout.resp_topics, [])
                 return _with_partition_errors(response, header.request_api_version, layout, errors)
             if not request.expect_response():
@@ -625,11 +624,11 @@ _UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
 def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int]):
     """``response`` with each partition in ``errors`` answered by that code (its other fields at their
     defaults), replacing the partition's answer or added to it."""
-    topics_field = response._struct.fields[layout.resp_topics]
+    topics_field = type(response).fields[layout.resp_topics]
     topic_cls = topics_field.array_of.data_class
     part_struct = topics_field.array_of.fields[layout.resp_partitions].array_of
     part_cls = part_struct.data_class
-    unknown = {f.name: v for f in part_struct._fields if f.for_version_q(version)
+    unknown = {f.name: v for f in part_struct.fields.values() if f.for_version_q(version)
                for name, v in _UNKNOWN.items() if f.name == name}
     topics = getattr(response, layout.resp_topics)
     if topics is None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Mapping
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
+from kafkatier.zk.errors import NodeExistsError, NoNodeError
+from kafkatier.zk.watchers import DataWatch
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.server.fault_injection import ClockSkew, FaultRegistry, FaultSpec, FaultState

@@ -30,21 +30,21 @@ from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OF
 from kafkatier.coordinator.group.records import OffsetAndMetadata
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.group-apis")
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 
 #: Kafka 3.6 (ZooKeeper mode) ranges.
 VERSIONS: dict[int, tuple[int, int]] = {
-    OFFSET_COMMIT: (0, 8), OFFSET_FETCH: (0, 8), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
+    ApiKeys.OFFSET_COMMIT: (0, 8), ApiKeys.OFFSET_FETCH: (0, 8), ApiKeys.FIND_COORDINATOR: (0, 4),
+    ApiKeys.JOIN_GROUP: (0, 9), ApiKeys.HEARTBEAT: (0, 4),
+    ApiKeys.LEAVE_GROUP: (0, 5), ApiKeys.SYNC_GROUP: (0, 5), ApiKeys.DESCRIBE_GROUPS: (0, 5),
+    ApiKeys.LIST_GROUPS: (0, 4), ApiKeys.DELETE_GROUPS: (0, 2),
+    ApiKeys.OFFSET_DELETE: (0, 0),
 }
 
 GROUP_KEY_TYPE = 0
@@ -68,12 +68,12 @@ class GroupApis:
         self.auth = auth or AuthHelper(None)
         self.transaction_coordinator_for = transaction_coordinator_for
         self._handlers = {
-            OFFSET_COMMIT: self.handle_offset_commit, OFFSET_FETCH: self.handle_offset_fetch,
-            FIND_COORDINATOR: self.handle_find_coordinator, JOIN_GROUP: self.handle_join_group,
-            HEARTBEAT: self.handle_heartbeat, LEAVE_GROUP: self.handle_leave_group,
-            SYNC_GROUP: self.handle_sync_group, DESCRIBE_GROUPS: self.handle_describe_groups,
-            LIST_GROUPS: self.handle_list_groups, DELETE_GROUPS: self.handle_delete_groups,
-            OFFSET_DELETE: self.handle_offset_delete,
+            ApiKeys.OFFSET_COMMIT: self.handle_offset_commit, ApiKeys.OFFSET_FETCH: self.handle_offset_fetch,
+            ApiKeys.FIND_COORDINATOR: self.handle_find_coordinator, ApiKeys.JOIN_GROUP: self.handle_join_group,
+            ApiKeys.HEARTBEAT: self.handle_heartbeat, ApiKeys.LEAVE_GROUP: self.handle_leave_group,
+            ApiKeys.SYNC_GROUP: self.handle_sync_group, ApiKeys.DESCRIBE_GROUPS: self.handle_describe_groups,
+            ApiKeys.LIST_GROUPS: self.handle_list_groups, ApiKeys.DELETE_GROUPS: self.handle_delete_groups,
+            ApiKeys.OFFSET_DELETE: self.handle_offset_delete,
         }
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
@@ -89,11 +89,11 @@ class GroupApis:
         answers = [self._coordinator_denied(ctx, k, key_type) or self._coordinator_for(k, key_type, ctx.listener_name)
                    for k in keys]
         if v >= 4:
-            return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
+            return _resp(ApiKeys.FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
                 {"key": k, "node_id": n, "host": h, "port": p, "error_code": e, "error_message": m}
                 for k, (e, m, n, h, p) in zip(keys, answers)]})
         e, m, n, h, p = answers[0]
-        return _resp(FIND_COORDINATOR, v, {"throttle_time_ms": 0, "error_code": e, "error_message": m,
+        return _resp(ApiKeys.FIND_COORDINATOR, v, {"throttle_time_ms": 0, "error_code": e, "error_message": m,
                                            "node_id": n, "host": h, "port": p})
 
     def _coordinator_denied(self, ctx, key: str, key_type: int) -> tuple[int, str | None, int, str, int] | None:
@@ -143,13 +143,13 @@ class GroupApis:
         fut: Future = Future()
 
         def respond(r) -> None:
-            fut.set_result(_resp(JOIN_GROUP, v, {
+            fut.set_result(_resp(ApiKeys.JOIN_GROUP, v, {
                 "throttle_time_ms": 0, "error_code": r.error, "generation_id": r.generation_id,
                 "protocol_type": r.protocol_type, "protocol_name": r.protocol_name if v >= 7 else (r.protocol_name or ""),
                 "leader": r.leader_id, "skip_assignment": False, "member_id": r.member_id,
                 "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in r.members]}))
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(JOIN_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "generation_id": -1,
+            return _resp(ApiKeys.JOIN_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "generation_id": -1,
                                          "protocol_type": None, "protocol_name": None if v >= 7 else "",
                                          "leader": "", "skip_assignment": False, "member_id": "", "members": []})
         rebalance_ms = req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms
@@ -164,11 +164,11 @@ class GroupApis:
         fut: Future = Future()
 
         def respond(r) -> None:
-            fut.set_result(_resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": r.error,
+            fut.set_result(_resp(ApiKeys.SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": r.error,
                                                  "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
                                                  "assignment": r.assignment}))
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "protocol_type": None,
+            return _resp(ApiKeys.SYNC_GROUP, v, {"throttle_time_ms": 0, "error_code": DENIED, "protocol_type": None,
                                          "protocol_name": None, "assignment": b""})
         self.coordinator.handle_sync_group(
             req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
@@ -179,10 +179,10 @@ class GroupApis:
     def handle_heartbeat(self, header, req, ctx):
         v = header.request_api_version
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": DENIED})
+            return _resp(ApiKeys.HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": DENIED})
         err = self.coordinator.handle_heartbeat(req.group_id, req.member_id,
                                                 req.group_instance_id if v >= 3 else None, req.generation_id)
-        return _resp(HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": err})
+        return _resp(ApiKeys.HEARTBEAT, v, {"throttle_time_ms": 0, "error_code": err})
 
     def handle_leave_group(self, header, req, ctx):
         v = header.request_api_version
@@ -193,8 +193,8 @@ class GroupApis:
         else:
             top, per_member = self.coordinator.handle_leave_group(req.group_id, leaving)
         if v < 3:
-            return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top or per_member[0]})
-        return _resp(LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top, "members": [
+            return _resp(ApiKeys.LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top or per_member[0]})
+        return _resp(ApiKeys.LEAVE_GROUP, v, {"throttle_time_ms": 0, "error_code": top, "members": [
             {"member_id": m, "group_instance_id": i, "error_code": e} for (m, i), e in zip(leaving, per_member)]})
 
     # --- offsets --------------------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class GroupApis:
             by_topic: dict[str, list] = {}
             for tp in order:
                 by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": int(result.get(tp, 0))})
-            fut.set_result(_resp(OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
+            fut.set_result(_resp(ApiKeys.OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
                 {"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
         if not offsets:
             respond({})
@@ -253,16 +253,16 @@ class GroupApis:
                 r, denied = self._fetch_offsets(ctx, g.group_id, parts, bool(req.require_stable))
                 groups.append({"group_id": g.group_id, "error_code": r.error,
                                "topics": self._offset_topics(r, parts, v, denied)})
-            return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "groups": groups})
+            return _resp(ApiKeys.OFFSET_FETCH, v, {"throttle_time_ms": 0, "groups": groups})
         parts = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
         r, denied = self._fetch_offsets(ctx, req.group_id, parts, bool(getattr(req, "require_stable", False))
                                         if v >= 7 else False)
         if v < 2 and r.error:    # no top-level error before v2: report it per partition
-            return _resp(OFFSET_FETCH, v, {"topics": [
+            return _resp(ApiKeys.OFFSET_FETCH, v, {"topics": [
                 {"name": t, "partitions": [{"partition_index": p, "committed_offset": -1, "metadata": "",
                                             "error_code": r.error} for (tt, p) in parts or [] if tt == t]}
                 for t in dict.fromkeys(t for t, _ in parts or [])]})
-        return _resp(OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
+        return _resp(ApiKeys.OFFSET_FETCH, v, {"throttle_time_ms": 0, "error_code": r.error,
                                        "topics": self._offset_topics(r, parts, v, denied)})
 
     def _fetch_offsets(self, ctx, group_id: str, parts,
@@ -314,7 +314,7 @@ class GroupApis:
                                for m in s.members],
                            "authorized_operations": self.auth.authorized_operations(ctx, "Group", gid)
                            if getattr(req, "include_authorized_operations", False) else None})
-        return _resp(DESCRIBE_GROUPS, v, {"throttle_time_ms": 0, "groups": groups})
+        return _resp(ApiKeys.DESCRIBE_GROUPS, v, {"throttle_time_ms": 0, "groups": groups})
 
     def handle_list_groups(self, header, req, ctx):
         v = header.request_api_version
@@ -322,7 +322,7 @@ class GroupApis:
         err, groups = self.coordinator.handle_list_groups(states)
         if not self.auth.authorize_cluster(ctx, "Describe"):
             groups = [g for g in groups if self.auth.authorize(ctx, "Describe", "Group", g.group_id)]
-        return _resp(LIST_GROUPS, v, {"throttle_time_ms": 0, "error_code": err, "groups": [
+        return _resp(ApiKeys.LIST_GROUPS, v, {"throttle_time_ms": 0, "error_code": err, "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state} for g in groups]})
 
     def handle_delete_groups(self, header, req, ctx):
@@ -331,7 +331,7 @@ class GroupApis:
         names = list(req.groups_names)
 
         def respond(result: dict) -> None:
-            fut.set_result(_resp(DELETE_GROUPS, v, {"throttle_time_ms": 0, "results": [
+            fut.set_result(_resp(ApiKeys.DELETE_GROUPS, v, {"throttle_time_ms": 0, "results": [
                 {"group_id": g, "error_code": result.get(g, 0)} for g in names]}))
         deletable = self.auth.filter_authorized(ctx, "Delete", "Group", names)
         denied = {g: int(Errors.GROUP_AUTHORIZATION_FAILED) for g in names if g not in deletable}
@@ -353,7 +353,7 @@ class GroupApis:
                 code = int(Errors.TOPIC_AUTHORIZATION_FAILED) if tp in denied else \
                     int(Errors.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown else result.get(tp, 0)
                 by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
-            fut.set_result(_resp(OFFSET_DELETE, v, {
+            fut.set_result(_resp(ApiKeys.OFFSET_DELETE, v, {
                 "error_code": err, "throttle_time_ms": 0,
                 "topics": [] if err else [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
         if not self.auth.authorize(ctx, "Delete", "Group", req.group_id):

@@ -29,6 +29,7 @@ from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec, fetch_codec, produce_codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.acl_apis import AclApis
@@ -53,14 +54,6 @@ from kafkatier.zk.kafka_zk_client import read_topic_config
 
 log = get_logger("server.apis")
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-FIND_COORDINATOR = 10
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-DESCRIBE_CLUSTER = 60
-INIT_PRODUCER_ID = 22
-CREATE_PARTITIONS = 37
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 AUTHORIZATION_ERRORS = (int(Errors.TOPIC_AUTHORIZATION_FAILED), int(Errors.CLUSTER_AUTHORIZATION_FAILED))
@@ -79,10 +72,11 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12),
-        CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5), DESCRIBE_CONFIGS: (1, 4), ALTER_CONFIGS: (0, 2),
-        INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1), INIT_PRODUCER_ID: (0, 4),
-        CREATE_PARTITIONS: (0, 3),
+        ApiKeys.PRODUCE: (3, 9), ApiKeys.FETCH: (4, 12), ApiKeys.LIST_OFFSETS: (1, 7), ApiKeys.METADATA: (1, 12),
+        ApiKeys.CREATE_TOPICS: (2, 7), ApiKeys.DELETE_TOPICS: (1, 5), ApiKeys.DESCRIBE_CONFIGS: (1, 4),
+        ApiKeys.ALTER_CONFIGS: (0, 2),
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 4),
+        ApiKeys.CREATE_PARTITIONS: (0, 3),
     }
 
     def __init__(self, config: Callable[[], BrokerConfig], cluster_id: str, replica_manager: ReplicaManager,
@@ -110,19 +104,22 @@ class KafkaApis:
         # KIP-890 part 1: transactional produces verified with the coordinator (server/add_partitions_to_txn_manager)
         self.txn_verification = txn_verification
         self._handlers: dict[int, Callable] = {
-            PRODUCE: self.handle_produce, FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets,
-            METADATA: self.handle_metadata, CREATE_TOPICS: self.handle_create_topics,
-            DELETE_TOPICS: self.handle_delete_topics, DESCRIBE_CONFIGS: self.handle_describe_configs,
-            ALTER_CONFIGS: self.handle_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
-            DESCRIBE_CLUSTER: self.handle_describe_cluster, INIT_PRODUCER_ID: self.handle_init_producer_id,
-            CREATE_PARTITIONS: self.handle_create_partitions}
+            ApiKeys.PRODUCE: self.handle_produce, ApiKeys.FETCH: self.handle_fetch,
+            ApiKeys.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKeys.METADATA: self.handle_metadata, ApiKeys.CREATE_TOPICS: self.handle_create_topics,
+            ApiKeys.DELETE_TOPICS: self.handle_delete_topics, ApiKeys.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKeys.ALTER_CONFIGS: self.handle_alter_configs,
+            ApiKeys.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKeys.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKeys.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKeys.CREATE_PARTITIONS: self.handle_create_partitions}
         self._versions = dict(self.VERSIONS)
         for key, (versions, handler) in (group_apis.handlers() if group_apis is not None else {}).items():
             self._handlers[key] = handler
             self._versions[key] = versions
         if delete_records is not None:
-            self._handlers[DELETE_RECORDS] = delete_records.handle
-            self._versions[DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
+            self._handlers[ApiKeys.DELETE_RECORDS] = delete_records.handle
+            self._versions[ApiKeys.DELETE_RECORDS] = DELETE_RECORDS_VERSIONS
         if log_dirs is not None:  # KIP-113: AlterReplicaLogDirs (34), DescribeLogDirs (35)
             for key, (versions, handler) in log_dirs.handlers().items():
                 self._handlers[key] = handler
@@ -133,10 +130,10 @@ class KafkaApis:
                 self._handlers[key] = handler
                 self._versions[key] = versions
         if sasl is not None:
-            self._handlers[SASL_HANDSHAKE] = sasl.handle_handshake
-            self._handlers[SASL_AUTHENTICATE] = sasl.handle_authenticate
-            self._versions[SASL_HANDSHAKE] = HANDSHAKE_VERSIONS
-            self._versions[SASL_AUTHENTICATE] = AUTHENTICATE_VERSIONS
+            self._handlers[ApiKeys.SASL_HANDSHAKE] = sasl.handle_handshake
+            self._handlers[ApiKeys.SASL_AUTHENTICATE] = sasl.handle_authenticate
+            self._versions[ApiKeys.SASL_HANDSHAKE] = HANDSHAKE_VERSIONS
+            self._versions[ApiKeys.SASL_AUTHENTICATE] = AUTHENTICATE_VERSIONS
 
     @property
     def config(self) -> BrokerConfig:
@@ -154,26 +151,27 @@ class KafkaApis:
         key, v = header.request_api_key, header.request_api_version
         if request is None:
             return None
-        if key == PRODUCE:
-            return self._resp(PRODUCE, v, {"throttle_time_ms": 0, "responses": [
+        if key == ApiKeys.PRODUCE:
+            return self._resp(ApiKeys.PRODUCE, v, {"throttle_time_ms": 0, "responses": [
                 {"name": td.name, "partition_responses": [
                     {"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
                      "log_start_offset": -1, "record_errors": [], "error_message": None}
                     for pd in td.partition_data]} for td in request.topic_data]})
-        if key == FETCH:
-            return self._resp(FETCH, v, {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": [
+        if key == ApiKeys.FETCH:
+            return self._resp(ApiKeys.FETCH, v, {
+                "throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": [
                 {"topic": t.topic, "partitions": [
                     {"partition_index": p.partition, "error_code": code, "high_watermark": -1,
                      "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                      "preferred_read_replica": -1, "records": b""} for p in t.partitions]} for t in request.topics]})
-        if key == LIST_OFFSETS:
-            return self._resp(LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": [
+        if key == ApiKeys.LIST_OFFSETS:
+            return self._resp(ApiKeys.LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": [
                 {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
                                                  "timestamp": -1, "offset": -1, "leader_epoch": -1}
                                                 for p in t.partitions]} for t in request.topics]})
-        if key == METADATA:
+        if key == ApiKeys.METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
-            return self._resp(METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13
+            return self._resp(ApiKeys.METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13
                                             "brokers": [], "cluster_id": self.cluster_id,
                                             "controller_id": -1, "topics": [
                                                 {"error_code": code, "name": n, "topic_id": ZERO_UUID,
@@ -194,8 +192,8 @@ class KafkaApis:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         names, denied = self.auth.metadata_topics(
-            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create and str(
-                self.config.overrides.get("auto.create.topics.enable", "true")).lower() == "true")
+            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create
+            and self.config.setting("auto.create.topics.enable"))
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
                    "is_internal": False, "partitions": []} for n in denied]
         want_ops = bool(getattr(req, "include_topic_authorized_operations", False)) if v >= 8 else False
@@ -205,7 +203,7 @@ class KafkaApis:
             if not parts:
                 err = self._maybe_auto_create(name) if (auto_create and req.topics is not None) else Errors.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append({"error_code": int(err), "name": name, "topic_id": ZERO_UUID, "is_internal": False,
-                               "partitions": [], "topic_authorized_operations": -2147483648})
+                               "partitions": [], "authorized_operations": None})  # Kafka: not requested
                 continue
             plist = []
             for pm in parts:
@@ -224,14 +222,15 @@ class KafkaApis:
         if not brokers and ctx.listener_name == "PLAINTEXT":  # not yet told by the controller: advertise ourselves
             c = self.config
             brokers = [{"node_id": c.broker_id, "host": c.host, "port": c.port, "rack": c.rack}]
-        return self._resp(METADATA, v, {"throttle_time_ms": 0, "brokers": brokers,
-                                        "cluster_id": self.cluster_id, "controller_id": cache.advertised_controller_id(),
-                                        "topics": topics, "authorized_operations": self.auth.cluster_operations(ctx, bool(
-                                            getattr(req, "include_cluster_authorized_operations", False)))})
+        return self._resp(ApiKeys.METADATA, v, {
+            "throttle_time_ms": 0, "brokers": brokers, "cluster_id": self.cluster_id,
+            "controller_id": cache.advertised_controller_id(), "topics": topics,
+            "authorized_operations": self.auth.cluster_operations(ctx, bool(
+                getattr(req, "include_cluster_authorized_operations", False)))})
 
     def _maybe_auto_create(self, name: str) -> Errors:
         c = self.config
-        if str(c.overrides.get("auto.create.topics.enable", "true")).lower() != "true":
+        if not c.setting("auto.create.topics.enable"):
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         try:
             self.admin_zk.create_topic(name, c.num_partitions, c.default_replication_factor, {})
@@ -291,7 +290,7 @@ class KafkaApis:
                     answers.setdefault(t, []).append(
                         (p, int(r.error), r.base_offset, -1, r.log_start_offset,
                          [(e.batch_index, e.message) for e in r.record_errors], r.error_message))
-                fut.set_result(codec.EncodedResponse(PRODUCE, v, produce_codec.encode_produce_response(
+                fut.set_result(codec.EncodedResponse(ApiKeys.PRODUCE, v, produce_codec.encode_produce_response(
                     v, answers.items())))
                 return
             by_topic: dict[str, list] = {}
@@ -303,7 +302,7 @@ class KafkaApis:
                                                         "batch_index_error_message": e.message}
                                                        for e in r.record_errors],
                                                    "error_message": r.error_message})
-            fut.set_result(self._resp(PRODUCE, v, {
+            fut.set_result(self._resp(ApiKeys.PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
                 "throttle_time_ms": 0}))
         if entries and txn_id is not None and self.txn_verification is not None:
@@ -375,7 +374,7 @@ class KafkaApis:
                         tp[1], int(r.error), r.high_watermark,
                         r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark, r.log_start_offset,
                         None if r.error else r.aborted_transactions, r.records))
-                fut.set_result(codec.EncodedResponse(FETCH, v, fetch_codec.fetch_response_parts(
+                fut.set_result(codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
                     v, int(answer.error), answer.session_id, answers.items()), int(answer.error) if v >= 7 else 0))
                 return
             by_topic: dict[str, list] = {}
@@ -388,7 +387,7 @@ class KafkaApis:
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
                     "preferred_read_replica": -1,
                     "records": r.records})
-            fut.set_result(self._resp(FETCH, v, {
+            fut.set_result(self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
@@ -422,7 +421,7 @@ class KafkaApis:
                     plist.append({"partition_index": p.partition_index, "error_code": int(e.error), "timestamp": -1,
                                   "offset": -1, "leader_epoch": -1})
             topics.append({"name": t.name, "partitions": plist})
-        return self._resp(LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": topics})
+        return self._resp(ApiKeys.LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": topics})
 
     # --- topics ---------------------------------------------------------------------------------------------
     def _is_controller(self) -> bool:
@@ -464,7 +463,7 @@ class KafkaApis:
                 log.exception("create topic failed %s", kv(topic=t.name))
                 res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
             results.append(res)
-        return self._await_metadata(CREATE_TOPICS, v, results, created, req.timeout_ms, present=True)
+        return self._await_metadata(ApiKeys.CREATE_TOPICS, v, results, created, req.timeout_ms, present=True)
 
     def handle_delete_topics(self, header, req, ctx):
         v = header.request_api_version
@@ -483,7 +482,7 @@ class KafkaApis:
                 except KafkaError as e:
                     res.update(error_code=int(e.error), error_message=e.message or None)
             results.append(res)
-        return self._await_metadata(DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
+        return self._await_metadata(ApiKeys.DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
 
     def handle_create_partitions(self, header, req, ctx):
         """Kafka's handleCreatePartitionsRequest (ZooKeeper mode): on the controller only; duplicate topics are
@@ -517,7 +516,7 @@ class KafkaApis:
                     res.update(error_code=int(Errors.UNKNOWN_SERVER_ERROR), error_message=str(e))
         body = {"throttle_time_ms": 0, "results": results}
         if not growing or req.timeout_ms <= 0:
-            return self._resp(CREATE_PARTITIONS, v, body)
+            return self._resp(ApiKeys.CREATE_PARTITIONS, v, body)
         fut: Future = Future()
 
         def led(topic: str) -> bool:
@@ -533,7 +532,7 @@ class KafkaApis:
                 for r in results:
                     if r["name"] in growing and not led(r["name"]):
                         r["error_code"] = int(Errors.REQUEST_TIMED_OUT)
-            fut.set_result(self._resp(CREATE_PARTITIONS, v, body))
+            fut.set_result(self._resp(ApiKeys.CREATE_PARTITIONS, v, body))
         threading.Thread(target=wait, name="create-partitions-wait", daemon=True).start()
         return fut
 
@@ -541,7 +540,7 @@ class KafkaApis:
                         present: bool):
         """Answer once the metadata cache shows the topics created (with leaders) or gone, or at the timeout
         with REQUEST_TIMED_OUT (Kafka's DelayedCreatePartitions / DelayedDeleteTopics)."""
-        list_field = "topics" if api_key == CREATE_TOPICS else "responses"
+        list_field = "topics" if api_key == ApiKeys.CREATE_TOPICS else "responses"
         if not names or timeout_ms <= 0:
             return self._resp(api_key, version, {"throttle_time_ms": 0, list_field: results})
         fut: Future = Future()
@@ -560,7 +559,7 @@ class KafkaApis:
                 for r in results:
                     if r["name"] in names and not done(r["name"]):
                         r["error_code"] = int(Errors.REQUEST_TIMED_OUT)
-            if api_key == CREATE_TOPICS:
+            if api_key == ApiKeys.CREATE_TOPICS:
                 for r in results:
                     if r["name"] in names and r["topic_id"] == ZERO_UUID:
                         r["topic_id"] = topic_uuid(self.cache.topic_ids.get(r["name"]))
@@ -600,7 +599,7 @@ class KafkaApis:
             except KafkaError as e:
                 res.update(error_code=int(e.error), error_message=e.message or None)
             results.append(res)
-        return self._resp(DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
+        return self._resp(ApiKeys.DESCRIBE_CONFIGS, v, {"throttle_time_ms": 0, "results": results})
 
     def _broker_config_entries(self, name: str) -> list[dict]:
         return self.broker_configs.describe(name)
@@ -613,7 +612,7 @@ class KafkaApis:
 
         def broker_change(r):
             return {c.name: c.value for c in r.configs}, [], True
-        return self._alter_configs(ALTER_CONFIGS, header, req, changes, full_replace=True,
+        return self._alter_configs(ApiKeys.ALTER_CONFIGS, header, req, changes, full_replace=True,
                                    broker_change=broker_change, ctx=ctx)
 
     def handle_incremental_alter_configs(self, header, req, ctx):
@@ -626,7 +625,7 @@ class KafkaApis:
         def broker_change(r):
             sets, deletes = self._incremental_ops(r)
             return sets, deletes, False
-        return self._alter_configs(INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
+        return self._alter_configs(ApiKeys.INCREMENTAL_ALTER_CONFIGS, header, req, changes, full_replace=False,
                                    broker_change=broker_change, ctx=ctx)
 
     def _incremental_ops(self, r) -> tuple[dict[str, str | None], list[str]]:
@@ -762,28 +761,30 @@ class KafkaApis:
         v = header.request_api_version
         denied = self.auth.init_producer_id_error(ctx, req.transactional_id)
         if denied is not None:
-            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
-                                                    "error_code": int(denied)})
+            return self._resp(ApiKeys.INIT_PRODUCER_ID, v, {
+                "throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1, "error_code": int(denied)})
         if req.transactional_id is not None and self.transactions is not None:
             return self.transactions.handle_init_producer_id(header, req, ctx)
         if req.transactional_id is not None:
-            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
-                                                    "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
+            return self._resp(ApiKeys.INIT_PRODUCER_ID, v, {
+                "throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
         try:
             pid = self.producer_ids.generate_producer_id()
         except ProducerIdsUnavailableError:
             # Kafka's answer when no producer id block is available yet (a retriable error for clients).
-            return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
-                                                    "error_code": int(Errors.COORDINATOR_LOAD_IN_PROGRESS)})
-        return self._resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
-                                                "producer_epoch": 0})
+            return self._resp(ApiKeys.INIT_PRODUCER_ID, v, {
+                "throttle_time_ms": 0, "producer_id": -1, "producer_epoch": -1,
+                "error_code": int(Errors.COORDINATOR_LOAD_IN_PROGRESS)})
+        return self._resp(ApiKeys.INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
+                                                        "producer_epoch": 0})
 
     # --- DescribeCluster ------------------------------------------------------------------------------------
     def handle_describe_cluster(self, header, req, ctx):
         v = header.request_api_version
         brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in self.cache.alive_brokers(ctx.listener_name)]
-        return self._resp(DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        return self._resp(ApiKeys.DESCRIBE_CLUSTER, v, {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
                                                 "endpoint_type": 1, "cluster_id": self.cluster_id or "",
                                                 "controller_id": self.cache.advertised_controller_id(),
                                                 "brokers": brokers,

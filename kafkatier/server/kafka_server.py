@@ -21,8 +21,8 @@ import threading
 import time
 
 import attrs
-from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kafkatier.zk.watchers import ZkState
+from kafkatier.zk.errors import NodeExistsError
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.common.scheduler import KafkaScheduler
@@ -37,12 +37,11 @@ from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_cleaner import CleanerConfig
-from kafkatier.log.log_manager import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, LogManager
+from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
-from kafkatier.protocol.errors import Errors
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
@@ -52,6 +51,7 @@ from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, 
 from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name
 from kafkatier.server.config import security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
+from kafkatier.server.control_apis import ControlApis, internal_topic_coordinators
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.server.controlled_shutdown import ControlledShutdown, ControlledShutdownApis, ControlledShutdownConfig
 from kafkatier.server.delete_records import DeleteRecordsManager
@@ -169,9 +169,8 @@ class KafkaServer:
         self.log_manager = LogManager(
             list(c.log_dirs), broker_id=self.broker_id, cluster_id=self.cluster_id, topic_configs=self.topic_configs,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
-            initial_task_delay_ms=int(c.overrides.get("log.initial.task.delay.ms", 30000)),
-            num_recovery_threads_per_data_dir=int(c.overrides.get("num.recovery.threads.per.data.dir",
-                                                                  DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)),
+            initial_task_delay_ms=c.setting("log.initial.task.delay.ms"),
+            num_recovery_threads_per_data_dir=c.setting("num.recovery.threads.per.data.dir"),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
             log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds,
             cleaner_config=CleanerConfig.from_broker(c.overrides))
@@ -192,12 +191,11 @@ class KafkaServer:
             replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms, replica_fetch_max_bytes=c.replica_fetch_max_bytes,
             replica_fetch_min_bytes=c.replica_fetch_min_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
-            num_replica_alter_log_dirs_threads=int(c.overrides.get("num.replica.alter.log.dirs.threads", 0)) or None,
+            num_replica_alter_log_dirs_threads=c.setting("num.replica.alter.log.dirs.threads"),
             inter_broker_login=self.login,
             leader_replication_quota=self.replication_quotas.leader,
             follower_replication_quota=self.replication_quotas.follower,
-            high_watermark_checkpoint_interval_ms=int(
-                c.overrides.get("replica.high.watermark.checkpoint.interval.ms", 5000)))
+            high_watermark_checkpoint_interval_ms=c.setting("replica.high.watermark.checkpoint.interval.ms"))
         self.topic_config_handler = TopicConfigHandler(self.zk, self.topic_configs, self.log_manager,
                                                        self.replica_manager, self.remote_log_manager)
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
@@ -227,7 +225,7 @@ class KafkaServer:
             e.security_protocol == "SASL_SSL" for e in extra_listeners(c.overrides)))
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
-        if str(c.overrides.get("transaction.partition.verification.enable", "true")).lower() == "true":
+        if c.setting("transaction.partition.verification.enable"):
             self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
                                            self.replica_manager, self.metadata_cache,
@@ -279,7 +277,11 @@ class KafkaServer:
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
         self._register_broker()
-        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, self,
+        control_apis = ControlApis(self.replica_manager, self.metadata_cache, self.topic_config_handler,
+                                   tiered=self.remote_log_manager is not None,
+                                   coordinators=internal_topic_coordinators(self.group_coordinator,
+                                                                            self.transaction_coordinator))
+        self.control_handler = ControlRequestHandler(self.zk, self.broker_id, lambda: self.broker_epoch, control_apis,
                                                      faults=self.request_faults)
         self.control_handler.start()
         self.controller.startup()
@@ -303,23 +305,24 @@ class KafkaServer:
     def _group_config(self) -> GroupConfig:
         """The coordinator's settings; an existing offsets topic keeps its partition count (as in Kafka)."""
         config = GroupConfig.from_overrides(self.config.overrides)
-        try:
-            data, _ = self.zk.get(paths.topic(OFFSETS_TOPIC))
-            count = len(codecs.TopicAssignment.decode(data).partitions)
-        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
-            count = 0
+        count = self._existing_partition_count(OFFSETS_TOPIC)
         return attrs.evolve(config, offsets_topic_num_partitions=count) if count else config
+
+    def _existing_partition_count(self, topic: str) -> int:
+        """The partition count of an internal topic that exists, else 0 (absent: created on the first
+        FindCoordinator; unreadable: the configured count is used)."""
+        try:
+            data, _ = self.zk.get(paths.topic(topic))
+            return len(codecs.TopicAssignment.decode(data).partitions)
+        except Exception:  # noqa: BLE001
+            return 0
 
     # --- transaction coordinator (kafkatier/coordinator/transaction) -------------------------------------------
     def _transaction_config(self) -> TransactionConfig:
         """The coordinator's settings; an existing ``__transaction_state`` keeps its partition count."""
         config = attrs.evolve(TransactionConfig.from_overrides(self.config.overrides),
                               request_timeout_ms=self.config.request_timeout_ms)
-        try:
-            data, _ = self.zk.get(paths.topic(TRANSACTION_STATE_TOPIC))
-            count = len(codecs.TopicAssignment.decode(data).partitions)
-        except Exception:  # noqa: BLE001 - absent (created on the first FindCoordinator) or unreadable
-            count = 0
+        count = self._existing_partition_count(TRANSACTION_STATE_TOPIC)
         return attrs.evolve(config, transaction_state_log_num_partitions=count) if count else config
 
     def _create_transaction_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
@@ -361,36 +364,8 @@ class KafkaServer:
         for client, _lock in clients:
             client.close()
 
-    def _transaction_topic_leadership(self, body: dict, stopped: bool) -> None:
-        """The transaction coordinator loads the ``__transaction_state`` partitions this broker now leads
-        (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
-        for ts in body.get("topic_states", []):
-            if ts.get("topic_name") != TRANSACTION_STATE_TOPIC:
-                continue
-            for ps in ts.get("partition_states", []):
-                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
-                part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC, p)
-                if not stopped and part is not None and part.is_leader:
-                    self.transaction_coordinator.on_election(p, part.leader_epoch)
-                else:
-                    self.transaction_coordinator.on_resignation(p, None if stopped else epoch)
-
     def _create_offsets_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
         self.admin_zk.create_topic(OFFSETS_TOPIC, partitions, replication_factor, configs)
-
-    def _offsets_topic_leadership(self, body: dict, stopped: bool) -> None:
-        """Kafka's onLeadershipChange: the group coordinator loads the ``__consumer_offsets`` partitions this
-        broker now leads and unloads those it follows or stopped."""
-        for ts in body.get("topic_states", []):
-            if ts.get("topic_name") != OFFSETS_TOPIC:
-                continue
-            for ps in ts.get("partition_states", []):
-                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
-                part = self.replica_manager.get_partition(OFFSETS_TOPIC, p)
-                if not stopped and part is not None and part.is_leader:
-                    self.group_coordinator.on_election(p, part.leader_epoch)
-                else:
-                    self.group_coordinator.on_resignation(p, None if stopped else epoch)
 
     # --- dynamic broker configs (kafkatier/server/dynamic_broker_config.py) ---------------------------------
     def _new_dynamic_broker_config(self) -> DynamicBrokerConfig:
@@ -490,10 +465,10 @@ class KafkaServer:
     # --- ZooKeeper session --------------------------------------------------------------------------------------
     def _on_zk_state(self, state) -> None:
         # Runs on kazoo's session thread: never block or call ZooKeeper here.
-        if state == KazooState.LOST:
+        if state == ZkState.LOST:
             self._session_lost = True
             threading.Thread(target=self._handle_session_lost, name="zk-session-expired", daemon=True).start()
-        elif state == KazooState.CONNECTED and self._session_lost:
+        elif state == ZkState.CONNECTED and self._session_lost:
             self._session_lost = False
             threading.Thread(target=self._handle_new_session, name="zk-new-session", daemon=True).start()
 
@@ -513,34 +488,6 @@ class KafkaServer:
             return
         if self.controller:
             self.controller.reelect()
-
-    # --- control requests (called by ControlRequestHandler) --------------------------------------------------
-    def handle_leader_and_isr(self, body: dict) -> dict:
-        result = self.replica_manager.handle_leader_and_isr(body)
-        self._offsets_topic_leadership(body, stopped=False)
-        self._transaction_topic_leadership(body, stopped=False)
-        return result
-
-    def handle_stop_replica(self, body: dict) -> dict:
-        """KIP-950: the config of every topic with ``DisableRemotePartition`` entries is re-read first, once per
-        request (its change notification may not have arrived yet)."""
-        disabling = sorted({ts["topic_name"] for ts in body.get("topic_states", [])
-                            if any(ps.get("disable_remote_partition") for ps in ts.get("partition_states", []))})
-        answers: dict[str, Errors] = {}
-        if disabling and self.remote_log_manager is not None:
-            answers = self.topic_config_handler.refresh_for_disablement(disabling)
-        result = self.replica_manager.handle_stop_replica(body, answers)
-        self._offsets_topic_leadership(body, stopped=True)
-        self._transaction_topic_leadership(body, stopped=True)
-        return result
-
-    def handle_update_metadata(self, body: dict) -> dict:
-        self.metadata_cache.update(body)
-        try:
-            self.replica_manager.on_metadata_update()  # DeleteRecords waiting on replicas of dead brokers
-        except Exception:  # noqa: BLE001
-            log.exception("re-checking DeleteRecords after a metadata update failed")
-        return {"error_code": 0}
 
     # --- shutdown -------------------------------------------------------------------------------------------
     def controlled_shutdown(self) -> bool:

@@ -20,13 +20,13 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.log-dirs")
 
-ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 ALTER_VERSIONS, DESCRIBE_VERSIONS = (0, 2), (0, 4)
 ANY_LOG_DIR = "any"  # seed: cancel a move / let the broker choose
 
@@ -76,13 +76,13 @@ class LogDirsApis:
         by_topic: dict[str, list[dict]] = {}
         for (topic, partition), err in results.items():
             by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": int(err)})
-        return build(codec.response_class(ALTER_REPLICA_LOG_DIRS), v, {
+        return build(codec.response_class(ApiKeys.ALTER_REPLICA_LOG_DIRS), v, {
             "throttle_time_ms": 0,
             "results": [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]})
 
     def handle_describe_log_dirs(self, header, req, context) -> Any:
         v = header.request_api_version
-        cls = codec.response_class(DESCRIBE_LOG_DIRS)
+        cls = codec.response_class(ApiKeys.DESCRIBE_LOG_DIRS)
         if not self.auth.authorize_cluster(context, "Describe"):
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED),
                                   "results": []})
@@ -102,5 +102,5 @@ class LogDirsApis:
         return build(cls, v, {"throttle_time_ms": 0, "error_code": 0, "results": results})
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {ALTER_REPLICA_LOG_DIRS: (ALTER_VERSIONS, self.handle_alter_replica_log_dirs),
-                DESCRIBE_LOG_DIRS: (DESCRIBE_VERSIONS, self.handle_describe_log_dirs)}
+        return {ApiKeys.ALTER_REPLICA_LOG_DIRS: (ALTER_VERSIONS, self.handle_alter_replica_log_dirs),
+                ApiKeys.DESCRIBE_LOG_DIRS: (DESCRIBE_VERSIONS, self.handle_describe_log_dirs)}

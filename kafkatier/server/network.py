@@ -83,6 +83,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.api_versions import ApiVersionsTable
 from kafkatier.server.ssl_transport import WOULD_BLOCK
@@ -105,6 +106,14 @@ class CloseAfterResponse:
 
 
 @attrs.frozen
+class Authenticated:
+    """A handler's answer meaning: send ``response``; the connection is authenticated as ``principal`` from its
+    next request on (the SASL handshake's result, handed to the network layer that owns the connection)."""
+    response: Any
+    principal: str
+
+
+@attrs.frozen
 class CloseConnection:
     """A handler's answer meaning: send nothing and close the connection when this request's turn comes (an
     error on a Produce with acks=0; an injected connection failure, server/fault_injection.py)."""
@@ -118,8 +127,9 @@ class ConnectionContext:
     listener_name: str = "PLAINTEXT"
     client_id: str | None = None
     principal: str | None = None
+    #: True once a handler answered :class:`Authenticated` on this connection (SASL).
+    authenticated: bool = False
     #: Per-connection scratch space for handlers (e.g. SASL state), shared by every context of the connection.
-    #: A handler that stores ``session["principal"]`` changes ``principal`` for the connection's next requests.
     session: dict = attrs.field(factory=dict, eq=False, repr=False)
 
 
@@ -391,7 +401,7 @@ class SocketServer:
             supported = self._handler.supported_versions()
         table = ApiVersionsTable(supported)
         self._table = table
-        self._handler_serves_api_versions = codec.API_VERSIONS_KEY in supported
+        self._handler_serves_api_versions = ApiKeys.API_VERSIONS in supported
 
     # -- introspection ---------------------------------------------------------------------------------------
 
@@ -641,7 +651,7 @@ class SocketServer:
                     conn.size_read = 0
                     limit = self._max_request_bytes
                     if self._unauthenticated_max is not None and self._request_gate is not None and \
-                            conn.context.session.get("principal") is None:
+                            not conn.context.authenticated:
                         limit = min(limit, self._unauthenticated_max)
                     if size < _MIN_FRAME or size > limit:
                         log.warning("closing connection: invalid receive %s",
@@ -888,7 +898,7 @@ class SocketServer:
                         kv(api=codec.api_name(api_key), connection=context.connection_id, client_id=header.client_id))
             self._complete(conn, slot, close=True)
             return
-        if api_key == codec.API_VERSIONS_KEY and not self._handler_serves_api_versions:
+        if api_key == ApiKeys.API_VERSIONS and not self._handler_serves_api_versions:
             self._finish(conn, slot, header, table.response(version))
             return
         try:
@@ -898,9 +908,6 @@ class SocketServer:
                                                   connection=context.connection_id, client_id=header.client_id))
             self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
             return
-        principal = context.session.get("principal")
-        if principal is not None and principal != conn.context.principal:
-            conn.context = attrs.evolve(conn.context, principal=principal)
         if hasattr(result, "add_done_callback"):
             result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
         else:
@@ -919,6 +926,9 @@ class SocketServer:
 
     def _deliver(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
                  result: Any) -> None:
+        if isinstance(result, Authenticated):
+            conn.context = attrs.evolve(conn.context, principal=result.principal, authenticated=True)
+            result = result.response
         if isinstance(result, CloseAfterResponse):
             self._finish(conn, slot, header, result.response, close_after=True)
             return
@@ -937,10 +947,10 @@ class SocketServer:
                         request: ApiMessage | None) -> None:
         api_key = header.request_api_key
         # ApiVersions at a newer version is routine client negotiation; anything else is worth a line.
-        level = logging.DEBUG if api_key == codec.API_VERSIONS_KEY else logging.INFO
+        level = logging.DEBUG if api_key == ApiKeys.API_VERSIONS else logging.INFO
         log.log(level, "unsupported version %s", kv(api=codec.api_name(api_key), version=header.request_api_version,
                                               connection=conn.context.connection_id, client_id=header.client_id))
-        if api_key == codec.API_VERSIONS_KEY:
+        if api_key == ApiKeys.API_VERSIONS:
             assert self._table is not None
             self._finish(conn, slot, header, self._table.unsupported_version_response(), version=0)
         else:

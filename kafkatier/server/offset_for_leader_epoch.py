@@ -32,6 +32,7 @@ import attrs
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError, NotLeaderOrFollowerError
 from kafkatier.server.auth_helper import AuthHelper
@@ -40,7 +41,6 @@ from kafkatier.server.replica_manager import ReplicaManager
 
 log = get_logger("server.offset-for-leader-epoch")
 
-OFFSET_FOR_LEADER_EPOCH = 23
 VERSIONS = (2, 4)  # what kafka-python's message classes decode (0-1 were removed in Kafka 4.0)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -78,7 +78,7 @@ class OffsetForLeaderEpochApis:
         self.auth = auth
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {OFFSET_FOR_LEADER_EPOCH: (VERSIONS, self.handle_offset_for_leader_epoch)}
+        return {ApiKeys.OFFSET_FOR_LEADER_EPOCH: (VERSIONS, self.handle_offset_for_leader_epoch)}
 
     def handle_offset_for_leader_epoch(self, header, req, context) -> Any:
         topics = list(req.topics)
@@ -98,7 +98,7 @@ class OffsetForLeaderEpochApis:
                 answers.append({"error_code": int(answer.error), "partition": p.partition,
                                 "leader_epoch": answer.leader_epoch, "end_offset": answer.end_offset})
             results.append({"topic": t.topic, "partitions": answers})
-        return build(codec.response_class(OFFSET_FOR_LEADER_EPOCH), header.request_api_version,
+        return build(codec.response_class(ApiKeys.OFFSET_FOR_LEADER_EPOCH), header.request_api_version,
                      {"throttle_time_ms": 0, "topics": results})
 
     def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,

@@ -404,6 +404,29 @@ class Partition:
                 if future is not None and future.log_end_offset > self.log.log_end_offset:
                     future.truncate_to(self.log.log_end_offset)
 
+    # --- JBOD (KIP-113): the future log -------------------------------------------------------------------
+    def attach_future_log(self, future) -> bool:
+        """Make ``future`` (the log manager's ``<tp>.move`` log) this partition's future log; False when it
+        already was.  The caller holds ``future_lock``."""
+        if self.future_log is future:
+            return False
+        self.future_log = future
+        return True
+
+    def detach_future_log(self) -> bool:
+        """Forget the future log (a cancelled or failed move); whether there was one.  Caller holds
+        ``future_lock``."""
+        had, self.future_log = self.future_log is not None, None
+        return had
+
+    def replace_current_with_future_log(self, log_manager) -> "object":
+        """Kafka's ``maybeReplaceCurrentWithFutureReplica``: the log manager renames the future log into place
+        and this partition serves from it; returns the new log.  The caller holds ``lock`` and ``future_lock``
+        and has brought the future log level with the current one."""
+        new_log = log_manager.replace_current_with_future_log(self.topic, self.partition)
+        self.log, self.future_log = new_log, None
+        return new_log
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self.lock:
             self.log.truncate_fully_and_start_at(offset)

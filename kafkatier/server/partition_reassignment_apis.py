@@ -19,13 +19,13 @@ from typing import Any, Callable
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 
 log = get_logger("server.partition-reassignment")
 
-ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 ALTER_VERSIONS, LIST_VERSIONS = (0, 0), (0, 0)
 
 
@@ -38,7 +38,7 @@ class PartitionReassignmentApis:
 
     def handle_alter_partition_reassignments(self, header, req, context) -> Any:
         v = header.request_api_version
-        cls = codec.response_class(ALTER_PARTITION_REASSIGNMENTS)
+        cls = codec.response_class(ApiKeys.ALTER_PARTITION_REASSIGNMENTS)
 
         def top_level(error: Errors, message: str | None) -> Any:
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
@@ -68,7 +68,7 @@ class PartitionReassignmentApis:
 
     def handle_list_partition_reassignments(self, header, req, context) -> Any:
         v = header.request_api_version
-        cls = codec.response_class(LIST_PARTITION_REASSIGNMENTS)
+        cls = codec.response_class(ApiKeys.LIST_PARTITION_REASSIGNMENTS)
 
         def top_level(error: Errors, message: str | None) -> Any:
             return build(cls, v, {"throttle_time_ms": 0, "error_code": int(error), "error_message": message,
@@ -96,8 +96,8 @@ class PartitionReassignmentApis:
         return out
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
-        return {ALTER_PARTITION_REASSIGNMENTS: (ALTER_VERSIONS, self.handle_alter_partition_reassignments),
-                LIST_PARTITION_REASSIGNMENTS: (LIST_VERSIONS, self.handle_list_partition_reassignments)}
+        return {ApiKeys.ALTER_PARTITION_REASSIGNMENTS: (ALTER_VERSIONS, self.handle_alter_partition_reassignments),
+                ApiKeys.LIST_PARTITION_REASSIGNMENTS: (LIST_VERSIONS, self.handle_list_partition_reassignments)}
 
 
 def _top_level_error(f: Future) -> tuple[Errors, str | None] | None:

@@ -11,7 +11,7 @@ import json
 import threading
 
 import tenacity
-from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, OperationTimeoutError,
+from kafkatier.zk.errors import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, OperationTimeoutError,
                               SessionExpiredError)
 
 from kafkatier.logsetup import get_logger, kv

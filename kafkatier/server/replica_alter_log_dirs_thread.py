@@ -79,6 +79,10 @@ class FutureLogPartition(Protocol):
     log: object
     future_log: object
 
+    def attach_future_log(self, future) -> bool: ...
+    def detach_future_log(self) -> bool: ...
+    def replace_current_with_future_log(self, log_manager) -> object: ...
+
 
 class LogDirsLogManager(Protocol):
     """What a move needs of ``kafkatier.log.log_manager.LogManager``."""
@@ -232,11 +236,8 @@ class ReplicaAlterLogDirsThread(threading.Thread):
                                               f"{future.log_end_offset} (current {current.log_end_offset})")
             for entry in current.leader_epoch_cache.epoch_entries():  # KAFKA-15608
                 future.assign_epoch_start_offset(entry.epoch, entry.start_offset)
-            future.highest_offset_in_remote_storage = max(future.highest_offset_in_remote_storage,
-                                                          current.highest_offset_in_remote_storage)  # KAFKA-16711
-            new_log = self._manager.log_manager.replace_current_with_future_log(p.topic, p.partition)
-            p.log = new_log
-            p.future_log = None
+            future.update_highest_offset_in_remote_storage(current.highest_offset_in_remote_storage)  # KAFKA-16711
+            new_log = p.replace_current_with_future_log(self._manager.log_manager)
         self.remove((p.topic, p.partition))
         log.info("replica moved %s", kv(partition=f"{p.topic}-{p.partition}", dir=new_log.parent_dir,
                                         log_end_offset=new_log.log_end_offset, bytes=move.bytes_copied))
@@ -305,8 +306,7 @@ class ReplicaAlterLogDirsManager:
         if future is None:
             return False
         with p.future_lock:
-            if p.future_log is not future:
-                p.future_log = future
+            if p.attach_future_log(future):
                 safe = min(future.log_end_offset, future.high_watermark, p.log.high_watermark)
                 if future.log_end_offset > safe:
                     log.info("resuming a move from the future log's high watermark %s",
@@ -322,8 +322,7 @@ class ReplicaAlterLogDirsManager:
         tp = (p.topic, p.partition)
         self._thread_for(tp).remove(tp)
         with p.future_lock:
-            had = p.future_log is not None
-            p.future_log = None
+            had = p.detach_future_log()
         if delete_future_log:
             self.log_manager.abort_and_delete_future_log(*tp)
         if had:
@@ -335,7 +334,7 @@ class ReplicaAlterLogDirsManager:
         thread.remove(tp)
         if move is not None:
             with move.partition.future_lock:
-                move.partition.future_log = None
+                move.partition.detach_future_log()
         try:
             self.log_manager.abort_and_delete_future_log(*tp)
         except Exception:  # noqa: BLE001 - the dir may be gone; it is offline then

@@ -42,6 +42,7 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered,
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.server.partition import Partition
@@ -401,7 +402,7 @@ class ReplicaManager:
         """One StopReplica entry; None for a KIP-950 disable, which ``to_disable`` collects (done together)."""
         key = TopicPartition(topic, ps["partition_index"])
         delete = bool(ps.get("delete_partition"))
-        disable = bool(ps.get("disable_remote_partition"))
+        disable = bool(ps.get(DISABLE_REMOTE_PARTITION))
         if delete and disable:
             return Errors.INVALID_REQUEST
         if key in self.offline_partitions:

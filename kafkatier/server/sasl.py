@@ -33,19 +33,19 @@ from concurrent.futures import Future
 from typing import Any, Mapping
 
 import attrs
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import scram
-from kafkatier.server.network import CloseAfterResponse
+from kafkatier.server.network import Authenticated, CloseAfterResponse
 from kafkatier.zk import paths
 
 log = get_logger("server.sasl")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 HANDSHAKE_VERSIONS = (1, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 SUPPORTED_MECHANISMS = ("PLAIN", *scram.MECHANISMS)
@@ -234,7 +234,8 @@ def alter_user_config(zk, username: str, sets: Mapping[str, str], deletes) -> di
 
 class SaslServer:
     """SaslHandshake / SaslAuthenticate handlers and the pre-authentication request gate.  Per-connection state
-    lives in ``ConnectionContext.session`` (``sasl_mechanism``, ``scram``, ``principal``)."""
+    lives in ``ConnectionContext.session`` (``sasl_mechanism``, ``scram``); a successful SaslAuthenticate answers
+    :class:`~kafkatier.server.network.Authenticated`, and the network layer sets the connection's principal."""
 
     def __init__(self, store: CredentialStore, mechanisms=("PLAIN",),
                  failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS):
@@ -245,38 +246,38 @@ class SaslServer:
 
     @staticmethod
     def authenticated(context) -> bool:
-        return context.session.get("principal") is not None
+        return context.authenticated
 
     def gate(self, context, header, request) -> bool:
-        if context.session.get("principal") is not None:
+        if context.authenticated:
             return True
-        return header.request_api_key in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+        return header.request_api_key in (ApiKeys.API_VERSIONS, ApiKeys.SASL_HANDSHAKE, ApiKeys.SASL_AUTHENTICATE)
 
     def handle_handshake(self, header, request, context):
         v = header.request_api_version
         body = {"mechanisms": list(self.mechanisms)}
-        if context.session.get("principal") is not None:
-            return CloseAfterResponse(build(codec.response_class(SASL_HANDSHAKE), v,
+        if context.authenticated:
+            return CloseAfterResponse(build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v,
                                             {**body, "error_code": int(Errors.ILLEGAL_SASL_STATE)}))
         if request.mechanism not in self.mechanisms:
             log.info("unsupported SASL mechanism %s", kv(mechanism=str(request.mechanism)[:40],
                                                         connection=context.connection_id))
-            return CloseAfterResponse(build(codec.response_class(SASL_HANDSHAKE), v,
+            return CloseAfterResponse(build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v,
                                             {**body, "error_code": int(Errors.UNSUPPORTED_SASL_MECHANISM)}))
         context.session["sasl_mechanism"] = request.mechanism
         if request.mechanism in scram.MECHANISMS:
             context.session["scram"] = scram.ScramSaslServer(request.mechanism, self.store.scram_credential)
-        return build(codec.response_class(SASL_HANDSHAKE), v, {**body, "error_code": 0})
+        return build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v, {**body, "error_code": 0})
 
     def handle_authenticate(self, header, request, context):
         v = header.request_api_version
 
         def answer(err: Errors, message: str | None, auth_bytes: bytes = b""):
-            return build(codec.response_class(SASL_AUTHENTICATE), v, {
+            return build(codec.response_class(ApiKeys.SASL_AUTHENTICATE), v, {
                 "error_code": int(err), "error_message": message, "auth_bytes": auth_bytes,
                 "session_lifetime_ms": 0})
         mechanism = context.session.get("sasl_mechanism")
-        if context.session.get("principal") is not None or mechanism is None:
+        if context.authenticated or mechanism is None:
             return CloseAfterResponse(answer(Errors.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request: no "
                                              "SaslHandshake on this connection, or already authenticated"))
         token = bytes(request.auth_bytes or b"")
@@ -305,11 +306,10 @@ class SaslServer:
             log.info("SASL authentication failed %s", kv(connection=context.connection_id, mechanism=mechanism,
                                                            reason=str(e).replace(" ", "_")))
             return self._delayed_close(answer(Errors.SASL_AUTHENTICATION_FAILED, str(e)))
-        context.session["principal"] = f"User:{username}"
         self.metrics["authenticated"] += 1
         log.info("SASL authenticated %s", kv(connection=context.connection_id, mechanism=mechanism,
                                              principal=f"User:{username}"))
-        return answer(Errors.NONE, None, reply)
+        return Authenticated(answer(Errors.NONE, None, reply), f"User:{username}")
 
     def _delayed_close(self, response) -> Future:
         """Kafka's delayed close after a failed authentication: the answer, then the close, after the delay."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
-from kazoo.exceptions import NoNodeError
+from kafkatier.zk.errors import NoNodeError
 
 from kafkatier.log.log_config import topic_defaults_from_broker
 from kafkatier.log.remote import config as rc

@@ -42,6 +42,7 @@ from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_
 from kafkatier.coordinator.transaction.transaction_state_manager import TRANSACTION_TOPIC_CONFIGS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
@@ -49,13 +50,12 @@ from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaMana
 
 log = get_logger("server.transaction-apis")
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
-WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 27, 28
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 VERSIONS: dict[int, tuple[int, int]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 4), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
-    TXN_OFFSET_COMMIT: (0, 3), DESCRIBE_PRODUCERS: (0, 0), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
+    ApiKeys.ADD_PARTITIONS_TO_TXN: (0, 4), ApiKeys.ADD_OFFSETS_TO_TXN: (0, 3), ApiKeys.END_TXN: (0, 3),
+    ApiKeys.WRITE_TXN_MARKERS: (1, 1),
+    ApiKeys.TXN_OFFSET_COMMIT: (0, 3), ApiKeys.DESCRIBE_PRODUCERS: (0, 0), ApiKeys.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKeys.LIST_TRANSACTIONS: (0, 1),
 }
 
 
@@ -80,13 +80,14 @@ class TransactionApis:
         self.live_brokers = live_brokers
         self.request_timeout_ms = request_timeout_ms
         self.auth = auth or AuthHelper(None)
-        self._handlers = {ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
-                          ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn, END_TXN: self.handle_end_txn,
-                          WRITE_TXN_MARKERS: self.handle_write_txn_markers,
-                          TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
-                          DESCRIBE_PRODUCERS: self.handle_describe_producers,
-                          DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
-                          LIST_TRANSACTIONS: self.handle_list_transactions}
+        self._handlers = {ApiKeys.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+                          ApiKeys.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+                          ApiKeys.END_TXN: self.handle_end_txn,
+                          ApiKeys.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+                          ApiKeys.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+                          ApiKeys.DESCRIBE_PRODUCERS: self.handle_describe_producers,
+                          ApiKeys.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+                          ApiKeys.LIST_TRANSACTIONS: self.handle_list_transactions}
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Callable]]:
         return {k: (VERSIONS[k], fn) for k, fn in self._handlers.items()}
@@ -131,7 +132,7 @@ class TransactionApis:
         fut: Future = Future()
 
         def respond(error: Errors, pid: int, epoch: int) -> None:
-            fut.set_result(_resp(INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": int(
+            fut.set_result(_resp(ApiKeys.INIT_PRODUCER_ID, v, {"throttle_time_ms": 0, "error_code": int(
                 _fenced_compat(error, v, 4)), "producer_id": pid, "producer_epoch": epoch}))
         pid, epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (-1, -1)
         if (pid == -1) != (epoch == -1):
@@ -154,7 +155,8 @@ class TransactionApis:
             by_topic: dict[str, list] = {}
             for (t, p) in wanted:
                 by_topic.setdefault(t, []).append({"partition_index": p, "partition_error_code": errors[(t, p)]})
-            fut.set_result(_resp(ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+            fut.set_result(_resp(ApiKeys.ADD_PARTITIONS_TO_TXN, v, {
+                "throttle_time_ms": 0, "results_by_topic_v3_and_below": [
                 {"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]}))
         if not self.auth.authorize(ctx, "Write", "TransactionalId", tid):
             respond({tp: int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for tp in wanted})
@@ -179,7 +181,7 @@ class TransactionApis:
         on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED.  Adding partitions this way (transaction
         version 2, Kafka 4.0) is not served: INVALID_REQUEST."""
         if not self.auth.authorize_cluster(ctx, "ClusterAction"):
-            return _resp(ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "results_by_transaction": [],
+            return _resp(ApiKeys.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "results_by_transaction": [],
                                                     "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED)})
         results = []
         for t in req.transactions:
@@ -195,7 +197,7 @@ class TransactionApis:
                                                       "partition_error_code": int(errors[(name, p)])})
             results.append({"transactional_id": t.transactional_id, "topic_results": [
                 {"name": name, "results_by_partition": ps} for name, ps in by_topic.items()]})
-        return _resp(ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "error_code": 0,
+        return _resp(ApiKeys.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "error_code": 0,
                                                 "results_by_transaction": results})
 
     # --- AddOffsetsToTxn ----------------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ class TransactionApis:
         fut: Future = Future()
 
         def respond(e: Errors) -> None:
-            fut.set_result(_resp(ADD_OFFSETS_TO_TXN, v, {"throttle_time_ms": 0,
+            fut.set_result(_resp(ApiKeys.ADD_OFFSETS_TO_TXN, v, {"throttle_time_ms": 0,
                                                          "error_code": int(_fenced_compat(e, v, 2))}))
         if not self.auth.authorize(ctx, "Write", "TransactionalId", req.transactional_id):
             respond(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -222,7 +224,8 @@ class TransactionApis:
         fut: Future = Future()
 
         def respond(e: Errors) -> None:
-            fut.set_result(_resp(END_TXN, v, {"throttle_time_ms": 0, "error_code": int(_fenced_compat(e, v, 2))}))
+            fut.set_result(_resp(ApiKeys.END_TXN, v,
+                                 {"throttle_time_ms": 0, "error_code": int(_fenced_compat(e, v, 2))}))
         if not self.auth.authorize(ctx, "Write", "TransactionalId", req.transactional_id):
             respond(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
@@ -252,7 +255,7 @@ class TransactionApis:
                 if v < 2 and code == int(Errors.COORDINATOR_LOAD_IN_PROGRESS):
                     code = int(Errors.COORDINATOR_NOT_AVAILABLE)
                 by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
-            fut.set_result(_resp(TXN_OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
+            fut.set_result(_resp(ApiKeys.TXN_OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
                 {"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
         if not self.auth.authorize(ctx, "Write", "TransactionalId", req.transactional_id):
             respond({tp: int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for tp in offsets})
@@ -301,7 +304,7 @@ class TransactionApis:
                          producer_epoch=m.producer_epoch,
                          topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t in visible])
             states.append(entry)
-        return _resp(DESCRIBE_TRANSACTIONS, v, {"throttle_time_ms": 0, "transaction_states": states})
+        return _resp(ApiKeys.DESCRIBE_TRANSACTIONS, v, {"throttle_time_ms": 0, "transaction_states": states})
 
     def handle_list_transactions(self, header, req, ctx):
         v = header.request_api_version
@@ -309,7 +312,7 @@ class TransactionApis:
             set(req.state_filters or []), set(req.producer_id_filters or []),
             req.duration_filter if v >= 1 else -1)
         shown = [m for m in found if self.auth.authorize(ctx, "Describe", "TransactionalId", m.transactional_id)]
-        return _resp(LIST_TRANSACTIONS, v, {"throttle_time_ms": 0, "error_code": int(err or 0),
+        return _resp(ApiKeys.LIST_TRANSACTIONS, v, {"throttle_time_ms": 0, "error_code": int(err or 0),
                                             "unknown_state_filters": unknown, "transaction_states": [
                                                 {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
                                                  "transaction_state": m.state.state_name} for m in shown]})
@@ -339,7 +342,7 @@ class TransactionApis:
                     for a in sorted(p.producer_state.active_producers().values(), key=lambda a: a.producer_id)]
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
-        return _resp(DESCRIBE_PRODUCERS, v, {"throttle_time_ms": 0, "topics": topics})
+        return _resp(ApiKeys.DESCRIBE_PRODUCERS, v, {"throttle_time_ms": 0, "topics": topics})
 
     # --- WriteTxnMarkers (from transaction coordinators) -----------------------------------------------------------
     def handle_write_txn_markers(self, header, req, ctx):
@@ -360,9 +363,9 @@ class TransactionApis:
             for i, m in enumerate(markers):
                 results[i] = body(m, {(t.name, p): int(Errors.CLUSTER_AUTHORIZATION_FAILED)
                                          for t in m.topics for p in t.partition_indexes})
-            return _resp(WRITE_TXN_MARKERS, v, {"markers": results})
+            return _resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": results})
         if not markers:
-            return _resp(WRITE_TXN_MARKERS, v, {"markers": []})
+            return _resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": []})
         remaining = [len(markers)]
         lock = threading.Lock()
 
@@ -372,7 +375,7 @@ class TransactionApis:
                 remaining[0] -= 1
                 last = remaining[0] == 0
             if last:
-                fut.set_result(_resp(WRITE_TXN_MARKERS, v, {"markers": results}))
+                fut.set_result(_resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": results}))
 
         for i, m in enumerate(markers):
             tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]

@@ -18,6 +18,7 @@ from typing import Any
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
@@ -26,7 +27,6 @@ from kafkatier.server.sasl import alter_user_config
 
 log = get_logger("server.user-scram")
 
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 VERSIONS = (0, 0)
 _MECHANISM_NAMES = {v: k for k, v in scram.MECHANISM_IDS.items()}
 
@@ -37,14 +37,14 @@ class UserScramApis:
         self.auth = auth or AuthHelper()  # Kafka's ACL checks; allows all without an authorizer
 
     def handlers(self) -> dict[int, tuple[tuple[int, int], Any]]:
-        return {DESCRIBE_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_describe),
-                ALTER_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_alter)}
+        return {ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_describe),
+                ApiKeys.ALTER_USER_SCRAM_CREDENTIALS: (VERSIONS, self.handle_alter)}
 
 
     # --- Describe -----------------------------------------------------------------------------------------
     def handle_describe(self, header, req, context):
         v = header.request_api_version
-        resp = codec.response_class(DESCRIBE_USER_SCRAM_CREDENTIALS)
+        resp = codec.response_class(ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS)
         if not self.auth.authorize_cluster(context, "Describe"):
             return build(resp, v, {"throttle_time_ms": 0, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED),
                                    "error_message": None, "results": []})
@@ -81,7 +81,7 @@ class UserScramApis:
     # --- Alter --------------------------------------------------------------------------------------------
     def handle_alter(self, header, req, context):
         v = header.request_api_version
-        resp = codec.response_class(ALTER_USER_SCRAM_CREDENTIALS)
+        resp = codec.response_class(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS)
         deletions = [(d.name, d.mechanism) for d in req.deletions or []]
         upsertions = list(req.upsertions or [])
         users = list(dict.fromkeys([n for n, _ in deletions] + [u.name for u in upsertions]))

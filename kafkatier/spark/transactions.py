@@ -28,12 +28,12 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from kafkatier.admin.client import AdminClient, AdminError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("spark.transactions")
 
-FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN, DESCRIBE_TRANSACTIONS = 10, 22, 26, 65
 TRANSACTION_KEY_TYPE = 1
 # Ask again: the coordinator moved, is loading, or a transition of this id is still being written.
 RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
@@ -112,7 +112,7 @@ class TransactionEnder:
 
     def coordinator(self, transactional_id: str, refresh: bool = False) -> int:
         if refresh or transactional_id not in self._coordinators:
-            r = self._send(FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
+            r = self._send(ApiKeys.FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
                                                  "coordinator_keys": [transactional_id]})
             c = r.coordinators[0]
             if c.error_code:
@@ -137,7 +137,7 @@ class TransactionEnder:
     def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
         """InitProducerId: fences the id's current producer (aborting its open transaction); retried while the
         fencing abort completes (CONCURRENT_TRANSACTIONS)."""
-        r = self._call(transactional_id, INIT_PRODUCER_ID, 4, {
+        r = self._call(transactional_id, ApiKeys.INIT_PRODUCER_ID, 4, {
             "transactional_id": transactional_id, "transaction_timeout_ms": timeout_ms,
             "producer_id": -1, "producer_epoch": -1})
         return r.producer_id, r.producer_epoch
@@ -145,7 +145,7 @@ class TransactionEnder:
     def describe(self, transactional_id: str):
         def attempt():
             node = self.coordinator(transactional_id)
-            r = self._send(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}, node)
+            r = self._send(ApiKeys.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}, node)
             t = r.transaction_states[0]
             if t.error_code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE):
                 self._coordinators.pop(transactional_id, None)
@@ -155,7 +155,7 @@ class TransactionEnder:
         return self._retrying()(attempt)
 
     def end_txn(self, txn: TaskTransaction, commit: bool) -> None:
-        self._call(txn.transactional_id, END_TXN, 3, {
+        self._call(txn.transactional_id, ApiKeys.END_TXN, 3, {
             "transactional_id": txn.transactional_id, "producer_id": txn.producer_id,
             "producer_epoch": txn.producer_epoch, "committed": commit})
 

@@ -10,8 +10,8 @@ import json
 import uuid
 
 import attrs
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
+from kafkatier.zk.errors import KazooException
+from kafkatier.zk.errors import KazooTimeoutError
 
 from kafkatier.cluster import request_faults
 from kafkatier.cluster.manager import ClusterManager

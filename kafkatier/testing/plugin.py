@@ -40,7 +40,7 @@ import uuid
 
 import attrs
 import pytest
-from kazoo.exceptions import KazooException
+from kafkatier.zk.errors import KazooException
 
 from kafkatier.testing import zookeeper_faults
 from kafkatier.testing.clusters import RunningCluster, start_cluster, stop_cluster

@@ -28,11 +28,11 @@ from typing import Callable, Iterator, Sequence
 from xml.sax.saxutils import quoteattr
 
 import attrs
-from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
-from tenacity import stop_after_delay, wait_fixed
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.waiting import poll_until
 
 log = get_logger("zookeeper")
 
@@ -222,16 +222,6 @@ def is_serving(connect_string: str, timeout: float = 1.0, tls: ssl.SSLContext | 
         return all("Mode:" in four_letter_word(h, p, "srvr", timeout, tls)
                    for h, p in parse_connect_string(connect_string))
     except OSError:  # ssl.SSLError included
-        return False
-
-
-def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Call ``predicate`` every ``interval`` s until it is true (returns True) or ``timeout`` passes (False)."""
-    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
-                        retry=retry_if_result(lambda ok: not ok), reraise=True)
-    try:
-        return bool(retrying(predicate))
-    except RetryError:
         return False
 
 

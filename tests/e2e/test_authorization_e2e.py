@@ -70,7 +70,7 @@ TxnOffsetCommitRequest = request(28)
 DescribeProducersRequest = request(61)
 DescribeTransactionsRequest = request(65)
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256"]
 TOPIC, GROUP = "authz-t", "authz-g"

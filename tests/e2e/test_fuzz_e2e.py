@@ -21,6 +21,8 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.waiting import wait_for
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
 SEED = 16
 FRAMES_PER_API = 1500
 BATCHES = 3000

@@ -19,6 +19,8 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kafkatier.waiting import wait_for
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
 DELAY_MS = 300
 PLAIN_ADMIN = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "admin",
                "sasl_plain_password": "admin-secret"}

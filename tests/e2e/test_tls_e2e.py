@@ -16,6 +16,8 @@ from kafka.admin import (ACL, ACLOperation, ACLPermissionType, KafkaAdminClient,
 
 from kafkatier.testing.tls import make_cert
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
 OVERRIDES = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
              "super.users": "User:ANONYMOUS;User:CN=admin", "allow.everyone.if.no.acl.found": "false"}
 TIMEOUT_S = 30

@@ -2,9 +2,13 @@
 ``/kafka-acl-extended-changes`` (Kafka's ZkNodeChangeNotificationListener) on a real ZooKeeper."""
 from __future__ import annotations
 
+import pytest
+
 from kafkatier.server.acl import (AclAuthorizer, AclBinding, AclBindingFilter, AclEntry, ResourcePattern, add_acls,
                                   encode_acls, remove_acls)
 from kafkatier.waiting import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def test_cache_follows_change_notifications(zk):

@@ -13,8 +13,9 @@ from kafkatier.zk import paths
 from kafkatier.zk.client import ZooKeeperUnavailableError, ensure_persistent_paths, start_client
 from kafkatier.zk.embedded import (
     EmbeddedZooKeeper, JavaNotFoundError, ZooKeeperAlreadyRunningError, ZooKeeperJarsNotFoundError,
-    four_letter_word, free_port, pid_alive, poll_until,
+    four_letter_word, free_port, pid_alive,
 )
+from kafkatier.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -7,7 +7,6 @@ import argparse
 import json
 
 import pytest
-from kazoo.exceptions import NoNodeError
 
 from kafkatier.cli.acls import bindings, block, check_args
 from kafkatier.cli.main import UsageError, build_parser
@@ -18,23 +17,7 @@ from kafkatier.server.auth_helper import API_ACL_TABLE, AuthHelper
 from kafkatier.server.transaction_apis import VERSIONS as TRANSACTION_API_VERSIONS
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.network import ConnectionContext
-
-
-class MemZk:
-    def __init__(self, nodes: dict[str, bytes]):
-        self.nodes = nodes
-
-    def get(self, path):
-        if path not in self.nodes:
-            raise NoNodeError(path)
-        return self.nodes[path], None
-
-    def get_children(self, path):
-        prefix = path.rstrip("/") + "/"
-        kids = {p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)}
-        if not kids and path not in self.nodes:
-            raise NoNodeError(path)
-        return sorted(kids)
+from fakes import FakeZk
 
 
 def acls(*entries) -> bytes:
@@ -43,7 +26,7 @@ def acls(*entries) -> bytes:
 
 
 def by_type(nodes, **kw) -> bool:
-    return AclAuthorizer(MemZk(nodes), **kw).authorize_by_resource_type("User:alice", "10.0.0.1", "Write", "Topic")
+    return AclAuthorizer(FakeZk(nodes), **kw).authorize_by_resource_type("User:alice", "10.0.0.1", "Write", "Topic")
 
 
 def test_authorize_by_resource_type_follows_kip_679():
@@ -60,7 +43,7 @@ def test_authorize_by_resource_type_follows_kip_679():
                     "/kafka-acl/Topic/other": acls(("User:alice", "Deny", "Write"))})
     assert not by_type({"/kafka-acl/Topic/*": acls(("User:alice", "Deny", "Write"))},
                        allow_everyone_if_no_acl_found=True)  # a deny on the wildcard denies everything
-    assert AclAuthorizer(MemZk({}), super_users=["User:alice"]).authorize_by_resource_type(
+    assert AclAuthorizer(FakeZk({}), super_users=["User:alice"]).authorize_by_resource_type(
         "User:alice", "h", "Write", "Topic")
 
 
@@ -87,7 +70,7 @@ def test_acls_lists_bindings_and_change_notifications_name_resources():
     nodes = {"/kafka-acl/Topic/orders": acls(("User:alice", "Allow", "Read")),
              "/kafka-acl-extended/prefixed/Group/g-": acls(("User:bob", "Deny", "All")),
              "/kafka-acl/Bogus/x": acls(("User:x", "Allow", "Read"))}
-    a = AclAuthorizer(MemZk(nodes))
+    a = AclAuthorizer(FakeZk(nodes))
     assert {(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type) for b in a.bindings()} == {
         ("Topic", "orders", "LITERAL"), ("Group", "g-", "PREFIXED")}  # the unknown type is skipped
     assert a.acls(AclBindingFilter(principal="User:bob")) == [
@@ -110,10 +93,7 @@ class Broken:
 
 
 def ctx(principal: str | None = "User:alice") -> ConnectionContext:
-    c = ConnectionContext("c1", ("10.0.0.1", 1234))
-    if principal:
-        c.session["principal"] = principal
-    return c
+    return ConnectionContext("c1", ("10.0.0.1", 1234), principal=principal, authenticated=principal is not None)
 
 
 def test_auth_helper_allows_without_authorizer_and_fails_closed():
@@ -133,7 +113,7 @@ def test_auth_helper_rules():
              "/kafka-acl-extended/prefixed/Topic/auto-": acls(("User:alice", "Allow", "Create"),
                                                              ("User:alice", "Allow", "Describe")),
              "/kafka-acl/Cluster/kafka-cluster": acls(("User:ANONYMOUS", "Allow", "ClusterAction"))}
-    auth = AuthHelper(AclAuthorizer(MemZk(nodes)))
+    auth = AuthHelper(AclAuthorizer(FakeZk(nodes)))
     assert auth.readable_topics(ctx(), -1, ["t", "u"]) == {"t"}
     assert auth.readable_topics(ctx(), 2, ["t", "u"]) == set()  # a replica fetch needs CLUSTER_ACTION
     assert auth.readable_topics(ctx(None), 2, ["t", "u"]) == {"t", "u"}

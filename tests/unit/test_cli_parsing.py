@@ -21,6 +21,7 @@ from kafkatier.admin.client import (AdminClient, AdminError, ConfigEntry, Config
 from kafkatier.cli import configs, consume, produce, topics
 from kafkatier.cli.main import UsageError, main
 from kafkatier.zk.codecs import BrokerRegistration
+from kafkatier.zk.embedded import free_port
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -31,9 +32,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port("127.0.0.1")
 
 
 # ---------------------------------------------------------------------------------------------- --add-config

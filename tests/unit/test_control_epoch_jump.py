@@ -2,21 +2,11 @@
 make the real controller look stale (issue #16)."""
 from __future__ import annotations
 
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.control_request_handler import UPDATE_METADATA, ControlRequestHandler
+from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.zk import codecs
-
-
-class Zk:
-    def __init__(self, epoch: int):
-        self.epoch = epoch
-
-    def sync(self, path):
-        pass
-
-    def get(self, path):
-        assert path == "/controller_epoch"
-        return str(self.epoch).encode(), None
+from fakes import FakeZk
 
 
 class Apis:
@@ -29,17 +19,17 @@ class Apis:
 
 
 def request(epoch: int) -> codecs.ControlRequest:
-    return codecs.ControlRequest(api_key=UPDATE_METADATA, api_version=7, api_name="UpdateMetadata", controller_id=1,
+    return codecs.ControlRequest(api_key=ApiKeys.UPDATE_METADATA, api_version=7, api_name="UpdateMetadata", controller_id=1,
                                  controller_epoch=epoch, broker_epoch=-1, body={"live_brokers": [],
                                                                                 "topic_states": []})
 
 
 def test_absurd_epoch_refused_real_one_accepted(caplog):
-    zk, apis = Zk(3), Apis()
+    zk, apis = FakeZk({"/controller_epoch": b"3"}), Apis()
     handler = ControlRequestHandler(zk, 1, lambda: 10, apis)
     assert handler.handle(request(3)).error_code == 0
     forged = handler.handle(request(2_000_000_000))
     assert forged.error_code == Errors.STALE_CONTROLLER_EPOCH and "ahead of /controller_epoch" in caplog.text
     assert handler.controller_epoch == 3 and handler.metrics["unproven_controller_epoch"] == 1
-    zk.epoch = 4  # a real new controller: the znode moved first
+    zk.set("/controller_epoch", b"4")  # a real new controller: the znode moved first
     assert handler.handle(request(4)).error_code == 0 and apis.updates == 2

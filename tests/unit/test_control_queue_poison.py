@@ -4,40 +4,11 @@ from __future__ import annotations
 
 import json
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.zk import codecs, paths
-
-
-class Zk:
-    def __init__(self):
-        self.nodes: dict[str, bytes] = {}
-
-    def get_children(self, parent):
-        return [p[len(parent) + 1:] for p in self.nodes if p.rsplit("/", 1)[0] == parent]
-
-    def exists(self, path):
-        return path in self.nodes or None
-
-    def get(self, path):
-        if path not in self.nodes:
-            raise NoNodeError()
-        return self.nodes[path], None
-
-    def create(self, path, data=b""):
-        if path in self.nodes:
-            raise NodeExistsError()
-        self.nodes[path] = data
-
-    def delete(self, path):
-        if path not in self.nodes:
-            raise NoNodeError()
-        del self.nodes[path]
-
-    def ensure_path(self, path):
-        pass
+from fakes import FakeZk
 
 
 class Apis:
@@ -55,7 +26,7 @@ def envelope(api_key, api_version, body):
 
 
 def test_poisoned_queue_drains(caplog):
-    zk, apis = Zk(), Apis()
+    zk, apis = FakeZk(), Apis()
     queue, answers = paths.control_requests(1), paths.control_responses(1)
     poison = [b"{bad", b"", b"[1]", b'{"api_key": 4}', ("[" * 50_000).encode(),
               envelope(4, 5, {"topic_states": "a string"}), envelope(5, 3, {"topic_states": [{"topic_name": 1}]}),

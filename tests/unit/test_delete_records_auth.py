@@ -4,34 +4,16 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
-from kazoo.exceptions import NoNodeError
 
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.acl import AclAuthorizer, AclEntry, AclFormatError, authorizer_from_config, decode_acls
-from kafkatier.server.network import ConnectionContext
+from kafkatier.server.network import Authenticated, ConnectionContext
 from kafkatier.server.sasl import (PlainCredentialStore, SaslAuthenticationError, SaslPlainServer, parse_plain_token,
                                    static_users)
-
-
-class MemZk:
-    """get / get_children over a dict of path -> bytes."""
-
-    def __init__(self, nodes: dict[str, bytes]):
-        self.nodes = nodes
-
-    def get(self, path):
-        if path not in self.nodes:
-            raise NoNodeError(path)
-        return self.nodes[path], None
-
-    def get_children(self, path):
-        prefix = path.rstrip("/") + "/"
-        kids = {p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)}
-        if not kids and path not in self.nodes:
-            raise NoNodeError(path)
-        return sorted(kids)
+from fakes import FakeZk
 
 
 def acls(*entries) -> bytes:
@@ -41,7 +23,7 @@ def acls(*entries) -> bytes:
 
 
 def authz(nodes, **kw) -> AclAuthorizer:
-    return AclAuthorizer(MemZk(nodes), **kw)
+    return AclAuthorizer(FakeZk(nodes), **kw)
 
 
 def allowed(a: AclAuthorizer, principal: str, topic: str, op: str = "Delete", host: str = "127.0.0.1") -> bool:
@@ -148,7 +130,7 @@ def test_handshake_authenticate_and_gate():
     from kafkatier.server.network import CloseAfterResponse
 
     bob = scram.new_credential("SCRAM-SHA-256", "pw", salt=b"s" * 16).to_config()
-    zk = MemZk({"/config/users/bob": json.dumps({"version": 1, "config": {"SCRAM-SHA-256": bob}}).encode(),
+    zk = FakeZk({"/config/users/bob": json.dumps({"version": 1, "config": {"SCRAM-SHA-256": bob}}).encode(),
                 "/config/users/eve": json.dumps({"version": 1, "config": {"plain.password": "pw"}}).encode()})
     sasl = SaslPlainServer(PlainCredentialStore(zk, {"alice": "secret"}), failed_authentication_delay_ms=50)
     ctx = ConnectionContext("c1", ("127.0.0.1", 1))
@@ -171,7 +153,7 @@ def test_handshake_authenticate_and_gate():
     r = fut.result(timeout=5)  # answered after the failed-authentication delay, then the connection closes
     assert isinstance(r, CloseAfterResponse) and r.response.error_code == Errors.SASL_AUTHENTICATION_FAILED
     assert r.response.error_message == "Authentication failed: Invalid username or password"
-    assert ctx.session.get("principal") is None and not sasl.gate(ctx, metadata, object())
+    assert not ctx.authenticated and not sasl.gate(ctx, metadata, object())
 
     for user, pw, ok in (("alice", b"secret", True), ("bob", b"pw", True), ("eve", b"pw", False)):
         c = ConnectionContext(f"c-{user}", ("127.0.0.1", 1))
@@ -182,9 +164,9 @@ def test_handshake_authenticate_and_gate():
         if not ok:  # a clear-text password in ZooKeeper is never used
             assert r.result(timeout=5).response.error_code == Errors.SASL_AUTHENTICATION_FAILED
             continue
-        assert r.error_code == 0 and r.session_lifetime_ms == 0
-        assert c.session["principal"] == f"User:{user}"
-        assert sasl.gate(c, metadata, object())
+        assert isinstance(r, Authenticated) and r.principal == f"User:{user}"
+        assert r.response.error_code == 0 and r.response.session_lifetime_ms == 0
+        assert sasl.gate(attrs.evolve(c, principal=r.principal, authenticated=True), metadata, object())
 
 
 def test_scram_exchange_both_mechanisms():

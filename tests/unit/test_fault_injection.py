@@ -19,6 +19,7 @@ from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.network import CloseConnection
 from kafkatier.zk import codecs
+from fakes import FakeZk
 
 NLOF, RTO, KSE = int(Errors.NOT_LEADER_OR_FOLLOWER), int(Errors.REQUEST_TIMED_OUT), int(Errors.KAFKA_STORAGE_ERROR)
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -168,18 +169,10 @@ def test_spec_and_state_round_trip_and_malformed_rejected():
             fi.FaultSpec.decode(bad, "/kafkatier/faults/1")
 
 
-class StateZk:
-    """Enough of a kazoo client for FaultsWatcher._on_data: no fault state recorded yet."""
-
-    def get(self, path):
-        from kazoo.exceptions import NoNodeError
-        raise NoNodeError(path)
-
-
 def test_watcher_skips_a_malformed_znode_and_keeps_the_faults_in_force(caplog):
     r = fi.FaultRegistry()
     clocks = []
-    w = FaultsWatcher(StateZk(), 1, r, on_clock=clocks.append)
+    w = FaultsWatcher(FakeZk(), 1, r, on_clock=clocks.append)
     good = fi.FaultSpec(faults=(fault(errors=(NLOF,), id="a"),), clock=fi.ClockSkew(offset_ms=5))
     w._on_data(good.encode(), types.SimpleNamespace(version=4))
     assert r.spec_version == 4 and r.remaining() == {"a": 1} and clocks == [fi.ClockSkew(offset_ms=5)]

@@ -123,3 +123,98 @@ def test_no_import_cycles():
         if m not in index:
             visit(m)
     assert cycles == []
+
+
+# --- one home for the ZooKeeper client library -----------------------------------------------------------------
+
+#: Where ``kazoo`` may be imported: the ZooKeeper package, and the test helper that cuts a kazoo client's
+#: connection on purpose.  Everything else uses ``kafkatier.zk`` (``zk.errors``, ``zk.watchers``, the clients).
+KAZOO_ALLOWED = ("kafkatier.zk", "kafkatier.testing.zookeeper_faults")
+#: controller/ is another change's area this session (its managers' seams); its kazoo imports go next.
+KAZOO_PENDING = ("kafkatier.controller",)
+
+
+def _third_party_imports(path: pathlib.Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_kazoo_is_imported_only_in_zk():
+    offenders = sorted(m for m, p in MODULES.items() if "kazoo" in _third_party_imports(p)
+                       and not m.startswith(KAZOO_ALLOWED + KAZOO_PENDING))
+    assert offenders == []
+
+
+# --- no reaching into another class's private members -----------------------------------------------------------
+
+#: ``x._name`` where ``_name`` is not defined in the module doing it (as ``self._name = ...``, a method, a class or
+#: a module-level name): that is another module's class's private member.  What remains, and why:
+PRIVATE_ACCESS_ALLOWED = {
+    # Third-party names that are private only by spelling, or have no public equivalent:
+    "os._exit",                                          # the documented way to exit without clean-up
+    "KafkaError._INVALID_ARG", "KafkaError._UNKNOWN_TOPIC", "KafkaError._QUEUE_FULL",   # confluent-kafka's
+    "KafkaError._PARTITION_EOF", "KafkaError._AUTO_OFFSET_RESET",                       # local error codes
+    "ZnodeStat._make",                                   # namedtuple's public constructor
+    "SparkSession._get_j_spark_session_class",           # pyspark: the JVM session class of a Spark Connect-less run
+    "client._call",                                      # kazoo: the one way to send a raw MultiRead (zk/multi_read)
+    "cls._struct",                                       # kafka-python: the decoder that says where a body ends
+    "request._header", "response._header", "resp._header",   # kafka-python: no public header setter
+    "cls._flexible_versions", "cls._json",               # kafka-python: message metadata of our own spec classes
+    "self._admin._manager", "self._admin._send_request_to_controller",   # kafka-python's KafkaAdminClient
+    "admin.kafka_admin._manager",
+    "root._kafkatier_configured",                        # a marker logsetup leaves on the root logger
+    "src._fd",                                           # LogSegment copying from another LogSegment (same class)
+}
+#: controller/ is another change's area this session (its managers' seams reach into the controller).
+PRIVATE_ACCESS_PENDING = ("kafkatier/controller/",)
+
+
+def _private_names_defined(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return {n for n in names if n.startswith("_")}
+
+
+def _foreign_private_accesses(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    mine = _private_names_defined(tree)
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id == "self" or node.attr in mine:
+            continue
+        if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super":
+            continue
+        out.append(ast.unparse(node))
+    return out
+
+
+def test_no_module_touches_another_class_private_members():
+    found = sorted({f"{p.relative_to(ROOT.parent)}: {expr}" for p in MODULES.values()
+                    if not str(p.relative_to(ROOT.parent)).startswith(PRIVATE_ACCESS_PENDING)
+                    for expr in _foreign_private_accesses(p) if expr not in PRIVATE_ACCESS_ALLOWED})
+    assert found == []
+
+
+def test_the_private_member_check_sees_an_access(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def f(log):\n    return log._segments\n")
+    assert _foreign_private_accesses(bad) == ["log._segments"]
+    ok = tmp_path / "n.py"
+    ok.write_text("class A:\n    def __init__(self):\n        self._x = 1\n    def same(self, o):\n        return o._x\n")
+    assert _foreign_private_accesses(ok) == []

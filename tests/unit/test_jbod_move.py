@@ -3,15 +3,14 @@ recovery (docs/kip-113-jbod.md#moving-a-replica, #start-up-recovery).  Real logs
 ``Partition`` without ZooKeeper."""
 from __future__ import annotations
 
-import filecmp
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.log.errors import LogDirectoryError
-from kafkatier.log.log_config import LogConfig
 from kafkatier.log.log_manager import LogManager
 from kafkatier.server.partition import Partition
 from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
@@ -35,6 +34,30 @@ def blob(n: int = 5, value_size: int = 100, producer_id: int = -1, seq: int = -1
 @pytest.fixture
 def dirs(tmp_path):
     return [str(tmp_path / "d1"), str(tmp_path / "d2")]
+
+
+@pytest.fixture
+def jbod(dirs):
+    """Builds the log managers (started) and move managers a test uses, and shuts every one down afterwards,
+    newest first, also when the test fails."""
+    made = []
+
+    def log_manager(**kw) -> LogManager:
+        m = LogManager(dirs, **kw)
+        made.append(m)
+        m.startup()
+        return m
+
+    def mover(m: LogManager, quota: ReplicationQuotaManager | None = None, threads: int = 1,
+              **kw) -> ReplicaAlterLogDirsManager:
+        mgr = ReplicaAlterLogDirsManager(m, quota or ReplicationQuotaManager(), threads, **kw)
+        made.append(mgr)
+        return mgr
+    try:
+        yield SimpleNamespace(log_manager=log_manager, mover=mover)
+    finally:
+        for x in reversed(made):
+            x.shutdown()
 
 
 def leader_partition(m: LogManager, topic="t", p=0, epoch=0) -> Partition:
@@ -63,16 +86,15 @@ def start_move(m: LogManager, mgr: ReplicaAlterLogDirsManager, part: Partition, 
     assert mgr.add_partition(part)
 
 
-def test_move_copies_bytes_swaps_in_seed_order_and_deletes_source(dirs):
-    m = LogManager(dirs)
-    m.startup()
+def test_move_copies_bytes_swaps_in_seed_order_and_deletes_source(dirs, jbod):
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(40):
         part.append_records_to_leader(blob(), -1)
     src = part.log.parent_dir
     dest = other_dir(dirs, part.log)
     before = segment_bytes(part.log.dir)
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
     start_move(m, mgr, part, dest)
     assert os.path.isdir(os.path.join(dest, "t-0.move"))
     mgr.startup()
@@ -83,38 +105,32 @@ def test_move_copies_bytes_swaps_in_seed_order_and_deletes_source(dirs):
     assert part.log.high_watermark == part.log.log_end_offset == 200
     info = part.append_records_to_leader(blob(), -1)  # appends go to the new log
     assert info.first_offset == 200 and m.get_log("t", 0) is part.log
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs):
+def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs, jbod):
     """KAFKA-15608: a leader epoch with no record yet must reach the new log; idempotent retries are still
     recognised after the swap."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m, epoch=3)
     first = blob(producer_id=7, seq=0)
     part.append_records_to_leader(first, -1)
     part.make_leader({"leader": 1, "leader_epoch": 4, "isr": [1], "replicas": [1]}, 1)  # epoch 4, no record
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 2)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 2)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert [(e.epoch, e.start_offset) for e in part.log.leader_epoch_cache.epoch_entries()] == [(3, 0), (4, 5)]
     dup = part.append_records_to_leader(first, -1)
     assert (dup.first_offset, dup.last_offset) == (0, 4)
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_throttle_holds_the_move_and_raising_it_completes(dirs):
-    m = LogManager(dirs)
-    m.startup()
+def test_throttle_holds_the_move_and_raising_it_completes(dirs, jbod):
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
     quota = ReplicationQuotaManager(1)
-    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=1024)
+    mgr = jbod.mover(m, quota, 1, fetch_max_bytes=1024)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: mgr.describe() and mgr.describe()[0].bytes_copied > 0, 10, message="the first round")
@@ -123,17 +139,14 @@ def test_throttle_holds_the_move_and_raising_it_completes(dirs):
     assert part.future_log is not None and status.offset_lag > 0
     quota.set_rate(3_000_000)
     wait_for(lambda: part.future_log is None, 10, message="the swap after the raise")
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_cancel_deletes_future_log_and_keeps_partition(dirs):
-    m = LogManager(dirs)
-    m.startup()
+def test_cancel_deletes_future_log_and_keeps_partition(dirs, jbod):
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
+    mgr = jbod.mover(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
     mgr.startup()
     dest = other_dir(dirs, part.log)
     start_move(m, mgr, part, dest)
@@ -141,40 +154,33 @@ def test_cancel_deletes_future_log_and_keeps_partition(dirs):
     assert part.future_log is None and m.get_future_log("t", 0) is None
     assert not os.path.exists(os.path.join(dest, "t-0.move"))
     assert part.log.log_end_offset == 100 and part.log.parent_dir != dest
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_truncation_of_current_log_truncates_future_log(dirs):
-    m = LogManager(dirs)
-    m.startup()
+def test_truncation_of_current_log_truncates_future_log(dirs, jbod):
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(10):
         part.append_records_to_leader(blob(), -1)
     m.create_future_log("t", 0, other_dir(dirs, part.log))
-    part.future_log = m.get_future_log("t", 0)
+    part.attach_future_log(m.get_future_log("t", 0))
     copy_all(part.log, part.future_log)
     assert part.future_log.log_end_offset == 50
     part.truncate_to(20)
     assert part.future_log.log_end_offset == 20
-    m.shutdown()
 
 
-def test_delete_records_during_move_is_carried(dirs):
+def test_delete_records_during_move_is_carried(dirs, jbod):
     """Scenario 43 of docs/acceptance.md at the log level, with a log start offset inside a batch (KAFKA-6975)."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
     part.log.maybe_increment_log_start_offset(3)
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert (part.log.log_start_offset, part.log.log_end_offset) == (3, 100)
-    mgr.shutdown()
-    m.shutdown()
 
 
 # --- start-up recovery (docs/kip-113-jbod.md#start-up-recovery) --------------------------------------------
@@ -259,16 +265,15 @@ def test_kafka_future_name_is_loaded_like_move(dirs):
 
 # --- the Kafka issues a move must not repeat (docs/kip-113-jbod.md#kafka-issues-a-move-must-not-repeat) ---
 
-def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs):
+def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs, jbod):
     """KAFKA-16709 / KAFKA-15082 / KAFKA-14824: there is no log cleaner to leave paused, and retention (the
     disk-growth symptom) keeps working on the partition after a cancel and after a swap."""
-    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "retention.bytes": "8000"})
-    m.startup()
+    m = jbod.log_manager(topic_configs=lambda t: {**CFG, "retention.bytes": "8000"})
     part = leader_partition(m)
     for _ in range(40):
         part.append_records_to_leader(blob(), -1)
     part.log.update_config({**CFG, "retention.bytes": "8000"})
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
+    mgr = jbod.mover(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     mgr.remove_partition(part)
@@ -279,20 +284,17 @@ def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs)
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert m.get_log("t", 0) is part.log and m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_segments_deleted_during_a_move_leave_no_orphans(dirs):
+def test_segments_deleted_during_a_move_leave_no_orphans(dirs, jbod):
     """KAFKA-16424: segments marked deleted in the source during a move must not survive the renames."""
-    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "300"})
-    m.startup()
+    m = jbod.log_manager(topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "300"})
     part = leader_partition(m)
     part.log.update_config({**CFG, "file.delete.delay.ms": "300"})
     for _ in range(40):
         part.append_records_to_leader(blob(), -1)
     quota = ReplicationQuotaManager(1)
-    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     part.log.maybe_increment_log_start_offset(120)
@@ -306,20 +308,17 @@ def test_segments_deleted_during_a_move_leave_no_orphans(dirs):
     wait_for(lambda: not leftovers(), 5, message="no .deleted segment files anywhere")
     wait_for(lambda: not os.path.exists(os.path.join(os.path.abspath(dirs[0]), "t-0.delete"))
              and not os.path.exists(os.path.join(os.path.abspath(dirs[1]), "t-0.delete")), 5, message=".delete gone")
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_watermark(dirs):
+def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_watermark(dirs, jbod):
     """KAFKA-9087: a future log recreated mid-move, or one holding data the current log does not have at that
     offset, does not kill the move: it restarts from the future log's own high watermark."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
     quota = ReplicationQuotaManager(1)
-    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
     mgr.startup()
     dest = other_dir(dirs, part.log)
     start_move(m, mgr, part, dest)
@@ -335,19 +334,16 @@ def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_w
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert segment_bytes(part.log.dir) == before
     assert part.log.parent_dir == dest and part.log.log_end_offset == 100
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs):
+def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs, jbod):
     """KAFKA-9654: the move thread survives leadership changes (it never looks at leader epochs)."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m, epoch=1)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
     quota = ReplicationQuotaManager(1)
-    mgr = ReplicaAlterLogDirsManager(m, quota, 1, fetch_max_bytes=512)
+    mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     part.make_follower({"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}, 1)
@@ -359,37 +355,31 @@ def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs):
     wait_for(lambda: part.future_log is None, 10, message="the swap after two epoch changes")
     assert part.log.log_end_offset == 95
     assert [e.epoch for e in part.log.leader_epoch_cache.epoch_entries()] == [1, 3]
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs):
+def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs, jbod):
     """KAFKA-16711: after a move the new log knows how far the remote tier goes (local cleanup needs it)."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
-    part.log.highest_offset_in_remote_storage = 59
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    part.log.update_highest_offset_in_remote_storage(59)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert part.log.highest_offset_in_remote_storage == 59
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_flush_after_the_renames_does_not_fail(dirs):
+def test_flush_after_the_renames_does_not_fail(dirs, jbod):
     """The flush/rename race (user report: NoSuchFileException ...-future took the dir offline): files are
     flushed through open descriptors, so flushing either log after the renames works and reports nothing."""
-    m = LogManager(dirs)
-    m.startup()
+    m = jbod.log_manager()
     part = leader_partition(m)
     for _ in range(20):
         part.append_records_to_leader(blob(), -1)
     old = part.log
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
     wait_for(lambda: part.future_log is None, 10, message="the swap")
@@ -400,16 +390,13 @@ def test_flush_after_the_renames_does_not_fail(dirs):
     m.flush_dirty_logs()
     m.checkpoint_recovery_points()
     assert m.offline_dirs == set() and m.log_dir_failure_channel.take_next_offline_log_dir(0) is None
-    mgr.shutdown()
-    m.shutdown()
 
 
-def test_move_back_before_the_first_deletion_ran(dirs):
+def test_move_back_before_the_first_deletion_ran(dirs, jbod):
     """A->B->A->B within file.delete.delay.ms: the third move's source meets the first move's <tp>.delete; the
     older one is set aside (renamed, removed in the background), the new one takes its name, and nothing is
     left once the delays pass."""
-    m = LogManager(dirs, topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "2000"})
-    m.startup()
+    m = jbod.log_manager(topic_configs=lambda t: {**CFG, "file.delete.delay.ms": "2000"})
     part = leader_partition(m)
     part.log.update_config({**CFG, "file.delete.delay.ms": "2000"})
     for _ in range(20):
@@ -417,7 +404,7 @@ def test_move_back_before_the_first_deletion_ran(dirs):
     before = segment_bytes(part.log.dir)
     a = part.log.parent_dir
     b = other_dir(dirs, part.log)
-    mgr = ReplicaAlterLogDirsManager(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
     mgr.startup()
     for dest in (b, a, b):
         start_move(m, mgr, part, dest)
@@ -425,5 +412,3 @@ def test_move_back_before_the_first_deletion_ran(dirs):
     assert os.path.isdir(os.path.join(a, "t-0.delete")) and segment_bytes(part.log.dir) == before
     wait_for(lambda: sorted(n for d in (a, b) for n in os.listdir(d) if n.startswith("t-0")) == ["t-0"], 10,
              message="only t-0 left")
-    mgr.shutdown()
-    m.shutdown()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import threading
 
-import attrs
 import pytest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log import log_config as lc
@@ -23,45 +21,20 @@ from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
 from kafkatier.log.remote.tiered_state import classify_transition
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError, KafkaError, OffsetOutOfRangeError
 from kafkatier.waiting import wait_for
+from fakes import NOW, TOPIC_ID, FakePartition, record_batch, tiered_log
 
 S = RemoteLogSegmentState
-TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 TIP = TopicIdPartition(TOPIC_ID, "orders", 0)
-NOW = 1_700_000_000_000
 WAIT_S = 10.0
 
 
-@attrs.define
-class FakePartition:
-    log: Log
-    broker_id: int = 1
-    leader_id: int = 1
-    leader_epoch: int = 0
-    topic: str = "orders"
-    partition: int = 0
-    topic_id: str = TOPIC_ID
-
-    @property
-    def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
 
 
 def blob(n: int) -> bytes:
-    b = MemoryRecordsBuilder(2, 0, 1 << 20)
-    for i in range(n):
-        b.append(NOW + i, None, b"v".ljust(40, b"."))
-    b.close()
-    return bytes(b.buffer())
+    return record_batch(n)
 
 
-def make_log(tmp_path, name="orders-0", **props) -> Log:
-    base = {"segment.bytes": "320", "local.retention.bytes": "1", "remote.storage.enable": "true",
-            "file.delete.delay.ms": "0", "index.interval.bytes": "1"}
-    base.update({k.replace("_", "."): str(v) for k, v in props.items()})
-    d = tmp_path / name.split("/")[0]
-    d.mkdir(exist_ok=True)
-    return Log(str(d / name.split("/")[-1]), LogConfig.from_props(base), remote_log_enabled=True,
-               clock=lambda: NOW)
+make_log = tiered_log
 
 
 def fill(lg: Log, batches: int) -> None:
@@ -169,7 +142,7 @@ def test_delete_disablement_on_a_follower_only_stops_its_task(tmp_path, stores, 
     rlm = rlm_factory(broker_id=2)
     lg = make_log(tmp_path, "b2/orders-0")
     fill(lg, 6)
-    lg.highest_offset_in_remote_storage = 7
+    lg.update_highest_offset_in_remote_storage(7)
     lg.delete_old_segments()
     follower = FakePartition(lg, broker_id=2, leader_id=1)
     rlm.on_leadership_change([], [follower])
@@ -272,7 +245,7 @@ def test_re_enable_ignores_old_epoch_segments_still_being_deleted(tmp_path, stor
 def test_read_only_retention_expires_local_segments_only_after_the_remote_tier(tmp_path):
     lg = make_log(tmp_path)
     fill(lg, 10)                                             # [0,4) .. [16,20)
-    lg.highest_offset_in_remote_storage = 7                  # [0,8) uploaded
+    lg.update_highest_offset_in_remote_storage(7)                  # [0,8) uploaded
     lg.delete_old_segments()
     assert (lg.log_start_offset, lg.local_log_start_offset) == (0, 8)
     seg = lg.log_segments()[0].size

@@ -3,7 +3,6 @@
 precedence rules."""
 from __future__ import annotations
 
-import os
 import types
 
 import pytest
@@ -15,6 +14,7 @@ from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import ReplicaManager
+from fakes import FakeZk
 
 D = AlterReplicaLogDirsRequest.AlterReplicaLogDir
 T = D.AlterReplicaLogDirTopic
@@ -151,15 +151,6 @@ def test_throttle_precedence_and_validation():
         assert e.value.error == Errors.INVALID_REQUEST  # Kafka's ZkAdminManager: "Invalid config value for resource"
 
 
-class RecordingZk:
-    def __init__(self):
-        self.created = []
-
-    def create(self, path, data, sequence=False, makepath=False):
-        self.created.append((path, data, sequence))
-        return path + "0000000000"
-
-
 def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypatch):
     """ENOSPC on an append: KAFKA_STORAGE_ERROR to the producer, the dir offline, its partitions offline, one
     /log_dir_event_notification for the controller (which then elects another leader)."""
@@ -174,7 +165,7 @@ def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypat
     dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
     lm = LogManager(dirs)
     lm.startup()
-    zk = RecordingZk()
+    zk = FakeZk()
     r = ReplicaManager(1, lm, lambda t: {}, zk=zk)
     try:
         become_leader(r, "t")

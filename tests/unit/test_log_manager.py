@@ -11,6 +11,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from kafkatier.log.errors import InconsistentBrokerIdError, InconsistentTopicIdError, LogDirectoryError
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.log_manager import LogManager
+from kafkatier.waiting import wait_for
 
 
 def blob(n: int = 5, value_size: int = 100) -> bytes:
@@ -23,11 +24,7 @@ def blob(n: int = 5, value_size: int = 100) -> bytes:
 
 
 def wait_until(cond, timeout_s: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    wait_for(cond, timeout_s, interval=0.01, message=what)
 
 
 @pytest.fixture

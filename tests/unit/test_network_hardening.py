@@ -8,7 +8,7 @@ import pytest
 from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from kafkatier.server.network import CloseAfterResponse, SocketServer
+from kafkatier.server.network import Authenticated, CloseAfterResponse, SocketServer
 from kafkatier.waiting import wait_for
 from test_network import DEADLINE, StubBroker, _assert_closed, _connect, _frame, _recv_frame
 
@@ -27,7 +27,7 @@ class HardStub(StubBroker):
         if header.request_api_key == 3 and header.client_id == "bye":
             return CloseAfterResponse(super().handle(header, request, context))
         if header.request_api_key == 3 and header.client_id == "login":
-            context.session["principal"] = "User:alice"
+            return Authenticated(super().handle(header, request, context), "User:alice")
         return super().handle(header, request, context)
 
 

@@ -13,11 +13,12 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
-from kafkatier.server.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApis
+from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.replica_manager import ReplicaManager
 
 T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
@@ -41,7 +42,7 @@ def partition_state(topic: str, leader: int, epoch: int) -> dict:
 
 class Header:
     def __init__(self, version: int):
-        self.request_api_key = OFFSET_FOR_LEADER_EPOCH
+        self.request_api_key = ApiKeys.OFFSET_FOR_LEADER_EPOCH
         self.request_api_version = version
         self.client_id = "test"
 
@@ -73,7 +74,7 @@ class Broker:
         if version >= 3:
             body["replica_id"] = replica_id
         req = OffsetForLeaderEpochRequest(version=version, **body)
-        resp = self.apis.handlers()[OFFSET_FOR_LEADER_EPOCH][1](
+        resp = self.apis.handlers()[ApiKeys.OFFSET_FOR_LEADER_EPOCH][1](
             Header(version), req, ConnectionContext("c1", ("127.0.0.1", 5555), principal=principal))
         resp = type(resp).decode(resp.encode(version=version), version=version)  # what the client reads
         out = {}

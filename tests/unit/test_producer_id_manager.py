@@ -6,22 +6,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from kafkatier.server import producer_id_manager
 from kafkatier.server.producer_id_manager import ProducerIdManager, ProducerIdsUnavailableError
+from kafkatier.zk.errors import SessionExpiredError
+from fakes import FakeZk
+
+BLOCK = "/latest_producer_id_block"
 
 
-class Stat:
-    def __init__(self, version: int):
-        self.version = version
-
-
-class FakeZk:
-    """The calls the manager makes; the first ``failures`` calls raise a session expiry."""
+class ExpiringZk(FakeZk):
+    """The shared fake whose first ``failures`` retried calls raise a session expiry."""
 
     def __init__(self, failures: int = 0):
-        self.data, self.version, self.failures = None, -1, failures
+        super().__init__()
+        self.failures = failures
 
     def retry(self, fn, *args, **kw):
         if self.failures:
@@ -29,21 +28,13 @@ class FakeZk:
             raise SessionExpiredError()
         return fn(*args, **kw)
 
-    def get(self, path):
-        if self.data is None:
-            raise NoNodeError()
-        return self.data, Stat(self.version)
-
-    def create(self, path, value, makepath=False):
-        self.data, self.version = value, 0
-
-    def set(self, path, value, version):
-        assert version == self.version
-        self.data, self.version = value, self.version + 1
+    @property
+    def data(self) -> bytes:
+        return self.nodes[BLOCK]
 
 
 def test_blocks_follow_each_other():
-    zk = FakeZk()
+    zk = ExpiringZk()
     first = ProducerIdManager(zk, 1)
     assert [first.generate_producer_id() for _ in range(3)] == [0, 1, 2]
     assert ProducerIdManager(zk, 2).generate_producer_id() == 1000
@@ -51,13 +42,13 @@ def test_blocks_follow_each_other():
 
 
 def test_a_session_expiry_during_the_claim_is_waited_out():
-    zk = FakeZk(failures=3)
+    zk = ExpiringZk(failures=3)
     assert ProducerIdManager(zk, 1).generate_producer_id() == 0
 
 
 def test_zookeeper_unreachable_for_long_is_a_retriable_unavailability(monkeypatch):
     monkeypatch.setattr(producer_id_manager, "ZK_UNAVAILABLE_RETRY_S", 0.2)
-    zk = FakeZk(failures=10**6)
+    zk = ExpiringZk(failures=10**6)
     m = ProducerIdManager(zk, 1)
     with pytest.raises(ProducerIdsUnavailableError):
         m.generate_producer_id()

@@ -6,10 +6,9 @@ import os
 
 import attrs
 import pytest
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.record.memory_records import MemoryRecords
 
 from kafkatier.log.log import Log
-from kafkatier.log.log_config import LogConfig
 from kafkatier.log.remote.config import RemoteLogManagerConfig
 from kafkatier.log.remote.remote_log_manager import (CopyTask, ExpirationTask, FollowerTask, RemoteLogManager,
                                                      RemoteLogTaskFencedError, StopPartition)
@@ -17,11 +16,10 @@ from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMe
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from kafkatier.log.remote.remote_storage_manager import IndexType, LocalTieredStorage, RemoteStorageError
 from kafkatier.protocol.errors import OffsetOutOfRangeError
+from fakes import NOW, TOPIC_ID, FakePartition, record_batch, tiered_log
 
 S = RemoteLogSegmentState
-TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 TIP = TopicIdPartition(TOPIC_ID, "orders", 0)
-NOW = 1_700_000_000_000
 
 
 class Clock:
@@ -32,27 +30,9 @@ class Clock:
         return self.now
 
 
-@attrs.define
-class FakePartition:
-    log: Log
-    broker_id: int = 1
-    leader_id: int = 1
-    leader_epoch: int = 0
-    topic: str = "orders"
-    partition: int = 0
-    topic_id: str = TOPIC_ID
-
-    @property
-    def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
 
 
-def blob(n: int, first: int = 0, ts: int = NOW, value_size: int = 40) -> bytes:
-    b = MemoryRecordsBuilder(2, 0, 1 << 20)
-    for i in range(n):
-        b.append(ts + i, None, f"v{first + i}".encode().ljust(value_size, b"."))
-    b.close()
-    return bytes(b.buffer())
+blob = record_batch
 
 
 def offsets(data: bytes) -> list[int]:
@@ -65,13 +45,7 @@ def offsets(data: bytes) -> list[int]:
 
 
 def make_log(tmp_path, name="orders-0", clock=None, **props) -> Log:
-    base = {"segment.bytes": "320", "local.retention.bytes": "1", "remote.storage.enable": "true",
-            "file.delete.delay.ms": "0", "index.interval.bytes": "1"}
-    base.update({k.replace("_", "."): str(v) for k, v in props.items()})
-    d = tmp_path / name.split("/")[0]
-    d.mkdir(exist_ok=True)
-    return Log(str(d / name.split("/")[-1]), LogConfig.from_props(base), remote_log_enabled=True,
-               clock=clock or Clock())
+    return tiered_log(tmp_path, name, clock or Clock(), **props)
 
 
 def fill(lg: Log, batches: int, per_batch: int = 2, epoch: int = 0, ts: int = NOW) -> None:

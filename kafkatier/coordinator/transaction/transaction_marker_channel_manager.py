@@ -28,12 +28,12 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("coordinator.transaction.markers")
 
-WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
 
 RETRIABLE = frozenset({Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER, Errors.NOT_ENOUGH_REPLICAS,
@@ -158,7 +158,7 @@ class TransactionMarkerChannelManager:
             markers.append({"producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
                             "transaction_result": txn.commit, "coordinator_epoch": txn.coordinator_epoch,
                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
-        request = build(codec.request_class(WRITE_TXN_MARKERS), WRITE_TXN_MARKERS_VERSION, {"markers": markers})
+        request = build(codec.request_class(ApiKeys.WRITE_TXN_MARKERS), WRITE_TXN_MARKERS_VERSION, {"markers": markers})
         response = self.send(broker, request, WRITE_TXN_MARKERS_VERSION)
         retry = False
         by_pid: dict[int, list] = {}

@@ -229,7 +229,7 @@ class CopyTask(_Task):
             self.tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
             self.rlm.update_log_start_offset_from_remote(p, self.tip, self.tiered_epoch)
             self.copied_offset = self.rlm.highest_remote_offset(p, self.tip, self.tiered_epoch)
-            plog.highest_offset_in_remote_storage = self.copied_offset
+            plog.reset_highest_offset_in_remote_storage(self.copied_offset)
             self.initialized = True
             log.info(kv(event="copy_task_initialized", partition=self.tip, leader_epoch=self.leader_epoch,
                         tiered_epoch=self.tiered_epoch, highest_remote_offset=self.copied_offset,
@@ -299,7 +299,7 @@ class CopyTask(_Task):
         finally:
             rlm.segment_ids_being_copied.pop(sid.id, None)
         self.copied_offset = end
-        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, end)
+        plog.update_highest_offset_in_remote_storage(end)
         log.info(kv(event="copied_segment", partition=self.tip, segment=sid.id, start_offset=start,
                     end_offset=end, tiered_epoch=md.tiered_epoch))
 
@@ -338,7 +338,7 @@ class ExpirationTask(_Task):
             if copy_disabled(p.log):
                 tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
                 self.rlm.update_log_start_offset_from_remote(p, self.tip, tiered_epoch)
-                p.log.highest_offset_in_remote_storage = self.rlm.highest_remote_offset(p, self.tip, tiered_epoch)
+                p.log.reset_highest_offset_in_remote_storage(self.rlm.highest_remote_offset(p, self.tip, tiered_epoch))
         self.rlm.expire(p, self.tip, self)
 
 
@@ -371,7 +371,7 @@ class FollowerTask(_Task):
             return
         tiered_epoch = self.rlm.tiered_epoch_of(p.topic)
         highest = self.rlm.highest_remote_offset(p, self.tip, tiered_epoch)
-        p.log.highest_offset_in_remote_storage = highest
+        p.log.reset_highest_offset_in_remote_storage(highest)
         if p.leader_id >= 0 and 0 <= p.log.log_end_offset <= highest:
             self.rlm.maybe_rebuild_follower(p, self.tip)
 
@@ -508,9 +508,8 @@ class RemoteLogManager:
         with self._lock:
             for p in leaders:
                 st = self._state(p)
-                self._cancel(st, "follower")
-                self._cancel(st, "copy")
-                self._cancel(st, "expiration")
+                for task in ("follower", "copy", "expiration"):
+                    self._cancel(st, task)
                 st.was_leader = True
                 if not getattr(p.log.config, "remote_log_copy_disable", False):
                     st.copy = CopyTask(self, p, st.tip)
@@ -523,9 +522,8 @@ class RemoteLogManager:
                             copy=st.copy is not None))
             for p in followers:
                 st = self._state(p)
-                self._cancel(st, "copy")
-                self._cancel(st, "expiration")
-                self._cancel(st, "follower")
+                for task in ("copy", "expiration", "follower"):
+                    self._cancel(st, task)
                 st.was_leader = False
                 st.follower = FollowerTask(self, p, st.tip)
                 st.follower.handle = self.follower_pool.schedule(
@@ -946,7 +944,7 @@ class RemoteLogManager:
         plog.truncate_fully_and_start_at(leader_local_start, log_start_offset=min(leader_start, leader_local_start))
         for e in entries:
             plog.assign_epoch_start_offset(e.epoch, max(e.start_offset, plog.log_start_offset))
-        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, leader_local_start - 1)
+        plog.update_highest_offset_in_remote_storage(leader_local_start - 1)
         if self._restart_fetcher is not None:
             self._restart_fetcher(p)
         return True

@@ -29,7 +29,7 @@ import re
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
+from kafkatier.zk.errors import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from kafkatier.common.structs import TopicIdPartition

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import attrs
-from kazoo.exceptions import NoNodeError
+from kafkatier.zk.errors import NoNodeError
 
 from kafkatier.log.remote.remote_log_manager import FenceProvider, PartitionLike, RemoteLogTaskFencedError
 from kafkatier.zk import codecs, paths
