@@ -204,7 +204,7 @@ def _slow_header(api_key: int, api_version: int, correlation_id: int, client_id:
 _object_new = object.__new__
 # The fast construction only while it builds what the constructor builds (a kafka-python with other header
 # fields gets the constructor).
-_new_header = _fast_header if ([f.name for f in RequestHeader._struct._fields] == [
+_new_header = _fast_header if (list(RequestHeader.fields) == [
     "request_api_key", "request_api_version", "correlation_id", "client_id"]
     and _fast_header(1, 2, 3, "c") == _slow_header(1, 2, 3, "c")) else _slow_header
 

@@ -29,7 +29,7 @@ import time
 from typing import Callable, Iterable
 
 import attrs
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kafkatier.zk.errors import BadVersionError, NoNodeError
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv

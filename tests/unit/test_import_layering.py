@@ -169,6 +169,9 @@ PRIVATE_ACCESS_ALLOWED = {
     "admin.kafka_admin._manager",
     "root._kafkatier_configured",                        # a marker logsetup leaves on the root logger
     "src._fd",                                           # LogSegment copying from another LogSegment (same class)
+    "h._version",                                        # kafka-python: a RequestHeader built without its generic
+                                                         # field loop (protocol/codec._fast_header, the hot path)
+    "spark.sparkContext._jsc",                           # pyspark: executor memory status has no Python API
 }
 #: controller/ is another change's area this session (its managers' seams reach into the controller).
 PRIVATE_ACCESS_PENDING = ("kafkatier/controller/",)
