@@ -111,6 +111,8 @@ class Faults:
             if leader is None or not self.alive(leader):
                 raise FaultError(f"{target[7:]} has no live leader (ZooKeeper names {leader})")
             return leader
+        elif target.startswith("txn-coordinator:"):
+            return self._transaction_coordinator(target[16:])
         elif target.startswith("follower:"):
             topic, p = target[9:].rsplit("/", 1)
             leader = snap.leader(topic, int(p))
@@ -121,6 +123,20 @@ class Faults:
         if not candidates:
             raise FaultError(f"no live broker for target {target!r}")
         return candidates[min(int(pick * len(candidates)), len(candidates) - 1)]
+
+    def _transaction_coordinator(self, transactional_id: str) -> int:
+        """The leader of the ``__transaction_state`` partition of ``transactional_id``, as ZooKeeper names it."""
+        from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+        zk = self.observer.zk
+        try:
+            n = len(codecs.TopicAssignment.decode(zk.get(paths.topic(TRANSACTION_STATE_TOPIC))[0]).partitions)
+            p = partition_for(transactional_id, n)
+            leader = json.loads(zk.get(paths.partition_state(TRANSACTION_STATE_TOPIC, p))[0])["leader"]
+        except (KazooException, ValueError, KeyError) as e:
+            raise FaultError(f"no transaction coordinator of {transactional_id!r} yet: {e!r}") from None
+        if leader < 0 or not self.alive(leader):
+            raise FaultError(f"{TRANSACTION_STATE_TOPIC}/{p} has no live leader (ZooKeeper names {leader})")
+        return leader
 
     # -- brokers ---------------------------------------------------------------------------------------------
     def _registration(self, broker_id: int) -> int | None:
