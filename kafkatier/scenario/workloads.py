@@ -20,7 +20,8 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   the decision, then ``ok`` (committed: commit_transaction returned), ``fail`` (certainly aborted: the decision
   was abort, or commit was never asked) or ``info`` (unknown: commit asked and not confirmed), with ``writes``
   ``[[partition, offset, value], ...]`` from the delivery reports and ``end_invoked`` (when EndTxn was asked).
-  With ``zombie_at_s`` the producer leaves a transaction open at that time (its sends delivered), a new
+  With ``zombie_at_s`` the producer leaves a transaction open that long after the workload started (its sends
+  delivered), a new
   instance with the same transactional id fences it, and after ``zombie_pause_s`` the old instance wakes up,
   sends once more and tries to commit: it must fail (``zombie = true`` on that operation).  Read_committed
   consumers are :class:`ConsumerWorkload` (``isolation_level``); the checkers are ``checkers/transactions.py``.
@@ -251,6 +252,7 @@ class TxnProducerWorkload(Workload):
         self.producer: Producer | None = None
         self._zombie: tuple | None = None     # (producer, txn value, writes, wake-up time)
         self._zombie_done = not spec.zombie_at_s
+        self._started = time.monotonic()
 
     # -- one producer instance -------------------------------------------------------------------------------
     def _new_producer(self) -> Producer | None:
@@ -323,7 +325,7 @@ class TxnProducerWorkload(Workload):
         tid = f"{self.process}:{seq}"
         sends = [[self.rng.randrange(self.partitions), f"{tid}:{i}"] for i in range(spec.txn_sends)]
         commit = self.rng.random() >= spec.abort_ratio
-        zombie = not self._zombie_done and self.history.seconds() >= spec.zombie_at_s
+        zombie = not self._zombie_done and time.monotonic() - self._started >= spec.zombie_at_s
         txn = {"txn": tid, "sends": sends, "decision": "commit" if commit else "abort"}
         writes: dict[str, tuple] = {}
         self.history.record(INVOKE, self.process, "txn", txn, topic=spec.topic)
@@ -378,7 +380,7 @@ class TxnProducerWorkload(Workload):
 
     def work(self) -> None:
         period = 1.0 / self.spec.rate
-        start = time.monotonic()
+        start = self._started = time.monotonic()
         seq = 0
         self.producer = self._new_producer()
         while self.producer is not None and not self.stopping.is_set():

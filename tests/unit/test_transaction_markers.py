@@ -84,6 +84,17 @@ def test_a_deleted_partition_is_dropped_and_a_leaderless_one_waits(channel):
     assert channel._send_round() is False and len(done) == 1
 
 
+def test_an_unexpected_error_is_sent_again_never_dropped(channel):
+    """Dropping the partition would complete the transaction without its marker there (a hanging transaction)."""
+    done = []
+    channel.brokers.errors[("a", 0)] = [Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.CORRUPT_MESSAGE]
+    channel.add_markers(pending(done, [("a", 0)]))
+    assert channel._send_round() is True and not done
+    assert channel._send_round() is True and not done
+    assert channel._send_round() is False and len(done) == 1
+    assert sum(1 for b, _ in channel.brokers.requests if b == 1) == 3
+
+
 def test_a_fenced_marker_gives_the_transaction_up(channel):
     done = []
     channel.brokers.errors[("a", 0)] = [Errors.TRANSACTION_COORDINATOR_FENCED]

@@ -9,9 +9,9 @@ Its writes are ``[partition, offset, value]`` from the delivery reports (offset 
 - **aborted-read** (G1a): a read_committed poll or the final read returns a value of an aborted transaction;
 - **precommitted-read**: a read_committed poll returned a value before its transaction was asked to commit
   (the poll completed before ``end_invoked``);
-- **read-past-lso**: a read_committed poll returned offset *o* of a partition while a transaction with a write
-  at an offset below *o* there had not yet been asked to end (so it was open and the last stable offset was at
-  or below that write): read_committed never reads past the LSO;
+- **read-past-lso**: a read_committed poll returned offset *o* of a partition while a committed transaction with
+  a write at an offset below *o* there had not yet been asked to commit (so it was open and the last stable
+  offset was at or below that write): read_committed never reads past the LSO;
 - **torn-transaction**: a read session (a consumer between two seeks, or the final read) saw some of a
   transaction's writes but missed others in a partition whose offsets it read across (from at or below the
   write's offset to at or past it);
@@ -151,11 +151,12 @@ def _precommitted(sessions, by_value: dict[str, Txn]) -> list[Anomaly]:
 def _past_lso(entries: list[dict], txns: list[Txn]) -> list[Anomaly]:
     """Per partition, the transactions' writes by offset with the running maximum of when their transaction was
     asked to end; a poll at time *t* that returned offset *o* is past the LSO if some write below *o* belongs to a
-    transaction asked to end after *t*.  Transactions never asked to end (aborted by a fence or a timeout at a
-    time the history does not show) are left out."""
+    transaction asked to end after *t*.  Only committed transactions count: they were certainly open until
+    their commit was asked, while an aborted or unknown one may have been aborted earlier than the history shows
+    (by a fence or its timeout)."""
     per_tp: dict[str, list[tuple[int, int, Txn]]] = defaultdict(list)
     for t in txns:
-        if t.end_invoked is None:
+        if t.end_invoked is None or t.status != COMMITTED:
             continue
         for p, o, _ in t.writes:
             if o >= 0:
