@@ -265,11 +265,19 @@ class TxnProducerWorkload(Workload):
                 producer.init_transactions(self.INIT_TIMEOUT_S)
             except KafkaException as e:
                 self.history.record(INFO, self.process, "init-transactions", None, error=error_name(e.args[0]))
-                producer.flush(0)
+                self._discard(producer)
                 continue
             self.history.record(OK, self.process, "init-transactions", None)
             return producer
         return None
+
+    @staticmethod
+    def _discard(producer: Producer) -> None:
+        """Serve what the instance still has to report and let it go (a fatal one raises here)."""
+        try:
+            producer.flush(0)
+        except KafkaException:
+            pass
 
     @staticmethod
     def _delivered(writes: dict):
@@ -376,7 +384,7 @@ class TxnProducerWorkload(Workload):
         # Fenced before it asked to commit: whatever it was told, the coordinator can only have aborted it, so a
         # commit it reports as successful is recorded as one (the checker flags it: zombie-committed).
         self._complete(txn, writes, error is None, end_invoked, error, zombie=True)
-        producer.flush(0)
+        self._discard(producer)
 
     def work(self) -> None:
         period = 1.0 / self.spec.rate
@@ -394,7 +402,7 @@ class TxnProducerWorkload(Workload):
             seq += 1
             if not ok:
                 if self._zombie is None or self._zombie[0] is not self.producer:
-                    self.producer.flush(0)
+                    self._discard(self.producer)
                 self.producer = self._new_producer()
         if self._zombie is not None:
             self._wake_zombie()
