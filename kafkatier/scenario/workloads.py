@@ -252,7 +252,7 @@ class TxnProducerWorkload(Workload):
         self.producer: Producer | None = None
         self._zombie: tuple | None = None     # (producer, txn value, writes, wake-up time)
         self._zombie_done = not spec.zombie_at_s
-        self._started = time.monotonic()
+        self._began = time.monotonic()
 
     # -- one producer instance -------------------------------------------------------------------------------
     def _new_producer(self) -> Producer | None:
@@ -333,7 +333,7 @@ class TxnProducerWorkload(Workload):
         tid = f"{self.process}:{seq}"
         sends = [[self.rng.randrange(self.partitions), f"{tid}:{i}"] for i in range(spec.txn_sends)]
         commit = self.rng.random() >= spec.abort_ratio
-        zombie = not self._zombie_done and time.monotonic() - self._started >= spec.zombie_at_s
+        zombie = not self._zombie_done and time.monotonic() - self._began >= spec.zombie_at_s
         txn = {"txn": tid, "sends": sends, "decision": "commit" if commit else "abort"}
         writes: dict[str, tuple] = {}
         self.history.record(INVOKE, self.process, "txn", txn, topic=spec.topic)
@@ -388,7 +388,7 @@ class TxnProducerWorkload(Workload):
 
     def work(self) -> None:
         period = 1.0 / self.spec.rate
-        start = self._started = time.monotonic()
+        start = self._began = time.monotonic()
         seq = 0
         self.producer = self._new_producer()
         while self.producer is not None and not self.stopping.is_set():
