@@ -185,7 +185,7 @@ class TransactionCoordinator:
             callback(error)
         try:
             self.state.write(transactional_id, transit, written)
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             log.exception("transaction state write failed %s", kv(transactional_id=transactional_id))
             with self._lock:
                 metadata.pending_state = None
