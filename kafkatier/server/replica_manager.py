@@ -730,6 +730,9 @@ class ReplicaManager:
         self.fetcher_manager.shutdown()
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
+        for p in list(self.partitions.values()):   # producer state snapshots: a restart need not read every log
+            if not p.log.closed:
+                p.snapshot_producer_state()
 
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]
