@@ -422,3 +422,33 @@ def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
     c.handle_end_transaction("tx", 1000, 0, True, a)
     c.handle_add_partitions("tx", 1000, 0, [TP1], a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
+
+
+def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
+    """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
+    CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    held = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    coord.on_resignation(coord.partition_for("tx"))
+    coord.timer_.advance(100)
+    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    assert held.got[-1] == Errors.NOT_COORDINATOR
+    coord.timer_.advance(1000)
+    assert len(held.got) == 2
+
+
+def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
+    a = Answers()
+    coord.handle_add_partitions("nobody", 1000, 0, [TP0], a)
+    assert a.last == Errors.INVALID_PRODUCER_ID_MAPPING
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    assert init(coord) == (Errors.NONE, 1000, 1)                  # a second instance
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    assert a.last == Errors.PRODUCER_FENCED
+    coord.handle_add_partitions("", 1000, 1, [TP0], a)
+    assert a.last == Errors.INVALID_REQUEST
