@@ -54,6 +54,7 @@ from kafkatier.zk.kafka_zk_client import read_topic_config
 log = get_logger("server.apis")
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+WRITE_TXN_MARKERS = 27
 FIND_COORDINATOR = 10
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
@@ -171,6 +172,12 @@ class KafkaApis:
                 {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
                                                  "timestamp": -1, "offset": -1, "leader_epoch": -1}
                                                 for p in t.partitions]} for t in request.topics]})
+        if key == WRITE_TXN_MARKERS:   # the coordinator retries or drops per partition, as Kafka's handler does
+            return self._resp(WRITE_TXN_MARKERS, v, {"markers": [
+                {"producer_id": m.producer_id, "topics": [
+                    {"name": t.name, "partitions": [{"partition_index": i, "error_code": code}
+                                                    for i in t.partition_indexes]} for t in m.topics]}
+                for m in request.markers]})
         if key == METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
             return self._resp(METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13
