@@ -215,8 +215,9 @@ class ScenarioRunner:
 
     # -- workload phase ------------------------------------------------------------------------------------------
     def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
+        from kafkatier.scenario.txn_workload import TxnProducerWorkload
         from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
-                                                  ProducerWorkload, SparkProducerWorkload, TxnProducerWorkload)
+                                                  ProducerWorkload, SparkProducerWorkload)
         spec, h = self.spec, self.history
         bootstrap = manager.bootstrap_servers
         self.producers, self.readers, self.spark_jobs = [], [], []
