@@ -5,8 +5,15 @@ For each producer id it keeps the last five batches appended (producer epoch, fi
 and last offset), taken from batch headers only.  A retried batch whose producer epoch and sequence range match
 one of those is a duplicate: the broker answers with the offsets it was first written at and appends nothing
 (Kafka's behaviour, so a producer retry after a lost acknowledgement does not write a record twice).  The
-state is rebuilt from the batch headers in the log when a replica is opened and after a truncation; there are
-no ``.snapshot`` files.  Out-of-order sequences are not rejected (see docs/differences.md).
+state is rebuilt when a replica is opened and after a truncation: from the latest producer state snapshot at or
+below the log end offset (``<offset>.snapshot``, Kafka's format version 1: version, CRC-32C, then per producer its
+id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch and ``currentTxnFirstOffset``),
+then the batch headers of the log from that offset on -- or of the whole log when there is no usable snapshot (a
+bad CRC or version is logged and the file ignored).  :meth:`take_snapshot` writes one (the partition does at each
+segment roll and at shutdown, Kafka's points); snapshots above the log end are deleted at rebuild (a truncation
+made them wrong) and only the two most recent are kept.  As in Kafka, a producer's state loaded from a snapshot
+holds its last batch only (de-duplication of the four before it needs the log).  Out-of-order sequences are not
+rejected (see docs/differences.md).
 
 Transactions (Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``): per producer the latest epoch and
 coordinator epoch, and the first offset of its open transaction (``currentTxnFirstOffset``), set by its first
@@ -27,6 +34,10 @@ import threading
 from collections import deque
 
 import attrs
+from crc32c import crc32c
+
+from kafkatier.common.atomic_file import atomic_write
+from kafkatier.logsetup import get_logger, kv
 
 from kafkatier.log.errors import Errors, KafkaError
 from kafkatier.log.record_batch import (CONTROL_FLAG_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2,
@@ -35,6 +46,66 @@ from kafkatier.log.record_batch import (CONTROL_FLAG_MASK, HEADER, HEADER_SIZE, 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_ID = -1
 _SCAN_CHUNK = 1 << 20
+
+log = get_logger("log.producer-state")
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+SNAPSHOTS_KEPT = 2
+_SNAPSHOT_HEADER = struct.Struct(">hIi")        # version, crc (of what follows it), number of producers
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")     # id, epoch, last seq, last offset, offset delta, timestamp,
+#                                                  coordinator epoch, current transaction's first offset
+
+
+class CorruptSnapshotError(ValueError):
+    """A ``.snapshot`` file that cannot be used (Kafka's CorruptSnapshotException)."""
+
+
+def snapshot_path(log_dir: str, offset: int) -> str:
+    return os.path.join(log_dir, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+def snapshot_offsets(log_dir: str) -> list[int]:
+    """The offsets of the snapshots in ``log_dir``, ascending."""
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return []
+    return sorted(int(n[:-len(SNAPSHOT_SUFFIX)]) for n in names
+                  if n.endswith(SNAPSHOT_SUFFIX) and n[:-len(SNAPSHOT_SUFFIX)].isdigit())
+
+
+@attrs.frozen
+class SnapshotEntry:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int
+
+
+def encode_snapshot(entries: list[SnapshotEntry]) -> bytes:
+    body = struct.pack(">i", len(entries)) + b"".join(
+        _SNAPSHOT_ENTRY.pack(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset, e.offset_delta,
+                             e.timestamp, e.coordinator_epoch, e.current_txn_first_offset) for e in entries)
+    return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
+
+
+def decode_snapshot(data: bytes) -> list[SnapshotEntry]:
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes: shorter than the header")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"version {version}, expected {SNAPSHOT_VERSION}")
+    if crc32c(data[6:]) != crc:
+        raise CorruptSnapshotError("CRC mismatch")
+    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptSnapshotError(f"{count} producers do not fit {len(data)} bytes")
+    return [SnapshotEntry(*_SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEADER.size + i * _SNAPSHOT_ENTRY.size))
+            for i in range(count)]
 
 
 @attrs.frozen
@@ -246,8 +317,8 @@ class ProducerStateManager:
         q.append(entry)
 
     def rebuild(self, log) -> None:
-        """Re-read the producer batches from the log's segments (batch headers, and the key of control
-        records)."""
+        """Load the latest usable snapshot at or below the log end offset (deleting those above it), then read the
+        producer batches from there on in the log's segments (batch headers, and the key of control records)."""
         with self._lock:
             self._producers.clear()
             self._epochs.clear()
@@ -256,20 +327,85 @@ class ProducerStateManager:
             self._unreplicated.clear()
             self._last_timestamps.clear()
             end = log.log_end_offset
-            for seg in log.log_segments():
+            start = self._load_snapshot(log.dir, end, log.log_start_offset)
+            segments = log.log_segments()
+            for i, seg in enumerate(segments):
+                if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                    continue   # wholly below the snapshot
                 for (base, delta, pid, epoch, seq, attributes, kind, coordinator_epoch,
                      ts) in _scan_headers(seg.log_path):
                     if base + delta >= end:
                         break
+                    if base < start:
+                        continue
                     if pid != NO_PRODUCER_ID:
                         self._last_timestamps[pid] = ts
                         self._track(pid, epoch, attributes, base, base + delta, kind, coordinator_epoch)
                         self._add(pid, _entry(base, delta, epoch, seq))
             self._unreplicated.clear()
 
+    def _load_snapshot(self, log_dir: str, end: int, log_start: int) -> int:
+        """The state of the newest usable snapshot at or below ``end``; returns its offset (the log start when
+        there is none: the whole log is read).  Snapshots above ``end`` are deleted."""
+        for offset in reversed(snapshot_offsets(log_dir)):
+            path = snapshot_path(log_dir, offset)
+            if offset > end:
+                log.info("deleting a producer state snapshot above the log end %s", kv(file=path, log_end=end))
+                _unlink(path)
+                continue
+            if offset < log_start:
+                break
+            try:
+                with open(path, "rb") as f:
+                    entries = decode_snapshot(f.read())
+            except (OSError, CorruptSnapshotError) as e:
+                log.warning("ignoring an unreadable producer state snapshot %s", kv(file=path, reason=e))
+                continue
+            for e in entries:
+                self._epochs[e.producer_id] = e.producer_epoch
+                if e.coordinator_epoch >= 0:
+                    self._coordinator_epochs[e.producer_id] = e.coordinator_epoch
+                if e.current_txn_first_offset >= 0:
+                    self._ongoing[e.producer_id] = e.current_txn_first_offset
+                if e.timestamp >= 0:
+                    self._last_timestamps[e.producer_id] = e.timestamp
+                if e.last_sequence >= 0 and e.last_offset >= 0:
+                    first_seq = e.last_sequence - e.offset_delta
+                    self._add(e.producer_id, BatchMetadata(e.producer_epoch, first_seq, e.last_sequence,
+                                                           e.last_offset - e.offset_delta, e.last_offset))
+            return offset
+        return log_start
+
+    def take_snapshot(self, log_dir: str, offset: int) -> str:
+        """Write the state (of every batch below ``offset``: the caller's log end) as ``<offset>.snapshot`` and keep
+        only the newest :data:`SNAPSHOTS_KEPT`; returns the path."""
+        with self._lock:
+            pids = set(self._producers) | set(self._epochs) | set(self._ongoing)
+            entries = []
+            for pid in sorted(pids):
+                q = self._producers.get(pid)
+                last = q[-1] if q else None
+                entries.append(SnapshotEntry(
+                    pid, self._epochs.get(pid, last.producer_epoch if last else -1),
+                    last.last_seq if last else -1, last.last_offset if last else -1,
+                    last.last_offset - last.first_offset if last else 0, self._last_timestamps.get(pid, -1),
+                    self._coordinator_epochs.get(pid, -1), self._ongoing.get(pid, -1)))
+        path = snapshot_path(log_dir, offset)
+        atomic_write(path, encode_snapshot(entries))
+        for old in snapshot_offsets(log_dir)[:-SNAPSHOTS_KEPT]:
+            _unlink(snapshot_path(log_dir, old))
+        return path
+
     def producers(self) -> int:
         with self._lock:
             return len(self._producers)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 _MARKER_VALUE = struct.Struct(">hi")

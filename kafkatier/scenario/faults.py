@@ -117,6 +117,12 @@ class Faults:
             candidates = live
         elif target == "non-controller":
             candidates = [b for b in live if b != snap.controller]
+        elif target.startswith("txn-coordinator:"):
+            broker = self._transaction_coordinator(target[16:])
+            if broker in excluded:
+                raise FaultError(f"target {target} is broker {broker}, which is excluded "
+                                 f"({', '.join(map(str, exclude))})")
+            return broker
         elif target.startswith("follower:"):
             topic, p = target[9:].rsplit("/", 1)
             leader = snap.leader(topic, int(p))
@@ -147,6 +153,20 @@ class Faults:
                 if leader is not None:
                     out.add(leader)
         return out
+
+    def _transaction_coordinator(self, transactional_id: str) -> int:
+        """The leader of the ``__transaction_state`` partition of ``transactional_id``, as ZooKeeper names it."""
+        from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+        zk = self.observer.zk
+        try:
+            n = len(codecs.TopicAssignment.decode(zk.get(paths.topic(TRANSACTION_STATE_TOPIC))[0]).partitions)
+            p = partition_for(transactional_id, n)
+            leader = json.loads(zk.get(paths.partition_state(TRANSACTION_STATE_TOPIC, p))[0])["leader"]
+        except (KazooException, ValueError, KeyError) as e:
+            raise FaultError(f"no transaction coordinator of {transactional_id!r} yet: {e!r}") from None
+        if leader < 0 or not self.alive(leader):
+            raise FaultError(f"{TRANSACTION_STATE_TOPIC}/{p} has no live leader (ZooKeeper names {leader})")
+        return leader
 
     # -- brokers ---------------------------------------------------------------------------------------------
     def _registration(self, broker_id: int) -> int | None:

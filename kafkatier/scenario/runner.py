@@ -218,6 +218,7 @@ class ScenarioRunner:
 
     # -- workload phase ------------------------------------------------------------------------------------------
     def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
+        from kafkatier.scenario.txn_workload import TxnProducerWorkload
         from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
                                                   ProducerWorkload, SparkProducerWorkload)
         spec, h = self.spec, self.history
@@ -239,6 +240,9 @@ class ScenarioRunner:
                 h.info(name, "start", attrs.asdict(w))
                 if w.type == "producer":
                     self.producers.append(ProducerWorkload(name, w, bootstrap, h, on_ack=on_ack))
+                elif w.type == "txn_producer":
+                    self.producers.append(TxnProducerWorkload(name, w, bootstrap, spec.topic(w.topic).partitions, h,
+                                                              self.seed, on_ack=on_ack))
                 elif w.type == "spark_producer":
                     self.spark_jobs.append(SparkProducerWorkload(name, w, bootstrap, h, on_progress=on_written))
                 elif w.type == "consumer":
@@ -481,6 +485,9 @@ class ScenarioRunner:
                                     continue
                                 part["records"].append([m.offset(), m.value().decode()])
                                 part["_next"] = m.offset() + 1
+                            # read_committed skips control batches and aborted records: the position passes them
+                            pos = consumer.position([TopicPartition(t.name, p)])[0].offset
+                            part["_next"] = max(part["_next"], pos)
                             return part["_next"] >= hi
                         try:
                             wait_for(done, 60, interval=0, message=f"final read of {t.name}/{p}")
@@ -489,7 +496,7 @@ class ScenarioRunner:
         finally:
             consumer.close()
         for part in reads.values():
-            part.pop("_next", None)
+            part["read_to"] = part.pop("_next", part["log_start"])
         h.record(INFO, "final", "final-read", reads)
         observer.poll_once()
         if self._compare_replicas():

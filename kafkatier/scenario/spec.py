@@ -86,6 +86,12 @@ class WorkloadSpec:
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
     client_group: str | None = None         # bootstrap through this client group's links
+    isolation_level: str = "read_committed"  # consumer (librdkafka's default)
+    txn_sends: int = 4                      # txn_producer: sends per transaction (rate: transactions per second)
+    abort_ratio: float = 0.0                # txn_producer: share of transactions it aborts on purpose
+    transaction_timeout_ms: int = 10000     # txn_producer: transaction.timeout.ms
+    zombie_at_s: float = 0.0                # txn_producer: leave a transaction open then, fenced by a new instance
+    zombie_pause_s: float = 2.0             # txn_producer: how long the fenced instance sleeps before it commits
 
 
 @attrs.frozen
@@ -390,7 +396,8 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
     target = a.get("target")
     if isinstance(target, int) and not 1 <= target <= cluster.brokers:
         raise ScenarioSpecError(f"{where}.target: no broker {target} (brokers are 1..{cluster.brokers})")
-    if isinstance(target, str) and ":" in target and target.split(":", 1)[1].split("/")[0] not in topics:
+    if isinstance(target, str) and ":" in target and not target.startswith("txn-coordinator:") and \
+            target.split(":", 1)[1].split("/")[0] not in topics:
         raise ScenarioSpecError(f"{where}.target: unknown topic in {target!r}")
     if kind == "delete_records" and "offset" not in a:
         raise ScenarioSpecError(f"{where}.offset: required for action 'delete_records'")

@@ -13,6 +13,8 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   produce --rows N --record-size S`` in a subprocess (the scenario process stays light), recorded as one
   ``spark-produce`` invoke and ``ok`` (the job succeeded: every row ``str(i).zfill(S)``, ``0 <= i < N``, is
   acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.
+- :class:`~kafkatier.scenario.txn_workload.TxnProducerWorkload` (process ``txn_producer-N``): Jepsen's
+  transactional workload, in ``txn_workload.py``.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
   ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
   ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
@@ -186,7 +188,8 @@ class ConsumerWorkload(Workload):
         self.polled = 0
         self.consumer = Consumer(client_config(bootstrap) | {
             "group.id": f"scenario-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000})
+            "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
+            "isolation.level": spec.isolation_level})
 
     def _assign(self) -> None:
         start = OFFSET_BEGINNING if self.spec.seek == "beginning" else OFFSET_END

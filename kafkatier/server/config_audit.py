@@ -55,12 +55,14 @@ class UnknownConfig:
 
 def known_names() -> frozenset[str]:
     from kafkatier.coordinator.group.group_coordinator import GroupConfig
+    from kafkatier.coordinator.transaction.transaction_state_manager import TransactionConfig
     from kafkatier.log.log_config import _KEYS
     from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS
 
     synonyms = {s.name for k in _KEYS for s in k.synonyms}
     group = {f.name.replace("_", ".") for f in attrs.fields(GroupConfig)}
-    return frozenset(BROKER_CONFIGS) | synonyms | group | SERVER_NAMES
+    txn = {f.name.replace("_", ".") for f in attrs.fields(TransactionConfig)}
+    return frozenset(BROKER_CONFIGS) | synonyms | group | txn | SERVER_NAMES
 
 
 def unknown_configs(names: Iterable[str], known: frozenset[str] | None = None) -> list[UnknownConfig]:

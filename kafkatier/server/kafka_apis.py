@@ -169,6 +169,12 @@ class KafkaApis:
                 {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
                                                  "timestamp": -1, "offset": -1, "leader_epoch": -1}
                                                 for p in t.partitions]} for t in request.topics]})
+        if key == ApiKeys.WRITE_TXN_MARKERS:   # the coordinator retries or drops per partition, as Kafka's handler does
+            return self._resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": [
+                {"producer_id": m.producer_id, "topics": [
+                    {"name": t.name, "partitions": [{"partition_index": i, "error_code": code}
+                                                    for i in t.partition_indexes]} for t in m.topics]}
+                for m in request.markers]})
         if key == ApiKeys.METADATA:
             names = [t.name for t in request.topics or [] if t.name is not None]
             return self._resp(ApiKeys.METADATA, v, {"throttle_time_ms": 0, "error_code": code,  # top level from v13

@@ -87,6 +87,7 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.producer_state = ProducerStateManager()
         self.producer_state.rebuild(log_)
+        self._snapshot_base: int | None = None   # the active segment's base offset when last looked at
         # JBOD (KIP-113): the ``<tp>.move`` future log while a move is in progress (set and cleared by the
         # ReplicaAlterLogDirsManager); it follows truncation and counts for the low watermark.  ``future_lock``
         # (taken after ``lock``) guards it: a move round holds it while copying.
@@ -179,6 +180,7 @@ class Partition:
                 raise
             if info.num_batches:
                 self._index_aborted(self.producer_state.update(info.records))
+                self._snapshot_on_roll()
         self.maybe_increment_high_watermark()
         return info
 
@@ -203,8 +205,28 @@ class Partition:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
             self._index_aborted(self.producer_state.update(info.records, coordinator_epoch))
+            self._snapshot_on_roll()
         self.maybe_increment_high_watermark()
         return info
+
+    def _snapshot_on_roll(self) -> None:
+        """A producer state snapshot when the log rolled a segment (Kafka's snapshot at roll), so a restart reads
+        the log from there rather than from its start (log/producer_state.py)."""
+        base = self.log.active_segment.base_offset
+        if base == self._snapshot_base:
+            return
+        first = self._snapshot_base is None
+        self._snapshot_base = base
+        if not first:
+            self.snapshot_producer_state()
+
+    def snapshot_producer_state(self) -> None:
+        """Write the producer state at the log end offset (at a roll, and at shutdown); a failure is logged."""
+        with self.lock:
+            try:
+                self.producer_state.take_snapshot(self.log.dir, self.log.log_end_offset)
+            except OSError as e:
+                log.warning("cannot write a producer state snapshot %s", kv(partition=self, reason=e))
 
     def _index_aborted(self, completed) -> None:
         if completed:   # forget completed transactions whose markers are below the HW (bounded memory)
@@ -385,6 +407,7 @@ class Partition:
                 raise
             if info.num_batches:
                 self._index_aborted(self.producer_state.update(info.records))
+                self._snapshot_on_roll()
 
     def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
         """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR

@@ -589,16 +589,15 @@ class ReplicaManager:
 
     def _read_committed(self, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
         """A read_committed consumer's read: bounded by the last stable offset, with the aborted transactions
-        overlapping what is returned (Kafka's ``FetchIsolation.TXN_COMMITTED``; remote-tier reads are not
-        bounded by the LSO here, see docs/differences.md)."""
+        overlapping what is returned (Kafka's ``FetchIsolation.TXN_COMMITTED``), from the remote tier too (its
+        segments' transaction indexes, then the local log's)."""
         try:
             p = self.get_partition_or_error(*fp.tp, leader_only=True)
             p.check_leader_epoch(fp.current_leader_epoch)
             plog = p.log
             if (self.remote_log_manager is not None and is_tiered(p)
                     and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
-                r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes)
-                return attrs.evolve(r, last_stable_offset=p.last_stable_offset)
+                return self._read_committed_from_remote_tier(p, fp, max_bytes)
             lso = p.last_stable_offset
             if fp.fetch_offset == lso:
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset,
@@ -609,8 +608,7 @@ class ReplicaManager:
                 # Local retention removed the segment meanwhile: the data is in the remote tier (as read_partition).
                 if (self.remote_log_manager is not None and is_tiered(p)
                         and plog.log_start_offset <= fp.fetch_offset < plog.local_log_start_offset):
-                    r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes)
-                    return attrs.evolve(r, last_stable_offset=lso)
+                    return self._read_committed_from_remote_tier(p, fp, max_bytes)
                 raise
             records = info.records or b""
             aborted: tuple = ()
@@ -643,15 +641,36 @@ class ReplicaManager:
         q = self.leader_replication_quota
         return q is not None and not q.unlimited and replica_id not in p.isr and q.is_throttled(p.topic, p.partition)
 
+    def _read_committed_from_remote_tier(self, p: Partition, fp: FetchPartitionData,
+                                         max_bytes: int) -> FetchPartitionResult:
+        """The remote-tier part of :meth:`_read_committed`: bounded by the last stable offset, listing the aborted
+        transactions of the remote segments' (and, past them, the local log's) transaction indexes."""
+        plog, lso = p.log, p.last_stable_offset
+        if fp.fetch_offset >= lso:
+            return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset,
+                                        last_stable_offset=lso)
+        r = self._read_from_remote_tier(p, -1, fp.fetch_offset, max_bytes, max_offset=lso)
+        aborted: tuple = ()
+        if r.records:
+            upper = fp.fetch_offset
+            for _, h in iter_batches(r.records):
+                upper = h.last_offset + 1
+            found, complete = self.remote_log_manager.collect_aborted_transactions(p, fp.fetch_offset, upper)
+            if not complete:
+                found += [t for t in plog.collect_aborted_transactions(fp.fetch_offset, upper) if t not in found]
+            aborted = tuple((t.producer_id, t.first_offset) for t in found)
+        return attrs.evolve(r, last_stable_offset=lso, aborted_transactions=aborted)
+
     def _read_from_remote_tier(self, p: Partition, replica_id: int, offset: int,
-                               max_bytes: int) -> FetchPartitionResult:
+                               max_bytes: int, max_offset: int | None = None) -> FetchPartitionResult:
         """Consumer reads in ``[log start, local log start)`` come from remote storage; followers get
         OFFSET_MOVED_TO_TIERED_STORAGE (and rebuild from the remote tier)."""
         if replica_id >= 0:
             raise offset_moved_to_tiered_storage(offset)
         plog = p.log
         try:
-            records = self.remote_log_manager.read(p, offset, max_bytes, plog.high_watermark)
+            records = self.remote_log_manager.read(p, offset, max_bytes,
+                                                   plog.high_watermark if max_offset is None else max_offset)
         except RemoteStorageError as e:
             log.warning(kv(event="remote_read_failed", partition=f"{p.topic}-{p.partition}", offset=offset, error=e))
             raise KafkaError(f"Error reading remote storage: {e}", Errors.UNKNOWN_SERVER_ERROR) from e
@@ -769,6 +788,9 @@ class ReplicaManager:
         self.fetcher_manager.shutdown()
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
+        for p in list(self.partitions.values()):   # producer state snapshots: a restart need not read every log
+            if not p.log.closed:
+                p.snapshot_producer_state()
 
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]

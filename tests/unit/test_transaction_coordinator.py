@@ -254,8 +254,11 @@ def test_init_add_commit_markers_complete(coord):
     assert a.last == Errors.NONE                                    # answered before the markers
     [pending] = coord.markers_.sent
     assert pending.commit and pending.waiting == {TP0, TP1} and pending.coordinator_epoch == 1
+    answered = len(a.got)
     coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    assert a.last == Errors.CONCURRENT_TRANSACTIONS                 # markers pending
+    assert len(a.got) == answered                                   # markers pending: held ...
+    coord.timer_.advance(100)
+    assert a.last == Errors.CONCURRENT_TRANSACTIONS                 # ... then answered as Kafka does
     coord.handle_end_transaction("tx", 1000, 0, True, a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
     coord.markers_.ack_all()
@@ -383,3 +386,69 @@ def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coor
     err, m = coord.describe("tx")
     assert m.state is S.COMPLETE_COMMIT and m.pending_state is None
     assert init(coord) == (Errors.NONE, 1000, 1)
+
+
+def test_add_partitions_waits_for_the_previous_markers_then_succeeds(coord):
+    """kafkatier's hold (``kafkatier.transaction.add.partitions.hold.ms``): back-to-back transactions wait for the
+    markers, not for the client's backoff after CONCURRENT_TRANSACTIONS; answered once, never twice."""
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    held = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    assert held.got == []
+    coord.markers_.ack_all()                                        # CompleteCommit written: handled again
+    assert held.got == [Errors.NONE]
+    coord.timer_.advance(1000)
+    assert held.got == [Errors.NONE]                                # the expiry finds nothing left to answer
+    err, m = coord.describe("tx")
+    assert m.state is S.ONGOING and m.topic_partitions == {TP1}
+
+
+def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
+    timer, tlog, markers = ManualTimer(), FakeTxnLog(), FakeMarkers()
+    ids = itertools.count(1000)
+    c = TransactionCoordinator(1, TransactionConfig(transaction_state_log_num_partitions=3,
+                                                    kafkatier_transaction_add_partitions_hold_ms=0),
+                               tlog, markers, lambda: next(ids), timer, timer.time_ms)
+    c.startup()
+    for p in range(3):
+        c.on_election(p, 1)
+    timer.advance(0)
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c.handle_add_partitions("tx", 1000, 0, [TP1], a)
+    assert a.last == Errors.CONCURRENT_TRANSACTIONS
+
+
+def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
+    """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
+    CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    held = Answers()
+    coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    coord.on_resignation(coord.partition_for("tx"))
+    coord.timer_.advance(100)
+    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    assert held.got[-1] == Errors.NOT_COORDINATOR
+    coord.timer_.advance(1000)
+    assert len(held.got) == 2
+
+
+def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
+    a = Answers()
+    coord.handle_add_partitions("nobody", 1000, 0, [TP0], a)
+    assert a.last == Errors.INVALID_PRODUCER_ID_MAPPING
+    assert init(coord) == (Errors.NONE, 1000, 0)
+    assert init(coord) == (Errors.NONE, 1000, 1)                  # a second instance
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    assert a.last == Errors.PRODUCER_FENCED
+    coord.handle_add_partitions("", 1000, 1, [TP0], a)
+    assert a.last == Errors.INVALID_REQUEST

@@ -84,6 +84,17 @@ def test_a_deleted_partition_is_dropped_and_a_leaderless_one_waits(channel):
     assert channel._send_round() is False and len(done) == 1
 
 
+def test_an_unexpected_error_is_sent_again_never_dropped(channel):
+    """Dropping the partition would complete the transaction without its marker there (a hanging transaction)."""
+    done = []
+    channel.brokers.errors[("a", 0)] = [Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.CORRUPT_MESSAGE]
+    channel.add_markers(pending(done, [("a", 0)]))
+    assert channel._send_round() is True and not done
+    assert channel._send_round() is True and not done
+    assert channel._send_round() is False and len(done) == 1
+    assert sum(1 for b, _ in channel.brokers.requests if b == 1) == 3
+
+
 def test_a_fenced_marker_gives_the_transaction_up(channel):
     done = []
     channel.brokers.errors[("a", 0)] = [Errors.TRANSACTION_COORDINATOR_FENCED]
@@ -113,3 +124,21 @@ def test_tool_tables_and_usage_errors(capsys):
     for start, producer in ((None, (None, None, None)), (5, (1, 0, 0)), (None, (1, None, 0))):
         with pytest.raises(UsageError):
             tool._abort(None, "t", 0, start, producer)
+
+
+def test_an_injected_write_txn_markers_error_is_answered_per_partition():
+    """Request faults (``inject_errors api=WriteTxnMarkers``) answer every partition with the error: the API has no
+    top-level error code, and closing the connection instead would only test a lost connection."""
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.build import build
+    from kafkatier.server.kafka_apis import KafkaApis
+    req = build(codec.request_class(27), 1, {"markers": [
+        {"producer_id": 5, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 1,
+         "topics": [{"name": "t", "partition_indexes": [0, 2]}]}]})
+    header = types.SimpleNamespace(request_api_key=27, request_api_version=1)
+    r = KafkaApis.error_response(types.SimpleNamespace(_resp=KafkaApis._resp), header, req,
+                                 int(Errors.NOT_LEADER_OR_FOLLOWER))
+    [m] = r.markers
+    assert m.producer_id == 5
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in m.topics] == [
+        ("t", [(0, 6), (2, 6)])]

@@ -18,7 +18,13 @@ Idle ids expire after ``transactional.id.expiration.ms`` (a tombstone, every
 ``transaction.remove.expired.transaction.cleanup.interval.ms``).  DescribeTransactions and ListTransactions read
 the cache.
 
-Deliberate differences from Kafka: one lock for all transactional ids (Kafka locks per id); tombstones of expired
+Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
+transaction of the same producer waits for its markers is held, up to
+``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), and handled again as soon as
+the Complete record is written, instead of answering CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java)
+or ``retry.backoff.ms`` on that error, more than the markers take here, so back-to-back transactions would wait
+on the client's timer rather than on the markers; if the markers take longer the request is answered
+CONCURRENT_TRANSACTIONS, as Kafka does.  One lock for all transactional ids (Kafka locks per id); tombstones of expired
 ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
 verification, KIP-890 part 1) is answered for VerifyOnly requests only (:meth:`handle_verify_partitions`).
 """
@@ -64,6 +70,8 @@ class TransactionCoordinator:
         self.state = TransactionStateManager(topic_log, config, time_ms)
         self._lock = threading.RLock()
         self._active = False
+        self._held: dict[str, list[list]] = {}   # transactional id -> AddPartitionsToTxn waiting for its markers
+        self._held_seq = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -177,7 +185,7 @@ class TransactionCoordinator:
             callback(error)
         try:
             self.state.write(transactional_id, transit, written)
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             log.exception("transaction state write failed %s", kv(transactional_id=transactional_id))
             with self._lock:
                 metadata.pending_state = None
@@ -255,7 +263,10 @@ class TransactionCoordinator:
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------------
     def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              partitions: Iterable[tuple[str, int]], callback: ErrorCallback) -> None:
+                              partitions: Iterable[tuple[str, int]], callback: ErrorCallback,
+                              hold: bool = True) -> None:
+        """``hold``: wait (bounded) for the previous transaction's markers rather than answering
+        CONCURRENT_TRANSACTIONS at once (see the module docstring)."""
         partitions = set(partitions)
         if not transactional_id:
             return callback(Errors.INVALID_REQUEST)
@@ -269,6 +280,11 @@ class TransactionCoordinator:
                     err = Errors.PRODUCER_FENCED
                 elif m.pending_transition_in_progress or m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                     err = Errors.CONCURRENT_TRANSACTIONS
+                    hold_ms = self.config.kafkatier_transaction_add_partitions_hold_ms
+                    if hold and hold_ms > 0 and m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                        self._hold(transactional_id, hold_ms, callback, lambda: self.handle_add_partitions(
+                            transactional_id, producer_id, producer_epoch, partitions, callback, hold=False))
+                        return
                 elif m.state is S.ONGOING and partitions <= m.topic_partitions:
                     err = Errors.NONE
                 else:
@@ -280,6 +296,28 @@ class TransactionCoordinator:
         if transit is None:
             return callback(err)
         self._append(transactional_id, epoch, m, transit, callback)
+
+    def _hold(self, transactional_id: str, hold_ms: int, callback: ErrorCallback, again: Callable[[], None]) -> None:
+        """Park a request until :meth:`_release` (the Complete record is written) or ``hold_ms`` passed
+        (CONCURRENT_TRANSACTIONS); whichever comes first takes it from the list and answers it, once."""
+        entry = [again]
+        self._held.setdefault(transactional_id, []).append(entry)
+        self._held_seq += 1
+
+        def expire() -> None:
+            with self._lock:
+                waiting = self._held.get(transactional_id, [])
+                if entry not in waiting:
+                    return
+                waiting.remove(entry)
+            callback(Errors.CONCURRENT_TRANSACTIONS)
+        self.timer.schedule(f"add-partitions-hold-{self._held_seq}", expire, hold_ms)
+
+    def _release(self, transactional_id: str) -> None:
+        with self._lock:
+            waiting = self._held.pop(transactional_id, [])
+        for (again,) in waiting:
+            again()
 
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
@@ -409,9 +447,11 @@ class TransactionCoordinator:
             elif error != Errors.NONE:
                 log.warning("completion record not written %s", kv(transactional_id=m.transactional_id,
                                                                     error=error.name))
+                self._release(m.transactional_id)
             else:
                 log.info("transaction completed %s", kv(transactional_id=m.transactional_id,
                                                         state=complete.txn_state.state_name))
+                self._release(m.transactional_id)
         with self._lock:
             err, epoch, current = self.state.get_transaction_state(m.transactional_id)
             if (err is not None or current is not m or epoch != coordinator_epoch

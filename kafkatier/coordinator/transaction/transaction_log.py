@@ -39,8 +39,10 @@ class TransactionLogValue:
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(transactionalId.hashCode) % n`` (``Utils.abs(Integer.MIN_VALUE)`` is 0)."""
-    return (java_string_hash(transactional_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % n``: ``Math.abs``, except that Integer.MIN_VALUE maps to 0
+    (not ``n & 0x7fffffff``, the partitioner's ``toPositive``: the two differ for every negative hash)."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
 def _string(s: str) -> bytes:

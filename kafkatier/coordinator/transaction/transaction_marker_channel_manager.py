@@ -12,7 +12,8 @@ NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR and a
 next round (after ``retry_backoff_ms``); INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED -- this
 coordinator gives the transaction up (a newer coordinator or epoch owns it; no Complete record is written here);
 UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_VERSION -- the partition is dropped; anything else is logged as an
-error and the partition dropped (Kafka throws IllegalStateException).  Markers of a ``__transaction_state``
+error and sent again next round (Kafka throws IllegalStateException, leaving the transaction pending: dropping the
+partition instead would complete the transaction without its marker there, a hanging transaction).  Markers of a ``__transaction_state``
 partition this broker stopped leading are removed (:meth:`remove_markers_for_txn_partition`).
 
 Difference from Kafka: markers for partitions led by this broker go over the network too (Kafka does the same
@@ -193,11 +194,11 @@ class TransactionMarkerChannelManager:
         if error in DROPPED:
             log.warning("marker not supported by the partition; dropping it %s",
                         kv(transactional_id=txn.transactional_id, partition=f"{tp[0]}-{tp[1]}", error=error.name))
-        else:
-            log.error("unexpected error writing a marker; dropping the partition %s",
-                      kv(transactional_id=txn.transactional_id, partition=f"{tp[0]}-{tp[1]}", error=error.name))
-        txn.waiting.discard(tp)
-        return False
+            txn.waiting.discard(tp)
+            return False
+        log.error("unexpected error writing a marker; sending it again %s",
+                  kv(transactional_id=txn.transactional_id, partition=f"{tp[0]}-{tp[1]}", error=error.name))
+        return True
 
     def _maybe_complete(self, txn: PendingMarkers) -> None:
         with self._lock:

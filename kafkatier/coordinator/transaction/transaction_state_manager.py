@@ -80,6 +80,9 @@ class TransactionConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     request_timeout_ms: int = 30000
+    # kafkatier's: how long AddPartitionsToTxn waits for the markers of the previous transaction (see
+    # TransactionCoordinator.handle_add_partitions); 0 answers CONCURRENT_TRANSACTIONS at once, as Kafka does.
+    kafkatier_transaction_add_partitions_hold_ms: int = 100
 
     @classmethod
     def from_overrides(cls, overrides: dict) -> "TransactionConfig":

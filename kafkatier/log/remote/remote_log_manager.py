@@ -77,6 +77,7 @@ from kafkatier.log.remote.remote_log_segment_metadata import (
 from kafkatier.log.remote.remote_storage_manager import (IndexType, LogSegmentData, RemoteResourceNotFoundError,
                                                          RemoteStorageError, RemoteStorageManager)
 from kafkatier.log.segment import TimestampAndOffset
+from kafkatier.log.transaction_index import ENTRY_SIZE, AbortedTxn
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, KafkaError, OffsetOutOfRangeError
 from kafkatier.zk.codecs import MalformedZNodeError
@@ -968,6 +969,31 @@ class RemoteLogManager:
                 f"{epoch if epoch is not None else 'NOT AVAILABLE'} and partition {p.topic}-{p.partition} which "
                 f"does not exist in remote tier.")
         return remote_log_reader.read_batches(self.rsm, md, fetch_offset, max_bytes, max_offset, min_one_message)
+
+    def collect_aborted_transactions(self, p: PartitionLike, fetch_offset: int,
+                                     upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Kafka's ``RemoteLogManager.collectAbortedTransactions``: the entries of the transaction indexes of the
+        remote segments from the one holding ``fetch_offset`` on that overlap ``[fetch_offset, upper_bound)``, and
+        whether the search is complete (an entry's last stable offset reached the bound); if not, the caller goes
+        on in the local log.  A segment without a transaction index had no aborted transaction."""
+        tip = _tip(p)
+        if tip is None:
+            return [], False
+        out: list[AbortedTxn] = []
+        segs = sorted((s for s in self.valid_segments(p, tip, self.tiered_epoch_of(p.topic))
+                       if s.end_offset >= fetch_offset), key=lambda s: (s.start_offset, s.end_offset))
+        for md in segs:
+            try:
+                data = self.rsm.fetch_index(md, IndexType.TRANSACTION)
+            except RemoteResourceNotFoundError:
+                continue
+            for pos in range(0, len(data) - len(data) % ENTRY_SIZE, ENTRY_SIZE):
+                e = AbortedTxn.decode(data, pos)
+                if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset and e not in out:
+                    out.append(e)
+                if e.last_stable_offset >= upper_bound_offset:
+                    return out, True
+        return out, False
 
     def find_offset_by_timestamp(self, p: PartitionLike, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets by timestamp over the remote segments at or above the log start offset."""

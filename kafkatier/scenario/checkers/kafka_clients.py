@@ -46,7 +46,7 @@ def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list
         records = {o: v for o, v in part["records"]}
         # A final read that stopped early is reported by the runner (final-read-incomplete); judge only what it
         # covered, so one unreadable offset is not counted as every later record lost.
-        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+        read_end = read_to(part)
         for e in oks:
             if acks is not None and e.get("acks") != acks:
                 continue
@@ -58,6 +58,13 @@ def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list
             elif part["log_start"] <= o < read_end and records.get(o) != v:
                 lost_.append(e)
     return lost_, unseen
+
+
+def read_to(part: dict) -> int:
+    """Where a partition's final read got to: its consumer's position (past the control batches and aborted
+    records a read_committed read skips), or -- histories without it -- after the last record read."""
+    last = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+    return max(last, part.get("read_to", last))
 
 
 def _idempotent_processes(entries: list[dict]) -> set[str]:
@@ -125,7 +132,7 @@ def check(entries: list[dict]) -> list[Anomaly]:
                     f"{xs[0][1][:4]}",
          lambda xs: ({"value": xs[0][0], "offsets": xs[0][1][:10]},), lambda xs: [tp for x in xs for tp, _ in x[1]])
     for tp, part in sorted(final(entries, "final-read").items()):
-        read_end = part["records"][-1][0] + 1 if part["records"] else part["log_start"]
+        read_end = read_to(part)
         if read_end < part["high_watermark"]:
             out.append(Anomaly(NAME, "unreadable-after-heal", f"{tp}: the final read got no further than offset "
                                f"{read_end} of [{part['log_start']}, {part['high_watermark']})",
