@@ -110,6 +110,9 @@ def test_java_hash_partition():
     assert records.java_string_hash("") == 0
     assert records.partition_for("hello", 50) == 99162322 % 50
     assert records.partition_for("polygenelubricants", 50) == 0   # hashCode == Integer.MIN_VALUE -> Utils.abs = 0
+    # a negative hash: Utils.abs (Math.abs), not the partitioner's n & 0x7fffffff (which would give 36)
+    assert records.java_string_hash("my-group") == -1906497762
+    assert records.partition_for("my-group", 50) == 12
 
 
 def test_three_members_form_a_stable_group_and_each_gets_its_assignment(env):

@@ -56,8 +56,9 @@ def test_partition_for_is_kafkas_java_hash():
         for ch in s:
             h = (31 * h + ord(ch)) & 0xFFFFFFFF
         return h - (1 << 32) if h >= 1 << 31 else h
-    for tid in ("a", "transactional-id", "tx-" + "x" * 40, "ü"):
-        assert transaction_log.partition_for(tid, 50) == (java_hash(tid) & 0x7FFFFFFF) % 50
+    for tid in ("a", "transactional-id", "tx-" + "x" * 40, "ü", "my-group"):
+        assert transaction_log.partition_for(tid, 50) == abs(java_hash(tid)) % 50   # Kafka's Utils.abs
+    assert java_hash("my-group") < 0 and transaction_log.partition_for("my-group", 50) == 12
 
 
 def _numbered(chunks: list[bytes]) -> list[bytes]:

@@ -252,6 +252,7 @@ def java_string_hash(s: str) -> int:
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group: Kafka's ``Utils.abs(groupId.hashCode) % n``, where
-    ``Utils.abs`` maps Integer.MIN_VALUE to 0 (``n & 0x7fffffff``)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+    """The ``__consumer_offsets`` partition of a group: Kafka's ``Utils.abs(groupId.hashCode) % n``: ``Math.abs``,
+    except that Integer.MIN_VALUE maps to 0 (not ``n & 0x7fffffff``, which differs for every negative hash)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
