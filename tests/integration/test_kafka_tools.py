@@ -1,0 +1,75 @@
+"""The Kafka tools against one shared cluster: get-offsets, broker-api-versions, producer-perf-test and
+consumer-perf-test, each output compared with the shape of Kafka 3.9's."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatier.cli.main import main
+
+TOPIC = "tools-t"
+
+
+@pytest.fixture(scope="module")
+def topic(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(TOPIC, 2, 2)])[TOPIC].result(60)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(10):
+        p.produce(TOPIC, b"v%d" % i, key=b"k", partition=i % 2, timestamp=1_700_000_000_000 + i)
+    assert p.flush(60) == 0
+    return TOPIC
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out.splitlines(), out.err
+
+
+def test_get_offsets_latest_earliest_and_timestamp(cluster, topic, capsys):
+    bs = cluster.bootstrap_servers
+    assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", topic)[:2] == \
+        (0, [f"{topic}:0:5", f"{topic}:1:5"])
+    assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", topic, "--time", "-2",
+                "--partitions", "1")[:2] == (0, [f"{topic}:1:0"])
+    assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", topic, "--time",
+                "1700000000004")[:2] == (0, [f"{topic}:0:2", f"{topic}:1:2"])
+    rc, _, err = _run(capsys, "get-offsets", "--bootstrap-server", bs, "--time", "yesterday")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_broker_api_versions(cluster, capsys):
+    rc, lines, _ = _run(capsys, "broker-api-versions", "--bootstrap-server", cluster.bootstrap_servers)
+    assert rc == 0
+    heads = [ln for ln in lines if " -> (" in ln]
+    assert len(heads) == 3
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+ \(id: \d+ rack: null\) -> \(", h) for h in heads)
+    assert re.fullmatch(r"\tProduce\(0\): \d+ to \d+ \[usable: \d+\],", lines[1]), lines[1]
+    assert any(re.fullmatch(r"\tApiVersions\(18\): 0 to \d+ \[usable: \d+\],", ln) for ln in lines)
+    assert lines.count(")") == 3
+
+
+def test_producer_and_consumer_perf_test(cluster, topic, capsys):
+    bs = cluster.bootstrap_servers
+    rc, lines, err = _run(capsys, "producer-perf-test", "--bootstrap-server", bs, "--topic", "perf-t",
+                          "--num-records", "2000", "--record-size", "100", "--throughput", "-1",
+                          "--producer-props", "acks=all", "linger.ms=5")
+    assert rc == 0, err
+    assert re.fullmatch(r"2000 records sent, \d+\.\d{6} records/sec \(\d+\.\d{2} MB/sec\), \d+\.\d{2} ms avg "
+                        r"latency, \d+\.\d{2} ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, "
+                        r"\d+ ms 99\.9th\.", lines[-1]), lines[-1]
+    rc, lines, err = _run(capsys, "consumer-perf-test", "--bootstrap-server", bs, "--topic", "perf-t",
+                          "--messages", "2000", "--timeout", "20000")
+    assert rc == 0, err
+    assert lines[0] == ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+                        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+    ts = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}"
+    assert re.fullmatch(rf"{ts}, {ts}, 0\.19\d\d, \d+\.\d{{4}}, 2000, \d+\.\d{{4}}, \d+, \d+, \d+\.\d{{4}}, "
+                        r"\d+\.\d{4}", lines[1]), lines[1]
+    rc, _, err = _run(capsys, "producer-perf-test", "--bootstrap-server", bs, "--topic", "perf-t",
+                      "--num-records", "1", "--throughput", "-1")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
