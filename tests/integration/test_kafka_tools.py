@@ -73,3 +73,38 @@ def test_producer_and_consumer_perf_test(cluster, topic, capsys):
     rc, _, err = _run(capsys, "producer-perf-test", "--bootstrap-server", bs, "--topic", "perf-t",
                       "--num-records", "1", "--throughput", "-1")
     assert rc == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_consumer_groups_members_state_offsets(cluster, topic, capsys):
+    import time
+
+    from confluent_kafka import Consumer
+    bs = cluster.bootstrap_servers
+    c = Consumer({"bootstrap.servers": bs, "group.id": "tools-g", "client.id": "tools-client",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 60
+        while not c.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            c.poll(0.2)
+        if c.consume(1, 5):
+            c.commit(asynchronous=False)
+        rc, lines, _ = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tools-g",
+                            "--members", "--verbose")
+        assert rc == 0
+        assert lines[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        row = lines[2].split()
+        assert row[0] == "tools-g" and row[3] == "tools-client" and row[4] == "2" and row[5] == f"{topic}(0,1)"
+        rc, lines, _ = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tools-g",
+                            "--state")
+        assert rc == 0
+        assert lines[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+        assert re.fullmatch(r"tools-g\s+127\.0\.0\.1:\d+ \(\d+\)\s+range\S*\s+Stable\s+1", lines[2]), lines[2]
+        rc, lines, _ = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tools-g",
+                            "--offsets")
+        assert rc == 0 and lines[1].split()[:3] == ["GROUP", "TOPIC", "PARTITION"]
+    finally:
+        c.close()
+    rc, _, err = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--list", "--members")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
