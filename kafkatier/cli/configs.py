@@ -118,7 +118,8 @@ SHORTHANDS = {"topic": "topics", "broker": "brokers", "broker-logger": "broker-l
 
 def apply_shorthands(args: argparse.Namespace) -> None:
     """``--topic T`` etc. into ``--entity-type`` / ``--entity-name``; one entity only, as in kafka-configs."""
-    given = [(flag, etype, getattr(args, f"short_{flag.replace('-', '_')}", None)) for flag, etype in SHORTHANDS.items()]
+    given = [(flag, etype, getattr(args, f"short_{flag.replace('-', '_')}", None))
+             for flag, etype in SHORTHANDS.items()]
     given = [g for g in given if g[2] is not None]
     if getattr(args, "broker_defaults", False):
         given.append(("broker-defaults", "brokers", None))
