@@ -65,10 +65,34 @@ def run(args) -> int:
                 data = f.read()
         except OSError as e:
             raise UsageError(f"cannot read {path}: {e.strerror}") from None
+        check_file(path, data)
         for line in dump_file(path, data, print_data=args.print_data_log,
                               deep=args.deep_iteration or args.print_data_log, max_bytes=args.max_bytes):
             print(line)
     return 0
+
+
+ENTRY_SIZES = {".index": _INDEX_ENTRY.size, ".timeindex": _TIME_INDEX_ENTRY.size, ".txnindex": _TXN_INDEX_ENTRY.size}
+
+
+def check_file(path: str, data: bytes) -> None:
+    """Refuse, before printing anything, a file whose content is not of its kind: a segment whose first batch is
+    not a valid v2 batch, an index whose size is not a whole number of entries."""
+    base_offset_of(path)
+    suffix = "." + path.rsplit(".", 1)[-1]
+    if suffix in ENTRY_SIZES:
+        if len(data) % ENTRY_SIZES[suffix]:
+            raise UsageError(f"{path} is not a {suffix} file: its size {len(data)} is not a multiple of "
+                             f"{ENTRY_SIZES[suffix]} bytes")
+        return
+    if not data:
+        return
+    try:
+        first = next(iter_batches(data), None)
+    except CorruptRecordError as e:
+        raise UsageError(f"{path} is not a log segment: {e}") from None
+    if first is None or compute_crc(data, 0, first[1].size_in_bytes) != first[1].crc:
+        raise UsageError(f"{path} is not a log segment: no valid record batch at position 0")
 
 
 def base_offset_of(path: str) -> int:

@@ -73,3 +73,13 @@ def test_non_segment_file_one_line_exit_2(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert main(["dump-log", "--files", str(tmp_path / "00000000000000000000.log")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_garbage_named_like_a_segment_one_line_exit_2(tmp_path, capsys):
+    for name, content in (("00000000000000000000.log", b"hello, this is not a record batch at all" * 3),
+                          ("00000000000000000000.index", b"\0" * 7)):
+        f = tmp_path / name
+        f.write_bytes(content)
+        assert main(["dump-log", "--files", str(f)]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
