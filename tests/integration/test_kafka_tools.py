@@ -108,3 +108,20 @@ def test_consumer_groups_members_state_offsets(cluster, topic, capsys):
         c.close()
     rc, _, err = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--list", "--members")
     assert rc == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_console_property_syntax(cluster, capsys, monkeypatch):
+    import io
+    import sys
+    bs = cluster.bootstrap_servers
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"k1:v1\nk2:v2\n")))
+    assert main(["produce", "--bootstrap-server", bs, "--topic", "props-t", "--no-progress", "--partition", "0",
+                 "--property", "parse.key=true", "--property", "key.separator=:"]) == 0
+    capsys.readouterr()
+    rc, lines, _ = _run(capsys, "consume", "--bootstrap-server", bs, "--topic", "props-t", "--from-beginning",
+                        "--max-messages", "2", "--no-progress", "--property", "print.key=true",
+                        "--property", "key.separator=:", "--property", "print.offset=true")
+    assert rc == 0
+    assert lines == ["Offset:0:k1:v1", "Offset:1:k2:v2"]  # Kafka: key.separator between every column
+    rc, _, err = _run(capsys, "consume", "--bootstrap-server", bs, "--topic", "props-t", "--property", "print.key")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
