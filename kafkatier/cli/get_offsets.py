@@ -3,18 +3,69 @@
 ``--topic`` is a regular expression of topic names (all topics without it), ``--partitions`` a comma-separated
 list of partition ids, ``--time`` one of ``-1`` / ``latest``, ``-2`` / ``earliest``, ``-3`` / ``max-timestamp``
 or a timestamp in ms.  One line per partition, sorted by topic then partition, in Kafka's form
-``topic:partition:offset``; a partition with no offset for the time (a timestamp after its last record) prints
-``topic:partition:`` as Kafka does.  The offsets are asked with ListOffsets through confluent-kafka's admin client.
+``topic:partition:offset``; a partition with no offset for the time (a timestamp after its last record) is left
+out, and one whose request fails is reported on stderr (``Skip getting offsets for topic-partition ...``), as
+Kafka does.  ``--topic-partitions`` takes Kafka's patterns instead: ``REGEX[:P | :P-Q | :P- | :-Q]`` separated by
+commas.  The offsets are asked with ListOffsets through confluent-kafka's admin client.
 """
 from __future__ import annotations
 
 import re
+import sys
+
+import attrs
 
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TIME_NAMES = {"-1": -1, "latest": -1, "-2": -2, "earliest": -2, "-3": -3, "max-timestamp": -3}
 TIMEOUT_S = 30.0
+TOPIC_PARTITION_PATTERN = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
+INT_MAX = 2 ** 31 - 1
+
+
+@attrs.frozen
+class PartitionRule:
+    """One topic-partition filter: topics matching ``topic`` (a regular expression), partitions in
+    ``partitions`` (a set; empty: all) or in ``[low, high)``."""
+
+    topic: re.Pattern
+    partitions: frozenset[int] = frozenset()
+    low: int = 0
+    high: int = INT_MAX
+
+    def allows_topic(self, topic: str) -> bool:
+        return self.topic.fullmatch(topic) is not None
+
+    def allows(self, topic: str, partition: int) -> bool:
+        if not self.allows_topic(topic):
+            return False
+        if self.partitions:
+            return partition in self.partitions
+        return self.low <= partition < self.high
+
+
+def _regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise UsageError(f"{text!r} is not a valid regular expression: {e}") from None
+
+
+def parse_topic_partitions(text: str) -> list[PartitionRule]:
+    """Kafka's ``--topic-partitions`` list."""
+    rules = []
+    for spec in text.split(","):
+        m = TOPIC_PARTITION_PATTERN.fullmatch(spec)
+        if not m:
+            raise UsageError(f"Invalid rule specification: {spec}")
+        topic = _regex(m.group(1) or ".*")
+        if m.group(2):
+            rules.append(PartitionRule(topic, frozenset({int(m.group(2))})))
+        else:
+            rules.append(PartitionRule(topic, low=int(m.group(3) or 0), high=int(m.group(4) or INT_MAX)))
+    return rules
 
 
 def register(subparsers) -> None:
@@ -23,6 +74,8 @@ def register(subparsers) -> None:
         description="Print topic:partition:offset for the partitions of the matching topics at --time.")
     common.add_connection_options(p)
     p.add_argument("--topic", help="a regular expression of topic names (default: all topics)")
+    p.add_argument("--topic-partitions", metavar="REGEX[:P|:P-Q],...",
+                   help="topic-partition patterns (not with --topic / --partitions)")
     p.add_argument("--partitions", metavar="P[,P...]", help="comma-separated partition ids (default: all)")
     p.add_argument("--time", default="-1",
                    help="-1 or latest (default), -2 or earliest, -3 or max-timestamp, or a timestamp in ms")
@@ -36,7 +89,7 @@ def parse_time(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise UsageError(f"Malformed time argument {text}. Please use -1 or latest / -2 or earliest / -3 or "
+        raise UsageError(f"Malformed time argument {text}, please use -1 or latest / -2 or earliest / -3 or "
                          "max-timestamp, or a specified long format timestamp") from None
     if value < 0:
         raise UsageError(f"Malformed time argument {text}: negative values other than -1, -2, -3")
@@ -49,7 +102,8 @@ def parse_partitions(text: str | None) -> set[int] | None:
     try:
         return {int(p) for p in common.split_list(text)}
     except ValueError:
-        raise UsageError(f"--partitions must be comma-separated integers, not {text!r}") from None
+        raise UsageError(f"--partitions expects a comma separated list of numeric partition ids, but received: "
+                         f"{text}") from None
 
 
 def confluent_config(conn: common.Connection) -> dict:
@@ -72,11 +126,12 @@ def run(args) -> int:
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     when = parse_time(args.time)
-    partitions = parse_partitions(args.partitions)
-    try:
-        pattern = re.compile(args.topic) if args.topic else None
-    except re.error as e:
-        raise UsageError(f"--topic is not a valid regular expression: {e}") from None
+    if args.topic_partitions is not None:
+        if args.topic is not None or args.partitions is not None:
+            raise UsageError("--topic-partitions cannot be used with --topic or --partitions")
+        rules = parse_topic_partitions(args.topic_partitions)
+    else:
+        rules = [PartitionRule(_regex(args.topic or ".*"), frozenset(parse_partitions(args.partitions) or ()))]
     conn = common.connection_from_args(args)
     admin = AdminClient(confluent_config(conn))
     spec = {-1: OffsetSpec.latest(), -2: OffsetSpec.earliest(), -3: OffsetSpec.max_timestamp()}.get(when) \
@@ -87,24 +142,23 @@ def run(args) -> int:
         return common.print_error("get-offsets", str(e.args[0]))
     wanted = {}
     for name, t in md.topics.items():
-        if pattern is not None and not pattern.fullmatch(name):
-            continue
-        if args.exclude_internal_topics and name.startswith("__"):
+        if args.exclude_internal_topics and name in INTERNAL_TOPICS:
             continue
         for p in t.partitions:
-            if partitions is None or p in partitions:
+            if any(r.allows(name, p) for r in rules):
                 wanted[TopicPartition(name, p)] = spec
     if not wanted:
-        if args.topic or partitions is not None:
-            return common.print_error("get-offsets", f"Could not match any topic-partitions with the specified "
-                                                     f"filters ({args.topic or '.*'}, {args.partitions or 'all'})")
-        return 0
+        return common.print_error("get-offsets", "Could not match any topic-partitions with the specified filters")
     results = {}
     for tp, fut in admin.list_offsets(wanted, request_timeout=TIMEOUT_S).items():
         try:
-            results[(tp.topic, tp.partition)] = fut.result().offset
+            offset = fut.result().offset
         except KafkaException as e:
-            return common.print_error("get-offsets", f"{tp.topic}-{tp.partition}: {e.args[0].str()}")
+            print(f"Skip getting offsets for topic-partition {tp.topic}:{tp.partition} due to error: "
+                  f"{e.args[0].str()}", file=sys.stderr)
+            continue
+        if offset >= 0:
+            results[(tp.topic, tp.partition)] = offset
     for (topic, part), offset in sorted(results.items()):
-        print(f"{topic}:{part}:{offset if offset >= 0 else ''}")
+        print(f"{topic}:{part}:{offset}")
     return 0

@@ -38,6 +38,13 @@ def test_get_offsets_latest_earliest_and_timestamp(cluster, topic, capsys):
                 "--partitions", "1")[:2] == (0, [f"{topic}:1:0"])
     assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", topic, "--time",
                 "1700000000004")[:2] == (0, [f"{topic}:0:2", f"{topic}:1:2"])
+    assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic-partitions", f"{topic}:1-",
+                "--time", "earliest")[:2] == (0, [f"{topic}:1:0"])
+    # a timestamp after every record: no offset, so no line (Kafka leaves UNKNOWN_OFFSET out)
+    assert _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", topic, "--time",
+                "1800000000000")[:2] == (0, [])
+    rc, _, err = _run(capsys, "get-offsets", "--bootstrap-server", bs, "--topic", "no-such-.*")
+    assert rc == 1 and err.strip().endswith("Could not match any topic-partitions with the specified filters")
     rc, _, err = _run(capsys, "get-offsets", "--bootstrap-server", bs, "--time", "yesterday")
     assert rc == 2 and len(err.strip().splitlines()) == 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kafkatier.admin.client import PartitionInfo, TopicInfo
-from kafkatier.cli import configs, topics
+from kafkatier.cli import configs, get_offsets, topics
 from kafkatier.cli.main import UsageError, build_parser, main
 
 
@@ -54,3 +54,15 @@ def test_configs_bad_entity_one_line(argv, capsys):
         configs.check_args(args)
     assert main(["configs", "--bootstrap-server", "127.0.0.1:1", "--describe", *argv]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_get_offsets_topic_partition_patterns():
+    rules = get_offsets.parse_topic_partitions("t.*:1,u:2-4,:-1,v")
+    allowed = {(t, p) for t in ("t1", "u", "v", "w") for p in range(6) if any(r.allows(t, p) for r in rules)}
+    assert allowed == {("t1", 1), ("u", 2), ("u", 3), ("v", 0), ("v", 1), ("v", 2), ("v", 3), ("v", 4), ("v", 5),
+                       ("t1", 0), ("u", 0), ("w", 0)}
+    with pytest.raises(UsageError, match="Invalid rule specification: t:x"):
+        get_offsets.parse_topic_partitions("t:x")
+    assert get_offsets.parse_time("max-timestamp") == -3 and get_offsets.parse_time("1700000000000") == 1700000000000
+    with pytest.raises(UsageError, match="Malformed time argument soon"):
+        get_offsets.parse_time("soon")
