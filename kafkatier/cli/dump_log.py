@@ -112,15 +112,17 @@ def dump_file(path: str, data: bytes, *, print_data: bool = False, deep: bool = 
         yield f"Log starting offset: {base}"
         yield from dump_segment(path, data[:max_bytes], print_data=print_data, deep=deep)
     elif path.endswith(".index"):
-        for pos in range(0, len(data) - len(data) % 8, 8):
+        if not data:
+            yield f"{path} is empty."
+        for pos in range(0, len(data), _INDEX_ENTRY.size):
             rel, position = _INDEX_ENTRY.unpack_from(data, pos)
-            if rel == 0 and position == 0 and pos > 0:
-                break  # the preallocated, unused tail of an active index
+            if rel == 0 and pos > 0:
+                break  # the preallocated, unused tail of an active index (Kafka stops there too)
             yield f"offset: {base + rel} position: {position}"
     elif path.endswith(".timeindex"):
-        for pos in range(0, len(data) - len(data) % 12, 12):
+        for pos in range(0, len(data), _TIME_INDEX_ENTRY.size):
             ts, rel = _TIME_INDEX_ENTRY.unpack_from(data, pos)
-            if ts == 0 and rel == 0 and pos > 0:
+            if rel == 0 and pos > 0:
                 break
             yield f"timestamp: {ts} offset: {base + rel}"
     else:
@@ -176,8 +178,8 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:pos + n], pos + n
 
 
-def _text(b: bytes | None) -> str:
-    return "null" if b is None else b.decode("utf-8", errors="replace")
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
 
 
 def _record_lines(body: bytes, h: BatchHeader, print_data: bool) -> Iterator[str]:
@@ -198,14 +200,26 @@ def _record_lines(body: bytes, h: BatchHeader, print_data: bool) -> Iterator[str
         for _h in range(nheaders):
             hk, pos = _bytes(body, pos)
             _hv, pos = _bytes(body, pos)
-            keys.append(_text(hk))
+            keys.append("" if hk is None else _text(hk))
         seq = -1 if h.base_sequence < 0 else (h.base_sequence + off_delta) % 2 ** 31
         line = (f"| offset: {h.base_offset + off_delta} {h.timestamp_type}: {h.base_timestamp + ts_delta} "
                 f"keySize: {-1 if key is None else len(key)} valueSize: {-1 if value is None else len(value)} "
                 f"sequence: {seq} headerKeys: [{','.join(keys)}]")
-        if h.attributes & CONTROL_FLAG_MASK and key is not None and len(key) >= 4:
-            ctype = struct.unpack_from(">h", key, 2)[0]
-            line += f" endTxnMarker: {'COMMIT' if ctype == 1 else 'ABORT'}" if ctype in (0, 1) else ""
-        elif print_data:
-            line += f" key: {_text(key)} payload: {_text(value)}"
+        if h.attributes & CONTROL_FLAG_MASK:
+            line += _control_text(key, value)
+        elif print_data:  # as Kafka: a null key or value is left out, not printed as null
+            line += (f" key: {_text(key)}" if key is not None else "") + \
+                (f" payload: {_text(value)}" if value is not None else "")
         yield line
+
+
+def _control_text(key: bytes | None, value: bytes | None) -> str:
+    """`` endTxnMarker: COMMIT coordinatorEpoch: N`` for a transaction marker (key: version, type; value:
+    version, coordinator epoch), `` controlType: NAME(id)`` otherwise."""
+    if key is None or len(key) < 4:
+        return " controlType: UNKNOWN(-1)"
+    ctype = struct.unpack_from(">h", key, 2)[0]
+    if ctype in (0, 1) and value is not None and len(value) >= 6:
+        epoch = struct.unpack_from(">i", value, 2)[0]
+        return f" endTxnMarker: {'COMMIT' if ctype == 1 else 'ABORT'} coordinatorEpoch: {epoch}"
+    return f" controlType: UNKNOWN({ctype})"

@@ -42,7 +42,7 @@ def test_segment_batches_and_records(tmp_path, capsys):
     assert BATCH_LINE.match(lines[2]), lines[2]
     assert lines[2].startswith("baseOffset: 0 lastOffset: 1 count: 2 ")
     assert RECORD_LINE.match(lines[3]) and lines[3].endswith("headerKeys: [h] key: k payload: v0"), lines[3]
-    assert lines[4].endswith("keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] key: null payload: w")
+    assert lines[4].endswith("keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] payload: w")
     assert "position: 0 " in lines[2] and BATCH_LINE.match(lines[5]) and lines[5].startswith("baseOffset: 2 ")
     assert len(lines) == 8
 
@@ -83,3 +83,20 @@ def test_garbage_named_like_a_segment_one_line_exit_2(tmp_path, capsys):
         assert main(["dump-log", "--files", str(f)]) == 2
         out = capsys.readouterr()
         assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+
+
+def test_transaction_marker_and_empty_index(tmp_path, capsys):
+    from kafkatier.log.record_batch import end_transaction_marker
+    seg = tmp_path / "00000000000000000007.log"
+    raw = bytearray(end_transaction_marker(42, 3, 5, True, 1700000000000))
+    struct.pack_into(">q", raw, 0, 7)
+    seg.write_bytes(bytes(raw))
+    empty = tmp_path / "00000000000000000007.index"
+    empty.write_bytes(b"")
+    assert main(["dump-log", "--files", f"{seg},{empty}", "--deep-iteration"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("baseOffset: 7 lastOffset: 7 count: 1 baseSequence: -1 lastSequence: -1 "
+                               "producerId: 42 producerEpoch: 3 ") and "isTransactional: true isControl: true" in lines[2]
+    assert lines[3].startswith("| offset: 7 CreateTime: ") and \
+        lines[3].endswith("endTxnMarker: COMMIT coordinatorEpoch: 5")
+    assert lines[4:] == [f"Dumping {empty}", f"{empty} is empty."]
