@@ -171,12 +171,14 @@ def _assigned(m: dict) -> list[tuple[str, list[int]]]:
     return sorted((e["topic"], sorted(e["partitions"])) for e in entries)
 
 
-def member_rows(group: str, d: dict, verbose: bool) -> list[tuple]:
-    """Kafka's --members rows: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS [ASSIGNMENT]."""
+def member_rows(group: str, d: dict, verbose: bool, with_instance_ids: bool = False) -> list[tuple]:
+    """Kafka's --members rows: GROUP CONSUMER-ID [GROUP-INSTANCE-ID] HOST CLIENT-ID #PARTITIONS [ASSIGNMENT]
+    (GROUP-INSTANCE-ID when a member of the group has one, KIP-345)."""
     rows = []
     for m in sorted(d.get("members") or [], key=lambda m: m["member_id"]):
         parts = _assigned(m)
-        row = (group, m["member_id"], m["client_host"], m["client_id"], sum(len(ps) for _, ps in parts))
+        row = (group, m["member_id"]) + ((m.get("group_instance_id") or "",) if with_instance_ids else ()) + (
+            m["client_host"], m["client_id"], sum(len(ps) for _, ps in parts))
         if verbose:
             text = ", ".join(f"{t}({','.join(str(p) for p in ps)})" for t, ps in parts)
             row += (text or "-",)
@@ -192,7 +194,7 @@ def coordinator_text(client, group: str) -> str:
     c = r.coordinators[0]
     if c.error_code:
         return "-"
-    return f"{c.host}:{c.port} ({c.node_id})"
+    return f"{c.host}:{c.port}  ({c.node_id})"  # two spaces, as Kafka 3.9's ConsumerGroupCommand
 
 
 def do_describe_members_or_state(client, groups: list[str], args: argparse.Namespace) -> int:
@@ -207,16 +209,19 @@ def do_describe_members_or_state(client, groups: list[str], args: argparse.Names
             print(f"Error: Consumer group '{g}' does not exist.", file=sys.stderr)
             rc = 1
             continue
-        if args.state:
-            members = d.get("members") or []
-            print_table([(g, coordinator_text(client, g), d.get("protocol_data") or "", state, len(members))],
-                        STATE_COLUMNS)
-            continue
         if state == "Empty":
             print(f"\nConsumer group '{g}' has no active members.")
         elif state in ("PreparingRebalance", "CompletingRebalance"):
             print(f"\nWarning: Consumer group '{g}' is rebalancing.")
-        print_table(member_rows(g, d, args.verbose), MEMBER_COLUMNS + (("ASSIGNMENT",) if args.verbose else ()))
+        members = d.get("members") or []
+        if args.state:
+            print_table([(g, coordinator_text(client, g), d.get("protocol_data") or "", state, len(members))],
+                        STATE_COLUMNS)
+            continue
+        with_instance_ids = any(m.get("group_instance_id") for m in members)
+        columns = MEMBER_COLUMNS[:2] + (("GROUP-INSTANCE-ID",) if with_instance_ids else ()) + MEMBER_COLUMNS[2:]
+        print_table(member_rows(g, d, args.verbose, with_instance_ids),
+                    columns + (("ASSIGNMENT",) if args.verbose else ()))
     return rc
 
 

@@ -107,7 +107,7 @@ def test_consumer_groups_members_state_offsets(cluster, topic, capsys):
                             "--state")
         assert rc == 0
         assert lines[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
-        assert re.fullmatch(r"tools-g\s+127\.0\.0\.1:\d+ \(\d+\)\s+range\S*\s+Stable\s+1", lines[2]), lines[2]
+        assert re.fullmatch(r"tools-g\s+127\.0\.0\.1:\d+  \(\d+\)\s+range\S*\s+Stable\s+1", lines[2]), lines[2]
         rc, lines, _ = _run(capsys, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tools-g",
                             "--offsets")
         assert rc == 0 and lines[1].split()[:3] == ["GROUP", "TOPIC", "PARTITION"]
