@@ -262,6 +262,7 @@ def _up(args) -> int:
     from kafkatier.cli.main import UsageError
     from kafkatier.cluster.manager import CLUSTER_UP_DEFAULTS, BrokerStartError
     from kafkatier.waiting import WaitTimeout
+    from kafkatier.zk.embedded import ZooKeeperAlreadyRunningError
     if args.brokers < 1:
         raise UsageError("--brokers must be at least 1")
     if args.log_dirs_per_broker < 1:
@@ -281,6 +282,11 @@ def _up(args) -> int:
         if m.state:
             m.down()
         print(f"kafkatier cluster up: {e}", file=sys.stderr)
+        return 1
+    except ZooKeeperAlreadyRunningError:
+        # the embedded ZooKeeper of a cluster that is up: the advice is the cluster's, not the ZooKeeper's
+        print(f"kafkatier cluster up: a cluster is already running from {m.data_dir}; stop it with: "
+              f"kafkatier cluster down --data-dir {args.data_dir}", file=sys.stderr)
         return 1
     except BaseException:
         if m.state:

@@ -43,10 +43,15 @@ def register(subparsers) -> None:
         "configs", help="describe and alter topic and broker configs (kafka-configs)",
         description="Describe and alter dynamic configs as kafka-configs does.")
     common.add_connection_options(p)
-    p.add_argument("--entity-type", required=True, choices=ENTITY_TYPES, metavar="TYPE",
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, metavar="TYPE",
                    help="topics or brokers (broker-loggers: --describe only)")
     p.add_argument("--entity-name", help="topic name or broker id")
     p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers)")
+    shorthand = p.add_argument_group("shorthands (kafka-configs' --topic T == --entity-type topics --entity-name T)")
+    for flag, etype in SHORTHANDS.items():
+        shorthand.add_argument(f"--{flag}", dest=f"short_{flag.replace('-', '_')}", metavar="NAME",
+                               help=f"--entity-type {etype} --entity-name NAME")
+    shorthand.add_argument("--broker-defaults", action="store_true", help="--entity-type brokers --entity-default")
     actions = p.add_argument_group("actions (exactly one)").add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="list configs of the entity")
     actions.add_argument("--alter", action="store_true", help="add, change or delete configs of the entity")
@@ -108,8 +113,29 @@ def load_add_config_file(path: str) -> dict[str, str]:
     return props
 
 
+SHORTHANDS = {"topic": "topics", "broker": "brokers", "broker-logger": "broker-loggers", "user": "users"}
+
+
+def apply_shorthands(args: argparse.Namespace) -> None:
+    """``--topic T`` etc. into ``--entity-type`` / ``--entity-name``; one entity only, as in kafka-configs."""
+    given = [(flag, etype, getattr(args, f"short_{flag.replace('-', '_')}", None))
+             for flag, etype in SHORTHANDS.items()]
+    given = [g for g in given if g[2] is not None]
+    if getattr(args, "broker_defaults", False):
+        given.append(("broker-defaults", "brokers", None))
+    if len(given) > 1 or given and (args.entity_type or args.entity_name is not None):
+        raise UsageError("Only one entity can be given: --entity-type/--entity-name or one of "
+                         "--topic, --broker, --broker-logger, --user, --broker-defaults")
+    if given:
+        flag, args.entity_type, args.entity_name = given[0]
+        args.entity_default = args.entity_default or flag == "broker-defaults"
+    if not args.entity_type:
+        raise UsageError("--entity-type (or --topic, --broker, --broker-logger, --user) must be specified")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Option combinations kafka-configs refuses, and the entity types kafkatier does not serve."""
+    apply_shorthands(args)
     supported = SUPPORTED_ALTER if args.alter else SUPPORTED_DESCRIBE
     if args.entity_type not in supported:
         action = "--alter" if args.alter else "--describe"

@@ -22,11 +22,17 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponenti
 
 from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.cli import common
+from kafkatier.cli.console_properties import add_property_option, apply_properties
 from kafkatier.cli.main import UsageError
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 POLL_MS = 500
 METADATA_WAIT_S = 10.0
+
+# --property names (Kafka's console tools) -> the option each sets
+PROPERTIES = {"print.key": "print_key", "print.offset": "print_offset",
+              "print.partition": "print_partition", "print.timestamp": "print_timestamp",
+              "key.separator": "key_separator"}
 
 
 def register(subparsers) -> None:
@@ -48,6 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("--print-timestamp", action="store_true", help="print CreateTime:<ms> (or LogAppendTime) first")
     p.add_argument("--key-separator", default="\t", help="field separator (default: tab)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_property_option(p, tuple(PROPERTIES))
     p.set_defaults(func=run)
 
 
@@ -70,6 +77,7 @@ def parse_offset(text: str | None) -> int | str | None:
 
 
 def check_args(args: argparse.Namespace) -> None:
+    apply_properties(args, "consume", PROPERTIES)
     if args.offset is not None and args.partition is None:
         raise UsageError("The partition is required when offset is specified.")
     if args.group is not None and args.partition is not None:

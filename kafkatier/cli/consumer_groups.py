@@ -22,6 +22,10 @@ from kafkatier.cli.main import UsageError
 
 COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
            "CLIENT-ID")
+MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+STATE_COLUMNS = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+FIND_COORDINATOR = 10
+GROUP_KEY_TYPE = 0
 RESET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 
 
@@ -39,6 +43,11 @@ def register(subparsers) -> None:
     p.add_argument("--all-groups", action="store_true", help="every group (--describe, --delete)")
     p.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P,... for --reset-offsets")
     p.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--offsets", action="store_true", help="--describe: the offsets table (the default)")
+    what.add_argument("--members", action="store_true", help="--describe: the members and their partitions")
+    what.add_argument("--state", action="store_true", help="--describe: coordinator, assignor, state, #members")
+    p.add_argument("--verbose", action="store_true", help="--describe --members: add each member's ASSIGNMENT")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
@@ -58,6 +67,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--group must not be empty")
     if (args.describe or args.delete) and not groups and not args.all_groups:
         raise UsageError("Option [describe] and [delete] take one of these options: [all-groups], [group]")
+    if (args.offsets or args.members or args.state) and not args.describe:
+        raise UsageError("Options [offsets], [members] and [state] need [describe]")
+    if args.verbose and not (args.describe and (args.members or args.state)):
+        raise UsageError("Option [verbose] needs [describe] with [members] or [state]")
     if args.reset_offsets:
         if len(groups) != 1:
             raise UsageError("Option [reset-offsets] takes exactly one [group]")
@@ -150,6 +163,66 @@ def describe_rows(admin, group: str) -> tuple[str, list[tuple]]:
         rows.append((group, tp.topic, tp.partition, cur, end, lag, m["member_id"] if m else None,
                      m["client_host"] if m else None, m["client_id"] if m else None))
     return state, rows
+
+
+def _assigned(m: dict) -> list[tuple[str, list[int]]]:
+    assignment = m.get("member_assignment") or {}
+    entries = assignment.get("assigned_partitions", []) if isinstance(assignment, dict) else []
+    return sorted((e["topic"], sorted(e["partitions"])) for e in entries)
+
+
+def member_rows(group: str, d: dict, verbose: bool, with_instance_ids: bool = False) -> list[tuple]:
+    """Kafka's --members rows: GROUP CONSUMER-ID [GROUP-INSTANCE-ID] HOST CLIENT-ID #PARTITIONS [ASSIGNMENT]
+    (GROUP-INSTANCE-ID when a member of the group has one, KIP-345)."""
+    rows = []
+    for m in sorted(d.get("members") or [], key=lambda m: m["member_id"]):
+        parts = _assigned(m)
+        row = (group, m["member_id"]) + ((m.get("group_instance_id") or "",) if with_instance_ids else ()) + (
+            m["client_host"], m["client_id"], sum(len(ps) for _, ps in parts))
+        if verbose:
+            text = ", ".join(f"{t}({','.join(str(p) for p in ps)})" for t, ps in parts)
+            row += (text or "-",)
+        rows.append(row)
+    return rows
+
+
+def coordinator_text(client, group: str) -> str:
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.build import build
+    r = client.send_request(build(codec.request_class(FIND_COORDINATOR), 4,
+                                  {"key_type": GROUP_KEY_TYPE, "coordinator_keys": [group]}))
+    c = r.coordinators[0]
+    if c.error_code:
+        return "-"
+    return f"{c.host}:{c.port}  ({c.node_id})"  # two spaces, as Kafka 3.9's ConsumerGroupCommand
+
+
+def do_describe_members_or_state(client, groups: list[str], args: argparse.Namespace) -> int:
+    admin = client.kafka_admin
+    rc = 0
+    for g in groups:
+        d = admin.describe_groups([g])[g]
+        if d.get("error"):
+            raise RuntimeError(str(d["error"]))
+        state = d["group_state"]
+        if state == "Dead":
+            print(f"Error: Consumer group '{g}' does not exist.", file=sys.stderr)
+            rc = 1
+            continue
+        if state == "Empty":
+            print(f"\nConsumer group '{g}' has no active members.")
+        elif state in ("PreparingRebalance", "CompletingRebalance"):
+            print(f"\nWarning: Consumer group '{g}' is rebalancing.")
+        members = d.get("members") or []
+        if args.state:
+            print_table([(g, coordinator_text(client, g), d.get("protocol_data") or "", state, len(members))],
+                        STATE_COLUMNS)
+            continue
+        with_instance_ids = any(m.get("group_instance_id") for m in members)
+        columns = MEMBER_COLUMNS[:2] + (("GROUP-INSTANCE-ID",) if with_instance_ids else ()) + MEMBER_COLUMNS[2:]
+        print_table(member_rows(g, d, args.verbose, with_instance_ids),
+                    columns + (("ASSIGNMENT",) if args.verbose else ()))
+    return rc
 
 
 def do_describe(admin, groups: list[str]) -> int:
@@ -267,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
         groups = list(args.group or [])
         if args.all_groups:
             groups = sorted(x["group_id"] for x in admin.list_groups())
+        if args.describe and (args.members or args.state):
+            return do_describe_members_or_state(client, groups, args)
         if args.describe:
             return do_describe(admin, groups)
         if args.delete:

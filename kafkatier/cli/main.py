@@ -17,7 +17,8 @@ from kafkatier.common.errors import UsageError  # noqa: F401 - the CLI's error t
 COMMAND_MODULES = (
     "demo", "zookeeper", "broker", "cluster", "topics", "configs", "produce", "consume",
     "tiered", "delete_records", "log_dirs", "reassign_partitions", "scenario", "spark", "consumer_groups",
-    "leader_election", "acls", "transactions", "tls",
+    "leader_election", "acls", "transactions", "tls", "get_offsets", "broker_api_versions", "perf",
+    "dump_log",
 )
 
 

@@ -27,11 +27,15 @@ import attrs
 from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.admin.client import format_error
 from kafkatier.cli import common
+from kafkatier.cli.console_properties import add_property_option, apply_properties
 from kafkatier.cli.main import UsageError
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
 MB = 1024 * 1024
+
+# --property names (Kafka's console tools) -> the option each sets
+PROPERTIES = {"parse.key": "parse_key", "key.separator": "key_separator"}
 
 
 def register(subparsers) -> None:
@@ -56,12 +60,15 @@ def register(subparsers) -> None:
                    help="how long a send may wait for metadata or buffer space (default 60000)")
     p.add_argument("--idempotence", action="store_true", help="idempotent producer (needs --acks all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_property_option(p, tuple(PROPERTIES))
     p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
 
+
 def check_args(args: argparse.Namespace) -> None:
+    apply_properties(args, "produce", PROPERTIES)
     if args.num_records is not None:
         if args.num_records < 1:
             raise UsageError("--num-records must be at least 1")

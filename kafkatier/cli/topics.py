@@ -50,6 +50,10 @@ def register(subparsers) -> None:
                    help="--describe: only partitions whose ISR is smaller than their replica set")
     p.add_argument("--unavailable-partitions", action="store_true",
                    help="--describe: only partitions without a leader")
+    p.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="--describe: only partitions whose ISR is smaller than min.insync.replicas (or leaderless)")
+    p.add_argument("--at-min-isr-partitions", action="store_true",
+                   help="--describe: only partitions whose ISR size equals min.insync.replicas")
     p.set_defaults(func=run)
 
 
@@ -128,7 +132,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{name} can only be used with --create")
     if args.if_exists and not (args.describe or args.delete):
         raise UsageError("--if-exists can only be used with --describe or --delete")
-    for name in ("--under-replicated-partitions", "--unavailable-partitions"):
+    for name in ("--under-replicated-partitions", "--unavailable-partitions", "--under-min-isr-partitions",
+                 "--at-min-isr-partitions"):
         if getattr(args, name[2:].replace("-", "_")) and not args.describe:
             raise UsageError(f"{name} can only be used with --describe")
     if args.exclude_internal and not (args.list or args.describe):
@@ -180,18 +185,31 @@ def is_unavailable(p: PartitionInfo) -> bool:
     return p.leader < 0
 
 
+def is_under_min_isr(p: PartitionInfo, min_isr: int | None) -> bool:
+    return p.leader < 0 or (min_isr is not None and len(p.isr) < min_isr)
+
+
+def is_at_min_isr(p: PartitionInfo, min_isr: int | None) -> bool:
+    return min_isr is not None and len(p.isr) == min_isr
+
+
 def describe_lines(topics: Sequence[TopicInfo], configs: Mapping[str, Sequence[ConfigEntry]], *,
-                   under_replicated: bool = False, unavailable: bool = False) -> list[str]:
+                   under_replicated: bool = False, unavailable: bool = False, under_min_isr: bool = False,
+                   at_min_isr: bool = False, min_isr: Mapping[str, int] | None = None) -> list[str]:
     """The ``--describe`` output: per topic its topic line and partition lines; with a partition filter only
-    the matching partition lines (as kafka-topics)."""
-    filtered = under_replicated or unavailable
+    the matching partition lines (as kafka-topics).  ``min_isr``: each topic's min.insync.replicas, for the
+    two min-ISR filters."""
+    filtered = under_replicated or unavailable or under_min_isr or at_min_isr
+    min_isr = min_isr or {}
     lines = []
     for t in sorted(topics, key=lambda t: t.name):
         if not filtered:
             lines.append(format_topic_line(t, configs.get(t.name)))
         for p in t.partitions:
             if filtered and not ((under_replicated and is_under_replicated(p))
-                                 or (unavailable and is_unavailable(p))):
+                                 or (unavailable and is_unavailable(p))
+                                 or (under_min_isr and is_under_min_isr(p, min_isr.get(t.name)))
+                                 or (at_min_isr and is_at_min_isr(p, min_isr.get(t.name)))):
                 continue
             lines.append(format_partition_line(t.name, p))
     return lines
@@ -263,10 +281,15 @@ def _describe(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern 
     if not names:
         return 0
     topics = admin.describe_topics(names)
-    filtered = args.under_replicated_partitions or args.unavailable_partitions
-    configs = {} if filtered else admin.describe_configs("topics", [t.name for t in topics])
-    for line in describe_lines(topics, configs, under_replicated=args.under_replicated_partitions,
-                               unavailable=args.unavailable_partitions):
+    by_min_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
+    filtered = args.under_replicated_partitions or args.unavailable_partitions or by_min_isr
+    configs = admin.describe_configs("topics", [t.name for t in topics]) if not filtered or by_min_isr else {}
+    min_isr = {name: int(c.value) for name, entries in configs.items() for c in entries
+               if c.name == "min.insync.replicas" and c.value is not None}
+    for line in describe_lines(topics, {} if filtered else configs,
+                               under_replicated=args.under_replicated_partitions,
+                               unavailable=args.unavailable_partitions, under_min_isr=args.under_min_isr_partitions,
+                               at_min_isr=args.at_min_isr_partitions, min_isr=min_isr):
         print(line)
     return 0
 

@@ -29,6 +29,10 @@ def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
         for b in state["brokers"]:
             assert set(b) >= {"id", "port", "pid", "log_dirs"} and len(b["log_dirs"]) == 2
             assert pid_alive(b["pid"])
+        again = kafkatier_cli.run("cluster", "up", "--brokers", "1", "--data-dir", d, "--detach", timeout=60)
+        assert again.returncode == 1 and f"kafkatier cluster down --data-dir {d}" in again.stderr
+        assert "zookeeper stop" not in again.stderr and len(again.stderr.strip().splitlines()) == 1, again.stderr
+        assert all(pid_alive(b["pid"]) for b in state["brokers"])  # the running cluster is untouched
         zk = start_client(state["zookeeper"])
         try:
             assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]

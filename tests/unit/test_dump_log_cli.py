@@ -1,0 +1,103 @@
+"""kafkatier dump-log: Kafka 3.9's DumpLogSegments lines for segments and indexes, bad input in one line."""
+from __future__ import annotations
+
+import re
+import struct
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from kafkatier.cli.main import main
+
+BATCH_LINE = re.compile(
+    r"^baseOffset: \d+ lastOffset: \d+ count: \d+ baseSequence: -?\d+ lastSequence: -?\d+ producerId: -?\d+ "
+    r"producerEpoch: -?\d+ partitionLeaderEpoch: -?\d+ isTransactional: (true|false) isControl: (true|false) "
+    r"deleteHorizonMs: OptionalLong.empty position: \d+ CreateTime: \d+ size: \d+ magic: 2 compresscodec: none "
+    r"crc: \d+ isvalid: true$")
+RECORD_LINE = re.compile(
+    r"^\| offset: \d+ CreateTime: \d+ keySize: -?\d+ valueSize: -?\d+ sequence: -?\d+ headerKeys: \[[^\]]*\]"
+    r"( key: .* payload: .*)?$")
+
+
+def _segment(tmp_path):
+    out = b""
+    for base in (0, 2):
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                      producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        b.append(0, 1700000000000, b"k", b"v%d" % base, [("h", b"x")])
+        b.append(1, 1700000000001, None, b"w", [])
+        raw = bytearray(b.build())
+        struct.pack_into(">q", raw, 0, base)
+        out += bytes(raw)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(out)
+    return path
+
+
+def test_segment_batches_and_records(tmp_path, capsys):
+    path = _segment(tmp_path)
+    assert main(["dump-log", "--files", str(path), "--print-data-log"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Dumping {path}"
+    assert lines[1] == "Log starting offset: 0"
+    assert BATCH_LINE.match(lines[2]), lines[2]
+    assert lines[2].startswith("baseOffset: 0 lastOffset: 1 count: 2 ")
+    assert RECORD_LINE.match(lines[3]) and lines[3].endswith("headerKeys: [h] key: k payload: v0"), lines[3]
+    assert lines[4].endswith("keySize: -1 valueSize: 1 sequence: -1 headerKeys: [] payload: w")
+    assert "position: 0 " in lines[2] and BATCH_LINE.match(lines[5]) and lines[5].startswith("baseOffset: 2 ")
+    assert len(lines) == 8
+
+
+def test_batches_only_without_deep_iteration(tmp_path, capsys):
+    path = _segment(tmp_path)
+    assert main(["dump-log", "--files", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(BATCH_LINE.match(x) for x in lines[2:])
+
+
+def test_indexes(tmp_path, capsys):
+    idx = tmp_path / "00000000000000000100.index"
+    idx.write_bytes(struct.pack(">ii", 0, 0) + struct.pack(">ii", 5, 4096) + b"\0" * 16)
+    tidx = tmp_path / "00000000000000000100.timeindex"
+    tidx.write_bytes(struct.pack(">qi", 1700000000000, 5) + b"\0" * 12)
+    assert main(["dump-log", "--files", f"{idx},{tidx}"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"Dumping {idx}", "offset: 100 position: 0", "offset: 105 position: 4096",
+        f"Dumping {tidx}", "timestamp: 1700000000000 offset: 105"]
+
+
+def test_non_segment_file_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello")
+    assert main(["dump-log", "--files", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["dump-log", "--files", str(tmp_path / "00000000000000000000.log")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_garbage_named_like_a_segment_one_line_exit_2(tmp_path, capsys):
+    for name, content in (("00000000000000000000.log", b"hello, this is not a record batch at all" * 3),
+                          ("00000000000000000000.index", b"\0" * 7)):
+        f = tmp_path / name
+        f.write_bytes(content)
+        assert main(["dump-log", "--files", str(f)]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+
+
+def test_transaction_marker_and_empty_index(tmp_path, capsys):
+    from kafkatier.log.record_batch import end_transaction_marker
+    seg = tmp_path / "00000000000000000007.log"
+    raw = bytearray(end_transaction_marker(42, 3, 5, True, 1700000000000))
+    struct.pack_into(">q", raw, 0, 7)
+    seg.write_bytes(bytes(raw))
+    empty = tmp_path / "00000000000000000007.index"
+    empty.write_bytes(b"")
+    assert main(["dump-log", "--files", f"{seg},{empty}", "--deep-iteration"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("baseOffset: 7 lastOffset: 7 count: 1 baseSequence: -1 lastSequence: -1 "
+                               "producerId: 42 producerEpoch: 3 ")
+    assert "isTransactional: true isControl: true" in lines[2]
+    assert lines[3].startswith("| offset: 7 CreateTime: ") and \
+        lines[3].endswith("endTxnMarker: COMMIT coordinatorEpoch: 5")
+    assert lines[4:] == [f"Dumping {empty}", f"{empty} is empty."]
