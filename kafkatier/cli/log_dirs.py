@@ -1,6 +1,12 @@
 """``kafkatier log-dirs --describe``: kafka-log-dirs (docs/kip-113-jbod.md#the-log-dirs-tool).
 
-Default output is KIP-113's JSON for one broker (``--broker``, KIP-113's option; or a one-entry
+Default output is Kafka's ``kafka-log-dirs`` output for any number of brokers (default all)::
+
+    Querying brokers for log directories information
+    Received log directory information from brokers 0,1
+    {"version":1,"brokers":[{"broker":0,"logDirs":[{"logDir":"/data/d1","error":null,"partitions":[...]}]}]}
+
+``--format kip113`` prints KIP-113's JSON for one broker (``--broker``, KIP-113's option; or a one-entry
 ``--broker-list``)::
 
     {"version":1,"log_dirs":[{"is_live":true,"path":"/data/d1","partitions":[
@@ -9,12 +15,6 @@ Default output is KIP-113's JSON for one broker (``--broker``, KIP-113's option;
 An offline dir is listed with ``is_live`` false and no partitions; a partition the broker hosts (by the cluster
 metadata) but found in no live dir is listed under the path ``"*"`` with ``is_live`` false.  ``--log-dirs`` and
 ``--topics`` (KIP-113) / ``--topic-list`` (Kafka) filter on the client.
-
-``--format kafka`` prints Kafka's output for any number of brokers (default all)::
-
-    Querying brokers for log directories information
-    Received log directory information from brokers 0,1
-    {"version":1,"brokers":[{"broker":0,"logDirs":[{"logDir":"/data/d1","error":null,"partitions":[...]}]}]}
 
 Unknown ids in ``--broker-list`` / ``--broker`` print Kafka's
 ``ERROR: The given brokers do not exist from --broker-list: ...`` and exit 1; bad options exit 2.
@@ -52,8 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--log-dirs", metavar="DIR[,DIR...]", help="only these log dirs (kip113 format)")
     p.add_argument("--topics", "--topic-list", dest="topics", metavar="TOPIC[,TOPIC...]",
                    help="only these topics (default: all)")
-    p.add_argument("--format", choices=("kip113", "kafka"), default="kip113",
-                   help="kip113: the KIP-113 JSON for one broker (default); kafka: kafka-log-dirs' output")
+    p.add_argument("--format", choices=("kip113", "kafka"), default="kafka",
+                   help="kafka: kafka-log-dirs' output (default); kip113: the KIP-113 JSON for one broker")
     p.set_defaults(func=run)
 
 
@@ -72,7 +72,7 @@ def _broker_ids(text: str | None, one: int | None) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     wanted = _broker_ids(args.broker_list, args.broker)
     if args.format == "kip113" and (wanted is None or len(wanted) != 1):
-        raise UsageError("the kip113 format describes one broker: give --broker ID (or --format kafka)")
+        raise UsageError("the kip113 format describes one broker: give --broker ID (or leave out --format kip113)")
     topics = set(common.split_list(args.topics)) or None
     log_dirs = set(common.split_list(args.log_dirs)) or None
     try:

@@ -300,7 +300,7 @@ def test_d42_reassignment_with_log_dirs(admin, cluster, kafkatier_cli, tmp_path)
     out = wait_for(verified, 60, interval=0.5, message="--verify to report completion")
     assert out.startswith("Status of partition reassignment:")
     assert "Clearing broker-level throttles on brokers 1,2,3" in out
-    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1", "--topics", topic)
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1", "--topics", topic, "--format", "kip113")
     doc = json.loads(r.stdout)
     where = [d["path"] for d in doc["log_dirs"] for p in d["partitions"] if p["topic"] == topic]
     assert where == [dest]
@@ -358,7 +358,7 @@ def test_d44_log_dirs_tool_with_an_offline_dir(cluster_factory, kafkatier_cli):
     finally:
         a.close()
     boot = ("--bootstrap-server", c.bootstrap_servers)
-    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1")
+    r = kafkatier_cli.run("log-dirs", *boot, "--describe", "--broker", "1", "--format", "kip113")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     by_path = {d["path"]: d for d in doc["log_dirs"]}

@@ -251,7 +251,7 @@ def test_s42_log_dir_moves_during_a_reassignment(cluster, admin, cli, kafkatier_
     assert replicas_of(admin, topic) == {0: [3, 1]}
     for broker, dest in ((1, dest1), (3, dest3)):
         r = kafkatier_cli.run("log-dirs", "--bootstrap-server", cluster.bootstrap_servers, "--describe",
-                              "--broker", str(broker), "--topics", topic)
+                              "--broker", str(broker), "--topics", topic, "--format", "kip113")
         doc = json.loads(r.stdout)
         assert [d["path"] for d in doc["log_dirs"] for p in d["partitions"] if p["topic"] == topic] == [dest]
     assert read_all(cluster, topic, 1) == values
