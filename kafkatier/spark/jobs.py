@@ -38,7 +38,9 @@ def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: 
     master = master or "local[*]"
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4"))
+               .config("spark.sql.shuffle.partitions", "4")
+               # The data source's error message first (kafkatier.spark.errors).
+               .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false"))
     if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Local workers (tasks, and the planner workers that call the data source's reader() and writer())
         # must import this very environment's kafkatier and confluent-kafka.  The environment variable reaches

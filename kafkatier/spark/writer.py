@@ -35,7 +35,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
-from kafkatier.spark.options import DataSourceOptionError, WriterOptions, _get
+from kafkatier.spark.options import DataSourceOptionError, WriterOptions, metadata_timeout_s
 from kafkatier.spark.transactions import TaskTransaction, TransactionEnder, TransactionError
 
 log = get_logger("spark.writer")
@@ -116,7 +116,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         options = WriterOptions.parse(raw_options)
         columns = SinkColumns.check(schema, options.topic)
         _check_producer_config(options.producer_config)
-        timeout = float(_get(raw_options, "metadataTimeoutMs") or metadata.DEFAULT_TIMEOUT_S * 1000) / 1000
+        timeout = metadata_timeout_s(raw_options, metadata.DEFAULT_TIMEOUT_S)
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
         eos = options.exactly_once
         if eos is not None:
