@@ -170,15 +170,16 @@ class ReadResult:
 
 
 def produce(spark, df, bootstrap_servers: str, topic: str, options: Mapping[str, str] | None = None,
-            progress: bool = True) -> ProduceResult:
-    """Write ``df`` to ``topic`` through the data source (``mode("append")``)."""
+            progress: bool = True, rows: int | None = None) -> ProduceResult:
+    """Write ``df`` to ``topic`` through the data source (``mode("append")``); ``rows`` is ``df``'s row count
+    when known (otherwise counting it costs one more Spark job over the input)."""
     start = time.monotonic()
     writer = (df.write.format(NAME).mode("append").option("kafka.bootstrap.servers", bootstrap_servers)
               .option("topic", topic))
     for k, v in (options or {}).items():
         writer = writer.option(k, v)
     with StageProgress(spark, f"writing {topic}", enabled=progress):
-        rows = df.count()
+        rows = df.count() if rows is None else rows
         writer.save()
     seconds = time.monotonic() - start
     log.info("spark produce done %s", kv(topic=topic, rows=rows, seconds=round(seconds, 2)))

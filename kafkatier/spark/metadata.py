@@ -12,7 +12,7 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 
-from kafkatier.spark.options import Subscription, TopicPartition
+from kafkatier.spark.options import DataSourceOptionError, Subscription, TopicPartition
 
 DEFAULT_TIMEOUT_S = 10.0
 # How long the driver's first TCP probe of a bootstrap address may take before librdkafka is asked.
@@ -59,9 +59,12 @@ def check_topic_writable(producer_config: Mapping[str, str], topic: str | None, 
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     servers = producer_config["bootstrap.servers"]
-    probe_bootstrap(servers, timeout_s)
-    producer = Producer({**producer_config, **QUIET})
+    try:        # librdkafka refuses unknown or ill-typed properties when a client is built
+        producer = Producer({**producer_config, **QUIET})
+    except (KafkaException, ValueError, TypeError) as e:
+        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None
     try:
+        probe_bootstrap(servers, timeout_s)
         try:
             md = producer.list_topics(topic, timeout=timeout_s)
         except KafkaException as e:

@@ -115,7 +115,6 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                                         "use .mode(\"append\")")
         options = WriterOptions.parse(raw_options)
         columns = SinkColumns.check(schema, options.topic)
-        _check_producer_config(options.producer_config)
         timeout = metadata_timeout_s(raw_options, metadata.DEFAULT_TIMEOUT_S)
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
         eos = options.exactly_once
@@ -335,12 +334,3 @@ class _TaskTransactionState:
                 return TaskTransaction(self.transactional_id, eos["producer_id"], eos["producer_epoch"])
         raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: librdkafka reported no "
                            "producer id and epoch for the open transaction")
-
-def _check_producer_config(config: dict) -> None:
-    """librdkafka refuses unknown or ill-typed properties when a client is built: do it on the driver."""
-    from confluent_kafka import KafkaException, Producer
-
-    try:
-        Producer({**config, **metadata.QUIET}).flush(0)
-    except (KafkaException, ValueError, TypeError) as e:
-        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None
