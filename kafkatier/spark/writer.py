@@ -130,7 +130,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     # --- tasks ------------------------------------------------------------------------------------------------
     def write(self, iterator: Iterator) -> KafkaWriterCommitMessage:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -144,7 +144,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         config = {**self.options.producer_config, "on_delivery": on_error,
                   "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
         eos = self.options.exactly_once
-        txn = _TaskTransactionState(eos.transactional_id(pid)) if eos is not None else None
+        txn = _TaskTransactionState(eos.transactional_id(pid), eos.prefix) if eos is not None else None
         if txn is not None:
             config = txn.configure(config)
         producer = Producer(config)
@@ -160,6 +160,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                 if failures:
                     break
             remaining = producer.flush(self.options.flush_timeout_s)
+        except KafkaException as e:
+            if txn is None:
+                raise
+            txn.abort(producer)
+            raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): {txn.describe_failure(e)}") from None
         except BaseException:
             if txn is not None:
                 txn.abort(producer)
@@ -172,8 +177,12 @@ class KafkaBatchWriter(DataSourceArrowWriter):
             err, topic, part = failures[0] if failures else ("flush timed out", "?", -1)
             raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): "
                                f"{len(failures)} record(s) not delivered, {remaining} still unacknowledged; "
-                               f"first error: {err} (topic {topic}, partition {part})")
-        reported = txn.flushed(producer, records) if txn is not None else None
+                               f"first error: {err} (topic {topic}, partition {part})"
+                               + (f"; {txn.describe_failure(err)}" if txn is not None else ""))
+        try:
+            reported = txn.flushed(producer, records) if txn is not None else None
+        except KafkaException as e:
+            raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): {txn.describe_failure(e)}") from None
         seconds = time.monotonic() - start
         log.info("task wrote %s", kv(task=pid, attempt=attempt, records=records, value_bytes=value_bytes,
                                      seconds=round(seconds, 3),
@@ -291,8 +300,9 @@ class _TaskTransactionState:
 
     STATS_INTERVAL_MS = 100
 
-    def __init__(self, transactional_id: str):
+    def __init__(self, transactional_id: str, prefix: str):
         self.transactional_id = transactional_id
+        self.prefix = prefix
         self._stats: list[dict] = []
 
     def configure(self, config: dict) -> dict:
@@ -304,6 +314,22 @@ class _TaskTransactionState:
         return {**config, "transactional.id": self.transactional_id,
                 "statistics.interval.ms": self.STATS_INTERVAL_MS, "stats_cb": on_stats}
 
+    def describe_failure(self, error) -> str:
+        """What a Kafka error means for the task's transaction, naming the id and, when the producer was
+        fenced, the likely reasons."""
+        from confluent_kafka import KafkaError
+
+        err = error.args[0] if getattr(error, "args", None) and isinstance(error.args[0], KafkaError) else error
+        code = err.code() if isinstance(err, KafkaError) else None
+        text = err.str() if isinstance(err, KafkaError) else str(err)
+        fenced = code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or (
+            "fenced" in text.lower())
+        if fenced:
+            return (f"transactional id {self.transactional_id!r} was fenced by a newer producer with the same id: "
+                    f"another job with the same transactionalIdPrefix ({self.prefix!r}) running at once, or a "
+                    f"speculative attempt of this task; nothing of this attempt is visible ({text})")
+        return f"transactional id {self.transactional_id!r}: {text}"
+
     def begin(self, producer, timeout_s: float) -> None:
         from confluent_kafka import KafkaException
 
@@ -311,8 +337,7 @@ class _TaskTransactionState:
             producer.init_transactions(timeout_s)
             producer.begin_transaction()
         except KafkaException as e:
-            raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: "
-                               f"init_transactions failed: {e.args[0].str() if e.args else e}") from None
+            raise RuntimeError(f"kafkatier sink: init_transactions failed: {self.describe_failure(e)}") from None
 
     def abort(self, producer) -> None:
         try:
