@@ -82,6 +82,8 @@ class WorkloadSpec:
     interval_s: float = 0.5                 # offsets sampler period
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
+    exactly_once: bool = False              # spark_producer: exactlyOnce=true (transactions the driver commits)
+    kill_task_at_rows: int = 0              # spark_producer: kill -9 its Python task workers once the log has N
     client_group: str | None = None         # bootstrap through this client group's links
 
 
