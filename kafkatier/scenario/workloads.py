@@ -275,7 +275,9 @@ class SparkProducerWorkload(Workload):
         if w.exactly_once:
             cmd += ["--option", "exactlyOnce=true", "--option", f"transactionalIdPrefix=scenario-{self.process}"]
         deadline = time.monotonic() + self.JOB_TIMEOUT_S
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        # A session of its own: on timeout the whole job (its JVM and Python workers too) is killed.
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as p:
             # While the job runs, report the topic's committed rows (sum of high watermarks) as progress, so a
             # schedule step can wait for the job to be writing (``when = { acked_at_least = N }``).
             while True:
@@ -284,7 +286,9 @@ class SparkProducerWorkload(Workload):
                     break
                 except subprocess.TimeoutExpired:
                     if time.monotonic() > deadline:
-                        p.kill()
+                        import os
+                        import signal
+                        os.killpg(p.pid, signal.SIGKILL)
                         p.communicate()
                         self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
                         return
