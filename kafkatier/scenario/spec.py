@@ -83,7 +83,7 @@ class WorkloadSpec:
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
     exactly_once: bool = False              # spark_producer: exactlyOnce=true (transactions the driver commits)
-    kill_task_at_rows: int = 0              # spark_producer: kill -9 its Python task workers once the log has N
+    kill_task_after_s: float = 0.0          # spark_producer: kill -9 its task workers this long after its 1st record
     client_group: str | None = None         # bootstrap through this client group's links
 
 

@@ -14,8 +14,8 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   ``spark-produce`` invoke and ``ok`` (the job succeeded: every row ``str(i).zfill(S)``, ``0 <= i < N``, is
   acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.  With ``exactly_once`` the job
   writes with ``exactlyOnce=true`` (duplicates are then anomalies for read_committed readers, and a failed job
-  must leave nothing visible); ``kill_task_at_rows`` kills its Python task workers with SIGKILL once the topic's
-  log holds that many records (``spark-kill-task`` info), so Spark retries those tasks.
+  must leave nothing visible); ``kill_task_after_s`` kills its Python task workers with SIGKILL that long after
+  its first record reached the topic's log (``spark-kill-task`` info), so Spark retries those tasks.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
   ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
   ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
@@ -258,6 +258,7 @@ class SparkProducerWorkload(Workload):
         self.on_progress = on_progress
         self._offsets = None
         self._killed = False
+        self._first_record_at: float | None = None
 
     def work(self) -> None:
         import subprocess
@@ -293,7 +294,10 @@ class SparkProducerWorkload(Workload):
                         self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
                         return
                     written = self._report_progress(w.topic)
-                    if w.kill_task_at_rows and not self._killed and written >= w.kill_task_at_rows:
+                    if written and self._first_record_at is None:
+                        self._first_record_at = time.monotonic()
+                    if (w.kill_task_after_s and not self._killed and self._first_record_at is not None
+                            and time.monotonic() - self._first_record_at >= w.kill_task_after_s):
                         self._kill_task_workers(p.pid, written)
         if p.returncode == 0:
             self.history.record(OK, self.process, "spark-produce", value, output=out.strip()[-200:])

@@ -57,6 +57,7 @@ def write(df, cluster, topic: str, **options):
 def read_keys(spark, cluster, topic: str, isolation: str = "read_committed") -> list[str]:
     df = (spark.read.format("kafkatier").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
           .option("subscribe", topic).option("isolation.level", isolation).option("kafkaConsumer.pollTimeoutMs", "20000")
+          .option("metadataTimeoutMs", "60000")                     # leaders re-elected after a broker kill
           .load())
     return [r["key"].decode() for r in df.select("key").collect()]
 
