@@ -15,7 +15,7 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
   acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.  With ``exactly_once`` the job
   writes with ``exactlyOnce=true`` (duplicates are then anomalies for read_committed readers, and a failed job
   must leave nothing visible); ``kill_task_after_s`` kills its Python task workers with SIGKILL that long after
-  its first record reached the topic's log (``spark-kill-task`` info), so Spark retries those tasks.
+  the first progress report that saw its records (``spark-kill-task`` info), so Spark retries those tasks.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
   ``delete_records`` steps; a DeleteRecords ``ok`` carries each partition's acknowledged ``low_watermark``;
   ``move_replica`` (KIP-113 AlterReplicaLogDirs through the repo's admin client) is ``ok`` when the broker
@@ -257,8 +257,6 @@ class SparkProducerWorkload(Workload):
         self.process = name
         self.on_progress = on_progress
         self._offsets = None
-        self._killed = False
-        self._first_record_at: float | None = None
 
     def work(self) -> None:
         import subprocess
@@ -276,6 +274,7 @@ class SparkProducerWorkload(Workload):
         if w.exactly_once:
             cmd += ["--option", "exactlyOnce=true", "--option", f"transactionalIdPrefix=scenario-{self.process}"]
         deadline = time.monotonic() + self.JOB_TIMEOUT_S
+        kill_timer = None
         # A session of its own: on timeout the whole job (its JVM and Python workers too) is killed.
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True) as p:
@@ -294,11 +293,11 @@ class SparkProducerWorkload(Workload):
                         self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
                         return
                     written = self._report_progress(w.topic)
-                    if written and self._first_record_at is None:
-                        self._first_record_at = time.monotonic()
-                    if (w.kill_task_after_s and not self._killed and self._first_record_at is not None
-                            and time.monotonic() - self._first_record_at >= w.kill_task_after_s):
-                        self._kill_task_workers(p.pid, written)
+                    if written and w.kill_task_after_s and kill_timer is None:
+                        # A timer of its own: the progress polls block for seconds while a broker is down.
+                        kill_timer = threading.Timer(w.kill_task_after_s, self._kill_task_workers, (p.pid, written))
+                        kill_timer.daemon = True
+                        kill_timer.start()
         if p.returncode == 0:
             self.history.record(OK, self.process, "spark-produce", value, output=out.strip()[-200:])
         else:
@@ -313,15 +312,12 @@ class SparkProducerWorkload(Workload):
         procs = _process_tree(pid)
         daemons = {p for p, (_, cmd) in procs.items() if "pyspark.daemon" in cmd and "sql.worker" not in cmd}
         workers = [p for p, (parent, _) in procs.items() if parent in daemons]
-        if not workers:
-            return                                  # not forked yet: try again at the next progress report
         for w in workers:
             try:
                 os.kill(w, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self._killed = True
-        self.history.record(INFO, self.process, "spark-kill-task", {"pids": workers, "log_records": written})
+        self.history.record(INFO, self.process, "spark-kill-task", {"pids": workers, "log_records_seen": written})
 
     def _report_progress(self, topic: str) -> int:
         """The topic's records (sum of high watermarks, open transactions' records included), reported."""
