@@ -127,7 +127,8 @@ def run_produce(args) -> int:
         spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}")
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
               else jobs.generated_rows(spark, args.rows, args.record_size))
-        result = jobs.produce(spark, df, bootstrap, args.topic, options, progress=_progress(args))
+        result = jobs.produce(spark, df, bootstrap, args.topic, options, progress=_progress(args),
+                              rows=None if args.input else args.rows)
         print(f"wrote {result.rows} rows to {result.topic} in {result.seconds:.1f} s "
               f"({result.rows / max(result.seconds, 1e-9):,.0f} rows/s)")
         return 0

@@ -85,6 +85,8 @@ class WorkloadSpec:
     interval_s: float = 0.5                 # offsets sampler period
     rows: int = 1000                        # spark_producer: rows of the job (value_bytes each)
     start_s: float = 0.0                    # spark_producer: when the job starts
+    exactly_once: bool = False              # spark_producer: exactlyOnce=true (transactions the driver commits)
+    kill_task_after_s: float = 0.0          # spark_producer: kill -9 its task workers this long after its 1st record
     client_group: str | None = None         # bootstrap through this client group's links
     isolation_level: str = "read_committed"  # consumer (librdkafka's default)
     txn_sends: int = 4                      # txn_producer: sends per transaction (rate: transactions per second)

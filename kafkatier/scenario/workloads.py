@@ -12,7 +12,10 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
 - :class:`SparkProducerWorkload` (process ``spark_producer-N``): one PySpark batch job, ``kafkatier spark
   produce --rows N --record-size S`` in a subprocess (the scenario process stays light), recorded as one
   ``spark-produce`` invoke and ``ok`` (the job succeeded: every row ``str(i).zfill(S)``, ``0 <= i < N``, is
-  acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.
+  acknowledged; Spark may retry a task, so duplicates are allowed) or ``fail``.  With ``exactly_once`` the job
+  writes with ``exactlyOnce=true`` (duplicates are then anomalies for read_committed readers, and a failed job
+  must leave nothing visible); ``kill_task_after_s`` kills its Python task workers with SIGKILL that long after
+  the first progress report that saw its records (``spark-kill-task`` info), so Spark retries those tasks.
 - :class:`~kafkatier.scenario.txn_workload.TxnProducerWorkload` (process ``txn_producer-N``): Jepsen's
   transactional workload, in ``txn_workload.py``.
 - :class:`AdminOperations` (process ``admin``): the schedule's ``alter_config`` (IncrementalAlterConfigs) and
@@ -264,14 +267,20 @@ class SparkProducerWorkload(Workload):
         w = self.spec
         if w.start_s and self.stopping.wait(w.start_s):
             return
-        value = {"topic": w.topic, "rows": w.rows, "record_size": w.value_bytes}
+        value = {"topic": w.topic, "rows": w.rows, "record_size": w.value_bytes, "exactly_once": w.exactly_once}
         self.history.record(INVOKE, self.process, "spark-produce", value)
+        # local[2, 4]: two cores, a failed task tried up to 4 times (local[2] never retries one).
         cmd = [sys.executable, "-m", "kafkatier", "spark", "produce", "--bootstrap-server", self.bootstrap,
                "--topic", w.topic, "--rows", str(w.rows), "--record-size", str(w.value_bytes), "--no-progress",
-               "--master", "local[2]", "--option", f"kafka.acks={'all' if w.acks == 'all' else w.acks}",
+               "--master", "local[2,4]", "--option", f"kafka.acks={'all' if w.acks == 'all' else w.acks}",
                "--option", "kafka.delivery.timeout.ms=120000"]
+        if w.exactly_once:
+            cmd += ["--option", "exactlyOnce=true", "--option", f"transactionalIdPrefix=scenario-{self.process}"]
         deadline = time.monotonic() + self.JOB_TIMEOUT_S
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        kill_timer = None
+        # A session of its own: on timeout the whole job (its JVM and Python workers too) is killed.
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as p:
             # While the job runs, report the topic's committed rows (sum of high watermarks) as progress, so a
             # schedule step can wait for the job to be writing (``when = { acked_at_least = N }``).
             while True:
@@ -280,20 +289,41 @@ class SparkProducerWorkload(Workload):
                     break
                 except subprocess.TimeoutExpired:
                     if time.monotonic() > deadline:
-                        p.kill()
+                        import os
+                        import signal
+                        os.killpg(p.pid, signal.SIGKILL)
                         p.communicate()
                         self.history.record(INFO, self.process, "spark-produce", value, error="timeout")
                         return
-                    self._report_progress(w.topic)
+                    written = self._report_progress(w.topic)
+                    if written and w.kill_task_after_s and kill_timer is None:
+                        # A timer of its own: the progress polls block for seconds while a broker is down.
+                        kill_timer = threading.Timer(w.kill_task_after_s, self._kill_task_workers, (p.pid, written))
+                        kill_timer.daemon = True
+                        kill_timer.start()
         if p.returncode == 0:
             self.history.record(OK, self.process, "spark-produce", value, output=out.strip()[-200:])
         else:
             last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
             self.history.record(FAIL, self.process, "spark-produce", value, error=last[:300])
 
-    def _report_progress(self, topic: str) -> None:
-        if self.on_progress is None:
-            return
+    def _kill_task_workers(self, pid: int, written: int) -> None:
+        """SIGKILL every Python worker the job's PySpark daemons forked (the tasks' processes; not the
+        daemons, not the planner workers of the driver): the running tasks fail and Spark retries them."""
+        import os
+        import signal
+        procs = _process_tree(pid)
+        daemons = {p for p, (_, cmd) in procs.items() if "pyspark.daemon" in cmd and "sql.worker" not in cmd}
+        workers = [p for p, (parent, _) in procs.items() if parent in daemons]
+        for w in workers:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.history.record(INFO, self.process, "spark-kill-task", {"pids": workers, "log_records_seen": written})
+
+    def _report_progress(self, topic: str) -> int:
+        """The topic's records (sum of high watermarks, open transactions' records included), reported."""
         try:
             if self._offsets is None:
                 self._offsets = Consumer(client_config(self.bootstrap) | {"group.id": "scenario-spark-progress"})
@@ -301,8 +331,10 @@ class SparkProducerWorkload(Workload):
             total = sum(self._offsets.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)[1]
                         for p in md.partitions)
         except KafkaException:
-            return   # a broker being killed: try again next time
-        self.on_progress(total)
+            return 0   # a broker being killed: try again next time
+        if self.on_progress is not None:
+            self.on_progress(total)
+        return total
 
     def finish(self, timeout: float) -> int:
         """Wait for the job (it is not cut short by the end of the workload phase); 1 if still running."""
@@ -310,6 +342,28 @@ class SparkProducerWorkload(Workload):
         if self._offsets is not None and not self.is_alive():
             self._offsets.close()
         return int(self.is_alive())
+
+
+def _process_tree(root: int) -> dict[int, tuple[int, str]]:
+    """``{pid: (parent pid, command line)}`` of ``root``'s descendants (Linux ``/proc``)."""
+    import os
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        table[int(name)] = (parent, cmd)
+    out, frontier = {}, {root}
+    while frontier:
+        frontier = {p for p, (parent, _) in table.items() if parent in frontier and p not in out}
+        out.update({p: table[p] for p in frontier})
+    return out
 
 
 class AdminOperations:

@@ -8,12 +8,18 @@ has no active session, so ``format("kafkatier")`` -- like any Python data source
 ``DataFrameReader.load`` so that each first makes its own session the thread's active one (what
 ``SparkSession.createDataFrame`` does already).  It runs when ``kafkatier.spark`` is imported in the driver;
 idempotent; a no-op on Spark Connect, whose sessions have no JVM.
+
+It also turns PySpark's simplified tracebacks off in that session unless the user set
+``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled`` themselves: the simplification drops the
+exception's context, which is how the data source puts its error message on the first line Spark shows
+(:mod:`kafkatier.spark.errors`).  Unsimplified tracebacks only show PySpark's own frames as well.
 """
 from __future__ import annotations
 
 import functools
 
 _MARK = "_kafkatier_sets_active_session"
+SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
 def _activate(session) -> None:
@@ -24,6 +30,9 @@ def _activate(session) -> None:
     from pyspark.sql import SparkSession
 
     SparkSession._get_j_spark_session_class(jvm).setActiveSession(jsession)
+    conf = jsession.conf()
+    if not conf.contains(SIMPLIFIED_TRACEBACK):
+        conf.set(SIMPLIFIED_TRACEBACK, "false")
 
 
 def _wrap(cls, name: str) -> None:

@@ -38,7 +38,9 @@ def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: 
     master = master or "local[*]"
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4"))
+               .config("spark.sql.shuffle.partitions", "4")
+               # The data source's error message first (kafkatier.spark.errors).
+               .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false"))
     if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Local workers (tasks, and the planner workers that call the data source's reader() and writer())
         # must import this very environment's kafkatier and confluent-kafka.  The environment variable reaches
@@ -168,15 +170,16 @@ class ReadResult:
 
 
 def produce(spark, df, bootstrap_servers: str, topic: str, options: Mapping[str, str] | None = None,
-            progress: bool = True) -> ProduceResult:
-    """Write ``df`` to ``topic`` through the data source (``mode("append")``)."""
+            progress: bool = True, rows: int | None = None) -> ProduceResult:
+    """Write ``df`` to ``topic`` through the data source (``mode("append")``); ``rows`` is ``df``'s row count
+    when known (otherwise counting it costs one more Spark job over the input)."""
     start = time.monotonic()
     writer = (df.write.format(NAME).mode("append").option("kafka.bootstrap.servers", bootstrap_servers)
               .option("topic", topic))
     for k, v in (options or {}).items():
         writer = writer.option(k, v)
     with StageProgress(spark, f"writing {topic}", enabled=progress):
-        rows = df.count()
+        rows = df.count() if rows is None else rows
         writer.save()
     seconds = time.monotonic() - start
     log.info("spark produce done %s", kv(topic=topic, rows=rows, seconds=round(seconds, 2)))

@@ -7,12 +7,16 @@ failure is one :class:`BrokerCheckError` that names the brokers and the topic.
 """
 from __future__ import annotations
 
+import errno
 import re
+import socket
 from collections.abc import Iterable, Mapping
 
-from kafkatier.spark.options import Subscription, TopicPartition
+from kafkatier.spark.options import DataSourceOptionError, Subscription, TopicPartition
 
-DEFAULT_TIMEOUT_S = 15.0
+DEFAULT_TIMEOUT_S = 10.0
+# How long the driver's first TCP probe of a bootstrap address may take before librdkafka is asked.
+PROBE_TIMEOUT_S = 1.0
 # librdkafka reports refused connections itself at level 3; the driver reports them in one error instead.
 QUIET = {"log_level": 0}
 
@@ -25,6 +29,27 @@ def _unreachable(servers: str, timeout_s: float, e: BaseException) -> BrokerChec
     return BrokerCheckError(f"cannot reach the Kafka brokers at {servers} within {timeout_s:g} s: {e}")
 
 
+def probe_bootstrap(servers: str, timeout_s: float) -> None:
+    """Fail at once when every bootstrap address refuses TCP connections or does not resolve (no broker
+    listens there): librdkafka would retry until the whole timeout ran out.  An address that accepts, or
+    answers nothing within the probe's timeout (a firewall, a paused host), is left to the client's checks."""
+    reasons = []
+    for server in servers.split(","):
+        host, _, port = server.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(PROBE_TIMEOUT_S, timeout_s)):
+                return
+        except socket.gaierror as e:
+            reasons.append(f"{server}: {e.strerror or e}")
+        except ConnectionRefusedError:
+            reasons.append(f"{server}: connection refused")
+        except OSError as e:
+            if e.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
+                return                          # a timeout: unknown, let librdkafka wait for it
+            reasons.append(f"{server}: {e.strerror or e}")
+    raise BrokerCheckError(f"cannot reach the Kafka brokers at {servers}: {'; '.join(reasons)}")
+
+
 def check_topic_writable(producer_config: Mapping[str, str], topic: str | None, timeout_s: float) -> None:
     """The brokers answer Metadata and ``topic`` (when given) exists or is auto-created by them.
 
@@ -34,8 +59,12 @@ def check_topic_writable(producer_config: Mapping[str, str], topic: str | None, 
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     servers = producer_config["bootstrap.servers"]
-    producer = Producer({**producer_config, **QUIET})
+    try:        # librdkafka refuses unknown or ill-typed properties when a client is built
+        producer = Producer({**producer_config, **QUIET})
+    except (KafkaException, ValueError, TypeError) as e:
+        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None
     try:
+        probe_bootstrap(servers, timeout_s)
         try:
             md = producer.list_topics(topic, timeout=timeout_s)
         except KafkaException as e:
@@ -59,6 +88,7 @@ def list_topic_partitions(consumer_config: Mapping[str, str], timeout_s: float) 
     from confluent_kafka.admin import AdminClient
 
     servers = consumer_config["bootstrap.servers"]
+    probe_bootstrap(servers, timeout_s)
     admin = AdminClient({"bootstrap.servers": servers, **QUIET,
                          **{k: v for k, v in consumer_config.items() if k.startswith(("security.", "sasl.", "ssl."))}})
     try:

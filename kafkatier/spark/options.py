@@ -12,6 +12,7 @@ with librdkafka's own message rather than ignored.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import uuid
@@ -58,6 +59,52 @@ CONSUMER_DEFAULTS = {
 
 class DataSourceOptionError(ValueError):
     """A bad option or DataFrame schema, found on the driver before any task runs."""
+
+
+# The data source's own options (``kafka.*`` ones go to librdkafka, which checks their names itself).  Spark
+# ignores options a source does not know, so a misspelt ``startingOffset`` would silently read the whole
+# topic: a name close to one of these is refused with the right one.  ``path`` is Spark's own (``save(path)``).
+WRITER_OPTION_NAMES = ("topic", "exactlyOnce", "transactionalIdPrefix", "metadataTimeoutMs")
+READER_OPTION_NAMES = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
+                       "failOnDataLoss", "includeHeaders", "minPartitions", "kafkaConsumer.pollTimeoutMs",
+                       "maxRecordsPerBatch", "isolation.level", "metadataTimeoutMs")
+KNOWN_OPTION_NAMES = frozenset(WRITER_OPTION_NAMES + READER_OPTION_NAMES + ("path",))
+SUGGESTION_CUTOFF = 0.8
+
+
+def check_option_names(options: Mapping[str, str]) -> None:
+    """A non-``kafka.*`` option whose name is close to (but not) one of the data source's options is a typo:
+    refuse it, naming the option meant (``startingOffset`` -> ``startingOffsets``).  Other unknown names are
+    ignored, as Spark's Kafka source ignores them."""
+    known = {k.lower(): k for k in KNOWN_OPTION_NAMES}
+    for name in options:
+        lowered = name.lower()
+        if lowered in known or lowered.startswith(KAFKA_PREFIX):
+            continue
+        close = difflib.get_close_matches(lowered, list(known), n=1, cutoff=SUGGESTION_CUTOFF)
+        if close:
+            raise DataSourceOptionError(f"unknown option {name!r}: did you mean {known[close[0]]!r}?")
+        if lowered.startswith("kafka") and lowered[5:6] != ".":
+            raise DataSourceOptionError(f"unknown option {name!r}: did you mean 'kafka.{name[5:].lstrip('_-:')}'? "
+                                        "(Kafka client options take the prefix 'kafka.')")
+        if f"{KAFKA_PREFIX}{lowered}" in _CLIENT_OPTION_HINTS:
+            raise DataSourceOptionError(f"unknown option {name!r}: did you mean 'kafka.{name}'? (Kafka client "
+                                        "options take the prefix 'kafka.')")
+
+
+# Client options users most often give without the ``kafka.`` prefix.
+_CLIENT_OPTION_HINTS = frozenset({"kafka.bootstrap.servers", "kafka.acks", "kafka.linger.ms", "kafka.compression.type",
+                                  "kafka.security.protocol", "kafka.transaction.timeout.ms",
+                                  "kafka.request.timeout.ms", "kafka.batch.size", "kafka.client.id"})
+
+
+def metadata_timeout_s(options: Mapping[str, str], default_s: float) -> float:
+    """How long the driver's broker checks may take: ``metadataTimeoutMs``, else ``kafka.request.timeout.ms``,
+    else ``default_s``."""
+    given = _int(options, "metadataTimeoutMs", None, 1)
+    if given is None:
+        given = _int(options, "kafka.request.timeout.ms", None, 1)
+    return given / 1000 if given is not None else default_s
 
 
 @attrs.frozen
@@ -156,6 +203,7 @@ class WriterOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
+        check_option_names(options)
         params = kafka_params(options)
         config = {**PRODUCER_DEFAULTS, **params}
         # Handled by confluent-kafka's Python layer, which wants a bool rather than librdkafka's strings.
@@ -270,6 +318,7 @@ class ReaderOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
+        check_option_names(options)
         params = kafka_params(options)
         isolation = _get(options, "isolation.level")
         if isolation is not None:

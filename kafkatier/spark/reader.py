@@ -24,7 +24,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
-from kafkatier.spark.options import EARLIEST, LATEST, DataSourceOptionError, ReaderOptions, TopicPartition, _get
+from kafkatier.spark.options import (EARLIEST, LATEST, DataSourceOptionError, ReaderOptions, TopicPartition,
+                                     metadata_timeout_s)
 
 log = get_logger("spark.reader")
 
@@ -130,7 +131,8 @@ class KafkaBatchReader(DataSourceReader):
     @classmethod
     def create(cls, raw_options) -> KafkaBatchReader:
         options = ReaderOptions.parse(raw_options)
-        timeout = float(_get(raw_options, "metadataTimeoutMs") or metadata.DEFAULT_TIMEOUT_S * 1000) / 1000
+        timeout = metadata_timeout_s(raw_options, metadata.DEFAULT_TIMEOUT_S)
+        _check_consumer_config(options.consumer_config)
         topics = metadata.list_topic_partitions(options.consumer_config, timeout)
         partitions = metadata.resolve_subscription(options.subscription, topics)
         marks = metadata.watermarks(options.consumer_config, partitions, timeout)
@@ -148,6 +150,16 @@ class KafkaBatchReader(DataSourceReader):
         if r.size == 0:
             return
         yield from RangeConsumer(self.options, r).batches()
+
+
+def _check_consumer_config(config: dict) -> None:
+    """librdkafka refuses unknown or ill-typed properties when a client is built: do it on the driver."""
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        Consumer({**config, **metadata.QUIET, "group.id": "kafkatier-spark-driver"}).close()
+    except (KafkaException, ValueError, TypeError) as e:
+        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None
 
 
 class RangeConsumer:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
 
-from kafkatier.spark.options import include_headers
+from kafkatier.spark.errors import message_first
+from kafkatier.spark.options import check_option_names, include_headers
 
 NAME = "kafkatier"
 
@@ -23,17 +24,21 @@ class KafkatierDataSource(DataSource):
     def schema(self):
         from kafkatier.spark.reader import source_schema
 
-        return source_schema(include_headers(self.options))
+        with message_first(Exception):
+            check_option_names(self.options)
+            return source_schema(include_headers(self.options))
 
     def reader(self, schema):
         from kafkatier.spark.reader import KafkaBatchReader
 
-        return KafkaBatchReader.create(self.options)
+        with message_first(Exception):
+            return KafkaBatchReader.create(self.options)
 
     def writer(self, schema, overwrite: bool):
         from kafkatier.spark.writer import KafkaBatchWriter
 
-        return KafkaBatchWriter.create(self.options, schema, overwrite)
+        with message_first(Exception):
+            return KafkaBatchWriter.create(self.options, schema, overwrite)
 
 
 def register(spark) -> None:

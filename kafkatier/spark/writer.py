@@ -35,7 +35,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
-from kafkatier.spark.options import DataSourceOptionError, WriterOptions, _get
+from kafkatier.spark.options import DataSourceOptionError, WriterOptions, metadata_timeout_s
 from kafkatier.spark.transactions import TaskTransaction, TransactionEnder, TransactionError
 
 log = get_logger("spark.writer")
@@ -115,8 +115,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                                         "use .mode(\"append\")")
         options = WriterOptions.parse(raw_options)
         columns = SinkColumns.check(schema, options.topic)
-        _check_producer_config(options.producer_config)
-        timeout = float(_get(raw_options, "metadataTimeoutMs") or metadata.DEFAULT_TIMEOUT_S * 1000) / 1000
+        timeout = metadata_timeout_s(raw_options, metadata.DEFAULT_TIMEOUT_S)
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
         eos = options.exactly_once
         if eos is not None:
@@ -131,7 +130,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     # --- tasks ------------------------------------------------------------------------------------------------
     def write(self, iterator: Iterator) -> KafkaWriterCommitMessage:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -145,7 +144,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         config = {**self.options.producer_config, "on_delivery": on_error,
                   "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
         eos = self.options.exactly_once
-        txn = _TaskTransactionState(eos.transactional_id(pid)) if eos is not None else None
+        txn = _TaskTransactionState(eos.transactional_id(pid), eos.prefix) if eos is not None else None
         if txn is not None:
             config = txn.configure(config)
         producer = Producer(config)
@@ -161,6 +160,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                 if failures:
                     break
             remaining = producer.flush(self.options.flush_timeout_s)
+        except KafkaException as e:
+            if txn is None:
+                raise
+            txn.abort(producer)
+            raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): {txn.describe_failure(e)}") from None
         except BaseException:
             if txn is not None:
                 txn.abort(producer)
@@ -173,8 +177,12 @@ class KafkaBatchWriter(DataSourceArrowWriter):
             err, topic, part = failures[0] if failures else ("flush timed out", "?", -1)
             raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): "
                                f"{len(failures)} record(s) not delivered, {remaining} still unacknowledged; "
-                               f"first error: {err} (topic {topic}, partition {part})")
-        reported = txn.flushed(producer, records) if txn is not None else None
+                               f"first error: {err} (topic {topic}, partition {part})"
+                               + (f"; {txn.describe_failure(err)}" if txn is not None else ""))
+        try:
+            reported = txn.flushed(producer, records) if txn is not None else None
+        except KafkaException as e:
+            raise RuntimeError(f"kafkatier sink: task {pid} (attempt {attempt}): {txn.describe_failure(e)}") from None
         seconds = time.monotonic() - start
         log.info("task wrote %s", kv(task=pid, attempt=attempt, records=records, value_bytes=value_bytes,
                                      seconds=round(seconds, 3),
@@ -292,8 +300,9 @@ class _TaskTransactionState:
 
     STATS_INTERVAL_MS = 100
 
-    def __init__(self, transactional_id: str):
+    def __init__(self, transactional_id: str, prefix: str):
         self.transactional_id = transactional_id
+        self.prefix = prefix
         self._stats: list[dict] = []
 
     def configure(self, config: dict) -> dict:
@@ -305,6 +314,22 @@ class _TaskTransactionState:
         return {**config, "transactional.id": self.transactional_id,
                 "statistics.interval.ms": self.STATS_INTERVAL_MS, "stats_cb": on_stats}
 
+    def describe_failure(self, error) -> str:
+        """What a Kafka error means for the task's transaction, naming the id and, when the producer was
+        fenced, the likely reasons."""
+        from confluent_kafka import KafkaError
+
+        err = error.args[0] if getattr(error, "args", None) and isinstance(error.args[0], KafkaError) else error
+        code = err.code() if isinstance(err, KafkaError) else None
+        text = err.str() if isinstance(err, KafkaError) else str(err)
+        fenced = code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or (
+            "fenced" in text.lower())
+        if fenced:
+            return (f"transactional id {self.transactional_id!r} was fenced by a newer producer with the same id: "
+                    f"another job with the same transactionalIdPrefix ({self.prefix!r}) running at once, or a "
+                    f"speculative attempt of this task; nothing of this attempt is visible ({text})")
+        return f"transactional id {self.transactional_id!r}: {text}"
+
     def begin(self, producer, timeout_s: float) -> None:
         from confluent_kafka import KafkaException
 
@@ -312,8 +337,7 @@ class _TaskTransactionState:
             producer.init_transactions(timeout_s)
             producer.begin_transaction()
         except KafkaException as e:
-            raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: "
-                               f"init_transactions failed: {e.args[0].str() if e.args else e}") from None
+            raise RuntimeError(f"kafkatier sink: init_transactions failed: {self.describe_failure(e)}") from None
 
     def abort(self, producer) -> None:
         try:
@@ -335,12 +359,3 @@ class _TaskTransactionState:
                 return TaskTransaction(self.transactional_id, eos["producer_id"], eos["producer_epoch"])
         raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: librdkafka reported no "
                            "producer id and epoch for the open transaction")
-
-def _check_producer_config(config: dict) -> None:
-    """librdkafka refuses unknown or ill-typed properties when a client is built: do it on the driver."""
-    from confluent_kafka import KafkaException, Producer
-
-    try:
-        Producer({**config, **metadata.QUIET}).flush(0)
-    except (KafkaException, ValueError, TypeError) as e:
-        raise DataSourceOptionError(f"bad kafka.* option: {e}") from None

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 
 import confluent_kafka
@@ -259,6 +260,31 @@ def test_errors_before_work_write_nothing(spark, tiered_cluster):
     read_fails("cannot reach the Kafka brokers", subscribe=t, **{"kafka.bootstrap.servers": closed_port()})
     read_fails("option startingOffsets must give an offset for every partition read",
                subscribe=t, startingOffsets=json.dumps({"other": {"0": 1}}))
+
+
+def test_the_message_is_the_first_line_and_typos_are_refused(spark, tiered_cluster):
+    """The first line Spark shows is the data source's message; a misspelt option names the one meant; a
+    refused bootstrap address fails at once rather than after a timeout."""
+    c, t = tiered_cluster, unique("first-line")
+    create_topic(c, t, partitions=1, rf=1)
+    good = spark.range(0, 10).select(F.col("id").cast("string").alias("value"))
+    with pytest.raises(AnalysisException) as e:
+        reader(spark, c, subscribe=t, startingOffset="latest").count()
+    first = str(e.value).splitlines()[0]                  # Spark hands the options over lower-cased
+    assert first.startswith("[PYTHON_DATA_SOURCE_ERROR] Failed to ") and first.endswith(
+        "kafkatier: unknown option 'startingoffset': did you mean 'startingOffsets'?"), first
+    with pytest.raises(AnalysisException) as e:
+        writer(good, c, topic=t, exactlyonce="true", transactionalIdPrefx="x").mode("append").save()
+    assert str(e.value).splitlines()[0].lower().endswith(
+        "kafkatier: unknown option 'transactionalidprefx': did you mean 'transactionalidprefix'?")
+    start = time.monotonic()
+    with pytest.raises(AnalysisException) as e:
+        writer(good, c, topic=t, **{"kafka.bootstrap.servers": closed_port()}).mode("append").save()
+    assert "kafkatier: cannot reach the Kafka brokers at 127.0.0.1:" in str(e.value).splitlines()[0]
+    assert "connection refused" in str(e.value).splitlines()[0]
+    # Spark's planner process start-up is most of it; the driver's check itself answers at once.
+    log.info("refused bootstrap address reported in %.1f s", time.monotonic() - start)
+    assert end_offsets(c, t, 1) == [0]
 
 
 # ------------------------------------------------------------------------------------------------ tiered

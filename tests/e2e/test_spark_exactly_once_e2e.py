@@ -8,7 +8,10 @@ fencing the open transactions a previous run left behind; bad input refused befo
 """
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,8 +22,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
 from kafkatier.logsetup import get_logger
+from kafkatier.waiting import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 log = get_logger("test.spark.eos")
 
 WAIT_S = 60.0
@@ -53,6 +57,7 @@ def write(df, cluster, topic: str, **options):
 def read_keys(spark, cluster, topic: str, isolation: str = "read_committed") -> list[str]:
     df = (spark.read.format("kafkatier").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
           .option("subscribe", topic).option("isolation.level", isolation).option("kafkaConsumer.pollTimeoutMs", "20000")
+          .option("metadataTimeoutMs", "60000")                     # leaders re-elected after a broker kill
           .load())
     return [r["key"].decode() for r in df.select("key").collect()]
 
@@ -62,8 +67,18 @@ def rows(spark, n: int = ROWS, partitions: int = 4):
         F.col("id").cast("string").alias("key"), F.lpad(F.col("id").cast("string"), 50, "v").alias("value"))
 
 
-def exactly_once_each(keys: list[str], n: int) -> None:
-    assert len(keys) == n and set(keys) == {str(i) for i in range(n)}
+def exactly_once_each(keys: list[str], n: int, prefix: str = "") -> None:
+    assert len(keys) == n and set(keys) == {f"{prefix}{i}" for i in range(n)}
+
+
+def slow_rows(spark, n: int, partitions: int, key_prefix: str, pause_s: float):
+    """Rows whose value UDF pauses ``pause_s`` per row, so a job's tasks run for a while."""
+    def value(i):
+        time.sleep(pause_s)
+        return str(i).rjust(50, "v")
+    udf = F.udf(value, "string")
+    return spark.range(0, n, numPartitions=partitions).select(
+        F.concat(F.lit(key_prefix), F.col("id").cast("string")).alias("key"), udf(F.col("id")).alias("value"))
 
 
 def test_found_without_register_from_a_thread_pool(spark, eos_cluster):
@@ -153,3 +168,78 @@ def test_exactly_once_bad_input(spark, eos_cluster):
     with pytest.raises(AnalysisException, match="'transactional.id' is not supported"):
         write(rows(spark, 10, 1), c, t, exactlyOnce="true", **{"kafka.transactional.id": "x"})
     assert read_keys(spark, c, t, "read_uncommitted") == []
+
+
+def leader(cluster, topic: str, partition: int) -> int:
+    return json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])["leader"]
+
+
+def log_end(cluster, topic: str, partition: int) -> int:
+    """The partition's high watermark: records of open transactions count (they are in the log)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused"})
+    try:
+        return consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, partition), timeout=5,
+                                              cached=False)[1]
+    finally:
+        consumer.close()
+
+
+def test_exactly_once_under_a_broker_kill_9(spark, eos_cluster):
+    """The leader of partition 0 is killed with SIGKILL once the tasks' transactions have records in the log:
+    the job completes (librdkafka and the driver's EndTxn ride through the leader and coordinator changes)
+    and a read_committed reader sees every row once."""
+    c, t, n = eos_cluster, unique("eos-kill"), 6000
+    create_topic(c, t, partitions=2, rf=3)
+    victim = leader(c, t, 0)
+    killed: list = []
+    writing = threading.Event()
+
+    def kill_when_writing() -> None:
+        try:
+            # Spark's planning takes minutes on a loaded machine: the deadline is the job's, not a broker's.
+            wait_for(lambda: writing.is_set() and log_end(c, t, 0) > 0, 600, interval=0.1, ignore=(Exception,),
+                     message="the exactly-once job's first records in the log")
+            c.manager.kill_broker(victim)
+            killed.append(victim)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            killed.append(e)
+    killer = threading.Thread(target=kill_when_writing, name="killer", daemon=True)
+    killer.start()
+    try:
+        writing.set()
+        write(slow_rows(spark, n, 2, "", 0.002), c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"),
+              **{"kafka.request.timeout.ms": "10000"})
+        killer.join(WAIT_S)
+        assert killed == [victim], killed
+    finally:
+        writing.clear()
+        killer.join(WAIT_S)
+        if victim in killed:
+            c.manager.start_broker(victim)                  # the read and the module's later tests: three brokers
+    exactly_once_each(read_keys(spark, c, t), n)
+
+
+def test_a_job_id_reused_by_two_jobs_at_once(spark, eos_cluster):
+    """Two jobs with the same transactionalIdPrefix at once fence each other's transactions: a job that
+    fails says why (naming the prefix); read_committed readers see the rows of the jobs that succeeded, each
+    once, and none of a failed one."""
+    c, t, job = eos_cluster, unique("eos-twice"), unique("job")
+    create_topic(c, t)
+    n = 1500
+
+    def run(name: str):
+        try:
+            write(slow_rows(spark, n, 2, f"{name}-", 0.002), c, t, exactlyOnce="true", transactionalIdPrefix=job)
+            return None
+        except Exception as e:  # noqa: BLE001 - the outcome is checked below
+            return e
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = dict(zip("ab", pool.map(run, "ab")))
+    failed = {k: e for k, e in outcomes.items() if e is not None}
+    log.info("job id reused at once: failed %s", {k: str(e).splitlines()[0][:300] for k, e in failed.items()})
+    for e in failed.values():
+        text = str(e)
+        assert job in text and "transactionalIdPrefix" in text, text[:3000]
+    visible = read_keys(spark, c, t)
+    expected = [f"{k}-{i}" for k in "ab" if k not in failed for i in range(n)]
+    assert sorted(visible) == sorted(expected)

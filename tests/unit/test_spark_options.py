@@ -128,3 +128,67 @@ def test_reader_isolation_level():
         "isolation.level"] == "read_uncommitted"
     with pytest.raises(DataSourceOptionError, match="isolation.level must be read_committed or read_uncommitted"):
         ReaderOptions.parse({**base, "isolation.level": "committed"})
+
+
+@pytest.mark.parametrize("name, meant", [
+    ("startingOffset", "startingOffsets"), ("endingoffsets ", "endingOffsets"), ("subscibe", "subscribe"),
+    ("failOnDataloss", None), ("exactlyonce", None), ("exactly-once", "exactlyOnce"),
+    ("transactionalIdPrefx", "transactionalIdPrefix"), ("includeHeader", "includeHeaders"),
+    ("kafka_bootstrap.servers", "kafka.bootstrap.servers"), ("kafkaConsumer.pollTimeout", "kafkaConsumer.pollTimeoutMs"),
+    ("bootstrap.servers", "kafka.bootstrap.servers"),
+])
+def test_misspelt_options_are_refused_with_the_option_meant(name, meant):
+    """Spark ignores options a source does not know; a name close to one of ours is a typo."""
+    options = {**B, "subscribe": "t", name: "x"}
+    if meant is None:                                    # options are case-insensitive: the same option
+        with pytest.raises(DataSourceOptionError, match="must be true or false"):
+            ReaderOptions.parse(options) if "loss" in name.lower() else WriterOptions.parse(options)
+        return
+    with pytest.raises(DataSourceOptionError, match=f"unknown option '{name}': did you mean '{meant}'"):
+        ReaderOptions.parse(options)
+    with pytest.raises(DataSourceOptionError, match="did you mean"):
+        WriterOptions.parse({**B, name: "x"})
+
+
+def test_unrelated_unknown_options_are_ignored_as_spark_does():
+    assert WriterOptions.parse({**B, "path": "/x", "checkpointLocation": "/c"}).topic is None
+    assert ReaderOptions.parse({**B, "subscribe": "t", "someOtherSetting": "1"}).subscription.topics == ("t",)
+
+
+def test_metadata_timeout_follows_the_request_timeout():
+    from kafkatier.spark.options import metadata_timeout_s
+    assert metadata_timeout_s(B, 10.0) == 10.0
+    assert metadata_timeout_s({**B, "kafka.request.timeout.ms": "4000"}, 10.0) == 4.0
+    assert metadata_timeout_s({**B, "kafka.request.timeout.ms": "4000", "metadataTimeoutMs": "2500"}, 10.0) == 2.5
+
+
+def test_refused_bootstrap_addresses_fail_at_once():
+    import socket
+    import time
+
+    from kafkatier.spark.metadata import BrokerCheckError, probe_bootstrap
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    start = time.monotonic()
+    with pytest.raises(BrokerCheckError, match=f"cannot reach the Kafka brokers at {closed}.*connection refused"):
+        probe_bootstrap(closed, 10.0)
+    assert time.monotonic() - start < 2.0
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        probe_bootstrap(f"{closed},127.0.0.1:{listening.getsockname()[1]}", 10.0)   # one broker answers
+
+
+def test_the_message_is_the_first_line_of_the_formatted_error():
+    """PySpark shows a data source's error as traceback.TracebackException(...).format() of it."""
+    import traceback
+
+    from kafkatier.spark.errors import message_first
+    try:
+        with message_first(Exception):
+            WriterOptions.parse({**B, "startingOffset": "x"})
+    except DataSourceOptionError as e:
+        text = "".join(traceback.TracebackException(type(e), e, e.__traceback__, compact=True).format())
+    assert text.splitlines()[0] == "kafkatier: unknown option 'startingOffset': did you mean 'startingOffsets'?"
+    assert text.splitlines()[-1].startswith("kafkatier.spark.options.DataSourceOptionError: unknown option")

@@ -147,12 +147,22 @@ def spark_rows(entries: list[dict]) -> tuple[list[Anomaly], dict]:
     """Rows of a Spark producer job that succeeded are acknowledged (``spark-produce`` ok: values
     ``str(i).zfill(record_size)`` for ``i < rows``).  **spark-row-lost**: such a row is not in the final read
     of its topic and no poll saw it below the final log start offset (deleted on purpose).  Duplicates are
-    allowed (Spark retries tasks; counted in the returned ``{"rows", "lost", "duplicates"}``)."""
+    allowed (Spark retries tasks; counted in the returned ``{"rows", "lost", "duplicates"}``), except for an
+    exactly-once job (``exactly_once`` in its value): **spark-row-duplicated** for a row a read_committed final
+    read sees twice, **spark-failed-job-visible** for any record of its topic when such a job failed."""
     jobs = [e for e in entries if e["f"] == "spark-produce" and e["type"] == "ok"]
-    if not jobs:
+    failed_eos = [e for e in entries if e["f"] == "spark-produce" and e["type"] == "fail" and
+                  e["value"].get("exactly_once")]
+    if not jobs and not failed_eos:
         return [], {}
     read = final(entries, "final-read")
     out, counts = [], {"rows": 0, "lost": 0, "duplicates": 0}
+    for job in failed_eos:
+        topic = job["value"]["topic"]
+        visible = sum(len(part["records"]) for tp, part in read.items() if tp.rsplit("/", 1)[0] == topic)
+        if visible:
+            out.append(Anomaly(NAME, "spark-failed-job-visible", f"an exactly-once Spark job failed, yet a "
+                               f"read_committed reader sees {visible} records in {topic}", (witness(job),)))
     for job in jobs:
         topic, rows, size = job["value"]["topic"], job["value"]["rows"], job["value"]["record_size"]
         parts = {tp: part for tp, part in read.items() if tp.rsplit("/", 1)[0] == topic}
@@ -170,6 +180,11 @@ def spark_rows(entries: list[dict]) -> tuple[list[Anomaly], dict]:
         counts["rows"] += rows
         counts["lost"] += len(missing)
         counts["duplicates"] += sum(n - 1 for v, n in times.items() if n > 1 and len(v) == size and v.isdigit())
+        duplicated = sorted(v for v, k in times.items() if k > 1 and len(v) == size and v.isdigit())
+        if job["value"].get("exactly_once") and duplicated:
+            out.append(Anomaly(NAME, "spark-row-duplicated", f"{len(duplicated)} rows of an exactly-once Spark job "
+                               f"are in {topic} more than once for a read_committed reader, e.g. {duplicated[0]!r}",
+                               (witness(job), {"duplicated": duplicated[:10]})))
         if missing:
             out.append(Anomaly(NAME, "spark-row-lost", f"{len(missing)} of {rows} rows of a Spark job that "
                                f"succeeded are missing from {topic} after heal, e.g. {missing[0]!r}",
