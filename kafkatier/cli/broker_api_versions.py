@@ -18,9 +18,8 @@ from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.admin.client import AdminError
 from kafkatier.cli import common
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
-
-API_VERSIONS = 18
 
 # (name, highest version a Kafka 3.9 client speaks) of the APIs a Kafka 3.9 ZooKeeper-mode broker serves.
 KAFKA_39_CLIENT: dict[int, tuple[str, int]] = {
@@ -81,7 +80,7 @@ def run(args) -> int:
             cluster = admin.kafka_admin.describe_cluster()
             for b in sorted(cluster.get("brokers") or (), key=lambda b: int(b["broker_id"])):
                 node = int(b["broker_id"])
-                r = admin.send_request(build(codec.request_class(API_VERSIONS), 0, {}), node)
+                r = admin.send_request(build(codec.request_class(ApiKeys.API_VERSIONS), 0, {}), node)
                 served = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in r.api_keys}
                 print(render(b["host"], int(b["port"]), node, b.get("rack"), served))
     except (NoReachableBrokerError, AdminError) as e:

@@ -158,7 +158,7 @@ PRIVATE_ACCESS_ALLOWED = {
     # Third-party names that are private only by spelling, or have no public equivalent:
     "os._exit",                                          # the documented way to exit without clean-up
     "KafkaError._INVALID_ARG", "KafkaError._UNKNOWN_TOPIC", "KafkaError._QUEUE_FULL",   # confluent-kafka's
-    "KafkaError._PARTITION_EOF", "KafkaError._AUTO_OFFSET_RESET",                       # local error codes
+    "KafkaError._PARTITION_EOF", "KafkaError._AUTO_OFFSET_RESET", "KafkaError._FENCED",  # local error codes
     "ZnodeStat._make",                                   # namedtuple's public constructor
     "SparkSession._get_j_spark_session_class",           # pyspark: the JVM session class of a Spark Connect-less run
     "client._call",                                      # kazoo: the one way to send a raw MultiRead (zk/multi_read)
