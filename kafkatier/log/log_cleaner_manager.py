@@ -6,8 +6,11 @@ cleaner thread holds, the one with the largest dirty ratio at or above ``min.cle
 dirty part waited past ``max.compaction.lag.ms``), and marks it in progress until :meth:`done_cleaning`.
 
 The cleanable range of a log is ``[first dirty offset, first uncleanable offset)``; the first uncleanable offset
-is the smallest of the active segment's base offset, the high watermark, and the base offset of the first
-segment younger than ``min.compaction.lag.ms`` (by its largest timestamp).
+is, as Kafka's ``cleanableOffsets``, the smallest of the last stable offset (the high watermark, or the first offset
+of the oldest transaction not yet decided below it), the active segment's base offset, and the base offset of the
+first segment younger than ``min.compaction.lag.ms`` (by its largest timestamp).  The last stable offset comes
+from the partition that owns the log's producer state, through the ``last_stable_offset`` callable; a log whose
+partition is not known yet (``None``) is not cleaned.
 """
 from __future__ import annotations
 
@@ -45,9 +48,16 @@ class LogToClean:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
-def first_uncleanable_offset(lg: Log, now_ms: int) -> int:
+def high_watermark(lg: Log) -> int | None:
+    """The last stable offset of a log without transactions (tools and tests without a replica manager)."""
+    return lg.high_watermark
+
+
+def first_uncleanable_offset(lg: Log, now_ms: int, last_stable_offset: int | None = None) -> int:
+    """Kafka's ``firstUncleanableDirtyOffset``: the LSO, the active segment, ``min.compaction.lag.ms``."""
     segs = lg.log_segments()
-    bound = min(segs[-1].base_offset, lg.high_watermark)
+    stable = lg.high_watermark if last_stable_offset is None else last_stable_offset
+    bound = min(segs[-1].base_offset, stable)
     lag = lg.config.min_compaction_lag_ms
     if lag > 0:
         for seg in segs[:-1]:
@@ -57,7 +67,8 @@ def first_uncleanable_offset(lg: Log, now_ms: int) -> int:
     return bound
 
 
-def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int) -> LogToClean:
+def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int,
+                    last_stable_offset: int | None = None) -> LogToClean:
     """Kafka's ``cleanableOffsets`` and the byte counts of the clean and dirty parts."""
     start = lg.log_start_offset
     first_dirty = checkpointed if checkpointed is not None else start
@@ -66,7 +77,7 @@ def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int) -> LogToClea
             log.warning(kv(event="cleaner_checkpoint_reset", partition=lg.name, checkpointed=checkpointed,
                            log_start_offset=start, log_end_offset=lg.log_end_offset))
         first_dirty = start
-    uncleanable = max(first_dirty, first_uncleanable_offset(lg, now_ms))
+    uncleanable = max(first_dirty, first_uncleanable_offset(lg, now_ms, last_stable_offset))
     clean = dirty = 0
     needs_now = False
     max_lag = lg.config.max_compaction_lag_ms
@@ -86,9 +97,11 @@ def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int) -> LogToClea
 class LogCleanerManager:
     """Checkpoints, in-progress marks and the choice of the dirtiest log."""
 
-    def __init__(self, log_dirs: Iterable[str], logs: Callable[[], list[Log]], clock: Callable[[], int]):
+    def __init__(self, log_dirs: Iterable[str], logs: Callable[[], list[Log]], clock: Callable[[], int],
+                 last_stable_offset: Callable[[Log], int | None] = high_watermark):
         self._dirs = [os.path.abspath(d) for d in log_dirs]
         self._logs = logs
+        self._last_stable_offset = last_stable_offset
         self._clock = clock
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
@@ -149,7 +162,11 @@ class LogCleanerManager:
         checkpoints = self._checkpoints_by_dir() if candidates else {}
         for lg in candidates:
             try:
-                ranges.append(cleanable_range(lg, checkpoints.get(lg.parent_dir, {}).get(lg.topic_partition), now))
+                stable = self._last_stable_offset(lg)
+                if stable is None:
+                    continue   # its partition (the producer state) is not there yet
+                ranges.append(cleanable_range(lg, checkpoints.get(lg.parent_dir, {}).get(lg.topic_partition), now,
+                                              stable))
             except Exception as e:  # noqa: BLE001 - a log closed under us is simply skipped
                 log.debug(kv(event="cleanable_range_failed", partition=lg.name, error=repr(e)))
         horizons = dict(self._delete_horizons)
