@@ -11,13 +11,14 @@ the anomalies it finds, each with the history entries that witness it.
 
 | ``unclean`` | no unclean leader election unless the scenario accepts its loss; dates each one, so the checkers above report the loss it causes as *accepted* (``Anomaly.accepted``: the reason) rather than as an anomaly |
 | ``log_dirs`` | KIP-113: one current dir per replica, no ``.move`` / ``.delete`` left after heal, moved replicas hold the same batches (offsets, CRCs) as the others |
+| ``compaction`` | compacted topics: the latest acknowledged value of every key readable after heal, none shadowed by an older one, the cleaner did run |
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-from kafkatier.scenario.checkers import (controller, delete_records, kafka_clients, log_dirs, partitions, tiered,
-                                         unclean)
+from kafkatier.scenario.checkers import (compaction, controller, delete_records, kafka_clients, log_dirs,
+                                         partitions, tiered, unclean)
 from kafkatier.scenario.checkers.anomaly import Anomaly, Checker, final, observations, witness
 
 __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations", "witness"]
@@ -26,7 +27,7 @@ __all__ = ["Anomaly", "Checker", "check_all", "checkers", "final", "observations
 def checkers() -> dict[str, Checker]:
     return {"kafka_clients": kafka_clients.check, "controller": controller.check, "partitions": partitions.check,
             "tiered": tiered.check, "delete_records": delete_records.check, "log_dirs": log_dirs.check,
-            "unclean": unclean.check}
+            "unclean": unclean.check, "compaction": compaction.check}
 
 
 def check_all(entries: Iterable[dict]) -> list[Anomaly]:
