@@ -38,6 +38,7 @@ class LogToClean:
     clean_bytes: int
     cleanable_bytes: int
     needs_compaction_now: bool
+    compaction_delay_ms: int = 0   # how long past max.compaction.lag.ms its first dirty batch is
 
     @property
     def total_bytes(self) -> int:
@@ -46,6 +47,15 @@ class LogToClean:
     @property
     def cleanable_ratio(self) -> float:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+@attrs.define
+class PreCleanStats:
+    """What one choice saw (Kafka's ``PreCleanStats``): logs ready to clean, those past ``max.compaction.lag.ms``
+    and the largest delay past it."""
+    cleanable_partitions: int = 0
+    delayed_partitions: int = 0
+    max_compaction_delay_ms: int = 0
 
 
 def high_watermark(lg: Log) -> int | None:
@@ -80,6 +90,7 @@ def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int,
     uncleanable = max(first_dirty, first_uncleanable_offset(lg, now_ms, last_stable_offset))
     clean = dirty = 0
     needs_now = False
+    delay = 0
     max_lag = lg.config.max_compaction_lag_ms
     segs = lg.log_segments()[:-1]
     for i, seg in enumerate(segs):
@@ -90,8 +101,9 @@ def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int,
             if dirty == 0 and max_lag < 2**63 - 1:
                 ts = seg.first_batch_timestamp()
                 needs_now = ts >= 0 and now_ms - ts > max_lag
+                delay = now_ms - ts - max_lag if needs_now else 0
             dirty += seg.size
-    return LogToClean(lg, first_dirty, uncleanable, clean, dirty, needs_now)
+    return LogToClean(lg, first_dirty, uncleanable, clean, dirty, needs_now, delay)
 
 
 class LogCleanerManager:
@@ -148,7 +160,8 @@ class LogCleanerManager:
             f.write(current)
 
     # --- choosing ------------------------------------------------------------------------------------
-    def grab_filthiest_compacted_log(self) -> LogToClean | None:
+    def grab_filthiest_compacted_log(self, pre_clean_stats: PreCleanStats | None = None) -> LogToClean | None:
+        """The dirtiest log ready to clean, marked in progress; ``pre_clean_stats`` gets what the choice saw."""
         now = self._clock()
         with self._lock:
             candidates = []
@@ -175,6 +188,11 @@ class LogCleanerManager:
         ready = [r for r in ranges
                  if r.needs_compaction_now or r.cleanable_ratio >= r.log.config.min_cleanable_dirty_ratio
                  or horizons.get(r.log.topic_partition, now + 1) <= now]
+        if pre_clean_stats is not None:
+            delayed = [r for r in ready if r.needs_compaction_now]
+            pre_clean_stats.cleanable_partitions = len(ready)
+            pre_clean_stats.delayed_partitions = len(delayed)
+            pre_clean_stats.max_compaction_delay_ms = max((r.compaction_delay_ms for r in delayed), default=0)
         if not ready:
             return None
         best = max(ready, key=lambda r: (r.needs_compaction_now, r.cleanable_ratio))
