@@ -204,9 +204,8 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
                   duty: DutyCycle | None = None):
     """(buffer, position, header) of every whole batch of a segment file, read in chunks."""
     pos = 0
+    tick = duty.tick if duty is not None else None
     while pos < size:
-        if duty is not None:
-            duty.tick()
         head = os.pread(fd, min(max(_READ_CHUNK, rb.HEADER_SIZE), size - pos), pos)
         if len(head) < rb.HEADER_SIZE:
             raise CorruptRecordError(f"Record batch at position {pos} is truncated ({len(head)} bytes)")
@@ -228,6 +227,8 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
             h = rb.BatchHeader.parse(head, p)
             if rb.compute_crc(head, p, n) != h.crc & 0xFFFFFFFF:
                 raise CorruptRecordError(f"Record batch at position {pos + p} is corrupt (CRC mismatch)")
+            if tick is not None:
+                tick()
             yield head, p, h
             p += n
         if p == 0:
@@ -250,6 +251,8 @@ class Cleaner:
     def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
         """Clean ``cleanable``; return the new first dirty offset and the stats."""
         stats = CleanerStats()
+        if self.duty is not None:
+            self.duty.begin()   # the back-off before this cleaning was not work
         lg = cleanable.log
         segs = lg.cleanable_segments()
         offset_map = OffsetMap(self.map_slots)

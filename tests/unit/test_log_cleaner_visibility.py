@@ -79,3 +79,19 @@ def test_configs_describe_shows_the_cleaner_settings():
     assert ratio["value"] == "0.1" and not ratio["read_only"]   # cluster-wide dynamic, as in Kafka
     assert entries["log.cleaner.delete.retention.ms"]["value"] == "86400000"
     assert entries["log.cleaner.delete.retention.ms"]["source"] == DEFAULT_CONFIG
+
+
+def test_the_duty_cycle_pauses_after_work_not_after_idle_time():
+    import threading
+
+    from kafkatier.log.cleaner_throttle import DutyCycle
+    stop = threading.Event()
+    d = DutyCycle(0.5, stop, slice_s=0.001)
+    d._mark -= 60.0   # a minute of back-off since the last tick (test reaches in to fake the clock)
+    d.begin()
+    d.tick()
+    assert d.slept_s < 1.0   # the idle minute earned no pause
+    t = d._mark
+    while d._mark == t:   # work past the slice: a pause as long as the work (fraction 0.5)
+        d.tick()
+    assert 0.001 <= d.slept_s < 1.0
