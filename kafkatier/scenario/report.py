@@ -79,7 +79,14 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
         "spark_rows": _spark_rows(entries),
+        "compaction_removed": _compaction_removed(entries),
     }
+
+
+def _compaction_removed(entries: list[dict]) -> dict:
+    """Per compacted partition, the offsets the log cleaner removed from the final read's range."""
+    from kafkatier.scenario.checkers.compaction import removed_records
+    return removed_records(entries)
 
 
 def _spark_rows(entries: list[dict]) -> dict:
@@ -233,6 +240,9 @@ def summary(res: dict) -> str:
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
+    if res.get("compaction_removed"):
+        lines.append("   compaction: offsets removed by the cleaner " + ", ".join(
+            f"{tp} {n}" for tp, n in sorted(res["compaction_removed"].items())))
     for a in res["anomalies"]:
         lines.append(f"   ANOMALY {a['checker']}/{a['type']}: {a['message']}")
     for a in res.get("accepted", ()):

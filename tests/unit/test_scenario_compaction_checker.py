@@ -98,3 +98,15 @@ def test_replicas_cleaned_differently_are_not_a_divergence():
     plain = H()
     plain.entries = [e for e in h.entries if e["f"] != "observe"]
     assert "replica-diverged" in plain.types(log_dirs)
+
+
+def test_the_run_summary_shows_what_the_cleaner_removed():
+    from kafkatier.scenario import report
+    h, v = history()
+    h.final_read({0: (0, 8, [(6, v[6]), (7, v[7])])})
+    removed = report._compaction_removed(h.entries)
+    assert removed == {"t/0": 6}
+    res = {"scenario": "s", "seed": 1, "quick": True, "valid": True, "elapsed_s": 1.0, "counts": {},
+           "latencies": {}, "anomalies": [], "unmet_expectations": [], "compaction_removed": removed,
+           "run_dir": "runs/s-1", "replay": ""}
+    assert "compaction: offsets removed by the cleaner t/0 6" in report.summary(res)
