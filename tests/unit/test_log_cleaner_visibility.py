@@ -95,3 +95,20 @@ def test_the_duty_cycle_pauses_after_work_not_after_idle_time():
     while d._mark == t:   # work past the slice: a pause as long as the work (fraction 0.5)
         d.tick()
     assert 0.001 <= d.slept_s < 1.0
+
+
+def test_a_cluster_wide_cleaner_default_reaches_the_logs_without_an_override(tmp_path):
+    from kafkatier.log.log_config import LogConfig, broker_topic_defaults
+    from kafkatier.log.log_manager import LogManager
+    m = LogManager([str(tmp_path / "d")])
+    plain = m.get_or_create_log("a", 0, {"cleanup.policy": "compact"}, is_new=True)
+    pinned = m.get_or_create_log("b", 0, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.9"},
+                                 is_new=True)
+    overrides = {"a": {"cleanup.policy": "compact"},
+                 "b": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.9"}}
+    defaults = broker_topic_defaults({"log.cleaner.min.cleanable.ratio": "0.1",
+                                      "log.cleaner.delete.retention.ms": "5000"})
+    m.update_broker_defaults(LogConfig.from_props(defaults), overrides.get)
+    assert plain.config.min_cleanable_dirty_ratio == 0.1 and plain.config.delete_retention_ms == 5000
+    assert pinned.config.min_cleanable_dirty_ratio == 0.9   # a topic override wins, as in Kafka
+    m.shutdown()
