@@ -101,3 +101,29 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path):
     r = cleanable_range(lg, None, NOW)
     assert r.first_uncleanable_offset == young.first_offset   # the young segment and after: not cleaned
     assert cleanable_range(lg, None, NOW + lag).first_uncleanable_offset == lg.active_segment.base_offset
+
+
+def test_delete_records_on_a_compact_delete_log_then_cleaning(tmp_path):
+    """DeleteRecords (``compact,delete``) moves the log start past the cleaner's checkpoint: the next cleaning
+    starts at the new log start, nothing below it comes back, the latest value of every key above it stays."""
+    lg = keyed_log(tmp_path, dict(COMPACT, **{"cleanup.policy": "compact,delete"}), batches=8)
+    lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+    mgr = LogCleanerManager([str(tmp_path)], lambda: [lg], clock=lambda: NOW)
+    end, _ = _clean(mgr.grab_filthiest_compacted_log())
+    mgr.done_cleaning(lg, end)
+    for i in range(6):
+        lg.append_as_leader(blob([(f"k{j}".encode(), f"late{i}-{j}".encode()) for j in range(3)]), 0)
+    lg.append_as_leader(blob([(b"k0", b"after")]), 0)
+    lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+    start = end + 4                                  # DeleteRecords past the checkpoint
+    lg.maybe_increment_log_start_offset(start)
+    lg.delete_old_segments(now_ms=2_000)   # segments wholly below the new log start go (not retention by time)
+    expected = {k: v for _, k, v, _ in records(lg)}
+    todo = mgr.grab_filthiest_compacted_log()
+    assert todo is not None and todo.first_dirty_offset == lg.log_start_offset == start
+    mgr.done_cleaning(lg, _clean(todo)[0])
+    got = records(lg)
+    assert {k: v for _, k, v, _ in got} == expected and expected[b"k0"] == b"after"
+    assert min(o for o, *_ in got) >= start and len(got) == 3
