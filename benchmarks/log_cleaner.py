@@ -6,9 +6,9 @@ and the median of the per-round ratios is reported: a change of the shared machi
 ratio alike.
 
 1. A compacted log of ``--total-mb`` MB (``--keys`` distinct keys, ``--record-bytes`` values, ~16 KiB v2 batches,
-   1 MiB segments) is written once; each round the cleaner cleans a fresh copy of it (offset map, filtered batches, ``.cleaned`` -> ``.swap`` ->
-   swap, indexes) and the MB/s of dirty log processed is compared with a raw pass over copies of the same
-   segment files: read each file, map key -> last offset with a minimal varint parser, rewrite each batch with
+   1 MiB segments) is written once; each round the cleaner cleans a fresh copy of it (offset map, filtered
+   batches, ``.cleaned`` -> ``.swap`` -> swap, indexes) and the MB/s of dirty log processed is compared with a
+   raw pass over copies of the same segment files: read each file, map key -> last offset with a minimal varint parser, rewrite each batch with
    its surviving records (new length, count, CRC) to a new file, fsync.  Goal: cleaner >= 0.6x raw.
 2. Appends to another log (``Log.append_as_leader``, the broker's produce path below the network) for
    ``2 * --seconds`` s while a ``LogCleaner`` thread (default duty cycle) cleaning ``--dirty-logs`` fresh dirty

@@ -7,7 +7,7 @@ from kafkatier.scenario.checkers import check_all, compaction, kafka_clients, lo
 
 from tests.unit.test_scenario_checkers import H
 
-COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "4096"}
 
 
 def keyed(h: H, t: float, seq: int, key: str, offset: int | None, partition: int = 0) -> str:
@@ -71,9 +71,12 @@ def test_not_compacted_when_an_eager_topic_was_never_cleaned():
     h, v = history()
     h.final_read({0: (0, 8, [(i, v[i]) for i in range(8)])})
     assert h.types(compaction) == {"not-compacted"}
-    lazy, v = history(dict(COMPACT, **{"min.cleanable.dirty.ratio": "0.9"}))
-    lazy.final_read({0: (0, 8, [(i, v[i]) for i in range(8)])})
-    assert lazy.types(compaction) == set()
+    for lazy_config in (dict(COMPACT, **{"min.cleanable.dirty.ratio": "0.9"}),   # not eager
+                        {"cleanup.policy": "compact"},                            # Kafka's defaults
+                        dict(COMPACT, **{"min.compaction.lag.ms": "60000"})):
+        lazy, v = history(lazy_config)
+        lazy.final_read({0: (0, 8, [(i, v[i]) for i in range(8)])})
+        assert lazy.types(compaction) == set(), lazy_config
     assert compaction.removed_records(h.entries) == {"t/0": 0}
 
 

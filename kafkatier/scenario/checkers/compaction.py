@@ -14,9 +14,10 @@ values are unique), for every acknowledged send of key *k* at offset *o* that th
 - **shadowed**: no record of *k* after *o* is readable, but an older one is -- a reader rebuilding the table gets
   an older value of *k* than one the cluster acknowledged;
 - **latest-value-lost**: no record of *k* at or after *o* is readable at all;
-- **not-compacted**: the topic asks to be cleaned eagerly (``min.cleanable.dirty.ratio`` at most 0.5, no
-  ``min.compaction.lag.ms``) and holds at least four records per key, yet the final read has no gap at all -- the
-  cleaner never ran on any replica that led it, so the run did not test compaction.
+- **not-compacted**: the topic asks to be cleaned eagerly (``min.cleanable.dirty.ratio`` set to at most 0.5 and
+  ``segment.bytes`` or ``segment.ms`` set, so segments roll; no ``min.compaction.lag.ms``) and holds at least
+  four records per key, yet the final read has no gap at all -- the cleaner never ran on any replica that led
+  it, so the run did not test compaction.
 
 Sends acknowledged below the final log start offset (``compact,delete`` retention, DeleteRecords) are judged by
 the ``delete_records`` checker; sends at or past the final read's end by ``kafka_clients`` (unseen,
@@ -88,8 +89,8 @@ def check(entries: list[dict]) -> list[Anomaly]:
             (shadowed if offs else lost).append(item)
         config = configs.get(topic, {})
         keys = {k for (t, _), k in key_of.items() if t == topic}
-        eager = float(config.get("min.cleanable.dirty.ratio", 0.5)) <= EAGER_DIRTY_RATIO and \
-            int(config.get("min.compaction.lag.ms", 0)) == 0
+        eager = float(config.get("min.cleanable.dirty.ratio", 1.0)) <= EAGER_DIRTY_RATIO and \
+            ("segment.bytes" in config or "segment.ms" in config) and int(config.get("min.compaction.lag.ms", 0)) == 0
         if eager and keys and len(records) >= RECORDS_PER_KEY * len(keys) and \
                 len(records) == read_end - part["log_start"]:
             idle.append({"partition": tp, "records": len(records), "keys": len(keys),
