@@ -127,10 +127,14 @@ class CleanerThread(threading.Thread):
             self._record(lg, todo, end, stats)
         except CleanerAbortedError as e:
             log.info(kv(event="cleaning_aborted", partition=lg.name, reason=str(e)))
-        except Exception:  # noqa: BLE001 - a corrupt segment: this log is skipped, the log stays readable
-            self.errors += 1
-            log.exception(kv(event="cleaning_failed", partition=lg.name))
-            self.owner.manager.mark_failed(lg)
+        except Exception as e:  # noqa: BLE001 - a corrupt segment: this log is skipped, the log stays readable
+            if lg.closed or not self.owner.manager.is_current(lg):
+                # replaced by a KIP-113 swap (its files renamed away) or deleted meanwhile: given up, not failed
+                log.info(kv(event="cleaning_aborted", partition=lg.name, reason=f"the log was replaced: {e!r}"))
+            else:
+                self.errors += 1
+                log.exception(kv(event="cleaning_failed", partition=lg.name))
+                self.owner.manager.mark_failed(lg)
         finally:
             self.owner.manager.done_cleaning(lg, end, horizon)
         return end is not None
@@ -191,6 +195,9 @@ class LogCleaner:
 
     def pause_cleaning(self, tp: tuple[str, int]) -> None:
         self.manager.pause_cleaning(tp)
+
+    def alter_checkpoint_dir(self, tp: tuple[str, int], source_dir: str, dest_dir: str) -> None:
+        self.manager.alter_checkpoint_dir(tp, source_dir, dest_dir)
 
     def resume_cleaning(self, tp: tuple[str, int]) -> None:
         self.manager.resume_cleaning(tp)

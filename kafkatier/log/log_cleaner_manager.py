@@ -118,7 +118,7 @@ class LogCleanerManager:
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
         self._paused: dict[tuple[str, int], int] = {}
-        self._uncleanable: set[tuple[str, int]] = set()
+        self._uncleanable: set[tuple[str, tuple[str, int]]] = set()   # (log dir, tp), as Kafka's
         self._delete_horizons: dict[tuple[str, int], int] = {}  # the earliest KIP-534 horizon left in each log
         self._checkpoints = {d: OffsetCheckpointFile(os.path.join(d, CLEANER_OFFSET_CHECKPOINT)) for d in self._dirs
                              if os.path.isdir(d)}
@@ -147,8 +147,8 @@ class LogCleanerManager:
         """Record ``offset`` as the log's first dirty offset in its dir's checkpoint; entries of logs no longer
         in that dir (deleted, moved by KIP-113) are dropped."""
         f = self._checkpoints.get(lg.parent_dir)
-        if f is None:
-            return
+        if f is None or not self.is_current(lg):
+            return   # replaced meanwhile (a KIP-113 swap): its old dir no longer holds it
         with self._lock:
             try:
                 current = f.read()
@@ -168,7 +168,8 @@ class LogCleanerManager:
             for lg in self._logs():
                 tp = lg.topic_partition
                 if lg.is_future or lg.closed or not lg.config.compact or tp in self._in_progress \
-                        or tp in self._paused or tp in self._uncleanable or lg.config.remote_storage_enable:
+                        or tp in self._paused or (lg.parent_dir, tp) in self._uncleanable \
+                        or lg.config.remote_storage_enable:
                     continue
                 candidates.append(lg)
         ranges = []
@@ -215,11 +216,34 @@ class LogCleanerManager:
                 else:
                     self._delete_horizons.pop(lg.topic_partition, None)
 
+    def is_current(self, lg: Log) -> bool:
+        """Whether ``lg`` is still the log of its partition (not replaced by a KIP-113 swap, not deleted)."""
+        return any(l is lg for l in self._logs())
+
     def mark_failed(self, lg: Log) -> None:
-        """A cleaning failed (e.g. a corrupt segment): leave the log alone until the broker restarts (Kafka's
-        ``uncleanablePartitions``)."""
+        """A cleaning failed (e.g. a corrupt segment): leave the log alone in its dir until the broker restarts
+        (Kafka's ``uncleanablePartitions``, per log dir: the partition moved to another dir is cleaned again)."""
         with self._lock:
-            self._uncleanable.add(lg.topic_partition)
+            self._uncleanable.add((lg.parent_dir, lg.topic_partition))
+
+    def alter_checkpoint_dir(self, tp: tuple[str, int], source_dir: str, dest_dir: str) -> None:
+        """A KIP-113 swap moved ``tp`` (Kafka's ``alterCheckpointDir``): its first dirty offset moves with it."""
+        src = self._checkpoints.get(os.path.abspath(source_dir))
+        dst = self._checkpoints.get(os.path.abspath(dest_dir))
+        if src is None or dst is None:
+            return
+        with self._lock:
+            try:
+                moved = src.read()
+                offset = moved.pop(tp, None)
+                if offset is None:
+                    return
+                src.write(moved)
+                here = dst.read()
+                here[tp] = offset
+                dst.write(here)
+            except (CheckpointReadError, OSError) as e:
+                log.warning(kv(event="cleaner_checkpoint_move_failed", partition=f"{tp[0]}-{tp[1]}", error=e))
 
     def pause_cleaning(self, tp: tuple[str, int]) -> None:
         """Keep the cleaner off a log (counted; Kafka's ``abortAndPauseCleaning`` without the wait)."""
