@@ -639,8 +639,8 @@ class LogManager:
             self._logs[tp] = dest
             del self._future_logs[tp]
             self._dir_counts = None
-            if self.cleaner is not None:   # Kafka's alterCheckpointDir: the first dirty offset moves too
-                self.cleaner.alter_checkpoint_dir(tp, source.parent_dir, dest.parent_dir)
+        if self.cleaner is not None:   # Kafka's alterCheckpointDir (outside our lock: the cleaner's is taken first)
+            self.cleaner.alter_checkpoint_dir(tp, source.parent_dir, dest.parent_dir)
         log.info(kv(event="future_log_swapped_in", partition=dest.name, dir=dest.dir, old_dir=source.dir,
                     log_end_offset=dest.log_end_offset, high_watermark=dest.high_watermark))
         delay = source.config.file_delete_delay_ms
