@@ -176,6 +176,65 @@ def iter_records(buf, p: int, end: int) -> list[tuple]:
     return out
 
 
+def map_keys(buf, p: int, end: int, base: int, m: dict) -> int:
+    """The offset map's pass over one batch's records: ``m[hash(key)] = offset`` for every keyed record of
+    ``buf[p:end]``; returns the number of records.  Only the length, offset delta and key are decoded (the
+    timestamp varint is skipped), the rest as :func:`iter_records`."""
+    n = 0
+    while p < end:
+        b = buf[p]
+        q = p + 1
+        if b < 0x80:
+            length = b >> 1
+        else:
+            v, sh = b & 0x7F, 7
+            while True:
+                b = buf[q]
+                q += 1
+                v |= (b & 0x7F) << sh
+                if b < 0x80:
+                    break
+                sh += 7
+            length = v >> 1
+        stop = q + length
+        q += 1              # attributes
+        while buf[q] >= 0x80:   # timestamp delta: skipped
+            q += 1
+        q += 1
+        b = buf[q]
+        q += 1
+        if b < 0x80:
+            od = b
+        else:
+            od, sh = b & 0x7F, 7
+            while True:
+                b = buf[q]
+                q += 1
+                od |= (b & 0x7F) << sh
+                if b < 0x80:
+                    break
+                sh += 7
+        b = buf[q]
+        q += 1
+        if b < 0x80:
+            kl = b
+        else:
+            kl, sh = b & 0x7F, 7
+            while True:
+                b = buf[q]
+                q += 1
+                kl |= (b & 0x7F) << sh
+                if b < 0x80:
+                    break
+                sh += 7
+        if not kl & 1:
+            kl >>= 1
+            m[hash(buf[q:q + kl])] = base + (od >> 1)
+        n += 1
+        p = stop
+    return n
+
+
 def _zigzag(v: int) -> bytes:
     u = (v << 1) ^ (v >> 63)
     out = bytearray()
@@ -204,9 +263,8 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
                   duty: DutyCycle | None = None):
     """(buffer, position, header) of every whole batch of a segment file, read in chunks."""
     pos = 0
+    tick = duty.tick if duty is not None else None
     while pos < size:
-        if duty is not None:
-            duty.tick()
         head = os.pread(fd, min(max(_READ_CHUNK, rb.HEADER_SIZE), size - pos), pos)
         if len(head) < rb.HEADER_SIZE:
             raise CorruptRecordError(f"Record batch at position {pos} is truncated ({len(head)} bytes)")
@@ -228,6 +286,8 @@ def _read_batches(fd: int, size: int, throttler: Throttler, stats_add: Callable[
             h = rb.BatchHeader.parse(head, p)
             if rb.compute_crc(head, p, n) != h.crc & 0xFFFFFFFF:
                 raise CorruptRecordError(f"Record batch at position {pos + p} is corrupt (CRC mismatch)")
+            if tick is not None:
+                tick()
             yield head, p, h
             p += n
         if p == 0:
@@ -250,6 +310,8 @@ class Cleaner:
     def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
         """Clean ``cleanable``; return the new first dirty offset and the stats."""
         stats = CleanerStats()
+        if self.duty is not None:
+            self.duty.begin()   # the back-off before this cleaning was not work
         lg = cleanable.log
         segs = lg.cleanable_segments()
         offset_map = OffsetMap(self.map_slots)
@@ -289,11 +351,9 @@ class Cleaner:
                     if h.attributes & rb.CONTROL_FLAG_MASK or _is_aborted(h, aborted):
                         continue
                     data, lo, hi = self._records_of(buf, p, h, lg)
-                    base = h.base_offset
-                    for _, _, delta, key, _, _, _, _ in iter_records(data, lo, hi):
-                        stats.map_messages_read += 1
-                        if key is not None:
-                            m[hash(key)] = base + delta
+                    if type(data) is not bytes:
+                        data = bytes(data)   # keys hashed as bytes, as the cleaning pass hashes them
+                    stats.map_messages_read += map_keys(data, lo, hi, h.base_offset, m)
             finally:
                 os.close(fd)
             mapped_end = nxt

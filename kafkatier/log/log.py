@@ -550,9 +550,9 @@ class Log:
         were checked when they were appended to ``source``).  Returns the bytes copied (0 when ``source`` has
         nothing more).
 
-        Raises UnexpectedAppendOffsetError when the source's batch does not start at this log's end offset
-        (except in an empty log whose start falls inside the batch, KAFKA-6975: the log restarts at the
-        batch's base offset), KafkaStorageError(cause SourceReadError) when reading the source fails, and
+        Raises UnexpectedAppendOffsetError when the source's batch starts below this log's end offset (except
+        in an empty log whose start falls inside the batch, KAFKA-6975: the log restarts at the batch's base
+        offset); a batch starting above it is a compacted log's gap and is copied, KafkaStorageError(cause SourceReadError) when reading the source fails, and
         KafkaStorageError(cause OSError) when writing here fails."""
         with source._lock:
             source._check_open()
@@ -575,7 +575,7 @@ class Log:
                 self._check_open()
                 first = headers[0]
                 leo = self._next_offset
-                if first.base_offset != leo:
+                if first.base_offset < leo:   # above it: a compacted log's gap (Kafka accepts it as well)
                     if leo == self._log_start_offset and first.base_offset < leo <= first.last_offset:
                         self.truncate_fully_and_start_at(first.base_offset)
                     else:

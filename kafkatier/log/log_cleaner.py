@@ -16,7 +16,7 @@ import attrs
 from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats
 from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
 from kafkatier.log.log import Log
-from kafkatier.log.log_cleaner_manager import LogCleanerManager
+from kafkatier.log.log_cleaner_manager import LogCleanerManager, PreCleanStats, high_watermark
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log.cleaner")
@@ -59,6 +59,32 @@ class CleanerConfig:
                    * self.dedupe_buffer_load_factor)
 
 
+def _mb(n: float) -> str:
+    """Java's ``%,.1f``: one decimal, thousands grouped."""
+    return f"{n:,.1f}"
+
+
+def format_cleaning(thread_id: int, name: str, first_dirty: int, end: int, s: CleanerStats) -> str:
+    """The summary Kafka's ``CleanerThread.recordStats`` writes to ``log-cleaner.log`` after each cleaning, line
+    for line (a leading line break, ``%,.1f`` numbers, Kafka's own ``MB/sec`` / ``Mb/sec`` spellings)."""
+    elapsed = max(1e-6, s.end_ms - s.start_ms)
+    index_s = max(1e-6, s.map_complete_ms - s.start_ms)
+    clean_s = max(1e-6, elapsed - index_s)
+    read, written, mapped = s.bytes_read / _MB, s.bytes_written / _MB, s.map_bytes_read / _MB
+    red = 100.0 * (1 - s.bytes_written / s.bytes_read) if s.bytes_read else 0.0
+    fewer = 100.0 * (1 - s.messages_written / s.messages_read) if s.messages_read else 0.0
+    return (f"\n\tLog cleaner thread {thread_id} cleaned log {name} (dirty section = [{first_dirty}, {end}])\n"
+            f"\t{_mb(read)} MB of log processed in {_mb(elapsed)} seconds ({_mb(read / elapsed)} MB/sec).\n"
+            f"\tIndexed {_mb(mapped)} MB in {index_s:.1f} seconds ({_mb(mapped / index_s)} Mb/sec, "
+            f"{100 * index_s / elapsed:.1f}% of total time)\n"
+            f"\tBuffer utilization: {100 * s.buffer_utilization:.1f}%\n"
+            f"\tCleaned {_mb(read)} MB in {clean_s:.1f} seconds ({_mb(read / clean_s)} Mb/sec, "
+            f"{100 * clean_s / elapsed:.1f}% of total time)\n"
+            f"\tStart size: {_mb(read)} MB ({s.messages_read:,d} messages)\n"
+            f"\tEnd size: {_mb(written)} MB ({s.messages_written:,d} messages)\n"
+            f"\t{red:.1f}% size reduction ({fewer:.1f}% fewer messages)\n")
+
+
 class CleanerThread(threading.Thread):
     def __init__(self, owner: "LogCleaner", thread_id: int):
         super().__init__(name=f"kafka-log-cleaner-thread-{thread_id}", daemon=True)
@@ -71,6 +97,7 @@ class CleanerThread(threading.Thread):
         self.bytes_written = 0
         self.time_spent_s = 0.0
         self.last_stats: CleanerStats | None = None
+        self.pre_clean_stats = PreCleanStats()
         self.last_log: str | None = None
         self.errors = 0
 
@@ -87,7 +114,8 @@ class CleanerThread(threading.Thread):
                 stop.wait(self.owner.config.backoff_ms / 1000.0)
 
     def try_clean_filthiest_log(self) -> bool:
-        todo = self.owner.manager.grab_filthiest_compacted_log()
+        self.pre_clean_stats = PreCleanStats()
+        todo = self.owner.manager.grab_filthiest_compacted_log(self.pre_clean_stats)
         if todo is None:
             return False
         lg = todo.log
@@ -99,10 +127,14 @@ class CleanerThread(threading.Thread):
             self._record(lg, todo, end, stats)
         except CleanerAbortedError as e:
             log.info(kv(event="cleaning_aborted", partition=lg.name, reason=str(e)))
-        except Exception:  # noqa: BLE001 - a corrupt segment: this log is skipped, the log stays readable
-            self.errors += 1
-            log.exception(kv(event="cleaning_failed", partition=lg.name))
-            self.owner.manager.mark_failed(lg)
+        except Exception as e:  # noqa: BLE001 - a corrupt segment: this log is skipped, the log stays readable
+            if lg.closed or not self.owner.manager.is_current(lg):
+                # replaced by a KIP-113 swap (its files renamed away) or deleted meanwhile: given up, not failed
+                log.info(kv(event="cleaning_aborted", partition=lg.name, reason=f"the log was replaced: {e!r}"))
+            else:
+                self.errors += 1
+                log.exception(kv(event="cleaning_failed", partition=lg.name))
+                self.owner.manager.mark_failed(lg)
         finally:
             self.owner.manager.done_cleaning(lg, end, horizon)
         return end is not None
@@ -111,27 +143,14 @@ class CleanerThread(threading.Thread):
         self.logs_cleaned += 1
         self.bytes_read += s.bytes_read
         self.bytes_written += s.bytes_written
-        elapsed = max(1e-6, s.end_ms - s.start_ms)
-        self.time_spent_s += elapsed
+        self.time_spent_s += max(1e-6, s.end_ms - s.start_ms)
         self.last_stats = s
         self.last_log = lg.name
-        map_s = max(1e-6, s.map_complete_ms - s.start_ms)
-        clean_s = max(1e-6, s.end_ms - s.map_complete_ms)
-        red = 100.0 * (1 - s.bytes_written / s.bytes_read) if s.bytes_read else 0.0
-        fewer = 100.0 * (1 - s.messages_written / s.messages_read) if s.messages_read else 0.0
-        log.info(
-            f"Log cleaner thread {self.id} cleaned log {lg.name} (dirty section = [{todo.first_dirty_offset}, "
-            f"{end}])\n"
-            f"\t{s.bytes_read / _MB:.1f} MB of log processed in {elapsed:.1f} seconds "
-            f"({s.bytes_read / _MB / elapsed:.1f} MB/sec).\n"
-            f"\tIndexed {s.map_bytes_read / _MB:.1f} MB in {map_s:.1f} seconds "
-            f"({s.map_bytes_read / _MB / map_s:.1f} Mb/sec, {100 * map_s / elapsed:.1f}% of total time)\n"
-            f"\tBuffer utilization: {100 * s.buffer_utilization:.1f}%\n"
-            f"\tCleaned {s.bytes_read / _MB:.1f} MB in {clean_s:.1f} seconds "
-            f"({s.bytes_read / _MB / clean_s:.1f} Mb/sec, {100 * clean_s / elapsed:.1f}% of total time)\n"
-            f"\tStart size: {s.bytes_read / _MB:.1f} MB ({s.messages_read} messages)\n"
-            f"\tEnd size: {s.bytes_written / _MB:.1f} MB ({s.messages_written} messages)\n"
-            f"\t{red:.1f}% size reduction ({fewer:.1f}% fewer messages)")
+        log.info(format_cleaning(self.id, lg.name, todo.first_dirty_offset, end, s))
+        pre = self.pre_clean_stats
+        if pre.delayed_partitions > 0:
+            log.info(f"\tCleanable partitions: {pre.cleanable_partitions}, Delayed partitions: "
+                     f"{pre.delayed_partitions}, max delay: {pre.max_compaction_delay_ms}")
 
     def describe(self) -> dict:
         return {"thread": self.id, "logs_cleaned": self.logs_cleaned, "bytes_read": self.bytes_read,
@@ -144,12 +163,12 @@ class LogCleaner:
     """Owns the cleaner threads, their shared throttler and the :class:`LogCleanerManager`."""
 
     def __init__(self, config: CleanerConfig, log_dirs: Iterable[str], logs: Callable[[], list[Log]],
-                 clock: Callable[[], int]):
+                 clock: Callable[[], int], last_stable_offset: Callable[[Log], int | None] = high_watermark):
         self.config = config
         self.clock = clock
         self.stop_event = threading.Event()
         self.throttler = Throttler(config.max_io_bytes_per_second, self.stop_event)
-        self.manager = LogCleanerManager(log_dirs, logs, clock)
+        self.manager = LogCleanerManager(log_dirs, logs, clock, last_stable_offset)
         self.threads: list[CleanerThread] = []
 
     def startup(self) -> None:
@@ -176,6 +195,9 @@ class LogCleaner:
 
     def pause_cleaning(self, tp: tuple[str, int]) -> None:
         self.manager.pause_cleaning(tp)
+
+    def alter_checkpoint_dir(self, tp: tuple[str, int], source_dir: str, dest_dir: str) -> None:
+        self.manager.alter_checkpoint_dir(tp, source_dir, dest_dir)
 
     def resume_cleaning(self, tp: tuple[str, int]) -> None:
         self.manager.resume_cleaning(tp)

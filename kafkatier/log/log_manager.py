@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping
 from kafkatier.common.faults import crash_point
 from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.log.log_cleaner import CleanerConfig, LogCleaner
+from kafkatier.log.log_cleaner_manager import high_watermark
 from kafkatier.log.broker_metadata import ensure_meta_properties
 from kafkatier.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -100,6 +101,7 @@ class LogManager:
                  num_recovery_threads_per_data_dir: int = DEFAULT_RECOVERY_THREADS_PER_DATA_DIR,
                  file_release_interval_ms: int = DEFAULT_FILE_RELEASE_INTERVAL_MS,
                  cleaner_config: CleanerConfig | None = None,
+                 last_stable_offset: Callable[[Log], int | None] | None = None,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -144,7 +146,9 @@ class LogManager:
         self._prepare_dirs()
         self._load_logs()
         # Kafka's LogCleaner (docs/log-compaction.md); None: no cleaner (tools and tests that load logs only).
-        self.cleaner = (LogCleaner(cleaner_config, self.live_log_dirs, self.all_logs, clock)
+        # ``last_stable_offset``: the partition's LSO (it owns the producer state); default the high watermark.
+        self.cleaner = (LogCleaner(cleaner_config, self.live_log_dirs, self.all_logs, clock,
+                                   last_stable_offset or high_watermark)
                         if cleaner_config is not None else None)
 
     # --- start-up ------------------------------------------------------------------------------------
@@ -635,6 +639,8 @@ class LogManager:
             self._logs[tp] = dest
             del self._future_logs[tp]
             self._dir_counts = None
+        if self.cleaner is not None:   # Kafka's alterCheckpointDir (outside our lock: the cleaner's is taken first)
+            self.cleaner.alter_checkpoint_dir(tp, source.parent_dir, dest.parent_dir)
         log.info(kv(event="future_log_swapped_in", partition=dest.name, dir=dest.dir, old_dir=source.dir,
                     log_end_offset=dest.log_end_offset, high_watermark=dest.high_watermark))
         delay = source.config.file_delete_delay_ms

@@ -108,6 +108,7 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
         "spark_rows": _spark_rows(entries), "warnings": warnings(entries), "admin": admin_outcomes(entries),
+        "compaction_removed": _compaction_removed(entries),
     }
 
 
@@ -116,6 +117,12 @@ def admin_outcomes(entries: list[dict]) -> list[dict]:
     answer was lost or timed out), the error's name, seconds after the start."""
     return [{"f": e["f"], "outcome": e["type"], "error": e.get("error"), "at_s": round(e["time"] / 1e9, 3),
              "value": e.get("value")} for e in entries if e["process"] == "admin" and e["type"] != "invoke"]
+
+
+def _compaction_removed(entries: list[dict]) -> dict:
+    """Per compacted partition, the offsets the log cleaner removed from the final read's range."""
+    from kafkatier.scenario.checkers.compaction import removed_records
+    return removed_records(entries)
 
 
 def _spark_rows(entries: list[dict]) -> dict:
@@ -338,6 +345,9 @@ def summary(res: dict) -> str:
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")
+    if res.get("compaction_removed"):
+        lines.append("   compaction: offsets removed by the cleaner " + ", ".join(
+            f"{tp} {n}" for tp, n in sorted(res["compaction_removed"].items())))
     for a in res["anomalies"]:
         lines.append(f"   ANOMALY {a['checker']}/{a['type']}: {a['message']}")
     for a in res.get("accepted", ()):

@@ -113,6 +113,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("log.cleaner.io.buffer.load.factor", "DOUBLE", 0.9, READ_ONLY),
     _d("log.cleaner.io.max.bytes.per.second", "DOUBLE", 1.7976931348623157e308, READ_ONLY),
     _d("log.cleaner.backoff.ms", "LONG", 15000, READ_ONLY, 0),
+    _d("kafkatier.log.cleaner.duty.cycle", "DOUBLE", 0.2, READ_ONLY),   # project addition (docs/log-compaction.md)
     # log configs: the defaults of every topic without an override (Kafka's DynamicLogConfig)
     _d("log.retention.ms", "LONG", None, CLUSTER_WIDE, -1),
     _d("log.retention.minutes", "INT", None, CLUSTER_WIDE, -1),
@@ -124,6 +125,10 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("log.roll.ms", "LONG", None, CLUSTER_WIDE, 1),
     _d("log.roll.hours", "INT", 168, CLUSTER_WIDE, 1),
     _d("log.cleanup.policy", "LIST", "delete", CLUSTER_WIDE),
+    _d("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, CLUSTER_WIDE),
+    _d("log.cleaner.delete.retention.ms", "LONG", 86400000, CLUSTER_WIDE, 0),
+    _d("log.cleaner.min.compaction.lag.ms", "LONG", 0, CLUSTER_WIDE, 0),
+    _d("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, CLUSTER_WIDE, 1),
     _d("message.max.bytes", "INT", 1048588, CLUSTER_WIDE, 0),
     _d("compression.type", "STRING", "producer", CLUSTER_WIDE),
     _d("min.insync.replicas", "INT", 1, CLUSTER_WIDE, 1),

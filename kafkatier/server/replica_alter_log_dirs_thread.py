@@ -16,9 +16,9 @@ One round of a move (:meth:`ReplicaAlterLogDirsThread._copy_round`), holding ``P
    shared throttle allows (:class:`~kafkatier.server.replication_quota_manager.ReplicationQuotaManager`; at
    least one batch once the throttle allows any byte);
 3. the bytes are copied by the kernel (``Log.append_copy_from``: ``copy_file_range``, zero-copy;
-   only batch headers are read in Python, offsets and leader epochs kept).  A batch that does not start at the
-   future LEO fails with Kafka's ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a log
-   start offset inside the first batch of an empty log;
+   only batch headers are read in Python, offsets and leader epochs kept).  A batch that starts below the
+   future LEO fails with Kafka's ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a
+   log start offset inside the first batch of an empty log; one above it (a compacted log's gap) is copied;
 4. the future log takes the current high watermark and log start offset (so DeleteRecords during a move also
    applies to it).
 

@@ -3,7 +3,8 @@
 Per partition ``t/p``:
 - **lost-write**: an acknowledged send at offset *o* with ``log_start <= o < high_watermark`` after heal whose
   value is not at *o* in the final read (records below the final log start offset were deleted on purpose --
-  DeleteRecords, retention, KIP-950 delete -- and are judged by the KIP-107 and KIP-950 checkers);
+  DeleteRecords, retention, KIP-950 delete -- and are judged by the KIP-107 and KIP-950 checkers; on a compacted
+  topic the cleaner removes records on purpose: the ``compaction`` checker judges those);
 - **unseen**: an acknowledged send at an offset at or above the final high watermark (never readable again);
 - **inconsistent-offsets**: one offset seen with two values (acks, polls, final read);
 - **duplicate**: one value of an idempotent producer at two offsets.  Only while the idempotence guarantee
@@ -12,7 +13,8 @@ Per partition ``t/p``:
   the broker can no longer recognise a retry -- documented client behaviour, Kafka's too);
 - **nonmonotonic-poll**: within one consumer read session, a partition's offsets not strictly increasing;
 - **poll-skip**: within a session, consecutive polled offsets *a* < *b* with a record between them that is
-  still in the final read;
+  still in the final read (not on a compacted topic: replicas clean independently, so a leader may have
+  removed a record the final leader still holds);
 - **unreadable-after-heal**: the final read could not get from the log start offset to the high watermark
   (within its bound) -- records the broker counts as present cannot be consumed.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kafkatier.scenario.checkers import unclean
+from kafkatier.scenario.checkers import compaction, unclean
 from kafkatier.scenario.checkers.anomaly import Anomaly, final, witness
 
 NAME = "kafka_clients"
@@ -38,6 +40,7 @@ def acknowledged(entries: list[dict]) -> dict[str, list[dict]]:
 def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list[dict]]:
     """``(lost, unseen)`` acknowledged sends (optionally only those sent with ``acks``)."""
     read = final(entries, "final-read")
+    compacted = compaction.compacted_topics(entries)
     lost_, unseen = [], []
     for tp, oks in acknowledged(entries).items():
         part = read.get(tp)
@@ -55,7 +58,8 @@ def lost(entries: list[dict], acks: str | None = None) -> tuple[list[dict], list
                 continue   # acknowledged without an offset (a duplicate the broker recognised): nothing to place
             if o >= part["high_watermark"]:
                 unseen.append(e)
-            elif part["log_start"] <= o < read_end and records.get(o) != v:
+            elif part["log_start"] <= o < read_end and records.get(o) != v and \
+                    (e["topic"] not in compacted or o in records):
                 lost_.append(e)
     return lost_, unseen
 
@@ -195,8 +199,10 @@ def spark_rows(entries: list[dict]) -> tuple[list[Anomaly], dict]:
 def _polls(entries: list[dict], acc: unclean.Acceptance) -> list[Anomaly]:
     """nonmonotonic-poll and poll-skip, per consumer read session (accepted in a poll after the partition's
     first unclean election)."""
+    compacted = compaction.compacted_topics(entries)
     present: dict[str, set[int]] = {tp: {o for o, _ in part["records"]}
-                                    for tp, part in final(entries, "final-read").items()}
+                                    for tp, part in final(entries, "final-read").items()
+                                    if tp.rsplit("/", 1)[0] not in compacted}
     last: dict[tuple[str, str], tuple[int, dict]] = {}
     nonmono, skips = [], []
     for e in entries:

@@ -10,11 +10,13 @@ cluster with several log dirs per broker: per broker and dir, the partition dire
 - **replica-missing**: a broker assigned a replica has no current directory of it;
 - **move-left-behind**: a ``.move`` (future) or ``.delete`` directory is still there after heal;
 - **replica-diverged**: two replicas of a partition hold different batches (offsets or CRCs) over the offsets
-  both hold, below the high watermark -- the witness names the replicas, with the moved one first.
+  both hold, below the high watermark -- the witness names the replicas, with the moved one first.  Not on a
+  compacted topic: each replica's cleaner rewrites its own batches (as in Kafka).
 """
 from __future__ import annotations
 
 from kafkatier.scenario.checkers.anomaly import Anomaly, final
+from kafkatier.scenario.checkers.compaction import compacted_topics
 
 NAME = "log_dirs"
 
@@ -40,7 +42,10 @@ def check(entries: list[dict]) -> list[Anomaly]:
     missing = [{"partition": tp, "broker": b} for tp, replicas in state["replicas"].items() for b in replicas
                if (tp, b) not in current]
     diverged = []
+    compacted = compacted_topics(entries)
     for tp, replicas in state["replicas"].items():
+        if tp.rsplit("/", 1)[0] in compacted:
+            continue
         logs = sorted(((b, {x[0]: tuple(x) for x in current[(tp, b)][1]}) for b in replicas if (tp, b) in current),
                       key=lambda bl: (tp, bl[0]) not in moved)     # a moved replica first: it is compared to each
         for (b1, l1), (b2, l2) in ((logs[0], other) for other in logs[1:]):
