@@ -21,8 +21,6 @@ from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext
 from kafkatier.controller.event_manager import ControllerEvents
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
-from kafkatier.log.remote.tiered_state import (CREATE, DISABLE, DISABLED, DISABLING, ENABLE, ENABLED, TIERED_KEYS,
-                                               TieredTopicState, classify_transition, read_tiered_state)
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.protocol.errors import Errors, TieredStorageDisablementInProgressError
@@ -30,6 +28,8 @@ from kafkatier.zk import codecs, paths
 from kafkatier.zk.errors import BadVersionError, NoNodeError
 from kafkatier.zk.fenced import Check, ControllerMovedError, SetData
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
+from kafkatier.zk.tiered_state import (CREATE, DISABLE, DISABLED, DISABLING, ENABLE, ENABLED, TIERED_KEYS,
+                                       TieredTopicState, classify_transition, read_tiered_state)
 from kafkatier.zk.watchers import DataWatch
 
 log = get_logger("controller.tiered-disablement")
