@@ -14,7 +14,7 @@ topic's existing config (docs/kip-950-tiered-storage.md#config-validation).
 
 Validation is the one topic ConfigDef's (``log/log_config.validate_topic_config``, tiered rules included).  A
 topic created tiered, or whose config enables tiering for the first time, gets its KIP-950 ``tieredstorage``
-znodes in the same multi (``log/remote/tiered_state.creation_ops``).  A config change may carry ``extra_ops``:
+znodes in the same multi (``zk/tiered_state.creation_ops``).  A config change may carry ``extra_ops``:
 a callable ``(zk, topic, old, new) -> ops`` (the controller's tiered transition) that may raise a
 :class:`KafkaError` to refuse the change, or return ops for the same multi -- ``kafkatier.zk.fenced`` op values
 (``Create``, ``SetData``, ``Check``, ``Delete``) or callables taking the kazoo transaction.  It must not write on
@@ -35,7 +35,6 @@ from kafkatier.admin.replica_assignment import (BrokerMetadata, InvalidReplicaAs
 from kafkatier.common import structs
 from kafkatier.common.structs import is_valid_topic_name
 from kafkatier.log.log_config import validate_topic_config
-from kafkatier.log.remote.tiered_state import creation_ops
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import (BrokerNotAvailableError, Errors, InvalidConfigurationError,
                                        InvalidPartitionsError, InvalidRequestError,
@@ -44,6 +43,7 @@ from kafkatier.protocol.errors import (BrokerNotAvailableError, Errors, InvalidC
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
+from kafkatier.zk.tiered_state import creation_ops
 
 log = get_logger("admin")
 

@@ -126,7 +126,7 @@ def disablement_status(zk, data_dir: str | None, topic: str, state: str | None) 
 def describe_topic(zk, topic: str, partition: int | None = None, data_dir: str | None = None) -> dict[str, Any]:
     """The description as a dict (``--json`` output).  Raises LookupError for an unknown topic."""
     from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
-    from kafkatier.log.remote.tiered_state import read_tiered_state
+    from kafkatier.zk.tiered_state import read_tiered_state
     from kafkatier.zk import codecs, paths
 
     rlmm = ZkRemoteLogMetadataManager(zk)

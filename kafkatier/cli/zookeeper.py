@@ -11,8 +11,9 @@ from pathlib import Path
 
 from kafkatier.cli.main import UsageError
 from kafkatier.logsetup import get_logger
-from kafkatier.zk import embedded
-from kafkatier.zk.embedded import CLI_MAIN, DEFAULT_TICK_MS, EmbeddedZooKeeper, EmbeddedZooKeeperError
+from kafkatier.cluster import embedded_zookeeper as embedded
+from kafkatier.cluster.embedded_zookeeper import (CLI_MAIN, DEFAULT_TICK_MS, EmbeddedZooKeeper,
+                                                  EmbeddedZooKeeperError)
 from kafkatier.zk.security import TLS_CONFIG_ENV, ZooKeeperSecurityError, migrate_acls, validate_server_jaas
 from kafkatier.zk.security import jaas_path, zk_security
 

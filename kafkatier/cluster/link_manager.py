@@ -25,7 +25,7 @@ from kafkatier.cluster.link_faults import (BLACKHOLE, KINDS, PARTITION, Link, Li
 from kafkatier.cluster.link_state import LinkStateFile
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import wait_for
-from kafkatier.zk.embedded import pid_alive
+from kafkatier.cluster.embedded_zookeeper import pid_alive
 
 log = get_logger("cluster.links")
 

@@ -43,7 +43,7 @@ from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG
 from kafkatier.server.server_properties import SERVER_PROPERTIES, read_server_properties, write_server_properties
 from kafkatier.waiting import wait_for
 from kafkatier.zk.errors import NoNodeError
-from kafkatier.zk.embedded import pid_alive as _pid_alive
+from kafkatier.cluster.embedded_zookeeper import pid_alive as _pid_alive
 
 log = get_logger("cluster")
 
@@ -162,7 +162,7 @@ class ClusterManager:
         os.makedirs(remote, exist_ok=True)
         zk_pid = None
         if zookeeper is None:
-            from kafkatier.zk.embedded import EmbeddedZooKeeper
+            from kafkatier.cluster.embedded_zookeeper import EmbeddedZooKeeper
             jaas = self._write_zookeeper_jaas() if zookeeper_sasl else None
             if jaas:
                 overrides = {**(overrides or {}), "zookeeper.set.acl": "true",
@@ -343,7 +343,7 @@ class ClusterManager:
         ``DIR/zookeeper-tls.properties`` (Kafka's ``--zk-tls-config-file``)."""
         from pathlib import Path
         from kafkatier.cluster.certificates import make_cert
-        from kafkatier.zk.embedded import ZooKeeperTls
+        from kafkatier.cluster.embedded_zookeeper import ZooKeeperTls
         tls_dir, ca = self._tls_ca()
         server = make_cert(tls_dir, "zookeeper", "CN=zookeeper")
         client = make_cert(tls_dir, "zookeeper-client", "CN=zookeeper-client", hosts=None)
@@ -687,7 +687,7 @@ class ClusterManager:
             self.links.stop()
         zk_pid = self.state.get("zookeeper_pid")
         if zk_pid:
-            from kafkatier.zk.embedded import stop_pid
+            from kafkatier.cluster.embedded_zookeeper import stop_pid
             stop_pid(zk_pid)
             log.info("embedded ZooKeeper stopped %s", kv(pid=zk_pid))
         for b in self.state.get("brokers", []):

@@ -34,10 +34,10 @@ from typing import Callable
 
 import attrs
 import tenacity
-from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, control_parts, paths
+from kafkatier.zk.errors import NoNodeError, NodeExistsError
 from kafkatier.zk.fenced import RETRYABLE as ZK_RETRYABLE
 from kafkatier.zk.fenced import ControllerMovedError
 from kafkatier.zk.limits import ZNodeTooLargeError

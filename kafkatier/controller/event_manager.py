@@ -129,3 +129,39 @@ class ControllerEventManager:
                 log.exception("error processing event %s (dropped) %s", event.name, kv(queue=self.queue_size()))
             finally:
                 event.done.set()
+
+
+class ControllerEvents:
+    """What the controller's managers use of its event thread, handed to them through their constructors.
+
+    ``put`` queues an event; ``put_active_only`` queues one that does nothing unless this broker is still the
+    active controller when it runs; ``generation`` is the failover generation, bumped at every failover and
+    resignation: a ZooKeeper watch or a timer registered in an older generation is stale and stops.
+    """
+
+    def __init__(self, event_manager: ControllerEventManager, is_active: Callable[[], bool]):
+        self._event_manager = event_manager
+        self._is_active = is_active
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def next_generation(self) -> int:
+        """Called by the controller at failover and resignation only."""
+        self._generation += 1
+        return self._generation
+
+    def put(self, name: str, fn: Callable[[], None], preempt: Callable[[], None] | None = None,
+            urgent: bool = False) -> ControllerEvent:
+        return self._event_manager.put(ControllerEvent(name, fn, preempt), urgent=urgent)
+
+    def active_only(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run():
+            if self._is_active():
+                fn()
+        return run
+
+    def put_active_only(self, name: str, fn: Callable[[], None]) -> ControllerEvent:
+        return self.put(name, self.active_only(fn))

@@ -12,15 +12,14 @@ import time
 from typing import Callable
 
 import attrs
-from kazoo.exceptions import NoNodeError, NodeExistsError
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.controller.channel_manager import ControllerChannelManager
 from kafkatier.common.structs import PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.controlled_shutdown import ControlledShutdownManager
-from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager
+from kafkatier.controller.event_manager import ControllerEvent, ControllerEventManager, ControllerEvents
+from kafkatier.controller.fenced_writes import FencedZkWrites
 from kafkatier.controller.partition_reassignment import PartitionReassignmentManager
 from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.controller.replica_election_manager import AutoRebalanceConfig, ReplicaElectionManager
@@ -31,8 +30,10 @@ from kafkatier.controller.topic_deletion_manager import TopicDeletionManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NoNodeError, NodeExistsError
 from kafkatier.zk.fenced import ControllerMovedError, register_controller_and_increment_epoch
 from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms, read_entity_config
+from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 
 log = get_logger("controller")
 
@@ -59,28 +60,40 @@ class KafkaController:
         self.ctx = ControllerContext()
         self.event_manager = ControllerEventManager(on_controller_moved=lambda e: self._put("ControllerMoved",
                                                                                                 self.maybe_resign))
+        self.events = ControllerEvents(self.event_manager, is_active=lambda: self.is_active)
         self.active_controller_id = -1
         self.channel: ControllerChannelManager | None = None
         self.batch = ControllerBrokerRequestBatch(broker_id, self.ctx, self._send,
                                                   stop_replica_callback=self._on_stop_replica_response,
                                                   leader_and_isr_callback=self._on_leader_and_isr_response)
+        self.fenced = FencedZkWrites(self.kafka_zk, self.ctx)
         self.replica_state_machine = ReplicaStateMachine(self.ctx, self.batch, self.kafka_zk)
         self.partition_state_machine = PartitionStateMachine(self.ctx, self.batch, self.kafka_zk,
                                                              self.unclean_leader_election_enabled)
-        self.topic_deletion_manager = TopicDeletionManager(self, self.config.delete_topic_enable)
+        self.topic_deletion_manager = TopicDeletionManager(
+            self.ctx, self.batch, self.kafka_zk, self.replica_state_machine, self.partition_state_machine,
+            unregister_partition_modifications_watch=self.unregister_partition_modifications_watch,
+            on_deletion_completing=self.on_topic_deletion_completing,
+            delete_topic_enable=self.config.delete_topic_enable)
         # Timers (the disablement's retry backoff): the broker's scheduler, or one of our own.
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "controller-scheduler-")
-        self.tiered_manager = TieredStorageDisablementManager(self, self.scheduler)
-        self.replica_election_manager = ReplicaElectionManager(self, self.scheduler, self.config.auto_rebalance)
+        self.tiered_manager = TieredStorageDisablementManager(self.ctx, self.batch, self.zk, self.kafka_zk,
+                                                              self.events, self.admin_zk, self.scheduler)
+        self.replica_election_manager = ReplicaElectionManager(
+            self.ctx, self.zk, self.fenced, self.events, self.partition_state_machine,
+            is_active=lambda: self.is_active, confirm_still_controller=self.confirm_still_controller,
+            scheduler=self.scheduler, auto_rebalance=self.config.auto_rebalance)
         self.controlled_shutdown_manager = ControlledShutdownManager(
             self.ctx, self.batch, self.partition_state_machine, self.replica_state_machine, self.event_manager,
             is_active=lambda: self.is_active, channel=lambda: self.channel, scheduler=self.scheduler,
             request_timeout_s=self.config.request_timeout_s)
-        self.partition_reassignment = PartitionReassignmentManager(self)
+        self.partition_reassignment = PartitionReassignmentManager(
+            self.ctx, self.batch, self.zk, self.kafka_zk, self.fenced, self.events, self.replica_state_machine,
+            self.partition_state_machine, self.topic_deletion_manager, self.tiered_manager,
+            is_active=lambda: self.is_active)
         self._admin_factory = admin_factory
         self._admin = None
-        self._generation = 0  # bumps at every failover / resignation; stale watches return False
         self._topic_watch_gen: dict[str, int] = {}
         self._broker_watch_gen: dict[int, int] = {}
         self._controller_watch = None
@@ -120,13 +133,10 @@ class KafkaController:
         return self._in_failover
 
     def _put(self, name: str, fn: Callable[[], None], preempt=None, urgent: bool = False) -> ControllerEvent:
-        return self.event_manager.put(ControllerEvent(name, fn, preempt), urgent=urgent)
+        return self.events.put(name, fn, preempt, urgent=urgent)
 
     def _active_only(self, fn: Callable[[], None]) -> Callable[[], None]:
-        def run():
-            if self.is_active:
-                fn()
-        return run
+        return self.events.active_only(fn)
 
     # --- session events (called by the broker's ZooKeeper state listener) ----------------------------------
     def expire(self) -> threading.Event:
@@ -211,8 +221,7 @@ class KafkaController:
 
     def _on_controller_failover(self) -> None:
         t0 = time.monotonic()
-        self._generation += 1
-        gen = self._generation
+        gen = self.events.next_generation()
         w = self.kafka_zk.writer(self.ctx.epoch_zk_version)
         # 1. /feature
         feature = codecs.FeatureZNode(features={}).encode()
@@ -284,7 +293,7 @@ class KafkaController:
 
     def on_controller_resignation(self) -> None:
         log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))
-        self._generation += 1
+        self.events.next_generation()
         self._topic_watch_gen.clear()
         self._broker_watch_gen.clear()
         if self.channel is not None:
@@ -331,7 +340,7 @@ class KafkaController:
             pass
 
         def on_children(children):
-            if gen != self._generation:
+            if gen != self.events.generation:
                 return False
             if not coalesce:
                 self._put(name, self._active_only(handler))
@@ -354,12 +363,12 @@ class KafkaController:
         ChildrenWatch(self.zk, path, on_children)
 
     def _register_partition_modifications_watch(self, topic: str) -> None:
-        gen = self._generation
+        gen = self.events.generation
         self._topic_watch_gen[topic] = gen
         first = [True]
 
         def on_data(data, stat, event=None):
-            if self._topic_watch_gen.get(topic) != gen or gen != self._generation:
+            if self._topic_watch_gen.get(topic) != gen or gen != self.events.generation:
                 return False
             if first[0]:
                 first[0] = False
@@ -373,7 +382,7 @@ class KafkaController:
     def _register_broker_watches(self, broker_ids) -> None:
         """A data watch per broker znode: a broker that bounces between two reads of ``/brokers/ids`` leaves
         the child list unchanged, but its re-created znode fires this watch (Kafka's BrokerModifications)."""
-        gen = self._generation
+        gen = self.events.generation
         for b in broker_ids:
             if self._broker_watch_gen.get(b) == gen:
                 continue
@@ -381,7 +390,7 @@ class KafkaController:
             first = [True]
 
             def on_data(data, stat, event=None, b=b):
-                if self._broker_watch_gen.get(b) != gen or gen != self._generation:
+                if self._broker_watch_gen.get(b) != gen or gen != self.events.generation:
                     return False
                 if first[0]:
                     first[0] = False
@@ -400,15 +409,10 @@ class KafkaController:
         return self.channel.send(broker_id, api_key, api_name, api_version, body, callback)
 
     def _send_update_metadata(self, brokers, partitions) -> None:
-        self.batch.new_batch()
-        self.batch.add_update_metadata(brokers, partitions)
-        self.batch.send_requests_to_brokers(self.ctx.epoch)
+        self.batch.send_update_metadata(brokers, partitions)
 
     def _fenced_delete(self, path: str) -> None:
-        try:
-            self.kafka_zk.writer(self.ctx.epoch_zk_version).delete(path)
-        except NoNodeError:
-            pass
+        self.fenced.delete_if_exists(path)
 
     # --- broker membership ----------------------------------------------------------------------------------
     def process_broker_change(self) -> None:

@@ -43,17 +43,25 @@ from concurrent.futures import Future
 from typing import Callable, Iterable, Mapping
 
 import attrs
-from kazoo.exceptions import NoNodeError
-from kazoo.recipe.watchers import DataWatch
 
 from kafkatier.common.structs import LeaderAndIsr, PartitionAndReplica, TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState, ReplicaState
 from kafkatier.controller.election import ElectionStrategy
+from kafkatier.controller.event_manager import ControllerEvents
+from kafkatier.controller.fenced_writes import FencedZkWrites
+from kafkatier.controller.partition_state_machine import PartitionStateMachine
+from kafkatier.controller.replica_state_machine import ReplicaStateMachine
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
+from kafkatier.controller.tiered_storage_disablement_manager import TieredStorageDisablementManager
+from kafkatier.controller.topic_deletion_manager import TopicDeletionManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, NotControllerError
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.codecs import ReplicaAssignment
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import ControllerMovedError
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
+from kafkatier.zk.watchers import DataWatch
 
 log = get_logger("controller.reassignment")
 
@@ -83,31 +91,43 @@ class OngoingReassignment:
 
 
 class PartitionReassignmentManager:
-    def __init__(self, controller) -> None:
-        self.controller = controller
+    """``is_active()`` says whether this broker is the active controller; a completed reassignment resumes the
+    topic's deletion and its KIP-950 disablement, which may have waited for it."""
 
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
+    def __init__(self, context: ControllerContext, batch: ControllerBrokerRequestBatch, zk, kafka_zk: KafkaZkClient,
+                 fenced: FencedZkWrites, events: ControllerEvents, replica_state_machine: ReplicaStateMachine,
+                 partition_state_machine: PartitionStateMachine, topic_deletion_manager: TopicDeletionManager,
+                 tiered_manager: TieredStorageDisablementManager, is_active: Callable[[], bool]) -> None:
+        self.ctx = context
+        self.batch = batch
+        self.zk = zk
+        self.kafka_zk = kafka_zk
+        self.fenced = fenced
+        self.events = events
+        self.replica_state_machine = replica_state_machine
+        self.partition_state_machine = partition_state_machine
+        self.topic_deletion_manager = topic_deletion_manager
+        self.tiered_manager = tiered_manager
+        self._is_active = is_active
 
     # --- watch, failover, broker start-up, ISR changes (controller thread) ----------------------------------
     def register_watch(self) -> None:
         """Data watch on ``/admin/reassign_partitions``: its creation and changes enqueue ZkPartitionReassignment
         (the first call, at registration, is handled by :meth:`on_controller_failover`)."""
-        c = self.controller
-        gen = c._generation
+        events = self.events
+        gen = events.generation
         first = [True]
 
         def on_data(data, stat, event=None):
-            if gen != c._generation:
+            if gen != events.generation:
                 return False
             if first[0]:
                 first[0] = False
                 return True
             if data is not None:
-                c._put("ZkPartitionReassignment", c._active_only(self.process_zk_partition_reassignment))
+                events.put_active_only("ZkPartitionReassignment", self.process_zk_partition_reassignment)
             return True
-        DataWatch(c.zk, paths.REASSIGN_PARTITIONS, on_data)
+        DataWatch(self.zk, paths.REASSIGN_PARTITIONS, on_data)
 
     def on_controller_failover(self) -> None:
         """Kafka's ``initializePartitionReassignments``: the znode's reassignments first, then every partition
@@ -146,14 +166,14 @@ class PartitionReassignmentManager:
     def process_zk_partition_reassignment(self) -> set[TopicPartition]:
         """Kafka's ``processZkPartitionReassignment``; returns the partitions it started or resumed."""
         try:
-            data, _ = self.controller.zk.get(paths.REASSIGN_PARTITIONS)
+            data, _ = self.zk.get(paths.REASSIGN_PARTITIONS)
         except NoNodeError:
             return set()
         try:
             requested = codecs.ReassignPartitions.decode(data).partitions
         except codecs.MalformedZNodeError as e:
             log.warning("Ignoring partition reassignment due to invalid json: %s", e)
-            self._fenced_delete(paths.REASSIGN_PARTITIONS)
+            self.fenced.delete_if_exists(paths.REASSIGN_PARTITIONS)
             return set()
         results: dict[TopicPartition, ReassignmentResult] = {}
         to_reassign: dict[TopicPartition, ReplicaAssignment] = {}
@@ -185,7 +205,7 @@ class PartitionReassignmentManager:
         fut: Future = Future()
 
         def run():
-            if not self.controller.is_active:
+            if not self._is_active():
                 fut.set_exception(NotControllerError("This is not the correct controller for this cluster."))
                 return
             try:
@@ -195,7 +215,7 @@ class PartitionReassignmentManager:
                 raise
             except Exception as e:  # noqa: BLE001 - the client gets the error
                 fut.set_exception(e)
-        self.controller._put("ApiPartitionReassignment", run, self._preempt(fut))
+        self.events.put("ApiPartitionReassignment", run, self._preempt(fut))
         return fut
 
     def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None) -> Future:
@@ -205,7 +225,7 @@ class PartitionReassignmentManager:
         wanted = None if partitions is None else set(partitions)
 
         def run():
-            if not self.controller.is_active:
+            if not self._is_active():
                 fut.set_exception(NotControllerError("This is not the correct controller for this cluster."))
                 return
             tps = self.ctx.partitions_being_reassigned if wanted is None else wanted
@@ -215,7 +235,7 @@ class PartitionReassignmentManager:
                 if a is not None and a.is_being_reassigned:
                     out.append(OngoingReassignment(tp, a.replicas, a.adding, a.removing))
             fut.set_result(out)
-        self.controller._put("ListPartitionReassignments", run, self._preempt(fut))
+        self.events.put("ListPartitionReassignments", run, self._preempt(fut))
         return fut
 
     @staticmethod
@@ -306,12 +326,12 @@ class PartitionReassignmentManager:
                                                    adding=list(reassignment.adding),
                                                    removing=list(reassignment.removing)))
             self._update_leader_epoch_and_send_request(tp, reassignment)
-            self.controller.replica_state_machine.handle_state_changes(
+            self.replica_state_machine.handle_state_changes(
                 {PartitionAndReplica(tp, r) for r in reassignment.adding}, RS.NEW)
-            if tp.topic in self.controller.tiered_manager.topics_to_be_disabled:
-                self.controller.tiered_manager.resume_disablements()
+            if tp.topic in self.tiered_manager.topics_to_be_disabled:
+                self.tiered_manager.resume_disablements()
             return
-        rsm = self.controller.replica_state_machine
+        rsm = self.replica_state_machine
         rsm.handle_state_changes({PartitionAndReplica(tp, r) for r in reassignment.adding}, RS.ONLINE)
         completed = reassignment.complete()
         self.ctx.update_assignment(tp, completed)
@@ -319,12 +339,12 @@ class PartitionReassignmentManager:
         self._stop_removed_replicas(tp, reassignment.removing)
         self._write_topic_assignment(tp.topic)
         self._maybe_remove_from_zk_reassignment(lambda p, replicas: p == tp and replicas == completed.replicas)
-        self.controller._send_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [tp])
+        self.batch.send_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [tp])
         log.info("reassignment completed %s", kv(partition=tp, replicas=list(completed.replicas),
                                                  removed=list(reassignment.removing)))
-        self.controller.topic_deletion_manager.resume_deletion_for_topics({tp.topic})
-        if tp.topic in self.controller.tiered_manager.topics_to_be_disabled:
-            self.controller.tiered_manager.resume_disablements()
+        self.topic_deletion_manager.resume_deletion_for_topics({tp.topic})
+        if tp.topic in self.tiered_manager.topics_to_be_disabled:
+            self.tiered_manager.resume_disablements()
 
     def _update_current_reassignment(self, tp: TopicPartition, reassignment: ReplicaAssignment) -> None:
         current = self.ctx.assignment(tp)
@@ -338,7 +358,7 @@ class PartitionReassignmentManager:
 
     def _is_reassignment_complete(self, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
         """TRS within the ISR, read fresh from ZooKeeper (leaders write ISR changes themselves)."""
-        state = self.controller.kafka_zk.get_partition_states([tp]).get(tp)
+        state = self.kafka_zk.get_partition_states([tp]).get(tp)
         if state is None:
             return False
         self.ctx.partition_leadership[tp] = state
@@ -347,7 +367,7 @@ class PartitionReassignmentManager:
     def _update_leader_epoch_and_send_request(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         """Bump the leader epoch (conditional write, re-read on a race with the leader's ISR write) and send
         LeaderAndIsr with the new assignment to every replica."""
-        zkc = self.controller.kafka_zk
+        zkc = self.kafka_zk
         for _ in range(LEADER_EPOCH_BUMP_ATTEMPTS):
             cur = zkc.get_partition_states([tp]).get(tp)
             if cur is None:
@@ -359,7 +379,7 @@ class PartitionReassignmentManager:
             if written is None:
                 continue
             self.ctx.partition_leadership[tp] = written
-            batch = self.controller.batch
+            batch = self.batch
             batch.new_batch()
             batch.add_leader_and_isr(assignment.replicas, tp, written)
             batch.send_requests_to_brokers(self.ctx.epoch)
@@ -372,13 +392,13 @@ class PartitionReassignmentManager:
                 and self.ctx.is_replica_online(leadership.leader, tp)):
             self._update_leader_epoch_and_send_request(tp, completed)
             return
-        psm = self.controller.partition_state_machine
+        psm = self.partition_state_machine
         failed: dict = {}
         for _ in range(LEADER_EPOCH_BUMP_ATTEMPTS):
             failed = psm.handle_state_changes([tp], PartitionState.ONLINE, ElectionStrategy.REASSIGN)
             if not failed:
                 return
-            fresh = self.controller.kafka_zk.get_partition_states([tp]).get(tp)
+            fresh = self.kafka_zk.get_partition_states([tp]).get(tp)
             if fresh is None:
                 break
             self.ctx.partition_leadership[tp] = fresh
@@ -388,7 +408,7 @@ class PartitionReassignmentManager:
         replicas = {PartitionAndReplica(tp, r) for r in removed}
         if not replicas:
             return
-        rsm = self.controller.replica_state_machine
+        rsm = self.replica_state_machine
         rsm.handle_state_changes(replicas, RS.OFFLINE)
         rsm.handle_state_changes(replicas, RS.DELETION_STARTED)
         rsm.handle_state_changes(replicas, RS.DELETION_SUCCESSFUL)
@@ -399,13 +419,13 @@ class PartitionReassignmentManager:
         ctx = self.ctx
         assignments = {tp.partition: ctx.assignment(tp) for tp in ctx.partitions_for_topic(topic)}
         ta = codecs.TopicAssignment.from_replica_assignments(assignments, ctx.topic_ids.get(topic))
-        self.controller.kafka_zk.set_topic_assignment(topic, ta, ctx.epoch_zk_version)
+        self.kafka_zk.set_topic_assignment(topic, ta, ctx.epoch_zk_version)
 
     def _maybe_remove_from_zk_reassignment(self, should_remove: Callable[[TopicPartition, tuple[int, ...]], bool]
                                            ) -> None:
         """Rewrite ``/admin/reassign_partitions`` without the entries ``should_remove`` picks; delete it when
         nothing is left."""
-        zk = self.controller.zk
+        zk = self.zk
         try:
             data, stat = zk.get(paths.REASSIGN_PARTITIONS)
         except NoNodeError:
@@ -417,14 +437,8 @@ class PartitionReassignmentManager:
         keep = {k: r for k, r in current.items() if not should_remove(TopicPartition(*k), r)}
         if len(keep) == len(current):
             return
-        w = self.controller.kafka_zk.writer(self.ctx.epoch_zk_version)
+        w = self.fenced.writer()
         if keep:
             w.set_data(paths.REASSIGN_PARTITIONS, codecs.ReassignPartitions(keep).encode())
         else:
-            self._fenced_delete(paths.REASSIGN_PARTITIONS)
-
-    def _fenced_delete(self, path: str) -> None:
-        try:
-            self.controller.kafka_zk.writer(self.ctx.epoch_zk_version).delete(path)
-        except NoNodeError:
-            pass
+            self.fenced.delete_if_exists(paths.REASSIGN_PARTITIONS)

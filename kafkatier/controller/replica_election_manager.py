@@ -26,20 +26,23 @@ from __future__ import annotations
 
 import enum
 from concurrent.futures import Future
-from typing import Iterable
+from typing import Callable, Iterable
 
 import attrs
-from kazoo.exceptions import NoNodeError
-from kazoo.recipe.watchers import DataWatch
 
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
 from kafkatier.controller.context import ControllerContext, PartitionState
 from kafkatier.controller.election import ElectionStrategy
+from kafkatier.controller.event_manager import ControllerEvents
+from kafkatier.controller.fenced_writes import FencedZkWrites
+from kafkatier.controller.partition_state_machine import PartitionStateMachine
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import ControllerMovedError
+from kafkatier.zk.watchers import DataWatch
 
 log = get_logger("controller.replica-election")
 
@@ -105,30 +108,37 @@ def imbalanced_partitions(ctx: ControllerContext, percentage: int) -> dict[int, 
 
 
 class ReplicaElectionManager:
-    def __init__(self, controller, scheduler: KafkaScheduler, auto_rebalance: AutoRebalanceConfig):
-        self.controller = controller
+    """``is_active()`` says whether this broker is the active controller in its own view;
+    ``confirm_still_controller()`` asks ZooKeeper (KafkaController.confirm_still_controller)."""
+
+    def __init__(self, context: ControllerContext, zk, fenced: FencedZkWrites, events: ControllerEvents,
+                 partition_state_machine: PartitionStateMachine, is_active: Callable[[], bool],
+                 confirm_still_controller: Callable[[], bool], scheduler: KafkaScheduler,
+                 auto_rebalance: AutoRebalanceConfig):
+        self.ctx = context
+        self.zk = zk
+        self.fenced = fenced
+        self.events = events
+        self.partition_state_machine = partition_state_machine
+        self._is_active = is_active
+        self._confirm_still_controller = confirm_still_controller
         self.scheduler = scheduler
         self.auto_rebalance = auto_rebalance
         self.metrics = {"preferred_elections": 0, "unclean_elections": 0, "auto_rebalance_checks": 0}
-
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.controller.ctx
 
     # --- failover -------------------------------------------------------------------------------------------
     def on_failover(self) -> None:
         """Watch ``/admin/preferred_replica_election`` (a pending one is processed right after failover) and
         schedule the first auto-rebalance check."""
-        gen = self.controller._generation
+        gen = self.events.generation
 
         def on_data(data, stat, event=None):
-            if gen != self.controller._generation:
+            if gen != self.events.generation:
                 return False
             if stat is not None:
-                self.controller._put("ReplicaLeaderElection(znode)",
-                                     self.controller._active_only(self.process_znode_election))
+                self.events.put_active_only("ReplicaLeaderElection(znode)", self.process_znode_election)
             return True
-        DataWatch(self.controller.zk, paths.PREFERRED_REPLICA_ELECTION, on_data)
+        DataWatch(self.zk, paths.PREFERRED_REPLICA_ELECTION, on_data)
         if self.auto_rebalance.enable:
             self._schedule_auto_rebalance(gen, min(FIRST_AUTO_REBALANCE_DELAY_S, self.auto_rebalance.check_interval_s))
 
@@ -136,19 +146,19 @@ class ReplicaElectionManager:
     def process_znode_election(self) -> None:
         path = paths.PREFERRED_REPLICA_ELECTION
         try:
-            data, _ = self.controller.zk.get(path)
+            data, _ = self.zk.get(path)
         except NoNodeError:
             return
         try:
             partitions = [TopicPartition(t, p) for t, p in codecs.PreferredReplicaElection.decode(data, path).partitions]
         except codecs.MalformedZNodeError as e:
             log.warning("ignoring preferred replica election due to invalid json %s", kv(path=path, reason=e))
-            self.controller._fenced_delete(path)
+            self.fenced.delete_if_exists(path)
             return
         try:
             self.elect(partitions, ElectionType.PREFERRED, ElectionTrigger.ZNODE)
         finally:
-            self.controller._fenced_delete(path)
+            self.fenced.delete_if_exists(path)
 
     # --- admin client trigger -------------------------------------------------------------------------------
     def submit(self, partitions: Iterable[TopicPartition], election_type: ElectionType
@@ -163,7 +173,7 @@ class ReplicaElectionManager:
                     for tp in partitions}
 
         def run():
-            if not self.controller.is_active or not self.controller.confirm_still_controller():
+            if not self._is_active() or not self._confirm_still_controller():
                 fut.set_result(not_controller())
                 return
             try:
@@ -178,23 +188,22 @@ class ReplicaElectionManager:
         def preempt():
             if not fut.done():
                 fut.set_result(not_controller())
-        self.controller._put(f"ReplicaLeaderElection({election_type.name}, {len(partitions)} partitions)", run,
-                             preempt)
+        self.events.put(f"ReplicaLeaderElection({election_type.name}, {len(partitions)} partitions)", run, preempt)
         return fut
 
     # --- auto rebalance -------------------------------------------------------------------------------------
     def _schedule_auto_rebalance(self, gen: int, delay_s: float) -> None:
         def fire():
-            if gen != self.controller._generation:
+            if gen != self.events.generation:
                 return
 
             def run():
                 try:
                     self.check_and_trigger_auto_leader_rebalance()
                 finally:
-                    if gen == self.controller._generation:
+                    if gen == self.events.generation:
                         self._schedule_auto_rebalance(gen, self.auto_rebalance.check_interval_s)
-            self.controller._put("AutoPreferredReplicaLeaderElection", self.controller._active_only(run))
+            self.events.put_active_only("AutoPreferredReplicaLeaderElection", run)
         self.scheduler.schedule_once("auto-leader-rebalance-task", fire, delay_s * 1000)
 
     def check_and_trigger_auto_leader_rebalance(self) -> None:
@@ -225,11 +234,11 @@ class ReplicaElectionManager:
                 electable.append(tp)
         if electable:
             if election_type is ElectionType.PREFERRED:
-                failed = self.controller.partition_state_machine.handle_state_changes(
+                failed = self.partition_state_machine.handle_state_changes(
                     electable, PartitionState.ONLINE, ElectionStrategy.PREFERRED)
                 error = Errors.PREFERRED_LEADER_NOT_AVAILABLE
             else:
-                failed = self.controller.partition_state_machine.handle_state_changes(
+                failed = self.partition_state_machine.handle_state_changes(
                     electable, PartitionState.ONLINE, ElectionStrategy.OFFLINE, allow_unclean=True)
                 error = Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
             for tp in electable:

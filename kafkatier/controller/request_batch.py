@@ -18,13 +18,16 @@ from typing import Callable, Iterator
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext
 from kafkatier.logsetup import get_logger
+from kafkatier.protocol.api_keys import ApiKeys
+from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.zk.codecs import parse_endpoint, wire_topic_id
 
 log = get_logger("controller.batch")
 
-LEADER_AND_ISR = (4, "LeaderAndIsr", 7)
-STOP_REPLICA = (5, "StopReplica", 5)
-UPDATE_METADATA = (6, "UpdateMetadata", 8)
+# (api key, message name, version) of each control request the batch sends.
+LEADER_AND_ISR = (ApiKeys.LEADER_AND_ISR, ApiKeys.LEADER_AND_ISR.message_name, 7)
+STOP_REPLICA = (ApiKeys.STOP_REPLICA, ApiKeys.STOP_REPLICA.message_name, 5)
+UPDATE_METADATA = (ApiKeys.UPDATE_METADATA, ApiKeys.UPDATE_METADATA.message_name, 8)
 
 
 class IllegalBatchState(Exception):
@@ -66,7 +69,7 @@ class ControllerBrokerRequestBatch:
     def _clear(self) -> None:
         # broker -> tp -> (leader_and_isr, replicas/assignment, is_new)
         self.leader_and_isr: dict[int, dict[TopicPartition, tuple]] = defaultdict(dict)
-        # broker -> tp -> {"delete": bool, "disable": bool}
+        # broker -> tp -> {"delete": bool, DISABLE_REMOTE_PARTITION: bool} (StopReplica v5's flag, one name end to end)
         self.stop_replica: dict[int, dict[TopicPartition, dict]] = defaultdict(dict)
         self.update_metadata_brokers: set[int] = set()
         self.update_metadata_partitions: set[TopicPartition] = set()
@@ -110,18 +113,26 @@ class ControllerBrokerRequestBatch:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
         self.update_metadata_deleted.update(partitions)
 
-    def add_stop_replica(self, broker_ids, tp: TopicPartition, delete: bool, disable_remote: bool = False) -> None:
+    def add_stop_replica(self, broker_ids, tp: TopicPartition, delete: bool,
+                         disable_remote_partition: bool = False) -> None:
         for b in broker_ids:
             if b < 0:
                 continue
             cur = self.stop_replica[b].get(tp)
             if cur:
                 cur["delete"] = cur["delete"] or delete
-                cur["disable"] = cur["disable"] or disable_remote
+                cur[DISABLE_REMOTE_PARTITION] = cur[DISABLE_REMOTE_PARTITION] or disable_remote_partition
             else:
-                self.stop_replica[b][tp] = {"delete": delete, "disable": disable_remote}
+                self.stop_replica[b][tp] = {"delete": delete, DISABLE_REMOTE_PARTITION: disable_remote_partition}
 
     # --- sending --------------------------------------------------------------------------------------------
+    def send_update_metadata(self, broker_ids, partitions) -> None:
+        """Kafka's ``sendUpdateMetadataRequest``: one round of UpdateMetadata (the live brokers and
+        ``partitions``) to ``broker_ids``, at the context's controller epoch."""
+        self.new_batch()
+        self.add_update_metadata(broker_ids, partitions)
+        self.send_requests_to_brokers(self.ctx.epoch)
+
     def send_requests_to_brokers(self, controller_epoch: int) -> None:
         if self._coalescing:
             return
@@ -227,13 +238,13 @@ class ControllerBrokerRequestBatch:
     def _stop_replica_body(self, broker_id, parts, controller_epoch) -> dict:
         by_topic: dict[str, list] = defaultdict(list)
         for tp, flags in sorted(parts.items()):
-            if flags["disable"] and not flags["delete"]:
+            if flags[DISABLE_REMOTE_PARTITION] and not flags["delete"]:
                 epoch = LeaderAndIsr.NO_EPOCH  # disablement does not depend on who leads
             else:
                 epoch = self.ctx.leader_epoch(tp)
             by_topic[tp.topic].append({"partition_index": tp.partition, "leader_epoch": epoch,
                                        "delete_partition": flags["delete"],
-                                       "disable_remote_partition": flags["disable"] and not flags["delete"]})
+                                       DISABLE_REMOTE_PARTITION: flags[DISABLE_REMOTE_PARTITION] and not flags["delete"]})
         body = self._header(broker_id, controller_epoch)
         body["topic_states"] = [{"topic_name": t, "partition_states": ps} for t, ps in by_topic.items()]
         return body

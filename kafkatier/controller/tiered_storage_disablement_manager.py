@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import time
 
-from kazoo.exceptions import BadVersionError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
+from typing import Callable
 
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import PartitionAndReplica, TopicPartition
-from kafkatier.log.remote.tiered_state import (CREATE, DISABLE, DISABLED, DISABLING, ENABLE, ENABLED, TIERED_KEYS,
-                                               TieredTopicState, classify_transition, read_tiered_state)
+from kafkatier.controller.context import ControllerContext
+from kafkatier.controller.event_manager import ControllerEvents
+from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.protocol.errors import Errors, TieredStorageDisablementInProgressError
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import BadVersionError, NoNodeError
 from kafkatier.zk.fenced import Check, ControllerMovedError, SetData
+from kafkatier.zk.kafka_zk_client import KafkaZkClient
+from kafkatier.zk.tiered_state import (CREATE, DISABLE, DISABLED, DISABLING, ENABLE, ENABLED, TIERED_KEYS,
+                                       TieredTopicState, classify_transition, read_tiered_state)
+from kafkatier.zk.watchers import DataWatch
 
 log = get_logger("controller.tiered-disablement")
 
@@ -34,9 +40,18 @@ STARTED, SUCCESSFUL, INELIGIBLE = "DisablementStarted", "DisablementSuccessful",
 
 
 class TieredStorageDisablementManager:
-    def __init__(self, controller, scheduler: KafkaScheduler):
-        self.controller = controller
-        self.scheduler = scheduler  # retry backoff timers
+    """``admin_zk()`` gives the controller's AdminZkClient (created on first use); ``scheduler`` runs the
+    retry backoff timers."""
+
+    def __init__(self, context: ControllerContext, batch: ControllerBrokerRequestBatch, zk, kafka_zk: KafkaZkClient,
+                 events: ControllerEvents, admin_zk: Callable[[], object], scheduler: KafkaScheduler):
+        self.ctx = context
+        self.batch = batch
+        self.zk = zk
+        self.kafka_zk = kafka_zk
+        self.events = events
+        self.admin_zk = admin_zk
+        self.scheduler = scheduler
         self.reset()
 
     def reset(self) -> None:
@@ -51,10 +66,6 @@ class TieredStorageDisablementManager:
         self.completed: list[dict] = []
         self._watch_gen: dict[str, int] = {}
 
-    @property
-    def ctx(self):
-        return self.controller.ctx
-
     # --- failover / watches ---------------------------------------------------------------------------------
     def on_failover(self) -> None:
         """Rebuild the queue from every DISABLING ``state`` znode (after the context is built)."""
@@ -68,19 +79,18 @@ class TieredStorageDisablementManager:
                     self.topics_ineligible.add(topic)
 
     def register_state_watch(self, topic: str) -> None:
-        gen = self.controller._generation
+        gen = self.events.generation
         if self._watch_gen.get(topic) == gen:
             return
         self._watch_gen[topic] = gen
 
         def on_state(data, stat, event=None):
-            if self._watch_gen.get(topic) != gen or gen != self.controller._generation:
+            if self._watch_gen.get(topic) != gen or gen != self.events.generation:
                 return False
             if data:
-                self.controller._put(f"TieredStateChange({topic})",
-                                     self.controller._active_only(lambda: self.process_state_change(topic)))
+                self.events.put_active_only(f"TieredStateChange({topic})", lambda: self.process_state_change(topic))
             return True
-        DataWatch(self.controller.zk, paths.tiered_state(topic), on_state)
+        DataWatch(self.zk, paths.tiered_state(topic), on_state)
 
     def process_state_change(self, topic: str) -> None:
         if topic not in self.ctx.all_topics or self.ctx.is_topic_queued_for_deletion(topic):
@@ -93,7 +103,7 @@ class TieredStorageDisablementManager:
 
     def _read(self, topic: str) -> TieredTopicState | None:
         try:
-            return read_tiered_state(self.controller.zk, topic)
+            return read_tiered_state(self.zk, topic)
         except codecs.MalformedZNodeError as e:
             log.warning("skipping malformed tiered storage znode %s", kv(topic=topic, reason=e))
             return None
@@ -110,7 +120,7 @@ class TieredStorageDisablementManager:
         """Apply a topic config change decided by the controller.  ``compute(admin, extra_ops)`` performs it
         through the controller's AdminZkClient (incremental or full); the tiered transition's ops join the same
         ZooKeeper multi."""
-        admin = self.controller.admin_zk()
+        admin = self.admin_zk()
         z = self._read(topic)
         if z is not None and z.state == DISABLING:
             raise TieredStorageDisablementInProgressError(
@@ -196,18 +206,18 @@ class TieredStorageDisablementManager:
             if not any(self.replica_states.get(pr) == INELIGIBLE for pr in replicas):
                 self.topics_ineligible.discard(topic)
         if to_send:
-            batch = self.controller.batch
+            batch = self.batch
             batch.new_batch()
             for broker, tps in to_send.items():
                 for tp in tps:
-                    batch.add_stop_replica([broker], tp, delete=False, disable_remote=True)
+                    batch.add_stop_replica([broker], tp, delete=False, disable_remote_partition=True)
             batch.send_requests_to_brokers(ctx.epoch)
             log.info("sent StopReplica v5 (DisableRemotePartition) %s",
                      kv(brokers={b: len(t) for b, t in sorted(to_send.items())}))
 
     def on_stop_replica_response(self, broker_id: int, entries: dict, top_error: int, partition_errors: dict) -> None:
         relevant = [tp for tp, f in entries.items()
-                    if f.get("disable") and not f.get("delete") and tp.topic in self.topics_with_disablement_started]
+                    if f.get(DISABLE_REMOTE_PARTITION) and not f.get("delete") and tp.topic in self.topics_with_disablement_started]
         if not relevant:
             return
         failed = []
@@ -234,10 +244,10 @@ class TieredStorageDisablementManager:
         self.resume_disablements()
 
     def _schedule_retry(self, pr: PartitionAndReplica, delay: float) -> None:
-        gen = self.controller._generation
+        gen = self.events.generation
 
         def fire():
-            if gen != self.controller._generation:
+            if gen != self.events.generation:
                 return
 
             def run():
@@ -245,7 +255,7 @@ class TieredStorageDisablementManager:
                 if self.replica_states.get(pr) == INELIGIBLE:
                     self.replica_states.pop(pr, None)
                 self.resume_disablements()
-            self.controller._put(f"TieredDisablementRetry({pr})", self.controller._active_only(run))
+            self.events.put_active_only(f"TieredDisablementRetry({pr})", run)
         self.scheduler.schedule_once(f"TieredDisablementRetry({pr})", fire, delay * 1000)
 
     def on_broker_startup(self, new_brokers) -> None:
@@ -288,9 +298,9 @@ class TieredStorageDisablementManager:
 
     def _complete(self, topic: str) -> None:
         epoch = self.topics_to_be_disabled[topic]
-        w = self.controller.kafka_zk.writer(self.ctx.epoch_zk_version)
+        w = self.kafka_zk.writer(self.ctx.epoch_zk_version)
         try:
-            z = read_tiered_state(self.controller.zk, topic)
+            z = read_tiered_state(self.zk, topic)
             if z is None or z.tiered_epoch != epoch or z.state != DISABLING:
                 log.info("disablement superseded %s", kv(topic=topic, tiered_epoch=epoch))
                 self._forget(topic)

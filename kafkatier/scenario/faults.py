@@ -335,7 +335,7 @@ class Faults:
         self._later(duration_s, self._resume, pid, "zk_resume", [])
 
     def zk_restart(self, down_s: float = 0.0) -> None:
-        from kafkatier.zk.embedded import stop_pid
+        from kafkatier.cluster.embedded_zookeeper import stop_pid
         pid = self._zk_pid()
         self.history.info("nemesis", "zk_stop", [])
         with self._lock:
@@ -347,7 +347,7 @@ class Faults:
         self._zk_start()
 
     def _zk_start(self) -> None:
-        from kafkatier.zk.embedded import EmbeddedZooKeeper
+        from kafkatier.cluster.embedded_zookeeper import EmbeddedZooKeeper
         port = int(self.manager.zookeeper.rsplit(":", 1)[1])
         zk = EmbeddedZooKeeper(os.path.join(self.manager.data_dir, "zookeeper"), port=port)
         self.manager.state["zookeeper_pid"] = zk.start_detached()

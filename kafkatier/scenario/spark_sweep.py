@@ -64,7 +64,7 @@ def run_seed(task: SeedTask) -> dict:
     from kafkatier.scenario.report import drawn_faults
     from kafkatier.scenario.schedule import derive
     from kafkatier.scenario.spec import load, resolve
-    from kafkatier.zk.embedded import JavaNotFoundError, find_java
+    from kafkatier.cluster.embedded_zookeeper import JavaNotFoundError, find_java
     executor = f"{socket.gethostname()}/{os.getppid()}"   # the executor's Python daemon: one per executor
     started = time.monotonic()
     row = dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason="", duration_s=0.0, faults={},

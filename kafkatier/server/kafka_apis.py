@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log import log_validator
 from kafkatier.log.record_batch import iter_batches
-from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec, fetch_codec, produce_codec
 from kafkatier.protocol.api_keys import ApiKeys
@@ -51,6 +50,7 @@ from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, Sas
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs
 from kafkatier.zk.kafka_zk_client import read_topic_config
+from kafkatier.zk.tiered_state import TIERED_KEYS
 
 log = get_logger("server.apis")
 

@@ -39,7 +39,7 @@ from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
 from kafkatier.log.log_cleaner import CleanerConfig
 from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
-from kafkatier.log.remote.tiered_state import read_tiered_epoch, zk_fence
+from kafkatier.log.remote.zk_fence import zk_fence
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.server import tiered_storage
@@ -84,6 +84,7 @@ from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
 from kafkatier.zk.security import secure_root, zk_security
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
+from kafkatier.zk.tiered_state import read_tiered_epoch
 
 log = get_logger("server")
 UNCLEAN = "unclean.leader.election.enable"

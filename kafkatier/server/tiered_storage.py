@@ -20,7 +20,6 @@ from kafkatier.log.remote import config as rc
 from kafkatier.log.remote.remote_log_manager import PartitionLike
 from kafkatier.log.remote.remote_log_metadata_manager import RemoteLogMetadataManager
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageManager
-from kafkatier.log.remote.tiered_state import REMOTE_STORAGE_ENABLE, flag
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
@@ -28,6 +27,7 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import read_retrying
 from kafkatier.zk.kafka_zk_client import read_topic_config
+from kafkatier.zk.tiered_state import REMOTE_STORAGE_ENABLE, flag
 
 log = get_logger("remote.broker")
 

@@ -20,11 +20,11 @@ import threading
 from typing import Iterable, Mapping
 
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
-from kafkatier.log.remote.tiered_state import DISABLING, ENABLED, read_tiered_state
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs
 from kafkatier.zk.kafka_zk_client import read_topic_config
+from kafkatier.zk.tiered_state import DISABLING, ENABLED, read_tiered_state
 
 log = get_logger("server.topic-config")
 

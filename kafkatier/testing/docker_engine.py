@@ -17,7 +17,7 @@ import os
 import uuid
 
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.zk.embedded import pid_alive
+from kafkatier.cluster.embedded_zookeeper import pid_alive
 
 log = get_logger("docker")
 

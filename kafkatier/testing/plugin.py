@@ -4,9 +4,9 @@ Installed with kafkatier, so a user's own test suite gets these fixtures with no
 
 ``zookeeper`` (session)
     The session's ZooKeeper, chosen with ``--kafkatier-zookeeper`` (or ``$KAFKATIER_ZOOKEEPER``):
-    ``embedded`` (default: an :class:`~kafkatier.zk.embedded.EmbeddedZooKeeper`), ``container`` (one server in a
-    container), ``ensemble`` (three), or ``HOST:PORT[,HOST:PORT...]`` (a ZooKeeper you run).  Every value has
-    ``.connect_string``.  Tests share it: each works in its own chroot (``zk_root``, ``zk``, the cluster
+    ``embedded`` (default: an :class:`~kafkatier.cluster.embedded_zookeeper.EmbeddedZooKeeper`), ``container``
+    (one server in a container), ``ensemble`` (three), or ``HOST:PORT[,HOST:PORT...]`` (a ZooKeeper you run).
+    Every value has ``.connect_string``.  Tests share it: each works in its own chroot (``zk_root``, ``zk``, the cluster
     fixtures), and tests that stop or freeze ZooKeeper make their own (``zookeeper_ensemble``,
     ``zookeeper_under_test``).
 ``zk_root`` / ``zk``
@@ -45,7 +45,7 @@ from kafkatier.zk.errors import KazooException
 from kafkatier.testing import zookeeper_faults
 from kafkatier.testing.clusters import RunningCluster, start_cluster, stop_cluster
 from kafkatier.zk.client import start_client
-from kafkatier.zk.embedded import EmbeddedZooKeeper, parse_connect_string
+from kafkatier.cluster.embedded_zookeeper import EmbeddedZooKeeper, parse_connect_string
 
 OPTION = "--kafkatier-zookeeper"
 ENV = "KAFKATIER_ZOOKEEPER"

@@ -34,8 +34,9 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.testing import docker_engine
 from kafkatier.testing.zookeeper_image import CONFIG_DIR
 from kafkatier.waiting import wait_for
-from kafkatier.zk.embedded import DEFAULT_HOST, DEFAULT_TICK_MS, atomic_write_text, four_letter_word, free_port
-from kafkatier.zk.embedded import is_serving, log4j2_xml
+from kafkatier.cluster.embedded_zookeeper import (DEFAULT_HOST, DEFAULT_TICK_MS, atomic_write_text, four_letter_word,
+                                                  free_port)
+from kafkatier.cluster.embedded_zookeeper import is_serving, log4j2_xml
 
 log = get_logger("zookeeper")
 

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient, KazooState
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import wait_for
-from kafkatier.zk.embedded import EmbeddedZooKeeper
+from kafkatier.cluster.embedded_zookeeper import EmbeddedZooKeeper
 
 log = get_logger("zookeeper")
 

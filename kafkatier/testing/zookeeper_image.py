@@ -30,7 +30,7 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.testing.docker_engine import docker_client
-from kafkatier.zk.embedded import zookeeper_classpath
+from kafkatier.cluster.embedded_zookeeper import zookeeper_classpath
 
 log = get_logger("docker")
 

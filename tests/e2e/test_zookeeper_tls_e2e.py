@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.testing.tls import make_ca, make_cert
 from kafkatier.zk.client import ZooKeeperUnavailableError, start_client
-from kafkatier.zk.embedded import parse_connect_string
+from kafkatier.cluster.embedded_zookeeper import parse_connect_string
 from kafkatier.zk.security import ZkSecurity, ZkTls, ZooKeeperSecurityError, read_properties, zk_security
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

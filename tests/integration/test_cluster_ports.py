@@ -12,7 +12,7 @@ import socket
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-import kafkatier.zk.embedded as embedded
+import kafkatier.cluster.embedded_zookeeper as embedded
 from kafkatier.cluster.manager import ClusterManager
 from kafkatier.zk.client import start_client
 from kafkatier.zk.kafka_zk_client import KafkaZkClient

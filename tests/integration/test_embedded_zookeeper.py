@@ -11,7 +11,7 @@ import pytest
 
 from kafkatier.zk import paths
 from kafkatier.zk.client import ZooKeeperUnavailableError, ensure_persistent_paths, start_client
-from kafkatier.zk.embedded import (
+from kafkatier.cluster.embedded_zookeeper import (
     EmbeddedZooKeeper, JavaNotFoundError, ZooKeeperAlreadyRunningError, ZooKeeperJarsNotFoundError,
     four_letter_word, free_port, pid_alive,
 )

@@ -18,7 +18,7 @@ from kafka.errors import OffsetOutOfRangeError
 
 from kafkatier.log.log_config import COPY_DISABLED_MS, DISABLE_WITHOUT_DELETE
 from kafkatier.log.remote.remote_log_manager import RemoteLogTaskFencedError
-from kafkatier.log.remote.tiered_state import zk_fence
+from kafkatier.log.remote.zk_fence import zk_fence
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check

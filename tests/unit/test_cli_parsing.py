@@ -21,7 +21,7 @@ from kafkatier.admin.client import (AdminClient, AdminError, ConfigEntry, Config
 from kafkatier.cli import configs, consume, produce, topics
 from kafkatier.cli.main import UsageError, main
 from kafkatier.zk.codecs import BrokerRegistration
-from kafkatier.zk.embedded import free_port
+from kafkatier.cluster.embedded_zookeeper import free_port
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -53,7 +53,7 @@ def test_stop_replica_v5_disable_and_delete_entries():
     responses = []
 
     def fill(b):
-        b.add_stop_replica([3], TopicPartition("t", 0), delete=False, disable_remote=True)
+        b.add_stop_replica([3], TopicPartition("t", 0), delete=False, disable_remote_partition=True)
         b.add_stop_replica([3], TopicPartition("t", 1), delete=True)
     sent = collect(ctx, fill, stop_replica_callback=lambda broker, entries, resp: responses.append((broker, entries)))
     assert len(sent) == 1 and sent[0][2] == "StopReplica" and sent[0][3] == 5

@@ -130,8 +130,6 @@ def test_no_import_cycles():
 #: Where ``kazoo`` may be imported: the ZooKeeper package, and the test helper that cuts a kazoo client's
 #: connection on purpose.  Everything else uses ``kafkatier.zk`` (``zk.errors``, ``zk.watchers``, the clients).
 KAZOO_ALLOWED = ("kafkatier.zk", "kafkatier.testing.zookeeper_faults")
-#: controller/ is another change's area this session (its managers' seams); its kazoo imports go next.
-KAZOO_PENDING = ("kafkatier.controller",)
 
 
 def _third_party_imports(path: pathlib.Path) -> set[str]:
@@ -146,7 +144,7 @@ def _third_party_imports(path: pathlib.Path) -> set[str]:
 
 def test_kazoo_is_imported_only_in_zk():
     offenders = sorted(m for m, p in MODULES.items() if "kazoo" in _third_party_imports(p)
-                       and not m.startswith(KAZOO_ALLOWED + KAZOO_PENDING))
+                       and not m.startswith(KAZOO_ALLOWED))
     assert offenders == []
 
 
@@ -173,8 +171,6 @@ PRIVATE_ACCESS_ALLOWED = {
                                                          # field loop (protocol/codec._fast_header, the hot path)
     "spark.sparkContext._jsc",                           # pyspark: executor memory status has no Python API
 }
-#: controller/ is another change's area this session (its managers' seams reach into the controller).
-PRIVATE_ACCESS_PENDING = ("kafkatier/controller/",)
 
 
 def _private_names_defined(tree: ast.AST) -> set[str]:
@@ -209,7 +205,6 @@ def _foreign_private_accesses(path: pathlib.Path) -> list[str]:
 
 def test_no_module_touches_another_class_private_members():
     found = sorted({f"{p.relative_to(ROOT.parent)}: {expr}" for p in MODULES.values()
-                    if not str(p.relative_to(ROOT.parent)).startswith(PRIVATE_ACCESS_PENDING)
                     for expr in _foreign_private_accesses(p) if expr not in PRIVATE_ACCESS_ALLOWED})
     assert found == []
 

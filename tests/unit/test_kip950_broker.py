@@ -18,7 +18,7 @@ from kafkatier.log.remote.remote_log_manager import (DELETE, NOT_DISABLED, READ_
 from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMetadataManager
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
-from kafkatier.log.remote.tiered_state import classify_transition
+from kafkatier.zk.tiered_state import classify_transition
 from kafkatier.protocol.errors import Errors, InvalidConfigurationError, KafkaError, OffsetOutOfRangeError
 from kafkatier.waiting import wait_for
 from fakes import NOW, TOPIC_ID, FakePartition, record_batch, tiered_log

@@ -8,7 +8,7 @@ from kafkatier.log import log_config as lc
 from kafkatier.log.remote import config as rc
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
-from kafkatier.log.remote.tiered_state import creation_ops
+from kafkatier.zk.tiered_state import creation_ops
 from kafkatier.protocol.errors import InvalidConfigurationError
 from kafkatier.server.tiered_storage import validate_broker_local_retention
 

@@ -126,7 +126,7 @@ def test_tools_tls_file_errors_are_one_line(tmp_path):
 
 def test_embedded_zookeeper_tls_settings(tmp_path):
     from pathlib import Path
-    from kafkatier.zk.embedded import EmbeddedZooKeeperError, ZooKeeperSettings, ZooKeeperTls
+    from kafkatier.cluster.embedded_zookeeper import EmbeddedZooKeeperError, ZooKeeperSettings, ZooKeeperTls
     (tmp_path / "k.pem").write_text("x")
     (tmp_path / "ca.pem").write_text("x")
     tls = ZooKeeperTls(tmp_path / "k.pem", tmp_path / "ca.pem")

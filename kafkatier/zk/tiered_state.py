@@ -8,18 +8,20 @@ those payloads into values and back.  Who uses what:
   and writes it fenced, reading the znodes with :func:`read_tiered_state`;
 * the admin client creates the znodes with the topic, or with the first config change that enables tiering
   (:func:`creation_ops`);
-* brokers fence their remote-metadata writes with :func:`zk_fence` and stamp copies with the tiered epoch
-  (:func:`read_tiered_epoch`).
+* brokers stamp remote copies with the tiered epoch (:func:`read_tiered_epoch`) and fence their remote-metadata
+  writes on these znodes (``log/remote/zk_fence.py``).
+
+It lives in ``zk/`` beside the other znode formats because the controller, the admin client and the brokers all
+use it.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import attrs
-from kafkatier.zk.errors import NoNodeError
 
-from kafkatier.log.remote.remote_log_manager import FenceProvider, PartitionLike, RemoteLogTaskFencedError
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import Check, Create, read_retrying
 
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
@@ -118,36 +120,3 @@ def creation_ops(zk, topic: str, new_config: Mapping[str, Any], *, creating_topi
     except NoNodeError:
         pass
     return ops[1:] if zk.exists(paths.tiered_storage(topic)) is not None else ops
-
-
-# ---------------------------------------------------------------------------------------------------- fence
-
-def zk_fence(zk, broker_id: int) -> FenceProvider:
-    """The remote log manager's fence: checks on the partition state znode (this broker leads at the epoch) and,
-    for a tiered epoch, on the topic's ``tiered_epoch`` and ``state`` znodes (ENABLED: KIP-950 read-only or
-    disabling topics get no more uploads)."""
-    def fence(p: PartitionLike, leader_epoch: int, tiered_epoch: int | None) -> list:
-        path = paths.partition_state(p.topic, p.partition)
-        try:
-            data, stat = read_retrying(zk.get, path)
-        except NoNodeError:
-            raise RemoteLogTaskFencedError(f"partition {p.topic}-{p.partition} no longer exists") from None
-        st = codecs.decode_partition_state(data, stat, path)
-        if st.leader != broker_id or st.leader_epoch != leader_epoch:
-            raise RemoteLogTaskFencedError(
-                f"broker {broker_id} no longer leads {p.topic}-{p.partition} at leader epoch {leader_epoch} "
-                f"(leader {st.leader}, leader epoch {st.leader_epoch})")
-        checks = [Check(path, stat.version)]
-        if tiered_epoch is not None:
-            ts = read_tiered_state(zk, p.topic)
-            if ts is not None:
-                if ts.tiered_epoch != tiered_epoch:
-                    raise RemoteLogTaskFencedError(f"tiered epoch of {p.topic} moved from {tiered_epoch} to "
-                                                   f"{ts.tiered_epoch}")
-                if ts.state != ENABLED:
-                    raise RemoteLogTaskFencedError(f"tiered storage of {p.topic} is {ts.state} at tiered epoch "
-                                                   f"{tiered_epoch}")
-                checks.append(ts.epoch_check(p.topic))
-                checks.append(Check(paths.tiered_state(p.topic), ts.state_version))
-        return checks
-    return fence
