@@ -169,6 +169,10 @@ class PartitionStateMachine:
             lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
         written: dict[TopicPartition, LeaderAndIsr] = {}
         todo = list(partitions)
+        # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write ISR
+        # changes there at once and tell the controller only in batched notifications (seconds later).
+        if todo:
+            self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
         for attempt in range(MAX_ELECTION_ROUNDS):
             updates = {}
             for tp in todo:
