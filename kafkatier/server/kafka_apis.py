@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from kafkatier.common.structs import TopicPartition
-from kafkatier.log import log_validator
+from kafkatier.log import log_validator, message_format_conversion
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.tiered_state import TIERED_KEYS
 from kafkatier.logsetup import get_logger, kv
@@ -72,8 +72,8 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        ApiKeys.PRODUCE: (3, 9), ApiKeys.FETCH: (4, 12), ApiKeys.LIST_OFFSETS: (1, 7), ApiKeys.METADATA: (1, 12),
-        ApiKeys.CREATE_TOPICS: (2, 7), ApiKeys.DELETE_TOPICS: (1, 5), ApiKeys.DESCRIBE_CONFIGS: (1, 4),
+        ApiKeys.PRODUCE: (0, 9), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 7), ApiKeys.METADATA: (0, 12),
+        ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 5), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
         ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 4),
         ApiKeys.CREATE_PARTITIONS: (0, 3),
@@ -192,13 +192,14 @@ class KafkaApis:
     def handle_metadata(self, header, req, ctx):
         v = header.request_api_version
         cache = self.cache
-        if req.topics is None:
+        all_topics = req.topics is None or (v == 0 and not req.topics)  # v0: an empty list means every topic
+        if all_topics:
             names = cache.topics()
         else:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         names, denied = self.auth.metadata_topics(
-            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create
+            ctx, names, all_topics, lambda n: not cache.topic_partitions(n), auto_create
             and self.config.setting("auto.create.topics.enable"))
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
                    "is_internal": False, "partitions": []} for n in denied]
@@ -277,12 +278,15 @@ class KafkaApis:
                                                                                             error_message="no records")
                     else:
                         try:  # Kafka's ProduceRequest.validateRecords: one v2 batch per partition for v3+
-                            log_validator.validate_produce_records(pd.records, v)
+                            records = pd.records
+                            if v < 3:  # message format v0/v1, stored as v2 (log/message_format_conversion.py)
+                                records = message_format_conversion.up_convert(records)
+                            log_validator.validate_produce_records(records, v)
                         except KafkaError as e:
                             errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
                                 e.error, error_message=e.message or None)
                             continue
-                        entries[TopicPartition(td.name, pd.index)] = pd.records
+                        entries[TopicPartition(td.name, pd.index)] = records
         fut: Future = Future()
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
@@ -392,7 +396,9 @@ class KafkaApis:
                     "aborted_transactions": None if r.error else [
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
                     "preferred_read_replica": -1,
-                    "records": r.records})
+                    # fetchers below v4 read message format v0/v1 (log/message_format_conversion.py)
+                    "records": r.records if v >= 4 else message_format_conversion.down_convert(
+                        r.records, message_format_conversion.fetch_magic(v))})
             fut.set_result(self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
@@ -422,10 +428,11 @@ class KafkaApis:
                         isolation_level=getattr(req, "isolation_level", 0) if v >= 2 else 0)
                     part = self.rm.get_partition(t.name, p.partition_index)
                     plist.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
-                                  "offset": off, "leader_epoch": part.leader_epoch if part else -1})
+                                  "offset": off, "leader_epoch": part.leader_epoch if part else -1,
+                                  "old_style_offsets": [off] if off >= 0 else []})  # v0: an offsets list
                 except KafkaError as e:
                     plist.append({"partition_index": p.partition_index, "error_code": int(e.error), "timestamp": -1,
-                                  "offset": -1, "leader_epoch": -1})
+                                  "offset": -1, "leader_epoch": -1, "old_style_offsets": []})
             topics.append({"name": t.name, "partitions": plist})
         return self._resp(ApiKeys.LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": topics})
 

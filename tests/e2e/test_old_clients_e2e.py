@@ -1,0 +1,105 @@
+"""Clients pinned to Kafka 0.9 / 0.10 protocol versions (Produce v0–v2, Fetch v0–v3, Metadata v0, message formats
+v0/v1) against one shared single-broker cluster: produce, consume and consumer groups, as Kafka 3.9 serves them."""
+from __future__ import annotations
+
+import uuid
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from kafkatier.waiting import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+OVERRIDES = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
+             "group.initial.rebalance.delay.ms": "0"}
+N = 20
+
+
+@pytest.fixture(scope="module")
+def old_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=1, log_dirs=1, overrides=OVERRIDES)
+
+
+def new_topic(cluster) -> str:
+    topic = f"old-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    return topic
+
+
+def consume_all(consumer, want: int, timeout: float = 30.0) -> list:
+    got = []
+
+    def done() -> bool:
+        for records in consumer.poll(timeout_ms=500).values():
+            got.extend(records)
+        return len(got) >= want
+    wait_for(done, timeout, interval=0, message=f"{want} records consumed")
+    return got
+
+
+@pytest.mark.parametrize("api_version,compression", [((0, 9), None), ((0, 9), "gzip"), ((0, 10), None),
+                                                     ((0, 10), "gzip")])
+def test_kafka_python_pinned_old_version_produces_and_consumes_in_a_group(old_cluster, api_version, compression):
+    bs = old_cluster.bootstrap_servers
+    topic, group = new_topic(old_cluster), f"g-{uuid.uuid4().hex[:6]}"
+    producer = KafkaProducer(bootstrap_servers=bs, api_version=api_version, compression_type=compression,
+                             linger_ms=5)
+    ts = 1_700_000_000_000
+    try:
+        for i in range(N):
+            producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2, timestamp_ms=ts + i)
+        producer.flush(30)
+    finally:
+        producer.close(5)
+    consumer = KafkaConsumer(topic, bootstrap_servers=bs, api_version=api_version, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        got = consume_all(consumer, N)
+        assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(N))
+        for p in (0, 1):
+            assert [r.offset for r in got if r.partition == p] == list(range(N // 2))
+        if api_version >= (0, 10):   # magic 1 keeps the producer's timestamps
+            assert {r.timestamp for r in got} == {ts + i for i in range(N)}
+        else:                        # magic 0 has none
+            assert {r.timestamp for r in got} <= {None, -1}
+        consumer.commit()
+        assert consumer.committed(TopicPartition(topic, 0)) == N // 2
+    finally:
+        consumer.close()
+    # A current client reads the same records, stored as v2 batches.
+    modern = KafkaConsumer(topic, bootstrap_servers=bs, auto_offset_reset="earliest")
+    try:
+        assert sorted(r.value for r in consume_all(modern, N)) == sorted(b"v%d" % i for i in range(N))
+    finally:
+        modern.close()
+
+
+def test_librdkafka_without_api_version_request_produces_and_consumes(old_cluster):
+    bs = old_cluster.bootstrap_servers
+    topic, group = new_topic(old_cluster), f"g-{uuid.uuid4().hex[:6]}"
+    old = {"bootstrap.servers": bs, "api.version.request": False, "broker.version.fallback": "0.9.0"}
+    producer = confluent_kafka.Producer({**old, "linger.ms": 5})
+    for i in range(N):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({**old, "group.id": group, "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = []
+    try:
+        def done() -> bool:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m)
+            return len(got) >= N
+        wait_for(done, 60, interval=0, message=f"{N} records consumed by librdkafka")
+        assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(N))
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+        assert sorted(tp.offset for tp in committed) == [N // 2, N // 2]
+    finally:
+        consumer.close()
