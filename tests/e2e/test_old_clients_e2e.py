@@ -103,3 +103,40 @@ def test_librdkafka_without_api_version_request_produces_and_consumes(old_cluste
         assert sorted(tp.offset for tp in committed) == [N // 2, N // 2]
     finally:
         consumer.close()
+
+
+def _broker_client(cluster):
+    from kafkatier.server.broker_client import BrokerClient
+    port = cluster.manager.broker(cluster.broker_ids()[0])["port"]
+    return BrokerClient("127.0.0.1", port, "old-clients-test", timeout_s=10.0)
+
+
+def test_api_versions_lists_the_old_versions(old_cluster):
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+    client = _broker_client(old_cluster)
+    try:
+        resp = client.send(ApiVersionsRequest[0](), ApiVersionsResponse, 0)
+    finally:
+        client.close()
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    for key in (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 19, 20, 32):  # Produce .. DescribeConfigs
+        assert ranges[key][0] == 0, (key, ranges[key])
+
+
+def test_a_v0_message_set_with_a_bad_crc_is_corrupt_message(old_cluster):
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+    topic = new_topic(old_cluster)
+    b = LegacyRecordBatchBuilder(0, 0, 1 << 20)
+    b.append(0, None, b"k", b"value")
+    data = bytearray(b.build())
+    data[-1] ^= 0xFF
+    T = ProduceRequest.TopicProduceData
+    req = ProduceRequest[0](acks=1, timeout_ms=5000, topic_data=[T(name=topic, partition_data=[
+        T.PartitionProduceData(index=0, records=bytes(data))])])
+    client = _broker_client(old_cluster)
+    try:
+        resp = client.send(req, ProduceResponse, 0)
+    finally:
+        client.close()
+    assert resp.responses[0].partition_responses[0].error_code == 2  # CORRUPT_MESSAGE
