@@ -140,3 +140,25 @@ def test_a_v0_message_set_with_a_bad_crc_is_corrupt_message(old_cluster):
     finally:
         client.close()
     assert resp.responses[0].partition_responses[0].error_code == 2  # CORRUPT_MESSAGE
+
+
+def test_incremental_alter_of_a_kafka_broker_config_kafkatier_does_not_act_on(old_cluster):
+    """``sasl.kerberos.min.time.before.relogin`` (per-broker, inert here) is accepted, stored and described;
+    DescribeConfigs of the broker lists every Kafka 3.9 broker config."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from kafkatier.server.kafka_config_defs import KAFKA_BROKER_CONFIGS
+    admin = AdminClient({"bootstrap.servers": old_cluster.bootstrap_servers})
+    broker = str(old_cluster.broker_ids()[0])
+    name = "sasl.kerberos.min.time.before.relogin"
+    res = ConfigResource(ConfigResource.Type.BROKER, broker, incremental_configs=[
+        ConfigEntry(name, "120000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def described():
+        r = ConfigResource(ConfigResource.Type.BROKER, broker)
+        return admin.describe_configs([r])[r].result(30)
+    wait_for(lambda: described()[name].value == "120000", 30, interval=0.2, message=f"{name} described as set")
+    entries = described()
+    assert {row[0] for row in KAFKA_BROKER_CONFIGS} <= set(entries)
+    assert entries[name].source == confluent_kafka.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
