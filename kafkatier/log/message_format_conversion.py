@@ -72,9 +72,10 @@ def up_convert(records) -> bytes:
     return bytes(builder.build())
 
 
-def down_convert(records, magic: int) -> bytes:
+def down_convert(records, magic: int, first_offset: int = 0) -> bytes:
     """Fetched v2 batches (``records``: bytes-like, possibly ending in a partial batch) as a message set of
-    ``magic`` (0 or 1), offsets kept, control batches dropped.  Legacy entries already present pass through."""
+    ``magic`` (0 or 1), offsets kept, control batches and records before ``first_offset`` (the fetch offset,
+    inside the first batch) dropped, as Kafka's ``RecordsUtil.downConvert``."""
     if records is None:
         return records
     data = bytes(records)
@@ -89,6 +90,8 @@ def down_convert(records, magic: int) -> bytes:
         if getattr(batch, "is_control_batch", False):
             continue
         for record in batch:
+            if record.offset < first_offset:
+                continue
             ts = record.timestamp if magic >= 1 and record.timestamp is not None and record.timestamp >= 0 \
                 else (NO_TIMESTAMP if magic >= 1 else None)
             builder.append(record.offset, timestamp=ts, key=record.key, value=record.value)

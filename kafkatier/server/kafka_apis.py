@@ -279,7 +279,8 @@ class KafkaApis:
                     else:
                         try:  # Kafka's ProduceRequest.validateRecords: one v2 batch per partition for v3+
                             records = pd.records
-                            if v < 3:  # message format v0/v1, stored as v2 (log/message_format_conversion.py)
+                            # v0-v2 may carry message format v0/v1, stored as v2 (log/message_format_conversion.py)
+                            if v < 3 and message_format_conversion.magic_of(records) < 2:
                                 records = message_format_conversion.up_convert(records)
                             log_validator.validate_produce_records(records, v)
                         except KafkaError as e:
@@ -372,6 +373,7 @@ class KafkaApis:
             (parts if fp.tp.topic in readable else denied).append(fp)
         fut: Future = Future()
         order = [fp.tp for fp in parts + denied]
+        fetch_offsets = {fp.tp: fp.fetch_offset for fp in wanted} if v < 4 else {}  # where down-conversion starts
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
             answer = context.response({tp: results.get(tp) or FetchPartitionResult(
@@ -398,7 +400,7 @@ class KafkaApis:
                     "preferred_read_replica": -1,
                     # fetchers below v4 read message format v0/v1 (log/message_format_conversion.py)
                     "records": r.records if v >= 4 else message_format_conversion.down_convert(
-                        r.records, message_format_conversion.fetch_magic(v))})
+                        r.records, message_format_conversion.fetch_magic(v), fetch_offsets.get(tp, 0))})
             fut.set_result(self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))

@@ -162,3 +162,33 @@ def test_incremental_alter_of_a_kafka_broker_config_kafkatier_does_not_act_on(ol
     entries = described()
     assert {row[0] for row in KAFKA_BROKER_CONFIGS} <= set(entries)
     assert entries[name].source == confluent_kafka.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+
+def test_produce_v2_may_carry_a_v2_batch_and_fetch_v3_reads_it_as_magic_1(old_cluster):
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.memory_records import MemoryRecords
+    topic = new_topic(old_cluster)
+    b = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(3):
+        b.append(i, 1_700_000_000_000 + i, None, b"v%d" % i, [])
+    T = ProduceRequest.TopicProduceData
+    req = ProduceRequest[2](acks=1, timeout_ms=5000, topic_data=[T(name=topic, partition_data=[
+        T.PartitionProduceData(index=0, records=bytes(b.build()))])])
+    client = _broker_client(old_cluster)
+    try:
+        resp = client.send(req, ProduceResponse, 2)
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        F = FetchRequest.FetchTopic
+        fetch = FetchRequest[3](replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, topics=[
+            F(topic=topic, partitions=[F.FetchPartition(partition=0, fetch_offset=1, partition_max_bytes=1 << 20)])])
+        part = client.send(fetch, FetchResponse, 3).responses[0].partitions[0]
+    finally:
+        client.close()
+    assert part.error_code == 0
+    batches = list(MemoryRecords(bytes(part.records)))
+    assert {batch.magic for batch in batches} == {1}
+    got = [(r.offset, r.timestamp, r.value) for batch in batches for r in batch]
+    # down-converted from the fetch offset on (records before it in the stored batch dropped, as Kafka)
+    assert got == [(i, 1_700_000_000_000 + i, b"v%d" % i) for i in (1, 2)]

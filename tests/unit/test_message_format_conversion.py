@@ -71,6 +71,13 @@ def test_down_convert_keeps_offsets_and_drops_a_partial_tail(fetch_version, magi
     assert fetch_magic(4) == 2
 
 
+def test_down_convert_starts_at_the_fetch_offset():
+    b = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(4):
+        b.append(i, TS + i, None, b"v%d" % i, [])
+    assert [r.offset for r in records(down_convert(bytes(b.build()), 1, first_offset=2))] == [2, 3]
+
+
 def test_down_convert_of_nothing():
     assert down_convert(b"", 1) == b""
     assert down_convert(None, 0) is None
