@@ -23,6 +23,8 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
+import attrs
+
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log import log_validator, message_format_conversion
 from kafkatier.log.record_batch import iter_batches
@@ -391,6 +393,8 @@ class KafkaApis:
                 return
             by_topic: dict[str, list] = {}
             for tp, r in answer.partitions.items():
+                if v < 4 and r.error == Errors.NONE and not self._down_conversion_enabled(tp, replica_id):
+                    r = attrs.evolve(r, error=Errors.UNSUPPORTED_VERSION, records=b"")
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
@@ -412,6 +416,13 @@ class KafkaApis:
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
                                isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
         return fut
+
+    def _down_conversion_enabled(self, tp, replica_id: int) -> bool:
+        """Kafka: a client's fetch below v4 of a partition with ``message.downconversion.enable=false`` is
+        UNSUPPORTED_VERSION (followers are never refused)."""
+        p = self.rm.get_partition(*tp)
+        log_ = getattr(p, "log", None) if p is not None else None
+        return replica_id >= 0 or log_ is None or log_.config.message_downconversion_enable
 
     # --- ListOffsets ----------------------------------------------------------------------------------------
     def handle_list_offsets(self, header, req, ctx):

@@ -192,3 +192,22 @@ def test_produce_v2_may_carry_a_v2_batch_and_fetch_v3_reads_it_as_magic_1(old_cl
     got = [(r.offset, r.timestamp, r.value) for batch in batches for r in batch]
     # down-converted from the fetch offset on (records before it in the stored batch dropped, as Kafka)
     assert got == [(i, 1_700_000_000_000 + i, b"v%d" % i) for i in (1, 2)]
+
+
+def test_fetch_v3_of_a_topic_without_down_conversion_is_unsupported_version(old_cluster):
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    topic = f"old-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": old_cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"message.downconversion.enable": "false"})])[topic].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": old_cluster.bootstrap_servers})
+    producer.produce(topic, b"v")
+    assert producer.flush(30) == 0
+    F = FetchRequest.FetchTopic
+    fetch = FetchRequest[3](replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, topics=[
+        F(topic=topic, partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    client = _broker_client(old_cluster)
+    try:
+        part = client.send(fetch, FetchResponse, 3).responses[0].partitions[0]
+    finally:
+        client.close()
+    assert part.error_code == 35  # UNSUPPORTED_VERSION
