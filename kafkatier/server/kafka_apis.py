@@ -75,7 +75,7 @@ class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
         ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 8), ApiKeys.METADATA: (0, 12),
-        ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 5), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
+        ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 6), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
         ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 5),
         ApiKeys.CREATE_PARTITIONS: (0, 3),
@@ -493,11 +493,12 @@ class KafkaApis:
 
     def handle_delete_topics(self, header, req, ctx):
         v = header.request_api_version
-        names = list(req.topic_names) if v <= 5 else [t.name for t in req.topics]
         results, deleting = [], []
-        for name in names:
-            res = {"name": name, "error_code": 0, "error_message": None}
-            if not self._is_controller():
+        for name, tid, error in self._delete_topics_targets(req, v):
+            res = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
+            if error is not None:
+                res.update(error_code=int(error.error), error_message=error.message or None)
+            elif not self._is_controller():
                 res["error_code"] = int(Errors.NOT_CONTROLLER)
             elif not self.auth.authorize(ctx, "Delete", "Topic", name):
                 res["error_code"] = int(Errors.TOPIC_AUTHORIZATION_FAILED)
@@ -509,6 +510,27 @@ class KafkaApis:
                     res.update(error_code=int(e.error), error_message=e.message or None)
             results.append(res)
         return self._await_metadata(ApiKeys.DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
+
+    def _delete_topics_targets(self, req, v: int) -> list[tuple[str | None, uuid.UUID, KafkaError | None]]:
+        """DeleteTopics' topics as (name, id, error): v0-v5 name them; v6 names a topic or gives its id (both
+        or neither: INVALID_REQUEST; an id the cluster does not have: UNKNOWN_TOPIC_ID), as Kafka."""
+        if v <= 5:
+            return [(name, ZERO_UUID, None) for name in req.topic_names]
+        by_id = {topic_uuid(tid): name for name, tid in self.cache.topic_ids.items()}
+        out = []
+        for t in req.topics:
+            tid = t.topic_id or ZERO_UUID
+            if t.name is not None and tid != ZERO_UUID:
+                out.append((t.name, tid, KafkaError("Topic name and topic id cannot both be specified.",
+                                                    Errors.INVALID_REQUEST)))
+            elif t.name is None and tid == ZERO_UUID:
+                out.append((None, tid, KafkaError("Neither topic name nor id were specified.", Errors.INVALID_REQUEST)))
+            elif t.name is None and tid not in by_id:
+                out.append((None, tid, KafkaError("", Errors.UNKNOWN_TOPIC_ID)))
+            else:
+                name = t.name if t.name is not None else by_id[tid]
+                out.append((name, topic_uuid(self.cache.topic_ids.get(name)), None))
+        return out
 
     def handle_create_partitions(self, header, req, ctx):
         """Kafka's handleCreatePartitionsRequest (ZooKeeper mode): on the controller only; duplicate topics are

@@ -211,3 +211,25 @@ def test_fetch_v3_of_a_topic_without_down_conversion_is_unsupported_version(old_
     finally:
         client.close()
     assert part.error_code == 35  # UNSUPPORTED_VERSION
+
+
+def test_delete_topics_v6_by_topic_id(old_cluster):
+    from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    topic = new_topic(old_cluster)
+    client = _broker_client(old_cluster)
+    try:
+        md = client.send(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic)]),
+                         MetadataResponse, 12)
+        tid = md.topics[0].topic_id
+        S = DeleteTopicsRequest.DeleteTopicState
+        bad = uuid.uuid4()
+        resp = client.send(DeleteTopicsRequest[6](timeout_ms=30000, topics=[
+            S(name=None, topic_id=tid), S(name=None, topic_id=bad), S(name=topic, topic_id=tid)]),
+            DeleteTopicsResponse, 6)
+    finally:
+        client.close()
+    got = [(r.name, r.topic_id, r.error_code) for r in resp.responses]
+    assert got[0] == (topic, tid, 0)
+    assert got[1][1:] == (bad, 100)      # UNKNOWN_TOPIC_ID
+    assert got[2][2] == 42               # INVALID_REQUEST: both name and id
