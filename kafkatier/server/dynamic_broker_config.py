@@ -15,8 +15,10 @@ DynamicConfigManager then calls :meth:`on_change`; the effective values are reco
 *reconfigurable* whose names changed is called with the new effective config (Kafka's ``Reconfigurable``,
 registered by the composition root).  Readers that sample a value at use (e.g. a throttle) call :meth:`value`.
 
-Deliberate differences: unknown names are refused (Kafka accepts custom names); no listener or SSL configs; a
-password type is never stored encrypted.
+Every Kafka 3.9 broker config name is known (:mod:`kafkatier.server.kafka_config_defs`); those kafkatier does
+not act on are *inert*: accepted, stored and described as Kafka would.  Names Kafka does not define are custom
+configs, stored as Kafka stores them.  Deliberate differences: some configs Kafka updates dynamically are
+read-only here (their readers sample them once); a password type is never stored encrypted.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import attrs
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors, InvalidRequestError, KafkaError
+from kafkatier.server.kafka_config_defs import KAFKA_BROKER_CONFIGS
 
 log = get_logger("server.dynamic-broker-config")
 
@@ -48,6 +51,9 @@ class BrokerConfigDef:
     default: str | None
     mode: str
     minimum: int | None = None
+    #: True for a Kafka broker config kafkatier accepts, stores and describes but does not act on
+    #: (``docs/configuration.md`` lists them).
+    inert: bool = False
 
 
 def _d(name: str, type_: str, default, mode: str, minimum: int | None = None) -> BrokerConfigDef:
@@ -150,6 +156,9 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
 )}
+# Every other Kafka 3.9 broker config: known with Kafka's type, default and update mode, inert here.
+BROKER_CONFIGS.update({name: BrokerConfigDef(name, type_, default, mode, minimum, inert=True)
+                       for name, type_, default, mode, minimum in KAFKA_BROKER_CONFIGS if name not in BROKER_CONFIGS})
 
 #: Aliases, highest precedence first (Kafka's synonyms): a set member overrides those after it.
 SYNONYMS: tuple[tuple[str, ...], ...] = (
@@ -175,6 +184,11 @@ def _check_value(d: BrokerConfigDef, value: str) -> None:
         if d.name.endswith("copier.thread.pool.size") or d.name.endswith("expiration.thread.pool.size"):
             if n == 0 or n < -1:
                 raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be -1 or at least 1")
+    elif d.type == "DOUBLE":
+        try:
+            float(value)
+        except ValueError:
+            raise ValueError(f"Invalid value {value} for configuration {d.name}: Not a number of type DOUBLE") from None
     elif d.type == "BOOLEAN" and value.lower() not in ("true", "false"):
         raise ValueError(f"Invalid value {value} for configuration {d.name}: Expected value to be either true or false")
 
@@ -230,9 +244,10 @@ class DynamicBrokerConfig:
         for k, v in config.items():
             d = BROKER_CONFIGS.get(k)
             try:
-                if d is None or d.mode == READ_ONLY:
+                if d is not None and d.mode == READ_ONLY:
                     raise ValueError("not a dynamic broker config")
-                _check_value(d, str(v))
+                if d is not None:  # a name Kafka does not define is a custom config: kept, acted on by nothing
+                    _check_value(d, str(v))
                 accepted[k] = str(v)
             except ValueError as e:
                 log.error("ignoring dynamic broker config %s", kv(entity=entity, name=k, value=v, reason=e))
@@ -307,13 +322,20 @@ class DynamicBrokerConfig:
         nulls = sorted(k for k, v in sets.items() if v is None)
         if nulls:
             raise invalid(f"Null value not supported for : {','.join(nulls)}")
-        unknown = sorted(k for k in [*sets, *deletes] if k not in BROKER_CONFIGS)
-        if unknown:
-            raise invalid(f"Unknown broker configs: {', '.join(unknown)}")
-        static_only = sorted(k for k in [*sets, *deletes] if BROKER_CONFIGS[k].mode == READ_ONLY)
+        # Kafka (DynamicBrokerConfig.validateConfigs): names it defines as read-only are refused; names it does
+        # not define at all are custom configs, accepted and stored.
+        static_only = sorted(k for k in [*sets, *deletes] if k in BROKER_CONFIGS and BROKER_CONFIGS[k].mode == READ_ONLY)
         if static_only:
             raise invalid(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
+        if resource_name == "":
+            per_broker = sorted(k for k in sets if k in BROKER_CONFIGS and BROKER_CONFIGS[k].mode == PER_BROKER
+                                and BROKER_CONFIGS[k].inert)
+            if per_broker:
+                raise invalid("Cannot update these configs at default cluster level, broker id must be specified: "
+                              f"Set({', '.join(per_broker)})")
         for k, v in sets.items():
+            if k not in BROKER_CONFIGS:
+                continue
             try:
                 _check_value(BROKER_CONFIGS[k], str(v))
             except ValueError as e:

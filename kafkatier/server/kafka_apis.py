@@ -23,8 +23,10 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
+import attrs
+
 from kafkatier.common.structs import TopicPartition
-from kafkatier.log import log_validator
+from kafkatier.log import log_validator, message_format_conversion
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec, fetch_codec, produce_codec
@@ -72,10 +74,10 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        ApiKeys.PRODUCE: (3, 9), ApiKeys.FETCH: (4, 12), ApiKeys.LIST_OFFSETS: (1, 7), ApiKeys.METADATA: (1, 12),
-        ApiKeys.CREATE_TOPICS: (2, 7), ApiKeys.DELETE_TOPICS: (1, 5), ApiKeys.DESCRIBE_CONFIGS: (1, 4),
+        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 8), ApiKeys.METADATA: (0, 12),
+        ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 6), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
-        ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 4),
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 5),
         ApiKeys.CREATE_PARTITIONS: (0, 3),
     }
 
@@ -192,13 +194,14 @@ class KafkaApis:
     def handle_metadata(self, header, req, ctx):
         v = header.request_api_version
         cache = self.cache
-        if req.topics is None:
+        all_topics = req.topics is None or (v == 0 and not req.topics)  # v0: an empty list means every topic
+        if all_topics:
             names = cache.topics()
         else:
             names = [t.name for t in req.topics if t.name is not None]
         auto_create = bool(getattr(req, "allow_auto_topic_creation", True)) if v >= 4 else True
         names, denied = self.auth.metadata_topics(
-            ctx, names, req.topics is None, lambda n: not cache.topic_partitions(n), auto_create
+            ctx, names, all_topics, lambda n: not cache.topic_partitions(n), auto_create
             and self.config.setting("auto.create.topics.enable"))
         topics = [{"error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED), "name": n, "topic_id": ZERO_UUID,
                    "is_internal": False, "partitions": []} for n in denied]
@@ -277,12 +280,16 @@ class KafkaApis:
                                                                                             error_message="no records")
                     else:
                         try:  # Kafka's ProduceRequest.validateRecords: one v2 batch per partition for v3+
-                            log_validator.validate_produce_records(pd.records, v)
+                            records = pd.records
+                            # v0-v2 may carry message format v0/v1, stored as v2 (log/message_format_conversion.py)
+                            if v < 3 and message_format_conversion.magic_of(records) < 2:
+                                records = message_format_conversion.up_convert(records)
+                            log_validator.validate_produce_records(records, v)
                         except KafkaError as e:
                             errors[TopicPartition(td.name, pd.index)] = ProducePartitionResult(
                                 e.error, error_message=e.message or None)
                             continue
-                        entries[TopicPartition(td.name, pd.index)] = pd.records
+                        entries[TopicPartition(td.name, pd.index)] = records
         fut: Future = Future()
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
@@ -368,6 +375,7 @@ class KafkaApis:
             (parts if fp.tp.topic in readable else denied).append(fp)
         fut: Future = Future()
         order = [fp.tp for fp in parts + denied]
+        fetch_offsets = {fp.tp: fp.fetch_offset for fp in wanted} if v < 4 else {}  # where down-conversion starts
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
             answer = context.response({tp: results.get(tp) or FetchPartitionResult(
@@ -385,6 +393,8 @@ class KafkaApis:
                 return
             by_topic: dict[str, list] = {}
             for tp, r in answer.partitions.items():
+                if v < 4 and r.error == Errors.NONE and not self._down_conversion_enabled(tp, replica_id):
+                    r = attrs.evolve(r, error=Errors.UNSUPPORTED_VERSION, records=b"")
                 by_topic.setdefault(tp[0], []).append({
                     "partition_index": tp[1], "error_code": int(r.error), "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
@@ -392,7 +402,9 @@ class KafkaApis:
                     "aborted_transactions": None if r.error else [
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
                     "preferred_read_replica": -1,
-                    "records": r.records})
+                    # fetchers below v4 read message format v0/v1 (log/message_format_conversion.py)
+                    "records": r.records if v >= 4 else message_format_conversion.down_convert(
+                        r.records, message_format_conversion.fetch_magic(v), fetch_offsets.get(tp, 0))})
             fut.set_result(self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
@@ -404,6 +416,13 @@ class KafkaApis:
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
                                isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
         return fut
+
+    def _down_conversion_enabled(self, tp, replica_id: int) -> bool:
+        """Kafka: a client's fetch below v4 of a partition with ``message.downconversion.enable=false`` is
+        UNSUPPORTED_VERSION (followers are never refused)."""
+        p = self.rm.get_partition(*tp)
+        log_ = getattr(p, "log", None) if p is not None else None
+        return replica_id >= 0 or log_ is None or log_.config.message_downconversion_enable
 
     # --- ListOffsets ----------------------------------------------------------------------------------------
     def handle_list_offsets(self, header, req, ctx):
@@ -422,10 +441,11 @@ class KafkaApis:
                         isolation_level=getattr(req, "isolation_level", 0) if v >= 2 else 0)
                     part = self.rm.get_partition(t.name, p.partition_index)
                     plist.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
-                                  "offset": off, "leader_epoch": part.leader_epoch if part else -1})
+                                  "offset": off, "leader_epoch": part.leader_epoch if part else -1,
+                                  "old_style_offsets": [off] if off >= 0 else []})  # v0: an offsets list
                 except KafkaError as e:
                     plist.append({"partition_index": p.partition_index, "error_code": int(e.error), "timestamp": -1,
-                                  "offset": -1, "leader_epoch": -1})
+                                  "offset": -1, "leader_epoch": -1, "old_style_offsets": []})
             topics.append({"name": t.name, "partitions": plist})
         return self._resp(ApiKeys.LIST_OFFSETS, v, {"throttle_time_ms": 0, "topics": topics})
 
@@ -473,11 +493,12 @@ class KafkaApis:
 
     def handle_delete_topics(self, header, req, ctx):
         v = header.request_api_version
-        names = list(req.topic_names) if v <= 5 else [t.name for t in req.topics]
         results, deleting = [], []
-        for name in names:
-            res = {"name": name, "error_code": 0, "error_message": None}
-            if not self._is_controller():
+        for name, tid, error in self._delete_topics_targets(req, v):
+            res = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
+            if error is not None:
+                res.update(error_code=int(error.error), error_message=error.message or None)
+            elif not self._is_controller():
                 res["error_code"] = int(Errors.NOT_CONTROLLER)
             elif not self.auth.authorize(ctx, "Delete", "Topic", name):
                 res["error_code"] = int(Errors.TOPIC_AUTHORIZATION_FAILED)
@@ -489,6 +510,27 @@ class KafkaApis:
                     res.update(error_code=int(e.error), error_message=e.message or None)
             results.append(res)
         return self._await_metadata(ApiKeys.DELETE_TOPICS, v, results, deleting, req.timeout_ms, present=False)
+
+    def _delete_topics_targets(self, req, v: int) -> list[tuple[str | None, uuid.UUID, KafkaError | None]]:
+        """DeleteTopics' topics as (name, id, error): v0-v5 name them; v6 names a topic or gives its id (both
+        or neither: INVALID_REQUEST; an id the cluster does not have: UNKNOWN_TOPIC_ID), as Kafka."""
+        if v <= 5:
+            return [(name, ZERO_UUID, None) for name in req.topic_names]
+        by_id = {topic_uuid(tid): name for name, tid in self.cache.topic_ids.items()}
+        out = []
+        for t in req.topics:
+            tid = t.topic_id or ZERO_UUID
+            if t.name is not None and tid != ZERO_UUID:
+                out.append((t.name, tid, KafkaError("Topic name and topic id cannot both be specified.",
+                                                    Errors.INVALID_REQUEST)))
+            elif t.name is None and tid == ZERO_UUID:
+                out.append((None, tid, KafkaError("Neither topic name nor id were specified.", Errors.INVALID_REQUEST)))
+            elif t.name is None and tid not in by_id:
+                out.append((None, tid, KafkaError("", Errors.UNKNOWN_TOPIC_ID)))
+            else:
+                name = t.name if t.name is not None else by_id[tid]
+                out.append((name, topic_uuid(self.cache.topic_ids.get(name)), None))
+        return out
 
     def handle_create_partitions(self, header, req, ctx):
         """Kafka's handleCreatePartitionsRequest (ZooKeeper mode): on the controller only; duplicate topics are

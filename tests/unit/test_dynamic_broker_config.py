@@ -75,7 +75,8 @@ def test_alter_writes_the_layer_with_a_notification(cfg):
 
 @pytest.mark.parametrize("resource,sets,message", [
     ("1", {"broker.id": "2"}, "Cannot update these configs dynamically: Set(broker.id)"),
-    ("1", {"no.such": "1"}, "Unknown broker configs: no.such"),
+    ("1", {"sasl.kerberos.ticket.renew.jitter": "x"}, "Not a number of type DOUBLE"),
+    ("", {"sasl.kerberos.min.time.before.relogin": "1"}, "broker id must be specified"),
     ("1", {"min.insync.replicas": "x"}, "Not a number of type INT"),
     ("1", {"min.insync.replicas": "0"}, "Value must be at least 1"),
     ("1", {"log.cleanup.policy": None}, "Null value not supported"),
