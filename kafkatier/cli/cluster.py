@@ -262,7 +262,7 @@ def _up(args) -> int:
     from kafkatier.cli.main import UsageError
     from kafkatier.cluster.manager import CLUSTER_UP_DEFAULTS, BrokerStartError
     from kafkatier.waiting import WaitTimeout
-    from kafkatier.zk.embedded import ZooKeeperAlreadyRunningError
+    from kafkatier.cluster.embedded_zookeeper import ZooKeeperAlreadyRunningError
     if args.brokers < 1:
         raise UsageError("--brokers must be at least 1")
     if args.log_dirs_per_broker < 1:
