@@ -6,8 +6,9 @@ for session expiry and shutdown.
 
 ``put(event, urgent=True)`` queues an event ahead of every non-urgent one (urgent events keep their order among
 themselves): a ControlledShutdown must not wait behind bulk work (ISR change notifications, responses of
-thousands of partitions) while the shutting-down broker's request times out.  Kafka's ZooKeeper controller has
-one FIFO queue; its KRaft controller likewise lets some events jump the queue.
+thousands of partitions) while the shutting-down broker's request times out.  BrokerChange is urgent too, so the
+two keep the order in which they happened.  Kafka's ZooKeeper controller has one FIFO queue; its KRaft controller
+likewise lets some events jump the queue.
 """
 from __future__ import annotations
 

@@ -230,7 +230,9 @@ class KafkaController:
         except NoNodeError:
             w.create(paths.FEATURE, feature)
         # 2. watches
-        self._children_watch(gen, paths.BROKER_IDS, "BrokerChange", self.process_broker_change)
+        # Urgent like ControlledShutdown, so a shutdown never runs ahead of the death of a broker seen before it
+        # (it would elect the dead broker, still in an ISR, as leader).
+        self._children_watch(gen, paths.BROKER_IDS, "BrokerChange", self.process_broker_change, urgent=True)
         self._children_watch(gen, paths.BROKER_TOPICS, "TopicChange", self.process_topic_change)
         self._children_watch(gen, paths.DELETE_TOPICS, "TopicDeletion", self.process_topic_deletion)
         self._children_watch(gen, paths.ISR_CHANGE_NOTIFICATION, "IsrChangeNotification",
@@ -331,9 +333,9 @@ class KafkaController:
 
     # --- watches --------------------------------------------------------------------------------------------
     def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None],
-                        coalesce: bool = False) -> None:
+                        coalesce: bool = False, urgent: bool = False) -> None:
         """``coalesce``: no new event while one of this name is queued (a change after it started running
-        queues the next)."""
+        queues the next).  ``urgent``: queued with the urgent events (see event_manager)."""
         try:
             self.zk.ensure_path(path)
         except NodeExistsError:
@@ -343,7 +345,7 @@ class KafkaController:
             if gen != self.events.generation:
                 return False
             if not coalesce:
-                self._put(name, self._active_only(handler))
+                self._put(name, self._active_only(handler), urgent=urgent)
                 return True
             with self._coalesce_lock:
                 if name in self._coalesced_events:
