@@ -143,3 +143,23 @@ def test_shutdown_of_many_logs_syncs_the_file_system_once_then_writes_the_marker
     assert "many 0 2" in points and "many 1 0" in points   # everything below the log end is durable
     again = manager()
     assert _values(again.get_log("many", 3).read(0, 1 << 20).records) == [b"p3-0", b"p3-1"]
+
+
+def test_a_failed_sync_at_shutdown_leaves_no_clean_shutdown_marker(manager, tmp_path, monkeypatch):
+    """Without the sync nothing says the logs are durable: no marker (the next start recovers) and no recovery
+    point moved past what was fsynced before."""
+    import kafkatier.log.log_manager as log_manager_module
+
+    lm = manager()
+    lg = lm.get_or_create_log("unsynced", 0, is_new=True, topic_id=TOPIC_ID)
+    lg.append_as_leader(_blob(2, "x"), leader_epoch=0)
+
+    def broken(path):
+        raise OSError(5, "Input/output error", path)
+
+    monkeypatch.setattr(log_manager_module, "sync_file_system", broken)
+    lm.shutdown()
+    d = str(tmp_path / "d0")
+    assert not os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+    points = open(os.path.join(d, "recovery-point-offset-checkpoint")).read().splitlines()
+    assert "unsynced 0 2" not in points
