@@ -28,6 +28,7 @@ completes. The log cleaner gives up a cleaning whose log was closed or replaced 
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -772,20 +773,30 @@ class LogManager:
             self.scheduler.shutdown()
         by_dir = self.logs_by_dir()
         for d in self.live_log_dirs:
+            # Close every log writing without fsync, make the dir's file system durable with one syncfs, and
+            # only then write the checkpoints and, last, the clean shutdown marker (Kafka fsyncs each log on
+            # per-dir threads; one syncfs gives the same guarantee without an fsync per file).
             ok = True
-            for lg in by_dir.get(d, []):
+            logs = by_dir.get(d, [])
+            for lg in logs:
                 try:
-                    lg.flush()
+                    lg.close(sync=False)
                 except Exception:
                     ok = False
-                    log.exception(kv(event="flush_at_shutdown_failed", partition=lg.name))
+                    log.exception(kv(event="close_at_shutdown_failed", partition=lg.name))
+            try:
+                sync_file_system(d)
+            except OSError as e:
+                ok = False
+                log.error(kv(event="sync_at_shutdown_failed", dir=d, error=e))
+            else:
+                for lg in logs:
+                    lg.mark_synced()
             try:
                 self.checkpoint_recovery_points(d)
                 self.checkpoint_log_start_offsets(d)
             except KafkaStorageError:
                 ok = False
-            for lg in by_dir.get(d, []):
-                lg.close()
             hws = {lg.topic_partition: (high_watermarks.get(lg.topic_partition, lg.high_watermark)
                                         if high_watermarks is not None and not lg.is_future else lg.high_watermark)
                    for lg in by_dir.get(d, [])}
@@ -808,3 +819,30 @@ class LogManager:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def sync_file_system(path: str) -> None:
+    """Make everything written to the file system holding ``path`` durable: Linux ``syncfs(2)``, elsewhere
+    ``sync(2)`` (which also waits for the data on other file systems).  Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        syncfs = getattr(_libc(), "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
+
+
+_LIBC: list = []
+
+
+def _libc():
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]

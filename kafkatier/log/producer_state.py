@@ -376,9 +376,16 @@ class ProducerStateManager:
             return offset
         return log_start
 
-    def take_snapshot(self, log_dir: str, offset: int) -> str:
+    def take_snapshot(self, log_dir: str, offset: int, sync: bool = True) -> str | None:
         """Write the state (of every batch below ``offset``: the caller's log end) as ``<offset>.snapshot`` and keep
-        only the newest :data:`SNAPSHOTS_KEPT`; returns the path."""
+        only the newest :data:`SNAPSHOTS_KEPT`; returns the path.  As Kafka, nothing is written (None) for an empty
+        log or when the newest snapshot is at ``offset`` already.  ``sync=False`` skips the fsyncs (the caller
+        syncs the file system: a broker's shutdown)."""
+        if offset <= 0:
+            return None
+        existing = snapshot_offsets(log_dir)
+        if existing and existing[-1] == offset:
+            return None
         with self._lock:
             pids = set(self._producers) | set(self._epochs) | set(self._ongoing)
             entries = []
@@ -391,8 +398,8 @@ class ProducerStateManager:
                     last.last_offset - last.first_offset if last else 0, self._last_timestamps.get(pid, -1),
                     self._coordinator_epochs.get(pid, -1), self._ongoing.get(pid, -1)))
         path = snapshot_path(log_dir, offset)
-        atomic_write(path, encode_snapshot(entries))
-        for old in snapshot_offsets(log_dir)[:-SNAPSHOTS_KEPT]:
+        atomic_write(path, encode_snapshot(entries), sync=sync)
+        for old in sorted(set(existing) | {offset})[:-SNAPSHOTS_KEPT]:
             _unlink(snapshot_path(log_dir, old))
         return path
 

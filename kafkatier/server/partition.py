@@ -220,11 +220,12 @@ class Partition:
         if not first:
             self.snapshot_producer_state()
 
-    def snapshot_producer_state(self) -> None:
-        """Write the producer state at the log end offset (at a roll, and at shutdown); a failure is logged."""
+    def snapshot_producer_state(self, sync: bool = True) -> None:
+        """Write the producer state at the log end offset (at a roll, and at shutdown, where ``sync=False``: the
+        log manager syncs the file system before the clean shutdown marker); a failure is logged."""
         with self.lock:
             try:
-                self.producer_state.take_snapshot(self.log.dir, self.log.log_end_offset)
+                self.producer_state.take_snapshot(self.log.dir, self.log.log_end_offset, sync=sync)
             except OSError as e:
                 log.warning("cannot write a producer state snapshot %s", kv(partition=self, reason=e))
 

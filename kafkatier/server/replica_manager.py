@@ -789,8 +789,8 @@ class ReplicaManager:
         for purg in (self.produce_purgatory, self.fetch_purgatory, self.delete_records_purgatory):
             purg.shutdown()
         for p in list(self.partitions.values()):   # producer state snapshots: a restart need not read every log
-            if not p.log.closed:
-                p.snapshot_producer_state()
+            if not p.log.closed:                    # (unsynced: LogManager.shutdown syncs before the marker)
+                p.snapshot_producer_state(sync=False)
 
     def describe(self) -> list[dict]:
         return [p.describe() for _, p in sorted(list(self.partitions.items()))]

@@ -108,3 +108,58 @@ def test_new_logs_are_spread_over_the_dirs_as_logs_come_and_go(manager):
     for p in range(10, 14):
         lm.get_or_create_log("t", p, is_new=True, topic_id=TOPIC_ID)
     assert {lg.parent_dir for lg in (lm.get_log("t", p) for p in range(10, 14))} == {first_dir}
+
+
+def test_shutdown_of_many_logs_syncs_the_file_system_once_then_writes_the_marker_last(manager, tmp_path,
+                                                                                      monkeypatch):
+    """Issue 27: closing thousands of logs must not cost an fsync per file.  The logs are closed unsynced,
+    the dir's file system is synced once, then the checkpoints and, last, the clean shutdown marker."""
+    import kafkatier.log.log_manager as log_manager_module
+
+    lm = manager()
+    for p in range(300):
+        lg = lm.get_or_create_log("many", p, is_new=True, topic_id=TOPIC_ID)
+        if p % 3 == 0:
+            lg.append_as_leader(_blob(2, f"p{p}"), leader_epoch=0)
+    order, real_fsync, real_sync_fs = [], os.fsync, log_manager_module.sync_file_system
+
+    def fsync(fd):
+        order.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def sync_fs(path):
+        order.append(("syncfs", path))
+        real_sync_fs(path)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(log_manager_module, "sync_file_system", sync_fs)
+    lm.shutdown()
+    monkeypatch.undo()
+    assert [k for k, _ in order].count("syncfs") == 1
+    assert len(order) < 20, order                       # the checkpoints and the marker, not 300 logs' files
+    assert order[0][0] == "syncfs" and order[-1][1].endswith(".kafka_cleanshutdown")
+    d = str(tmp_path / "d0")
+    points = open(os.path.join(d, "recovery-point-offset-checkpoint")).read().splitlines()
+    assert "many 0 2" in points and "many 1 0" in points   # everything below the log end is durable
+    again = manager()
+    assert _values(again.get_log("many", 3).read(0, 1 << 20).records) == [b"p3-0", b"p3-1"]
+
+
+def test_a_failed_sync_at_shutdown_leaves_no_clean_shutdown_marker(manager, tmp_path, monkeypatch):
+    """Without the sync nothing says the logs are durable: no marker (the next start recovers) and no recovery
+    point moved past what was fsynced before."""
+    import kafkatier.log.log_manager as log_manager_module
+
+    lm = manager()
+    lg = lm.get_or_create_log("unsynced", 0, is_new=True, topic_id=TOPIC_ID)
+    lg.append_as_leader(_blob(2, "x"), leader_epoch=0)
+
+    def broken(path):
+        raise OSError(5, "Input/output error", path)
+
+    monkeypatch.setattr(log_manager_module, "sync_file_system", broken)
+    lm.shutdown()
+    d = str(tmp_path / "d0")
+    assert not os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+    points = open(os.path.join(d, "recovery-point-offset-checkpoint")).read().splitlines()
+    assert "unsynced 0 2" not in points
