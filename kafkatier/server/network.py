@@ -241,9 +241,9 @@ class _HandlerPool:
                 me = threading.current_thread()
                 log.error("request handler thread died; starting a replacement %s", kv(thread=me.name))
                 t = threading.Thread(target=self._run, name=me.name, daemon=True)
+                t.start()   # before it is published: shutdown() joins every listed thread
                 self._threads = [t if x is me else x for x in self._threads]
                 self.restarted += 1
-                t.start()
             raise
 
     def shutdown(self, timeout: float) -> None:
