@@ -405,7 +405,7 @@ class KafkaApis:
                     answers.setdefault(tp[0], []).append((
                         tp[1], int(r.error), r.high_watermark,
                         r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark, r.log_start_offset,
-                        None if r.error else r.aborted_transactions, r.records))
+                        None if r.error else r.aborted_transactions, r.records, r.preferred_read_replica))
                 return codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
                     v, int(answer.error), answer.session_id, answers.items(), throttle_time_ms=throttle_ms),
                     int(answer.error) if v >= 7 else 0)
@@ -417,7 +417,7 @@ class KafkaApis:
                     "log_start_offset": r.log_start_offset,
                     "aborted_transactions": None if r.error else [
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
-                    "preferred_read_replica": -1,
+                    "preferred_read_replica": r.preferred_read_replica,
                     "records": r.records})
             return self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": throttle_ms, "error_code": int(answer.error), "session_id": answer.session_id,
@@ -427,8 +427,29 @@ class KafkaApis:
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return fut
+        # KIP-392: a consumer that sent its rack (v11+) is pointed at a replica in it, and may fetch from one
+        client_rack = (getattr(req, "rack_id", None) or None) if v >= 11 and replica_id < 0 else None
+        redirected: dict[TopicPartition, FetchPartitionResult] = {}
+        if client_rack is not None:
+            for fp in parts:
+                preferred = self.rm.preferred_read_replica(fp.tp, client_rack, fp.fetch_offset)
+                if preferred >= 0:
+                    p = self.rm.get_partition(*fp.tp)
+                    redirected[fp.tp] = FetchPartitionResult(
+                        Errors.NONE, p.log.high_watermark, p.log.log_start_offset, b"",
+                        preferred_read_replica=preferred)
+        if redirected:
+            parts = [fp for fp in parts if fp.tp not in redirected]
+            if not parts:
+                respond(redirected)
+                return fut
+            respond_all = respond
+
+            def respond(results, respond_all=respond_all):   # noqa: F811 - the redirected partitions added
+                respond_all({**redirected, **results})
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
-                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
+                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0,
+                               follower_read=client_rack is not None)
         return fut
 
     # --- ListOffsets ----------------------------------------------------------------------------------------

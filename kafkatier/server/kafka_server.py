@@ -198,7 +198,7 @@ class KafkaServer:
             replica_fetch_min_bytes=c.replica_fetch_min_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
             num_replica_alter_log_dirs_threads=c.setting("num.replica.alter.log.dirs.threads"),
-            inter_broker_login=self.login,
+            inter_broker_login=self.login, replica_selector_class=c.overrides.get("replica.selector.class"),
             leader_replication_quota=self.replication_quotas.leader,
             follower_replication_quota=self.replication_quotas.follower,
             high_watermark_checkpoint_interval_ms=c.setting("replica.high.watermark.checkpoint.interval.ms"))
@@ -578,7 +578,9 @@ class KafkaServer:
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
                 "request_faults": dict(self.request_faults.describe(), clock_skew_ms=round(self.time.skew_ms, 1)),
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
-                "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {}}
+                "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {},
+                "follower_fetching": dict(self.replica_manager.follower_fetch_metrics) if self.replica_manager
+                else {}}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001
