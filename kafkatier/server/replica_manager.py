@@ -592,7 +592,7 @@ class ReplicaManager:
     def read_partition(self, replica_id: int, fp: FetchPartitionData, max_bytes: int,
                        isolation_level: int = 0, follower_read: bool = False) -> FetchPartitionResult:
         if isolation_level == READ_COMMITTED and replica_id < 0:
-            return self._read_committed(fp, max_bytes)
+            return self._read_committed(fp, max_bytes, follower_read)
         try:
             p = self.get_partition_or_error(*fp.tp, leader_only=not (follower_read and replica_id < 0))
             p.check_leader_epoch(fp.current_leader_epoch)
@@ -631,12 +631,13 @@ class ReplicaManager:
             return FetchPartitionResult(error, p.log.high_watermark if p else -1,
                                         p.log.log_start_offset if p else -1)
 
-    def _read_committed(self, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
+    def _read_committed(self, fp: FetchPartitionData, max_bytes: int,
+                        follower_read: bool = False) -> FetchPartitionResult:
         """A read_committed consumer's read: bounded by the last stable offset, with the aborted transactions
         overlapping what is returned (Kafka's ``FetchIsolation.TXN_COMMITTED``), from the remote tier too (its
         segments' transaction indexes, then the local log's)."""
         try:
-            p = self.get_partition_or_error(*fp.tp, leader_only=True)
+            p = self.get_partition_or_error(*fp.tp, leader_only=not follower_read)
             p.check_leader_epoch(fp.current_leader_epoch)
             plog = p.log
             if (self.remote_log_manager is not None and is_tiered(p)
@@ -662,6 +663,9 @@ class ReplicaManager:
                     upper = h.last_offset + 1
                 aborted = tuple((t.producer_id, t.first_offset)
                                 for t in plog.collect_aborted_transactions(fp.fetch_offset, upper))
+            if records and not p.is_leader:
+                self.follower_fetch_metrics["consumer_bytes_served_as_follower"] += len(records)
+                self.follower_fetch_metrics["consumer_fetches_served_as_follower"] += 1
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records, lso, aborted)
         except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
@@ -1057,10 +1061,9 @@ class DelayedFetch(DelayedOperation):
         budget = self.max_bytes
         for fp in self.partitions:
             pmax = min(fp.max_bytes, max(budget, 0))
-            if self.isolation_level:
-                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level)
-            elif self.follower_read:
-                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, follower_read=True)
+            if self.isolation_level or self.follower_read:
+                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level,
+                                           follower_read=self.follower_read)
             else:
                 r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
             out[fp.tp] = r

@@ -84,7 +84,8 @@ def test_consumer_reads_from_the_follower_in_its_rack(rack_cluster):
         return status.get("follower_fetching") or {}
     wait_for(lambda: served(follower).get("consumer_fetches_served_as_follower", 0) > 0, 30, interval=0.2,
              message="the follower's fetch counter")
-    assert served(leader).get("preferred_read_replica_answers", 0) > 0
+    wait_for(lambda: served(leader).get("preferred_read_replica_answers", 0) > 0, 30, interval=0.2,
+             message="the leader's preferred read replica answers")
     others = [b for b in RACKS if b not in (leader, follower)]
     assert all(served(b).get("consumer_fetches_served_as_follower", 0) == 0 for b in others)
 
