@@ -504,6 +504,41 @@ class AdminClient:
         return {r.user: {names.get(c.mechanism, str(c.mechanism)): c.iterations for c in r.credential_infos}
                 for r in response.results if not r.error_code}
 
+    # -- client quotas (KIP-546) ------------------------------------------------------------------------
+
+    def alter_client_quotas(self, entity: Mapping[str, str | None], sets: Mapping[str, float],
+                            deletes: Iterable[str] = (), validate_only: bool = False) -> None:
+        """AlterClientQuotas for one entity (``{"user": u, "client-id": c}``, None = the default); a refusal
+        raises :class:`AdminError` with the broker's message."""
+        from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest
+
+        entry = AlterClientQuotasRequest.EntryData
+        request = AlterClientQuotasRequest(validate_only=validate_only, entries=[entry(
+            entity=[entry.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+            ops=[entry.OpData(key=k, value=float(v), remove=False) for k, v in sets.items()]
+            + [entry.OpData(key=k, value=0.0, remove=True) for k in deletes])])
+
+        def attempt() -> None:
+            response = self._send(request)
+            for r in response.entries:
+                if r.error_code:
+                    raise AdminError.from_code(r.error_code, r.error_message)
+        self._call("alter_client_quotas", attempt, idempotent=True)
+
+    def describe_client_quotas(self, components: Sequence[tuple[str, int, str | None]], strict: bool = False
+                               ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas: ``[(entity, {key: value})]`` for the filter ``[(entity_type, match_type,
+        match)]`` (match type 0 exact, 1 default, 2 any)."""
+        from kafka.protocol.admin.client_quotas import DescribeClientQuotasRequest
+
+        request = DescribeClientQuotasRequest(strict=strict, components=[
+            DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=x) for t, m, x in components])
+        response = self._call("describe_client_quotas", lambda: self._send(request))
+        if response.error_code:
+            raise AdminError.from_code(response.error_code, response.error_message)
+        return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values})
+                for entry in response.entries or []]
+
     # -- records and log dirs ----------------------------------------------------------------------------
 
     def delete_records(self, records_to_delete: Mapping[Any, int], timeout_ms: int | None = None,

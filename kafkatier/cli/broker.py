@@ -74,7 +74,8 @@ def build_config(args):
     return BrokerConfig(
         broker_id=args.id, zookeeper_connect=args.zookeeper, log_dirs=args.log_dirs, port=args.port,
         any_port_if_taken=args.any_port_if_taken,
-        remote_storage_dir=args.remote_storage_dir, rack=args.rack,
+        remote_storage_dir=args.remote_storage_dir,
+        rack=args.rack if args.rack is not None else overrides.get("broker.rack"),
         zookeeper_session_timeout_ms=num("zookeeper.session.timeout.ms", args.session_timeout_ms),
         delete_topic_enable=flag("delete.topic.enable", True),
         unclean_leader_election_enable=flag("unclean.leader.election.enable", False),

@@ -2,6 +2,8 @@
 faults of a cluster started with ``--links``: ``partition|heal|link-fault|links``."""
 from __future__ import annotations
 
+import re
+
 import json
 import signal
 import sys
@@ -16,6 +18,8 @@ def register(sub) -> None:
 
     up = csub.add_parser("up", help="start ZooKeeper (unless --zookeeper) and the brokers; write DATA_DIR/cluster.json")
     up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--rack", metavar="ID=RACK,...", default=None,
+                    help="broker.rack per broker, e.g. 1=a,2=b,3=c (rack-aware assignment, follower fetching)")
     up.add_argument("--log-dirs-per-broker", type=int, default=2)
     up.add_argument("--data-dir", required=True)
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper (HOST:PORT) instead of an embedded one")
@@ -257,6 +261,28 @@ def _manager(args):
     return ClusterManager(args.data_dir)
 
 
+_RACK = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def parse_racks(text: str) -> dict[int, str]:
+    """``1=a,2=b,3=c`` -> ``{1: "a", 2: "b", 3: "c"}``; bad syntax or a rack with a character outside
+    ``[a-zA-Z0-9._-]`` raises :class:`UsageError` (one line, exit 2)."""
+    from kafkatier.cli.main import UsageError
+    out: dict[int, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        bid, sep, rack = item.partition("=")
+        if not sep or not bid.strip().isdigit():
+            raise UsageError(f"--rack expects BROKER_ID=RACK items separated by commas, got {item!r}")
+        rack = rack.strip()
+        if not _RACK.match(rack):
+            raise UsageError(f"--rack: invalid rack {rack!r} for broker {bid.strip()}: "
+                             "a rack is made of ASCII letters, digits, '.', '_' and '-'")
+        if int(bid) in out:
+            raise UsageError(f"--rack names broker {int(bid)} twice")
+        out[int(bid)] = rack
+    return out
+
+
 def _up(args) -> int:
     from kafkatier.cli.broker import parse_overrides
     from kafkatier.cli.main import UsageError
@@ -270,9 +296,10 @@ def _up(args) -> int:
     from kafkatier.cluster.link_faults import check_client_group
     for g in args.client_group:
         _link_usage(lambda g=g: check_client_group(g))
+    racks = parse_racks(args.rack) if args.rack else None
     m = _manager(args)
     try:
-        state = m.up(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
+        state = m.up(racks=racks, brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker, zookeeper=args.zookeeper,
                      session_timeout_ms=args.session_timeout_ms,
                      overrides={**CLUSTER_UP_DEFAULTS, **parse_overrides(args.override)}, links=args.links,
                       client_groups=args.client_group, zookeeper_sasl=args.zookeeper_sasl,

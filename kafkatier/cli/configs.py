@@ -10,6 +10,12 @@ Users (``--entity-type users --entity-name U``): SCRAM credentials only, as Kafk
 ``--add-config 'SCRAM-SHA-256=[iterations=8192,password=...],SCRAM-SHA-512=[password=...]'`` is salted on this
 side and sent as AlterUserScramCredentials; ``--delete-config SCRAM-SHA-512`` removes one; ``--describe`` lists
 the mechanisms and iteration counts.  Passwords are never printed, not even in an error's echo of the options.
+
+Client quotas (KIP-546; ``--entity-type users|clients --entity-name X`` or ``--entity-default``):
+``--add-config producer_byte_rate=1048576,consumer_byte_rate=...,request_percentage=...`` is sent as
+AlterClientQuotas (``--delete-config`` removes keys); ``--describe`` prints Kafka's ``Quota configs for
+user-principal 'X' are producer_byte_rate=1048576.0``.  An unknown quota key or a value that is not a number: one
+line, exit 2.
 """
 from __future__ import annotations
 
@@ -24,8 +30,9 @@ from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 
 ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "clients", "users", "ips")
-SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers", "users")
-SUPPORTED_ALTER = ("topics", "brokers", "users")
+SUPPORTED_DESCRIBE = ("topics", "brokers", "broker-loggers", "users", "clients")
+SUPPORTED_ALTER = ("topics", "brokers", "users", "clients")
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _SECRET = re.compile(r"(password\s*=\s*)[^,\]\n]*", re.IGNORECASE)
 BROKER_DEFAULT = ""   # the cluster-wide default broker resource
@@ -143,7 +150,7 @@ def check_args(args: argparse.Namespace) -> None:
                          f"not {args.entity_type}")
     if args.entity_name is not None and args.entity_default:
         raise UsageError("--entity-name and --entity-default cannot be used together")
-    if args.entity_default and args.entity_type != "brokers":
+    if args.entity_default and args.entity_type not in ("brokers", "users", "clients"):
         raise UsageError(f"--entity-default is not supported for --entity-type {args.entity_type}")
     if args.entity_type in ("brokers", "broker-loggers") and args.entity_name is not None:
         if not args.entity_name.strip().isdigit():
@@ -156,7 +163,7 @@ def check_args(args: argparse.Namespace) -> None:
         return
     if args.all:
         raise UsageError("--all can only be used with --describe")
-    if not args.entity_name and not (args.entity_default and args.entity_type == "brokers"):
+    if not args.entity_name and not (args.entity_default and args.entity_type in ("brokers", "users", "clients")):
         raise UsageError(f"--entity-name must be specified with --alter of {args.entity_type}")
     if args.add_config is not None and args.add_config_file is not None:
         raise UsageError("Only one of --add-config or --add-config-file must be specified")
@@ -266,11 +273,25 @@ def run(args: argparse.Namespace) -> int:
         both = sorted(set(to_set) & set(to_delete))
         if both:
             raise UsageError(f"config(s) both added and deleted: {','.join(both)}")
-        if args.entity_type == "users":
-            parse_scram_configs(to_set)  # bad input: exit 2 before connecting
+        if args.entity_type in ("users", "clients"):
+            quotas, to_set = split_quota_configs(args.entity_type, to_set)   # bad input: exit 2 before connecting
+            quota_deletes = [k for k in to_delete if k in QUOTA_KEYS]
+            to_delete = [k for k in to_delete if k not in QUOTA_KEYS]
+            if args.entity_type == "users":
+                parse_scram_configs(to_set)
+            if quotas or quota_deletes or args.entity_type == "clients" or args.entity_default:
+                if to_set or to_delete:
+                    raise UsageError("quota configs and SCRAM credentials cannot be altered together in kafkatier")
+                return _run_quotas(args, quotas, quota_deletes)
+    elif args.entity_type == "clients" or (args.entity_type == "users" and args.entity_default):
+        return _run_quotas(args, {}, [])
     try:
         conn = common.connection_from_args(args)
         with common.open_admin(conn) as admin:
+            if args.entity_type == "users" and args.describe:
+                code = _describe_users(admin, args)
+                _describe_quotas(admin, args)
+                return code
             if args.entity_type == "users":
                 return _describe_users(admin, args) if args.describe else _alter_users(admin, args, to_set,
                                                                                        to_delete)
@@ -281,6 +302,75 @@ def run(args: argparse.Namespace) -> int:
         print(f"Error while executing config command with args '{command_args(args)}'", file=sys.stderr)
         print(str(e), file=sys.stderr)
         return 1
+
+
+def split_quota_configs(entity_type: str, to_set: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Quota keys (as numbers) apart from the rest (users: SCRAM credentials); an unknown key of a client or a
+    value that is not a number is a :class:`UsageError`."""
+    quotas, rest = {}, {}
+    for key, value in to_set.items():
+        if key in QUOTA_KEYS:
+            try:
+                quotas[key] = float(value)
+            except ValueError:
+                raise UsageError(f"Invalid value {value} for configuration {key}: not a number") from None
+            if quotas[key] <= 0:
+                raise UsageError(f"Invalid value {value} for configuration {key}: Value must be positive")
+        elif entity_type == "clients" or key not in SCRAM_MECHANISMS:
+            raise UsageError(f"Invalid configuration key {key}")
+        else:
+            rest[key] = value
+    return quotas, rest
+
+
+def quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
+    component = "user" if args.entity_type == "users" else "client-id"
+    return {component: None if args.entity_default else args.entity_name}
+
+
+def quota_entity_label(entity: dict[str, str | None]) -> str:
+    """kafka-configs' ``user-principal 'alice', client-id 'app'`` (the defaults: ``the default ...``)."""
+    parts = []
+    for key, label in (("user", "user-principal"), ("client-id", "client-id")):
+        if key in entity:
+            parts.append(f"{label} '{entity[key]}'" if entity[key] is not None else f"the default {label}")
+    return ", ".join(parts)
+
+
+def quota_lines(found: Sequence[tuple[dict[str, str | None], dict[str, float]]]) -> list[str]:
+    return [f"Quota configs for {quota_entity_label(entity)} are "
+            + ", ".join(f"{k}={float(v)}" for k, v in sorted(values.items())) for entity, values in found]
+
+
+def _run_quotas(args: argparse.Namespace, quotas: dict[str, float], deletes: list[str]) -> int:
+    try:
+        conn = common.connection_from_args(args)
+        with common.open_admin(conn) as admin:
+            if args.describe:
+                return _describe_quotas(admin, args)
+            entity = quota_entity(args)
+            admin.alter_client_quotas(entity, quotas, deletes)
+            singular = args.entity_type[:-1]
+            name = args.entity_name if not args.entity_default else "<default>"
+            print(f"Completed updating config for {singular} {name}.")
+            return 0
+    except (AdminError, NoReachableBrokerError) as e:
+        print(f"Error while executing config command with args '{command_args(args)}'", file=sys.stderr)
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+def _describe_quotas(admin: AdminClient, args: argparse.Namespace) -> int:
+    component = "user" if args.entity_type == "users" else "client-id"
+    if args.entity_default:
+        match = (component, 1, None)
+    elif args.entity_name:
+        match = (component, 0, args.entity_name)
+    else:
+        match = (component, 2, None)
+    for line in quota_lines(admin.describe_client_quotas([match], strict=True)):
+        print(line)
+    return 0
 
 
 def _describe_users(admin: AdminClient, args: argparse.Namespace) -> int:

@@ -138,12 +138,18 @@ class ClusterManager:
     def up(self, brokers: int = 3, log_dirs_per_broker: int = 2, zookeeper: str | None = None,
            session_timeout_ms: int = 6000, overrides: dict | None = None, timeout: float = 90.0,
            first_broker_id: int = 1, links: bool = False, client_groups=(), zookeeper_sasl: bool = False,
-           tls: bool = False, sasl_ssl: bool = False, zookeeper_tls: bool = False) -> dict:
+           tls: bool = False, sasl_ssl: bool = False, zookeeper_tls: bool = False,
+           racks: dict[int, str] | None = None) -> dict:
         """``zookeeper_sasl``: the embedded ZooKeeper requires SASL, the brokers log in with a generated password
         (``zookeeper-jaas.conf``, mode 0600) and set Kafka's ZooKeeper ACLs.  ``zookeeper_tls``: the embedded
         ZooKeeper serves TLS only (mTLS, certificates from the cluster's test CA); the brokers connect with Kafka's
-        ``zookeeper.ssl.*``, the tools with ``KAFKATIER_ZK_TLS_CONFIG=DIR/zookeeper-tls.properties``."""
+        ``zookeeper.ssl.*``, the tools with ``KAFKATIER_ZK_TLS_CONFIG=DIR/zookeeper-tls.properties``.  ``racks``:
+        ``broker.rack`` per broker id (``cluster up --rack 1=a,2=b,3=c``)."""
         from kafkatier.common.errors import UsageError
+        unknown = sorted(set(racks or {}) - set(range(first_broker_id, first_broker_id + brokers)))
+        if unknown:
+            raise UsageError(f"--rack names broker {unknown[0]}, which this cluster does not have (ids "
+                             f"{first_broker_id}-{first_broker_id + brokers - 1})")
         if zookeeper_sasl and zookeeper is not None:
             raise UsageError("--zookeeper-sasl starts the embedded ZooKeeper: with --zookeeper, give the brokers "
                              "zookeeper.set.acl=true and java.security.auth.login.config instead")
@@ -185,7 +191,10 @@ class ClusterManager:
                     "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
                     "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
             properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
-            write_server_properties(properties, overrides or {}, comment=f"broker {bid}, by kafkatier cluster up")
+            props = dict(overrides or {})
+            if racks and bid in racks:
+                props["broker.rack"] = racks[bid]
+            write_server_properties(properties, props, comment=f"broker {bid}, by kafkatier cluster up")
             args += ["--config", properties]
             specs.append(BrokerSpec(bid, port, dirs, None, args))
         self.state = {

@@ -36,8 +36,8 @@ def _uvarint(n: int) -> bytes:
 
 
 #: One partition's answer: (index, error code, high watermark, last stable offset, log start offset,
-#: aborted transactions as (producer id, first offset) pairs or None, records or None).
-PartitionAnswer = tuple[int, int, int, int, int, "Sequence[tuple[int, int]] | None", "bytes | None"]
+#: aborted transactions as (producer id, first offset) pairs or None, records or None[, preferred read replica]).
+PartitionAnswer = tuple  # 7 fields, or 8 with KIP-392's preferred read replica (-1 when absent)
 
 
 def encode_fetch_response(version: int, error_code: int, session_id: int,
@@ -69,7 +69,9 @@ def fetch_response_parts(version: int, error_code: int, session_id: int,
         add(_uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
         add(data)
         add(_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
-        for index, error, hw, lso, log_start, aborted, records in partitions:
+        for answer in partitions:
+            index, error, hw, lso, log_start, aborted, records = answer[:7]
+            preferred = answer[7] if len(answer) > 7 else -1
             if version >= 5:
                 add(part.pack(index, error, hw, lso, log_start))
             else:
@@ -83,7 +85,7 @@ def fetch_response_parts(version: int, error_code: int, session_id: int,
                     if flexible:
                         add(b"\x00")
             if version >= 11:
-                add(_I32.pack(-1))  # preferred read replica: none (KIP-392 is not implemented)
+                add(_I32.pack(preferred))  # KIP-392: the replica to fetch from instead, -1 for none
             if records is None:
                 add(b"\x00" if flexible else b"\xff\xff\xff\xff")
             else:

@@ -85,7 +85,9 @@ class DynamicConfigManager:
         try:
             note = codecs.ConfigChangeNotification.decode(data, path=path)
             entity_type, entity_name = note.entity_type, note.entity_name
-            if not _valid_entity_name(entity_name):
+            user, nested, client = entity_name.partition("/clients/")   # users/<u>/clients/<c> (KIP-55)
+            if not (_valid_entity_name(user) and _valid_entity_name(client) if nested and entity_type == "users"
+                    else _valid_entity_name(entity_name)):
                 raise codecs.MalformedZNodeError(path, f"invalid entity name {entity_name!r}")
         except codecs.MalformedZNodeError as e:
             raise NotificationError(e.reason) from None

@@ -36,6 +36,7 @@ from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.client_quota_manager import ClientQuotas, QuotaEntity
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.controlled_shutdown import ControlledShutdownApis
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
@@ -46,6 +47,7 @@ from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetc
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
+from kafkatier.server.network import MuteAfterResponse
 from kafkatier.server.producer_id_manager import ProducerIdsUnavailableError
 from kafkatier.server.replica_manager import FetchPartitionResult, ProducePartitionResult, ReplicaManager
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
@@ -60,6 +62,13 @@ log = get_logger("server.apis")
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 AUTHORIZATION_ERRORS = (int(Errors.TOPIC_AUTHORIZATION_FAILED), int(Errors.CLUSTER_AUTHORIZATION_FAILED))
 ZERO_UUID = uuid.UUID(int=0)
+
+
+def quota_entity(ctx) -> QuotaEntity:
+    """The client quota entity of a request: the principal's name (ANONYMOUS without authentication) and the
+    client id."""
+    principal = getattr(ctx, "principal", None) or "User:ANONYMOUS"
+    return QuotaEntity(principal.partition(":")[2] or principal, getattr(ctx, "client_id", None) or "")
 
 
 def topic_uuid(topic_id: str | None) -> uuid.UUID:
@@ -87,7 +96,7 @@ class KafkaApis:
                  group_apis: GroupApis | None = None, log_dirs: LogDirsApis | None = None,
                  broker_configs: DynamicBrokerConfig, auth: AuthHelper | None = None,
                  inter_broker_login=None, extra_apis: Sequence = (), fetch_manager: FetchManager | None = None,
-                 transactions=None, txn_verification=None):
+                 transactions=None, txn_verification=None, client_quotas: ClientQuotas | None = None):
         self._config = config  # the broker's config; its port is known once the socket server is bound
         self.cluster_id = cluster_id
         self.rm = replica_manager
@@ -105,6 +114,7 @@ class KafkaApis:
         self.transactions = transactions  # InitProducerId with a transactional id (server/transaction_apis.py)
         # KIP-890 part 1: transactional produces verified with the coordinator (server/add_partitions_to_txn_manager)
         self.txn_verification = txn_verification
+        self.client_quotas = client_quotas  # KIP-55 produce/fetch byte rates (server/client_quota_manager.py)
         self._handlers: dict[int, Callable] = {
             ApiKeys.PRODUCE: self.handle_produce, ApiKeys.FETCH: self.handle_fetch,
             ApiKeys.LIST_OFFSETS: self.handle_list_offsets,
@@ -291,21 +301,29 @@ class KafkaApis:
                             continue
                         entries[TopicPartition(td.name, pd.index)] = records
         fut: Future = Future()
+        throttle_ms = 0
+        if self.client_quotas is not None and self.client_quotas.produce.quotas_enabled:
+            throttle_ms = self.client_quotas.produce.record_and_get_throttle_time_ms(
+                quota_entity(ctx), sum(len(r) for r in entries.values()))
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
+            if throttle_ms > 0:   # answered at once, then the channel is muted (Kafka 2.0+)
+                fut.set_result(MuteAfterResponse(build_response(results), throttle_ms))
+            else:
+                fut.set_result(build_response(results))
+
+        def build_response(results: dict[TopicPartition, ProducePartitionResult]):
             results = {**errors, **results}
             if acks == 0:
-                fut.set_result(None)
-                return
+                return None
             if produce_codec.supports(v):  # the hot path: straight to bytes (protocol/produce_codec.py)
                 answers: dict[str, list] = {}
                 for (t, p), r in sorted(results.items()):
                     answers.setdefault(t, []).append(
                         (p, int(r.error), r.base_offset, -1, r.log_start_offset,
                          [(e.batch_index, e.message) for e in r.record_errors], r.error_message))
-                fut.set_result(codec.EncodedResponse(ApiKeys.PRODUCE, v, produce_codec.encode_produce_response(
-                    v, answers.items())))
-                return
+                return codec.EncodedResponse(ApiKeys.PRODUCE, v, produce_codec.encode_produce_response(
+                    v, answers.items(), throttle_time_ms=throttle_ms))
             by_topic: dict[str, list] = {}
             for (t, p), r in sorted(results.items()):
                 by_topic.setdefault(t, []).append({"index": p, "error_code": int(r.error), "base_offset": r.base_offset,
@@ -315,9 +333,9 @@ class KafkaApis:
                                                         "batch_index_error_message": e.message}
                                                        for e in r.record_errors],
                                                    "error_message": r.error_message})
-            fut.set_result(self._resp(ApiKeys.PRODUCE, v, {
+            return self._resp(ApiKeys.PRODUCE, v, {
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
-                "throttle_time_ms": 0}))
+                "throttle_time_ms": throttle_ms})
         if entries and txn_id is not None and self.txn_verification is not None:
             self._append_verified(txn_id, req.timeout_ms, acks, entries, respond)
         elif entries:
@@ -381,16 +399,24 @@ class KafkaApis:
             answer = context.response({tp: results.get(tp) or FetchPartitionResult(
                 Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
                 for tp in order})
+            throttle_ms = 0
+            if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
+                throttle_ms = self.client_quotas.fetch.record_and_get_throttle_time_ms(
+                    quota_entity(ctx), sum(len(r.records or b"") for r in answer.partitions.values()))
+            response = build_response(answer, throttle_ms)
+            fut.set_result(MuteAfterResponse(response, throttle_ms) if throttle_ms > 0 else response)
+
+        def build_response(answer, throttle_ms: int):
             if fetch_codec.supports(v):  # the hot path: straight to bytes (protocol/fetch_codec.py)
                 answers: dict[str, list] = {}
                 for tp, r in answer.partitions.items():
                     answers.setdefault(tp[0], []).append((
                         tp[1], int(r.error), r.high_watermark,
                         r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark, r.log_start_offset,
-                        None if r.error else r.aborted_transactions, r.records))
-                fut.set_result(codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
-                    v, int(answer.error), answer.session_id, answers.items()), int(answer.error) if v >= 7 else 0))
-                return
+                        None if r.error else r.aborted_transactions, r.records, r.preferred_read_replica))
+                return codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
+                    v, int(answer.error), answer.session_id, answers.items(), throttle_time_ms=throttle_ms),
+                    int(answer.error) if v >= 7 else 0)
             by_topic: dict[str, list] = {}
             for tp, r in answer.partitions.items():
                 if v < 4 and r.error == Errors.NONE and not self._down_conversion_enabled(tp, replica_id):
@@ -401,20 +427,41 @@ class KafkaApis:
                     "log_start_offset": r.log_start_offset,
                     "aborted_transactions": None if r.error else [
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
-                    "preferred_read_replica": -1,
+                    "preferred_read_replica": r.preferred_read_replica,
                     # fetchers below v4 read message format v0/v1 (log/message_format_conversion.py)
                     "records": r.records if v >= 4 else message_format_conversion.down_convert(
                         r.records, message_format_conversion.fetch_magic(v), fetch_offsets.get(tp, 0))})
-            fut.set_result(self._resp(ApiKeys.FETCH, v, {
-                "throttle_time_ms": 0, "error_code": int(answer.error), "session_id": answer.session_id,
-                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}))
+            return self._resp(ApiKeys.FETCH, v, {
+                "throttle_time_ms": throttle_ms, "error_code": int(answer.error), "session_id": answer.session_id,
+                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
         parts_set = {fp.tp for fp in parts}
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return fut
+        # KIP-392: a consumer that sent its rack (v11+) is pointed at a replica in it, and may fetch from one
+        client_rack = (getattr(req, "rack_id", None) or None) if v >= 11 and replica_id < 0 else None
+        redirected: dict[TopicPartition, FetchPartitionResult] = {}
+        if client_rack is not None:
+            for fp in parts:
+                preferred = self.rm.preferred_read_replica(fp.tp, client_rack, fp.fetch_offset)
+                if preferred >= 0:
+                    p = self.rm.get_partition(*fp.tp)
+                    redirected[fp.tp] = FetchPartitionResult(
+                        Errors.NONE, p.log.high_watermark, p.log.log_start_offset, b"",
+                        preferred_read_replica=preferred)
+        if redirected:
+            parts = [fp for fp in parts if fp.tp not in redirected]
+            if not parts:
+                respond(redirected)
+                return fut
+            respond_all = respond
+
+            def respond(results, respond_all=respond_all):   # noqa: F811 - the redirected partitions added
+                respond_all({**redirected, **results})
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
-                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0)
+                               isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0,
+                               follower_read=client_rack is not None)
         return fut
 
     def _down_conversion_enabled(self, tp, replica_id: int) -> bool:

@@ -79,6 +79,8 @@ from kafkatier.server.ssl_transport import ListenerTls, client_context, listener
 from kafkatier.server.transaction_apis import TransactionApis
 from kafkatier.server.transaction_topic_log import ReplicaManagerTransactionLog
 from kafkatier.server.user_scram_apis import UserScramApis
+from kafkatier.server.client_quota_apis import ClientQuotaApis
+from kafkatier.server.client_quota_manager import ClientQuotas
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client
@@ -162,9 +164,13 @@ class KafkaServer:
         self.replication_quotas = ReplicationQuotas(self.broker_id, self.topic_configs)
         # Before any topic config is read, so no change is missed; changes are applied once the handler exists.
         self.broker_configs = self._new_dynamic_broker_config()
+        self.client_quotas = ClientQuotas.from_props(c.overrides)
         self.dynamic_config = DynamicConfigManager(self.zk, {"topics": self._on_topic_config_change,
-                                                             "brokers": self.broker_configs.on_change})
+                                                             "brokers": self.broker_configs.on_change,
+                                                             "users": self.client_quotas.on_user_change,
+                                                             "clients": self.client_quotas.on_client_change})
         self.dynamic_config.start()
+        self.client_quotas.load(self.zk)   # after the listener started: a change in between is seen either way
         remote_log_config = tiered_storage.check_startup(self.zk, c)  # refuses bad tiered-storage configs
         self.scheduler = KafkaScheduler(1, "kafka-scheduler-", clock=lambda: self.time.nanoseconds() / 1e9).startup()
         self.log_manager = LogManager(
@@ -193,7 +199,7 @@ class KafkaServer:
             replica_fetch_min_bytes=c.replica_fetch_min_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
             num_replica_alter_log_dirs_threads=c.setting("num.replica.alter.log.dirs.threads"),
-            inter_broker_login=self.login,
+            inter_broker_login=self.login, replica_selector_class=c.overrides.get("replica.selector.class"),
             leader_replication_quota=self.replication_quotas.leader,
             follower_replication_quota=self.replication_quotas.follower,
             high_watermark_checkpoint_interval_ms=c.setting("replica.high.watermark.checkpoint.interval.ms"))
@@ -242,6 +248,7 @@ class KafkaServer:
                                                    auth=auth,
                                                    transaction_coordinator_for=transaction_apis.coordinator_for),
                               transactions=transaction_apis, txn_verification=self.txn_verification,
+                              client_quotas=self.client_quotas,
                               log_dirs=LogDirsApis(self.replica_manager, auth),
                               broker_configs=self.broker_configs, auth=auth, inter_broker_login=self.login,
                               fetch_manager=FetchManager(FetchSessionCache.from_props(c.overrides)),
@@ -249,6 +256,7 @@ class KafkaServer:
                                           PartitionReassignmentApis(self.controller.partition_reassignment, auth),
                                           ControlledShutdownApis(self.controller, auth),
                                           AclApis(authorizer, auth), UserScramApis(self.zk, auth),
+                                          ClientQuotaApis(self.zk, auth),
                                           OffsetForLeaderEpochApis(self.replica_manager, auth), transaction_apis])
         o = c.overrides
         self.faults_watcher = FaultsWatcher(self.zk, self.broker_id, self.request_faults,
@@ -578,7 +586,9 @@ class KafkaServer:
                 "network": getattr(self.socket_server, "metrics", {}) if self.socket_server else {},
                 "request_faults": dict(self.request_faults.describe(), clock_skew_ms=round(self.time.skew_ms, 1)),
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
-                "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {}}
+                "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {},
+                "follower_fetching": dict(self.replica_manager.follower_fetch_metrics) if self.replica_manager
+                else {}}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001

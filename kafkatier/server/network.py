@@ -106,6 +106,14 @@ class CloseAfterResponse:
 
 
 @attrs.frozen
+class MuteAfterResponse:
+    """A handler's answer meaning: send ``response``, then read nothing more from the connection for
+    ``mute_ms`` (a client quota's throttle: Kafka 2.0+ mutes the channel, KIP-219)."""
+    response: Any
+    mute_ms: int
+
+
+@attrs.frozen
 class Authenticated:
     """A handler's answer meaning: send ``response``; the connection is authenticated as ``principal`` from its
     next request on (the SASL handshake's result, handed to the network layer that owns the connection)."""
@@ -184,7 +192,7 @@ class MemoryPool:
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
                   "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
-                  "handshake_events", "awaiting_memory")
+                  "handshake_events", "awaiting_memory", "muted_until")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -207,6 +215,7 @@ class _Connection:
         self.handshake_events = 0
         #: A size prefix was read (``body_size``) and the memory pool had nothing left: reading waits for memory.
         self.awaiting_memory = False
+        self.muted_until = 0.0   # monotonic time until which a client quota's throttle keeps reads off
 
 
 class _HandlerPool:
@@ -314,6 +323,7 @@ class SocketServer:
         self._pending_reads: collections.deque[_Connection] = collections.deque()  # TLS bytes select cannot see
         self._memory_pool = memory_pool
         self._awaiting_memory: collections.deque[_Connection] = collections.deque()  # I/O thread only
+        self._throttled: list[_Connection] = []   # muted by a client quota's throttle; I/O thread only
         self._table: ApiVersionsTable | None = None
         self._handler_serves_api_versions = False
         self._listener: socket.socket | None = None
@@ -466,7 +476,10 @@ class SocketServer:
         assert self._selector is not None
         try:
             while not self._stopping.is_set():
-                for key, mask in self._selector.select(timeout=0 if self._pending_reads else 1.0):
+                timeout = 0 if self._pending_reads else 1.0
+                if self._throttled:
+                    timeout = min(timeout, max(0.0, min(c.muted_until for c in self._throttled) - time.monotonic()))
+                for key, mask in self._selector.select(timeout=timeout):
                     if key.data == "listener":
                         self._accept()
                     elif key.data == "wakeup":
@@ -491,6 +504,8 @@ class SocketServer:
                         self._fail(conn, e)
                 if self._awaiting_memory and self._memory_pool is not None and self._memory_pool.available > 0:
                     self._resume_after_memory()
+                if self._throttled:
+                    self._unmute_due()
                 while self._pending_reads:
                     conn = self._pending_reads.popleft()
                     try:
@@ -514,6 +529,17 @@ class SocketServer:
             for s in (self._listener, self._wake_r, self._wake_w):
                 if s is not None:
                     s.close()
+
+    def _unmute_due(self) -> None:
+        """Connections whose client quota throttle time is over read again."""
+        now = time.monotonic()
+        due = [c for c in self._throttled if c.muted_until <= now or c.closed]
+        if not due:
+            return
+        self._throttled = [c for c in self._throttled if c not in due]
+        for conn in due:
+            if not conn.closed:
+                self._update_interest(conn)
 
     def _fail(self, conn: _Connection, error: BaseException) -> None:
         with self._metrics_lock:
@@ -791,7 +817,12 @@ class SocketServer:
             return
         events = 0
         if not conn.closing and not conn.awaiting_memory and len(conn.slots) + len(conn.out) < self._max_in_flight:
-            events |= selectors.EVENT_READ
+            if conn.muted_until and conn.muted_until > time.monotonic():
+                if conn not in self._throttled:
+                    self._throttled.append(conn)   # read on once the throttle time is over (``_unmute_due``)
+            else:
+                conn.muted_until = 0.0
+                events |= selectors.EVENT_READ
         if conn.out:
             events |= selectors.EVENT_WRITE
         if events == conn.events:
@@ -932,6 +963,10 @@ class SocketServer:
         if isinstance(result, CloseAfterResponse):
             self._finish(conn, slot, header, result.response, close_after=True)
             return
+        if isinstance(result, MuteAfterResponse):
+            if result.mute_ms > 0:
+                conn.muted_until = max(conn.muted_until, time.monotonic() + result.mute_ms / 1000)
+            result = result.response
         if isinstance(result, CloseConnection):
             self._complete(conn, slot, close_after=True)  # the answers before it are flushed first
             return
@@ -1007,5 +1042,5 @@ class SocketServer:
         self._wakeup()
 
 
-__all__ = ["SocketServer", "MemoryPool",
+__all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse",
            "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

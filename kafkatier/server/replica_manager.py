@@ -112,6 +112,11 @@ class FetchPartitionResult:
     #: (``(producer id, first offset)`` pairs); -1 / () otherwise.
     last_stable_offset: int = -1
     aborted_transactions: tuple[tuple[int, int], ...] = ()
+    #: KIP-392: the replica the consumer should fetch from instead (-1: this one)
+    preferred_read_replica: int = -1
+
+
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 class ReplicaManager:
@@ -127,8 +132,16 @@ class ReplicaManager:
                  leader_replication_quota: ReplicationQuotaManager | None = None,
                  follower_replication_quota: ReplicationQuotaManager | None = None,
                  high_watermark_checkpoint_interval_ms: int = 5000,
-                 isr_change_propagation: IsrChangePropagationConfig = IsrChangePropagationConfig()):
+                 isr_change_propagation: IsrChangePropagationConfig = IsrChangePropagationConfig(),
+                 replica_selector_class: str | None = None):
         self.broker_id = broker_id
+        # KIP-392: consumers that send their rack are pointed at a replica in it (``replica.selector.class``)
+        self.rack_aware_selector = (replica_selector_class or "").strip() == RACK_AWARE_REPLICA_SELECTOR
+        if replica_selector_class and not self.rack_aware_selector:
+            log.warning("replica.selector.class %s is not served; consumers fetch from leaders",
+                        replica_selector_class)
+        self.follower_fetch_metrics = {"consumer_fetches_served_as_follower": 0,
+                                       "consumer_bytes_served_as_follower": 0, "preferred_read_replica_answers": 0}
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.zk = zk
@@ -528,12 +541,13 @@ class ReplicaManager:
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        partitions: list[FetchPartitionData],
                        respond: Callable[[dict[TopicPartition, FetchPartitionResult]], None],
-                       isolation_level: int = 0) -> None:
+                       isolation_level: int = 0, follower_read: bool = False) -> None:
         """Read ``partitions`` for a consumer (``replica_id`` -1) or a follower; ``respond`` gets one
         :class:`FetchPartitionResult` per partition, at once or when ``min_bytes`` are there or at the wait.
-        ``isolation_level`` 1 (read_committed): consumers read up to the last stable offset."""
+        ``isolation_level`` 1 (read_committed): consumers read up to the last stable offset.  ``follower_read``
+        (KIP-392: a consumer that sent its rack): a follower replica serves it too, up to its high watermark."""
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, partitions, respond,
-                          isolation_level)
+                          isolation_level, follower_read=follower_read)
         is_follower = replica_id >= 0
         if is_follower:
             # Record the follower's position first: it may move the high watermark (and the ISR).
@@ -548,12 +562,39 @@ class ReplicaManager:
         keys = [("follower", replica_id)] if is_follower else [("consumer", fp.tp) for fp in partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)  # checks before and after it watches
 
+    def preferred_read_replica(self, tp: TopicPartition, client_rack: str | None, fetch_offset: int) -> int:
+        """KIP-392's ``RackAwareReplicaSelector`` on the leader: an in-sync replica in the consumer's rack that
+        holds ``fetch_offset`` (the leader itself when it is in that rack); -1 (read here) when the selector is
+        off, the consumer sent no rack, this broker does not lead the partition or no replica is in the rack."""
+        if not self.rack_aware_selector or not client_rack or self.metadata_cache is None:
+            return -1
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader:
+            return -1
+
+        def rack(broker_id: int) -> str | None:
+            b = self.metadata_cache.broker(broker_id)
+            return b.rack if b is not None else None
+        if rack(self.broker_id) == client_rack:
+            return -1
+        candidates = []
+        for r in p.isr:
+            if r == self.broker_id or rack(r) != client_rack:
+                continue
+            state = p.followers.get(r)
+            if state is not None and state.log_end_offset >= fetch_offset:
+                candidates.append(r)
+        if not candidates:
+            return -1
+        self.follower_fetch_metrics["preferred_read_replica_answers"] += 1
+        return min(candidates)
+
     def read_partition(self, replica_id: int, fp: FetchPartitionData, max_bytes: int,
-                       isolation_level: int = 0) -> FetchPartitionResult:
+                       isolation_level: int = 0, follower_read: bool = False) -> FetchPartitionResult:
         if isolation_level == READ_COMMITTED and replica_id < 0:
-            return self._read_committed(fp, max_bytes)
+            return self._read_committed(fp, max_bytes, follower_read)
         try:
-            p = self.get_partition_or_error(*fp.tp, leader_only=True)
+            p = self.get_partition_or_error(*fp.tp, leader_only=not (follower_read and replica_id < 0))
             p.check_leader_epoch(fp.current_leader_epoch)
             plog = p.log
             if (self.remote_log_manager is not None and is_tiered(p)
@@ -577,6 +618,9 @@ class ReplicaManager:
                 raise
             if throttled and info.records:
                 self.leader_replication_quota.record(len(info.records))
+            if info.records and replica_id < 0 and not p.is_leader:
+                self.follower_fetch_metrics["consumer_bytes_served_as_follower"] += len(info.records)
+                self.follower_fetch_metrics["consumer_fetches_served_as_follower"] += 1
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
@@ -587,12 +631,13 @@ class ReplicaManager:
             return FetchPartitionResult(error, p.log.high_watermark if p else -1,
                                         p.log.log_start_offset if p else -1)
 
-    def _read_committed(self, fp: FetchPartitionData, max_bytes: int) -> FetchPartitionResult:
+    def _read_committed(self, fp: FetchPartitionData, max_bytes: int,
+                        follower_read: bool = False) -> FetchPartitionResult:
         """A read_committed consumer's read: bounded by the last stable offset, with the aborted transactions
         overlapping what is returned (Kafka's ``FetchIsolation.TXN_COMMITTED``), from the remote tier too (its
         segments' transaction indexes, then the local log's)."""
         try:
-            p = self.get_partition_or_error(*fp.tp, leader_only=True)
+            p = self.get_partition_or_error(*fp.tp, leader_only=not follower_read)
             p.check_leader_epoch(fp.current_leader_epoch)
             plog = p.log
             if (self.remote_log_manager is not None and is_tiered(p)
@@ -618,6 +663,9 @@ class ReplicaManager:
                     upper = h.last_offset + 1
                 aborted = tuple((t.producer_id, t.first_offset)
                                 for t in plog.collect_aborted_transactions(fp.fetch_offset, upper))
+            if records and not p.is_leader:
+                self.follower_fetch_metrics["consumer_bytes_served_as_follower"] += len(records)
+                self.follower_fetch_metrics["consumer_fetches_served_as_follower"] += 1
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records, lso, aborted)
         except (KafkaError, OSError) as e:
             p = self.partitions.get(fp.tp)
@@ -995,9 +1043,11 @@ class DelayedProduce(DelayedOperation):
 
 class DelayedFetch(DelayedOperation):
     def __init__(self, delay_ms: int, rm: ReplicaManager, replica_id: int, min_bytes: int, max_bytes: int,
-                 partitions: list[FetchPartitionData], respond, isolation_level: int = 0):
+                 partitions: list[FetchPartitionData], respond, isolation_level: int = 0,
+                 follower_read: bool = False):
         super().__init__(max(delay_ms, 0))
         self.rm = rm
+        self.follower_read = follower_read and replica_id < 0
         self.isolation_level = isolation_level
         self.replica_id = replica_id
         self.min_bytes = max(min_bytes, 1)
@@ -1011,8 +1061,9 @@ class DelayedFetch(DelayedOperation):
         budget = self.max_bytes
         for fp in self.partitions:
             pmax = min(fp.max_bytes, max(budget, 0))
-            if self.isolation_level:
-                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level)
+            if self.isolation_level or self.follower_read:
+                r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level,
+                                           follower_read=self.follower_read)
             else:
                 r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0)
             out[fp.tp] = r
@@ -1029,7 +1080,7 @@ class DelayedFetch(DelayedOperation):
         follower = self.replica_id >= 0
         for fp in self.partitions:
             p = rm.partitions.get(fp.tp)
-            if p is None or not p.is_leader or fp.tp in rm.offline_partitions:
+            if p is None or not (p.is_leader or self.follower_read) or fp.tp in rm.offline_partitions:
                 return True
             if fp.current_leader_epoch != -1 and fp.current_leader_epoch != p.leader_epoch:
                 return True

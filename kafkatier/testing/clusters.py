@@ -86,7 +86,8 @@ class RunningCluster:
 
 def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_dirs: int = 2,
                   overrides: dict | None = None, session_timeout_ms: int = 6000, links: bool = False,
-                  client_groups=(), tls: bool = False, sasl_ssl: bool = False) -> RunningCluster:
+                  client_groups=(), tls: bool = False, sasl_ssl: bool = False,
+                  racks: dict[int, str] | None = None) -> RunningCluster:
     """Start ``brokers`` brokers on a fresh chroot of ``connect_string`` (``client``: an unchrooted client); with
     ``links``, every broker -> broker and broker -> ZooKeeper path runs through the cluster's link process, and
     each of ``client_groups`` gets its own listener reached through links (``bootstrap_for(group)``)."""
@@ -97,7 +98,7 @@ def start_cluster(connect_string: str, client, data_dir, brokers: int = 3, log_d
     try:
         manager.up(brokers=brokers, log_dirs_per_broker=log_dirs, zookeeper=connect, overrides=overrides or {},
                    session_timeout_ms=session_timeout_ms, links=links, client_groups=client_groups,
-                   tls=tls or sasl_ssl, sasl_ssl=sasl_ssl)
+                   tls=tls or sasl_ssl, sasl_ssl=sasl_ssl, racks=racks)
     except BaseException:
         manager.down()
         raise

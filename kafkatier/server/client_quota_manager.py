@@ -1,0 +1,227 @@
+"""ClientQuotaManager: per-client byte-rate quotas (KIP-13, KIP-55 user and client-id quotas), Kafka's
+``ClientQuotaManager`` in ZooKeeper mode.
+
+Quotas live in ``/config/users/<user>``, ``/config/clients/<client-id>`` and
+``/config/users/<user>/clients/<client-id>`` (``<default>`` names the default entity), in Kafka's entity config JSON
+(``{"version":1,"config":{"producer_byte_rate":"1048576"}}``), and change notifications under ``/config/changes``
+reach every broker through ``server/dynamic_config_manager.py``.  A request is charged to the most specific quota
+that applies, in KIP-55's order: user+client, user+default client, user, default user+client, default
+user+default client, default user, client, default client.
+
+Rates are measured as Kafka's ``Rate`` over a ``SampledStat``: ``quota.window.num`` (11) samples of
+``quota.window.size.seconds`` (1 s); the window is at least ``num - 1`` samples long, so a new client may burst.
+When the measured rate is over the quota the throttle time is Kafka's ``QuotaUtils.throttleTime``:
+``(rate - quota) / quota * window``.  The broker answers at once with ``throttle_time_ms`` and mutes the channel
+for that time (Kafka 2.0+, KIP-219).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Mapping
+
+import attrs
+
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("server.client-quota")
+
+DEFAULT = "<default>"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+#: Kafka's ``QuotaConfigs`` client quota keys (DescribeClientQuotas / AlterClientQuotas).
+QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
+_INTEGER_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
+
+QUOTA_WINDOW_NUM = "quota.window.num"
+QUOTA_WINDOW_SIZE_SECONDS = "quota.window.size.seconds"
+
+
+def parse_quota_value(key: str, value: str | float) -> float:
+    """A quota's value as Kafka validates it: byte rates are longs, the others doubles, all > 0.
+    Raises ValueError with Kafka's wording."""
+    if key not in QUOTA_KEYS:
+        raise ValueError(f"Invalid configuration key {key}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"Invalid value {value} for configuration {key}") from None
+    if key in _INTEGER_KEYS and number != int(number):
+        raise ValueError(f"Integer value {value} for configuration {key} must be an integer")
+    if number <= 0:
+        raise ValueError(f"Invalid value {value} for configuration {key}: Value must be positive")
+    return number
+
+
+class Rate:
+    """Kafka's ``Rate`` over ``SampledStat``: ``samples`` windows of ``window_s`` seconds."""
+
+    def __init__(self, samples: int = 11, window_s: float = 1.0):
+        if samples < 2 or window_s <= 0:
+            raise ValueError("a rate needs at least 2 samples of a positive length")
+        self.samples = samples
+        self.window_s = window_s
+        self._windows: list[list[float]] = []   # [start, value], oldest first
+
+    def _purge(self, now: float) -> None:
+        expire = self.samples * self.window_s
+        self._windows = [w for w in self._windows if now - w[0] < expire]
+
+    def record(self, value: float, now: float) -> None:
+        self._purge(now)
+        if not self._windows or now - self._windows[-1][0] >= self.window_s:
+            self._windows.append([now, 0.0])
+            del self._windows[:-self.samples]
+        self._windows[-1][1] += value
+
+    def window_size(self, now: float) -> float:
+        """Kafka's ``Rate.windowSize``: the time since the oldest sample, at least ``samples - 1`` windows."""
+        self._purge(now)
+        elapsed = now - self._windows[0][0] if self._windows else 0.0
+        full = int(elapsed // self.window_s)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_s
+        return elapsed
+
+    def measure(self, now: float) -> float:
+        size = self.window_size(now)
+        return sum(w[1] for w in self._windows) / size if size > 0 else 0.0
+
+
+@attrs.frozen
+class QuotaEntity:
+    """The entity a request is charged to: the user (principal name) and client id of its connection."""
+    user: str
+    client_id: str
+
+
+def throttle_time_ms(rate: float, quota: float, window_s: float) -> int:
+    """Kafka's ``QuotaUtils.throttleTime``: how long to wait for the rate to come back to the quota."""
+    if rate <= quota or quota <= 0:
+        return 0
+    return int(round((rate - quota) / quota * window_s * 1000))
+
+
+class ClientQuotaManager:
+    """One quota type (``producer_byte_rate`` or ``consumer_byte_rate``): the configured quotas by entity and one
+    :class:`Rate` per quota entity (all clients sharing a quota share its rate, as in Kafka)."""
+
+    def __init__(self, quota_key: str, *, samples: int = 11, window_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.quota_key = quota_key
+        self.samples = samples
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (user or None, client or None) -> quota; DEFAULT for a default entity
+        self._quotas: dict[tuple[str | None, str | None], float] = {}
+        self._rates: dict[tuple[str | None, str | None], Rate] = {}
+        self.throttled_count = 0
+
+    @property
+    def quotas_enabled(self) -> bool:
+        return bool(self._quotas)
+
+    def update_quota(self, user: str | None, client_id: str | None, quota: float | None) -> None:
+        with self._lock:
+            key = (user, client_id)
+            if quota is None:
+                self._quotas.pop(key, None)
+            else:
+                self._quotas[key] = quota
+            self._rates.clear()   # the quota each entity falls under may have changed
+
+    def quota_for(self, entity: QuotaEntity) -> tuple[tuple[str | None, str | None], float] | None:
+        """KIP-55's precedence: the most specific configured quota for the entity, with its key."""
+        u, c = entity.user, entity.client_id
+        for key in ((u, c), (u, DEFAULT), (u, None), (DEFAULT, c), (DEFAULT, DEFAULT), (DEFAULT, None),
+                    (None, c), (None, DEFAULT)):
+            q = self._quotas.get(key)
+            if q is not None:
+                # the metric is shared by every entity matched through a default: keyed by the sanitized entity
+                metric_key = (u if key[0] is not None else None, c if key[1] is not None else None)
+                return metric_key, q
+        return None
+
+    def record_and_get_throttle_time_ms(self, entity: QuotaEntity, value: float) -> int:
+        """Charge ``value`` (bytes) to the entity's quota; the throttle time its client must wait (0: none)."""
+        if not self._quotas:
+            return 0
+        now = self._clock()
+        with self._lock:
+            found = self.quota_for(entity)
+            if found is None:
+                return 0
+            key, quota = found
+            rate = self._rates.get(key)
+            if rate is None:
+                rate = self._rates[key] = Rate(self.samples, self.window_s)
+            rate.record(value, now)
+            measured = rate.measure(now)
+            throttle = throttle_time_ms(measured, quota, rate.window_size(now))
+        if throttle > 0:
+            self.throttled_count += 1
+            log.debug("throttled %s", kv(quota=self.quota_key, user=entity.user, client_id=entity.client_id,
+                                         rate=int(measured), limit=int(quota), throttle_ms=throttle))
+        return throttle
+
+
+class ClientQuotas:
+    """The broker's client quota managers (Kafka's ``QuotaFactory``: produce and fetch) and their ZooKeeper
+    config handlers for the ``users`` and ``clients`` entity types."""
+
+    def __init__(self, samples: int = 11, window_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=samples, window_s=window_s, clock=clock)
+        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples=samples, window_s=window_s, clock=clock)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> "ClientQuotas":
+        return cls(samples=int(props.get(QUOTA_WINDOW_NUM, 11)),
+                   window_s=float(props.get(QUOTA_WINDOW_SIZE_SECONDS, 1)))
+
+    def apply(self, user: str | None, client_id: str | None, config: Mapping[str, str]) -> None:
+        for manager in (self.produce, self.fetch):
+            value = config.get(manager.quota_key)
+            try:
+                quota = float(value) if value is not None else None
+            except ValueError:
+                log.warning("ignoring a malformed quota %s", kv(user=user, client_id=client_id,
+                                                                 key=manager.quota_key, value=value))
+                quota = None
+            manager.update_quota(user, client_id, quota)
+        log.info("client quota changed %s", kv(user=user, client_id=client_id,
+                                                config=",".join(f"{k}={v}" for k, v in sorted(config.items())
+                                                                if k in QUOTA_KEYS)))
+
+    # --- DynamicConfigManager handlers -----------------------------------------------------------------------
+    def on_user_change(self, name: str, config: Mapping[str, str]) -> None:
+        """``users/<u>`` or ``users/<u>/clients/<c>``."""
+        user, sep, rest = name.partition("/clients/")
+        self.apply(user, rest if sep else None, config)
+
+    def on_client_change(self, name: str, config: Mapping[str, str]) -> None:
+        self.apply(None, name, config)
+
+    def load(self, zk) -> None:
+        """Read every quota znode (start-up, after the change listener started)."""
+        from kafkatier.zk.errors import NoNodeError
+        from kafkatier.zk.kafka_zk_client import KafkaZkClient
+        kzk = KafkaZkClient(zk)
+
+        def children(path: str) -> list[str]:
+            try:
+                return zk.get_children(path)
+            except NoNodeError:
+                return []
+        for user in children("/config/users"):
+            config, _ = kzk.get_entity_config_and_version("users", user)
+            if any(k in config for k in QUOTA_KEYS):
+                self.apply(user, None, config)
+            for client in children(f"/config/users/{user}/clients"):
+                config, _ = kzk.get_entity_config_and_version("users", f"{user}/clients/{client}")
+                self.apply(user, client, config)
+        for client in children("/config/clients"):
+            config, _ = kzk.get_entity_config_and_version("clients", client)
+            self.apply(None, client, config)
