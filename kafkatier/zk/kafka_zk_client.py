@@ -280,6 +280,13 @@ class KafkaZkClient:
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
                                 epoch_zk_version: int, _retry_round: int = 0) -> dict[TopicPartition, LeaderAndIsr]:
+        """Remove ``replica`` from the ISR of each partition (and from leadership), starting from the states
+        ZooKeeper holds now, as Kafka's ``doRemoveReplicasFromIsr`` does: a leader writes ISR expansions there
+        directly and the controller hears of them only in batched notifications, so ``states`` (the controller's
+        view) may miss that the replica was taken back in."""
+        if _retry_round == 0 and states:
+            fresh = self.get_partition_states(states.keys())
+            states = {tp: fresh.get(tp, l) for tp, l in states.items()}
         updates = {}
         for tp, l in states.items():
             if replica not in l.isr and l.leader != replica:
