@@ -141,9 +141,9 @@ class ZooKeeperObserver:
         snap = self.snapshot
         # controller + epoch, consistently
         try:
-            e1, s1 = zk.get(paths.CONTROLLER_EPOCH)
+            _, s1 = zk.get(paths.CONTROLLER_EPOCH)
         except NoNodeError:
-            e1, s1 = None, None
+            s1 = None
         try:
             cdata, cstat = zk.get(paths.CONTROLLER)
             cid, czxid = codecs.ControllerZNode.decode(cdata).broker_id, cstat.czxid

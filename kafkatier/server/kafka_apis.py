@@ -33,16 +33,13 @@ from kafkatier.protocol import codec, fetch_codec, produce_codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
-from kafkatier.server.acl_apis import AclApis
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.client_quota_manager import ClientQuotas, QuotaEntity
 from kafkatier.server.config import BrokerConfig
-from kafkatier.server.controlled_shutdown import ControlledShutdownApis
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
-from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetch_request_data
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis

@@ -8,7 +8,6 @@ progress deterministically by a target replica on a stopped broker (through the 
 does not check that the brokers are alive)."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 
