@@ -144,6 +144,8 @@ def run_producer(args) -> int:
             raise UsageError(f"cannot read {args.payload_file}: {e.strerror}") from None
         if not payloads:
             raise UsageError(f"File does not contain any payloads: {args.payload_file}")
+    if not (args.bootstrap_server or args.zookeeper or args.data_dir) and props.get("bootstrap.servers"):
+        args.bootstrap_server = props["bootstrap.servers"]   # Kafka's --producer-props bootstrap.servers=...
     conn = common.connection_from_args(args)
     cfg = confluent_config(conn)
     props.pop("bootstrap.servers", None)
