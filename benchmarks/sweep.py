@@ -22,25 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kafkatier.scenario.spark_sweep import spark_sweep  # noqa: E402
 from kafkatier.scenario.spec import load, resolve  # noqa: E402
+from kafkatier.testing.tiny_scenario import tiny_scenario  # noqa: E402
 
-TINY = """# A one-broker scenario (benchmarks/sweep.py --quick).
-name = "tiny"
-duration_s = 4
-[cluster]
-brokers = 1
-[[topics]]
-name = "t"
-replication_factor = 1
-[[workloads]]
-type = "producer"
-topic = "t"
-rate = 50
-[[schedule]]
-at = [0.5, 2.0]
-action = "pause"
-target = 1
-duration_s = [0.2, 0.5]
-"""
+TINY = tiny_scenario("tiny")
 
 
 def main() -> int:

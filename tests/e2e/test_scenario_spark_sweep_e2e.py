@@ -11,30 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafkatier.testing.spark_standalone import StandaloneCluster
+from kafkatier.testing.tiny_scenario import tiny_scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-# The quickest scenario there is: one broker, a 4-second producer run, one pause the seed places.
-TINY = """# A one-broker scenario for sweep tests.
-name = "{name}"
-duration_s = 4
-[cluster]
-brokers = 1
-[[topics]]
-name = "t"
-replication_factor = 1
-[[workloads]]
-type = "producer"
-topic = "t"
-rate = 50
-[[schedule]]
-at = [0.5, 2.0]
-action = "pause"
-target = 1
-duration_s = [0.2, 0.5]
-[heal]
-timeout_s = 30
-"""
+TINY = tiny_scenario("{name}", heal_timeout_s=30)
 # ... and one that always fails its expectations (one broker never changes controller): a failing seed to copy.
 UNMET = TINY + "[expect]\ncontroller_changes_at_least = 2\n"
 
