@@ -223,12 +223,12 @@ class Answers:
         return self.got[-1]
 
 
-@pytest.fixture
-def coord():
+def started_coordinator(**config) -> TransactionCoordinator:
+    """A coordinator leading the 3 partitions of its state log, on fakes kept as ``timer_``, ``log_``,
+    ``markers_``; producer ids from 1000."""
     timer, tlog, markers = ManualTimer(), FakeTxnLog(), FakeMarkers()
     ids = itertools.count(1000)
-    c = TransactionCoordinator(1, TransactionConfig(transaction_state_log_num_partitions=3,
-                                                    transaction_max_timeout_ms=60000),
+    c = TransactionCoordinator(1, TransactionConfig(transaction_state_log_num_partitions=3, **config),
                                tlog, markers, lambda: next(ids), timer, timer.time_ms)
     c.startup()
     for p in range(3):
@@ -236,6 +236,11 @@ def coord():
     timer.advance(0)
     c.timer_, c.log_, c.markers_ = timer, tlog, markers
     return c
+
+
+@pytest.fixture
+def coord():
+    return started_coordinator(transaction_max_timeout_ms=60000)
 
 
 def init(c, tid="tx", timeout=10000, expected=None):
@@ -408,15 +413,7 @@ def test_add_partitions_waits_for_the_previous_markers_then_succeeds(coord):
 
 
 def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
-    timer, tlog, markers = ManualTimer(), FakeTxnLog(), FakeMarkers()
-    ids = itertools.count(1000)
-    c = TransactionCoordinator(1, TransactionConfig(transaction_state_log_num_partitions=3,
-                                                    kafkatier_transaction_add_partitions_hold_ms=0),
-                               tlog, markers, lambda: next(ids), timer, timer.time_ms)
-    c.startup()
-    for p in range(3):
-        c.on_election(p, 1)
-    timer.advance(0)
+    c = started_coordinator(kafkatier_transaction_add_partitions_hold_ms=0)
     assert init(c) == (Errors.NONE, 1000, 0)
     a = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP0], a)
