@@ -169,11 +169,12 @@ class PartitionStateMachine:
             lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
         written: dict[TopicPartition, LeaderAndIsr] = {}
         todo = list(partitions)
-        # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write ISR
-        # changes there at once and tell the controller only in batched notifications (seconds later).
-        if todo:
-            self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
-        for attempt in range(MAX_ELECTION_ROUNDS):
+        for _ in range(MAX_ELECTION_ROUNDS):
+            # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write
+            # ISR changes there at once and tell the controller only in batched notifications (seconds later); a
+            # later round re-reads the partitions whose write lost a race with such a write (``partitionsToRetry``).
+            if todo:
+                self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
             updates = {}
             for tp in todo:
                 cur = self.ctx.partition_leadership.get(tp)
@@ -195,10 +196,6 @@ class PartitionStateMachine:
             todo = sorted(updates.keys() - written.keys())
             if not todo:
                 break
-            if attempt + 1 < MAX_ELECTION_ROUNDS:
-                # A leader's ISR write moved the znode meanwhile (Kafka's ``partitionsToRetry``): read the current
-                # states of all of them and elect again.
-                self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
         for tp in todo:
             failed[tp] = "leader and ISR update failed"
         # One line per partition for a few; past that one summary line (per partition at DEBUG): a failover

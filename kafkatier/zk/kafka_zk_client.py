@@ -284,9 +284,10 @@ class KafkaZkClient:
         ZooKeeper holds now, as Kafka's ``doRemoveReplicasFromIsr`` does: a leader writes ISR expansions there
         directly and the controller hears of them only in batched notifications, so ``states`` (the controller's
         view) may miss that the replica was taken back in."""
-        if _retry_round == 0 and states:
+        if states:
             fresh = self.get_partition_states(states.keys())
-            states = {tp: fresh.get(tp, l) for tp, l in states.items()}
+            # A partition whose state znode is not there: the caller's view on the first call, dropped on a retry.
+            states = {tp: fresh.get(tp, l) for tp, l in states.items() if tp in fresh or _retry_round == 0}
         updates = {}
         for tp, l in states.items():
             if replica not in l.isr and l.leader != replica:
@@ -298,10 +299,9 @@ class KafkaZkClient:
         result = self.update_leader_and_isr(updates, epoch_zk_version)
         missed = set(updates) - set(result)
         if missed and _retry_round < 3:
-            # BADVERSION (a leader's ISR write won the race): re-read them together and retry with the fresh state.
-            fresh = self.get_partition_states(missed)
-            result.update(self.remove_replica_from_isr(replica, fresh, controller_epoch, epoch_zk_version,
-                                                       _retry_round=_retry_round + 1))
+            # BADVERSION (a leader's ISR write won the race): again for them, from the state read then.
+            result.update(self.remove_replica_from_isr(replica, {tp: states[tp] for tp in missed}, controller_epoch,
+                                                       epoch_zk_version, _retry_round=_retry_round + 1))
         return result
 
     def delete_topic_znodes(self, topic: str, epoch_zk_version: int) -> None:
