@@ -6,8 +6,11 @@ failover runs its UpdateMetadata and both state machines' start-up inside it, so
 LeaderAndIsr and one UpdateMetadata carrying the final state of every partition, not one per state machine
 (Kafka sends one per state machine; at 20,000 partitions each is a full pass over the broker's replicas).
 
-Bodies use kafka-python's snake_case field names for Kafka's message specs (see
-``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950).
+Each request is built as its typed message (:mod:`kafkatier.protocol.control_messages`, generated from the
+specs in ``kafkatier/protocol/messages``): LeaderAndIsr v7, UpdateMetadata v8, StopReplica v5 (KIP-950), and
+handed to the channel manager written at that version (``to_json``), as Kafka's batch builds
+``LeaderAndIsrRequestData`` and the network client serialises it.  A partition's state is one frozen object
+shared by every broker the round sends it to.
 """
 from __future__ import annotations
 
@@ -19,15 +22,23 @@ from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext
 from kafkatier.logsetup import get_logger
 from kafkatier.protocol.api_keys import ApiKeys
+from kafkatier.protocol.control_messages import (LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState,
+                                                 LeaderAndIsrRequestData, LeaderAndIsrTopicState,
+                                                 StopReplicaPartitionState, StopReplicaRequestData,
+                                                 StopReplicaTopicState, UpdateMetadataBroker,
+                                                 UpdateMetadataEndpoint, UpdateMetadataPartitionState,
+                                                 UpdateMetadataRequestData, UpdateMetadataTopicState)
 from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.zk.codecs import parse_endpoint, wire_topic_id
 
 log = get_logger("controller.batch")
 
-# (api key, message name, version) of each control request the batch sends.
-LEADER_AND_ISR = (ApiKeys.LEADER_AND_ISR, ApiKeys.LEADER_AND_ISR.message_name, 7)
-STOP_REPLICA = (ApiKeys.STOP_REPLICA, ApiKeys.STOP_REPLICA.message_name, 5)
-UPDATE_METADATA = (ApiKeys.UPDATE_METADATA, ApiKeys.UPDATE_METADATA.message_name, 8)
+# The version of each control request the batch sends.
+LEADER_AND_ISR_VERSION, UPDATE_METADATA_VERSION, STOP_REPLICA_VERSION = 7, 8, 5
+# (api key, message name, version) of each, as the channel manager's ``send`` takes them.
+LEADER_AND_ISR = (ApiKeys.LEADER_AND_ISR, ApiKeys.LEADER_AND_ISR.message_name, LEADER_AND_ISR_VERSION)
+STOP_REPLICA = (ApiKeys.STOP_REPLICA, ApiKeys.STOP_REPLICA.message_name, STOP_REPLICA_VERSION)
+UPDATE_METADATA = (ApiKeys.UPDATE_METADATA, ApiKeys.UPDATE_METADATA.message_name, UPDATE_METADATA_VERSION)
 
 
 class IllegalBatchState(Exception):
@@ -144,17 +155,20 @@ class ControllerBrokerRequestBatch:
                     cb = None
                     if self._leader_and_isr_callback is not None:
                         cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
-                    self._send(b, *LEADER_AND_ISR, self._leader_and_isr_body(b, parts, controller_epoch, shared), cb)
+                    request = self._leader_and_isr_request(b, parts, controller_epoch, shared)
+                    self._send(b, *LEADER_AND_ISR, request.to_json(LEADER_AND_ISR_VERSION), cb)
             if self.update_metadata_brokers:
-                partition_states = self._update_metadata_partition_states()
-                brokers_body = self._live_brokers_body()
+                topic_states = self._update_metadata_topic_states()
+                live_brokers = self._live_brokers()
                 for b in sorted(self.update_metadata_brokers):
                     if b in live:
-                        self._send(b, *UPDATE_METADATA,
-                                   self._update_metadata_body(b, partition_states, brokers_body, controller_epoch), None)
+                        request = UpdateMetadataRequestData(
+                            **self._header(b, controller_epoch), type=0, topic_states=topic_states,
+                            live_brokers=live_brokers)
+                        self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION), None)
             for b, parts in self.stop_replica.items():
                 if b in live and parts:
-                    body = self._stop_replica_body(b, parts, controller_epoch)
+                    body = self._stop_replica_request(b, parts, controller_epoch).to_json(STOP_REPLICA_VERSION)
                     cb = None
                     if self._stop_replica_callback is not None:
                         entries = dict(parts)
@@ -168,10 +182,10 @@ class ControllerBrokerRequestBatch:
         return {"controller_id": self.controller_id, "is_k_raft_controller": False,
                 "controller_epoch": controller_epoch, "broker_epoch": self.ctx.live_broker_epoch(broker_id)}
 
-    def _leader_and_isr_body(self, broker_id, parts, controller_epoch, shared: dict | None = None) -> dict:
-        """``shared``: partition state dicts already built for another broker of this batch, by entry (one
-        tuple per partition and round, :meth:`add_leader_and_isr`); the bodies are only serialised, never
-        changed."""
+    def _leader_and_isr_request(self, broker_id, parts, controller_epoch,
+                                shared: dict | None = None) -> LeaderAndIsrRequestData:
+        """``shared``: partition states already built for another broker of this batch, by entry (one tuple
+        per partition and round, :meth:`add_leader_and_isr`)."""
         by_topic: dict[str, list] = defaultdict(list)
         leaders = set()
         shared = {} if shared is None else shared
@@ -181,23 +195,21 @@ class ControllerBrokerRequestBatch:
             key = id(entry)  # the entries live in ``parts`` until sent: ids stay unique
             state = shared.get(key)
             if state is None:
-                state = shared[key] = {
-                    "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": l.leader,
-                    "leader_epoch": l.leader_epoch, "isr": list(l.isr), "partition_epoch": l.partition_epoch,
-                    "replicas": list(a.replicas if a else ()), "adding_replicas": list(a.adding if a else ()),
-                    "removing_replicas": list(a.removing if a else ()), "is_new": is_new,
-                    "leader_recovery_state": l.leader_recovery_state,
-                }
+                state = shared[key] = LeaderAndIsrPartitionState(
+                    partition_index=tp.partition, controller_epoch=l.controller_epoch, leader=l.leader,
+                    leader_epoch=l.leader_epoch, isr=tuple(l.isr), partition_epoch=l.partition_epoch,
+                    replicas=tuple(a.replicas) if a else (), adding_replicas=tuple(a.adding) if a else (),
+                    removing_replicas=tuple(a.removing) if a else (), is_new=is_new,
+                    leader_recovery_state=l.leader_recovery_state)
             by_topic[tp.topic].append(state)
-        body = self._header(broker_id, controller_epoch)
-        body["type"] = 0
-        body["topic_states"] = [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
-                                 "partition_states": ps} for t, ps in by_topic.items()]
-        body["live_leaders"] = [{"broker_id": b.id, "host_name": b.host, "port": b.port}
-                                for b in (self.ctx.live_brokers.get(i) for i in sorted(leaders)) if b]
-        return body
+        return LeaderAndIsrRequestData(
+            **self._header(broker_id, controller_epoch), type=0,
+            topic_states=tuple(LeaderAndIsrTopicState(topic_name=t, topic_id=wire_topic_id(self.ctx.topic_ids.get(t)),
+                                                      partition_states=tuple(ps)) for t, ps in by_topic.items()),
+            live_leaders=tuple(LeaderAndIsrLiveLeader(broker_id=b.id, host_name=b.host, port=b.port)
+                               for b in (self.ctx.live_brokers.get(i) for i in sorted(leaders)) if b))
 
-    def _update_metadata_partition_states(self) -> list:
+    def _update_metadata_topic_states(self) -> tuple:
         by_topic: dict[str, list] = defaultdict(list)
         ctx = self.ctx
         # is_replica_online inlined: this loop runs over every partition of the cluster at a failover.
@@ -208,55 +220,47 @@ class ControllerBrokerRequestBatch:
             if l is None or a is None:
                 continue
             leader = LeaderAndIsr.LEADER_DURING_DELETE if ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
-            by_topic[tp.topic].append({
-                "partition_index": tp.partition, "controller_epoch": l.controller_epoch, "leader": leader,
-                "leader_epoch": l.leader_epoch, "isr": list(l.isr), "zk_version": l.partition_epoch,
-                "replicas": list(a.replicas),
-                "offline_replicas": [r for r in a.replicas if r not in live or r in shutting_down
-                                     or (r in offline_dirs and tp in offline_dirs[r])],
-            })
+            by_topic[tp.topic].append(UpdateMetadataPartitionState(
+                partition_index=tp.partition, controller_epoch=l.controller_epoch, leader=leader,
+                leader_epoch=l.leader_epoch, isr=tuple(l.isr), zk_version=l.partition_epoch,
+                replicas=tuple(a.replicas),
+                offline_replicas=tuple(r for r in a.replicas if r not in live or r in shutting_down
+                                       or (r in offline_dirs and tp in offline_dirs[r]))))
         for tp in sorted(self.update_metadata_deleted):
-            by_topic[tp.topic].append({
-                "partition_index": tp.partition, "controller_epoch": ctx.epoch,
-                "leader": LeaderAndIsr.LEADER_DURING_DELETE, "leader_epoch": LeaderAndIsr.EPOCH_DURING_DELETE,
-                "isr": [], "zk_version": 0, "replicas": [], "offline_replicas": []})
-        return [{"topic_name": t, "topic_id": wire_topic_id(self.ctx.topic_ids.get(t)),
-                 "partition_states": ps} for t, ps in by_topic.items()]
+            by_topic[tp.topic].append(UpdateMetadataPartitionState(
+                partition_index=tp.partition, controller_epoch=ctx.epoch,
+                leader=LeaderAndIsr.LEADER_DURING_DELETE, leader_epoch=LeaderAndIsr.EPOCH_DURING_DELETE,
+                zk_version=0))
+        return tuple(UpdateMetadataTopicState(topic_name=t, topic_id=wire_topic_id(self.ctx.topic_ids.get(t)),
+                                              partition_states=tuple(ps)) for t, ps in by_topic.items())
 
-    def _live_brokers_body(self) -> list:
+    def _live_brokers(self) -> tuple:
         """Every live broker with each listener it registered (PLAINTEXT first), as Kafka's UpdateMetadata."""
-        return [{"id": b.id, "endpoints": _endpoints_body(b), "rack": b.rack}
-                for b in sorted(self.ctx.live_brokers.values(), key=lambda b: b.id)]
+        return tuple(UpdateMetadataBroker(id=b.id, endpoints=_endpoints(b), rack=b.rack)
+                     for b in sorted(self.ctx.live_brokers.values(), key=lambda b: b.id))
 
-    def _update_metadata_body(self, broker_id, partition_states, live_brokers, controller_epoch) -> dict:
-        body = self._header(broker_id, controller_epoch)
-        body["type"] = 0
-        body["topic_states"] = partition_states
-        body["live_brokers"] = live_brokers
-        return body
-
-    def _stop_replica_body(self, broker_id, parts, controller_epoch) -> dict:
+    def _stop_replica_request(self, broker_id, parts, controller_epoch) -> StopReplicaRequestData:
         by_topic: dict[str, list] = defaultdict(list)
         for tp, flags in sorted(parts.items()):
-            if flags[DISABLE_REMOTE_PARTITION] and not flags["delete"]:
-                epoch = LeaderAndIsr.NO_EPOCH  # disablement does not depend on who leads
-            else:
-                epoch = self.ctx.leader_epoch(tp)
-            by_topic[tp.topic].append({"partition_index": tp.partition, "leader_epoch": epoch,
-                                       "delete_partition": flags["delete"],
-                                       DISABLE_REMOTE_PARTITION: flags[DISABLE_REMOTE_PARTITION] and not flags["delete"]})
-        body = self._header(broker_id, controller_epoch)
-        body["topic_states"] = [{"topic_name": t, "partition_states": ps} for t, ps in by_topic.items()]
-        return body
+            disable = flags[DISABLE_REMOTE_PARTITION] and not flags["delete"]
+            # disablement does not depend on who leads
+            epoch = LeaderAndIsr.NO_EPOCH if disable else self.ctx.leader_epoch(tp)
+            by_topic[tp.topic].append(StopReplicaPartitionState(
+                partition_index=tp.partition, leader_epoch=epoch, delete_partition=flags["delete"],
+                disable_remote_partition=disable))
+        return StopReplicaRequestData(
+            **self._header(broker_id, controller_epoch),
+            topic_states=tuple(StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
+                               for t, ps in by_topic.items()))
 
 
-def _endpoints_body(b) -> list[dict]:
-    out = [{"port": b.port, "host": b.host, "listener": "PLAINTEXT", "security_protocol": 0}]
+def _endpoints(b) -> tuple:
+    out = [UpdateMetadataEndpoint(port=b.port, host=b.host, listener="PLAINTEXT", security_protocol=0)]
     for text in b.endpoints or ():
         try:
             ep = parse_endpoint(text)
         except ValueError:
             continue
         if ep.listener != "PLAINTEXT":
-            out.append({"port": ep.port, "host": ep.host, "listener": ep.listener, "security_protocol": 0})
-    return out
+            out.append(UpdateMetadataEndpoint(port=ep.port, host=ep.host, listener=ep.listener, security_protocol=0))
+    return tuple(out)

@@ -3,9 +3,9 @@
 Kafka's ``KafkaApis`` handles LeaderAndIsr, StopReplica and UpdateMetadata among the client requests; in
 kafkatier those requests arrive over the ZooKeeper control channel (docs/architecture.md#control-channel-over-zookeeper),
 so :class:`~kafkatier.server.control_request_handler.ControlRequestHandler` reads, checks and answers them and
-this class applies them.  Each handler takes the request body (a dict checked against the message spec of its
-version, :mod:`kafkatier.protocol.control_requests`) and returns the response body without the top-level epoch
-checks, which the handler does.
+this class applies them.  Each handler takes the typed request (:mod:`kafkatier.protocol.control_messages`,
+read from the body against the message spec of its version) and returns the response body without the
+top-level epoch checks, which the handler does.
 
 - LeaderAndIsr: :meth:`ReplicaManager.handle_leader_and_isr`, then Kafka's ``onLeadershipChange``: the group
   and transaction coordinators load the ``__consumer_offsets`` / ``__transaction_state`` partitions this broker
@@ -22,7 +22,8 @@ from typing import Mapping, Protocol
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from kafkatier.logsetup import get_logger
-from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
+from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, StopReplicaRequestData,
+                                                 UpdateMetadataRequestData)
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("server.control-apis")
@@ -47,39 +48,40 @@ class ControlApis:
         self.tiered = tiered
         self.coordinators = dict(coordinators)
 
-    def handle_leader_and_isr(self, body: dict) -> dict:
-        result = self.replica_manager.handle_leader_and_isr(body)
-        self._coordinator_leadership(body, stopped=False)
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict:
+        result = self.replica_manager.handle_leader_and_isr(request)
+        self._coordinator_leadership(request, stopped=False)
         return result
 
-    def handle_stop_replica(self, body: dict) -> dict:
-        disabling = sorted({ts["topic_name"] for ts in body.get("topic_states", [])
-                            if any(ps.get(DISABLE_REMOTE_PARTITION) for ps in ts.get("partition_states", []))})
+    def handle_stop_replica(self, request: StopReplicaRequestData) -> dict:
+        disabling = sorted({ts.topic_name for ts in request.topic_states
+                            if any(ps.disable_remote_partition for ps in ts.partition_states)})
         answers: dict[str, Errors] = {}
         if disabling and self.tiered:
             answers = self.topic_config_handler.refresh_for_disablement(disabling)
-        result = self.replica_manager.handle_stop_replica(body, answers)
-        self._coordinator_leadership(body, stopped=True)
+        result = self.replica_manager.handle_stop_replica(request, answers)
+        self._coordinator_leadership(request, stopped=True)
         return result
 
-    def handle_update_metadata(self, body: dict) -> dict:
-        self.metadata_cache.update(body)
+    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> dict:
+        self.metadata_cache.update(request)
         try:
             self.replica_manager.on_metadata_update()  # DeleteRecords waiting on replicas of dead brokers
         except Exception:  # noqa: BLE001
             log.exception("re-checking DeleteRecords after a metadata update failed")
         return {"error_code": 0}
 
-    def _coordinator_leadership(self, body: dict, stopped: bool) -> None:
+    def _coordinator_leadership(self, request: LeaderAndIsrRequestData | StopReplicaRequestData,
+                                stopped: bool) -> None:
         """Kafka's onLeadershipChange: each coordinator loads the partitions of its topic this broker now leads
         (coordinator epoch = leader epoch) and unloads those it follows or stopped."""
-        for ts in body.get("topic_states", []):
-            coordinator = self.coordinators.get(ts.get("topic_name"))
+        for ts in request.topic_states:
+            coordinator = self.coordinators.get(ts.topic_name)
             if coordinator is None:
                 continue
-            topic = ts["topic_name"]
-            for ps in ts.get("partition_states", []):
-                p, epoch = ps["partition_index"], ps.get("leader_epoch", -1)
+            topic = ts.topic_name
+            for ps in ts.partition_states:
+                p, epoch = ps.partition_index, ps.leader_epoch
                 part = self.replica_manager.get_partition(topic, p)
                 if not stopped and part is not None and part.is_leader:
                     coordinator.on_election(p, part.leader_epoch)

@@ -10,8 +10,9 @@ with STALE_CONTROLLER_EPOCH (INVALID_REQUEST, so the controller resends, if ZooK
 
 Every request is checked before anything is applied: a znode that is not a control request (bad JSON, wrong
 envelope types, missing fields) is answered INVALID_REQUEST when its envelope names an API and version, else deleted;
-a body that does not match its API's message spec (:func:`~kafkatier.protocol.control_requests.body_problem`) is
-answered INVALID_REQUEST before the epoch checks; either is logged once and the queue goes on.
+a body is read into its typed message (:func:`decode_request_body`, :mod:`kafkatier.protocol.control_messages`)
+and one that does not match its API's message spec is answered INVALID_REQUEST before the epoch checks; either
+is logged once and the queue goes on.
 
 A request whose body is in part znodes (``body_parts``, :mod:`kafkatier.zk.control_parts`) is joined before it
 is applied; missing or corrupted parts are logged and answered with INVALID_REQUEST, so the controller resends.
@@ -34,7 +35,9 @@ from kafkatier.zk.watchers import ChildrenWatch
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
-from kafkatier.protocol.control_requests import CONTROL_MESSAGES, body_problem
+from kafkatier.protocol.control_messages import (CONTROL_DATA, ControlMessage, ControlMessageError,
+                                                 LeaderAndIsrRequestData, StopReplicaRequestData,
+                                                 UpdateMetadataRequestData)
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.fault_injection import FaultRegistry
@@ -46,13 +49,26 @@ log = get_logger("server.control")
 
 class ControlRequestApis(Protocol):
     """What applies a checked control request (:class:`~kafkatier.server.control_apis.ControlApis`): each takes
-    the request body and returns the response body without the top-level epoch checks."""
+    the typed request and returns the response body without the top-level epoch checks."""
 
-    def handle_leader_and_isr(self, body: dict) -> dict: ...
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict: ...
 
-    def handle_stop_replica(self, body: dict) -> dict: ...
+    def handle_stop_replica(self, request: StopReplicaRequestData) -> dict: ...
 
-    def handle_update_metadata(self, body: dict) -> dict: ...
+    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> dict: ...
+
+
+#: The control requests a broker applies (ControlledShutdown goes the other way, to the controller).
+APPLIED = frozenset({ApiKeys.LEADER_AND_ISR, ApiKeys.STOP_REPLICA, ApiKeys.UPDATE_METADATA})
+
+
+def decode_request_body(api_key: int, api_version: int, body) -> ControlMessage:
+    """The typed request a control request's body stands for; :class:`ControlMessageError` naming the path
+    when the body does not match its API's message spec at ``api_version`` (or the API is not one a broker
+    applies)."""
+    if api_key not in APPLIED:
+        raise ControlMessageError(f"unknown control api key {api_key}")
+    return CONTROL_DATA[ApiKeys(api_key)][0].from_json(api_version, body)
 
 
 class ControlRequestHandler:
@@ -225,11 +241,12 @@ class ControlRequestHandler:
         """The answer to ``req``; None when an injected fault drops it (the request was applied)."""
         self.metrics["requests"] += 1
         my_epoch = self.broker_epoch()
-        invalid = self._invalid_body(req)
-        if invalid:  # checked before anything else: the error bodies below walk the request's partitions
+        try:  # read before anything else: the error bodies below walk the request's partitions
+            request = decode_request_body(req.api_key, req.api_version, req.body)
+        except ControlMessageError as e:
             self.metrics["malformed"] += 1
             log.warning("invalid control request body %s", kv(api=req.api_name, version=req.api_version,
-                                                              reason=invalid[:300]))
+                                                              reason=str(e)[:300]))
             return self._invalid_response(req)
         error = Errors.NONE
         body: dict
@@ -251,7 +268,11 @@ class ControlRequestHandler:
         self.controller_epoch = max(self.controller_epoch, req.controller_epoch)
         dropped = False
         try:
-            body, dropped = apply_control_faults(self.faults, req.api_key, req.body, lambda b: self._apply(req, b))
+            body, dropped = apply_control_faults(
+                self.faults, req.api_key, req.body,
+                # the faults hand back the body, or a copy without some partitions: read that one again
+                lambda b: self._apply(request if b is req.body else decode_request_body(req.api_key,
+                                                                                       req.api_version, b)))
         except Exception:  # noqa: BLE001
             log.exception("control request failed %s", kv(api=req.api_name))
             body = self._error_body(req, Errors.UNKNOWN_SERVER_ERROR, all_partitions=True)
@@ -261,13 +282,13 @@ class ControlRequestHandler:
                                       error_code=int(body.get("error_code", 0)), body=body,
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
 
-    def _apply(self, req, body: dict) -> dict:
-        if req.api_key == ApiKeys.LEADER_AND_ISR:
-            return self.apis.handle_leader_and_isr(body)
-        if req.api_key == ApiKeys.STOP_REPLICA:
-            return self.apis.handle_stop_replica(body)
-        if req.api_key == ApiKeys.UPDATE_METADATA:
-            return self.apis.handle_update_metadata(body)
+    def _apply(self, request: ControlMessage) -> dict:
+        if isinstance(request, LeaderAndIsrRequestData):
+            return self.apis.handle_leader_and_isr(request)
+        if isinstance(request, StopReplicaRequestData):
+            return self.apis.handle_stop_replica(request)
+        if isinstance(request, UpdateMetadataRequestData):
+            return self.apis.handle_update_metadata(request)
         return {"error_code": int(Errors.INVALID_REQUEST)}
 
     def _check_epoch_jump(self, epoch: int) -> Errors:
@@ -286,14 +307,6 @@ class ControlRequestHandler:
         log.error("refusing a control request whose controller epoch is ahead of /controller_epoch %s",
                   kv(epoch=epoch, controller_epoch_znode=current, highest_seen=self.controller_epoch))
         return Errors.STALE_CONTROLLER_EPOCH
-
-    @staticmethod
-    def _invalid_body(req) -> str | None:
-        """Check the body against the message spec of its API and version (kafkatier/protocol/messages)."""
-        classes = CONTROL_MESSAGES.get(req.api_key)
-        if classes is None:
-            return f"unknown control api key {req.api_key}"
-        return body_problem(classes[0], req.api_version, req.body)
 
     @staticmethod
     def _error_body(req, error: Errors, all_partitions: bool = False) -> dict:

@@ -5,6 +5,7 @@ import threading
 
 import attrs
 
+from kafkatier.protocol.control_messages import UpdateMetadataEndpoint, UpdateMetadataRequestData
 from kafkatier.zk.codecs import topic_id_from_wire
 
 
@@ -65,37 +66,36 @@ class MetadataCache:
         with self._lock:
             return self.controller_id if self.controller_id in self.brokers else -1
 
-    def update(self, body: dict) -> list[str]:
-        """Apply an UpdateMetadata body (kafka-python snake_case).  Returns topics that were deleted
-        (leader -2)."""
+    def update(self, request: UpdateMetadataRequestData) -> list[str]:
+        """Apply an UpdateMetadata request.  Returns topics that were deleted (leader -2)."""
         deleted = []
         with self._lock:
-            self.controller_id = body.get("controller_id", self.controller_id)
+            self.controller_id = request.controller_id
             brokers, listeners = {}, {}
-            for b in body.get("live_brokers", []):
-                eps = b.get("endpoints") or [{}]
+            for b in request.live_brokers:
+                eps = b.endpoints or (UpdateMetadataEndpoint(port=-1),)
                 ep = eps[0]
-                brokers[b["id"]] = BrokerEndpoint(b["id"], ep.get("host", ""), ep.get("port", -1), b.get("rack"))
-                listeners[b["id"]] = {e.get("listener") or "PLAINTEXT": BrokerEndpoint(
-                    b["id"], e.get("host", ""), e.get("port", -1), b.get("rack")) for e in eps}
+                brokers[b.id] = BrokerEndpoint(b.id, ep.host, ep.port, b.rack)
+                listeners[b.id] = {e.listener or "PLAINTEXT": BrokerEndpoint(b.id, e.host, e.port, b.rack)
+                                   for e in eps}
             self.brokers = brokers
             self.listeners = listeners
-            for ts in body.get("topic_states", []):
-                topic = ts["topic_name"]
-                tid = topic_id_from_wire(ts.get("topic_id"))
+            for ts in request.topic_states:
+                topic = ts.topic_name
+                tid = topic_id_from_wire(ts.topic_id)
                 if tid:
                     self.topic_ids[topic] = tid
-                for ps in ts.get("partition_states", []):
-                    if ps["leader"] == -2:
-                        self.partitions.get(topic, {}).pop(ps["partition_index"], None)
+                for ps in ts.partition_states:
+                    if ps.leader == -2:
+                        self.partitions.get(topic, {}).pop(ps.partition_index, None)
                         if not self.partitions.get(topic):
                             self.partitions.pop(topic, None)
                             self.topic_ids.pop(topic, None)
                             deleted.append(topic)
                         continue
-                    self.partitions.setdefault(topic, {})[ps["partition_index"]] = PartitionMetadata(
-                        topic, ps["partition_index"], ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
-                        tuple(ps["replicas"]), tuple(ps.get("offline_replicas", ())), ps.get("zk_version", 0))
+                    self.partitions.setdefault(topic, {})[ps.partition_index] = PartitionMetadata(
+                        topic, ps.partition_index, ps.leader, ps.leader_epoch, ps.isr, ps.replicas,
+                        ps.offline_replicas, ps.zk_version)
         return deleted
 
     def get_partition(self, topic: str, partition: int) -> PartitionMetadata | None:

@@ -21,6 +21,7 @@ from kafkatier.log.producer_state import ProducerStateManager
 from kafkatier.log.record_batch import end_transaction_marker
 from kafkatier.log.transaction_index import AbortedTxn
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
                                        NotEnoughReplicasError, NotLeaderOrFollowerError)
 from kafkatier.server.zk_isr_manager import IsrWrite
@@ -121,7 +122,7 @@ class Partition:
         return self.log.log_end_offset
 
     # --- leadership -----------------------------------------------------------------------------------------
-    def make_leader(self, ps: dict, controller_epoch: int) -> None:
+    def make_leader(self, ps: LeaderAndIsrPartitionState, controller_epoch: int) -> None:
         with self.lock:
             self._set_state(ps, controller_epoch)
             now = now_ms()
@@ -131,19 +132,20 @@ class Partition:
             self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset, write=False)
         self.maybe_increment_high_watermark()
 
-    def make_follower(self, ps: dict, controller_epoch: int) -> None:
+    def make_follower(self, ps: LeaderAndIsrPartitionState, controller_epoch: int) -> None:
         with self.lock:
             self._set_state(ps, controller_epoch)
             self.followers = {}
 
-    def _set_state(self, ps: dict, controller_epoch: int) -> None:
-        self.leader_id = ps["leader"]
-        self.leader_epoch = ps["leader_epoch"]
-        self.isr = tuple(ps["isr"])
-        self.replicas = tuple(ps["replicas"])
-        self.adding_replicas = tuple(ps.get("adding_replicas") or ())
-        self.partition_epoch = ps.get("partition_epoch", 0)
-        self.controller_epoch = ps.get("controller_epoch", controller_epoch)
+    def _set_state(self, ps: LeaderAndIsrPartitionState, controller_epoch: int) -> None:
+        """``controller_epoch``: the request's, for a state that carries none (0)."""
+        self.leader_id = ps.leader
+        self.leader_epoch = ps.leader_epoch
+        self.isr = tuple(ps.isr)
+        self.replicas = tuple(ps.replicas)
+        self.adding_replicas = tuple(ps.adding_replicas or ())
+        self.partition_epoch = ps.partition_epoch
+        self.controller_epoch = ps.controller_epoch or controller_epoch
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Clients and followers send the leader epoch they know (-1: unknown, not checked)."""

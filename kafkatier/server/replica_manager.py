@@ -42,7 +42,8 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered,
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
+from kafkatier.protocol.control_messages import (LeaderAndIsrPartitionState, LeaderAndIsrRequestData,
+                                                 StopReplicaPartitionState, StopReplicaRequestData)
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.server.partition import Partition
@@ -228,27 +229,27 @@ class ReplicaManager:
         return get
 
     # --- LeaderAndIsr ---------------------------------------------------------------------------------------
-    def handle_leader_and_isr(self, body: dict) -> dict:
-        self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict:
+        self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
         topics_out = []
         leaders, followers = [], []
         # One line per partition for a few; past that one summary line (per partition at DEBUG), as the
         # controller logs its elections: a failover at 20,000 partitions sends each broker thousands.
-        count = sum(len(ts.get("partition_states", [])) for ts in body.get("topic_states", []))
+        count = sum(len(ts.partition_states) for ts in request.topic_states)
         each = log.info if count <= MAX_PARTITIONS_LOGGED else log.debug if log.isEnabledFor(logging.DEBUG) else None
         with self._lock:
-            for ts in body.get("topic_states", []):
-                topic = ts["topic_name"]
-                topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
+            for ts in request.topic_states:
+                topic = ts.topic_name
+                topic_id = codecs.topic_id_from_wire(ts.topic_id)
                 perrs = []
-                for ps in ts.get("partition_states", []):
+                for ps in ts.partition_states:
                     err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers, each)
-                    perrs.append({"partition_index": ps["partition_index"], "error_code": int(err)})
-                topics_out.append({"topic_id": ts.get("topic_id"), "topic_name": topic, "partition_errors": perrs})
+                    perrs.append({"partition_index": ps.partition_index, "error_code": int(err)})
+                topics_out.append({"topic_id": ts.topic_id, "topic_name": topic, "partition_errors": perrs})
         if count > MAX_PARTITIONS_LOGGED:
             log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
                                                         ignored_or_failed=count - len(leaders) - len(followers),
-                                                        controller_epoch=body.get("controller_epoch")))
+                                                        controller_epoch=request.controller_epoch))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
         for p in followers:
@@ -265,27 +266,28 @@ class ReplicaManager:
             self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
 
-    def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers, each=log.info) -> Errors:
-        key = (topic, ps["partition_index"])
+    def _become_leader_or_follower(self, topic, topic_id, ps: LeaderAndIsrPartitionState, leaders, followers,
+                                   each=log.info) -> Errors:
+        key = (topic, ps.partition_index)
         if key in self.offline_partitions:
             return Errors.KAFKA_STORAGE_ERROR
-        if self.broker_id not in ps["replicas"]:
+        if self.broker_id not in ps.replicas:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         cur = self.partitions.get(key)
         if cur is not None and cur.topic_id and topic_id and cur.topic_id != topic_id:
             return Errors.INCONSISTENT_TOPIC_ID
-        if cur is not None and ps["leader_epoch"] <= cur.leader_epoch:
+        if cur is not None and ps.leader_epoch <= cur.leader_epoch:
             # Per partition only for small requests (``each``): a new controller's LeaderAndIsr repeats every
             # partition's current state, and one line each for thousands held the broker's GIL while its
             # Metadata still lagged the failover.
             if each is not None:
                 each("ignoring LeaderAndIsr with an old leader epoch %s", kv(
-                    partition=f"{topic}-{key[1]}", received=ps["leader_epoch"], current=cur.leader_epoch))
+                    partition=f"{topic}-{key[1]}", received=ps.leader_epoch, current=cur.leader_epoch))
             return Errors.STALE_CONTROLLER_EPOCH
         if cur is None:
             try:
                 plog = self.log_manager.get_or_create_log(topic, key[1], self.topic_config(topic),
-                                                          is_new=ps.get("is_new", False), topic_id=topic_id)
+                                                          is_new=ps.is_new, topic_id=topic_id)
             except KafkaError as e:
                 log.error("cannot create log %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return e.error
@@ -297,7 +299,7 @@ class ReplicaManager:
                             log_dir_failure=getattr(self.log_manager, "report_failure", None))
             cur.topic_id = topic_id
             self.partitions[key] = cur
-        if ps["leader"] == self.broker_id:
+        if ps.leader == self.broker_id:
             self.fetcher_manager.remove_fetcher(topic, key[1])
             cur.make_leader(ps, self.controller_epoch)
             leaders.append(cur)
@@ -307,8 +309,8 @@ class ReplicaManager:
             followers.append(cur)
             role = "follower"
         if each is not None:
-            each("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=ps["leader"],
-                                          leader_epoch=ps["leader_epoch"], isr=list(ps["isr"]),
+            each("became %s %s", role, kv(partition=f"{topic}-{key[1]}", leader=ps.leader,
+                                          leader_epoch=ps.leader_epoch, isr=list(ps.isr),
                                           log_end_offset=cur.log.log_end_offset, hw=cur.log.high_watermark))
         return Errors.NONE
 
@@ -392,37 +394,37 @@ class ReplicaManager:
                                          truncating=False)
 
     # --- StopReplica ----------------------------------------------------------------------------------------
-    def handle_stop_replica(self, body: dict, disable_answers: Mapping[str, Errors] | None = None) -> dict:
+    def handle_stop_replica(self, request: StopReplicaRequestData,
+                            disable_answers: Mapping[str, Errors] | None = None) -> dict:
         """StopReplica.  ``disable_answers``: topics whose KIP-950 entries (``disable_remote_partition``) are
         answered with the given code without acting -- the caller could not read the topic's config (an error)
         or the topic has none (NONE)."""
-        self.controller_epoch = max(self.controller_epoch, body.get("controller_epoch", 0))
+        self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
         disable_answers = disable_answers or {}
         answers: list[tuple[str, int, Errors | None]] = []
         to_disable: list[Partition] = []
-        for ts in body.get("topic_states", []):
-            topic = ts["topic_name"]
-            for ps in ts.get("partition_states", []):
+        for ts in request.topic_states:
+            topic = ts.topic_name
+            for ps in ts.partition_states:
                 err = self._stop_one(topic, ps, disable_answers, to_disable)
-                answers.append((topic, ps["partition_index"], err))
+                answers.append((topic, ps.partition_index, err))
         disabled = self._disable_remote_partitions(to_disable)
         errors = [{"topic_name": t, "partition_index": p, "error_code": int(disabled[(t, p)] if err is None else err)}
                   for t, p, err in answers]
         return {"error_code": 0, "partition_errors": errors}
 
-    def _stop_one(self, topic: str, ps: dict, disable_answers: Mapping[str, Errors],
+    def _stop_one(self, topic: str, ps: StopReplicaPartitionState, disable_answers: Mapping[str, Errors],
                   to_disable: list[Partition]) -> Errors | None:
         """One StopReplica entry; None for a KIP-950 disable, which ``to_disable`` collects (done together)."""
-        key = TopicPartition(topic, ps["partition_index"])
-        delete = bool(ps.get("delete_partition"))
-        disable = bool(ps.get(DISABLE_REMOTE_PARTITION))
+        key = TopicPartition(topic, ps.partition_index)
+        delete, disable = ps.delete_partition, ps.disable_remote_partition
         if delete and disable:
             return Errors.INVALID_REQUEST
         if key in self.offline_partitions:
             return Errors.KAFKA_STORAGE_ERROR
         with self._lock:
             cur = self.partitions.get(key)
-            epoch = ps.get("leader_epoch", -1)
+            epoch = ps.leader_epoch
             if cur is not None and epoch not in (-1, -2) and epoch < cur.leader_epoch:
                 return Errors.FENCED_LEADER_EPOCH
         if disable:
@@ -453,7 +455,7 @@ class ReplicaManager:
         if self.remote_log_manager is not None:
             try:
                 self.remote_log_manager.on_replica_stopped(topic, key[1], delete,
-                                                           topic_deleted=ps.get("leader_epoch") == -2)
+                                                           topic_deleted=ps.leader_epoch == -2)
             except Exception:  # noqa: BLE001
                 log.exception("remote log manager stop failed %s", kv(partition=f"{topic}-{key[1]}"))
         log.info("stopped replica %s", kv(partition=f"{topic}-{key[1]}", delete=delete))

@@ -7,7 +7,9 @@ import pytest
 from kafkatier.protocol.build import UnknownFieldError, build
 from kafkatier.protocol.codec import response_class
 from kafkatier.protocol.api_keys import ApiKeys
-from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION, StopReplicaRequest, body_problem
+from kafkatier.protocol.control_messages import (ControlMessageError, LeaderAndIsrRequestData, StopReplicaRequestData,
+                                                 UpdateMetadataRequestData)
+from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_apis import ControlApis
 
@@ -37,51 +39,54 @@ def _apis(leaders=(), tiered=True):
     return apis, rm, cache, configs, group, txn
 
 
-def _states(topic, *parts, **flags):
-    return {"topic_states": [{"topic_name": topic, "partition_states": [
-        {"partition_index": p, "leader_epoch": 3, **flags} for p in parts]}]}
+def _states(cls, topic, *parts, **flags):
+    return cls.from_json(cls.MAX_VERSION, {"topic_states": [{"topic_name": topic, "partition_states": [
+        {"partition_index": p, "leader_epoch": 3, **flags} for p in parts]}]})
 
 
 def test_leader_and_isr_loads_led_coordinator_partitions_and_unloads_followed_ones():
     apis, rm, _, _, group, txn = _apis(leaders={("__consumer_offsets", 0)})
-    apis.handle_leader_and_isr(_states("__consumer_offsets", 0, 1))
+    apis.handle_leader_and_isr(_states(LeaderAndIsrRequestData, "__consumer_offsets", 0, 1))
     assert group.calls == [("on_election", 0, 7), ("on_resignation", 1, 3)]
     assert txn.calls == [] and rm.calls[0][0] == "handle_leader_and_isr"
 
 
 def test_stop_replica_unloads_coordinator_partitions_without_an_epoch():
     apis, _, _, _, _, txn = _apis(leaders={("__transaction_state", 2)})
-    apis.handle_stop_replica(_states("__transaction_state", 2))
+    apis.handle_stop_replica(_states(StopReplicaRequestData, "__transaction_state", 2))
     assert txn.calls == [("on_resignation", 2, None)]
 
 
 def test_stop_replica_v5_rereads_the_config_of_disabled_topics_once():
     apis, rm, _, configs, _, _ = _apis()
-    apis.handle_stop_replica(_states("t", 0, 1, **{DISABLE_REMOTE_PARTITION: True, "delete_partition": False}))
+    apis.handle_stop_replica(_states(StopReplicaRequestData, "t", 0, 1, **{DISABLE_REMOTE_PARTITION: True, "delete_partition": False}))
     assert configs.calls == [("refresh", ["t"])]
     assert rm.calls[0][0] == "handle_stop_replica"
 
 
 def test_stop_replica_v5_without_tiering_does_not_reread():
     apis, _, _, configs, _, _ = _apis(tiered=False)
-    apis.handle_stop_replica(_states("t", 0, **{DISABLE_REMOTE_PARTITION: True}))
+    apis.handle_stop_replica(_states(StopReplicaRequestData, "t", 0, **{DISABLE_REMOTE_PARTITION: True}))
     assert configs.calls == []
 
 
 def test_update_metadata_goes_to_the_cache_then_the_replica_manager():
     apis, rm, cache, _, _, _ = _apis()
-    assert apis.handle_update_metadata({"live_brokers": []}) == {"error_code": 0}
-    assert cache.calls == [("update", {"live_brokers": []})] and rm.calls == [("on_metadata_update",)]
+    request = UpdateMetadataRequestData()
+    assert apis.handle_update_metadata(request) == {"error_code": 0}
+    assert cache.calls == [("update", request)] and rm.calls == [("on_metadata_update",)]
 
 
 def test_the_v5_flag_has_one_name_from_the_spec_to_the_check():
     body = {"controller_id": 1, "controller_epoch": 1, "broker_epoch": -1, "topic_states": [
         {"topic_name": "t", "partition_states": [{"partition_index": 0, "leader_epoch": -1,
                                                   "delete_partition": False, DISABLE_REMOTE_PARTITION: True}]}]}
-    assert body_problem(StopReplicaRequest, 5, body) is None
-    assert "not part of version 4" in body_problem(StopReplicaRequest, 4, body)
+    assert StopReplicaRequestData.from_json(5, body).topic_states[0].partition_states[0].disable_remote_partition
+    with pytest.raises(ControlMessageError, match="not part of version 4"):
+        StopReplicaRequestData.from_json(4, body)
     body["topic_states"][0]["partition_states"][0]["disable"] = True
-    assert "unknown field 'disable'" in body_problem(StopReplicaRequest, 5, body)
+    with pytest.raises(ControlMessageError, match="unknown field 'disable'"):
+        StopReplicaRequestData.from_json(5, body)
 
 
 def test_build_refuses_a_key_that_matches_no_field():

@@ -23,6 +23,7 @@ from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
 from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
 from kafkatier.waiting import wait_for
+from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, StopReplicaRequestData, UpdateMetadataRequestData
 
 T = DeleteRecordsRequest.DeleteRecordsTopic
 P = T.DeleteRecordsPartition
@@ -38,9 +39,16 @@ def records(n: int) -> bytes:
 
 
 def partition_state(topic: str, p: int, leader: int, epoch: int, replicas=(1, 2, 3), isr=None) -> dict:
-    return {"topic_name": topic, "partition_index": p, "controller_epoch": 1, "leader": leader,
+    return {"partition_index": p, "controller_epoch": 1, "leader": leader,
             "leader_epoch": epoch, "isr": list(isr if isr is not None else replicas), "partition_epoch": epoch,
             "replicas": list(replicas), "adding_replicas": [], "removing_replicas": [], "is_new": True}
+
+
+def metadata_state(*args, **kw) -> dict:
+    """The UpdateMetadata form of :func:`partition_state`."""
+    ps = partition_state(*args, **kw)
+    return {**{k: ps[k] for k in ("partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "replicas")},
+            "zk_version": ps["partition_epoch"]}
 
 
 class Header:
@@ -65,15 +73,15 @@ class Harness:
         self.set_alive(alive)
 
     def set_alive(self, alive) -> None:
-        self.cache.update({"controller_id": 1, "live_brokers": [
+        self.cache.update(UpdateMetadataRequestData.from_json(8, {"controller_id": 1, "live_brokers": [
             {"id": b, "endpoints": [{"host": "127.0.0.1", "port": 1}]} for b in alive], "topic_states": [
-            {"topic_name": t, "partition_states": [partition_state(t, 0, 1, 1)]}
-            for t in ("t", "c", "cd", "__consumer_offsets", "elsewhere")]})
+            {"topic_name": t, "partition_states": [metadata_state(t, 0, 1, 1)]}
+            for t in ("t", "c", "cd", "__consumer_offsets", "elsewhere")]}))
 
     def lead(self, topic: str = "t", leader: int = 1) -> None:
         self.epoch += 1
-        self.rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [
-            {"topic_name": topic, "partition_states": [partition_state(topic, 0, leader, self.epoch)]}]})
+        self.rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [
+            {"topic_name": topic, "partition_states": [partition_state(topic, 0, leader, self.epoch)]}]}))
 
     def partition(self, topic: str = "t"):
         return self.rm.get_partition(topic, 0)
@@ -170,9 +178,9 @@ def test_error_cases_each_with_low_watermark_minus_one(h):
         h.produce(3, t)
         h.catch_up(0, t)
     h.lead("f", leader=2)  # this broker follows f-0
-    h.cache.update({"controller_id": 1, "live_brokers": [{"id": b, "endpoints": [{"host": "h", "port": 1}]}
+    h.cache.update(UpdateMetadataRequestData.from_json(8, {"controller_id": 1, "live_brokers": [{"id": b, "endpoints": [{"host": "h", "port": 1}]}
                                                          for b in (1, 2, 3)],
-                    "topic_states": [{"topic_name": "f", "partition_states": [partition_state("f", 0, 2, 1)]}]})
+                    "topic_states": [{"topic_name": "f", "partition_states": [metadata_state("f", 0, 2, 1)]}]}))
     fut = h.delete([(("nosuch", 0), 1), (("t", 7), 1), (("c", 0), 1), (("__consumer_offsets", 0), 1),
                     (("f", 0), 1), (("elsewhere", 0), 1), (("cd", 0), 1)])
     h.catch_up(1, "cd")
@@ -294,9 +302,9 @@ def test_losing_leadership_completes_with_not_leader(h):
 
 def test_stop_replica_completes_with_not_leader(h):
     fut = h.delete([(("t", 0), 5)])
-    h.rm.handle_stop_replica({"controller_epoch": 1, "topic_states": [
+    h.rm.handle_stop_replica(StopReplicaRequestData.from_json(5, {"controller_epoch": 1, "topic_states": [
         {"topic_name": "t", "partition_states": [{"partition_index": 0, "delete_partition": False,
-                                                  "leader_epoch": -1}]}]})
+                                                  "leader_epoch": -1}]}]}))
     assert result(fut) == {("t", 0): (Errors.NOT_LEADER_OR_FOLLOWER, -1)}
 
 

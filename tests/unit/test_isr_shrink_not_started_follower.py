@@ -10,6 +10,7 @@ import kafkatier.server.partition as partition_module
 from kafkatier.log.log import Log
 from kafkatier.log.log_config import LogConfig
 from kafkatier.server.partition import Partition
+from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 
 LAG_MS = 30_000
 
@@ -29,7 +30,7 @@ def _leader(tmp_path, monkeypatch) -> tuple[Partition, list]:
             out[w.tp] = len(writes)
         return out
     p = Partition("t", 0, 1, Log(str(tmp_path / "t-0"), LogConfig()), isr_writer, lambda: 1, LAG_MS)
-    p.make_leader({"leader": 1, "leader_epoch": 3, "isr": [1, 2, 3], "replicas": [1, 2, 3], "partition_epoch": 0},
+    p.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 3, "isr": [1, 2, 3], "replicas": [1, 2, 3], "partition_epoch": 0}),
                   controller_epoch=1)
     return p, writes
 

@@ -16,6 +16,7 @@ from kafkatier.server.partition import Partition
 from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
 from kafkatier.waiting import wait_for
+from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 
 CFG = {"segment.bytes": "4096", "file.delete.delay.ms": "0"}
 
@@ -63,7 +64,7 @@ def jbod(dirs):
 def leader_partition(m: LogManager, topic="t", p=0, epoch=0) -> Partition:
     lg = m.get_or_create_log(topic, p, CFG, is_new=True)
     part = Partition(topic, p, 1, lg, lambda *a: 1, lambda: 1)
-    part.make_leader({"leader": 1, "leader_epoch": epoch, "isr": [1], "replicas": [1]}, 1)
+    part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": epoch, "isr": [1], "replicas": [1]}), 1)
     return part
 
 
@@ -114,7 +115,7 @@ def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs, jbod)
     part = leader_partition(m, epoch=3)
     first = blob(producer_id=7, seq=0)
     part.append_records_to_leader(first, -1)
-    part.make_leader({"leader": 1, "leader_epoch": 4, "isr": [1], "replicas": [1]}, 1)  # epoch 4, no record
+    part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 4, "isr": [1], "replicas": [1]}), 1)  # epoch 4, no record
     mgr = jbod.mover(m, ReplicationQuotaManager(), 2)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
@@ -346,10 +347,10 @@ def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs, jbod):
     mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
     mgr.startup()
     start_move(m, mgr, part, other_dir(dirs, part.log))
-    part.make_follower({"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}, 1)
+    part.make_follower(LeaderAndIsrPartitionState.from_json(7, {"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}), 1)
     part.truncate_to(90)  # the new leader has less: the future log follows
     assert part.future_log.log_end_offset <= 90
-    part.make_leader({"leader": 1, "leader_epoch": 3, "isr": [1], "replicas": [1, 2]}, 1)
+    part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 3, "isr": [1], "replicas": [1, 2]}), 1)
     part.append_records_to_leader(blob(), -1)
     quota.set_rate(LONG_MAX)
     wait_for(lambda: part.future_log is None, 10, message="the swap after two epoch changes")

@@ -10,6 +10,7 @@ from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsMa
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 from kafkatier.server.partition import Partition
 from kafkatier.waiting import wait_for
+from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 
 from tests.unit.test_jbod_move import other_dir, start_move
 from tests.unit.test_log_cleaner import blob, records
@@ -54,7 +55,7 @@ def test_a_compacted_log_moves_between_dirs_while_the_cleaner_runs(tmp_path):
     try:
         lg = m.get_or_create_log("t", 0, CFG, is_new=True)
         part = Partition("t", 0, 1, lg, lambda *a: 1, lambda: 1)
-        part.make_leader({"leader": 1, "leader_epoch": 0, "isr": [1], "replicas": [1]}, 1)
+        part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 0, "isr": [1], "replicas": [1]}), 1)
         expected = write(part, 0, 200)
         src = part.log.parent_dir
         wait_for(lambda: "t 0 " in checkpoint(src), 20, interval=0.05, message="a first cleaning")

@@ -14,6 +14,7 @@ from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.protocol.control_messages import LeaderAndIsrRequestData
 from fakes import FakeZk
 
 D = AlterReplicaLogDirsRequest.AlterReplicaLogDir
@@ -32,9 +33,9 @@ def rm(tmp_path):
 
 
 def become_leader(rm: ReplicaManager, topic: str, partition: int = 0) -> None:
-    rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [{"topic_name": topic, "partition_states": [
+    rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [{"topic_name": topic, "partition_states": [
         {"partition_index": partition, "leader": 1, "leader_epoch": 0, "isr": [1], "replicas": [1],
-         "is_new": True}]}]})
+         "is_new": True}]}]}))
 
 
 def header(key: int, version: int):
@@ -186,9 +187,9 @@ def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypat
         path, data, seq = zk.created[0]
         assert path == "/log_dir_event_notification/log_dir_event_" and seq
         assert json.loads(data) == {"version": 1, "broker": 1, "event": 1}
-        resp = r.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [{"topic_name": "t",
+        resp = r.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [{"topic_name": "t",
                                         "partition_states": [{"partition_index": 0, "leader": 1, "leader_epoch": 1,
-                                                              "isr": [1], "replicas": [1]}]}]})
+                                                              "isr": [1], "replicas": [1]}]}]}))
         assert resp["topics"][0]["partition_errors"][0]["error_code"] == Errors.KAFKA_STORAGE_ERROR
     finally:
         r.shutdown()

@@ -20,6 +20,7 @@ from kafkatier.server.metadata_cache import MetadataCache
 from kafkatier.server.network import ConnectionContext
 from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.replica_manager import ReplicaManager
+from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, UpdateMetadataRequestData
 
 T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
 P = T.OffsetForLeaderPartition
@@ -35,9 +36,16 @@ def records(n: int) -> bytes:
 
 
 def partition_state(topic: str, leader: int, epoch: int) -> dict:
-    return {"topic_name": topic, "partition_index": 0, "controller_epoch": 1, "leader": leader,
+    return {"partition_index": 0, "controller_epoch": 1, "leader": leader,
             "leader_epoch": epoch, "isr": [1, 2], "partition_epoch": epoch, "replicas": [1, 2],
             "adding_replicas": [], "removing_replicas": [], "is_new": True}
+
+
+def metadata_state(*args, **kw) -> dict:
+    """The UpdateMetadata form of :func:`partition_state`."""
+    ps = partition_state(*args, **kw)
+    return {**{k: ps[k] for k in ("partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "replicas")},
+            "zk_version": ps["partition_epoch"]}
 
 
 class Header:
@@ -50,19 +58,19 @@ class Header:
 class Broker:
     def __init__(self, tmp_path, authorizer=None):
         self.cache = MetadataCache(1)
-        self.cache.update({"controller_id": 1, "live_brokers": [
+        self.cache.update(UpdateMetadataRequestData.from_json(8, {"controller_id": 1, "live_brokers": [
             {"id": b, "endpoints": [{"host": "127.0.0.1", "port": 1}]} for b in (1, 2)], "topic_states": [
-            {"topic_name": t, "partition_states": [partition_state(t, 1, 1)]} for t in ("t", "f", "elsewhere")]})
+            {"topic_name": t, "partition_states": [metadata_state(t, 1, 1)]} for t in ("t", "f", "elsewhere")]}))
         self.lm = LogManager([str(tmp_path / "d1")], broker_id=1, cluster_id="c", topic_configs=lambda t: {})
         self.rm = ReplicaManager(1, self.lm, lambda t: {}, zk=None, metadata_cache=self.cache,
                                  replica_lag_time_max_ms=30000)
         self.apis = OffsetForLeaderEpochApis(self.rm, AuthHelper(authorizer))
-        self.rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [
-            {"topic_name": "f", "partition_states": [partition_state("f", 2, 4)]}]})
+        self.rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [
+            {"topic_name": "f", "partition_states": [partition_state("f", 2, 4)]}]}))
 
     def lead(self, epoch: int, produce: int) -> None:
-        self.rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [
-            {"topic_name": "t", "partition_states": [partition_state("t", 1, epoch)]}]})
+        self.rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [
+            {"topic_name": "t", "partition_states": [partition_state("t", 1, epoch)]}]}))
         if produce:
             self.rm.get_partition("t", 0).append_records_to_leader(records(produce), 1)
 

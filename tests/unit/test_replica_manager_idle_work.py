@@ -9,6 +9,7 @@ import pytest
 
 from kafkatier.log.log_manager import LogManager
 from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
+from kafkatier.protocol.control_messages import LeaderAndIsrRequestData
 
 
 @pytest.fixture
@@ -22,9 +23,9 @@ def rm(tmp_path):
 
 
 def lead(rm: ReplicaManager, partitions: int, replicas=(1, 2), isr=(1,)) -> None:
-    rm.handle_leader_and_isr({"controller_epoch": 1, "topic_states": [{"topic_name": "t", "partition_states": [
+    rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [{"topic_name": "t", "partition_states": [
         {"partition_index": p, "leader": 1, "leader_epoch": 0, "isr": list(isr), "replicas": list(replicas),
-         "is_new": True, "partition_epoch": 0} for p in range(partitions)]}]})
+         "is_new": True, "partition_epoch": 0} for p in range(partitions)]}]}))
 
 
 def test_the_high_watermark_checkpoint_is_written_only_after_a_change(rm, tmp_path):
@@ -40,7 +41,7 @@ def test_the_high_watermark_checkpoint_is_written_only_after_a_change(rm, tmp_pa
     assert os.stat(path).st_mtime_ns == 1
     lead_more = {"controller_epoch": 1, "topic_states": [{"topic_name": "u", "partition_states": [
         {"partition_index": 0, "leader": 1, "leader_epoch": 0, "isr": [1], "replicas": [1], "is_new": True}]}]}
-    rm.handle_leader_and_isr(lead_more)  # a new partition: written again
+    rm.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, lead_more))  # a new partition: written again
     rm.checkpoint_high_watermarks()
     assert os.stat(path).st_mtime_ns != 1 and first
 
