@@ -149,14 +149,17 @@ class ControllerBrokerRequestBatch:
             return
         try:
             live = self.ctx.live_or_shutting_down_broker_ids
-            shared: dict = {}  # a partition's state is the same for every broker it goes to: built once
+            # A partition's state is the same for every broker it goes to: built once (``shared``, by entry)
+            # and written once (``written``, by state).
+            shared: dict = {}
+            written: dict = {}
             for b, parts in self.leader_and_isr.items():
                 if b in live and parts:
                     cb = None
                     if self._leader_and_isr_callback is not None:
                         cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
                     request = self._leader_and_isr_request(b, parts, controller_epoch, shared)
-                    self._send(b, *LEADER_AND_ISR, request.to_json(LEADER_AND_ISR_VERSION), cb)
+                    self._send(b, *LEADER_AND_ISR, request.to_json(LEADER_AND_ISR_VERSION, written), cb)
             if self.update_metadata_brokers:
                 topic_states = self._update_metadata_topic_states()
                 live_brokers = self._live_brokers()
@@ -165,7 +168,7 @@ class ControllerBrokerRequestBatch:
                         request = UpdateMetadataRequestData(
                             **self._header(b, controller_epoch), type=0, topic_states=topic_states,
                             live_brokers=live_brokers)
-                        self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION), None)
+                        self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION, written), None)
             for b, parts in self.stop_replica.items():
                 if b in live and parts:
                     body = self._stop_replica_request(b, parts, controller_epoch).to_json(STOP_REPLICA_VERSION)

@@ -35,12 +35,13 @@ from kafkatier.common.atomic_file import fsync_dir
 from kafkatier.common.faults import crash_point
 from kafkatier.log.leader_epoch_cache import LeaderEpochFileCache
 from kafkatier.log.log_config import LONG_MAX, LogConfig
+from kafkatier.log.producer_state import DuplicateAppend, ProducerStateManager
 from kafkatier.log.partition_metadata import (
     PartitionMetadataError,
     read_partition_metadata,
     write_partition_metadata,
 )
-from kafkatier.log.record_batch import NO_TIMESTAMP, AppendInfo
+from kafkatier.log.record_batch import NO_TIMESTAMP, AppendInfo, end_transaction_marker
 from kafkatier.log.transaction_index import AbortedTxn
 from kafkatier.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -116,6 +117,8 @@ class Log:
         # segment, and local retention only removes uploaded segments.
         self.remote_log_enabled = remote_log_enabled
         self._highest_offset_in_remote_storage = -1
+        self._producer_state: ProducerStateManager | None = None   # built on first use (producer_state)
+        self._snapshot_base: int | None = None   # the active segment's base when the producer state last looked
         os.makedirs(self._dir, exist_ok=True)
         self.topic_id: str | None = None
         self._topic_id_unsynced = False
@@ -541,6 +544,115 @@ class Log:
                 self.leader_epoch_cache.assign(epoch, base)
             self._maybe_flush_by_messages()
             return attrs.evolve(info, log_start_offset=self._log_start_offset)
+
+    # --- producer state (Kafka's UnifiedLog owns its ProducerStateManager) -------------------------------
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """This log's producer state (log/producer_state.py), built from its latest snapshot and its batches on
+        first use.  Callers read it; it changes only through the appends below and this log's truncations."""
+        state = self._producer_state
+        if state is None:
+            with self._lock:
+                if self._producer_state is None:
+                    built = ProducerStateManager()
+                    built.rebuild(self)
+                    self._producer_state = built
+                state = self._producer_state
+        return state
+
+    def append_records_as_leader(self, records, leader_epoch: int, *, from_coordinator: bool = False,
+                                 verification_guard: object | None = None,
+                                 verify: bool = False) -> AppendInfo | DuplicateAppend:
+        """Kafka's ``appendAsLeader`` with its producer-state analysis: a retried idempotent batch already in
+        the log is answered with its first offsets (:class:`DuplicateAppend`) and not appended; a client batch
+        (not ``from_coordinator``) is checked against its producer's epoch and open transaction, after the
+        duplicate check as Kafka's ``analyzeAndValidateProducerState``; then :meth:`append_as_leader`, and the
+        producer state follows the appended batches."""
+        with self._lock:
+            state = self.producer_state
+            dup = state.find_duplicate(records)
+            if dup is not None:
+                return DuplicateAppend(dup.first_offset, dup.last_offset)
+            if not from_coordinator:
+                state.check_append(records, verification_guard, verify)
+            info = self.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
+            if info.num_batches:
+                self._update_producer_state(info.records)
+            return info
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          leader_epoch: int) -> AppendInfo:
+        """A COMMIT or ABORT marker for ``producer_id`` (WriteTxnMarkers on the leader), once the producer's and
+        the coordinator's epochs pass the producer state's check; the transaction completes in the state and an
+        aborted one is indexed."""
+        with self._lock:
+            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            marker = end_transaction_marker(producer_id, producer_epoch, coordinator_epoch, commit, self._clock())
+            info = self.append_as_leader(marker, leader_epoch, from_coordinator=True)
+            self._update_producer_state(info.records, coordinator_epoch)
+            return info
+
+    def append_records_as_follower(self, records) -> AppendInfo:
+        """:meth:`append_as_follower`, with the producer state following the fetched batches."""
+        with self._lock:
+            info = self.append_as_follower(records)
+            if info.num_batches:
+                self._update_producer_state(info.records)
+            return info
+
+    def _update_producer_state(self, records, coordinator_epoch: int | None = None) -> None:
+        """The producer state after an append of ``records``: completed transactions recorded (the aborted ones
+        indexed), and a snapshot when the append rolled a segment."""
+        state = self.producer_state
+        completed = state.update(records, coordinator_epoch)
+        if completed:   # forget completed transactions whose markers are below the HW (bounded memory)
+            state.first_unstable_offset(self._high_watermark)
+        for txn in completed:
+            if txn.is_aborted:
+                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                   state.last_stable_offset_after(txn))
+                try:
+                    self.append_aborted_txn(entry)
+                except (ValueError, OSError) as e:
+                    # The marker is in the log already: report, do not fail the append (read_committed
+                    # consumers would then see this aborted transaction's records).
+                    log.error("cannot index an aborted transaction %s", kv(partition=self.name, entry=entry, reason=e))
+        self._snapshot_on_roll()
+
+    def _snapshot_on_roll(self) -> None:
+        """A producer state snapshot when the log rolled a segment (Kafka's snapshot at roll), so a restart reads
+        the log from there rather than from its start (log/producer_state.py)."""
+        base = self._segments[-1].base_offset
+        if base == self._snapshot_base:
+            return
+        first = self._snapshot_base is None
+        self._snapshot_base = base
+        if not first:
+            self.snapshot_producer_state()
+
+    def snapshot_producer_state(self, sync: bool = True) -> None:
+        """Write the producer state at the log end offset (at a roll, and at shutdown, where ``sync=False``: the
+        log manager syncs the file system before the clean shutdown marker); a failure is logged."""
+        with self._lock:
+            try:
+                self.producer_state.take_snapshot(self._dir, self._next_offset, sync=sync)
+            except OSError as e:
+                log.warning("cannot write a producer state snapshot %s", kv(partition=self.name, reason=e))
+
+    def _rebuild_producer_state(self) -> None:
+        """After a truncation: the producer state read again, if it was built (else it is built when used)."""
+        if self._producer_state is not None:
+            self._producer_state.rebuild(self)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's ``lastStableOffset``: the first unstable offset if below the high watermark, else the HW."""
+        with self._lock:
+            hw = self._high_watermark
+            first = self.producer_state.first_unstable_offset(hw)
+            if first is None:
+                return hw
+            return min(max(first, self._log_start_offset), hw)
 
     def append_copy_from(self, source: "Log", max_bytes: int) -> int:
         """JBOD moves: append ``source``'s batches from this log's end offset, at most ``max_bytes`` (at least
@@ -1038,6 +1150,7 @@ class Log:
             self._high_watermark = min(self._high_watermark, self._next_offset)
             self._recovery_point = min(self._recovery_point, self._next_offset)
             self._hw_meta = None
+            self._rebuild_producer_state()
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
@@ -1056,6 +1169,7 @@ class Log:
             self._recovery_point = new_offset
             self._high_watermark = new_offset
             self._hw_meta = None
+            self._rebuild_producer_state()
 
     # --- durability and lifecycle --------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:

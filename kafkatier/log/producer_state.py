@@ -9,7 +9,7 @@ state is rebuilt when a replica is opened and after a truncation: from the lates
 below the log end offset (``<offset>.snapshot``, Kafka's format version 1: version, CRC-32C, then per producer its
 id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch and ``currentTxnFirstOffset``),
 then the batch headers of the log from that offset on -- or of the whole log when there is no usable snapshot (a
-bad CRC or version is logged and the file ignored).  :meth:`take_snapshot` writes one (the partition does at each
+bad CRC or version is logged and the file ignored).  :meth:`take_snapshot` writes one (the log does at each
 segment roll and at shutdown, Kafka's points); snapshots above the log end are deleted at rebuild (a truncation
 made them wrong) and only the two most recent are kept.  As in Kafka, a producer's state loaded from a snapshot
 holds its last batch only (de-duplication of the four before it needs the log).  Out-of-order sequences are not
@@ -18,7 +18,7 @@ rejected (see docs/differences.md).
 Transactions (Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``): per producer the latest epoch and
 coordinator epoch, and the first offset of its open transaction (``currentTxnFirstOffset``), set by its first
 transactional batch and cleared by its COMMIT/ABORT control batch.  :meth:`update` returns the transactions an
-append completed (:class:`CompletedTxn`); the partition indexes the aborted ones (``log/transaction_index.py``).
+append completed (:class:`CompletedTxn`); the log indexes the aborted ones (``log/transaction_index.py``).
 :meth:`first_unstable_offset` is the first offset of the oldest open transaction, or of the oldest completed one
 whose marker is not yet below the high watermark (Kafka's ``firstUnstableOffset``); the last stable offset is
 that, bounded by the high watermark.  :meth:`check_append` is the leader's check of a client batch: an epoch
@@ -55,6 +55,13 @@ SNAPSHOTS_KEPT = 2
 _SNAPSHOT_HEADER = struct.Struct(">hIi")        # version, crc (of what follows it), number of producers
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")     # id, epoch, last seq, last offset, offset delta, timestamp,
 #                                                  coordinator epoch, current transaction's first offset
+
+
+@attrs.frozen
+class DuplicateAppend:
+    """A retried idempotent batch already in the log: answered with its original offsets, not appended again."""
+    first_offset: int
+    last_offset: int
 
 
 class CorruptSnapshotError(ValueError):

@@ -68,14 +68,18 @@ class ControlStruct:
     _writers: ClassVar[dict[int, Callable[[Any], dict]]]
     _readers: ClassVar[dict[int, Callable[[Any], Any]]]
 
-    def to_json(self, version: int) -> dict[str, Any]:
+    def to_json(self, version: int, memo: dict[int, tuple] | None = None) -> dict[str, Any]:
         """The fields of ``version`` as a JSON-friendly dict (nested structs as dicts, arrays as lists): what
-        ``json.loads(json.dumps(...))`` gives back."""
+        ``json.loads(json.dumps(...))`` gives back.
+
+        ``memo`` (``id(struct) -> (struct, its written form)``, start with ``{}``), shared by the messages of one round of requests, writes
+        a struct that several messages hold (a partition's state sent to each of its replicas) once; the
+        written forms are then shared too, so neither may be changed while the memo lives."""
         writer = type(self)._writers.get(version)
         if writer is None:
             cls = type(self)
             writer = _writer(cls, version, cls.MESSAGE.__name__ if isinstance(self, ControlMessage) else cls.STRUCT)
-        return writer(self)
+        return writer(self, memo)
 
     @classmethod
     def from_json(cls, version: int, raw: Any):
@@ -159,7 +163,7 @@ def _writer(cls: type, version: int, path: str) -> Callable[[Any], dict]:
     version must hold its default."""
     if not 0 <= version <= cls.MESSAGE.max_version:
         raise ControlMessageError(f"{path}: version {version} not in 0..{cls.MESSAGE.max_version}")
-    env: dict[str, Any] = {"_absent": _absent}
+    env: dict[str, Any] = {"_absent": _absent, "_memo": _memo}
     items, checks = [], []
     for i, (name, field) in enumerate(cls.FIELDS.items()):
         if not field.for_version_q(version):
@@ -170,17 +174,28 @@ def _writer(cls: type, version: int, path: str) -> Callable[[Any], dict]:
             sub = _struct_class(cls, field)
             env[f"w{i}"] = sub._writers.get(version) or _writer(sub, version, f"{path}.{name}")
             if field.is_struct_array():
-                items.append(f"{name!r}: None if o.{name} is None else [w{i}(x) for x in o.{name}]")
+                items.append(f"{name!r}: None if o.{name} is None else [w{i}(x, None) for x in o.{name}] "
+                             f"if memo is None else _memo(w{i}, o.{name}, memo)")
             else:
-                items.append(f"{name!r}: None if o.{name} is None else w{i}(o.{name})")
+                items.append(f"{name!r}: None if o.{name} is None else w{i}(o.{name}, memo)")
         elif field.is_array():
             items.append(f"{name!r}: None if o.{name} is None else list(o.{name})")
         else:
             items.append(f"{name!r}: o.{name}")
-    src = "def write(o):\n" + "".join(checks) + "    return {" + ", ".join(items) + "}\n"
+    src = "def write(o, memo):\n" + "".join(checks) + "    return {" + ", ".join(items) + "}\n"
     exec(src, env)  # noqa: S102 - generated from the spec's field names only
     cls._writers[version] = env["write"]
     return env["write"]
+
+
+def _memo(write: Callable[[Any, Any], dict], items: tuple, memo: dict[int, tuple]) -> list[dict]:
+    out = []
+    for x in items:
+        hit = memo.get(id(x))
+        if hit is None:  # the struct is kept beside its written form: its id cannot be reused while memo lives
+            hit = memo[id(x)] = (x, write(x, memo))
+        out.append(hit[1])
+    return out
 
 
 def _absent(o: Any, name: str, version: int, path: str) -> None:

@@ -17,9 +17,7 @@ from typing import Callable
 import attrs
 
 from kafkatier.log.log_dir_failure_channel import is_storage_failure
-from kafkatier.log.producer_state import ProducerStateManager
-from kafkatier.log.record_batch import end_transaction_marker
-from kafkatier.log.transaction_index import AbortedTxn
+from kafkatier.log.producer_state import DuplicateAppend, ProducerStateManager
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 from kafkatier.protocol.errors import (Errors, FencedLeaderEpochError, KafkaError, KafkaStorageError,
@@ -39,13 +37,6 @@ class FollowerState:
     log_start_offset: int = -1
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
-
-
-@attrs.frozen
-class DuplicateAppend:
-    """A retried idempotent batch already in the log: answered with its original offsets."""
-    first_offset: int
-    last_offset: int
 
 
 @attrs.frozen
@@ -86,9 +77,6 @@ class Partition:
         self.adding_replicas: tuple[int, ...] = ()  # a reassignment in progress (from LeaderAndIsr)
         self._isr_in_flight = False  # an ISR change decided and not yet completed
         self.followers: dict[int, FollowerState] = {}
-        self.producer_state = ProducerStateManager()
-        self.producer_state.rebuild(log_)
-        self._snapshot_base: int | None = None   # the active segment's base offset when last looked at
         # JBOD (KIP-113): the ``<tp>.move`` future log while a move is in progress (set and cleared by the
         # ReplicaAlterLogDirsManager); it follows truncation and counts for the low watermark.  ``future_lock``
         # (taken after ``lock``) guards it: a move round holds it while copying.
@@ -120,6 +108,11 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The log's producer state, to read (the log keeps it: :meth:`Log.append_records_as_leader`)."""
+        return self.log.producer_state
 
     # --- leadership -----------------------------------------------------------------------------------------
     def make_leader(self, ps: LeaderAndIsrPartitionState, controller_epoch: int) -> None:
@@ -168,21 +161,16 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
                     f"requirement of {min_isr} for partition {self}")
-            dup = self.producer_state.find_duplicate(records)
-            if dup is not None:
-                log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
-                         kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
-                return DuplicateAppend(dup.first_offset, dup.last_offset)
-            if not from_coordinator:   # after the duplicate check, as Kafka's analyzeAndValidateProducerState
-                self.producer_state.check_append(records, verification_guard, verify)
             try:
-                info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator)
+                info = self.log.append_records_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator,
+                                                         verification_guard=verification_guard, verify=verify)
             except Exception as e:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
-            if info.num_batches:
-                self._index_aborted(self.producer_state.update(info.records))
-                self._snapshot_on_roll()
+            if isinstance(info, DuplicateAppend):
+                log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
+                         kv(partition=self, first_offset=info.first_offset, last_offset=info.last_offset))
+                return info
         self.maybe_increment_high_watermark()
         return info
 
@@ -199,60 +187,24 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
                     f"requirement of {min_isr} for partition {self}")
-            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
-            marker = end_transaction_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms())
             try:
-                info = self.log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
+                info = self.log.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                                  self.leader_epoch)
             except Exception as e:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
-            self._index_aborted(self.producer_state.update(info.records, coordinator_epoch))
-            self._snapshot_on_roll()
         self.maybe_increment_high_watermark()
         return info
 
-    def _snapshot_on_roll(self) -> None:
-        """A producer state snapshot when the log rolled a segment (Kafka's snapshot at roll), so a restart reads
-        the log from there rather than from its start (log/producer_state.py)."""
-        base = self.log.active_segment.base_offset
-        if base == self._snapshot_base:
-            return
-        first = self._snapshot_base is None
-        self._snapshot_base = base
-        if not first:
-            self.snapshot_producer_state()
-
     def snapshot_producer_state(self, sync: bool = True) -> None:
-        """Write the producer state at the log end offset (at a roll, and at shutdown, where ``sync=False``: the
-        log manager syncs the file system before the clean shutdown marker); a failure is logged."""
+        """The log's producer state snapshot (at shutdown: ``sync=False``), under the partition lock."""
         with self.lock:
-            try:
-                self.producer_state.take_snapshot(self.log.dir, self.log.log_end_offset, sync=sync)
-            except OSError as e:
-                log.warning("cannot write a producer state snapshot %s", kv(partition=self, reason=e))
-
-    def _index_aborted(self, completed) -> None:
-        if completed:   # forget completed transactions whose markers are below the HW (bounded memory)
-            self.producer_state.first_unstable_offset(self.log.high_watermark)
-        for txn in completed:
-            if txn.is_aborted:
-                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
-                                   self.producer_state.last_stable_offset_after(txn))
-                try:
-                    self.log.append_aborted_txn(entry)
-                except (ValueError, OSError) as e:
-                    # The marker is in the log already: report, do not fail the append (read_committed
-                    # consumers would then see this aborted transaction's records).
-                    log.error("cannot index an aborted transaction %s", kv(partition=self, entry=entry, reason=e))
+            self.log.snapshot_producer_state(sync=sync)
 
     @property
     def last_stable_offset(self) -> int:
-        """Kafka's ``lastStableOffset``: the first unstable offset if below the high watermark, else the HW."""
-        hw = self.log.high_watermark
-        first = self.producer_state.first_unstable_offset(hw)
-        if first is None:
-            return hw
-        return min(max(first, self.log.log_start_offset), hw)
+        """Kafka's ``lastStableOffset`` (the log's)."""
+        return self.log.last_stable_offset
 
     # --- leader: follower fetches ---------------------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, follower_log_start_offset: int,
@@ -404,13 +356,10 @@ class Partition:
         # Under the partition lock, like leader appends: a JBOD swap (KIP-113) must see no append.
         with self.lock:
             try:
-                info = self.log.append_as_follower(records)
+                self.log.append_records_as_follower(records)
             except Exception as e:
                 self._maybe_log_dir_failure(e, "appending to")
                 raise
-            if info.num_batches:
-                self._index_aborted(self.producer_state.update(info.records))
-                self._snapshot_on_roll()
 
     def _maybe_log_dir_failure(self, e: BaseException, what: str) -> None:
         """Report an I/O error to the log dir failure channel and answer KAFKA_STORAGE_ERROR
@@ -421,10 +370,10 @@ class Partition:
                 raise KafkaStorageError(f"Error while {what} {self} in dir {self.log.parent_dir}: {e}") from e
 
     def truncate_to(self, offset: int) -> None:
-        """Follower truncation: the log (its leader-epoch cache with it), producer state, the JBOD future log."""
+        """Follower truncation: the log (its leader-epoch cache and producer state with it), the JBOD future
+        log."""
         with self.lock:
-            if self.log.truncate_to(offset):
-                self.producer_state.rebuild(self.log)
+            self.log.truncate_to(offset)
             with self.future_lock:  # the future log follows truncation (docs/kip-113-jbod.md#moving-a-replica)
                 future = self.future_log
                 if future is not None and future.log_end_offset > self.log.log_end_offset:
@@ -456,7 +405,6 @@ class Partition:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self.lock:
             self.log.truncate_fully_and_start_at(offset)
-            self.producer_state.rebuild(self.log)
             with self.future_lock:
                 if self.future_log is not None:
                     self.future_log.truncate_fully_and_start_at(offset)
