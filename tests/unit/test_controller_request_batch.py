@@ -4,8 +4,8 @@ from __future__ import annotations
 from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext, ReplicaAssignment
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
-from kafkatier.protocol.control_requests import (LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
-                                                 from_body)
+from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, StopReplicaRequestData,
+                                                 UpdateMetadataRequestData)
 from kafkatier.zk.codecs import new_topic_id
 
 
@@ -38,12 +38,12 @@ def test_leader_and_isr_then_update_metadata_bodies_decode():
     kinds = [(s[0], s[2], s[3]) for s in sent]
     assert kinds[0] == (2, "LeaderAndIsr", 7)
     assert {k[1] for k in kinds[1:]} == {"UpdateMetadata"}
-    lai = from_body(LeaderAndIsrRequest, 7, sent[0][4])
+    lai = LeaderAndIsrRequestData.from_json(7, sent[0][4])
     ps = lai.topic_states[0].partition_states[0]
     assert (lai.broker_epoch, lai.controller_epoch, ps.leader, ps.leader_epoch, ps.partition_epoch, ps.is_new) == \
         (102, 3, 1, 4, 7, True)
     for s in sent[1:]:
-        um = from_body(UpdateMetadataRequest, 8, s[4])
+        um = UpdateMetadataRequestData.from_json(8, s[4])
         assert um.broker_epoch == 100 + s[0]
         assert [b.id for b in um.live_brokers] == [1, 2, 3]
 
@@ -57,7 +57,7 @@ def test_stop_replica_v5_disable_and_delete_entries():
         b.add_stop_replica([3], TopicPartition("t", 1), delete=True)
     sent = collect(ctx, fill, stop_replica_callback=lambda broker, entries, resp: responses.append((broker, entries)))
     assert len(sent) == 1 and sent[0][2] == "StopReplica" and sent[0][3] == 5
-    req = from_body(StopReplicaRequest, 5, sent[0][4])
+    req = StopReplicaRequestData.from_json(5, sent[0][4])
     parts = {p.partition_index: p for p in req.topic_states[0].partition_states}
     assert (parts[0].disable_remote_partition, parts[0].delete_partition, parts[0].leader_epoch) == (True, False, -1)
     assert (parts[1].disable_remote_partition, parts[1].delete_partition, parts[1].leader_epoch) == (False, True, 4)
@@ -72,7 +72,7 @@ def test_stop_replica_entries_for_one_partition_are_merged():
         b.add_stop_replica([2], TopicPartition("t", 0), delete=False)
         b.add_stop_replica([2], TopicPartition("t", 0), delete=True)
     sent = collect(ctx, fill)
-    req = from_body(StopReplicaRequest, 5, sent[0][4])
+    req = StopReplicaRequestData.from_json(5, sent[0][4])
     assert [p.delete_partition for p in req.topic_states[0].partition_states] == [True]
 
 
@@ -91,7 +91,7 @@ def test_coalesced_rounds_send_one_request_of_each_kind_per_broker_with_the_fina
     kinds = sorted((s[0], s[2]) for s in sent)
     assert kinds == [(1, "UpdateMetadata"), (2, "LeaderAndIsr"), (2, "UpdateMetadata"), (3, "LeaderAndIsr"),
                      (3, "UpdateMetadata")]
-    lai = from_body(LeaderAndIsrRequest, 7, next(s[4] for s in sent if s[0] == 2 and s[2] == "LeaderAndIsr"))
+    lai = LeaderAndIsrRequestData.from_json(7, next(s[4] for s in sent if s[0] == 2 and s[2] == "LeaderAndIsr"))
     assert lai.topic_states[0].partition_states[0].leader_epoch == 6
 
 
