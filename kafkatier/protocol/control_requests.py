@@ -38,11 +38,11 @@ class _SpecKind:
 
     @classmethod
     def is_request(cls) -> bool:
-        return cls._json["type"] == "request"  # type: ignore[attr-defined]
+        return cls.json["type"] == "request"
 
     @classproperty
     def header_class(cls):  # pylint: disable=E0213
-        return RequestHeader if cls._json["type"] == "request" else ResponseHeader  # type: ignore
+        return RequestHeader if cls.json["type"] == "request" else ResponseHeader
 
 
 class LeaderAndIsrRequest(_SpecKind, ApiMessage, load_json=_specs):

@@ -40,6 +40,7 @@ import attrs
 from kafkatier.zk.errors import NoNodeError, NodeExistsError
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.server.config import broker_setting
 from kafkatier.zk.node_change_notification_listener import NotificationError, ZkNodeChangeNotificationListener
 
 log = get_logger("server.acl")
@@ -448,13 +449,13 @@ def parse_change_notification(root: str, data: bytes | None) -> ResourcePattern:
 def authorizer_from_config(zk, overrides: Mapping[str, Any]) -> AclAuthorizer | None:
     """The broker's authorizer per ``authorizer.class.name`` (empty or absent: None, i.e. allow everything),
     ``super.users`` (``User:a;User:b``) and ``allow.everyone.if.no.acl.found``."""
-    name = str(overrides.get("authorizer.class.name", "") or "").strip()
+    name = (broker_setting(overrides, "authorizer.class.name") or "").strip()
     if not name:
         return None
     if name not in KNOWN_AUTHORIZERS:
         log.warning("unknown authorizer.class.name; using the ZooKeeper ACL authorizer %s", kv(value=name))
-    supers = [s.strip() for s in str(overrides.get("super.users", "") or "").split(";") if s.strip()]
-    allow = str(overrides.get("allow.everyone.if.no.acl.found", "false")).strip().lower() == "true"
+    supers = [s.strip() for s in (broker_setting(overrides, "super.users") or "").split(";") if s.strip()]
+    allow = broker_setting(overrides, "allow.everyone.if.no.acl.found")
     log.info("ACL authorizer enabled %s", kv(super_users=",".join(supers) or None, allow_if_no_acl=allow))
     return AclAuthorizer(zk, supers, allow)
 

@@ -131,7 +131,7 @@ def security_protocol_map(overrides: dict) -> dict[str, str]:
     """``listener.security.protocol.map`` (``NAME:PROTOCOL,...``) over Kafka's default, where each of the four
     protocol names maps to itself."""
     out = {p: p for p in SECURITY_PROTOCOLS}
-    for item in str(overrides.get("listener.security.protocol.map") or "").split(","):
+    for item in (broker_setting(overrides, "listener.security.protocol.map") or "").split(","):
         name, sep, protocol = item.strip().partition(":")
         if not item.strip():
             continue
@@ -145,9 +145,9 @@ def security_protocol_map(overrides: dict) -> dict[str, str]:
 def inter_broker_listener_name(overrides: dict) -> str | None:
     """``inter.broker.listener.name``, else the listener named after ``security.inter.broker.protocol`` (Kafka's
     rule); None when neither is set (brokers dial each other's first endpoint: PLAINTEXT)."""
-    name = str(overrides.get("inter.broker.listener.name") or "").strip().upper()
+    name = (broker_setting(overrides, "inter.broker.listener.name") or "").strip().upper()
     if not name:
-        name = str(overrides.get("security.inter.broker.protocol") or "").strip().upper()
+        name = (broker_setting(overrides, "security.inter.broker.protocol") or "").strip().upper()
     if not name or name == "PLAINTEXT":
         return None
     if name not in {e.name for e in extra_listeners(overrides)}:
@@ -159,8 +159,8 @@ def extra_listeners(overrides: dict) -> list[ExtraListener]:
     """The listeners of ``listeners`` other than PLAINTEXT (which is the broker's ``--port``), each advertised as
     ``advertised.listeners`` says (default: as it binds), speaking the security protocol
     ``listener.security.protocol.map`` gives it (a name the map lacks speaks PLAINTEXT: client groups)."""
-    bind = _listener_map(overrides.get("listeners"))
-    adv = _listener_map(overrides.get("advertised.listeners"))
+    bind = _listener_map(broker_setting(overrides, "listeners"))
+    adv = _listener_map(broker_setting(overrides, "advertised.listeners"))
     spm = security_protocol_map(overrides)
     return [ExtraListener(name, host, port, *adv.get(name, (host, port)), security_protocol=spm.get(name, "PLAINTEXT"))
             for name, (host, port) in bind.items() if name != "PLAINTEXT"]

@@ -150,11 +150,35 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("remote.log.manager.copier.thread.pool.size", "INT", -1, PER_BROKER, -1),
     _d("remote.log.manager.expiration.thread.pool.size", "INT", -1, PER_BROKER, -1),
     _d("remote.log.reader.threads", "INT", 10, PER_BROKER, 1),
+    # listeners and security (server/config.py's listener helpers, server/sasl.py, server/acl.py); kafkatier's
+    # SASL defaults are PLAIN where Kafka's are GSSAPI, which it does not implement (docs/security.md)
+    _d("advertised.listeners", "STRING", None, PER_BROKER),
+    _d("listener.security.protocol.map", "STRING",
+       "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", PER_BROKER),
+    _d("inter.broker.listener.name", "STRING", None, READ_ONLY),
+    _d("security.inter.broker.protocol", "STRING", "PLAINTEXT", READ_ONLY),
+    _d("listener.security.protocol", "STRING", "PLAINTEXT", READ_ONLY),   # project addition: SASL on the listener
+    _d("sasl.enabled.mechanisms", "LIST", "PLAIN", PER_BROKER),
+    _d("sasl.mechanism.inter.broker.protocol", "STRING", "PLAIN", PER_BROKER),
+    _d("connection.failed.authentication.delay.ms", "INT", 100, READ_ONLY, 0),
+    _d("authorizer.class.name", "STRING", "", READ_ONLY),
+    _d("super.users", "STRING", None, READ_ONLY),                       # the ACL authorizer's
+    _d("allow.everyone.if.no.acl.found", "BOOLEAN", False, READ_ONLY),  # the ACL authorizer's
+    _d("replica.selector.class", "STRING", None, READ_ONLY),
+    _d("socket.request.max.bytes", "INT", 104857600, READ_ONLY, 1),
+    _d("queued.max.request.bytes", "LONG", -1, READ_ONLY),
+    # project additions: the links of docs/network-faults.md, and a test hook delaying the control channel
+    _d("kafkatier.links.broker.endpoints", "STRING", None, READ_ONLY),
+    _d("kafkatier.test.control.channel.latency.ms", "DOUBLE", 0, READ_ONLY, 0),
+    _d("kafkatier.test.memory.headroom.bytes", "LONG", None, READ_ONLY, 0),
     # secrets: described as sensitive with a null value, never echoed (server/sasl.py reads them)
     _d("sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.plain.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_ssl.plain.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
+    _d("listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config", "PASSWORD", None, READ_ONLY),
 )}
 # Every other Kafka 3.9 broker config: known with Kafka's type, default and update mode, inert here.
 BROKER_CONFIGS.update({name: BrokerConfigDef(name, type_, default, mode, minimum, inert=True)

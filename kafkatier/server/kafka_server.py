@@ -49,7 +49,7 @@ from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnMan
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
 from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name
-from kafkatier.server.config import security_protocol_map
+from kafkatier.server.config import broker_setting, security_protocol_map
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_apis import ControlApis, internal_topic_coordinators
 from kafkatier.server.control_request_handler import ControlRequestHandler
@@ -68,7 +68,7 @@ from kafkatier.common.time import SkewedTime
 from kafkatier.server.fault_injection import FaultInjectingHandler, FaultRegistry
 from kafkatier.server.faults_watcher import FaultsWatcher
 from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache, parse_link_endpoints
-from kafkatier.server.network import DEFAULT_MAX_REQUEST_BYTES, MemoryPool, SocketServer
+from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
 from kafkatier.server.producer_id_manager import ProducerIdManager
@@ -100,7 +100,7 @@ class KafkaServer:
         self.broker_epoch = -1
         self.cluster_id: str | None = None
         self.metadata_cache = MetadataCache(
-            self.broker_id, parse_link_endpoints(config.overrides.get(LINK_ENDPOINTS_CONFIG)),
+            self.broker_id, parse_link_endpoints(config.setting(LINK_ENDPOINTS_CONFIG)),
             inter_broker_listener=inter_broker_listener_name(config.overrides))
         self.scheduler: KafkaScheduler | None = None
         self.topic_configs: TopicConfigCache | None = None
@@ -199,7 +199,7 @@ class KafkaServer:
             replica_fetch_min_bytes=c.replica_fetch_min_bytes,
             alter_log_dirs_quota=self.alter_log_dirs_quota, log_dir_failure_channel=self.log_dir_failure_channel,
             num_replica_alter_log_dirs_threads=c.setting("num.replica.alter.log.dirs.threads"),
-            inter_broker_login=self.login, replica_selector_class=c.overrides.get("replica.selector.class"),
+            inter_broker_login=self.login, replica_selector_class=c.setting("replica.selector.class"),
             leader_replication_quota=self.replication_quotas.leader,
             follower_replication_quota=self.replication_quotas.follower,
             high_watermark_checkpoint_interval_ms=c.setting("replica.high.watermark.checkpoint.interval.ms"))
@@ -221,7 +221,7 @@ class KafkaServer:
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
             delete_topic_enable=c.delete_topic_enable, request_timeout_s=c.request_timeout_ms / 1000.0,
             unclean_leader_election_enable=c.unclean_leader_election_enable,
-            control_request_latency_s=float(c.overrides.get("kafkatier.test.control.channel.latency.ms", 0)) / 1000,
+            control_request_latency_s=c.setting("kafkatier.test.control.channel.latency.ms") / 1000,
             auto_rebalance=AutoRebalanceConfig.from_props(c.overrides)),
             admin_factory=self._new_admin_zk, scheduler=self.scheduler)
         authorizer = authorizer_from_config(self.zk, c.overrides)
@@ -272,10 +272,10 @@ class KafkaServer:
                 host, port, FaultInjectingHandler(self.apis, self.request_faults),
                 request_gate=sasl.gate if sasl is not None and gated else None,
                 ssl_context=tls.context if tls else None, ssl_principal=tls.principal if tls else None,
-                max_request_bytes=int(o.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)),
-                unauthenticated_max_request_bytes=int(o.get("sasl.server.max.receive.size", 524288)),
-                max_connections=int(o["max.connections"]) if "max.connections" in o else None,
-                max_connections_per_ip=int(o["max.connections.per.ip"]) if "max.connections.per.ip" in o else None,
+                max_request_bytes=c.setting("socket.request.max.bytes"),
+                unauthenticated_max_request_bytes=c.setting("sasl.server.max.receive.size"),
+                max_connections=c.setting("max.connections") if "max.connections" in o else None,
+                max_connections_per_ip=c.setting("max.connections.per.ip") if "max.connections.per.ip" in o else None,
                 on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken,
                 memory_pool=self.request_memory_pool)
         self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
@@ -598,8 +598,8 @@ def request_memory_pool(overrides) -> MemoryPool | None:
     """Kafka's ``queued.max.request.bytes`` (default -1: unbounded) as the pool the listeners share; smaller than
     ``socket.request.max.bytes`` is refused at start-up as Kafka refuses it."""
     try:
-        queued = int(overrides.get("queued.max.request.bytes", -1))
-        max_request = int(overrides.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES))
+        queued = broker_setting(overrides, "queued.max.request.bytes")
+        max_request = broker_setting(overrides, "socket.request.max.bytes")
     except ValueError as e:
         raise ListenerConfigError(f"queued.max.request.bytes / socket.request.max.bytes: {e}") from None
     if queued <= 0:
@@ -657,7 +657,7 @@ def write_port_file(path: str, port: int, listeners: dict[str, int] | None = Non
 def apply_test_memory_limit(overrides) -> None:
     """Test-only ``kafkatier.test.memory.headroom.bytes``: cap the process's address space at its current size
     plus that much (frame-size tests under a memory limit)."""
-    headroom = overrides.get("kafkatier.test.memory.headroom.bytes")
+    headroom = broker_setting(overrides, "kafkatier.test.memory.headroom.bytes")
     if headroom is None:
         return
     import resource

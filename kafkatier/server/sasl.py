@@ -41,6 +41,7 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import scram
+from kafkatier.server.config import broker_setting
 from kafkatier.server.network import Authenticated, CloseAfterResponse
 from kafkatier.zk import paths
 
@@ -63,7 +64,7 @@ class SaslAuthenticationError(Exception):
 
 
 def sasl_enabled(overrides: Mapping[str, Any]) -> bool:
-    return str(overrides.get("listener.security.protocol", "PLAINTEXT")).strip().upper() == "SASL_PLAINTEXT"
+    return broker_setting(overrides, "listener.security.protocol").strip().upper() == "SASL_PLAINTEXT"
 
 
 def parse_plain_token(token: bytes) -> tuple[str, str]:
@@ -96,11 +97,14 @@ class SaslLogin:
 
 def jaas_config_key(overrides: Mapping[str, Any], mechanism: str) -> str | None:
     """The property holding ``mechanism``'s JAAS config: Kafka's listener-prefixed name first, then
-    ``sasl.jaas.config``."""
+    ``sasl.jaas.config`` (each defined in ``BROKER_CONFIGS`` as a PASSWORD; None for a mechanism without one)."""
     for key in (f"listener.name.{LISTENER}.{mechanism.lower()}.sasl.jaas.config",
                 f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config", "sasl.jaas.config"):
-        if overrides.get(key):
-            return key
+        try:
+            if broker_setting(overrides, key):
+                return key
+        except KeyError:   # a mechanism kafkatier does not support: no listener-prefixed definition
+            continue
     return None
 
 
@@ -111,7 +115,7 @@ def _jaas_options(overrides: Mapping[str, Any], mechanism: str) -> dict[str, str
     if key is None:
         return {}
     try:
-        return parse_jaas_config(str(overrides[key]))[1]
+        return parse_jaas_config(broker_setting(overrides, key))[1]
     except BootstrapConfigError:  # the message quotes the value: never log it
         log.error("ignoring a malformed JAAS config %s", kv(key=key))
         return {}
@@ -124,7 +128,7 @@ def static_users(overrides: Mapping[str, Any]) -> dict[str, str]:
 
 
 def enabled_mechanisms(overrides: Mapping[str, Any]) -> tuple[str, ...]:
-    listed = [m.strip().upper() for m in str(overrides.get("sasl.enabled.mechanisms", "PLAIN")).split(",")
+    listed = [m.strip().upper() for m in broker_setting(overrides, "sasl.enabled.mechanisms").split(",")
               if m.strip()]
     unknown = [m for m in listed if m not in SUPPORTED_MECHANISMS]
     if unknown:
@@ -138,7 +142,7 @@ def inter_broker_login(overrides: Mapping[str, Any], sasl_ssl: bool = False) -> 
     Without credentials in the JAAS config it is logged as an error: replication then cannot authenticate."""
     if not (sasl_enabled(overrides) or sasl_ssl):
         return None
-    mechanism = str(overrides.get("sasl.mechanism.inter.broker.protocol", "PLAIN")).strip().upper()
+    mechanism = broker_setting(overrides, "sasl.mechanism.inter.broker.protocol").strip().upper()
     if mechanism not in SUPPORTED_MECHANISMS:
         log.error("unsupported sasl.mechanism.inter.broker.protocol %s", kv(mechanism=mechanism))
         return None
@@ -331,8 +335,7 @@ def sasl_server_from_config(zk, overrides: Mapping[str, Any], sasl_ssl_listener:
     if not (sasl_enabled(overrides) or sasl_ssl_listener):
         return None
     sasl = SaslServer(CredentialStore(zk, static_users(overrides)), enabled_mechanisms(overrides),
-                      int(overrides.get("connection.failed.authentication.delay.ms",
-                                        DEFAULT_FAILED_AUTHENTICATION_DELAY_MS)))
+                      broker_setting(overrides, "connection.failed.authentication.delay.ms"))
     log.info("SASL required on the listener %s", kv(mechanisms=",".join(sasl.mechanisms),
                                                    static_users=len(sasl.store.static)))
     return sasl

@@ -162,7 +162,7 @@ PRIVATE_ACCESS_ALLOWED = {
     "client._call",                                      # kazoo: the one way to send a raw MultiRead (zk/multi_read)
     "cls._struct",                                       # kafka-python: the decoder that says where a body ends
     "request._header", "response._header", "resp._header",   # kafka-python: no public header setter
-    "cls._flexible_versions", "cls._json",               # kafka-python: message metadata of our own spec classes
+    "cls._flexible_versions",                            # kafka-python: message metadata of our own spec classes
     "self._admin._manager", "self._admin._send_request_to_controller",   # kafka-python's KafkaAdminClient
     "admin.kafka_admin._manager",
     "root._kafkatier_configured",                        # a marker logsetup leaves on the root logger
@@ -216,3 +216,43 @@ def test_the_private_member_check_sees_an_access(tmp_path):
     ok = tmp_path / "n.py"
     ok.write_text("class A:\n    def __init__(self):\n        self._x = 1\n    def same(self, o):\n        return o._x\n")
     assert _foreign_private_accesses(ok) == []
+
+
+# --- broker settings through their one definition ----------------------------------------------------------------
+
+#: The one reader of the raw ``overrides`` mapping: ``broker_setting`` (typed and checked by ``BROKER_CONFIGS``).
+RAW_OVERRIDES_READERS = {"kafkatier/server/config.py": {"broker_setting"}}
+
+
+def _raw_overrides_reads(path: pathlib.Path, allowed: set[str] = frozenset()) -> list[str]:
+    """``overrides.get(...)`` / ``overrides[...]`` / ``<x>.overrides.get(...)`` outside the ``allowed`` functions."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name in allowed:
+            continue
+        for node in ast.walk(fn):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                target = node.func.value
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                target = node.value
+            if target is not None and ast.unparse(target).split(".")[-1] == "overrides":
+                out.append(f"{fn.name}: {ast.unparse(node)}")
+    return out
+
+
+def test_server_reads_broker_settings_through_their_definition():
+    found = []
+    for p in MODULES.values():
+        rel = str(p.relative_to(ROOT.parent))
+        if rel.startswith("kafkatier/server/"):
+            found += [f"{rel}: {r}" for r in _raw_overrides_reads(p, RAW_OVERRIDES_READERS.get(rel, set()))]
+    assert sorted(found) == []
+
+
+def test_the_raw_overrides_check_sees_a_read(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def f(c, overrides):\n    return c.overrides.get('x'), overrides['y']\n")
+    assert sorted(_raw_overrides_reads(bad)) == ["f: c.overrides.get('x')", "f: overrides['y']"]
+    assert _raw_overrides_reads(bad, {"f"}) == []
