@@ -690,22 +690,21 @@ class KafkaController:
         """KAFKA_STORAGE_ERROR marks the replica offline (a new one triggers ``onReplicasBecomeOffline``); NONE
         marks it online again (docs/controller.md#broker-membership)."""
         ctx = self.ctx
-        body = response.body or {}
-        if response.error_code or body.get("error_code", 0):
-            log.warning("LeaderAndIsr failed %s", kv(broker=broker_id, error=response.error_code or body.get("error_code")))
+        if response.error_code:
+            log.warning("LeaderAndIsr failed %s", kv(broker=broker_id, error=response.error_code))
             return
         names = {tid: t for t, tid in ctx.topic_ids.items()}
         offline, online = set(), set()
-        entries = [(t.get("topic_name") or names.get(codecs.topic_id_from_wire(t.get("topic_id"))), pe)
-                   for t in body.get("topics", []) or [] for pe in t.get("partition_errors", []) or []]
-        entries += [(pe.get("topic_name"), pe) for pe in body.get("partition_errors", []) or []]
+        entries = [(names.get(codecs.topic_id_from_wire(t.topic_id)), pe)
+                   for t in response.topics or () for pe in t.partition_errors or ()]
+        entries += [(pe.topic_name, pe) for pe in response.partition_errors or ()]
         for topic, pe in entries:
             if not topic:
                 continue
-            tp = TopicPartition(topic, pe["partition_index"])
-            if pe["error_code"] == Errors.KAFKA_STORAGE_ERROR:
+            tp = TopicPartition(topic, pe.partition_index)
+            if pe.error_code == Errors.KAFKA_STORAGE_ERROR:
                 offline.add(tp)
-            elif pe["error_code"] == Errors.NONE:
+            elif pe.error_code == Errors.NONE:
                 online.add(tp)
         current = ctx.replicas_on_offline_dirs[broker_id]
         newly = offline - current
@@ -723,11 +722,9 @@ class KafkaController:
 
     def _handle_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:
         ctx = self.ctx
-        body = response.body or {}
-        top_error = response.error_code or body.get("error_code", 0)
-        partition_errors = {}
-        for pe in body.get("partition_errors", []) or []:
-            partition_errors[TopicPartition(pe["topic_name"], pe["partition_index"])] = pe["error_code"]
+        top_error = response.error_code
+        partition_errors = {TopicPartition(pe.topic_name, pe.partition_index): pe.error_code
+                            for pe in response.partition_errors or ()}
         deleting = {tp for tp, f in entries.items() if f["delete"] and tp.topic in ctx.topics_with_deletion_started}
         if deleting and (partition_errors or not top_error):
             failed, ok = set(), set()

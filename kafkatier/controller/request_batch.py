@@ -15,20 +15,24 @@ shared by every broker the round sends it to.
 from __future__ import annotations
 
 import contextlib
+
+import attrs
 from collections import defaultdict
 from typing import Callable, Iterator
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext
-from kafkatier.logsetup import get_logger
+from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
-from kafkatier.protocol.control_messages import (LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState,
-                                                 LeaderAndIsrRequestData, LeaderAndIsrTopicState,
+from kafkatier.protocol.control_messages import (ControlMessageError, LeaderAndIsrLiveLeader,
+                                                 LeaderAndIsrPartitionState, LeaderAndIsrRequestData,
+                                                 LeaderAndIsrResponseData, LeaderAndIsrTopicState,
                                                  StopReplicaPartitionState, StopReplicaRequestData,
-                                                 StopReplicaTopicState, UpdateMetadataBroker,
+                                                 StopReplicaResponseData, StopReplicaTopicState, UpdateMetadataBroker,
                                                  UpdateMetadataEndpoint, UpdateMetadataPartitionState,
                                                  UpdateMetadataRequestData, UpdateMetadataTopicState)
 from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
+from kafkatier.protocol.errors import Errors
 from kafkatier.zk.codecs import parse_endpoint, wire_topic_id
 
 log = get_logger("controller.batch")
@@ -47,8 +51,9 @@ class IllegalBatchState(Exception):
 
 class ControllerBrokerRequestBatch:
     def __init__(self, controller_id: int, context: ControllerContext, send: Callable[..., bool],
-                 stop_replica_callback: Callable[[int, dict, object], None] | None = None,
-                 leader_and_isr_callback: Callable[[int, object], None] | None = None):
+                 stop_replica_callback: Callable[[int, dict, StopReplicaResponseData], None] | None = None,
+                 leader_and_isr_callback: Callable[[int, LeaderAndIsrResponseData], None] | None = None):
+        """The callbacks get each broker's answer as its typed response (:func:`typed_response`)."""
         self.controller_id = controller_id
         self.ctx = context
         self._send = send
@@ -157,7 +162,8 @@ class ControllerBrokerRequestBatch:
                 if b in live and parts:
                     cb = None
                     if self._leader_and_isr_callback is not None:
-                        cb = (lambda resp, b=b: self._leader_and_isr_callback(b, resp))
+                        cb = (lambda resp, b=b: self._leader_and_isr_callback(
+                            b, typed_response(LeaderAndIsrResponseData, LEADER_AND_ISR_VERSION, resp)))
                     request = self._leader_and_isr_request(b, parts, controller_epoch, shared)
                     self._send(b, *LEADER_AND_ISR, request.to_json(LEADER_AND_ISR_VERSION, written), cb)
             if self.update_metadata_brokers:
@@ -175,7 +181,8 @@ class ControllerBrokerRequestBatch:
                     cb = None
                     if self._stop_replica_callback is not None:
                         entries = dict(parts)
-                        cb = (lambda resp, b=b, entries=entries: self._stop_replica_callback(b, entries, resp))
+                        cb = (lambda resp, b=b, entries=entries: self._stop_replica_callback(
+                            b, entries, typed_response(StopReplicaResponseData, STOP_REPLICA_VERSION, resp)))
                     self._send(b, *STOP_REPLICA, body, cb)
         finally:
             self._clear()
@@ -255,6 +262,20 @@ class ControllerBrokerRequestBatch:
             **self._header(broker_id, controller_epoch),
             topic_states=tuple(StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
                                for t, ps in by_topic.items()))
+
+
+def typed_response(cls, version: int, response):
+    """A broker's answer (``zk/codecs.ControlResponse``) as its typed response of ``version``; an answer that
+    does not match the spec is logged and read as an UNKNOWN_SERVER_ERROR without partitions."""
+    error = response.error_code if response is not None else int(Errors.UNKNOWN_SERVER_ERROR)
+    if response is not None:
+        try:
+            typed = cls.from_json(version, response.body or {"error_code": error})
+        except ControlMessageError as e:
+            log.warning("malformed control response %s", kv(api=cls.MESSAGE.__name__, reason=str(e)[:300]))
+        else:
+            return typed if typed.error_code or not error else attrs.evolve(typed, error_code=error)
+    return cls(error_code=int(Errors.UNKNOWN_SERVER_ERROR) if not error else error)
 
 
 def _endpoints(b) -> tuple:

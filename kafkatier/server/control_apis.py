@@ -4,7 +4,7 @@ Kafka's ``KafkaApis`` handles LeaderAndIsr, StopReplica and UpdateMetadata among
 kafkatier those requests arrive over the ZooKeeper control channel (docs/architecture.md#control-channel-over-zookeeper),
 so :class:`~kafkatier.server.control_request_handler.ControlRequestHandler` reads, checks and answers them and
 this class applies them.  Each handler takes the typed request (:mod:`kafkatier.protocol.control_messages`,
-read from the body against the message spec of its version) and returns the response body without the
+read from the body against the message spec of its version) and returns the typed response, without the
 top-level epoch checks, which the handler does.
 
 - LeaderAndIsr: :meth:`ReplicaManager.handle_leader_and_isr`, then Kafka's ``onLeadershipChange``: the group
@@ -22,8 +22,9 @@ from typing import Mapping, Protocol
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from kafkatier.logsetup import get_logger
-from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, StopReplicaRequestData,
-                                                 UpdateMetadataRequestData)
+from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, LeaderAndIsrResponseData,
+                                                 StopReplicaRequestData, StopReplicaResponseData,
+                                                 UpdateMetadataRequestData, UpdateMetadataResponseData)
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("server.control-apis")
@@ -48,12 +49,12 @@ class ControlApis:
         self.tiered = tiered
         self.coordinators = dict(coordinators)
 
-    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict:
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> LeaderAndIsrResponseData:
         result = self.replica_manager.handle_leader_and_isr(request)
         self._coordinator_leadership(request, stopped=False)
         return result
 
-    def handle_stop_replica(self, request: StopReplicaRequestData) -> dict:
+    def handle_stop_replica(self, request: StopReplicaRequestData) -> StopReplicaResponseData:
         disabling = sorted({ts.topic_name for ts in request.topic_states
                             if any(ps.disable_remote_partition for ps in ts.partition_states)})
         answers: dict[str, Errors] = {}
@@ -63,13 +64,13 @@ class ControlApis:
         self._coordinator_leadership(request, stopped=True)
         return result
 
-    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> dict:
+    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> UpdateMetadataResponseData:
         self.metadata_cache.update(request)
         try:
             self.replica_manager.on_metadata_update()  # DeleteRecords waiting on replicas of dead brokers
         except Exception:  # noqa: BLE001
             log.exception("re-checking DeleteRecords after a metadata update failed")
-        return {"error_code": 0}
+        return UpdateMetadataResponseData(error_code=0)
 
     def _coordinator_leadership(self, request: LeaderAndIsrRequestData | StopReplicaRequestData,
                                 stopped: bool) -> None:

@@ -85,11 +85,10 @@ def _add_control_partition_errors(api_key: int, body: Mapping, answer: dict,
         answer["partition_errors"] = entries
         return answer
     topics = [dict(t) for t in answer.get("topics") or []]
-    for tp, code in errors.items():
-        topic = next((t for t in topics if t.get("topic_name") == tp.topic
-                      or (ids.get(tp.topic) and t.get("topic_id") == ids.get(tp.topic))), None)
+    for tp, code in errors.items():   # v5+ names a topic by its id only
+        topic = next((t for t in topics if t.get("topic_id") == ids.get(tp.topic)), None)
         if topic is None:
-            topic = {"topic_id": ids.get(tp.topic), "topic_name": tp.topic, "partition_errors": []}
+            topic = {"topic_id": ids.get(tp.topic), "partition_errors": []}
             topics.append(topic)
         topic["partition_errors"] = [e for e in topic.get("partition_errors") or []
                                      if e["partition_index"] != tp.partition]

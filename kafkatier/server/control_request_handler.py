@@ -36,8 +36,9 @@ from kafkatier.zk.watchers import ChildrenWatch
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_messages import (CONTROL_DATA, ControlMessage, ControlMessageError,
-                                                 LeaderAndIsrRequestData, StopReplicaRequestData,
-                                                 UpdateMetadataRequestData)
+                                                 LeaderAndIsrRequestData, LeaderAndIsrResponseData,
+                                                 StopReplicaRequestData, StopReplicaResponseData,
+                                                 UpdateMetadataRequestData, UpdateMetadataResponseData)
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.fault_injection import FaultRegistry
@@ -49,13 +50,13 @@ log = get_logger("server.control")
 
 class ControlRequestApis(Protocol):
     """What applies a checked control request (:class:`~kafkatier.server.control_apis.ControlApis`): each takes
-    the typed request and returns the response body without the top-level epoch checks."""
+    the typed request and returns the typed response without the top-level epoch checks."""
 
-    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict: ...
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> LeaderAndIsrResponseData: ...
 
-    def handle_stop_replica(self, request: StopReplicaRequestData) -> dict: ...
+    def handle_stop_replica(self, request: StopReplicaRequestData) -> StopReplicaResponseData: ...
 
-    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> dict: ...
+    def handle_update_metadata(self, request: UpdateMetadataRequestData) -> UpdateMetadataResponseData: ...
 
 
 #: The control requests a broker applies (ControlledShutdown goes the other way, to the controller).
@@ -272,7 +273,8 @@ class ControlRequestHandler:
                 self.faults, req.api_key, req.body,
                 # the faults hand back the body, or a copy without some partitions: read that one again
                 lambda b: self._apply(request if b is req.body else decode_request_body(req.api_key,
-                                                                                       req.api_version, b)))
+                                                                                       req.api_version, b),
+                                      req.api_version))
         except Exception:  # noqa: BLE001
             log.exception("control request failed %s", kv(api=req.api_name))
             body = self._error_body(req, Errors.UNKNOWN_SERVER_ERROR, all_partitions=True)
@@ -282,13 +284,15 @@ class ControlRequestHandler:
                                       error_code=int(body.get("error_code", 0)), body=body,
                                       broker_id=self.broker_id, broker_epoch=my_epoch)
 
-    def _apply(self, request: ControlMessage) -> dict:
+    def _apply(self, request: ControlMessage, version: int) -> dict:
+        """Apply ``request``; its typed response written at the request's ``version`` (the body the response
+        znode carries)."""
         if isinstance(request, LeaderAndIsrRequestData):
-            return self.apis.handle_leader_and_isr(request)
+            return self.apis.handle_leader_and_isr(request).to_json(version)
         if isinstance(request, StopReplicaRequestData):
-            return self.apis.handle_stop_replica(request)
+            return self.apis.handle_stop_replica(request).to_json(version)
         if isinstance(request, UpdateMetadataRequestData):
-            return self.apis.handle_update_metadata(request)
+            return self.apis.handle_update_metadata(request).to_json(version)
         return {"error_code": int(Errors.INVALID_REQUEST)}
 
     def _check_epoch_jump(self, epoch: int) -> Errors:
@@ -318,7 +322,7 @@ class ControlRequestHandler:
                          for t in req.body.get("topic_states", []) for p in t.get("partition_states", [])]
             return {"error_code": code, "partition_errors": parts}
         if req.api_key == ApiKeys.LEADER_AND_ISR:
-            topics = [{"topic_id": t.get("topic_id"), "topic_name": t["topic_name"],
+            topics = [{"topic_id": t.get("topic_id"),
                        "partition_errors": [{"partition_index": p["partition_index"], "error_code": code}
                                             for p in t.get("partition_states", [])]}
                       for t in req.body.get("topic_states", [])]

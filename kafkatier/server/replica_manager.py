@@ -42,8 +42,11 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered,
 from kafkatier.log.record_batch import iter_batches
 from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.protocol.control_messages import (LeaderAndIsrPartitionState, LeaderAndIsrRequestData,
-                                                 StopReplicaPartitionState, StopReplicaRequestData)
+from kafkatier.protocol.control_messages import (LeaderAndIsrPartitionError, LeaderAndIsrPartitionState,
+                                                 LeaderAndIsrRequestData, LeaderAndIsrResponseData,
+                                                 LeaderAndIsrTopicError, StopReplicaPartitionError,
+                                                 StopReplicaPartitionState, StopReplicaRequestData,
+                                                 StopReplicaResponseData)
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.server.partition import Partition
@@ -229,7 +232,7 @@ class ReplicaManager:
         return get
 
     # --- LeaderAndIsr ---------------------------------------------------------------------------------------
-    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> dict:
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> LeaderAndIsrResponseData:
         self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
         topics_out = []
         leaders, followers = [], []
@@ -244,8 +247,8 @@ class ReplicaManager:
                 perrs = []
                 for ps in ts.partition_states:
                     err = self._become_leader_or_follower(topic, topic_id, ps, leaders, followers, each)
-                    perrs.append({"partition_index": ps.partition_index, "error_code": int(err)})
-                topics_out.append({"topic_id": ts.topic_id, "topic_name": topic, "partition_errors": perrs})
+                    perrs.append(LeaderAndIsrPartitionError(partition_index=ps.partition_index, error_code=int(err)))
+                topics_out.append(LeaderAndIsrTopicError(topic_id=ts.topic_id, partition_errors=tuple(perrs)))
         if count > MAX_PARTITIONS_LOGGED:
             log.info("became leader or follower %s", kv(partitions=count, leader=len(leaders), follower=len(followers),
                                                         ignored_or_failed=count - len(leaders) - len(followers),
@@ -264,7 +267,7 @@ class ReplicaManager:
                               kv(leaders=len(leaders), followers=len(followers)))
         for p in leaders + followers:
             self._complete_delayed(p)
-        return {"error_code": 0, "topics": topics_out}
+        return LeaderAndIsrResponseData(error_code=0, topics=tuple(topics_out))
 
     def _become_leader_or_follower(self, topic, topic_id, ps: LeaderAndIsrPartitionState, leaders, followers,
                                    each=log.info) -> Errors:
@@ -395,7 +398,7 @@ class ReplicaManager:
 
     # --- StopReplica ----------------------------------------------------------------------------------------
     def handle_stop_replica(self, request: StopReplicaRequestData,
-                            disable_answers: Mapping[str, Errors] | None = None) -> dict:
+                            disable_answers: Mapping[str, Errors] | None = None) -> StopReplicaResponseData:
         """StopReplica.  ``disable_answers``: topics whose KIP-950 entries (``disable_remote_partition``) are
         answered with the given code without acting -- the caller could not read the topic's config (an error)
         or the topic has none (NONE)."""
@@ -409,9 +412,10 @@ class ReplicaManager:
                 err = self._stop_one(topic, ps, disable_answers, to_disable)
                 answers.append((topic, ps.partition_index, err))
         disabled = self._disable_remote_partitions(to_disable)
-        errors = [{"topic_name": t, "partition_index": p, "error_code": int(disabled[(t, p)] if err is None else err)}
-                  for t, p, err in answers]
-        return {"error_code": 0, "partition_errors": errors}
+        return StopReplicaResponseData(error_code=0, partition_errors=tuple(
+            StopReplicaPartitionError(topic_name=t, partition_index=p,
+                                      error_code=int(disabled[(t, p)] if err is None else err))
+            for t, p, err in answers))
 
     def _stop_one(self, topic: str, ps: StopReplicaPartitionState, disable_answers: Mapping[str, Errors],
                   to_disable: list[Partition]) -> Errors | None:

@@ -8,7 +8,7 @@ from kafkatier.protocol.build import UnknownFieldError, build
 from kafkatier.protocol.codec import response_class
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_messages import (ControlMessageError, LeaderAndIsrRequestData, StopReplicaRequestData,
-                                                 UpdateMetadataRequestData)
+                                                 UpdateMetadataRequestData, UpdateMetadataResponseData)
 from kafkatier.protocol.control_requests import DISABLE_REMOTE_PARTITION
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_apis import ControlApis
@@ -73,7 +73,7 @@ def test_stop_replica_v5_without_tiering_does_not_reread():
 def test_update_metadata_goes_to_the_cache_then_the_replica_manager():
     apis, rm, cache, _, _, _ = _apis()
     request = UpdateMetadataRequestData()
-    assert apis.handle_update_metadata(request) == {"error_code": 0}
+    assert apis.handle_update_metadata(request) == UpdateMetadataResponseData(error_code=0)
     assert cache.calls == [("update", request)] and rm.calls == [("on_metadata_update",)]
 
 

@@ -6,6 +6,7 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.zk import codecs
+from kafkatier.protocol.control_messages import UpdateMetadataResponseData
 from fakes import FakeZk
 
 
@@ -15,7 +16,7 @@ class Apis:
 
     def handle_update_metadata(self, body):
         self.updates += 1
-        return {"error_code": 0}
+        return UpdateMetadataResponseData(error_code=0)
 
 
 def request(epoch: int) -> codecs.ControlRequest:

@@ -8,6 +8,7 @@ import json
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.control_request_handler import ControlRequestHandler
 from kafkatier.zk import codecs, paths
+from kafkatier.protocol.control_messages import UpdateMetadataResponseData
 from fakes import FakeZk
 
 
@@ -17,7 +18,7 @@ class Apis:
 
     def handle_update_metadata(self, body):
         self.updates.append(body)
-        return {"error_code": 0}
+        return UpdateMetadataResponseData(error_code=0)
 
 
 def envelope(api_key, api_version, body):

@@ -4,8 +4,12 @@ from __future__ import annotations
 from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.controller.context import ControllerContext, ReplicaAssignment
 from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
-from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, StopReplicaRequestData,
+from kafkatier.controller.request_batch import typed_response
+from kafkatier.protocol.control_messages import (LeaderAndIsrRequestData, LeaderAndIsrResponseData,
+                                                 StopReplicaRequestData, StopReplicaResponseData,
                                                  UpdateMetadataRequestData)
+from kafkatier.protocol.errors import Errors
+from kafkatier.zk.codecs import ControlResponse
 from kafkatier.zk.codecs import new_topic_id
 
 
@@ -55,14 +59,38 @@ def test_stop_replica_v5_disable_and_delete_entries():
     def fill(b):
         b.add_stop_replica([3], TopicPartition("t", 0), delete=False, disable_remote_partition=True)
         b.add_stop_replica([3], TopicPartition("t", 1), delete=True)
-    sent = collect(ctx, fill, stop_replica_callback=lambda broker, entries, resp: responses.append((broker, entries)))
+    sent = collect(ctx, fill, stop_replica_callback=lambda broker, entries, resp: responses.append((broker, entries,
+                                                                                                   resp)))
     assert len(sent) == 1 and sent[0][2] == "StopReplica" and sent[0][3] == 5
     req = StopReplicaRequestData.from_json(5, sent[0][4])
     parts = {p.partition_index: p for p in req.topic_states[0].partition_states}
     assert (parts[0].disable_remote_partition, parts[0].delete_partition, parts[0].leader_epoch) == (True, False, -1)
     assert (parts[1].disable_remote_partition, parts[1].delete_partition, parts[1].leader_epoch) == (False, True, 4)
-    sent[0][5]("response")
-    assert responses and responses[0][0] == 3
+    sent[0][5](answer({"error_code": 0, "partition_errors": [
+        {"topic_name": "t", "partition_index": 1, "error_code": int(Errors.KAFKA_STORAGE_ERROR)}]}))
+    broker, entries, resp = responses[0]
+    assert broker == 3 and set(entries) == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert isinstance(resp, StopReplicaResponseData) and resp.error_code == 0
+    assert [(e.topic_name, e.partition_index, e.error_code) for e in resp.partition_errors] == [
+        ("t", 1, Errors.KAFKA_STORAGE_ERROR)]
+
+
+def answer(body: dict, error_code: int = 0) -> ControlResponse:
+    return ControlResponse(api_key=5, api_version=5, error_code=error_code, body=body, broker_id=3, broker_epoch=1)
+
+
+def test_an_answer_is_read_as_its_typed_response_and_a_malformed_one_as_an_error():
+    ok = typed_response(StopReplicaResponseData, 5, answer({"error_code": 0, "partition_errors": []}))
+    assert ok == StopReplicaResponseData(error_code=0)
+    refused = typed_response(StopReplicaResponseData, 5, answer({"error_code": 11}, error_code=11))
+    assert refused.error_code == 11 and refused.partition_errors == ()
+    for body in ({"error_code": 0, "partition_errors": [{"topic": "t"}]}, {"eror_code": 0}):
+        bad = typed_response(StopReplicaResponseData, 5, answer(body))
+        assert bad.error_code == Errors.UNKNOWN_SERVER_ERROR and bad.partition_errors == ()
+    lai = typed_response(LeaderAndIsrResponseData, 7, answer(
+        {"error_code": 0, "topics": [{"topic_id": "00000000-0000-0000-0000-000000000001",
+                                      "partition_errors": [{"partition_index": 0, "error_code": 0}]}]}))
+    assert lai.topics[0].partition_errors[0].partition_index == 0
 
 
 def test_stop_replica_entries_for_one_partition_are_merged():

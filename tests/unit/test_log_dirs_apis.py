@@ -190,7 +190,7 @@ def test_full_disk_takes_the_dir_offline_once_and_reports_it(tmp_path, monkeypat
         resp = r.handle_leader_and_isr(LeaderAndIsrRequestData.from_json(7, {"controller_epoch": 1, "topic_states": [{"topic_name": "t",
                                         "partition_states": [{"partition_index": 0, "leader": 1, "leader_epoch": 1,
                                                               "isr": [1], "replicas": [1]}]}]}))
-        assert resp["topics"][0]["partition_errors"][0]["error_code"] == Errors.KAFKA_STORAGE_ERROR
+        assert resp.topics[0].partition_errors[0].error_code == Errors.KAFKA_STORAGE_ERROR
     finally:
         r.shutdown()
         lm.shutdown()
