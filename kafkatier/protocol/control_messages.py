@@ -35,7 +35,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import primary
-from kafkatier.protocol.control_requests import (ControlledShutdownRequest, ControlledShutdownResponse,
+from kafkatier.protocol.control_requests import (INT_RANGES, ControlledShutdownRequest, ControlledShutdownResponse,
                                                  LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest,
                                                  StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse)
 
@@ -45,13 +45,6 @@ class ControlMessageError(ValueError):
     its set fields.  The text names the path (``LeaderAndIsrRequest.topic_states[].partition_states[].isr``)."""
 
 
-_INT_RANGES = {
-    "int8": (-(1 << 7), (1 << 7) - 1),
-    "int16": (-(1 << 15), (1 << 15) - 1),
-    "uint16": (0, (1 << 16) - 1),
-    "int32": (-(1 << 31), (1 << 31) - 1),
-    "int64": (-(1 << 63), (1 << 63) - 1),
-}
 _MISSING = object()
 
 
@@ -242,16 +235,16 @@ def _value_check(cls: type, field, version: int, i: int, env: dict, path: str) -
         return [f"    else: v = r{i}(v)"]
     if field.is_array():
         kind = field.array_of.type_str
-        if kind in _INT_RANGES:
-            env[f"lo{i}"], env[f"hi{i}"] = _INT_RANGES[kind]
+        if kind in INT_RANGES:
+            env[f"lo{i}"], env[f"hi{i}"] = INT_RANGES[kind]
             return [f"    elif (type(v) is list or type(v) is tuple) and _ints(v, lo{i}, hi{i}): v = tuple(v)",
                     f"    else: _refuse(p{i}, 'expected a list of {kind}', v)"]
         env[f"f{i}"] = field.array_of
         return [f"    elif type(v) is list or type(v) is tuple: v = tuple([_simple(f{i}, x, p{i}) for x in v])",
                 f"    else: _refuse(p{i}, 'expected a list', v)"]
     kind = field.type_str
-    if kind in _INT_RANGES:
-        lo, hi = _INT_RANGES[kind]
+    if kind in INT_RANGES:
+        lo, hi = INT_RANGES[kind]
         return [f"    elif type(v) is not int or not {lo} <= v <= {hi}: _refuse(p{i}, 'expected an {kind}', v)"]
     if kind == "bool":
         return [f"    elif type(v) is not bool: _refuse(p{i}, 'expected true/false', v)"]
@@ -271,8 +264,8 @@ def _ints(values: list, lo: int, hi: int) -> bool:
 def _simple(field, raw: Any, path: str) -> Any:
     """A value of one of the rarer types (uuid, float64, bytes) or of an array of simple values."""
     kind = field.type_str
-    if kind in _INT_RANGES:
-        lo, hi = _INT_RANGES[kind]
+    if kind in INT_RANGES:
+        lo, hi = INT_RANGES[kind]
         if type(raw) is not int or not lo <= raw <= hi:
             _refuse(path, f"expected an {kind}", raw)
         return raw

@@ -13,6 +13,7 @@ class's kind with ``Cls.json["type"]``, never ``Cls.type``.
 
 :func:`to_body` / :func:`from_body` convert between a message and its JSON-friendly snake_case dict (the shape
 of ``msg.to_dict()``, limited to the fields of the message's version at every level) with an exact round trip.
+The control plane itself uses the typed messages of :mod:`kafkatier.protocol.control_messages`.
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ assert DISABLE_REMOTE_PARTITION in StopReplicaRequest.fields["topic_states"].arr
 # dict form
 # ---------------------------------------------------------------------------------------------------------
 
-_INT_RANGES = {
+#: The range of each integer type of the message specs.
+INT_RANGES = {
     "int8": (-(1 << 7), (1 << 7) - 1),
     "int16": (-(1 << 15), (1 << 15) - 1),
     "uint16": (0, (1 << 16) - 1),
@@ -188,10 +190,10 @@ def _struct_instance(struct: StructField, version: int, raw: Any, path: str) -> 
 
 def _simple(field: SimpleField, raw: Any, path: str) -> Any:
     kind = field.type_str
-    if kind in _INT_RANGES:
+    if kind in INT_RANGES:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise ValueError(f"{path}: expected an integer, got {raw!r}")
-        lo, hi = _INT_RANGES[kind]
+        lo, hi = INT_RANGES[kind]
         if not lo <= raw <= hi:
             raise ValueError(f"{path}: {raw} out of range {lo}..{hi}")
         return raw
@@ -223,90 +225,8 @@ def _simple(field: SimpleField, raw: Any, path: str) -> Any:
     return raw
 
 
-# ---------------------------------------------------------------------------------------------------------
-# validation without building the message
-# ---------------------------------------------------------------------------------------------------------
-
-def body_problem(cls: type[ApiMessage], version: int, body: Any) -> str | None:
-    """Why ``body`` is not a valid ``cls`` body of ``version`` (:func:`from_body`'s message), or None.
-
-    A broker checks every control request this way.  :func:`from_body` builds a message instance per partition
-    and a path string per field: ~2 s for a LeaderAndIsr and an UpdateMetadata of 20,000 partitions.  A checker
-    compiled once per (message, version) walks the dict instead (same rules: known fields of the version,
-    missing ones allowed, types and ranges); only a body it refuses is rebuilt with :func:`from_body`, for the
-    message naming the offending path."""
-    cls = primary(cls)
-    if isinstance(version, int) and 0 <= version <= cls.max_version and _checker(cls.fields, version)(body):
-        return None
-    try:
-        from_body(cls, version, body)
-    except ValueError as e:
-        return str(e)
-    return None  # the fast check is stricter than from_body somewhere: from_body decides
-
-
-_CHECKERS: dict[tuple[int, int], Any] = {}
-
-
-def _checker(struct_fields: Mapping[str, BaseField], version: int):
-    key = (id(struct_fields), version)
-    check = _CHECKERS.get(key)
-    if check is None:
-        fields = {f.name: _field_checker(f, version) for f in _fields_for(struct_fields, version)}
-
-        def check(raw: Any) -> bool:
-            if not isinstance(raw, Mapping):
-                return False
-            for k, v in raw.items():
-                c = fields.get(k)
-                if c is None or not c(v):
-                    return False
-            return True
-        _CHECKERS[key] = check
-    return check
-
-
-def _field_checker(field: BaseField, version: int):
-    if field.is_struct_array():
-        inner = _checker(field.array_of.fields, version)
-
-        def present(v: Any) -> bool:
-            return type(v) is list and all(map(inner, v))
-    elif field.is_struct():
-        present = _checker(field.fields, version)
-    elif field.is_array():
-        item = _simple_checker(field.array_of)
-
-        def present(v: Any) -> bool:
-            return type(v) is list and all(map(item, v))
-    else:
-        present = _simple_checker(field)
-    if field.is_array() or field.nullable_for_version_q(version):
-        return lambda v: v is None or present(v)
-    return lambda v: v is not None and present(v)
-
-
-def _simple_checker(field: SimpleField):
-    kind = field.type_str
-    if kind in _INT_RANGES:
-        lo, hi = _INT_RANGES[kind]
-        return lambda v: type(v) is int and lo <= v <= hi
-    if kind == "bool":
-        return lambda v: type(v) is bool
-    if kind == "string":
-        return lambda v: type(v) is str
-
-    def other(v: Any) -> bool:  # UUIDs, floats, bytes: rare in control requests, checked the slow way
-        try:
-            _simple(field, v, "")
-        except ValueError:
-            return False
-        return True
-    return other
-
-
 __all__ = [
     "LeaderAndIsrRequest", "LeaderAndIsrResponse", "StopReplicaRequest", "StopReplicaResponse",
     "UpdateMetadataRequest", "UpdateMetadataResponse", "ControlledShutdownRequest",
-    "ControlledShutdownResponse", "CONTROL_MESSAGES", "DISABLE_REMOTE_PARTITION", "to_body", "from_body", "body_problem",
+    "ControlledShutdownResponse", "CONTROL_MESSAGES", "DISABLE_REMOTE_PARTITION", "INT_RANGES", "to_body", "from_body",
 ]
