@@ -10,7 +10,9 @@ body path, as the controller and a broker do it, with no ZooKeeper:
 Each is printed with its ratio to the raw transport of the same body measured in the same run (JSON + zlib
 alone), so load on the machine affects both.  Runs ``--rounds`` times and keeps each step's least CPU time.
 
-    .venv/bin/python benchmarks/control_messages.py [--partitions 20000] [--rounds 5]
+    .venv/bin/python benchmarks/control_messages.py [--partitions 20000] [--rounds 5] [--quick]
+
+``--quick``: 2,000 partitions, 2 rounds.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from kafkatier.zk.codecs import new_topic_id  # noqa: E402
 
 try:
     from kafkatier.server.control_request_handler import decode_request_body
-except ImportError:  # the dict bodies this replaced: a compiled check of the dict
+except ImportError:  # a tree from before the typed messages (to measure it): dict bodies and their compiled check
     from kafkatier.protocol.control_requests import LeaderAndIsrRequest, body_problem
 
     def decode_request_body(api_key, version, body):
@@ -87,7 +89,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2,000 partitions, 2 rounds")
     args = ap.parse_args()
+    if args.quick:
+        args.partitions, args.rounds = 2000, 2
     ctx = context(args.partitions)
 
     def serialise(body):
