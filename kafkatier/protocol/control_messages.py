@@ -66,9 +66,10 @@ class ControlStruct:
         lists, arrays of simple values as the tuples they are (JSON writes both as arrays; the tuples are
         not copied: a 20,000-partition request holds 80,000 of them).
 
-        ``memo`` (``id(struct) -> (struct, its written form)``, start with ``{}``), shared by the messages of one round of requests, writes
-        a struct that several messages hold (a partition's state sent to each of its replicas) once; the
-        written forms are then shared too, so neither may be changed while the memo lives."""
+        ``memo`` (``id(struct) -> (struct, its written form)``, start with ``{}``), shared by the messages of
+        one round of requests, writes a struct that several messages hold (a partition's state sent to each of
+        its replicas) once; the written forms are then shared too, so neither may be changed while the memo
+        lives."""
         writer = type(self)._writers.get(version)
         if writer is None:
             cls = type(self)
@@ -142,7 +143,8 @@ def _init(cls: type) -> Callable[..., None]:
         env[f"d{i}"], env[f"s{i}"] = _default(cls.FIELDS[name]), getattr(cls, name).__set__
         params.append(f"{name}=d{i}")
         body.append(f"    s{i}(self, {name})")
-    exec(f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n", env)  # noqa: S102
+    signature = f"self, *, {', '.join(params)}" if params else "self"
+    exec(f"def __init__({signature}):\n" + "\n".join(body or ["    pass"]) + "\n", env)  # noqa: S102
     env["__init__"].__qualname__ = f"{cls.__name__}.__init__"
     return env["__init__"]
 

@@ -154,3 +154,15 @@ def test_a_round_an_error_left_unsent_is_dropped_at_resignation():
     with batch.coalesced(lambda: ctx.epoch):
         batch.add_update_metadata([2], [])
     assert [a[0] for a in sent] == [2]
+
+
+def test_a_partition_state_sent_to_several_brokers_is_built_and_written_once():
+    ctx = make_ctx()
+    tp = TopicPartition("t", 0)
+    sent = collect(ctx, lambda b: b.add_leader_and_isr([1, 2, 3], tp, ctx.partition_leadership[tp]))
+    lai = [s[4] for s in sent if s[2] == "LeaderAndIsr"]
+    states = [body["topic_states"][0]["partition_states"][0] for body in lai]
+    assert len(states) == 3 and all(s is states[0] for s in states)   # one written form, shared
+    assert [s[4]["broker_epoch"] for s in sent if s[2] == "LeaderAndIsr"] == [101, 102, 103]
+    um = [s[4] for s in sent if s[2] == "UpdateMetadata"]
+    assert len(um) == 3 and all(u["topic_states"][0] is um[0]["topic_states"][0] for u in um)
