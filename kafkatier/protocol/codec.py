@@ -160,12 +160,10 @@ def _request_header_flexible(api_key: int, api_version: int) -> bool:
     """Whether the request header is v2 (tagged fields).  Versions above the class's maximum count as flexible
     when the API has any flexible version (a newer client speaking a newer flexible version)."""
     cls = request_class(api_key)
-    if cls is None or cls._flexible_versions is None:
+    if cls is None:
         return False
-    lo, hi = cls._flexible_versions
-    if lo < 0:
-        return False
-    return api_version >= lo if api_version > cls.max_version else lo <= api_version <= hi
+    # Flexible versions are open-ended ("N+"): a version above the maximum is flexible when the maximum is.
+    return cls.flexible_version_q(min(api_version, cls.max_version))
 
 
 def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -162,7 +162,6 @@ PRIVATE_ACCESS_ALLOWED = {
     "client._call",                                      # kazoo: the one way to send a raw MultiRead (zk/multi_read)
     "cls._struct",                                       # kafka-python: the decoder that says where a body ends
     "request._header", "response._header", "resp._header",   # kafka-python: no public header setter
-    "cls._flexible_versions",                            # kafka-python: message metadata of our own spec classes
     "self._admin._manager", "self._admin._send_request_to_controller",   # kafka-python's KafkaAdminClient
     "admin.kafka_admin._manager",
     "root._kafkatier_configured",                        # a marker logsetup leaves on the root logger
