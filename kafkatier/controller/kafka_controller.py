@@ -28,6 +28,7 @@ from kafkatier.controller.request_batch import ControllerBrokerRequestBatch
 from kafkatier.controller.tiered_storage_disablement_manager import TieredStorageDisablementManager
 from kafkatier.controller.topic_deletion_manager import TopicDeletionManager
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.protocol.control_messages import LeaderAndIsrResponseData, StopReplicaResponseData
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.errors import NoNodeError, NodeExistsError
@@ -681,12 +682,12 @@ class KafkaController:
         for c in children:
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
 
-    def _on_leader_and_isr_response(self, broker_id: int, response) -> None:
+    def _on_leader_and_isr_response(self, broker_id: int, response: LeaderAndIsrResponseData) -> None:
         """Runs on the send thread: only enqueue."""
         self._put(f"LeaderAndIsrResponseReceived(broker={broker_id})",
                   self._active_only(lambda: self._handle_leader_and_isr_response(broker_id, response)))
 
-    def _handle_leader_and_isr_response(self, broker_id: int, response) -> None:
+    def _handle_leader_and_isr_response(self, broker_id: int, response: LeaderAndIsrResponseData) -> None:
         """KAFKA_STORAGE_ERROR marks the replica offline (a new one triggers ``onReplicasBecomeOffline``); NONE
         marks it online again (docs/controller.md#broker-membership)."""
         ctx = self.ctx
@@ -715,12 +716,13 @@ class KafkaController:
             self.on_replicas_become_offline({PartitionAndReplica(tp, broker_id) for tp in newly})
 
     # --- StopReplica responses ------------------------------------------------------------------------------
-    def _on_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:
+    def _on_stop_replica_response(self, broker_id: int, entries: dict, response: StopReplicaResponseData) -> None:
         """Runs on the send thread: only enqueue."""
         self._put(f"StopReplicaResponseReceived(broker={broker_id})",
                   self._active_only(lambda: self._handle_stop_replica_response(broker_id, entries, response)))
 
-    def _handle_stop_replica_response(self, broker_id: int, entries: dict, response) -> None:
+    def _handle_stop_replica_response(self, broker_id: int, entries: dict,
+                                      response: StopReplicaResponseData) -> None:
         ctx = self.ctx
         top_error = response.error_code
         partition_errors = {TopicPartition(pe.topic_name, pe.partition_index): pe.error_code
