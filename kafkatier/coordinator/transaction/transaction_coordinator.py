@@ -20,11 +20,13 @@ the cache.
 
 Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
 transaction of the same producer waits for its markers is held, up to
-``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), and handled again as soon as
-the Complete record is written, instead of answering CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java)
-or ``retry.backoff.ms`` on that error, more than the markers take here, so back-to-back transactions would wait
-on the client's timer rather than on the markers; if the markers take longer the request is answered
-CONCURRENT_TRANSACTIONS, as Kafka does.  One lock for all transactional ids (Kafka locks per id); tombstones of expired
+``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), instead of answering
+CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java) or ``retry.backoff.ms`` on that error, more than the
+markers take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
+markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
+the held requests go into the Complete record's write: one batch of CompleteCommit / CompleteAbort then the next
+transaction's Ongoing, answered once it is replicated -- one replicated write instead of the two in a row Kafka
+makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks per id); tombstones of expired
 ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
 verification, KIP-890 part 1) is answered for VerifyOnly requests only (:meth:`handle_verify_partitions`).
 """
@@ -57,6 +59,20 @@ ErrorCallback = Callable[[Errors], None]
 
 class Timer(Protocol):
     def schedule(self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1) -> None: ...
+
+
+@attrs.frozen
+class StepTimes:
+    """When an EndTxn's steps happened (``time.monotonic()``), for the "transaction completed" log line: where a
+    transaction's time goes (the Prepare write, the markers, the Complete write)."""
+    received: float      # the EndTxn (or the abort of a fence / a timeout)
+    prepared: float      # its Prepare record replicated
+
+    def durations(self, markers_written: float) -> dict[str, float]:
+        now = time.monotonic()
+        return {"prepare_ms": round((self.prepared - self.received) * 1000, 1),
+                "markers_ms": round((markers_written - self.prepared) * 1000, 1),
+                "complete_ms": round((now - markers_written) * 1000, 1)}
 
 
 @attrs.define(eq=False)
@@ -385,6 +401,7 @@ class TransactionCoordinator:
         if transit is None:
             return callback(err)
         is_fence = not from_client
+        received = time.monotonic()
 
         def prepared(error: Errors) -> None:
             if error != Errors.NONE:
@@ -411,7 +428,7 @@ class TransactionCoordinator:
                 crash_point("txn-coordinator-after-prepare")
             callback(e)
             if e == Errors.NONE:
-                self._send_markers(coordinator_epoch, m, complete)
+                self._send_markers(coordinator_epoch, m, complete, StepTimes(received, time.monotonic()))
         self._append(transactional_id, coordinator_epoch, m, transit, prepared)
 
     def _prepare_end(self, m: TransactionMetadata | None, producer_id: int, producer_epoch: int, commit: bool,
@@ -452,18 +469,20 @@ class TransactionCoordinator:
         return Errors.INVALID_TXN_STATE, None
 
     # --- markers ------------------------------------------------------------------------------------------
-    def _send_markers(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata) -> None:
+    def _send_markers(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata,
+                      times: StepTimes | None = None) -> None:
         commit = complete.txn_state is S.COMPLETE_COMMIT
         pending = PendingMarkers(m.transactional_id, self.partition_for(m.transactional_id), coordinator_epoch,
                                  m.producer_id, m.producer_epoch, commit, set(m.topic_partitions),
-                                 lambda _p: self._markers_written(coordinator_epoch, m, complete))
+                                 lambda _p: self._markers_written(coordinator_epoch, m, complete, times))
         log.info("sending transaction markers %s", kv(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                                       producer_epoch=m.producer_epoch,
                                                       result="COMMIT" if commit else "ABORT",
                                                       partitions=len(pending.waiting)))
         self.markers.add_markers(pending)
 
-    def _markers_written(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata) -> None:
+    def _markers_written(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata,
+                         times: StepTimes | None = None) -> None:
         """Every marker is written: record CompleteCommit / CompleteAbort (retried while the log is
         unavailable).  AddPartitionsToTxn requests of the same producer held meanwhile are taken into the same
         write: the next transaction's Ongoing record follows the Complete one in the batch, and they are answered
@@ -480,13 +499,15 @@ class TransactionCoordinator:
             if held:
                 partitions = frozenset().union(*(h.partitions for h in held))
                 transits.append(m.prepare_add_partitions_after(complete, partitions, self.time_ms()))
+        written = time.monotonic()
 
         def done(error: Errors) -> None:
             if error == Errors.NONE:
                 log.info("transaction completed %s", kv(transactional_id=m.transactional_id,
                                                         state=complete.txn_state.state_name,
                                                         next_partitions=len(transits[-1].topic_partitions)
-                                                        if held else None))
+                                                        if held else 0,
+                                                        **(times.durations(written) if times else {})))
                 for h in held:
                     h.callback(Errors.NONE)
                 self._release(m.transactional_id)
@@ -494,7 +515,7 @@ class TransactionCoordinator:
             if error == Errors.COORDINATOR_NOT_AVAILABLE:
                 log.info("retrying the completion record %s", kv(transactional_id=m.transactional_id))
                 self.timer.schedule(f"txn-complete-{m.transactional_id}",
-                                    lambda: self._markers_written(coordinator_epoch, m, complete), 100)
+                                    lambda: self._markers_written(coordinator_epoch, m, complete, times), 100)
                 for h in held:      # not taken into the retry: answered as the state is now (CONCURRENT_...)
                     self.handle_add_partitions(m.transactional_id, h.producer_id, h.producer_epoch, h.partitions,
                                                h.callback, hold=False)
