@@ -564,3 +564,16 @@ def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
     assert a.last == Errors.PRODUCER_FENCED
     coord.handle_add_partitions("", 1000, 1, [TP0], a)
     assert a.last == Errors.INVALID_REQUEST
+
+
+def test_the_completion_line_says_where_the_transaction_time_went(caplog):
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    with caplog.at_level("INFO", logger="kafkatier.coordinator.transaction"):
+        c.markers_.ack_all()
+    [line] = [r.getMessage() for r in caplog.records if "transaction completed" in r.getMessage()]
+    assert "state=CompleteCommit next_partitions=0 prepare_ms=" in line and "markers_ms=" in line \
+        and "complete_ms=" in line
