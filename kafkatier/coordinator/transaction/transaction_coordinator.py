@@ -26,9 +26,10 @@ markers take here, so back-to-back transactions would wait on the client's timer
 markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
 the held requests go into the Complete record's write: one batch of CompleteCommit / CompleteAbort then the next
 transaction's Ongoing, answered once it is replicated -- one replicated write instead of the two in a row Kafka
-makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks per id); tombstones of expired
-ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
-verification, KIP-890 part 1) is answered for VerifyOnly requests only (:meth:`handle_verify_partitions`).
+makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks
+per id); tombstones of expired ids are written one record per id (Kafka batches them per partition);
+AddPartitionsToTxn v4+ (broker verification, KIP-890 part 1) is answered for VerifyOnly requests only
+(:meth:`handle_verify_partitions`).
 """
 from __future__ import annotations
 
