@@ -8,14 +8,18 @@ partitions) in a temp dir and measures, with confluent-kafka (librdkafka), on a 
 * fetch throughput: all those records read from the beginning by a read_uncommitted consumer, then by a
   read_committed one (goal: >= 0.9x).
 
-Rates are records/s; each measurement is repeated and the median kept::
+Rates are records/s; each measurement is repeated and the median kept.  It also prints the median time of one
+transaction and where the coordinator spent it (the ``prepare_ms``, ``markers_ms`` and ``complete_ms`` of the
+brokers' "transaction completed" log lines: the PrepareCommit write, the markers, the CompleteCommit write)::
 
     .venv/bin/python benchmarks/transactions.py [--quick] [--records 20000] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -57,11 +61,13 @@ def idempotent_rate(bs: str, topic: str, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def transactional_rate(bs: str, topic: str, n: int) -> float:
+def transactional_rate(bs: str, topic: str, n: int, txn_ms: list[float]) -> float:
+    """Records/s; appends each transaction's duration (begin to commit answered, ms) to ``txn_ms``."""
     p = Producer({"bootstrap.servers": bs, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
     p.init_transactions(60)
     start = time.perf_counter()
     for first in range(0, n, PER_TXN):
+        began = time.perf_counter()
         p.begin_transaction()
         for i in range(first, min(first + PER_TXN, n)):
             while True:
@@ -71,7 +77,24 @@ def transactional_rate(bs: str, topic: str, n: int) -> float:
                 except BufferError:
                     p.poll(0.01)
         p.commit_transaction(60)
+        txn_ms.append((time.perf_counter() - began) * 1000)
     return n / (time.perf_counter() - start)
+
+
+STEP = re.compile(r"transaction completed .*prepare_ms=([\d.]+) markers_ms=([\d.]+) complete_ms=([\d.]+)")
+
+
+def coordinator_steps(work: str) -> dict[str, float]:
+    """Medians of the coordinator's per-transaction steps, from the brokers' logs."""
+    steps: dict[str, list[float]] = {"prepare_ms": [], "markers_ms": [], "complete_ms": []}
+    for path in glob.glob(os.path.join(work, "logs", "broker-*.log")):
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = STEP.search(line)
+                if m:
+                    for k, v in zip(steps, m.groups()):
+                        steps[k].append(float(v))
+    return {k: statistics.median(v) for k, v in steps.items() if v}
 
 
 def fetch_rate(bs: str, topic: str, n: int, isolation: str) -> float:
@@ -103,7 +126,8 @@ def main() -> int:
     n, repeat = (3000, 1) if args.quick else (args.records, args.repeat)
     work = tempfile.mkdtemp(prefix="kafkatier-bench-txn-")
     m = ClusterManager(work)
-    idem, txn, unc, com = [], [], [], []
+    idem, txn, unc, com, txn_ms = [], [], [], [], []
+    steps: dict[str, float] = {}
     try:
         m.up(brokers=3, log_dirs_per_broker=1, overrides={"transaction.state.log.num.partitions": "3"})
         bs = m.bootstrap_servers
@@ -112,20 +136,24 @@ def main() -> int:
             create_topic(bs, plain)
             create_topic(bs, trans)
             idem.append(idempotent_rate(bs, plain, n))
-            txn.append(transactional_rate(bs, trans, n))
+            txn.append(transactional_rate(bs, trans, n, txn_ms))
             unc.append(fetch_rate(bs, trans, n, "read_uncommitted"))
             com.append(fetch_rate(bs, trans, n, "read_committed"))
+        steps = coordinator_steps(work)
     finally:
         m.down()
         shutil.rmtree(work, ignore_errors=True)
     i50, t50, u50, c50 = (statistics.median(x) for x in (idem, txn, unc, com))
     print(f"idempotent produce (acks=all):          {i50:,.0f} records/s")
     print(f"transactional produce ({PER_TXN}/txn):       {t50:,.0f} records/s  ratio {t50 / i50:.2f}x (goal >= 0.7)")
+    print(f"one transaction (begin to committed):   {statistics.median(txn_ms):.1f} ms median; coordinator: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
     print(f"read_uncommitted fetch:                 {u50:,.0f} records/s")
     print(f"read_committed fetch:                   {c50:,.0f} records/s  ratio {c50 / u50:.2f}x (goal >= 0.9)")
     print(f"summary: records={n} repeat={repeat} idempotent_rps={i50:.0f} transactional_rps={t50:.0f} "
           f"produce_ratio={t50 / i50:.2f} read_uncommitted_rps={u50:.0f} read_committed_rps={c50:.0f} "
-          f"fetch_ratio={c50 / u50:.2f}")
+          f"fetch_ratio={c50 / u50:.2f} txn_ms={statistics.median(txn_ms):.1f} "
+          + " ".join(f"{k}={v:.1f}" for k, v in steps.items()))
     return 0
 
 

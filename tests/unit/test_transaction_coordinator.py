@@ -8,6 +8,7 @@ import struct
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
 
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_coordinator import TransactionCoordinator
@@ -412,6 +413,119 @@ def test_add_partitions_waits_for_the_previous_markers_then_succeeds(coord):
     assert m.state is S.ONGOING and m.topic_partitions == {TP1}
 
 
+def _records(chunk: bytes) -> list[TransactionLogValue | None]:
+    batch = MemoryRecords(chunk).next_batch()
+    return [transaction_log.read_value(r.value) for r in batch]
+
+
+def test_held_add_partitions_go_into_the_completion_write():
+    """Requests held for the markers are written with the Complete record, in one batch (one replicated write
+    instead of two in a row): Complete first, then the next transaction's Ongoing with every held partition; each
+    is answered once, and a reload of the partition finds the Ongoing transaction."""
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    held1, held2 = Answers(), Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP1], held1)
+    c.handle_add_partitions("tx", 1000, 0, [TP0, TP1], held2)
+    p = c.partition_for("tx")
+    writes = len(c.log_.data[p])
+    c.markers_.ack_all()
+    assert held1.got == [Errors.NONE] and held2.got == [Errors.NONE]
+    assert len(c.log_.data[p]) == writes + 1
+    complete, ongoing = _records(c.log_.data[p][-1])
+    assert complete.state_id == S.COMPLETE_COMMIT and complete.topic_partitions == frozenset()
+    assert ongoing.state_id == S.ONGOING and ongoing.topic_partitions == {TP0, TP1}
+    assert ongoing.txn_start_timestamp >= complete.txn_last_update_timestamp
+    err, m = c.describe("tx")
+    assert m.state is S.ONGOING and m.topic_partitions == {TP0, TP1} and m.pending_state is None
+    c.timer_.advance(1000)                                          # the hold's expiry finds nothing to answer
+    assert held1.got == [Errors.NONE] and held2.got == [Errors.NONE]
+    c.handle_end_transaction("tx", 1000, 0, False, a)               # and the next transaction goes on as usual
+    assert a.last == Errors.NONE
+    [pending] = c.markers_.sent
+    assert not pending.commit and pending.waiting == {TP0, TP1}
+    c.on_resignation(p)
+    c.on_election(p, 2)
+    c.timer_.advance(0)
+    [resent] = c.markers_.sent
+    assert not resent.commit and resent.coordinator_epoch == 2
+
+
+def test_a_reload_after_a_completion_write_with_the_next_transaction_finds_it_ongoing():
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, False, a)               # an abort: CompleteAbort then Ongoing
+    held = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    c.markers_.ack_all()
+    assert held.got == [Errors.NONE]
+    p = c.partition_for("tx")
+    assert [v.state_id for v in _records(c.log_.data[p][-1])] == [S.COMPLETE_ABORT, S.ONGOING]
+    c.on_resignation(p)
+    c.on_election(p, 2)
+    c.timer_.advance(0)
+    err, m = c.describe("tx")
+    assert m.state is S.ONGOING and m.topic_partitions == {TP1} and c.markers_.sent == []
+
+
+def test_a_failed_completion_write_answers_the_held_requests_as_the_state_is():
+    """The log is unavailable for the Complete record: nothing is applied, the held request is answered
+    CONCURRENT_TRANSACTIONS (the client retries) and the completion alone is retried."""
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    held = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    c.log_.fail_with = int(Errors.NOT_ENOUGH_REPLICAS)
+    c.markers_.ack_all()
+    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    err, m = c.describe("tx")
+    assert m.state is S.PREPARE_COMMIT and m.pending_state is S.COMPLETE_COMMIT
+    c.log_.fail_with = 0
+    c.timer_.advance(100)                                           # the completion's retry
+    err, m = c.describe("tx")
+    assert m.state is S.COMPLETE_COMMIT and m.pending_state is None
+    p = c.partition_for("tx")
+    assert [v.state_id for v in _records(c.log_.data[p][-1])] == [S.COMPLETE_COMMIT]
+    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    c.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    assert held.got[-1] == Errors.NONE
+
+
+def test_a_completion_write_refused_for_good_hands_the_held_requests_back():
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    held = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP1], held)
+    c.log_.fail_with = int(Errors.NOT_LEADER_OR_FOLLOWER)          # NOT_COORDINATOR: this broker lost the log
+    c.markers_.ack_all()
+    assert len(held.got) == 1 and held.got[0] != Errors.NONE
+    c.timer_.advance(1000)
+    assert len(held.got) == 1
+
+
+def test_ongoing_after_a_completion_is_prepared_only_while_that_completion_is_pending():
+    m = meta(S.ONGOING, partitions={TP0})
+    m.complete_transition(m.prepare_abort_or_commit(S.PREPARE_COMMIT, 12))
+    t = m.prepare_complete(13)
+    nxt = m.prepare_add_partitions_after(t, {TP1}, 14)
+    assert nxt.txn_state is S.ONGOING and nxt.topic_partitions == {TP1} and nxt.txn_start_timestamp == 14
+    m.complete_transitions([t, nxt])
+    assert m.state is S.ONGOING and m.topic_partitions == {TP1} and m.pending_state is None
+    with pytest.raises(IllegalTransitionError):
+        m.prepare_add_partitions_after(t, {TP1}, 15)                # nothing pending any more
+
+
 def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
     c = started_coordinator(kafkatier_transaction_add_partitions_hold_ms=0)
     assert init(c) == (Errors.NONE, 1000, 0)
@@ -450,3 +564,16 @@ def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
     assert a.last == Errors.PRODUCER_FENCED
     coord.handle_add_partitions("", 1000, 1, [TP0], a)
     assert a.last == Errors.INVALID_REQUEST
+
+
+def test_the_completion_line_says_where_the_transaction_time_went(caplog):
+    c = started_coordinator()
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    with caplog.at_level("INFO", logger="kafkatier.coordinator.transaction"):
+        c.markers_.ack_all()
+    [line] = [r.getMessage() for r in caplog.records if "transaction completed" in r.getMessage()]
+    assert "state=CompleteCommit next_partitions=0 prepare_ms=" in line and "markers_ms=" in line \
+        and "complete_ms=" in line

@@ -20,19 +20,24 @@ the cache.
 
 Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
 transaction of the same producer waits for its markers is held, up to
-``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), and handled again as soon as
-the Complete record is written, instead of answering CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java)
-or ``retry.backoff.ms`` on that error, more than the markers take here, so back-to-back transactions would wait
-on the client's timer rather than on the markers; if the markers take longer the request is answered
-CONCURRENT_TRANSACTIONS, as Kafka does.  One lock for all transactional ids (Kafka locks per id); tombstones of expired
-ids are written one record per id (Kafka batches them per partition); AddPartitionsToTxn v4+ (broker
-verification, KIP-890 part 1) is answered for VerifyOnly requests only (:meth:`handle_verify_partitions`).
+``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), instead of answering
+CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java) or ``retry.backoff.ms`` on that error, more than the
+markers take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
+markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
+the held requests go into the Complete record's write: one batch of CompleteCommit / CompleteAbort then the next
+transaction's Ongoing, answered once it is replicated -- one replicated write instead of the two in a row Kafka
+makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks
+per id); tombstones of expired ids are written one record per id (Kafka batches them per partition);
+AddPartitionsToTxn v4+ (broker verification, KIP-890 part 1) is answered for VerifyOnly requests only
+(:meth:`handle_verify_partitions`).
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, Sequence
+
+import attrs
 
 from kafkatier.common.faults import crash_point
 from kafkatier.coordinator.transaction.transaction_marker_channel_manager import (PendingMarkers,
@@ -57,6 +62,29 @@ class Timer(Protocol):
     def schedule(self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1) -> None: ...
 
 
+@attrs.frozen
+class StepTimes:
+    """When an EndTxn's steps happened (``time.monotonic()``), for the "transaction completed" log line: where a
+    transaction's time goes (the Prepare write, the markers, the Complete write)."""
+    received: float      # the EndTxn (or the abort of a fence / a timeout)
+    prepared: float      # its Prepare record replicated
+
+    def durations(self, markers_written: float) -> dict[str, float]:
+        now = time.monotonic()
+        return {"prepare_ms": round((self.prepared - self.received) * 1000, 1),
+                "markers_ms": round((markers_written - self.prepared) * 1000, 1),
+                "complete_ms": round((now - markers_written) * 1000, 1)}
+
+
+@attrs.define(eq=False)
+class HeldAddPartitions:
+    """An AddPartitionsToTxn (or AddOffsetsToTxn) waiting for the previous transaction's markers."""
+    producer_id: int
+    producer_epoch: int
+    partitions: frozenset
+    callback: ErrorCallback
+
+
 class TransactionCoordinator:
     def __init__(self, broker_id: int, config: TransactionConfig, topic_log: TransactionTopicLog,
                  markers: TransactionMarkerChannelManager, generate_producer_id: Callable[[], int], timer: Timer,
@@ -70,7 +98,7 @@ class TransactionCoordinator:
         self.state = TransactionStateManager(topic_log, config, time_ms)
         self._lock = threading.RLock()
         self._active = False
-        self._held: dict[str, list[list]] = {}   # transactional id -> AddPartitionsToTxn waiting for its markers
+        self._held: dict[str, list[HeldAddPartitions]] = {}   # transactional id -> waiting for its markers
         self._held_seq = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -156,9 +184,13 @@ class TransactionCoordinator:
 
     # --- appends ------------------------------------------------------------------------------------------
     def _append(self, transactional_id: str, coordinator_epoch: int, metadata: TransactionMetadata,
-                transit: TxnTransitMetadata, callback: ErrorCallback, retry_on_unavailable: bool = False) -> None:
+                transit: TxnTransitMetadata | Sequence[TxnTransitMetadata], callback: ErrorCallback,
+                retry_on_unavailable: bool = False) -> None:
         """Kafka's ``appendTransactionToLog``: write, then complete the transition if this broker still
-        coordinates the id at the same epoch; ``callback(error)`` outside the lock."""
+        coordinates the id at the same epoch; ``callback(error)`` outside the lock.  Several transitions (a
+        CompleteCommit and the next Ongoing) are written in one batch and applied in order."""
+        transits = [transit] if isinstance(transit, TxnTransitMetadata) else list(transit)
+
         def written(code: int) -> None:
             error = append_error(code)
             with self._lock:
@@ -170,21 +202,21 @@ class TransactionCoordinator:
                                  kv(transactional_id=transactional_id, coordinator_epoch=coordinator_epoch))
                     else:
                         try:
-                            metadata.complete_transition(transit)
+                            metadata.complete_transitions(transits)
                         except IllegalTransitionError as e:
                             log.error("cannot complete transition %s", kv(reason=e))
                             metadata.pending_state = None
                             error = Errors.UNKNOWN_SERVER_ERROR
                 else:
                     log.warning("transaction state write failed %s",
-                                kv(transactional_id=transactional_id, state=transit.txn_state.state_name,
+                                kv(transactional_id=transactional_id, state=transits[-1].txn_state.state_name,
                                    error=error.name))
                     if epoch == coordinator_epoch and current is metadata and not (
                             retry_on_unavailable and error == Errors.COORDINATOR_NOT_AVAILABLE):
                         metadata.pending_state = None
             callback(error)
         try:
-            self.state.write(transactional_id, transit, written)
+            self.state.write(transactional_id, transits, written)
         except Exception:  # noqa: BLE001
             log.exception("transaction state write failed %s", kv(transactional_id=transactional_id))
             with self._lock:
@@ -282,8 +314,8 @@ class TransactionCoordinator:
                     err = Errors.CONCURRENT_TRANSACTIONS
                     hold_ms = self.config.kafkatier_transaction_add_partitions_hold_ms
                     if hold and hold_ms > 0 and m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                        self._hold(transactional_id, hold_ms, callback, lambda: self.handle_add_partitions(
-                            transactional_id, producer_id, producer_epoch, partitions, callback, hold=False))
+                        self._hold(transactional_id, hold_ms, HeldAddPartitions(
+                            producer_id, producer_epoch, frozenset(partitions), callback))
                         return
                 elif m.state is S.ONGOING and partitions <= m.topic_partitions:
                     err = Errors.NONE
@@ -297,10 +329,10 @@ class TransactionCoordinator:
             return callback(err)
         self._append(transactional_id, epoch, m, transit, callback)
 
-    def _hold(self, transactional_id: str, hold_ms: int, callback: ErrorCallback, again: Callable[[], None]) -> None:
-        """Park a request until :meth:`_release` (the Complete record is written) or ``hold_ms`` passed
-        (CONCURRENT_TRANSACTIONS); whichever comes first takes it from the list and answers it, once."""
-        entry = [again]
+    def _hold(self, transactional_id: str, hold_ms: int, entry: HeldAddPartitions) -> None:
+        """Park a request until the Complete record is written (:meth:`_markers_written` takes it into that write
+        or :meth:`_release` handles it again) or ``hold_ms`` passed (CONCURRENT_TRANSACTIONS); whichever comes
+        first takes it from the list and answers it, once."""
         self._held.setdefault(transactional_id, []).append(entry)
         self._held_seq += 1
 
@@ -310,14 +342,26 @@ class TransactionCoordinator:
                 if entry not in waiting:
                     return
                 waiting.remove(entry)
-            callback(Errors.CONCURRENT_TRANSACTIONS)
+            entry.callback(Errors.CONCURRENT_TRANSACTIONS)
         self.timer.schedule(f"add-partitions-hold-{self._held_seq}", expire, hold_ms)
 
-    def _release(self, transactional_id: str) -> None:
+    def _take_held(self, transactional_id: str, completion: TxnTransitMetadata) -> list[HeldAddPartitions]:
+        """Under the lock: the held requests of the producer the completion belongs to, taken off the list (the
+        others stay, to be handled again by :meth:`_release`)."""
+        waiting = self._held.get(transactional_id, [])
+        taken = [h for h in waiting
+                 if (h.producer_id, h.producer_epoch) == (completion.producer_id, completion.producer_epoch)]
+        if taken:
+            self._held[transactional_id] = [h for h in waiting if h not in taken]
+        return taken
+
+    def _release(self, transactional_id: str, entries: Sequence[HeldAddPartitions] = ()) -> None:
+        """Handle the held requests (and ``entries``, taken before) again, now that nothing is pending."""
         with self._lock:
-            waiting = self._held.pop(transactional_id, [])
-        for (again,) in waiting:
-            again()
+            waiting = list(entries) + self._held.pop(transactional_id, [])
+        for h in waiting:
+            self.handle_add_partitions(transactional_id, h.producer_id, h.producer_epoch, h.partitions, h.callback,
+                                       hold=False)
 
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
@@ -358,6 +402,7 @@ class TransactionCoordinator:
         if transit is None:
             return callback(err)
         is_fence = not from_client
+        received = time.monotonic()
 
         def prepared(error: Errors) -> None:
             if error != Errors.NONE:
@@ -384,7 +429,7 @@ class TransactionCoordinator:
                 crash_point("txn-coordinator-after-prepare")
             callback(e)
             if e == Errors.NONE:
-                self._send_markers(coordinator_epoch, m, complete)
+                self._send_markers(coordinator_epoch, m, complete, StepTimes(received, time.monotonic()))
         self._append(transactional_id, coordinator_epoch, m, transit, prepared)
 
     def _prepare_end(self, m: TransactionMetadata | None, producer_id: int, producer_epoch: int, commit: bool,
@@ -425,33 +470,24 @@ class TransactionCoordinator:
         return Errors.INVALID_TXN_STATE, None
 
     # --- markers ------------------------------------------------------------------------------------------
-    def _send_markers(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata) -> None:
+    def _send_markers(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata,
+                      times: StepTimes | None = None) -> None:
         commit = complete.txn_state is S.COMPLETE_COMMIT
         pending = PendingMarkers(m.transactional_id, self.partition_for(m.transactional_id), coordinator_epoch,
                                  m.producer_id, m.producer_epoch, commit, set(m.topic_partitions),
-                                 lambda _p: self._markers_written(coordinator_epoch, m, complete))
+                                 lambda _p: self._markers_written(coordinator_epoch, m, complete, times))
         log.info("sending transaction markers %s", kv(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                                       producer_epoch=m.producer_epoch,
                                                       result="COMMIT" if commit else "ABORT",
                                                       partitions=len(pending.waiting)))
         self.markers.add_markers(pending)
 
-    def _markers_written(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata) -> None:
+    def _markers_written(self, coordinator_epoch: int, m: TransactionMetadata, complete: TxnTransitMetadata,
+                         times: StepTimes | None = None) -> None:
         """Every marker is written: record CompleteCommit / CompleteAbort (retried while the log is
-        unavailable)."""
-        def done(error: Errors) -> None:
-            if error == Errors.COORDINATOR_NOT_AVAILABLE:
-                log.info("retrying the completion record %s", kv(transactional_id=m.transactional_id))
-                self.timer.schedule(f"txn-complete-{m.transactional_id}",
-                                    lambda: self._markers_written(coordinator_epoch, m, complete), 100)
-            elif error != Errors.NONE:
-                log.warning("completion record not written %s", kv(transactional_id=m.transactional_id,
-                                                                    error=error.name))
-                self._release(m.transactional_id)
-            else:
-                log.info("transaction completed %s", kv(transactional_id=m.transactional_id,
-                                                        state=complete.txn_state.state_name))
-                self._release(m.transactional_id)
+        unavailable).  AddPartitionsToTxn requests of the same producer held meanwhile are taken into the same
+        write: the next transaction's Ongoing record follows the Complete one in the batch, and they are answered
+        when it is replicated (one write instead of two in a row)."""
         with self._lock:
             err, epoch, current = self.state.get_transaction_state(m.transactional_id)
             if (err is not None or current is not m or epoch != coordinator_epoch
@@ -459,7 +495,36 @@ class TransactionCoordinator:
                 log.info("not completing a transaction this broker no longer coordinates %s",
                          kv(transactional_id=m.transactional_id))
                 return
-        self._append(m.transactional_id, coordinator_epoch, m, complete, done, retry_on_unavailable=True)
+            held = self._take_held(m.transactional_id, complete)
+            transits = [complete]
+            if held:
+                partitions = frozenset().union(*(h.partitions for h in held))
+                transits.append(m.prepare_add_partitions_after(complete, partitions, self.time_ms()))
+        written = time.monotonic()
+
+        def done(error: Errors) -> None:
+            if error == Errors.NONE:
+                log.info("transaction completed %s", kv(transactional_id=m.transactional_id,
+                                                        state=complete.txn_state.state_name,
+                                                        next_partitions=len(transits[-1].topic_partitions)
+                                                        if held else 0,
+                                                        **(times.durations(written) if times else {})))
+                for h in held:
+                    h.callback(Errors.NONE)
+                self._release(m.transactional_id)
+                return
+            if error == Errors.COORDINATOR_NOT_AVAILABLE:
+                log.info("retrying the completion record %s", kv(transactional_id=m.transactional_id))
+                self.timer.schedule(f"txn-complete-{m.transactional_id}",
+                                    lambda: self._markers_written(coordinator_epoch, m, complete, times), 100)
+                for h in held:      # not taken into the retry: answered as the state is now (CONCURRENT_...)
+                    self.handle_add_partitions(m.transactional_id, h.producer_id, h.producer_epoch, h.partitions,
+                                               h.callback, hold=False)
+                return
+            log.warning("completion record not written %s", kv(transactional_id=m.transactional_id,
+                                                                error=error.name))
+            self._release(m.transactional_id, held)
+        self._append(m.transactional_id, coordinator_epoch, m, transits, done, retry_on_unavailable=True)
 
     # --- timeouts -----------------------------------------------------------------------------------------
     def abort_timed_out_transactions(self) -> int:

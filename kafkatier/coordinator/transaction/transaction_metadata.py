@@ -202,6 +202,19 @@ class TransactionMetadata:
                              topic_partitions=frozenset(self.topic_partitions) | set(partitions),
                              txn_start_timestamp=start, now_ms=now_ms)
 
+    def prepare_add_partitions_after(self, completion: TxnTransitMetadata, partitions,
+                                     now_ms: int) -> TxnTransitMetadata:
+        """The Ongoing transition that :meth:`prepare_add_partitions` would give once ``completion`` (the pending
+        CompleteCommit / CompleteAbort) is applied; written right behind it, in the same batch, it is completed
+        after it with :meth:`complete_transition`."""
+        if self.pending_state is not completion.txn_state or completion.txn_state not in (S.COMPLETE_COMMIT,
+                                                                                           S.COMPLETE_ABORT):
+            raise IllegalTransitionError(f"Preparing an Ongoing transition after {completion.txn_state.state_name} "
+                                         f"while the pending state is {self.pending_state}")
+        return TxnTransitMetadata(completion.producer_id, completion.last_producer_id, completion.producer_epoch,
+                                  completion.last_producer_epoch, completion.txn_timeout_ms, S.ONGOING,
+                                  frozenset(partitions), now_ms, max(now_ms, completion.txn_last_update_timestamp))
+
     def prepare_abort_or_commit(self, state: TransactionState, now_ms: int) -> TxnTransitMetadata:
         return self._prepare(state, now_ms=now_ms)
 
@@ -213,6 +226,14 @@ class TransactionMetadata:
         return self._prepare(TransactionState.DEAD, topic_partitions=frozenset(), now_ms=now_ms)
 
     # --- complete -----------------------------------------------------------------------------------------
+    def complete_transitions(self, transits) -> None:
+        """Apply transitions written in one batch, in order: each after the first becomes pending as the one
+        before it is applied (a CompleteCommit and the Ongoing of the next transaction)."""
+        for i, t in enumerate(transits):
+            if i:
+                self.pending_state = t.txn_state
+            self.complete_transition(t)
+
     def complete_transition(self, t: TxnTransitMetadata) -> None:
         """Apply a transition whose record was written (Kafka's ``completeTransitionTo``)."""
         to = self.pending_state

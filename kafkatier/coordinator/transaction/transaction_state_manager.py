@@ -17,7 +17,7 @@ Not thread safe on its own: the TransactionCoordinator's lock guards the cache; 
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, Sequence
 
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -98,10 +98,17 @@ class LoadedTransactions:
 
 
 def build_record(transactional_id: str, value: TransactionLogValue | None, now_ms: int) -> bytes:
+    return build_records(transactional_id, [value], now_ms)
+
+
+def build_records(transactional_id: str, values: Sequence[TransactionLogValue | None], now_ms: int) -> bytes:
+    """One batch of ``values`` (None: a tombstone) under the id's key, in order: the last one is the state."""
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-    builder.append(0, timestamp=now_ms, key=transaction_log.key_bytes(transactional_id),
-                   value=None if value is None else transaction_log.value_bytes(value), headers=[])
+    key = transaction_log.key_bytes(transactional_id)
+    for delta, value in enumerate(values):
+        builder.append(delta, timestamp=now_ms, key=key,
+                       value=None if value is None else transaction_log.value_bytes(value), headers=[])
     return bytes(builder.build())
 
 
@@ -174,11 +181,13 @@ class TransactionStateManager:
                 for m in cache.values()]
 
     # --- writes -------------------------------------------------------------------------------------------
-    def write(self, transactional_id: str, transit: TxnTransitMetadata, callback: Callable[[int], None]) -> None:
-        """Append the transition's record (outside the coordinator's lock); ``callback(raw error code)``."""
-        value = None if transit.txn_state.name == "DEAD" else transit.to_log_value()
-        timeout = max(1, min(transit.txn_timeout_ms, self.config.request_timeout_ms))
-        self.log.append(self.partition_for(transactional_id), build_record(transactional_id, value, self.time_ms()),
+    def write(self, transactional_id: str, transits: Sequence[TxnTransitMetadata],
+              callback: Callable[[int], None]) -> None:
+        """Append the transitions' records, in order and in one batch (outside the coordinator's lock);
+        ``callback(raw error code)``."""
+        values = [None if t.txn_state.name == "DEAD" else t.to_log_value() for t in transits]
+        timeout = max(1, min(min(t.txn_timeout_ms for t in transits), self.config.request_timeout_ms))
+        self.log.append(self.partition_for(transactional_id), build_records(transactional_id, values, self.time_ms()),
                         timeout, callback)
 
     # --- loading ------------------------------------------------------------------------------------------
