@@ -89,7 +89,7 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 8), ApiKeys.METADATA: (0, 12),
+        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 9), ApiKeys.METADATA: (0, 12),
         ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 6), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
         ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 5),
