@@ -147,6 +147,15 @@ class ClientQuotaManager:
                 return metric_key, q
         return None
 
+    def max_value_in_quota_window(self, entity: QuotaEntity) -> int:
+        """Kafka's ``getMaxValueInQuotaWindow``: the most the entity may move in one measurement window,
+        ``quota * (samples - 1) * window`` (a fetch is capped to it); without a quota, no bound."""
+        with self._lock:
+            found = self.quota_for(entity)
+        if found is None:
+            return 2 ** 31 - 1
+        return max(1, min(2 ** 31 - 1, int(found[1] * (self.samples - 1) * self.window_s)))
+
     def unrecord(self, entity: QuotaEntity, value: float) -> None:
         """Take back ``value`` charged by :meth:`record_and_get_throttle_time_ms` (Kafka's ``unrecordQuotaSensor``: a
         throttled Fetch is answered without its records, so its bytes are not charged)."""

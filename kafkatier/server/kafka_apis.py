@@ -503,6 +503,10 @@ class KafkaApis:
                 "throttle_time_ms": throttle_ms, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
+        if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
+            # Kafka: a consumer under a byte-rate quota reads at most what its quota window allows, so a fetch
+            # that fits is not throttled into an empty answer again and again
+            max_bytes = min(max_bytes, self.client_quotas.fetch.max_value_in_quota_window(quota_entity(ctx)))
         parts_set = {fp.tp for fp in parts}
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})

@@ -170,3 +170,36 @@ def test_a_throttled_fetch_is_answered_without_records(quota_cluster, kafkatier_
     throttled = answers[-1]
     assert throttled.error_code == 0 and throttled.responses == []   # no partition, no records
     assert any(p.records for a in answers[:-1] for t in a.responses for p in t.partitions) or len(answers) == 1
+
+
+def test_a_throttled_consumer_still_reads_everything(quota_cluster, kafkatier_cli):
+    """Throttled fetches are answered empty, so a fetch is capped at what the quota window allows (Kafka's
+    getMaxValueInQuotaWindow): the consumer is slowed, never starved."""
+    from confluent_kafka import Consumer
+    bs = quota_cluster.bootstrap_servers
+    topic = f"slow-reader-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for i in range(60):
+        producer.produce(topic, b"%04d" % i + b"z" * 1000)
+        producer.flush(10)
+    client_id = f"slow-{uuid.uuid4().hex[:6]}"
+    r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--client", client_id, "--alter", "--add-config",
+                          "consumer_byte_rate=20000")
+    assert r.returncode == 0, r.stderr
+    consumer = Consumer({"bootstrap.servers": bs, "client.id": client_id, "group.id": client_id,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+
+        def read_all() -> bool:
+            for m in consumer.consume(num_messages=100, timeout=0.5):
+                if not m.error():
+                    got.append(m.value()[:4])
+            return len(got) >= 60
+        wait_for(read_all, 60, interval=0, message="every record read under the consumer byte rate")
+    finally:
+        consumer.close()
+    assert got == [b"%04d" % i for i in range(60)]

@@ -99,3 +99,21 @@ def test_a_throttled_asynchronous_answer_is_throttled_when_it_completes():
     failed.set_exception(RuntimeError("boom"))
     with pytest.raises(RuntimeError):
         out.result()
+
+
+def test_a_consumer_reads_at_most_its_quota_window():
+    from kafkatier.server.client_quota_manager import ClientQuotaManager
+    m = ClientQuotaManager("consumer_byte_rate", samples=3, window_s=1.0, clock=Clock())
+    assert m.max_value_in_quota_window(ALICE) == 2 ** 31 - 1
+    m.update_quota(None, "app", 1000.0)
+    assert m.max_value_in_quota_window(ALICE) == 2000   # quota * (samples - 1) * window
+
+
+def test_unrecord_takes_back_a_throttled_fetchs_bytes():
+    from kafkatier.server.client_quota_manager import ClientQuotaManager
+    clock = Clock()
+    m = ClientQuotaManager("consumer_byte_rate", samples=3, window_s=1.0, clock=clock)
+    m.update_quota(None, "app", 1000.0)
+    assert m.record_and_get_throttle_time_ms(ALICE, 10_000) > 0
+    m.unrecord(ALICE, 10_000)
+    assert m.record_and_get_throttle_time_ms(ALICE, 1_000) == 0
