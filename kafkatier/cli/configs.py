@@ -15,7 +15,9 @@ Client quotas (KIP-546; ``--entity-type users|clients --entity-name X`` or ``--e
 ``--add-config producer_byte_rate=1048576,consumer_byte_rate=...,request_percentage=...`` is sent as
 AlterClientQuotas (``--delete-config`` removes keys); ``--describe`` prints Kafka's ``Quota configs for
 user-principal 'X' are producer_byte_rate=1048576.0``.  An unknown quota key or a value that is not a number: one
-line, exit 2.
+line, exit 2.  A user's quota for one client id (KIP-55's user+client entity) is named as kafka-configs names it:
+``--entity-type users --entity-name U --entity-type clients --entity-name C`` (``--entity-default`` in place of
+a name for the default one), or ``--user U --client C`` (``--user-defaults`` / ``--client-defaults``).
 """
 from __future__ import annotations
 
@@ -50,15 +52,19 @@ def register(subparsers) -> None:
         "configs", help="describe and alter topic and broker configs (kafka-configs)",
         description="Describe and alter dynamic configs as kafka-configs does.")
     common.add_connection_options(p)
-    p.add_argument("--entity-type", choices=ENTITY_TYPES, metavar="TYPE",
-                   help="topics or brokers (broker-loggers: --describe only)")
-    p.add_argument("--entity-name", help="topic name or broker id")
-    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers)")
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, metavar="TYPE", action=_EntityType,
+                   help="topics, brokers, users or clients (broker-loggers: --describe only); users and clients "
+                        "may both be given: a user's quota for one client id")
+    p.add_argument("--entity-name", action=_EntityName, help="topic name, broker id, user or client id")
+    p.add_argument("--entity-default", action=_EntityDefault, nargs=0, default=False,
+                   help="the cluster-wide default (brokers, users, clients)")
     shorthand = p.add_argument_group("shorthands (kafka-configs' --topic T == --entity-type topics --entity-name T)")
     for flag, etype in SHORTHANDS.items():
         shorthand.add_argument(f"--{flag}", dest=f"short_{flag.replace('-', '_')}", metavar="NAME",
                                help=f"--entity-type {etype} --entity-name NAME")
     shorthand.add_argument("--broker-defaults", action="store_true", help="--entity-type brokers --entity-default")
+    shorthand.add_argument("--user-defaults", action="store_true", help="--entity-type users --entity-default")
+    shorthand.add_argument("--client-defaults", action="store_true", help="--entity-type clients --entity-default")
     actions = p.add_argument_group("actions (exactly one)").add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="list configs of the entity")
     actions.add_argument("--alter", action="store_true", help="add, change or delete configs of the entity")
@@ -120,24 +126,69 @@ def load_add_config_file(path: str) -> dict[str, str]:
     return props
 
 
-SHORTHANDS = {"topic": "topics", "broker": "brokers", "broker-logger": "broker-loggers", "user": "users"}
+SHORTHANDS = {"topic": "topics", "broker": "brokers", "broker-logger": "broker-loggers", "user": "users",
+              "client": "clients"}
+_DEFAULT_SHORTHANDS = {"broker_defaults": "brokers", "user_defaults": "users", "client_defaults": "clients"}
+_NO_NAME = "<no name>"   # an --entity-type given without its --entity-name / --entity-default
+
+
+class _EntityType(argparse.Action):
+    """``--entity-type`` may be repeated (users and clients); the first one is ``entity_type``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        types = list(getattr(namespace, "entity_types", None) or []) + [values]
+        namespace.entity_types = types
+        namespace.entity_type = types[0]
+
+
+class _EntityName(argparse.Action):
+    """``--entity-name`` / ``--entity-default`` pair with the ``--entity-type`` options in the order given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.entity_names = list(getattr(namespace, "entity_names", None) or []) + [values]
+        if getattr(namespace, "entity_name", None) is None:
+            namespace.entity_name = values
+
+
+class _EntityDefault(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.entity_names = list(getattr(namespace, "entity_names", None) or []) + [None]
+        namespace.entity_default = True
 
 
 def apply_shorthands(args: argparse.Namespace) -> None:
-    """``--topic T`` etc. into ``--entity-type`` / ``--entity-name``; one entity only, as in kafka-configs."""
-    given = [(flag, etype, getattr(args, f"short_{flag.replace('-', '_')}", None))
-             for flag, etype in SHORTHANDS.items()]
-    given = [g for g in given if g[2] is not None]
-    if getattr(args, "broker_defaults", False):
-        given.append(("broker-defaults", "brokers", None))
-    if len(given) > 1 or given and (args.entity_type or args.entity_name is not None):
+    """``--topic T`` etc. into ``--entity-type`` / ``--entity-name``.  One entity, as in kafka-configs, except a
+    user with a client id (``--entity-type users ... --entity-type clients ...`` or ``--user U --client C``):
+    then ``entity_type`` is users and ``client_entity`` holds the client id (None: the default client)."""
+    types = getattr(args, "entity_types", None)
+    if types is None:   # a Namespace built without the parser (tests)
+        types = [args.entity_type] if args.entity_type else []
+    names = getattr(args, "entity_names", None)
+    if names is None:
+        names = ([args.entity_name] if args.entity_name is not None else []) + ([None] if args.entity_default else [])
+    if len(types) == 1 and len(names) > 1 and None in names:
+        raise UsageError("--entity-name and --entity-default cannot be used together")
+    if len(names) > len(types):
         raise UsageError("Only one entity can be given: --entity-type/--entity-name or one of "
-                         "--topic, --broker, --broker-logger, --user, --broker-defaults")
-    if given:
-        flag, args.entity_type, args.entity_name = given[0]
-        args.entity_default = args.entity_default or flag == "broker-defaults"
-    if not args.entity_type:
-        raise UsageError("--entity-type (or --topic, --broker, --broker-logger, --user) must be specified")
+                         "--topic, --broker, --broker-logger, --user, --client, --broker-defaults")
+    entities = [(etype, names[i] if i < len(names) else _NO_NAME) for i, etype in enumerate(types)]
+    entities += [(etype, getattr(args, f"short_{flag.replace('-', '_')}", None)) for flag, etype in SHORTHANDS.items()
+                 if getattr(args, f"short_{flag.replace('-', '_')}", None) is not None]
+    entities += [(etype, None) for flag, etype in _DEFAULT_SHORTHANDS.items() if getattr(args, flag, False)]
+    if len(entities) > 1 and sorted(e[0] for e in entities) != ["clients", "users"]:
+        raise UsageError("Only one entity can be given: --entity-type/--entity-name or one of "
+                         "--topic, --broker, --broker-logger, --user, --client, --broker-defaults "
+                         "(users and clients together name a user's quota for one client id)")
+    if not entities:
+        raise UsageError("--entity-type (or --topic, --broker, --broker-logger, --user, --client) must be specified")
+    entities.sort(key=lambda e: e[0] != "users")
+    (args.entity_type, name), client = entities[0], (entities[1][1] if len(entities) > 1 else None)
+    args.entity_name = None if name in (None, _NO_NAME) else name
+    args.entity_default = name is None
+    args.with_client = len(entities) > 1
+    args.client_entity = client
+    if args.with_client and args.alter and _NO_NAME in (name, client):
+        raise UsageError("--entity-name or --entity-default must be specified with each --entity-type for --alter")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -279,11 +330,11 @@ def run(args: argparse.Namespace) -> int:
             to_delete = [k for k in to_delete if k not in QUOTA_KEYS]
             if args.entity_type == "users":
                 parse_scram_configs(to_set)
-            if quotas or quota_deletes or args.entity_type == "clients" or args.entity_default:
+            if quotas or quota_deletes or args.entity_type == "clients" or args.entity_default or args.with_client:
                 if to_set or to_delete:
                     raise UsageError("quota configs and SCRAM credentials cannot be altered together in kafkatier")
                 return _run_quotas(args, quotas, quota_deletes)
-    elif args.entity_type == "clients" or (args.entity_type == "users" and args.entity_default):
+    elif args.entity_type == "clients" or (args.entity_type == "users" and (args.entity_default or args.with_client)):
         return _run_quotas(args, {}, [])
     try:
         conn = common.connection_from_args(args)
@@ -325,7 +376,10 @@ def split_quota_configs(entity_type: str, to_set: dict[str, str]) -> tuple[dict[
 
 def quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
     component = "user" if args.entity_type == "users" else "client-id"
-    return {component: None if args.entity_default else args.entity_name}
+    entity = {component: None if args.entity_default else args.entity_name}
+    if getattr(args, "with_client", False):
+        entity["client-id"] = args.client_entity
+    return entity
 
 
 def quota_entity_label(entity: dict[str, str | None]) -> str:
@@ -350,9 +404,10 @@ def _run_quotas(args: argparse.Namespace, quotas: dict[str, float], deletes: lis
                 return _describe_quotas(admin, args)
             entity = quota_entity(args)
             admin.alter_client_quotas(entity, quotas, deletes)
-            singular = args.entity_type[:-1]
-            name = args.entity_name if not args.entity_default else "<default>"
-            print(f"Completed updating config for {singular} {name}.")
+            if args.entity_default:   # kafka-configs names the first entity only
+                print(f"Completed updating default config for {args.entity_type} in the cluster.")
+            else:
+                print(f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
             return 0
     except (AdminError, NoReachableBrokerError) as e:
         print(f"Error while executing config command with args '{command_args(args)}'", file=sys.stderr)
@@ -362,13 +417,15 @@ def _run_quotas(args: argparse.Namespace, quotas: dict[str, float], deletes: lis
 
 def _describe_quotas(admin: AdminClient, args: argparse.Namespace) -> int:
     component = "user" if args.entity_type == "users" else "client-id"
-    if args.entity_default:
-        match = (component, 1, None)
-    elif args.entity_name:
-        match = (component, 0, args.entity_name)
-    else:
-        match = (component, 2, None)
-    for line in quota_lines(admin.describe_client_quotas([match], strict=True)):
+
+    def match(component: str, default: bool, name: str | None) -> tuple[str, int, str | None]:
+        # DescribeClientQuotas match types: 0 exact name, 1 the default entity, 2 any specified entity
+        return (component, 1, None) if default else (component, 0, name) if name else (component, 2, None)
+    matches = [match(component, args.entity_default, args.entity_name)]
+    if getattr(args, "with_client", False):
+        client = args.client_entity
+        matches.append(match("client-id", client is None, None if client in (None, _NO_NAME) else client))
+    for line in quota_lines(admin.describe_client_quotas(matches, strict=True)):
         print(line)
     return 0
 

@@ -11,19 +11,28 @@ CreateTime: 1700000000000 size: 80 magic: 2 compresscodec: none crc: 1234 isvali
     | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: -1 headerKeys: [] key: k payload: v
 
 Records are listed with ``--deep-iteration`` or ``--print-data-log`` (as in Kafka, printing data implies deep
-iteration); records of compressed batches are listed only for the codecs Python can decompress here (gzip);
-for the others the batch line is printed alone.  A file that is none of these, or that cannot be read, is
-reported on one line and the command exits 2.
+iteration), those of compressed batches (gzip, snappy, lz4, zstd) decompressed as the broker does
+(``log/log_validator.py``); a batch that does not decompress is followed by one ``Found invalid record`` line
+and the dump of that file stops.
+
+Remote segments -- the tiered storage copies (``<startOffset>-<segmentId>.log`` / ``.index`` / ``.timeindex`` /
+``.txnindex`` under ``kafka-tiered-storage/<topic>-<partition>-<topicId>/``) -- are dumped like local ones, their
+base offset read from the name's 20 digits (Kafka's tool parses the whole stem and refuses such names).
+
+A file that is none of these, or that cannot be read, is reported on one line and the command exits 2.
 """
 from __future__ import annotations
 
-import gzip
 import os
+import re
 import struct
 from typing import Iterator
 
 from kafkatier.cli.main import UsageError
 from kafkatier.log.errors import CorruptRecordError
+from kafkatier.log.log_validator import decompress
+from kafkatier.log.remote.remote_storage_manager import FILE_STEM_RE
+from kafkatier.protocol.errors import KafkaError
 from kafkatier.log.record_batch import (
     CONTROL_FLAG_MASK,
     HEADER_SIZE,
@@ -95,13 +104,20 @@ def check_file(path: str, data: bytes) -> None:
         raise UsageError(f"{path} is not a log segment: no valid record batch at position 0")
 
 
+_LOCAL_STEM = re.compile(r"\d+")
+
+
 def base_offset_of(path: str) -> int:
+    """The base offset a segment or index file's name carries: ``<offset>.log`` (local) or
+    ``<offset, 20 digits>-<segmentId>.log`` (a remote segment of the tiered storage)."""
     stem = os.path.basename(path).split(".")[0]
-    try:
+    if _LOCAL_STEM.fullmatch(stem):
         return int(stem)
-    except ValueError:
-        raise UsageError(f"{path}: the file name is not a base offset (20 digits, e.g. 00000000000000000000.log)") \
-            from None
+    remote = FILE_STEM_RE.fullmatch(stem)
+    if remote:
+        return int(remote.group(1))
+    raise UsageError(f"{path}: the file name is not a base offset (20 digits, e.g. 00000000000000000000.log, or "
+                     f"a remote segment's 00000000000000000000-<segmentId>.log)")
 
 
 def dump_file(path: str, data: bytes, *, print_data: bool = False, deep: bool = False,
@@ -152,7 +168,14 @@ def dump_segment(path: str, data: bytes, *, print_data: bool, deep: bool) -> Ite
                    f"magic: {h.magic} compresscodec: {CODECS.get(h.compression_type, h.compression_type)} "
                    f"crc: {h.crc} isvalid: {str(valid).lower()}")
             if deep:
-                yield from _record_lines(data[pos + HEADER_SIZE:end], h, print_data)
+                body = data[pos + HEADER_SIZE:end]
+                if h.compression_type != 0:
+                    try:
+                        body = decompress(h.compression_type, body, 0, len(body), os.path.basename(path))
+                    except KafkaError as e:
+                        yield f"Found invalid record at position {pos}: {e.message or e}"
+                        return
+                yield from _record_lines(body, h, print_data)
     except CorruptRecordError as e:
         yield f"Found invalid record at position {end}: {e}"
         return
@@ -183,10 +206,7 @@ def _text(b: bytes) -> str:
 
 
 def _record_lines(body: bytes, h: BatchHeader, print_data: bool) -> Iterator[str]:
-    if h.compression_type == 1:
-        body = gzip.decompress(body)
-    elif h.compression_type != 0:
-        return
+    """The records of a batch, from its (decompressed) records section."""
     pos = 0
     for _ in range(h.records_count):
         _length, pos = _varint(body, pos)

@@ -63,7 +63,8 @@ from kafkatier.logsetup import get_logger, kv
 
 # Re-exported: the broker builds logs from here.
 __all__ = ["Log", "LogConfig", "AppendInfo", "FetchDataInfo", "TimestampAndOffset", "LogOffsetMetadata",
-           "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]
+           "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP",
+           "LATEST_TIERED_TIMESTAMP"]
 
 log = get_logger("log")
 
@@ -72,6 +73,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5   # KIP-1005 (ListOffsets v9): answered by the replica manager from the remote offset
 
 # LogStartOffsetIncrementReason
 LEADER_OFFSET_INCREMENTED = "LeaderOffsetIncremented"

@@ -11,6 +11,7 @@ process signals and ZooKeeper.
 | rolling_restart | SIGTERM + start of each broker in turn, waiting for a full ISR before the next |
 | controlled-shutdown | SIGTERM (the broker sends ControlledShutdown, key 7, and the controller moves its leaders away first), wait for the process to exit, start it again after ``down_s``; the history entry names the partitions it led before and, once it exited, the ones ZooKeeper still names it leader of |
 | kill_all | SIGKILL every broker, start them all after ``down_s`` |
+| kill / restart / start ``rack:RACK`` | the same for every broker of the rack (``[cluster] racks``), one right after another |
 
 Latency in the remote storage manager (``rsm.config.copy.delay.ms`` / ``rsm.config.delete.delay.ms``) and in
 the control channel (``kafkatier.test.control.channel.latency.ms``) are test-only broker overrides read at
@@ -220,6 +221,37 @@ class Faults:
         if down_s:
             time.sleep(down_s)  # the fault's own duration, not synchronisation
         self.start(broker_id)
+
+    # -- several brokers at once (a rack) -------------------------------------------------------------------------
+    def kill_brokers(self, broker_ids, sig: str = "KILL") -> list[int]:
+        """Stop every running broker of ``broker_ids`` (a rack's), one right after another: the rack fails as a
+        whole.  The ones already down are left out; none running is a :class:`FaultError`."""
+        running = [b for b in broker_ids if pid_alive(self._pid(b))]
+        if not running:
+            raise FaultError(f"no broker of {', '.join(map(str, broker_ids))} is running")
+        for b in running:
+            self.kill(b, sig)
+        return running
+
+    def start_brokers(self, broker_ids) -> None:
+        """Start every stopped broker of ``broker_ids`` together, then wait until each serves."""
+        down = [b for b in broker_ids if not pid_alive(self._pid(b))]
+        if not down:
+            raise FaultError(f"every broker of {', '.join(map(str, broker_ids))} is already running")
+        old = {b: self._czxid.get(b, self._registration(b)) for b in down}
+        for b in down:
+            self.wait_stale_registration_gone(b, old[b])
+            self.history.info("nemesis", "start", [b])
+            self.manager.start_broker(b, wait=False)
+        for b in down:
+            self.wait_serving(b, old[b])
+            self.history.info("nemesis", "started", [b])
+
+    def restart_brokers(self, broker_ids, sig: str = "KILL", down_s: float = 0.0) -> None:
+        killed = self.kill_brokers(broker_ids, sig)
+        if down_s:
+            time.sleep(down_s)  # the fault's own duration, not synchronisation
+        self.start_brokers(killed)
 
     def controlled_shutdown(self, broker_id: int, topics: list[str], down_s: float = 0.0) -> None:
         """SIGTERM, wait for the exit, start again after ``down_s`` (Kafka's rolling-restart step)."""

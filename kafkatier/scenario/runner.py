@@ -148,7 +148,8 @@ class ScenarioRunner:
         try:
             manager.up(brokers=c.brokers, log_dirs_per_broker=c.log_dirs_per_broker, zookeeper=zookeeper,
                        session_timeout_ms=c.session_timeout_ms, overrides=c.broker_overrides(),
-                       timeout=SETUP_TIMEOUT_S, links=c.links, client_groups=c.client_groups)
+                       timeout=SETUP_TIMEOUT_S, links=c.links, client_groups=c.client_groups,
+                       racks=c.racks or None)
         except BaseException:
             try:
                 if manager.state:
@@ -212,6 +213,11 @@ class ScenarioRunner:
                             return False
                 return True
             wait_for(online, SETUP_TIMEOUT_S, interval=0.1, ignore=(Exception,), message="topics online")
+            if self.spec.cluster.racks:   # the assignment rack-aware placement chose, for [expect] and the report
+                self.history.info("observer", "assignment", {
+                    "racks": {str(b): r for b, r in self.spec.cluster.racks.items()},
+                    "topics": {t.name: {str(p): json.loads(zk.get(paths.topic(t.name))[0])["partitions"][str(p)]
+                                        for p in range(t.partitions)} for t in self.spec.topics}})
         finally:
             zk.stop()
             zk.close()
@@ -329,6 +335,11 @@ class ScenarioRunner:
     def target(self, step: Step, faults: Faults) -> int:
         """The broker the step's ``target`` means now, never one its ``not`` excludes."""
         return faults.resolve(step.action.target, step.pick, exclude=step.action.exclude)
+
+    def rack(self, step: Step) -> tuple[int, ...] | None:
+        """The brokers of the step's ``rack:RACK`` target, or None for a target naming one broker."""
+        t = step.action.target
+        return self.spec.cluster.rack_brokers(t[5:]) if isinstance(t, str) and t.startswith("rack:") else None
 
     def expect_outcome(self, step: Step, err: str | None) -> None:
         """The step's ``expect`` on an admin operation's outcome: an error name (``NONE``: success) or ``any``.
@@ -562,6 +573,10 @@ class ScenarioRunner:
         if len(tenures) - 1 < ex.controller_changes_at_least:
             unmet.append(f"expected at least {ex.controller_changes_at_least} controller changes, saw "
                          f"{len(tenures) - 1}")
+        if ex.replicas_across_racks:
+            unmet.extend(_replicas_not_across_racks(entries))
+        if ex.consumers_read_while_down:
+            unmet.extend(_consumers_not_reading_while_down(entries))
         return unmet
 
     def _report(self, elapsed: float) -> RunResult:
@@ -609,22 +624,38 @@ def _link(r: ScenarioRunner, step: Step, observer: ZooKeeperObserver, faults: Fa
 
 @action("kill")
 def _kill(r, step, observer, faults) -> None:
-    faults.kill(r.target(step, faults), step.action.signal)
+    rack = r.rack(step)
+    if rack:
+        faults.kill_brokers(rack, step.action.signal)
+    else:
+        faults.kill(r.target(step, faults), step.action.signal)
 
 
 @action("terminate")
 def _terminate(r, step, observer, faults) -> None:
-    faults.kill(r.target(step, faults), "TERM")
+    rack = r.rack(step)
+    if rack:
+        faults.kill_brokers(rack, "TERM")
+    else:
+        faults.kill(r.target(step, faults), "TERM")
 
 
 @action("restart")
 def _restart(r, step, observer, faults) -> None:
-    faults.restart(r.target(step, faults), step.action.signal, step.down_s)
+    rack = r.rack(step)
+    if rack:
+        faults.restart_brokers(rack, step.action.signal, step.down_s)
+    else:
+        faults.restart(r.target(step, faults), step.action.signal, step.down_s)
 
 
 @action("start")
 def _start(r, step, observer, faults) -> None:
-    faults.start(r.target(step, faults))
+    rack = r.rack(step)
+    if rack:
+        faults.start_brokers(rack)
+    else:
+        faults.start(r.target(step, faults))
 
 
 @action("pause")
@@ -758,6 +789,42 @@ def _log_dirs(manager: ClusterManager) -> list[dict]:
                     except MalformedDirNameError:
                         continue
             out.append({"broker": b["id"], "dir": d, "entries": entries})
+    return out
+
+
+def _replicas_not_across_racks(entries: list[dict]) -> list[str]:
+    """``[expect] replicas_across_racks``: each partition's replicas, as created, in min(RF, racks) racks."""
+    created = [e["value"] for e in entries if e["process"] == "observer" and e["f"] == "assignment"]
+    if not created:
+        return ["expected the topics' rack-aware assignment in the history, found none"]
+    racks = created[0]["racks"]
+    out = []
+    for topic, parts in sorted(created[0]["topics"].items()):
+        for p, replicas in sorted(parts.items(), key=lambda kv: int(kv[0])):
+            used = {racks[str(b)] for b in replicas}
+            want = min(len(replicas), len(set(racks.values())))
+            if len(used) < want:
+                out.append(f"expected {topic}/{p}'s replicas {replicas} in {want} racks, they are in "
+                           f"{len(used)} ({', '.join(sorted(used))})")
+    return out
+
+
+def _consumers_not_reading_while_down(entries: list[dict]) -> list[str]:
+    """``[expect] consumers_read_while_down``: every consumer polled records between the schedule's first kill and
+    the next start of a broker (it fell back from the replica it read to a live one)."""
+    kills = [e["time"] for e in entries if e["process"] == "nemesis" and e["f"] in ("kill", "terminate")]
+    if not kills:
+        return ["expected a kill of brokers, there was none"]
+    down_from = min(kills)
+    starts = [e["time"] for e in entries if e["process"] == "nemesis" and e["f"] == "start" and e["time"] > down_from]
+    down_to = min(starts) if starts else float("inf")
+    consumers = sorted({e["process"] for e in entries if e["process"].startswith("consumer") and e["f"] == "start"})
+    out = []
+    for c in consumers:
+        if not any(e["process"] == c and e["f"] == "poll" and e["type"] == "ok" and down_from <= e["time"] <= down_to
+                   for e in entries):
+            out.append(f"expected {c} to poll records while the killed brokers were down "
+                       f"({down_from / 1e9:.1f}s-{down_to / 1e9:.1f}s), it polled none")
     return out
 
 

@@ -54,6 +54,11 @@ class ClusterSpec:
     overrides: dict[str, str] = attrs.field(factory=dict)
     links: bool = False                    # broker -> broker and broker -> ZooKeeper paths through links
     client_groups: tuple[str, ...] = ()     # client groups, each a listener reached through links (implies links)
+    racks: dict[int, str] = attrs.field(factory=dict)   # broker.rack per broker id (every broker, or none)
+
+    def rack_brokers(self, rack: str) -> tuple[int, ...]:
+        """The ids of the brokers of ``rack`` (a ``rack:RACK`` target)."""
+        return tuple(sorted(b for b, r in self.racks.items() if r == rack))
 
     def broker_overrides(self) -> dict[str, str]:
         out = dict(TIERED_OVERRIDES) if self.tiered else {}
@@ -94,6 +99,7 @@ class WorkloadSpec:
     transaction_timeout_ms: int = 10000     # txn_producer: transaction.timeout.ms
     zombie_at_s: float = 0.0                # txn_producer: leave a transaction open then, fenced by a new instance
     zombie_pause_s: float = 2.0             # txn_producer: how long the fenced instance sleeps before it commits
+    client_rack: str | None = None          # consumer: client.rack (KIP-392 follower fetching)
 
 
 @attrs.frozen
@@ -162,6 +168,8 @@ class ExpectSpec:
     tiered_states_seen: tuple[str, ...] = ()
     controller_changes_at_least: int = 0
     accept_unclean_loss: bool = False       # unclean elections allowed: their loss is reported as accepted
+    replicas_across_racks: bool = False     # topics created with replicas in min(RF, racks) racks
+    consumers_read_while_down: bool = False  # every consumer polled records while killed brokers were down
 
 
 @attrs.frozen
@@ -292,7 +300,8 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                           tiered=c.get("tiered", False), zookeeper=c.get("zookeeper"),
                           overrides=_configs(c.get("overrides")),
                           links=c.get("links", False) or bool(c.get("client_groups")),
-                          client_groups=tuple(c.get("client_groups", ())))
+                          client_groups=tuple(c.get("client_groups", ())),
+                          racks=_racks(c.get("racks"), c.get("brokers", 3)))
     topics = tuple(TopicSpec(name=t["name"], partitions=t.get("partitions", 1),
                              replication_factor=t.get("replication_factor", min(3, cluster.brokers)),
                              configs=_configs(t.get("configs"))) for t in doc["topics"])
@@ -312,6 +321,8 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
         acks = str(w.get("acks", "all"))
         workload = WorkloadSpec(acks="all" if acks == "-1" else acks, **kw)
         _check_client_settings(workload, f"workloads[{i}]", "idempotence" in w)
+        if workload.client_rack is not None and workload.type != "consumer":
+            raise ScenarioSpecError(f"workloads[{i}].client_rack: only for a consumer")
         workloads.append(workload)
     schedule = []
     for i, a in enumerate(doc.get("schedule", [])):
@@ -330,7 +341,11 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     expect = ExpectSpec(failed_sends=e.get("failed_sends", "any"),
                         tiered_states_seen=tuple(e.get("tiered_states_seen", ())),
                         controller_changes_at_least=e.get("controller_changes_at_least", 0),
-                        accept_unclean_loss=e.get("accept_unclean_loss", False))
+                        accept_unclean_loss=e.get("accept_unclean_loss", False),
+                        replicas_across_racks=e.get("replicas_across_racks", False),
+                        consumers_read_while_down=e.get("consumers_read_while_down", False))
+    if expect.replicas_across_racks and not cluster.racks:
+        raise ScenarioSpecError("expect.replicas_across_racks: needs cluster.racks")
     _check_unclean_allowed(cluster, topics, schedule, nemesis, expect)
     q = doc.get("quick", {})
     return ScenarioSpec(name=doc["name"], path=os.path.abspath(path) if path else None,
@@ -339,6 +354,22 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
                         nemesis=nemesis, heal_timeout_s=float(doc.get("heal", {}).get("timeout_s", 90.0)),
                         expect=expect, quick_duration_s=q.get("duration_s"),
                         quick_rate_scale=float(q.get("rate_scale", 1.0)))
+
+
+def _racks(racks: dict | None, brokers: int) -> dict[int, str]:
+    """``cluster.racks``: every broker's rack or none (Kafka refuses a rack-aware assignment when only some
+    brokers have a rack)."""
+    if not racks:
+        return {}
+    out = {int(b): r for b, r in racks.items()}
+    for b in sorted(out):
+        if not 1 <= b <= brokers:
+            raise ScenarioSpecError(f"cluster.racks: no broker {b} (brokers are 1..{brokers})")
+    missing = sorted(set(range(1, brokers + 1)) - set(out))
+    if missing:
+        raise ScenarioSpecError(f"cluster.racks: broker {missing[0]} has no rack (give every broker one: rack-aware "
+                                f"assignment needs them all)")
+    return out
 
 
 def _check_client_settings(w: WorkloadSpec, where: str, idempotence_given: bool) -> None:
@@ -355,6 +386,7 @@ _NEEDS_TOPIC = ("alter_config", "delete_records", "move_replica", "reassign", "u
 # Actions whose outcome is an admin operation's answer (`expect` applies to them).
 ADMIN_ACTIONS = ("alter_config", "delete_records", "move_replica", "reassign", "cancel-reassignment",
                  "preferred-election", "unclean-election")
+RACK_ACTIONS = ("kill", "terminate", "restart", "start")   # the actions a ``rack:RACK`` target may take
 _NEEDS_TARGET = ("kill", "terminate", "restart", "start", "pause", "expire_session", "fail_log_dir", "move_replica",
                  "controlled-shutdown", "inject_errors", "clock_skew")
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
@@ -398,7 +430,16 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
     target = a.get("target")
     if isinstance(target, int) and not 1 <= target <= cluster.brokers:
         raise ScenarioSpecError(f"{where}.target: no broker {target} (brokers are 1..{cluster.brokers})")
-    if isinstance(target, str) and ":" in target and not target.startswith("txn-coordinator:") and \
+    if isinstance(target, str) and target.startswith("rack:"):
+        if kind not in RACK_ACTIONS:
+            raise ScenarioSpecError(f"{where}.target: a rack target is for the actions {', '.join(RACK_ACTIONS)}, "
+                                    f"not {kind!r}")
+        if not cluster.rack_brokers(target[5:]):
+            raise ScenarioSpecError(f"{where}.target: no broker in rack {target[5:]!r} (cluster.racks names "
+                                    f"{', '.join(sorted(set(cluster.racks.values()))) or 'no rack'})")
+        if "not" in a:
+            raise ScenarioSpecError(f"{where}.not: not with a rack target")
+    elif isinstance(target, str) and ":" in target and not target.startswith("txn-coordinator:") and \
             target.split(":", 1)[1].split("/")[0] not in topics:
         raise ScenarioSpecError(f"{where}.target: unknown topic in {target!r}")
     if kind == "delete_records" and "offset" not in a:

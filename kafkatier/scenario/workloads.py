@@ -192,7 +192,7 @@ class ConsumerWorkload(Workload):
         self.consumer = Consumer(client_config(bootstrap) | {
             "group.id": f"scenario-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
-            "isolation.level": spec.isolation_level})
+            "isolation.level": spec.isolation_level} | ({"client.rack": spec.client_rack} if spec.client_rack else {}))
 
     def _assign(self) -> None:
         start = OFFSET_BEGINNING if self.spec.seek == "beginning" else OFFSET_END

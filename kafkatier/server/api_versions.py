@@ -15,8 +15,9 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.codec import api_name, request_class, response_class
 from kafkatier.protocol.errors import Errors
 
-#: ApiVersions itself: v3 is Kafka 3.x's newest (first flexible) version.
-API_VERSIONS_RANGE: tuple[int, int] = (0, 3)
+#: ApiVersions itself: v3 is the first flexible version; v4 (Kafka 3.9, KAFKA-17011) has v3's format and lets a
+#: supported feature's min version be 0 (no feature is listed here).
+API_VERSIONS_RANGE: tuple[int, int] = (0, 4)
 
 _KAFKA_36_RANGES: dict[int, tuple[int, int]] = {
     ApiKeys.PRODUCE: (0, 9),

@@ -10,6 +10,8 @@ user+default client, default user, client, default client.
 
 Rates are measured as Kafka's ``Rate`` over a ``SampledStat``: ``quota.window.num`` (11) samples of
 ``quota.window.size.seconds`` (1 s); the window is at least ``num - 1`` samples long, so a new client may burst.
+The request-time quota (KIP-124) is ``server/client_request_quota_manager.py``; the managers of one broker are
+built together in ``server/quota_factory.py``.
 When the measured rate is over the quota the throttle time is Kafka's ``QuotaUtils.throttleTime``:
 ``(rate - quota) / quota * window``.  The broker answers at once with ``throttle_time_ms`` and mutes the channel
 for that time (Kafka 2.0+, KIP-219).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Callable
 
 import attrs
 
@@ -145,6 +147,24 @@ class ClientQuotaManager:
                 return metric_key, q
         return None
 
+    def max_value_in_quota_window(self, entity: QuotaEntity) -> int:
+        """Kafka's ``getMaxValueInQuotaWindow``: the most the entity may move in one measurement window,
+        ``quota * (samples - 1) * window`` (a fetch is capped to it); without a quota, no bound."""
+        with self._lock:
+            found = self.quota_for(entity)
+        if found is None:
+            return 2 ** 31 - 1
+        return max(1, min(2 ** 31 - 1, int(found[1] * (self.samples - 1) * self.window_s)))
+
+    def unrecord(self, entity: QuotaEntity, value: float) -> None:
+        """Take back ``value`` charged by :meth:`record_and_get_throttle_time_ms` (Kafka's ``unrecordQuotaSensor``: a
+        throttled Fetch is answered without its records, so its bytes are not charged)."""
+        with self._lock:
+            found = self.quota_for(entity)
+            rate = self._rates.get(found[0]) if found is not None else None
+            if rate is not None:
+                rate.record(-value, self._clock())
+
     def record_and_get_throttle_time_ms(self, entity: QuotaEntity, value: float) -> int:
         """Charge ``value`` (bytes) to the entity's quota; the throttle time its client must wait (0: none)."""
         if not self._quotas:
@@ -166,62 +186,3 @@ class ClientQuotaManager:
             log.debug("throttled %s", kv(quota=self.quota_key, user=entity.user, client_id=entity.client_id,
                                          rate=int(measured), limit=int(quota), throttle_ms=throttle))
         return throttle
-
-
-class ClientQuotas:
-    """The broker's client quota managers (Kafka's ``QuotaFactory``: produce and fetch) and their ZooKeeper
-    config handlers for the ``users`` and ``clients`` entity types."""
-
-    def __init__(self, samples: int = 11, window_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
-        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=samples, window_s=window_s, clock=clock)
-        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples=samples, window_s=window_s, clock=clock)
-
-    @classmethod
-    def from_props(cls, props: Mapping[str, str]) -> "ClientQuotas":
-        return cls(samples=int(props.get(QUOTA_WINDOW_NUM, 11)),
-                   window_s=float(props.get(QUOTA_WINDOW_SIZE_SECONDS, 1)))
-
-    def apply(self, user: str | None, client_id: str | None, config: Mapping[str, str]) -> None:
-        for manager in (self.produce, self.fetch):
-            value = config.get(manager.quota_key)
-            try:
-                quota = float(value) if value is not None else None
-            except ValueError:
-                log.warning("ignoring a malformed quota %s", kv(user=user, client_id=client_id,
-                                                                 key=manager.quota_key, value=value))
-                quota = None
-            manager.update_quota(user, client_id, quota)
-        log.info("client quota changed %s", kv(user=user, client_id=client_id,
-                                                config=",".join(f"{k}={v}" for k, v in sorted(config.items())
-                                                                if k in QUOTA_KEYS)))
-
-    # --- DynamicConfigManager handlers -----------------------------------------------------------------------
-    def on_user_change(self, name: str, config: Mapping[str, str]) -> None:
-        """``users/<u>`` or ``users/<u>/clients/<c>``."""
-        user, sep, rest = name.partition("/clients/")
-        self.apply(user, rest if sep else None, config)
-
-    def on_client_change(self, name: str, config: Mapping[str, str]) -> None:
-        self.apply(None, name, config)
-
-    def load(self, zk) -> None:
-        """Read every quota znode (start-up, after the change listener started)."""
-        from kafkatier.zk.errors import NoNodeError
-        from kafkatier.zk.kafka_zk_client import KafkaZkClient
-        kzk = KafkaZkClient(zk)
-
-        def children(path: str) -> list[str]:
-            try:
-                return zk.get_children(path)
-            except NoNodeError:
-                return []
-        for user in children("/config/users"):
-            config, _ = kzk.get_entity_config_and_version("users", user)
-            if any(k in config for k in QUOTA_KEYS):
-                self.apply(user, None, config)
-            for client in children(f"/config/users/{user}/clients"):
-                config, _ = kzk.get_entity_config_and_version("users", f"{user}/clients/{client}")
-                self.apply(user, client, config)
-        for client in children("/config/clients"):
-            config, _ = kzk.get_entity_config_and_version("clients", client)
-            self.apply(None, client, config)

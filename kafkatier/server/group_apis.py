@@ -40,14 +40,15 @@ log = get_logger("server.group-apis")
 
 #: Kafka 3.6 (ZooKeeper mode) ranges.
 VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKeys.OFFSET_COMMIT: (0, 8), ApiKeys.OFFSET_FETCH: (0, 8), ApiKeys.FIND_COORDINATOR: (0, 4),
+    ApiKeys.OFFSET_COMMIT: (0, 9), ApiKeys.OFFSET_FETCH: (0, 9), ApiKeys.FIND_COORDINATOR: (0, 4),
     ApiKeys.JOIN_GROUP: (0, 9), ApiKeys.HEARTBEAT: (0, 4),
     ApiKeys.LEAVE_GROUP: (0, 5), ApiKeys.SYNC_GROUP: (0, 5), ApiKeys.DESCRIBE_GROUPS: (0, 5),
-    ApiKeys.LIST_GROUPS: (0, 4), ApiKeys.DELETE_GROUPS: (0, 2),
+    ApiKeys.LIST_GROUPS: (0, 5), ApiKeys.DELETE_GROUPS: (0, 2),
     ApiKeys.OFFSET_DELETE: (0, 0),
 }
 
 GROUP_KEY_TYPE = 0
+CLASSIC_GROUP_TYPE = "classic"   # ListGroups v5's group type (KIP-848's new groups are "consumer")
 DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
@@ -320,10 +321,14 @@ class GroupApis:
         v = header.request_api_version
         states = set(req.states_filter or []) if v >= 4 else None
         err, groups = self.coordinator.handle_list_groups(states)
+        # v5 (KIP-848): a types filter; every group of this coordinator is a classic group (Kafka's GroupType)
+        if v >= 5 and req.types_filter and CLASSIC_GROUP_TYPE not in {t.lower() for t in req.types_filter}:
+            groups = []
         if not self.auth.authorize_cluster(ctx, "Describe"):
             groups = [g for g in groups if self.auth.authorize(ctx, "Describe", "Group", g.group_id)]
         return _resp(ApiKeys.LIST_GROUPS, v, {"throttle_time_ms": 0, "error_code": err, "groups": [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state} for g in groups]})
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+             "group_type": CLASSIC_GROUP_TYPE} for g in groups]})
 
     def handle_delete_groups(self, header, req, ctx):
         v = header.request_api_version

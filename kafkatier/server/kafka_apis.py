@@ -19,6 +19,7 @@ transactional Produce is verified with its coordinator first (KIP-890 part 1,
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
@@ -35,7 +36,8 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
-from kafkatier.server.client_quota_manager import ClientQuotas, QuotaEntity
+from kafkatier.server.client_quota_manager import QuotaEntity
+from kafkatier.server.quota_factory import ClientQuotas
 from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
@@ -44,7 +46,7 @@ from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetc
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
-from kafkatier.server.network import MuteAfterResponse
+from kafkatier.server.network import Authenticated, CloseAfterResponse, CloseConnection, MuteAfterResponse
 from kafkatier.server.producer_id_manager import ProducerIdsUnavailableError
 from kafkatier.server.replica_manager import FetchPartitionResult, ProducePartitionResult, ReplicaManager
 from kafkatier.server.sasl import AUTHENTICATE_VERSIONS, HANDSHAKE_VERSIONS, SaslPlainServer
@@ -59,6 +61,13 @@ log = get_logger("server.apis")
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 AUTHORIZATION_ERRORS = (int(Errors.TOPIC_AUTHORIZATION_FAILED), int(Errors.CLUSTER_AUTHORIZATION_FAILED))
 ZERO_UUID = uuid.UUID(int=0)
+
+
+# KIP-124: requests never charged to a request-time quota (Kafka's sendResponseExemptThrottle): the controller's
+# and other brokers' requests, and those around authentication.  Produce and Fetch charge themselves.
+REQUEST_QUOTA_EXEMPT = frozenset((ApiKeys.LEADER_AND_ISR, ApiKeys.STOP_REPLICA, ApiKeys.UPDATE_METADATA,
+                                  ApiKeys.CONTROLLED_SHUTDOWN, ApiKeys.WRITE_TXN_MARKERS, ApiKeys.ALTER_PARTITION,
+                                  ApiKeys.API_VERSIONS, ApiKeys.SASL_HANDSHAKE, ApiKeys.SASL_AUTHENTICATE))
 
 
 def quota_entity(ctx) -> QuotaEntity:
@@ -80,7 +89,7 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 8), ApiKeys.METADATA: (0, 12),
+        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 9), ApiKeys.METADATA: (0, 12),
         ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 6), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
         ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 5),
@@ -153,7 +162,55 @@ class KafkaApis:
         return dict(self._versions)
 
     def handle(self, header, request, context) -> Any:
-        return self._handlers[header.request_api_key](header, request, context)
+        quotas = self.client_quotas
+        if quotas is None or not quotas.request.quotas_enabled or header.request_api_key in REQUEST_QUOTA_EXEMPT:
+            return self._handlers[header.request_api_key](header, request, context)
+        return self._handle_charged(header, request, context)
+
+    # --- KIP-124 request-time quota ------------------------------------------------------------------------
+    def _handle_charged(self, header, request, context) -> Any:
+        """Run the handler and charge its time to the client's ``request_percentage`` quota; over the quota the
+        answer carries ``throttle_time_ms`` and the channel is muted for it (Kafka's sendResponseMaybeThrottle).
+        Produce and Fetch fold the request throttle into their own (the larger of it and the byte-rate one)."""
+        key = header.request_api_key
+        started = time.perf_counter_ns()
+        result = self._handlers[key](header, request, context)
+        nanos = time.perf_counter_ns() - started
+        quota = self.client_quotas.request
+        if key == ApiKeys.PRODUCE or key == ApiKeys.FETCH:
+            if not (key == ApiKeys.FETCH and header.request_api_version <= 14 and request.replica_id >= 0):
+                quota.record(quota_entity(context), nanos)
+            return result
+        throttle_ms = quota.record_and_get_throttle_time_ms(quota_entity(context), nanos)
+        return self._throttled(result, throttle_ms) if throttle_ms > 0 else result
+
+    def _throttled(self, result: Any, throttle_ms: int) -> Any:
+        """``result`` answered with ``throttle_time_ms`` set (when its message has the field) and the channel muted."""
+        if isinstance(result, Future):
+            out: Future = Future()
+
+            def done(fut: Future) -> None:
+                try:
+                    out.set_result(self._throttled(fut.result(), throttle_ms))
+                except BaseException as e:  # noqa: BLE001 - handed on to the network layer as the handler's failure
+                    out.set_exception(e)
+            result.add_done_callback(done)
+            return out
+        if result is None or isinstance(result, (CloseConnection, CloseAfterResponse, Authenticated)):
+            return result
+        if isinstance(result, MuteAfterResponse):
+            throttle_ms = max(throttle_ms, result.mute_ms)
+            result = result.response
+        if not isinstance(result, codec.EncodedResponse) and hasattr(result, "throttle_time_ms"):
+            result.throttle_time_ms = max(throttle_ms, result.throttle_time_ms or 0)
+        return MuteAfterResponse(result, throttle_ms)
+
+    def _request_throttle_ms(self, ctx) -> int:
+        """Produce / Fetch: the request-time quota's throttle for the client now (0 without a quota)."""
+        quotas = self.client_quotas
+        if quotas is None or not quotas.request.quotas_enabled:
+            return 0
+        return quotas.request.throttle_time_ms(quota_entity(ctx))
 
     def error_response(self, header, request, code: int):
         """An answer carrying ``code`` for every partition / topic, for APIs without a top-level error."""
@@ -302,6 +359,8 @@ class KafkaApis:
         if self.client_quotas is not None and self.client_quotas.produce.quotas_enabled:
             throttle_ms = self.client_quotas.produce.record_and_get_throttle_time_ms(
                 quota_entity(ctx), sum(len(r) for r in entries.values()))
+        if acks != 0:   # Kafka: the larger of the byte-rate and the request-time throttle (none for acks=0)
+            throttle_ms = max(throttle_ms, self._request_throttle_ms(ctx))
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
             if throttle_ms > 0:   # answered at once, then the channel is muted (Kafka 2.0+)
@@ -378,6 +437,14 @@ class KafkaApis:
         self.txn_verification.verify(txn_id, pid, epoch, list(needs), verified)
 
     # --- Fetch ----------------------------------------------------------------------------------------------
+    def _throttled_fetch_answer(self, answer, ctx):
+        """Kafka's ``FetchContext.getThrottledResponse``: no partition at all (the session, if any, kept), and the
+        bytes charged to the fetch byte-rate quota taken back (``unrecordQuotaSensor``)."""
+        if self.client_quotas.fetch.quotas_enabled:
+            self.client_quotas.fetch.unrecord(quota_entity(ctx), sum(len(r.records or b"")
+                                                                     for r in answer.partitions.values()))
+        return attrs.evolve(answer, partitions={})
+
     def handle_fetch(self, header, req, ctx):
         v = header.request_api_version
         replica_id = req.replica_id if v <= 14 else -1
@@ -400,6 +467,10 @@ class KafkaApis:
             if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
                 throttle_ms = self.client_quotas.fetch.record_and_get_throttle_time_ms(
                     quota_entity(ctx), sum(len(r.records or b"") for r in answer.partitions.values()))
+            if replica_id < 0:
+                throttle_ms = max(throttle_ms, self._request_throttle_ms(ctx))
+            if throttle_ms > 0:   # Kafka 2.0+: a throttled Fetch is answered at once without records
+                answer = self._throttled_fetch_answer(answer, ctx)
             response = build_response(answer, throttle_ms)
             fut.set_result(MuteAfterResponse(response, throttle_ms) if throttle_ms > 0 else response)
 
@@ -432,6 +503,10 @@ class KafkaApis:
                 "throttle_time_ms": throttle_ms, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         max_bytes = req.max_bytes if v >= 3 else 50 * 1024 * 1024
+        if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
+            # Kafka: a consumer under a byte-rate quota reads at most what its quota window allows, so a fetch
+            # that fits is not throttled into an empty answer again and again
+            max_bytes = min(max_bytes, self.client_quotas.fetch.max_value_in_quota_window(quota_entity(ctx)))
         parts_set = {fp.tp for fp in parts}
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})

@@ -80,7 +80,7 @@ from kafkatier.server.transaction_apis import TransactionApis
 from kafkatier.server.transaction_topic_log import ReplicaManagerTransactionLog
 from kafkatier.server.user_scram_apis import UserScramApis
 from kafkatier.server.client_quota_apis import ClientQuotaApis
-from kafkatier.server.client_quota_manager import ClientQuotas
+from kafkatier.server.quota_factory import ClientQuotas
 from kafkatier.server.topic_config_handler import TopicConfigCache, TopicConfigHandler
 from kafkatier.zk import broker_registration, codecs, paths
 from kafkatier.zk.client import ensure_persistent_paths, start_client

@@ -122,6 +122,21 @@ class Authenticated:
 
 
 @attrs.frozen
+class RawSaslToken:
+    """The answer to a raw SASL token (SaslHandshake v0: after the handshake the client sends its SASL tokens as
+    bare size-prefixed frames, without SaslAuthenticate): ``token`` is sent back the same way (None: nothing), then
+    the connection is authenticated as ``principal`` (when given) or closed (``close``)."""
+    token: bytes | None
+    principal: str | None = None
+    close: bool = False
+
+
+#: ``ConnectionContext.session`` key: ``handler(context, token) -> RawSaslToken`` (or a future of one) takes the
+#: connection's next frame as a raw SASL token (set by a SaslHandshake v0 handler, see server/sasl.py).
+RAW_SASL_HANDLER = "raw_sasl_handler"
+
+
+@attrs.frozen
 class CloseConnection:
     """A handler's answer meaning: send nothing and close the connection when this request's turn comes (an
     error on a Produce with acks=0; an injected connection failure, server/fault_injection.py)."""
@@ -679,7 +694,9 @@ class SocketServer:
                     if self._unauthenticated_max is not None and self._request_gate is not None and \
                             not conn.context.authenticated:
                         limit = min(limit, self._unauthenticated_max)
-                    if size < _MIN_FRAME or size > limit:
+                    if size < _MIN_FRAME and RAW_SASL_HANDLER in conn.context.session:
+                        pass   # a bare SASL token (SaslHandshake v0) may be shorter than any request
+                    elif size < _MIN_FRAME or size > limit:
                         log.warning("closing connection: invalid receive %s",
                                     kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
                         self._close(conn, "invalid frame size", malformed=True)
@@ -894,6 +911,19 @@ class SocketServer:
 
     def _process(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:
         frame_bytes = len(frame) + 4
+        raw_sasl = conn.context.session.pop(RAW_SASL_HANDLER, None)
+        if raw_sasl is not None:   # SaslHandshake v0: this frame is a bare SASL token, not a request
+            try:
+                result = raw_sasl(conn.context, bytes(frame))
+            except Exception:
+                log.exception("raw SASL token failed %s", kv(connection=conn.context.connection_id))
+                self._complete(conn, slot, close=True)
+                return
+            if hasattr(result, "add_done_callback"):
+                result.add_done_callback(lambda fut: self._deliver_raw_sasl(conn, slot, fut.result()))
+            else:
+                self._deliver_raw_sasl(conn, slot, result)
+            return
         try:
             header, request = codec.decode_request(frame)
         except codec.UnsupportedVersionError as e:
@@ -978,6 +1008,13 @@ class SocketServer:
         else:
             self._finish(conn, slot, header, result)
 
+    def _deliver_raw_sasl(self, conn: _Connection, slot: _Slot, result: RawSaslToken) -> None:
+        if result.principal is not None:
+            conn.context = attrs.evolve(conn.context, principal=result.principal, authenticated=True)
+        data = None if result.token is None else bytearray(_SIZE.pack(len(result.token)) + result.token)
+        self._complete(conn, slot, data, close=result.close and data is None, close_after=result.close and
+                       data is not None)
+
     def _reject_version(self, conn: _Connection, slot: _Slot, header: RequestHeader,
                         request: ApiMessage | None) -> None:
         api_key = header.request_api_key
@@ -1042,5 +1079,5 @@ class SocketServer:
         self._wakeup()
 
 
-__all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse",
+__all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse", "RawSaslToken", "RAW_SASL_HANDLER",
            "ConnectionContext", "CloseAfterResponse", "CloseConnection", "RequestHandler", "DEFAULT_MAX_REQUEST_BYTES"]

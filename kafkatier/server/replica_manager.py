@@ -37,6 +37,7 @@ from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
 from kafkatier.log.errors import KafkaStorageError
+from kafkatier.log.log import LATEST_TIERED_TIMESTAMP
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel, is_storage_failure
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager, is_tiered, offset_moved_to_tiered_storage
 from kafkatier.log.record_batch import iter_batches
@@ -781,6 +782,8 @@ class ReplicaManager:
         p = self.get_partition_or_error(topic, partition, leader_only=True)
         p.check_leader_epoch(current_leader_epoch)
         plog = p.log
+        if timestamp == LATEST_TIERED_TIMESTAMP:   # KIP-1005 (ListOffsets v9): the highest offset in remote storage
+            return (plog.highest_offset_in_remote_storage if plog.remote_log_enabled else -1), -1
         if timestamp == -1:
             if replica_id < 0 and isolation_level == READ_COMMITTED:
                 return p.last_stable_offset, -1

@@ -4,8 +4,10 @@ and ``ScramSaslServer`` (``server/scram.py``).
 
 Enabling: broker property ``listener.security.protocol=SASL_PLAINTEXT`` (default ``PLAINTEXT``: no SASL, every
 connection is ``User:ANONYMOUS``); ``sasl.enabled.mechanisms`` (default ``PLAIN``; any of PLAIN, SCRAM-SHA-256,
-SCRAM-SHA-512).  A client sends SaslHandshake (API 17, v1 only: the v0 raw token exchange is not supported) and
-SaslAuthenticate (API 36, v0-2): one round for PLAIN (``authzid NUL username NUL password``), two for SCRAM.  The
+SCRAM-SHA-512).  A client sends SaslHandshake (API 17) and SaslAuthenticate (API 36, v0-2): one round for PLAIN
+(``authzid NUL username NUL password``), two for SCRAM.  After a SaslHandshake v0 (Kafka 0.10.0's clients) the
+tokens come as bare size-prefixed frames instead, and are answered the same way (no SaslAuthenticate framing; a
+failed login closes the connection without an answer, after the delay below), as Kafka's v0 semantics.  The
 connection's principal becomes ``User:<username>``.  Before that only ApiVersions and the two SASL APIs are
 accepted (any other request -- a Fetch claiming a replica id included -- closes the connection, as Kafka does),
 and a frame larger than ``sasl.server.max.receive.size`` (Kafka: 512 KB) closes it before it is read.
@@ -42,12 +44,12 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
 from kafkatier.server import scram
 from kafkatier.server.config import broker_setting
-from kafkatier.server.network import Authenticated, CloseAfterResponse
+from kafkatier.server.network import RAW_SASL_HANDLER, Authenticated, CloseAfterResponse, RawSaslToken
 from kafkatier.zk import paths
 
 log = get_logger("server.sasl")
 
-HANDSHAKE_VERSIONS = (1, 1)
+HANDSHAKE_VERSIONS = (0, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 SUPPORTED_MECHANISMS = ("PLAIN", *scram.MECHANISMS)
 #: Kafka stores no PLAIN passwords; an entry under this key (older kafkatier) is ignored.
@@ -271,7 +273,63 @@ class SaslServer:
         context.session["sasl_mechanism"] = request.mechanism
         if request.mechanism in scram.MECHANISMS:
             context.session["scram"] = scram.ScramSaslServer(request.mechanism, self.store.scram_credential)
+        if v == 0:   # the next frame is a bare SASL token (the network layer hands it to handle_raw_token)
+            context.session[RAW_SASL_HANDLER] = self.handle_raw_token
         return build(codec.response_class(ApiKeys.SASL_HANDSHAKE), v, {**body, "error_code": 0})
+
+    def handle_raw_token(self, context, token: bytes):
+        """SaslHandshake v0: one bare SASL token; the reply goes back bare.  Success authenticates the connection,
+        a SCRAM round in between waits for the next token, a failure closes the connection (no answer, after
+        ``connection.failed.authentication.delay.ms``)."""
+        mechanism = context.session.get("sasl_mechanism")
+        if context.authenticated or mechanism is None:
+            return RawSaslToken(None, close=True)
+        try:
+            reply, username = self._evaluate(context, mechanism, token)
+        except SaslAuthenticationError as e:
+            self._failed(context, mechanism, e)
+            fut: Future = Future()
+            timer = threading.Timer(self.failed_authentication_delay_ms / 1000.0,
+                                    lambda: fut.set_result(RawSaslToken(None, close=True)))
+            timer.daemon = True
+            timer.start()
+            return fut
+        if username is None:
+            context.session[RAW_SASL_HANDLER] = self.handle_raw_token   # the next SCRAM message
+            return RawSaslToken(reply)
+        self._succeeded(context, mechanism, username)
+        return RawSaslToken(reply, principal=f"User:{username}")
+
+    def _evaluate(self, context, mechanism: str, token: bytes) -> tuple[bytes, str | None]:
+        """One SASL step: the reply and, once the exchange is complete, the user name (None: another round)."""
+        if mechanism == "PLAIN":
+            context.session.pop("sasl_mechanism", None)  # one attempt per connection
+            username, password = parse_plain_token(token)
+            if not self.store.verify(username, password):
+                raise SaslAuthenticationError(INVALID_CREDENTIALS)
+            return b"", username
+        server: scram.ScramSaslServer = context.session["scram"]
+        try:
+            reply = server.evaluate(token)
+        except scram.ScramError as e:
+            raise SaslAuthenticationError(str(e)) from None
+        if not server.complete:
+            return reply, None
+        context.session.pop("scram", None)
+        context.session.pop("sasl_mechanism", None)
+        return reply, server.username
+
+    def _failed(self, context, mechanism: str, e: Exception) -> None:
+        context.session.pop("scram", None)
+        context.session.pop("sasl_mechanism", None)
+        self.metrics["failed"] += 1
+        log.info("SASL authentication failed %s", kv(connection=context.connection_id, mechanism=mechanism,
+                                                       reason=str(e).replace(" ", "_")))
+
+    def _succeeded(self, context, mechanism: str, username: str) -> None:
+        self.metrics["authenticated"] += 1
+        log.info("SASL authenticated %s", kv(connection=context.connection_id, mechanism=mechanism,
+                                             principal=f"User:{username}"))
 
     def handle_authenticate(self, header, request, context):
         v = header.request_api_version
@@ -286,33 +344,13 @@ class SaslServer:
                                              "SaslHandshake on this connection, or already authenticated"))
         token = bytes(request.auth_bytes or b"")
         try:
-            if mechanism == "PLAIN":
-                context.session.pop("sasl_mechanism", None)  # one attempt per connection
-                username, password = parse_plain_token(token)
-                if not self.store.verify(username, password):
-                    raise SaslAuthenticationError(INVALID_CREDENTIALS)
-                reply = b""
-            else:
-                server: scram.ScramSaslServer = context.session["scram"]
-                try:
-                    reply = server.evaluate(token)
-                except scram.ScramError as e:
-                    raise SaslAuthenticationError(str(e)) from None
-                if not server.complete:
-                    return answer(Errors.NONE, None, reply)
-                username = server.username
-                context.session.pop("scram", None)
-                context.session.pop("sasl_mechanism", None)
+            reply, username = self._evaluate(context, mechanism, token)
         except SaslAuthenticationError as e:
-            context.session.pop("scram", None)
-            context.session.pop("sasl_mechanism", None)
-            self.metrics["failed"] += 1
-            log.info("SASL authentication failed %s", kv(connection=context.connection_id, mechanism=mechanism,
-                                                           reason=str(e).replace(" ", "_")))
+            self._failed(context, mechanism, e)
             return self._delayed_close(answer(Errors.SASL_AUTHENTICATION_FAILED, str(e)))
-        self.metrics["authenticated"] += 1
-        log.info("SASL authenticated %s", kv(connection=context.connection_id, mechanism=mechanism,
-                                             principal=f"User:{username}"))
+        if username is None:
+            return answer(Errors.NONE, None, reply)
+        self._succeeded(context, mechanism, username)
         return Authenticated(answer(Errors.NONE, None, reply), f"User:{username}")
 
     def _delayed_close(self, response) -> Future:

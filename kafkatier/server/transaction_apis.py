@@ -13,9 +13,10 @@ COORDINATOR_NOT_AVAILABLE, which clients retry.
 Also KIP-664's DescribeTransactions (65), ListTransactions (66) and DescribeProducers (61), for
 ``kafkatier transactions`` (kafka-transactions.sh).
 
-Versions advertised are those Kafka 3.9's clients (librdkafka 2.x, kafka-python) use: InitProducerId 0-4,
-AddPartitionsToTxn 0-4 (v4: the broker-to-broker verification of KIP-890 part 1, VerifyOnly only), AddOffsetsToTxn 0-3,
-EndTxn 0-3, TxnOffsetCommit 0-3, WriteTxnMarkers 1 (our message classes start at 1; Kafka 3.9 brokers send v1),
+Versions advertised are Kafka 3.9's: InitProducerId 0-5,
+AddPartitionsToTxn 0-5 (v4+: the broker-to-broker verification of KIP-890 part 1, VerifyOnly only), AddOffsetsToTxn 0-4,
+EndTxn 0-4, TxnOffsetCommit 0-4 (the top versions only say the client understands TRANSACTION_ABORTABLE, which these
+APIs do not answer here), WriteTxnMarkers 1 (our message classes start at 1; Kafka 3.9 brokers send v1),
 DescribeProducers 0, DescribeTransactions 0, ListTransactions 0-1.
 Compatibility rewrites (Kafka's): PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to InitProducerId < v4 and to
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn < v2; TxnOffsetCommit < v2 gets COORDINATOR_NOT_AVAILABLE for
@@ -52,9 +53,9 @@ log = get_logger("server.transaction-apis")
 
 
 VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKeys.ADD_PARTITIONS_TO_TXN: (0, 4), ApiKeys.ADD_OFFSETS_TO_TXN: (0, 3), ApiKeys.END_TXN: (0, 3),
+    ApiKeys.ADD_PARTITIONS_TO_TXN: (0, 5), ApiKeys.ADD_OFFSETS_TO_TXN: (0, 4), ApiKeys.END_TXN: (0, 4),
     ApiKeys.WRITE_TXN_MARKERS: (1, 1),
-    ApiKeys.TXN_OFFSET_COMMIT: (0, 3), ApiKeys.DESCRIBE_PRODUCERS: (0, 0), ApiKeys.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKeys.TXN_OFFSET_COMMIT: (0, 4), ApiKeys.DESCRIBE_PRODUCERS: (0, 0), ApiKeys.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKeys.LIST_TRANSACTIONS: (0, 1),
 }
 

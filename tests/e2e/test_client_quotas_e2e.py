@@ -96,3 +96,110 @@ def test_producer_is_throttled_to_its_byte_rate(quota_cluster, kafkatier_cli):
     # is muted) runs somewhat ahead, as against Kafka, because samples expire before a backlog's throttle is
     # paid off; measured 15.9 s at load 11.
     assert 0.8 * 18 <= elapsed <= 1.1 * 18
+
+
+def _send(client, api_key: int, version: int, **fields):
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.build import build
+    return client.send(build(codec.request_class(api_key), version, fields), codec.response_class(api_key), version)
+
+
+def test_request_percentage_throttles_with_throttle_time_and_a_muted_channel(quota_cluster, kafkatier_cli):
+    """KIP-124: a client over its request-time quota reads ``throttle_time_ms`` (at most one quota window) and its
+    next request is not read before that time is over."""
+    from kafkatier.server.broker_client import BrokerClient
+    bs = quota_cluster.bootstrap_servers
+    client_id = f"busy-{uuid.uuid4().hex[:6]}"
+    r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--user", "ANONYMOUS", "--client", client_id,
+                          "--alter", "--add-config", "request_percentage=0.01")
+    assert r.returncode == 0 and r.stdout.strip() == "Completed updating config for user ANONYMOUS.", r.stderr
+    r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--entity-type", "users", "--entity-name", "ANONYMOUS",
+                          "--entity-type", "clients", "--entity-name", client_id, "--describe")
+    assert r.stdout.strip() == (f"Quota configs for user-principal 'ANONYMOUS', client-id '{client_id}' are "
+                                f"request_percentage=0.01"), r.stdout + r.stderr
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    client = BrokerClient(host, int(port), client_id=client_id, timeout_s=20)
+    try:
+        throttles = []
+
+        def throttled() -> bool:
+            resp = _send(client, 3, 12, topics=[], allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+            throttles.append(resp.throttle_time_ms)
+            return resp.throttle_time_ms > 0
+        # the quota reaches the broker through /config/changes; 0.01 % is 0.1 ms of handler time a second
+        wait_for(throttled, 30, interval=0.05, message="a throttled Metadata answer")
+        assert throttles[-1] <= 1000   # bounded by one quota window (quota.window.size.seconds)
+        started = time.monotonic()
+        _send(client, 3, 12, topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        assert time.monotonic() - started >= 0.8 * throttles[-1] / 1000   # the muted channel
+    finally:
+        client.close()
+
+
+def test_a_throttled_fetch_is_answered_without_records(quota_cluster, kafkatier_cli):
+    """Kafka 2.0+: a Fetch over the consumer byte rate gets an empty answer (no partition, no records) with
+    ``throttle_time_ms``, at once."""
+    from kafkatier.server.broker_client import BrokerClient
+    bs = quota_cluster.bootstrap_servers
+    topic = f"fetch-quota-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bs})
+    for _ in range(50):
+        producer.produce(topic, b"y" * 2000)
+    assert producer.flush(30) == 0
+    client_id = f"reader-{uuid.uuid4().hex[:6]}"
+    r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--client", client_id, "--alter", "--add-config",
+                          "consumer_byte_rate=1000")
+    assert r.returncode == 0, r.stderr
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    client = BrokerClient(host, int(port), client_id=client_id, timeout_s=20)
+    answers = []
+    try:
+        def fetch_throttled() -> bool:
+            resp = _send(client, 1, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                         isolation_level=0, session_id=0, session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                             {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                         forgotten_topics_data=[], rack_id="")
+            answers.append(resp)
+            return resp.throttle_time_ms > 0
+        wait_for(fetch_throttled, 30, interval=0.05, message="a throttled Fetch answer")
+    finally:
+        client.close()
+    throttled = answers[-1]
+    assert throttled.error_code == 0 and throttled.responses == []   # no partition, no records
+    assert any(p.records for a in answers[:-1] for t in a.responses for p in t.partitions) or len(answers) == 1
+
+
+def test_a_throttled_consumer_still_reads_everything(quota_cluster, kafkatier_cli):
+    """Throttled fetches are answered empty, so a fetch is capped at what the quota window allows (Kafka's
+    getMaxValueInQuotaWindow): the consumer is slowed, never starved."""
+    from confluent_kafka import Consumer
+    bs = quota_cluster.bootstrap_servers
+    topic = f"slow-reader-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for i in range(60):
+        producer.produce(topic, b"%04d" % i + b"z" * 1000)
+        producer.flush(10)
+    client_id = f"slow-{uuid.uuid4().hex[:6]}"
+    r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--client", client_id, "--alter", "--add-config",
+                          "consumer_byte_rate=20000")
+    assert r.returncode == 0, r.stderr
+    consumer = Consumer({"bootstrap.servers": bs, "client.id": client_id, "group.id": client_id,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+
+        def read_all() -> bool:
+            for m in consumer.consume(num_messages=100, timeout=0.5):
+                if not m.error():
+                    got.append(m.value()[:4])
+            return len(got) >= 60
+        wait_for(read_all, 60, interval=0, message="every record read under the consumer byte rate")
+    finally:
+        consumer.close()
+    assert got == [b"%04d" % i for i in range(60)]

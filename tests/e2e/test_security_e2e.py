@@ -214,3 +214,42 @@ def test_pre_authentication_frames_are_capped(secure):
         assert read_frame(sock) is not None
     finally:
         sock.close()
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(secure):
+    """SaslHandshake v0 (Kafka 0.10.0's clients): the PLAIN token follows as a bare size-prefixed frame and is
+    answered with a bare empty frame; then the connection is authenticated and requests are served.  A bad
+    password with v0 gets no answer: the connection is closed after the failed-authentication delay."""
+    from kafka.protocol.metadata import MetadataRequest
+    sock = socket.create_connection(port_of(secure), timeout=10)
+    try:
+        sock.sendall(frame(SaslHandshakeRequest(mechanism="PLAIN"), 0, 1))
+        answer = read_frame(sock)
+        assert answer is not None and answer[4:6] == b"\x00\x00"   # correlation id, then error_code NONE
+        token = b"\x00admin\x00admin-secret"
+        sock.sendall(struct.pack(">i", len(token)) + token)
+        assert read_frame(sock) == b""                                 # PLAIN's empty reply, bare
+        sock.sendall(frame(MetadataRequest(topics=[], allow_auto_topic_creation=False), 1, 2))
+        assert read_frame(sock) is not None                            # authenticated: served
+    finally:
+        sock.close()
+    sock = socket.create_connection(port_of(secure), timeout=10)
+    try:
+        sock.sendall(frame(SaslHandshakeRequest(mechanism="PLAIN"), 0, 1))
+        assert read_frame(sock) is not None
+        start = time.monotonic()
+        token = b"\x00admin\x00guess"
+        sock.sendall(struct.pack(">i", len(token)) + token)
+        assert read_frame(sock) is None and time.monotonic() - start >= DELAY_MS / 1000 * 0.9
+    finally:
+        sock.close()
+
+
+def test_an_old_client_logs_in_with_handshake_v0(secure):
+    """kafka-python pinned to Kafka 0.10.0 speaks SaslHandshake v0 and sends its PLAIN token bare."""
+    topic = f"old-sasl-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=secure.bootstrap_servers, api_version=(0, 10, 0), **PLAIN_ADMIN)
+    try:
+        producer.send(topic, b"hello-v0").get(timeout=60)
+    finally:
+        producer.close()

@@ -9,7 +9,8 @@ import pytest
 from kafkatier.cli import configs
 from kafkatier.cli.main import UsageError
 from kafkatier.server.client_quota_apis import ClientQuotaApis, QuotaEntityError, entity_path
-from kafkatier.server.client_quota_manager import (DEFAULT, ClientQuotaManager, ClientQuotas, QuotaEntity, Rate,
+from kafkatier.server.quota_factory import ClientQuotas
+from kafkatier.server.client_quota_manager import (DEFAULT, ClientQuotaManager, QuotaEntity, Rate,
                                                    parse_quota_value, throttle_time_ms)
 from kafkatier.server.network import MuteAfterResponse
 from tests.unit.fakes import FakeZk
@@ -173,3 +174,46 @@ def test_cli_quota_output_is_kafkas():
         "Quota configs for user-principal 'alice' are consumer_byte_rate=2.0, producer_byte_rate=1048576.0"]
     assert configs.quota_entity_label({"user": None, "client-id": "app"}) == \
         "the default user-principal, client-id 'app'"
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configs.register(parser.add_subparsers())
+    args = parser.parse_args(["configs", *argv])
+    configs.check_args(args)
+    return args
+
+
+@pytest.mark.parametrize("argv", [
+    ("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "app"),
+    ("--entity-type", "clients", "--entity-name", "app", "--entity-type", "users", "--entity-name", "alice"),
+    ("--user", "alice", "--client", "app"),
+    ("--client", "app", "--entity-type", "users", "--entity-name", "alice"),
+])
+def test_cli_names_a_users_quota_for_one_client_as_kafka_configs_does(argv):
+    args = _parse(*argv, "--alter", "--add-config", "request_percentage=50")
+    assert configs.quota_entity(args) == {"user": "alice", "client-id": "app"}
+
+
+def test_cli_user_and_client_defaults_combine():
+    args = _parse("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+                  "--entity-default", "--alter", "--add-config", "producer_byte_rate=10")
+    assert configs.quota_entity(args) == {"user": "alice", "client-id": None}
+    args = _parse("--user-defaults", "--client", "app", "--describe")
+    assert configs.quota_entity(args) == {"user": None, "client-id": "app"}
+    assert configs.quota_entity(_parse("--client", "app", "--describe")) == {"client-id": "app"}
+    assert configs.quota_entity(_parse("--entity-type", "users", "--entity-default", "--describe")) == {"user": None}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--entity-type", "users", "--entity-name", "a", "--entity-type", "clients", "--alter", "--add-config",
+      "request_percentage=5"), "must be specified with each --entity-type for --alter"),
+    (("--entity-type", "users", "--entity-name", "a", "--entity-type", "topics", "--entity-name", "t",
+      "--describe"), "Only one entity can be given"),
+    (("--user", "a", "--topic", "t", "--describe"), "Only one entity can be given"),
+    (("--entity-type", "users", "--entity-name", "a", "--entity-default", "--describe"), "cannot be used together"),
+    (("--entity-name", "a", "--describe"), "Only one entity can be given"),
+])
+def test_cli_refuses_bad_entity_combinations(argv, message):
+    with pytest.raises(UsageError, match=message):
+        _parse(*argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import struct
 
+import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.cli.main import main
@@ -101,3 +102,60 @@ def test_transaction_marker_and_empty_index(tmp_path, capsys):
     assert lines[3].startswith("| offset: 7 CreateTime: ") and \
         lines[3].endswith("endTxnMarker: COMMIT coordinatorEpoch: 5")
     assert lines[4:] == [f"Dumping {empty}", f"{empty} is empty."]
+
+
+def _compressed_batch(codec: int, base: int = 0) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i in range(3):
+        b.append(i, 1700000000000 + i, b"key%d" % i, b"value-%d" % i * 20, [])
+    raw = bytearray(b.build())
+    struct.pack_into(">q", raw, 0, base)
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("codec, name", [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")])
+def test_compressed_batches_are_listed_record_by_record(tmp_path, capsys, codec, name):
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(_compressed_batch(codec))
+    assert main(["dump-log", "--files", str(path), "--print-data-log"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f" compresscodec: {name} " in lines[2] and "count: 3 " in lines[2] and lines[2].endswith("isvalid: true")
+    assert [ln.split(" CreateTime")[0] for ln in lines[3:]] == ["| offset: 0", "| offset: 1", "| offset: 2"]
+    assert lines[5].endswith("keySize: 4 valueSize: 140 sequence: -1 headerKeys: [] key: key2 payload: "
+                             + "value-2" * 20)
+    assert main(["dump-log", "--files", str(path)]) == 0   # batches only
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_a_batch_that_does_not_decompress_ends_the_dump_in_one_line(tmp_path, capsys):
+    bad = bytearray(_compressed_batch(4, base=3))
+    bad[-8:] = b"\xff" * 8   # the zstd frame's tail
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(_compressed_batch(4) + bytes(bad))
+    assert main(["dump-log", "--files", str(path), "--deep-iteration"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "isvalid: false" in lines[6] and lines[7].startswith("Found invalid record at position ")
+    assert len(lines) == 8
+
+
+def test_remote_segments_are_dumped_with_the_offset_of_their_name(tmp_path, capsys):
+    remote = tmp_path / "kafka-tiered-storage" / "t-0-AAAAAAAAAAAAAAAAAAAAAA"
+    remote.mkdir(parents=True)
+    segment = remote / "00000000000000000005-bbbbbbbbbbbbbbbbbbbbbb.log"
+    segment.write_bytes(_compressed_batch(3, base=5))
+    index = remote / "00000000000000000005-bbbbbbbbbbbbbbbbbbbbbb.index"
+    index.write_bytes(struct.pack(">ii", 0, 0))
+    assert main(["dump-log", "--files", f"{segment},{index}", "--print-data-log"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [f"Dumping {segment}", "Log starting offset: 5"]
+    assert lines[2].startswith("baseOffset: 5 lastOffset: 7 count: 3 ") and " compresscodec: lz4 " in lines[2]
+    assert lines[3].startswith("| offset: 5 ") and lines[-2:] == [f"Dumping {index}", "offset: 5 position: 0"]
+
+
+def test_a_name_that_is_neither_local_nor_remote_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "00000000000000000005-short.log"
+    path.write_bytes(_compressed_batch(0))
+    assert main(["dump-log", "--files", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "remote segment" in err[0]

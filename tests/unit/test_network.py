@@ -205,7 +205,7 @@ def test_server_answers_api_versions_itself_when_the_handler_does_not():
     with SocketServer("127.0.0.1", 0, stub, num_handler_threads=1) as server, _connect(server.port) as s:
         s.sendall(_frame(ApiVersionsRequest[2](), 1, 2))
         resp = ApiVersionsResponse.decode(_recv_frame(s)[4:], version=2)
-    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {3: (0, 12), 18: (0, 3)}
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {3: (0, 12), 18: (0, 4)}
     assert stub.seen == []
 
 

@@ -137,3 +137,71 @@ def test_dry_run_prints_the_schedule_in_time_order_and_starts_nothing(tmp_path):
     assert times and times == sorted(times)
     assert "kafkatier scenario run nemesis-broker-faults --seed 5" in p.stdout
     assert not (tmp_path / "runs").exists()
+
+
+# -- racks: [cluster] racks, a rack:RACK target, consumers' client_rack, the rack expectations -----------------
+RACKS = {**MINIMAL, "cluster": {"brokers": 4, "racks": {"1": "a", "2": "a", "3": "b", "4": "c"}}}
+
+
+def test_a_rack_target_names_every_broker_of_the_rack():
+    spec = from_dict({**RACKS, "workloads": [{"type": "consumer", "topic": "t", "client_rack": "a"}],
+                      "schedule": [{"at": 1, "action": "restart", "target": "rack:a", "down_s": 2}],
+                      "expect": {"replicas_across_racks": True, "consumers_read_while_down": True}})
+    assert spec.cluster.racks == {1: "a", 2: "a", 3: "b", 4: "c"}
+    assert spec.cluster.rack_brokers("a") == (1, 2) and spec.cluster.rack_brokers("c") == (4,)
+    assert spec.workloads[0].client_rack == "a" and spec.expect.replicas_across_racks
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({**RACKS, "cluster": {"brokers": 4, "racks": {"1": "a", "2": "b"}}}, "broker 3 has no rack"),
+    ({**RACKS, "cluster": {"brokers": 2, "racks": {"1": "a", "2": "b", "5": "c"}}}, "no broker 5"),
+    ({**RACKS, "cluster": {"brokers": 1, "racks": {"1": "a b"}}}, "cluster.racks.1"),
+    ({**RACKS, "schedule": [{"at": 1, "action": "kill", "target": "rack:z"}]}, "no broker in rack 'z'"),
+    ({**RACKS, "schedule": [{"at": 1, "action": "pause", "target": "rack:a"}]}, "not 'pause'"),
+    ({**RACKS, "schedule": [{"at": 1, "action": "kill", "target": "rack:a", "not": [1]}]}, "not with a rack"),
+    ({**RACKS, "schedule": [{"at": 1, "action": "kill", "target": "rack:"}]}, "schedule[0].target"),
+    ({**RACKS, "workloads": [{"type": "producer", "topic": "t", "client_rack": "a"}]}, "only for a consumer"),
+    ({**MINIMAL, "expect": {"replicas_across_racks": True}}, "needs cluster.racks"),
+])
+def test_bad_rack_settings_are_one_line_naming_the_field(doc, message):
+    with pytest.raises(ScenarioSpecError) as e:
+        from_dict(doc)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+class _RackManager:
+    def __init__(self):
+        self.state = {"brokers": [{"id": b, "pid": None} for b in (1, 2, 3)]}
+        self.started: list[int] = []
+
+    def broker(self, b):
+        return self.state["brokers"][b - 1]
+
+
+def test_a_rack_with_no_running_broker_cannot_be_killed_and_none_stopped_cannot_be_started():
+    faults = Faults(_RackManager(), _Observer(), history=None, session_timeout_ms=1000)
+    with pytest.raises(FaultError, match="no broker of 1, 2 is running"):
+        faults.kill_brokers((1, 2))
+    faults = Faults(_Manager(), _Observer(), history=None, session_timeout_ms=1000)
+    with pytest.raises(FaultError, match="already running"):
+        faults.start_brokers((1, 2))
+
+
+def _entry(process, f, t, value=None, type_="info"):
+    return {"process": process, "f": f, "time": t * 10**9, "type": type_, "value": value}
+
+
+def test_the_rack_expectations_judge_the_history():
+    from kafkatier.scenario.runner import _consumers_not_reading_while_down, _replicas_not_across_racks
+    racks = {"1": "a", "2": "a", "3": "b", "4": "c"}
+    good = [_entry("observer", "assignment", 0, {"racks": racks, "topics": {"t": {"0": [1, 3, 4], "1": [3, 4, 2]}}})]
+    assert _replicas_not_across_racks(good) == []
+    bad = [_entry("observer", "assignment", 0, {"racks": racks, "topics": {"t": {"0": [1, 2, 3]}}})]
+    assert _replicas_not_across_racks(bad) == ["expected t/0's replicas [1, 2, 3] in 3 racks, they are in 2 (a, b)"]
+    assert "found none" in _replicas_not_across_racks([])[0]
+    run = [_entry("consumer-1", "start", 0), _entry("consumer-2", "start", 0), _entry("nemesis", "kill", 5, [1]),
+           _entry("consumer-1", "poll", 6, {"0": [[1, "x"]]}, "ok"), _entry("nemesis", "start", 9, [1]),
+           _entry("consumer-2", "poll", 10, {"0": [[2, "y"]]}, "ok")]
+    assert _consumers_not_reading_while_down(run) == [
+        "expected consumer-2 to poll records while the killed brokers were down (5.0s-9.0s), it polled none"]
+    assert _consumers_not_reading_while_down(run[:2]) == ["expected a kill of brokers, there was none"]

@@ -1,0 +1,76 @@
+"""The top versions Kafka 3.9 serves, spoken on the wire: ApiVersions v4 lists them, OffsetCommit / OffsetFetch v9,
+ListGroups v5 (types filter, group type) and ListOffsets v9 (KIP-1005's latest tiered offset, -5)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
+from kafkatier.protocol.build import build
+from kafkatier.server.broker_client import BrokerClient
+from kafkatier.waiting import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+KAFKA_39_TOPS = {ApiKeys.LIST_OFFSETS: 9, ApiKeys.OFFSET_COMMIT: 9, ApiKeys.OFFSET_FETCH: 9,
+                 ApiKeys.LIST_GROUPS: 5, ApiKeys.API_VERSIONS: 4,
+                 ApiKeys.ADD_PARTITIONS_TO_TXN: 5, ApiKeys.ADD_OFFSETS_TO_TXN: 4, ApiKeys.END_TXN: 4,
+                 ApiKeys.TXN_OFFSET_COMMIT: 4}
+
+
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=1, log_dirs=1, overrides={
+        "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"})
+
+
+def _send(client: BrokerClient, api_key: int, version: int, **fields):
+    return client.send(build(codec.request_class(api_key), version, fields), codec.response_class(api_key), version)
+
+
+def test_kafka_39_top_versions_on_the_wire(cluster):
+    bs = cluster.bootstrap_servers
+    topic = f"top-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bs})
+    for i in range(10):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(30) == 0
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    client = BrokerClient(host, int(port), client_id="top-versions", timeout_s=20)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    try:
+        served = {k.api_key: k.max_version for k in _send(client, ApiKeys.API_VERSIONS, 4, client_software_name="t",
+                                                          client_software_version="1").api_keys}
+        assert {k: served.get(k) for k in KAFKA_39_TOPS} == KAFKA_39_TOPS
+
+        def coordinator_ready() -> bool:
+            resp = _send(client, ApiKeys.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=[group])
+            return resp.coordinators[0].error_code == 0
+        wait_for(coordinator_ready, 60, interval=0.2, message="the group coordinator")
+        commit = _send(client, ApiKeys.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=-1,
+                       member_id="", group_instance_id=None, topics=[{"name": topic, "partitions": [
+                           {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                            "committed_metadata": ""}]}])
+        assert commit.topics[0].partitions[0].error_code == 0
+        fetched = _send(client, ApiKeys.OFFSET_FETCH, 9, groups=[{"group_id": group, "member_id": None,
+                                                                 "member_epoch": -1, "topics": [
+                                                                     {"name": topic, "partition_indexes": [0]}]}],
+                        require_stable=False)
+        assert fetched.groups[0].topics[0].partitions[0].committed_offset == 5
+        classic = _send(client, ApiKeys.LIST_GROUPS, 5, states_filter=[], types_filter=["classic"])
+        assert [(g.group_id, g.group_type) for g in classic.groups if g.group_id == group] == [(group, "classic")]
+        assert _send(client, ApiKeys.LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups == []
+        offsets = _send(client, ApiKeys.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": t}
+                                           for t in (-1, -5)]}])
+        latest, tiered = offsets.topics[0].partitions
+        assert (latest.error_code, latest.offset) == (0, 10)
+        assert (tiered.error_code, tiered.offset) == (0, -1)   # not a tiered topic: nothing in remote storage
+    finally:
+        client.close()
