@@ -171,8 +171,9 @@ class Partition:
                 log.info("duplicate batch from an idempotent producer; answering with its first offsets %s",
                          kv(partition=self, first_offset=dup.first_offset, last_offset=dup.last_offset))
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
-            if not from_coordinator:   # after the duplicate check, as Kafka's analyzeAndValidateProducerState
-                self.producer_state.check_append(records, verification_guard, verify)
+            # After the duplicate check, as Kafka's analyzeAndValidateProducerState; a coordinator's batches too
+            # (a transactional offset commit of a fenced producer epoch is refused like its produce).
+            self.producer_state.check_append(records, verification_guard, verify)
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator)
             except Exception as e:

@@ -47,9 +47,16 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "produ
 class OffsetsTopicLog(Protocol):
     """What the coordinator needs of the ReplicaManager, for partitions of ``__consumer_offsets`` only."""
 
-    def append(self, partition: int, records: bytes, callback: Callable[[int], None]) -> None:
+    def append(self, partition: int, records: bytes, callback: Callable[[int], None],
+               verification_guard: object | None = None) -> None:
         """Append as leader with acks=all; ``callback(error_code)`` once replicated, failed or timed out.  Must
-        not call back on the caller's thread while the caller may hold locks (run it asynchronously)."""
+        not call back on the caller's thread while the caller may hold locks (run it asynchronously).
+        ``verification_guard``: from :meth:`verify_transaction`, for a transactional offset commit."""
+
+    def verify_transaction(self, partition: int, transactional_id: str | None, producer_id: int,
+                           producer_epoch: int, callback: Callable[[int, object | None], None]) -> None:
+        """KIP-890 part 1: ``callback(error_code, guard)`` once the producer's coordinator confirmed that the
+        partition is in its ongoing transaction (at once when nothing needs asking)."""
 
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """``(record batches from offset, log end offset)``; raises ``KafkaError`` when not the leader."""
@@ -173,10 +180,24 @@ class GroupMetadataManager:
         self.log.append(self.partition_for(group_id), build_records(entries, self.time_ms()), callback)
 
     def store_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
-                            entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None]) -> None:
+                            entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None],
+                            verification_guard: object | None = None) -> None:
         """Append a transactional offset commit (a transactional batch of the producer, no sequence)."""
-        self.log.append(self.partition_for(group_id),
-                        build_records(entries, self.time_ms(), producer_id, producer_epoch), callback)
+        records_ = build_records(entries, self.time_ms(), producer_id, producer_epoch)
+        if verification_guard is None:
+            self.log.append(self.partition_for(group_id), records_, callback)
+        else:
+            self.log.append(self.partition_for(group_id), records_, callback, verification_guard=verification_guard)
+
+    def verify_transaction(self, group_id: str, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                           callback: Callable[[int, object | None], None]) -> None:
+        """KIP-890 part 1 for the group's partition (see :class:`OffsetsTopicLog`); nothing to ask without a
+        transactional id."""
+        if not transactional_id:
+            callback(0, None)
+            return
+        self.log.verify_transaction(self.partition_for(group_id), transactional_id, producer_id, producer_epoch,
+                                    callback)
 
     @staticmethod
     def group_entry(group: GroupMetadata) -> tuple[bytes, bytes | None]:
