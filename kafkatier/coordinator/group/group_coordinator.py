@@ -208,6 +208,9 @@ class GroupCoordinator:
                 for pid, per_group in loaded.pending_txn_offsets.items():
                     if name in per_group:
                         group.pending_txn_offsets[pid] = dict(per_group[name])
+                for pid, group_name, tp in loaded.superseded_txn_offsets:
+                    if group_name == name:
+                        group.superseded_txn_offsets.setdefault(pid, set()).add(tp)
                 for m in group.members.values():
                     self._schedule_heartbeat_expiry(group, m, m.session_timeout_ms)
             self.manager.loading.discard(partition)
@@ -738,7 +741,7 @@ class GroupCoordinator:
             err = store_error(code)
             with self._lock:
                 if err == 0 and self.manager.groups.get(group.group_id) is group:
-                    group.offsets.update(accepted)
+                    group.commit_offsets(accepted)
                 elif err:
                     log.warning("offset commit failed %s", kv(group=group.group_id, error=code))
             for tp in accepted:
@@ -804,7 +807,7 @@ class GroupCoordinator:
                         e = store_error(code)
                         with self._lock:
                             if e == 0 and self.manager.groups.get(group.group_id) is group:
-                                group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+                                group.add_pending_txn(producer_id, accepted)
                             elif e:
                                 log.warning("transactional offset commit failed %s",
                                             kv(group=group.group_id, producer_id=producer_id, error=code))
@@ -839,10 +842,7 @@ class GroupCoordinator:
         with self._lock:
             moved = 0
             for group in self.manager.groups_of(partition):
-                pending = group.pending_txn_offsets.pop(producer_id, None)
-                if pending and commit:
-                    group.offsets.update(pending)
-                    moved += len(pending)
+                moved += group.complete_txn(producer_id, commit)
         if moved:
             log.info("transactional offsets committed %s", kv(partition=partition, producer_id=producer_id,
                                                               offsets=moved))

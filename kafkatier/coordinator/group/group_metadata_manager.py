@@ -70,6 +70,8 @@ class LoadedPartition:
     skipped: int = 0
     #: transactional offset commits without a marker yet: producer id -> group -> offsets
     pending_txn_offsets: dict = attrs.field(factory=dict)
+    #: pending ones a plain commit written later supersedes: {(producer id, group, (topic, partition))}
+    superseded_txn_offsets: set = attrs.field(factory=set)
 
 
 def build_records(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int, producer_id: int = -1,
@@ -90,6 +92,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
     groups: dict[str, GroupRecord] = {}
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
     pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+    superseded: set[tuple[int, str, tuple[str, int]]] = set()
     skipped = 0
     for chunk in chunks:
         batches = MemoryRecords(chunk)
@@ -102,9 +105,11 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                 kind = next((int.from_bytes(bytes(r.key)[2:4], "big") for r in batch
                              if r.key is not None and len(r.key) >= 4), None)
                 txn = pending.pop(batch.producer_id, {})
-                if kind == 1:
+                if kind == 1:    # the newer record wins: a plain commit written after the transactional one
                     for g, o in txn.items():
-                        offsets.setdefault(g, {}).update(o)
+                        offsets.setdefault(g, {}).update(
+                            {tp: v for tp, v in o.items() if (batch.producer_id, g, tp) not in superseded})
+                superseded = {s for s in superseded if s[0] != batch.producer_id}
                 continue
             if getattr(batch, "is_transactional", False):
                 for rec in batch:
@@ -115,6 +120,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                             if value is not None:
                                 pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
                                     (key.topic, key.partition)] = value
+                                superseded.discard((batch.producer_id, key.group, (key.topic, key.partition)))
                     except records.MalformedRecordError as e:
                         skipped += 1
                         log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
@@ -132,6 +138,9 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                             per_group.pop((key.topic, key.partition), None)
                         else:
                             per_group[(key.topic, key.partition)] = value
+                            superseded.update((pid, key.group, (key.topic, key.partition))
+                                              for pid, per in pending.items()
+                                              if (key.topic, key.partition) in per.get(key.group, {}))
                     elif isinstance(key, GroupMetadataKey):
                         group = records.read_group_value(rec.value)
                         if group is None:
@@ -142,7 +151,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                 except records.MalformedRecordError as e:
                     skipped += 1
                     log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
-    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending)
+    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending, superseded)
 
 
 class GroupMetadataManager:
