@@ -85,6 +85,9 @@ class Job:
     def run(self) -> int:
         self.producer.init_transactions(60)
         md = self.producer.list_topics(self.args.output, timeout=30).topics[self.args.output]
+        if md.error is not None or not md.partitions:
+            _emit("fatal", error=f"output topic {self.args.output}: {md.error.name() if md.error else 'no partitions'}")
+            return 2
         self.output_partitions = len(md.partitions)
         _emit("ready")
         self.consumer.subscribe([self.args.input])
@@ -152,6 +155,13 @@ class Job:
                 self.consumer.seek(TopicPartition(self.args.input, p, lo))
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kafkatier.scenario.ctp_worker", description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap-server", required=True)
@@ -159,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
     ap.add_argument("--transactional-id", required=True)
-    ap.add_argument("--per-txn", type=int, default=10, help="most input records per transaction")
+    ap.add_argument("--per-txn", type=_positive, default=10, help="most input records per transaction")
     ap.add_argument("--transaction-timeout-ms", type=int, default=10000)
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
     args = ap.parse_args(argv)

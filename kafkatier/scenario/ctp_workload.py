@@ -34,6 +34,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario.history import FAIL, INFO, INVOKE, OK, History
 from kafkatier.scenario.spec import WorkloadSpec
 from kafkatier.scenario.workloads import Workload, client_config, error_name
+from kafkatier.waiting import WaitTimeout, wait_for
 
 log = get_logger("scenario.ctp")
 
@@ -255,16 +256,22 @@ class CtpJob(Workload):
                                                               "reason": f"end offsets: {e!r}"})
             return False
         t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        offsets: dict[str, int] | None = None
-        while time.monotonic() < deadline:
-            offsets = self._sample() or offsets
-            if offsets is not None and all(offsets.get(p, -1) >= end for p, end in ends.items()):
-                self.history.record(INFO, "final", "ctp-drain", {
-                    "process": self.process, "drained": True, "ends": ends, "committed": offsets,
-                    "waited_s": round(time.monotonic() - t0, 2)})
-                return True
-            time.sleep(0.2)   # polling the group's offsets until they reach the end (bounded by the deadline)
+        seen: list[dict[str, int]] = []
+
+        def drained() -> bool:
+            offsets = self._sample()
+            if offsets is not None:
+                seen.append(offsets)
+            return offsets is not None and all(offsets.get(p, -1) >= end for p, end in ends.items())
+        try:
+            wait_for(drained, timeout_s, interval=0.2, message=f"{self.process} to commit its whole input")
+            self.history.record(INFO, "final", "ctp-drain", {
+                "process": self.process, "drained": True, "ends": ends, "committed": seen[-1],
+                "waited_s": round(time.monotonic() - t0, 2)})
+            return True
+        except WaitTimeout:
+            pass
+        offsets = seen[-1] if seen else None
         self.history.record(INFO, "final", "ctp-drain", {"process": self.process, "drained": False, "ends": ends,
                                                           "committed": offsets, "waited_s": timeout_s})
         log.warning("consume-transform-produce job did not drain %s", kv(job=self.process, ends=ends,
