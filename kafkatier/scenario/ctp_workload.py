@@ -41,6 +41,9 @@ log = get_logger("scenario.ctp")
 RESTART_BACKOFF_S = 0.5     # a supervisor's pause before it starts a job that exited on its own
 STOP_TIMEOUT_S = 10.0
 PHASES = ("any", "produced", "committing")
+# How long a kill waits for its phase: a job stalls while a coordinator or leader it needs is down (seen 15 s on a
+# loaded 2-core machine, its first transaction blocked by a killed coordinator).
+PHASE_TIMEOUT_S = 30.0
 
 
 class CtpInstance(Workload):
@@ -66,15 +69,17 @@ class CtpInstance(Workload):
         with self._cond:
             return self._proc is not None and self._proc.poll() is None
 
-    def kill(self, sig: str = "KILL", down_s: float | None = 0.0, phase: str = "any", timeout_s: float = 15.0) -> dict:
+    def kill(self, sig: str = "KILL", down_s: float | None = 0.0, phase: str = "any",
+             timeout_s: float = PHASE_TIMEOUT_S, cancel: threading.Event | None = None) -> dict:
         """Signal the running process (once it is at ``phase``), keep it down ``down_s`` (None: until heal).
-        Returns what was hit; raises TimeoutError if the instance did not reach ``phase`` in time."""
+        Returns what was hit; raises TimeoutError if the instance did not reach ``phase`` in time (or ``cancel``
+        was set: the run is healing)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while not (self._proc is not None and self._proc.poll() is None
                        and (phase == "any" or self._phase == phase)):
                 left = deadline - time.monotonic()
-                if left <= 0 or self.stopping.is_set():
+                if left <= 0 or self.stopping.is_set() or (cancel is not None and cancel.is_set()):
                     raise TimeoutError(f"{self.process} was not {'running' if phase == 'any' else phase} "
                                        f"within {timeout_s:g}s")
                 self._cond.wait(min(left, 0.05))

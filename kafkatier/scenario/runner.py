@@ -763,7 +763,8 @@ def _kill_client(r, step, observer, faults) -> None:
     job = next(j for j in r.ctp_jobs if j.owns(a.client))
     instance = job.instance(a.client, step.pick)
     try:
-        hit = instance.kill(a.signal, step.down_s if a.action == "restart_client" else None, a.phase)
+        hit = instance.kill(a.signal, step.down_s if a.action == "restart_client" else None, a.phase,
+                            cancel=r._cancel)
     except (TimeoutError, ProcessLookupError) as e:
         raise FaultError(str(e)) from None
     r.history.info("nemesis", a.action, dict(hit, client=instance.process, down_s=step.down_s))
