@@ -4,14 +4,14 @@ UNSTABLE_OFFSET_COMMIT to an OffsetFetch with ``require_stable``, a fenced produ
 as Kafka 3.9 answers once KIP-890's verification turns the coordinator's PRODUCER_FENCED into it) and a commit for
 a transaction the group's partition was never added to (INVALID_TXN_STATE) refused without leaving anything
 pending; with confluent-kafka, ``send_offsets_to_transaction`` with the group metadata of a past generation
-refused with ILLEGAL_GENERATION.  Raw requests through the repo's own client where exact error codes matter.
+refused with ILLEGAL_GENERATION, and a read_committed consumer never reading a pending offset.  Raw requests through the repo's own client where exact error codes matter.
 """
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatier.protocol import codec
@@ -200,3 +200,29 @@ def test_confluent_offsets_of_a_past_generation_are_fenced(cluster):
     finally:
         first.close()
         second.close()
+
+
+def test_confluent_read_committed_consumer_never_reads_a_pending_offset(cluster):
+    """librdkafka asks OffsetFetch with ``require_stable`` for a read_committed consumer: while a transaction's
+    offsets are pending it gets no answer (UNSTABLE_OFFSET_COMMIT, retried until its timeout) rather than the older
+    committed offset, and the new one once the transaction commits."""
+    bs = cluster.bootstrap_servers
+    _, group = _ids()
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"txo-{uuid.uuid4().hex[:8]}"})
+    tp = TopicPartition("src", 1)
+    try:
+        producer.init_transactions(60)
+        for offset in (5, 9):
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction([TopicPartition("src", 1, offset)], consumer.consumer_group_metadata(),
+                                                 30)
+            if offset == 9:
+                with pytest.raises(KafkaException) as e:     # pending: neither 5 nor 9
+                    consumer.committed([tp], timeout=3)
+                assert e.value.args[0].code() in (KafkaError._TIMED_OUT, Errors.UNSTABLE_OFFSET_COMMIT)
+            producer.commit_transaction(30)
+            assert consumer.committed([tp], timeout=30)[0].offset == offset
+    finally:
+        consumer.close()
