@@ -250,7 +250,8 @@ class CtpJob(Workload):
         """After heal: wait until the group's committed offsets reach the end of the input (its producers have
         stopped); recorded as the ``final`` entry ``ctp-drain``."""
         self.stop()
-        self.join(timeout=10)
+        if self.is_alive():
+            self.join(timeout=STOP_TIMEOUT_S)
         ends: dict[str, int] = {}
         try:
             for p in range(self.partitions):
@@ -289,10 +290,13 @@ class CtpJob(Workload):
             return
         self._closed = True
         self.stop()
+        if self.is_alive():
+            self.join(timeout=STOP_TIMEOUT_S)    # the sampler, before its consumer closes
         for i in self.instances:
             i.stop()
         for i in self.instances:
-            i.join(timeout=STOP_TIMEOUT_S)
+            if i.is_alive():                    # never started when the run failed before its workload phase
+                i.join(timeout=STOP_TIMEOUT_S)
             self.history.info(i.process, "ctp-stop", {"incarnations": i.incarnation, "committed": i.committed_txns,
                                                   "aborted": i.aborted_txns})
         self.consumer.close()

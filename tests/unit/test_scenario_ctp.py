@@ -242,3 +242,17 @@ def _set_event():
     e = threading.Event()
     e.set()
     return e
+
+
+def test_a_job_closed_before_it_started_leaves_nothing_behind():
+    """The runner closes every job in its ``finally``, also when the run failed before the workload phase."""
+    from kafkatier.scenario.ctp_workload import CtpJob
+    from kafkatier.scenario.history import History
+    from kafkatier.scenario.spec import WorkloadSpec
+    h = History(None)
+    job = CtpJob("ctp-1", WorkloadSpec(type="ctp", topic="in", output_topic="out", count=2), "127.0.0.1:1", 3, h)
+    assert [i.process for i in job.instances] == ["ctp-1-0", "ctp-1-1"] and job.group == "scenario-ctp-1"
+    assert job.instance("ctp-1-1", 0.0).process == "ctp-1-1" and job.owns("ctp-1") and not job.owns("ctp-2")
+    job.close()
+    job.close()     # a second close does nothing
+    assert [e["value"]["incarnations"] for e in h.entries() if e["f"] == "ctp-stop"] == [0, 0]
