@@ -566,17 +566,18 @@ class Log:
                                  verification_guard: object | None = None,
                                  verify: bool = False) -> AppendInfo | DuplicateAppend:
         """Kafka's ``appendAsLeader`` with its producer-state analysis: a retried idempotent batch already in
-        the log is answered with its first offsets (:class:`DuplicateAppend`) and not appended; a client batch
-        (not ``from_coordinator``) is checked against its producer's epoch and open transaction, after the
-        duplicate check as Kafka's ``analyzeAndValidateProducerState``; then :meth:`append_as_leader`, and the
+        the log is answered with its first offsets (:class:`DuplicateAppend`) and not appended; every batch (a
+        coordinator's too) is then checked against its producer's epoch and open transaction, as Kafka's
+        ``analyzeAndValidateProducerState``; then :meth:`append_as_leader`, and the
         producer state follows the appended batches."""
         with self._lock:
             state = self.producer_state
             dup = state.find_duplicate(records)
             if dup is not None:
                 return DuplicateAppend(dup.first_offset, dup.last_offset)
-            if not from_coordinator:
-                state.check_append(records, verification_guard, verify)
+            # after the duplicate check, as Kafka's analyzeAndValidateProducerState; a coordinator's batches too
+            # (a transactional offset commit of a fenced producer epoch is refused like its produce)
+            state.check_append(records, verification_guard, verify)
             info = self.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
             if info.num_batches:
                 self._update_producer_state(info.records)

@@ -182,10 +182,14 @@ class ScenarioRunner:
                 self.history.flush()
             finally:
                 try:
-                    manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                    for job in getattr(self, "ctp_jobs", ()):
+                        job.close()      # idempotent: never leave a job's processes behind
                 finally:
-                    if ensemble is not None:
-                        ensemble.stop()
+                    try:
+                        manager.down()   # whatever failed above, never leave broker or ZooKeeper processes behind
+                    finally:
+                        if ensemble is not None:
+                            ensemble.stop()
         return self._report(time.monotonic() - started)
 
     def _create_topics(self, manager: ClusterManager) -> None:
@@ -224,12 +228,14 @@ class ScenarioRunner:
 
     # -- workload phase ------------------------------------------------------------------------------------------
     def _workload_phase(self, manager: ClusterManager, observer: ZooKeeperObserver, faults: Faults) -> None:
+        from kafkatier.scenario.ctp_workload import CtpJob
         from kafkatier.scenario.txn_workload import TxnProducerWorkload
         from kafkatier.scenario.workloads import (AdminOperations, ConsumerWorkload, OffsetsSampler,
                                                   ProducerWorkload, SparkProducerWorkload)
         spec, h = self.spec, self.history
         bootstrap = manager.bootstrap_servers
         self.producers, self.readers, self.spark_jobs = [], [], []
+        self.ctp_jobs = []   # consume-transform-produce jobs: through heal, drained before the final reads
         counter = {"n": 0}
 
         def on_ack() -> None:
@@ -241,6 +247,10 @@ class ScenarioRunner:
         for i, w in enumerate(spec.workloads):
             # A workload of a client group bootstraps from the group's links (its own listener on every broker).
             bootstrap = manager.client_bootstrap(w.client_group) if w.client_group else manager.bootstrap_servers
+            if w.type == "ctp":   # one job of `count` instances (ctp_workload.py)
+                h.info(f"ctp-{i}", "start", attrs.asdict(w))
+                self.ctp_jobs.append(CtpJob(f"ctp-{i}", w, bootstrap, spec.topic(w.topic).partitions, h))
+                continue
             for k in range(w.count):
                 name = f"{w.type}-{i}-{k}" if w.count > 1 else f"{w.type}-{i}"
                 h.info(name, "start", attrs.asdict(w))
@@ -259,7 +269,7 @@ class ScenarioRunner:
         self.admin = AdminOperations(bootstrap, h)
         self.admin_faults = AdminFaults(bootstrap, observer, faults, h, spec.topics)
         self.request_faults = RequestFaults(manager, h)
-        for wl in self.producers + self.readers + self.spark_jobs:
+        for wl in self.producers + self.readers + self.spark_jobs + self.ctp_jobs:
             wl.start()
         t0 = time.monotonic()
         for step in self.schedule.steps:
@@ -386,6 +396,8 @@ class ScenarioRunner:
         faults.heal()
         self.admin_faults.heal()
         self.request_faults.heal()
+        for job in self.ctp_jobs:
+            job.heal()   # instances a kill_client left down start again
         why: list[str | None] = [None]
 
         def healthy() -> bool:
@@ -399,6 +411,9 @@ class ScenarioRunner:
             h.record(INFO, "final", "heal", {"converged": False, "reason": why[0]})
             self.extra_anomalies.append(Anomaly("heal", "not-converged", f"the cluster did not converge within "
                                                 f"{self.spec.heal_timeout_s:g}s after heal: {why[0]}"))
+        for job in self.ctp_jobs:   # every input record processed (bounded), then the instances stopped
+            job.drain(self.spec.heal_timeout_s)
+            job.close()
         # Readers keep going through heal so checkers see reads across the restarts; stop them now.
         for r in self.readers:
             r.stop()
@@ -771,6 +786,19 @@ def _throttle(r, step, observer, faults) -> None:
         r.admin_faults.clear_throttles(None if a.target is None else brokers, None if a.topic is None else [a.topic])
     else:
         r.admin_faults.throttle(a.rate, brokers, a.topic, step.duration_s)
+
+
+@action("kill_client", "restart_client")
+def _kill_client(r, step, observer, faults) -> None:
+    a = step.action
+    job = next(j for j in r.ctp_jobs if j.owns(a.client))
+    instance = job.instance(a.client, step.pick)
+    try:
+        hit = instance.kill(a.signal, step.down_s if a.action == "restart_client" else None, a.phase,
+                            cancel=r._cancel)
+    except (TimeoutError, ProcessLookupError) as e:
+        raise FaultError(str(e)) from None
+    r.history.info("nemesis", a.action, dict(hit, client=instance.process, down_s=step.down_s))
 
 
 def _log_dirs(manager: ClusterManager) -> list[dict]:

@@ -66,6 +66,8 @@ class Step:
             parts.append(f"target={a.target}")
         if a.action in ("kill", "restart", "rolling_restart", "kill_all") or a.signal != "KILL":
             parts.append(f"signal={a.signal}")
+        if a.client is not None:
+            parts.append(f"client={a.client}" + (f" phase={a.phase}" if a.phase != "any" else ""))
         if a.action == "reassign":
             parts.append(f"via={a.via}" + (f" replicas={','.join(map(str, a.replicas))}" if a.replicas else ""))
         if a.rate is not None:

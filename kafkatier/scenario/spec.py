@@ -100,6 +100,8 @@ class WorkloadSpec:
     zombie_at_s: float = 0.0                # txn_producer: leave a transaction open then, fenced by a new instance
     zombie_pause_s: float = 2.0             # txn_producer: how long the fenced instance sleeps before it commits
     client_rack: str | None = None          # consumer: client.rack (KIP-392 follower fetching)
+    output_topic: str | None = None         # ctp: the topic the consume-transform-produce job writes
+    txn_records: int = 10                   # ctp: most input records per transaction
 
 
 @attrs.frozen
@@ -149,6 +151,8 @@ class ActionSpec:
     offset_ms: float | None = None
     drift_ppm: float | None = None
     link: LinkActionSpec | None = None      # partition / link_fault: the link fields (scenario/network_faults.py)
+    client: str | None = None               # kill_client / restart_client: a ctp workload or one instance of it
+    phase: str = "any"                      # kill_client / restart_client: where in a transaction the kill lands
 
 
 @attrs.frozen
@@ -323,10 +327,12 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
         _check_client_settings(workload, f"workloads[{i}]", "idempotence" in w)
         if workload.client_rack is not None and workload.type != "consumer":
             raise ScenarioSpecError(f"workloads[{i}].client_rack: only for a consumer")
+        _check_ctp(workload, f"workloads[{i}]", names)
         workloads.append(workload)
     schedule = []
     for i, a in enumerate(doc.get("schedule", [])):
         schedule.append(_action(a, i, {t.name: t.partitions for t in topics}, cluster))
+        _check_client_step(schedule[-1], f"schedule[{i}]", workloads)
     n = doc.get("nemesis")
     nemesis = None
     if n is not None:
@@ -379,6 +385,43 @@ def _check_client_settings(w: WorkloadSpec, where: str, idempotence_given: bool)
         why = "idempotence = true" if idempotence_given else "idempotence (on by default)"
         raise ScenarioSpecError(f"{where}.acks: {w.acks!r} cannot work with {why}: an idempotent producer needs "
                                 f"acks = \"all\"; set idempotence = false for acks = {w.acks!r}")
+
+
+def _check_ctp(w: WorkloadSpec, where: str, topics: set[str]) -> None:
+    """A consume-transform-produce job reads ``topic`` and writes ``output_topic``: another topic of the scenario."""
+    if w.type != "ctp":
+        if w.output_topic is not None:
+            raise ScenarioSpecError(f"{where}.output_topic: only for type 'ctp'")
+        return
+    if w.output_topic is None:
+        raise ScenarioSpecError(f"{where}.output_topic: required for type 'ctp'")
+    if w.output_topic not in topics:
+        raise ScenarioSpecError(f"{where}.output_topic: unknown topic {w.output_topic!r}")
+    if w.output_topic == w.topic:
+        raise ScenarioSpecError(f"{where}.output_topic: the job cannot write the topic it reads ({w.topic!r})")
+
+
+CLIENT_ACTIONS = ("kill_client", "restart_client")
+
+
+def _check_client_step(a: ActionSpec, where: str, workloads: list[WorkloadSpec]) -> None:
+    """``kill_client`` / ``restart_client`` name a ``ctp`` workload (``ctp-N``) or one of its instances
+    (``ctp-N-K``); ``client`` and ``phase`` belong to those actions only."""
+    if a.action not in CLIENT_ACTIONS:
+        if a.client is not None or a.phase != "any":
+            raise ScenarioSpecError(f"{where}.{'client' if a.client is not None else 'phase'}: only for actions "
+                                    f"{', '.join(CLIENT_ACTIONS)}")
+        return
+    if a.client is None:
+        raise ScenarioSpecError(f"{where}.client: required for action {a.action!r}")
+    index, _, instance = a.client[4:].partition("-")
+    n = int(index)
+    if n >= len(workloads) or workloads[n].type != "ctp":
+        raise ScenarioSpecError(f"{where}.client: {a.client!r} names no ctp workload (workloads[{n}] is "
+                                f"{workloads[n].type if n < len(workloads) else 'missing'})")
+    if instance and (workloads[n].count == 1 or int(instance) >= workloads[n].count):
+        raise ScenarioSpecError(f"{where}.client: {a.client!r}: workloads[{n}] has "
+                                f"{'one instance, ctp-' + index if workloads[n].count == 1 else f'instances 0..{workloads[n].count - 1}'}")
 
 
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
@@ -513,7 +556,8 @@ def _action(a: dict, i: int, topics: dict[str, int], cluster: ClusterSpec) -> Ac
                       errors=tuple(a.get("errors", ())), count=a.get("count"), latency_ms=a.get("latency_ms"),
                       drop_response_nth=a.get("drop_response_nth"),
                       close_connection_nth=a.get("close_connection_nth"), offset_ms=a.get("offset_ms"),
-                      drift_ppm=a.get("drift_ppm"), link=link)
+                      drift_ppm=a.get("drift_ppm"), link=link, client=a.get("client"),
+                      phase=a.get("phase", "any"))
 
 
 _REQUEST_FAULT_KINDS = ("errors", "latency_ms", "drop_response_nth", "close_connection_nth")

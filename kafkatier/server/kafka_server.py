@@ -208,8 +208,10 @@ class KafkaServer:
         self.broker_configs.load()  # dynamic broker configs over the static ones, now that every part can react
         self._reconfigure_alter_log_dirs_throttle(self.broker_configs.effective())  # static or dynamic, at start
         self.replication_quotas.reconfigure(self.broker_configs.effective())
-        self.group_coordinator = GroupCoordinator(self.broker_id, self._group_config(),
-                                                  ReplicaManagerOffsetsLog(self.replica_manager), self.scheduler)
+        if c.setting("transaction.partition.verification.enable"):
+            self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
+        self.group_coordinator = GroupCoordinator(self.broker_id, self._group_config(), ReplicaManagerOffsetsLog(
+            self.replica_manager, txn_verification=self.txn_verification), self.scheduler)
         self.group_coordinator.startup()
         self.admin_zk = self._new_admin_zk()
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
@@ -232,8 +234,6 @@ class KafkaServer:
             e.security_protocol == "SASL_SSL" for e in extra_listeners(c.overrides)))
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
-        if c.setting("transaction.partition.verification.enable"):
-            self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
                                            self.replica_manager, self.metadata_cache,
                                            create_transaction_topic=self._create_transaction_topic,

@@ -9,22 +9,50 @@ from typing import Callable
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
-from kafkatier.protocol.errors import Errors
+from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 
 class ReplicaManagerOffsetsLog:
-    def __init__(self, replica_manager: ReplicaManager, commit_timeout_ms: int = 5000):
+    def __init__(self, replica_manager: ReplicaManager, commit_timeout_ms: int = 5000,
+                 txn_verification: AddPartitionsToTxnManager | None = None):
         self.replica_manager = replica_manager
         self.commit_timeout_ms = commit_timeout_ms   # Kafka's offsets.commit.timeout.ms
+        self.txn_verification = txn_verification     # None: transaction.partition.verification.enable=false
 
-    def append(self, partition: int, records: bytes, callback: Callable[[int], None]) -> None:
+    def append(self, partition: int, records: bytes, callback: Callable[[int], None],
+               verification_guard: object | None = None) -> None:
         tp = TopicPartition(OFFSETS_TOPIC, partition)
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
             result = results.get(tp)
             callback(int(result.error) if result is not None else int(Errors.UNKNOWN_SERVER_ERROR))
-        self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond, from_coordinator=True)
+        self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond, from_coordinator=True,
+                                            verification_guards=None if verification_guard is None
+                                            else {tp: verification_guard})
+
+    def verify_transaction(self, partition: int, transactional_id: str | None, producer_id: int,
+                           producer_epoch: int, callback: Callable[[int, object | None], None]) -> None:
+        """KIP-890 part 1 for a transactional offset commit (Kafka's
+        ``ReplicaManager.maybeStartTransactionVerificationForPartition``): when the producer has no transaction
+        open on the partition, ask its coordinator whether the partition is in its ongoing transaction.
+        ``callback(error_code, guard)``: the guard goes with the append, so a marker written meanwhile refuses it."""
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        if self.txn_verification is None or not transactional_id:
+            callback(0, None)
+            return
+        try:
+            p = self.replica_manager.get_partition_or_error(OFFSETS_TOPIC, partition, leader_only=True)
+        except KafkaError as e:
+            callback(int(e.error), None)
+            return
+        if p.producer_state.ongoing_first_offset(producer_id) is not None:
+            callback(0, None)    # already in the transaction here: the producer epoch is checked at append
+            return
+        guard = p.producer_state.start_verification(producer_id)
+        self.txn_verification.verify(transactional_id, producer_id, producer_epoch, [tp],
+                                     lambda errors: callback(int(errors.get(tp, Errors.NONE)), guard))
 
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
         p = self.replica_manager.get_partition_or_error(OFFSETS_TOPIC, partition, leader_only=True)

@@ -277,7 +277,8 @@ class TransactionApis:
             return fut
         self.group_coordinator.handle_txn_commit_offsets(
             req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
-            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, known, done)
+            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, known, done,
+            transactional_id=req.transactional_id)
         return fut
 
     # --- KIP-664: DescribeTransactions, ListTransactions, DescribeProducers ---------------------------------------

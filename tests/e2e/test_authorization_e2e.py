@@ -326,7 +326,9 @@ def cases():
                                           topics=[{"name": TOPIC, "partitions": [
                                               {"partition_index": 0, "committed_offset": 1,
                                                "committed_leader_epoch": -1, "committed_metadata": ""}]}]),
-         lambda r: r.topics[0].partitions[0].error_code, {OK}, TXN_ID_DENIED),
+         # KIP-890: the producer is verified with its coordinator first: none yet (no __transaction_state:
+         # COORDINATOR_NOT_AVAILABLE, 15) or one that knows no such id.
+         lambda r: r.topics[0].partitions[0].error_code, {UNKNOWN_TXN_ID, 15}, TXN_ID_DENIED),
         ("DescribeTransactions", [lit("TransactionalId", f"tx-{uid}", "Describe", "PREFIXED")], 0,
          lambda u: DescribeTransactionsRequest(transactional_ids=[f"tx-{uid}-{u}"]),
          lambda r: r.transaction_states[0].error_code, {105}, TXN_ID_DENIED),     # TRANSACTIONAL_ID_NOT_FOUND

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
@@ -31,8 +30,6 @@ from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-
-WORKERS = Path(__file__).resolve().parent / "txn_workers"
 
 OVERRIDES = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
              "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "120000",
@@ -364,9 +361,10 @@ def test_transaction_requests_with_bad_input_get_kafka_error_codes(txn_cluster):
 
 
 def test_consume_transform_produce_is_exactly_once_across_kill_9(txn_cluster):
-    """A consume-transform-produce job (``txn_workers/copy_worker.py``) is killed with SIGKILL twice mid-way
-    and restarted with the same transactional id: the output, read_committed, holds every input record exactly
-    once (the restarted job fences the dead one's open transaction, resumes at the committed input offsets)."""
+    """The consume-transform-produce job of the scenario engine (``kafkatier/scenario/ctp_worker.py``) is killed
+    with SIGKILL twice mid-way and restarted with the same transactional id: the output, read_committed, holds
+    every input record's transform exactly once (the restarted job fences the dead one's open transaction, resumes
+    at the committed input offsets)."""
     bs = txn_cluster.bootstrap_servers
     source, sink = f"ctp-in-{uuid.uuid4().hex[:6]}", f"ctp-out-{uuid.uuid4().hex[:6]}"
     create_topic(bs, source, partitions=2)
@@ -377,7 +375,8 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(txn_cluster):
         plain.produce(source, key=str(i).encode(), value=f"record-{i}".encode(), partition=i % 2)
     plain.flush(30)
     group, txn_id = f"ctp-{uuid.uuid4().hex[:6]}", f"ctp-{uuid.uuid4().hex[:6]}"
-    argv = [sys.executable, str(WORKERS / "copy_worker.py"), bs, group, source, sink, txn_id, "7"]
+    argv = [sys.executable, "-m", "kafkatier.scenario.ctp_worker", "--bootstrap-server", bs, "--group", group,
+            "--input", source, "--output", sink, "--transactional-id", txn_id, "--per-txn", "7"]
 
     def run_until(committed_at_least: int | None) -> None:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -387,8 +386,11 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(txn_cluster):
                          message="every input offset committed")
                 return
             for line in proc.stdout:
-                if int(line.split()[1]) >= committed_at_least:
-                    time.sleep(0.03)    # most likely inside the next transaction
+                event = json.loads(line)
+                if event["ev"] == "committed" and event["records"] >= committed_at_least:
+                    break
+            for line in proc.stdout:     # killed once the next transaction has its records delivered
+                if json.loads(line)["ev"] == "produced":
                     break
         finally:
             proc.kill()
@@ -397,8 +399,8 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(txn_cluster):
     run_until(60)          # the second incarnation made progress of its own, then died too
     run_until(None)
     out = consume_all(bs, sink, 2, "read_committed", expected=n, timeout_s=60)
-    keys = sorted(v for _, v in out)
-    assert len(keys) == n and set(keys) == {f"RECORD-{i}".encode() for i in range(n)}
+    values = sorted(v.decode().rsplit("@", 1)[0] for _, v in out)
+    assert len(values) == n and set(values) == {f"RECORD-{i}" for i in range(n)}
 
 
 def committed_sum(bootstrap: str, topic: str, group: str) -> int:

@@ -44,11 +44,19 @@ class FakeOffsetsLog:
     def __init__(self) -> None:
         self.data: dict[int, list[bytes]] = {}
         self.fail_with = 0
+        self.verify_with = 0           # what the producer's coordinator answers a KIP-890 verification
+        self.verified: list[tuple] = []
+        self.guards: list = []         # the guard each append carried
 
-    def append(self, partition, records_, callback):
+    def append(self, partition, records_, callback, verification_guard=None):
         if not self.fail_with:
             self.data.setdefault(partition, []).append(records_)
+            self.guards.append(verification_guard)
         callback(self.fail_with)
+
+    def verify_transaction(self, partition, transactional_id, producer_id, producer_epoch, callback):
+        self.verified.append((partition, transactional_id, producer_id, producer_epoch))
+        callback(self.verify_with, ("guard", producer_id))
 
     def read(self, partition, offset, max_bytes):
         # Re-number the batches as a log would.
@@ -359,3 +367,101 @@ def test_transactional_offsets_are_pending_until_the_commit_marker_and_replayed_
     timer.advance(0)
     got = coord.handle_fetch_offsets("g-txn", [tp, ("t", 1)])
     assert got.offsets[tp].offset == 42 and got.offsets[("t", 1)] is None
+
+
+def txn_commit(coord, group, offset, member="", generation=-1, instance=None, producer_id=9000, txn_id=None):
+    out = []
+    o = OffsetAndMetadata(offset=offset, leader_epoch=-1, metadata="", commit_timestamp=0, expire_timestamp=None)
+    coord.handle_txn_commit_offsets(group, producer_id, 0, member, instance, generation, {("t", 0): o}, out.append,
+                                    transactional_id=txn_id)
+    return out[0][("t", 0)]
+
+
+def test_transactional_commits_are_fenced_by_member_generation_and_instance(env):
+    """KIP-447: a transactional offset commit carries the consumer's member id and generation; Kafka's
+    validateOffsetCommit for it (no REBALANCE_IN_PROGRESS, unlike a plain commit)."""
+    coord, timer, _ = env
+    ids, gen, _ = form_group(coord, timer, "g", 2)
+    assert txn_commit(coord, "g", 1, ids[0], gen - 1) == Errors.ILLEGAL_GENERATION       # a zombie of a past generation
+    assert txn_commit(coord, "g", 1, "stranger", gen) == Errors.UNKNOWN_MEMBER_ID
+    assert txn_commit(coord, "g", 1, "", gen) == Errors.UNKNOWN_MEMBER_ID                 # a generation without a member
+    assert txn_commit(coord, "g", 1, ids[0], gen) == 0
+    assert txn_commit(coord, "g", 2) == 0                    # no member information (TxnOffsetCommit < v3): allowed
+    assert coord.handle_leave_group("g", [(ids[1], None)]) == (0, [0])
+    assert join(coord, "g", ids[0])[0].generation_id == gen + 1   # a rebalance, not yet synced
+    assert coord.handle_describe_group("g").state == "CompletingRebalance"
+    assert txn_commit(coord, "g", 3, ids[0], gen + 1) == 0        # current member and generation: accepted
+    assert txn_commit(coord, "g", 3, ids[0], gen) == Errors.ILLEGAL_GENERATION
+    static = join(coord, "s", instance="i-1")[0]
+    sync(coord, "s", static.generation_id, static.member_id, {static.member_id: b"A"})
+    again = join(coord, "s", instance="i-1")[0]               # restarted instance: the old member id is fenced
+    assert txn_commit(coord, "s", 1, static.member_id, static.generation_id, "i-1") == Errors.FENCED_INSTANCE_ID
+    assert txn_commit(coord, "s", 1, again.member_id, again.generation_id, "i-1") == 0
+
+
+def test_a_refused_verification_is_answered_and_leaves_nothing_pending(env):
+    """KIP-890 part 1: the producer's coordinator is asked first; its refusal (INVALID_PRODUCER_EPOCH for a fenced
+    epoch, INVALID_TXN_STATE outside a transaction) is the answer and nothing is written, so no offset is left
+    pending; a retriable one becomes COORDINATOR_NOT_AVAILABLE, as Kafka's offset-commit error conversion does."""
+    coord, timer, log = env
+    partition = coord.partition_for("g-v")
+    for code in (Errors.INVALID_PRODUCER_EPOCH, Errors.INVALID_TXN_STATE):
+        log.verify_with = int(code)
+        assert txn_commit(coord, "g-v", 5, txn_id="tx") == code
+    log.verify_with = int(Errors.NOT_ENOUGH_REPLICAS)
+    assert txn_commit(coord, "g-v", 5, txn_id="tx") == Errors.COORDINATOR_NOT_AVAILABLE
+    assert log.data.get(partition) is None
+    assert not coord.handle_fetch_offsets("g-v", [("t", 0)], require_stable=True).partition_errors
+    log.verify_with = 0
+    assert txn_commit(coord, "g-v", 5, txn_id="tx") == 0
+    assert log.verified[-1] == (partition, "tx", 9000, 0) and log.guards[-1] == ("guard", 9000)
+    assert coord.handle_fetch_offsets("g-v", [("t", 0)], require_stable=True).partition_errors == {
+        ("t", 0): int(Errors.UNSTABLE_OFFSET_COMMIT)}
+    assert txn_commit(coord, "g-none", 5) == 0                # no transactional id (a test client): nothing to ask
+    assert log.verified[-1][1] == "tx"
+
+
+def test_an_aborted_commit_leaves_the_earlier_committed_offset(env):
+    """Offsets committed by one transaction stay when a later transaction of the same producer aborts, and a
+    commit marker of another producer does not touch them."""
+    coord, timer, log = env
+    partition = coord.partition_for("g-a")
+    assert txn_commit(coord, "g-a", 10) == 0
+    coord.on_transaction_completed(partition, 9000, commit=True)
+    assert txn_commit(coord, "g-a", 20) == 0
+    coord.on_transaction_completed(partition, 9001, commit=True)      # someone else's marker
+    assert coord.handle_fetch_offsets("g-a", [("t", 0)], require_stable=True).partition_errors
+    coord.on_transaction_completed(partition, 9000, commit=False)
+    got = coord.handle_fetch_offsets("g-a", [("t", 0)], require_stable=True)
+    assert not got.partition_errors and got.offsets[("t", 0)].offset == 10
+
+
+def test_a_plain_commit_written_after_a_pending_transactional_one_is_kept_when_it_commits(env):
+    """Kafka keeps the newer record (``completePendingTxnOffsetCommit``): a transactional commit that was written
+    before a plain one does not overwrite it when its marker commits; one written after it does.  Loading the
+    partition again gives the same offsets."""
+    coord, timer, log = env
+    partition = coord.partition_for("g-o")
+    plain = []
+    assert txn_commit(coord, "g-o", 42) == 0                               # pending (producer 9000)
+    coord.handle_commit_offsets("g-o", "", None, -1, {("t", 0): OffsetAndMetadata(50)}, plain.append)
+    assert plain == [{("t", 0): 0}]
+    assert txn_commit(coord, "g-o", 60, producer_id=9001) == 0             # written after the plain commit
+    coord.on_transaction_completed(partition, 9000, commit=True)
+    assert coord.handle_fetch_offsets("g-o", [("t", 0)]).offsets[("t", 0)].offset == 50
+    log.data[partition].append(end_transaction_marker(9000, 0, 0, True, timer.now))
+    coord.on_transaction_completed(partition, 9001, commit=True)
+    assert coord.handle_fetch_offsets("g-o", [("t", 0)]).offsets[("t", 0)].offset == 60
+    log.data[partition].append(end_transaction_marker(9001, 0, 0, True, timer.now))
+    coord.on_resignation(partition)
+    coord.on_election(partition, 1)
+    timer.advance(0)
+    assert coord.handle_fetch_offsets("g-o", [("t", 0)], require_stable=True).offsets[("t", 0)].offset == 60
+    # The replay alone: the same two producers, the second marker not yet written.
+    log.data[partition].pop()
+    coord.on_resignation(partition)
+    coord.on_election(partition, 2)
+    timer.advance(0)
+    got = coord.handle_fetch_offsets("g-o", [("t", 0)], require_stable=True)
+    assert got.partition_errors == {("t", 0): int(Errors.UNSTABLE_OFFSET_COMMIT)}     # 9001's still pending
+    assert coord.handle_fetch_offsets("g-o", [("t", 0)]).offsets[("t", 0)].offset == 50

@@ -208,6 +208,9 @@ class GroupCoordinator:
                 for pid, per_group in loaded.pending_txn_offsets.items():
                     if name in per_group:
                         group.pending_txn_offsets[pid] = dict(per_group[name])
+                for pid, group_name, tp in loaded.superseded_txn_offsets:
+                    if group_name == name:
+                        group.superseded_txn_offsets.setdefault(pid, set()).add(tp)
                 for m in group.members.values():
                     self._schedule_heartbeat_expiry(group, m, m.session_timeout_ms)
             self.manager.loading.discard(partition)
@@ -738,7 +741,7 @@ class GroupCoordinator:
             err = store_error(code)
             with self._lock:
                 if err == 0 and self.manager.groups.get(group.group_id) is group:
-                    group.offsets.update(accepted)
+                    group.commit_offsets(accepted)
                 elif err:
                     log.warning("offset commit failed %s", kv(group=group.group_id, error=code))
             for tp in accepted:
@@ -750,10 +753,35 @@ class GroupCoordinator:
     def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                                   group_instance_id: str | None, generation_id: int,
                                   offsets: dict[tuple[str, int], OffsetAndMetadata],
-                                  callback: Callable[[dict], None]) -> None:
+                                  callback: Callable[[dict], None], transactional_id: str | None = None) -> None:
         """TxnOffsetCommit (Kafka's ``handleTxnCommitOffsets``): the offsets are written as a transactional batch
         of the producer and stay pending (invisible to OffsetFetch) until its marker commits or aborts them
-        (:meth:`on_transaction_completed`).  ``callback({(topic, partition): error_code})``."""
+        (:meth:`on_transaction_completed`).  ``callback({(topic, partition): error_code})``.
+
+        First (KIP-890 part 1, with ``transactional_id``) the producer's coordinator confirms that the group's
+        partition is in the producer's ongoing transaction: a commit of a fenced epoch answers
+        INVALID_PRODUCER_EPOCH, one outside any transaction INVALID_TXN_STATE, instead of opening a transaction
+        on ``__consumer_offsets`` that no marker would ever end (its offsets pending for good)."""
+        with self._lock:
+            err = self._group_error(group_id)
+        if err is not None:
+            callback({tp: int(err) for tp in offsets})
+            return
+
+        def verified(code: int, guard: object | None) -> None:
+            if code:
+                log.info("transactional offset commit refused by verification %s",
+                         kv(group=group_id, producer_id=producer_id, producer_epoch=producer_epoch, error=code))
+                callback({tp: store_error(code) for tp in offsets})
+                return
+            self._txn_commit_offsets(group_id, producer_id, producer_epoch, member_id, group_instance_id,
+                                     generation_id, offsets, callback, guard)
+        self.manager.verify_transaction(group_id, transactional_id, producer_id, producer_epoch, verified)
+
+    def _txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                            group_instance_id: str | None, generation_id: int,
+                            offsets: dict[tuple[str, int], OffsetAndMetadata], callback: Callable[[dict], None],
+                            verification_guard: object | None) -> None:
         answers: list = []
         with self._lock:
             err = self._group_error(group_id)
@@ -779,21 +807,34 @@ class GroupCoordinator:
                         e = store_error(code)
                         with self._lock:
                             if e == 0 and self.manager.groups.get(group.group_id) is group:
-                                group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+                                group.add_pending_txn(producer_id, accepted)
                             elif e:
                                 log.warning("transactional offset commit failed %s",
                                             kv(group=group.group_id, producer_id=producer_id, error=code))
                         callback({**result, **{tp: e for tp in accepted}})
                     answers.append((lambda _: self.manager.store_transactional(
-                        group.group_id, producer_id, producer_epoch, entries, stored), None))
+                        group.group_id, producer_id, producer_epoch, entries, stored, verification_guard), None))
         _run(answers)
 
     def _txn_commit_error(self, group, member_id, instance_id, generation_id) -> Errors | None:
+        """Kafka's ``validateOffsetCommit`` with ``isTransactional``: without member information (older request
+        versions) the commit is allowed; with it, the member must be current (FENCED_INSTANCE_ID,
+        UNKNOWN_MEMBER_ID) and of the group's generation (ILLEGAL_GENERATION: KIP-447's fencing of a zombie
+        after a rebalance).  Unlike a plain OffsetCommit, a group completing its rebalance is no reason to refuse."""
         if group.is_state(GroupState.DEAD):
             return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            return None
         if generation_id < 0 and not member_id and instance_id is None:
             return None     # no member information: allowed for transactional commits (Kafka's rule)
-        return self._commit_error(group, member_id, instance_id, generation_id)
+        err = self._instance_error(group, member_id, instance_id)
+        if err is not None:
+            return err
+        if not group.has(member_id):
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return None
 
     def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
         """A COMMIT / ABORT marker of ``producer_id`` was written to ``__consumer_offsets-<partition>``: its
@@ -801,10 +842,7 @@ class GroupCoordinator:
         with self._lock:
             moved = 0
             for group in self.manager.groups_of(partition):
-                pending = group.pending_txn_offsets.pop(producer_id, None)
-                if pending and commit:
-                    group.offsets.update(pending)
-                    moved += len(pending)
+                moved += group.complete_txn(producer_id, commit)
         if moved:
             log.info("transactional offsets committed %s", kv(partition=partition, producer_id=producer_id,
                                                               offsets=moved))

@@ -123,6 +123,8 @@ class GroupMetadata:
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         # Transactional offset commits not yet committed or aborted: producer id -> offsets (KIP-98).
         self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # Pending ones a plain commit written after them supersedes: producer id -> partitions (see complete_txn).
+        self.superseded_txn_offsets: dict[int, set[tuple[str, int]]] = {}
         self.new_member_added = False
         self.join_sequence = 0                       # bumped per rebalance: tells stale join timers apart
         self.initial_join = False                    # this rebalance started from Empty (Kafka's InitialDelayedJoin)
@@ -142,6 +144,34 @@ class GroupMetadata:
 
     def can_rebalance(self) -> bool:
         return self.state in _VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+    # --- transactional offsets (Kafka's GroupMetadata pending offset commits) ---------------------------------
+    def add_pending_txn(self, producer_id: int, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        """A transactional offset commit of ``producer_id`` was written: pending until its marker."""
+        self.pending_txn_offsets.setdefault(producer_id, {}).update(offsets)
+        superseded = self.superseded_txn_offsets.get(producer_id)
+        if superseded:
+            superseded.difference_update(offsets)    # written after the plain commit: newer again
+
+    def commit_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        """A plain offset commit was written: it is newer than any transactional one still pending."""
+        self.offsets.update(offsets)
+        for pid, pending in self.pending_txn_offsets.items():
+            newer = pending.keys() & offsets.keys()
+            if newer:
+                self.superseded_txn_offsets.setdefault(pid, set()).update(newer)
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The producer's marker: on COMMIT its pending offsets become the committed ones, except where a plain
+        commit was written after them (Kafka keeps the newer record: ``completePendingTxnOffsetCommit``); on
+        ABORT they are dropped.  Returns how many were committed."""
+        pending = self.pending_txn_offsets.pop(producer_id, None) or {}
+        superseded = self.superseded_txn_offsets.pop(producer_id, set())
+        if not commit:
+            return 0
+        committed = {tp: o for tp, o in pending.items() if tp not in superseded}
+        self.offsets.update(committed)
+        return len(committed)
 
     # --- members ------------------------------------------------------------------------------------------
     def has(self, member_id: str) -> bool:

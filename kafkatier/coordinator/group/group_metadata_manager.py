@@ -47,9 +47,16 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "produ
 class OffsetsTopicLog(Protocol):
     """What the coordinator needs of the ReplicaManager, for partitions of ``__consumer_offsets`` only."""
 
-    def append(self, partition: int, records: bytes, callback: Callable[[int], None]) -> None:
+    def append(self, partition: int, records: bytes, callback: Callable[[int], None],
+               verification_guard: object | None = None) -> None:
         """Append as leader with acks=all; ``callback(error_code)`` once replicated, failed or timed out.  Must
-        not call back on the caller's thread while the caller may hold locks (run it asynchronously)."""
+        not call back on the caller's thread while the caller may hold locks (run it asynchronously).
+        ``verification_guard``: from :meth:`verify_transaction`, for a transactional offset commit."""
+
+    def verify_transaction(self, partition: int, transactional_id: str | None, producer_id: int,
+                           producer_epoch: int, callback: Callable[[int, object | None], None]) -> None:
+        """KIP-890 part 1: ``callback(error_code, guard)`` once the producer's coordinator confirmed that the
+        partition is in its ongoing transaction (at once when nothing needs asking)."""
 
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """``(record batches from offset, log end offset)``; raises ``KafkaError`` when not the leader."""
@@ -63,6 +70,8 @@ class LoadedPartition:
     skipped: int = 0
     #: transactional offset commits without a marker yet: producer id -> group -> offsets
     pending_txn_offsets: dict = attrs.field(factory=dict)
+    #: pending ones a plain commit written later supersedes: {(producer id, group, (topic, partition))}
+    superseded_txn_offsets: set = attrs.field(factory=set)
 
 
 def build_records(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int, producer_id: int = -1,
@@ -83,6 +92,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
     groups: dict[str, GroupRecord] = {}
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
     pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+    superseded: set[tuple[int, str, tuple[str, int]]] = set()
     skipped = 0
     for chunk in chunks:
         batches = MemoryRecords(chunk)
@@ -95,9 +105,11 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                 kind = next((int.from_bytes(bytes(r.key)[2:4], "big") for r in batch
                              if r.key is not None and len(r.key) >= 4), None)
                 txn = pending.pop(batch.producer_id, {})
-                if kind == 1:
+                if kind == 1:    # the newer record wins: a plain commit written after the transactional one
                     for g, o in txn.items():
-                        offsets.setdefault(g, {}).update(o)
+                        offsets.setdefault(g, {}).update(
+                            {tp: v for tp, v in o.items() if (batch.producer_id, g, tp) not in superseded})
+                superseded = {s for s in superseded if s[0] != batch.producer_id}
                 continue
             if getattr(batch, "is_transactional", False):
                 for rec in batch:
@@ -108,6 +120,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                             if value is not None:
                                 pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
                                     (key.topic, key.partition)] = value
+                                superseded.discard((batch.producer_id, key.group, (key.topic, key.partition)))
                     except records.MalformedRecordError as e:
                         skipped += 1
                         log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
@@ -125,6 +138,9 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                             per_group.pop((key.topic, key.partition), None)
                         else:
                             per_group[(key.topic, key.partition)] = value
+                            superseded.update((pid, key.group, (key.topic, key.partition))
+                                              for pid, per in pending.items()
+                                              if (key.topic, key.partition) in per.get(key.group, {}))
                     elif isinstance(key, GroupMetadataKey):
                         group = records.read_group_value(rec.value)
                         if group is None:
@@ -135,7 +151,7 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
                 except records.MalformedRecordError as e:
                     skipped += 1
                     log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
-    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending)
+    return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending, superseded)
 
 
 class GroupMetadataManager:
@@ -173,10 +189,24 @@ class GroupMetadataManager:
         self.log.append(self.partition_for(group_id), build_records(entries, self.time_ms()), callback)
 
     def store_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
-                            entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None]) -> None:
+                            entries: list[tuple[bytes, bytes | None]], callback: Callable[[int], None],
+                            verification_guard: object | None = None) -> None:
         """Append a transactional offset commit (a transactional batch of the producer, no sequence)."""
-        self.log.append(self.partition_for(group_id),
-                        build_records(entries, self.time_ms(), producer_id, producer_epoch), callback)
+        records_ = build_records(entries, self.time_ms(), producer_id, producer_epoch)
+        if verification_guard is None:
+            self.log.append(self.partition_for(group_id), records_, callback)
+        else:
+            self.log.append(self.partition_for(group_id), records_, callback, verification_guard=verification_guard)
+
+    def verify_transaction(self, group_id: str, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                           callback: Callable[[int, object | None], None]) -> None:
+        """KIP-890 part 1 for the group's partition (see :class:`OffsetsTopicLog`); nothing to ask without a
+        transactional id."""
+        if not transactional_id:
+            callback(0, None)
+            return
+        self.log.verify_transaction(self.partition_for(group_id), transactional_id, producer_id, producer_epoch,
+                                    callback)
 
     @staticmethod
     def group_entry(group: GroupMetadata) -> tuple[bytes, bytes | None]:
