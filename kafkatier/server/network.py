@@ -5,7 +5,9 @@ Design
 One I/O thread (``kafka-network-thread-<port>``) runs a ``selectors`` loop that accepts connections and does
 all socket reads and writes; a small pool of handler threads (``kafka-request-handler-<n>``) decodes frames and
 calls the request handler.  Completions from other threads (purgatory, replication) reach the I/O thread
-through a queue plus a wake-up socketpair.  We chose this over asyncio because the handlers are blocking code
+through a queue plus a wake-up socketpair, except an answer that is next in line on a plaintext connection with
+nothing queued before it: the completing thread sends it itself (``_send_now``, under the connection's lock), and
+the I/O thread hears of it only when the socket did not take it whole, reading must resume or later answers wait.  We chose this over asyncio because the handlers are blocking code
 (ZooKeeper calls, file I/O) and their asynchronous completions come from plain threads: a selector loop gives
 the same single-I/O-thread model with less machinery, and with 2 cores one I/O thread plus a few mostly-idle
 handler threads is the right size.
