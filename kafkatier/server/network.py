@@ -1053,7 +1053,9 @@ class SocketServer:
         answers after it, once woken).
 
         Ordering: ``_collect`` moves answers to ``conn.out`` under the same lock and takes them off only once
-        written, so an empty ``conn.out`` with this slot at the head means every earlier answer is on the wire."""
+        written, so an empty ``conn.out`` with this slot at the head means every earlier answer is on the wire.
+        Closing: ``_close`` marks the connection closed, then takes this lock before it closes the socket, so a
+        send here never meets a closed (or reused) descriptor."""
         if conn.closing or conn.closed or conn.out or conn.muted_until or not conn.slots or conn.slots[0] is not slot \
                 or isinstance(conn.sock, ssl.SSLSocket):
             return False
