@@ -116,8 +116,8 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        entry = self.latest_entry
-        return entry.epoch if entry else None
+        with self._lock:   # read on every leader append: one lock, no second property
+            return self._epochs[-1].epoch if self._epochs else None
 
     @property
     def earliest_entry(self) -> EpochEntry | None:

@@ -34,7 +34,7 @@ from kafkatier.log.errors import (
 from kafkatier.common.atomic_file import fsync_dir
 from kafkatier.common.faults import crash_point
 from kafkatier.log.leader_epoch_cache import LeaderEpochFileCache
-from kafkatier.log.log_config import LONG_MAX, LogConfig
+from kafkatier.log.log_config import LogConfig
 from kafkatier.log.producer_state import DuplicateAppend, ProducerStateManager
 from kafkatier.log.partition_metadata import (
     PartitionMetadataError,
@@ -498,18 +498,9 @@ class Log:
             self._check_open()
             cfg = self._config
             now = self._clock() if now_ms is None else now_ms
-            before = cfg.effective_timestamp_before_max_ms
-            after = cfg.effective_timestamp_after_max_ms
-            info = record_batch.validate_and_assign_offsets(
-                records, self._next_offset, leader_epoch, now,
-                max_message_bytes=cfg.max_message_bytes,
-                timestamp_type=cfg.message_timestamp_type,
-                timestamp_before_max_ms=None if before == LONG_MAX else before,
-                timestamp_after_max_ms=None if after == LONG_MAX else after,
-                log_start_offset=self._log_start_offset,
+            info = log_validator.validate_leader_append(
+                records, self._next_offset, leader_epoch, now, cfg, log_start_offset=self._log_start_offset,
                 topic_partition=self.name, from_coordinator=from_coordinator)
-            if not from_coordinator:
-                log_validator.validate_records(info.records, cfg, now, topic_partition=self.name)
             if info.num_batches == 0:
                 return info
             self._append(info, now)

@@ -469,6 +469,20 @@ def _default(name: str) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+_LOWERED: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _lowered(policy) -> frozenset[str]:
+    """``cleanup.policy``'s values in lower case, once per distinct tuple (read on every leader append)."""
+    try:
+        return _LOWERED[policy]
+    except KeyError:
+        out = _LOWERED[policy] = frozenset(p.lower() for p in policy)
+        return out
+    except TypeError:   # a list: not cached
+        return frozenset(p.lower() for p in policy)
+
+
 @attrs.frozen
 class LogConfig:
     """Effective topic configuration. Attribute names are Kafka's with dots as underscores."""
@@ -542,11 +556,11 @@ class LogConfig:
     # --- derived values (Kafka's LogConfig accessors) --------------------------------------------------
     @property
     def delete(self) -> bool:
-        return "delete" in (p.lower() for p in self.cleanup_policy)
+        return "delete" in _lowered(self.cleanup_policy)
 
     @property
     def compact(self) -> bool:
-        return "compact" in (p.lower() for p in self.cleanup_policy)
+        return "compact" in _lowered(self.cleanup_policy)
 
     @property
     def max_segment_ms(self) -> int:

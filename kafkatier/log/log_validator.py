@@ -53,9 +53,10 @@ from kafkatier.log.log_config import LONG_MAX
 from kafkatier.logsetup import get_logger, kv
 
 try:
+    from kafkatier.log._record_walk import leader_append as _compiled_leader_append
     from kafkatier.log._record_walk import walk as _compiled_walk
 except ImportError:  # built without a C compiler: the pure-Python walk below does everything
-    _compiled_walk = None
+    _compiled_walk = _compiled_leader_append = None
 
 log = get_logger("log.validator")
 
@@ -115,6 +116,41 @@ def validate_produce_records(records, version: int) -> None:
 
 
 # --- log level ----------------------------------------------------------------------------------------------
+
+def validate_leader_append(records, next_offset: int, leader_epoch: int, now_ms: int, config, *,
+                           log_start_offset: int = -1, topic_partition: str = "",
+                           from_coordinator: bool = False) -> rb.AppendInfo:
+    """A leader append's validation, whole: :func:`record_batch.validate_and_assign_offsets` (sizes, magic, CRC,
+    the client append rules, offsets assigned) then :func:`validate_records` (the records inside), as Kafka's
+    ``LogValidator`` does both.
+
+    The compiled fast path (``_record_walk.leader_append``) does both in one pass for what it accepts:
+    uncompressed CreateTime batches from a client, every check passed.  For anything else it returns None and
+    the two Python steps run, raising the error, so the errors are always the Python path's."""
+    cfg = config
+    before = cfg.effective_timestamp_before_max_ms
+    after = cfg.effective_timestamp_after_max_ms
+    before = None if before == LONG_MAX else before
+    after = None if after == LONG_MAX else after
+    create_time = cfg.message_timestamp_type != rb.LOG_APPEND_TIME
+    if _compiled_leader_append is not None and create_time and not from_coordinator:
+        try:
+            fast = _compiled_leader_append(records, next_offset, leader_epoch, now_ms, cfg.max_message_bytes,
+                                           before, after, cfg.compact, rb.crc32c)
+        except (TypeError, BufferError, OverflowError, ValueError):  # a buffer it cannot read: the Python path can
+            fast = None
+        if fast is not None:
+            first, last, max_ts, offset_of_max_ts, batches, count, valid, out = fast
+            return rb.AppendInfo(first, last, max_ts, offset_of_max_ts, batches, count, valid, out,
+                                 log_start_offset=log_start_offset)
+    info = rb.validate_and_assign_offsets(
+        records, next_offset, leader_epoch, now_ms, max_message_bytes=cfg.max_message_bytes,
+        timestamp_type=cfg.message_timestamp_type, timestamp_before_max_ms=before, timestamp_after_max_ms=after,
+        log_start_offset=log_start_offset, topic_partition=topic_partition, from_coordinator=from_coordinator)
+    if not from_coordinator:
+        validate_records(info.records, cfg, now_ms, topic_partition=topic_partition)
+    return info
+
 
 def validate_records(records, config, now_ms: int, *, topic_partition: str = "") -> None:
     """Check the records inside every batch of a leader append (headers already checked by ``record_batch``).

@@ -59,14 +59,18 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry; the offset must be above the last one and the index must not be full."""
-        if self.is_full:
+        rels = self._rel
+        n = len(rels)
+        if n >= self._max_entries:
             raise InvalidOffsetError(f"Attempt to append to a full index (size = {self.entries}).")
-        if self._rel and offset <= self.last_offset:
+        rel = offset - self.base_offset
+        if n and rel <= rels[-1]:
             raise InvalidOffsetError(f"Attempt to append an offset {offset} to position {self.entries} no larger "
                                      f"than the last offset appended ({self.last_offset}) to {self.path}.")
-        rel = self._relative(offset)
+        if not 0 <= rel <= 2**31 - 1:
+            rel = self._relative(offset)   # raises its error
         self._write_entry(_ENTRY.pack(rel, position))
-        self._rel.append(rel)
+        rels.append(rel)
         self._pos.append(position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:

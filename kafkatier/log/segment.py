@@ -426,12 +426,14 @@ class LogSegment:
     def should_roll(self, *, segment_bytes: int, max_segment_ms: int, messages_size: int,
                     max_timestamp_in_messages: int, max_offset_in_messages: int, now_ms: int) -> bool:
         """Kafka's roll conditions: size, age, a full index, or an offset too far from the base."""
-        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > \
-            max_segment_ms - self.roll_jitter_ms
-        return (self._size > segment_bytes - messages_size
-                or (self._size > 0 and reached_roll_ms)
-                or self.offset_index.is_full or self.time_index.is_full
-                or not self.can_convert_to_relative_offset(max_offset_in_messages))
+        size = self._size
+        if size > segment_bytes - messages_size:
+            return True
+        if size > 0 and self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > \
+                max_segment_ms - self.roll_jitter_ms:
+            return True
+        return (self.offset_index.is_full or self.time_index.is_full
+                or not 0 <= max_offset_in_messages - self.base_offset <= 2**31 - 1)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """First record with timestamp >= ``timestamp`` and offset >= ``starting_offset`` in this segment.

@@ -86,6 +86,35 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
         return ZERO_UUID
 
 
+class _Reply:
+    """A Produce or Fetch answer, which may be ready before the handler returns (acks 0 or 1, an ISR of one, a
+    fetch with data at once): then :meth:`result_or_future` returns it and the network layer sends it without a
+    Future and its callback; otherwise it returns a Future that :meth:`set` completes later, from any thread."""
+
+    __slots__ = ("_lock", "_future", "_value", "_done")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._future: Future | None = None
+        self._value: Any = None
+        self._done = False
+
+    def set(self, value: Any) -> None:
+        with self._lock:
+            fut = self._future
+            if fut is None:
+                self._value, self._done = value, True
+                return
+        fut.set_result(value)
+
+    def result_or_future(self) -> Any:
+        with self._lock:
+            if self._done:
+                return self._value
+            self._future = Future()
+            return self._future
+
+
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
@@ -354,7 +383,7 @@ class KafkaApis:
                                 e.error, error_message=e.message or None)
                             continue
                         entries[TopicPartition(td.name, pd.index)] = records
-        fut: Future = Future()
+        reply = _Reply()
         throttle_ms = 0
         if self.client_quotas is not None and self.client_quotas.produce.quotas_enabled:
             throttle_ms = self.client_quotas.produce.record_and_get_throttle_time_ms(
@@ -364,9 +393,9 @@ class KafkaApis:
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
             if throttle_ms > 0:   # answered at once, then the channel is muted (Kafka 2.0+)
-                fut.set_result(MuteAfterResponse(build_response(results), throttle_ms))
+                reply.set(MuteAfterResponse(build_response(results), throttle_ms))
             else:
-                fut.set_result(build_response(results))
+                reply.set(build_response(results))
 
         def build_response(results: dict[TopicPartition, ProducePartitionResult]):
             results = {**errors, **results}
@@ -398,7 +427,7 @@ class KafkaApis:
             self.rm.append_records(req.timeout_ms, acks, entries, respond)
         else:
             respond({})
-        return fut
+        return reply.result_or_future()
 
     def _append_verified(self, txn_id: str, timeout_ms: int, acks: int, entries: dict, respond) -> None:
         """KIP-890 part 1: partitions where the producer has no transaction open are verified with the
@@ -455,7 +484,7 @@ class KafkaApis:
         parts, denied = [], []
         for fp in wanted:
             (parts if fp.tp.topic in readable else denied).append(fp)
-        fut: Future = Future()
+        reply = _Reply()
         order = [fp.tp for fp in parts + denied]
         fetch_offsets = {fp.tp: fp.fetch_offset for fp in wanted} if v < 4 else {}  # where down-conversion starts
 
@@ -472,7 +501,7 @@ class KafkaApis:
             if throttle_ms > 0:   # Kafka 2.0+: a throttled Fetch is answered at once without records
                 answer = self._throttled_fetch_answer(answer, ctx)
             response = build_response(answer, throttle_ms)
-            fut.set_result(MuteAfterResponse(response, throttle_ms) if throttle_ms > 0 else response)
+            reply.set(MuteAfterResponse(response, throttle_ms) if throttle_ms > 0 else response)
 
         def build_response(answer, throttle_ms: int):
             if fetch_codec.supports(v):  # the hot path: straight to bytes (protocol/fetch_codec.py)
@@ -510,7 +539,7 @@ class KafkaApis:
         parts_set = {fp.tp for fp in parts}
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
-            return fut
+            return reply.result_or_future()
         # KIP-392: a consumer that sent its rack (v11+) is pointed at a replica in it, and may fetch from one
         client_rack = (getattr(req, "rack_id", None) or None) if v >= 11 and replica_id < 0 else None
         redirected: dict[TopicPartition, FetchPartitionResult] = {}
@@ -526,7 +555,7 @@ class KafkaApis:
             parts = [fp for fp in parts if fp.tp not in redirected]
             if not parts:
                 respond(redirected)
-                return fut
+                return reply.result_or_future()
             respond_all = respond
 
             def respond(results, respond_all=respond_all):   # noqa: F811 - the redirected partitions added
@@ -534,7 +563,7 @@ class KafkaApis:
         self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
                                isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0,
                                follower_read=client_rack is not None)
-        return fut
+        return reply.result_or_future()
 
     def _down_conversion_enabled(self, tp, replica_id: int) -> bool:
         """Kafka: a client's fetch below v4 of a partition with ``message.downconversion.enable=false`` is

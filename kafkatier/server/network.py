@@ -5,7 +5,9 @@ Design
 One I/O thread (``kafka-network-thread-<port>``) runs a ``selectors`` loop that accepts connections and does
 all socket reads and writes; a small pool of handler threads (``kafka-request-handler-<n>``) decodes frames and
 calls the request handler.  Completions from other threads (purgatory, replication) reach the I/O thread
-through a queue plus a wake-up socketpair.  We chose this over asyncio because the handlers are blocking code
+through a queue plus a wake-up socketpair, except an answer that is next in line on a plaintext connection with
+nothing queued before it: the completing thread sends it itself (``_send_now``, under the connection's lock), and
+the I/O thread hears of it only when the socket did not take it whole, reading must resume or later answers wait.  We chose this over asyncio because the handlers are blocking code
 (ZooKeeper calls, file I/O) and their asynchronous completions come from plain threads: a selector loop gives
 the same single-I/O-thread model with less machinery, and with 2 cores one I/O thread plus a few mostly-idle
 handler threads is the right size.
@@ -1075,8 +1077,39 @@ class SocketServer:
             slot.done = True
             if close or close_after:
                 conn.closing = True
+            elif data is not None and self._send_now(conn, slot, data):
+                return
         self._ready.append(conn)
         self._wakeup()
+
+    def _send_now(self, conn: _Connection, slot: _Slot, data: bytearray) -> bool:
+        """Send a completed answer from the completing thread, under ``conn.lock``, when it is next in line and
+        nothing is queued before it: no hand-off to the I/O thread and no wake-up (plaintext sockets, not muted).
+        True when the I/O thread need not be told: all of it was sent, reading was not paused on the in-flight
+        limit and no later answer is waiting.  A partial send leaves the rest queued first in ``conn.out`` (the I/O thread writes it, and the
+        answers after it, once woken).
+
+        Ordering: ``_collect`` moves answers to ``conn.out`` under the same lock and takes them off only once
+        written, so an empty ``conn.out`` with this slot at the head means every earlier answer is on the wire.
+        Closing: ``_close`` marks the connection closed, then takes this lock before it closes the socket, so a
+        send here never meets a closed (or reused) descriptor."""
+        if conn.closing or conn.closed or conn.out or conn.muted_until or not conn.slots or conn.slots[0] is not slot \
+                or isinstance(conn.sock, ssl.SSLSocket):
+            return False
+        was_full = len(conn.slots) >= self._max_in_flight
+        conn.slots.popleft()
+        try:
+            n = conn.sock.send(data)
+        except WOULD_BLOCK:
+            n = 0
+        except OSError:
+            n = 0   # the I/O thread meets the error on its own write and closes the connection
+        if n < len(data):
+            conn.out.append(memoryview(data)[n:])
+            return False
+        # the I/O thread must resume reading (it paused on the in-flight limit) or collect answers completed
+        # earlier that waited behind this one
+        return not was_full and not (conn.slots and conn.slots[0].done)
 
 
 __all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse", "RawSaslToken", "RAW_SASL_HANDLER",

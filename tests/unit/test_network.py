@@ -242,6 +242,26 @@ def test_responses_keep_request_order_when_completed_out_of_order(broker):
     assert stub.seen == [(3, 1), (3, 2), (18, 3)]
 
 
+def test_an_answer_larger_than_the_socket_buffer_sent_by_its_completing_thread_keeps_order(broker):
+    """A completing thread sends its answer itself when it is next in line; what the socket does not take at
+    once is left to the I/O thread, and the answers after it follow it, in order."""
+    stub, server = broker
+    stub.deferred.add(1)
+    with _connect(server.port) as s:
+        s.sendall(_frame(MetadataRequest[12](topics=[], allow_auto_topic_creation=False), 1, 12))
+        stub.wait_seen(1)
+        big = MetadataResponse(version=12, throttle_time_ms=0, brokers=[], cluster_id="x" * (16 << 20),
+                               controller_id=0, topics=[])
+        done = threading.Thread(target=stub.pending[1].set_result, args=(big,))
+        done.start()
+        done.join(DEADLINE)   # returns with most of the 16 MiB still to send: the client has read nothing yet
+        assert not done.is_alive()
+        s.sendall(_frame(ApiVersionsRequest[3](), 2, 3))
+        frames = [_recv_frame(s) for _ in range(2)]
+    assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2]
+    assert MetadataResponse.decode(frames[0][5:], version=12).cluster_id == "x" * (16 << 20)
+
+
 def test_produce_with_acks_0_gets_no_response(broker):
     stub, server = broker
     produce = ProduceRequest[9](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
