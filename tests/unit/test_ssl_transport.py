@@ -261,7 +261,7 @@ def test_pkcs12_keystore_and_truststore(pki, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="JKS is read through the JDK's keytool")
-def test_jks_keystore_and_truststore_kafkas_default_type(pki, tmp_path):
+def test_jks_keystore_and_truststore_kafkas_default_type(pki, tmp_path, monkeypatch):
     """Kafka's default ``ssl.keystore.type=JKS``: converted with keytool, nothing of the key left on disk."""
     import os
     import tempfile
@@ -282,6 +282,9 @@ def test_jks_keystore_and_truststore_kafkas_default_type(pki, tmp_path):
     props = {"ssl.keystore.location": str(tmp_path / "ks.jks"), "ssl.keystore.password": "ks-pass",
              "ssl.truststore.location": str(tmp_path / "ts.jks"), "ssl.truststore.password": "ts-pass",
              "ssl.client.auth": "required"}   # no ssl.*.type: Kafka's default, JKS
+    private_tmp = tmp_path / "tmp"   # the converted stores' temp dir, apart from other runs' in the shared /tmp
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     before = set(os.listdir(tempfile.gettempdir()))
     cfg = SslConfig.from_props(props)
     with SocketServer("127.0.0.1", 0, StubBroker(), num_handler_threads=1, ssl_context=server_context(cfg)) as server:
