@@ -130,10 +130,6 @@ def test_a_failed_job_leaves_nothing_visible(spark, eos_cluster):
     log.info("failed exactly-once job: %d records in the log, none visible to read_committed", len(written))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, issue 28: about one run in two the driver commits the failed first attempt's transaction "
-    "(producer epoch 0) that the retried attempt had fenced, so the job fails with TransactionError and "
-    "nothing is committed (never a duplicate); under investigation"))
 def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
     c, t = eos_cluster, unique("eos-retry")
     create_topic(c, t)
@@ -148,10 +144,12 @@ def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
 
 
 def test_a_rerun_fences_the_previous_runs_open_transactions(spark, eos_cluster):
+    """A previous run's tasks died with their transactions open: attempt 0 of this run's partitions (fenced by
+    the new tasks), a retried attempt and a partition above this run's count (fenced by the driver)."""
     c, t, job = eos_cluster, unique("eos-rerun"), unique("job")
     create_topic(c, t)
-    for p in range(2):                                    # a previous run's tasks, dead with their transactions open
-        zombie = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": f"{job}-{p}"})
+    for tid in (f"{job}-0-0", f"{job}-1-0", f"{job}-1-2", f"{job}-3-0"):
+        zombie = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": tid})
         zombie.init_transactions(WAIT_S)
         zombie.begin_transaction()
         for i in range(100):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kafkatier.spark.options import (DataSourceOptionError, OffsetSpec, ReaderOptions, Subscription,
-                                     TopicPartition, WriterOptions)
+from kafkatier.spark.options import (SPARE_ATTEMPTS, DataSourceOptionError, OffsetSpec, ReaderOptions,
+                                     Subscription, TopicPartition, WriterOptions)
 from kafkatier.spark.reader import DataLossError, OffsetRange, resolve_ranges, split_ranges
 
 B = {"kafka.bootstrap.servers": "127.0.0.1:9092, 127.0.0.1:9093"}
@@ -95,9 +95,19 @@ def test_cli_prints_one_line_of_the_data_source_error():
 
 # ------------------------------------------------------------------------------------------- exactly once
 
+def test_each_task_attempt_has_its_own_transactional_id():
+    """A failed attempt's Python worker can initialise its producer after the retry did: with one id per
+    partition it would fence the attempt Spark keeps.  The driver fences the other attempts' ids instead."""
+    eos = WriterOptions.parse({**B, "exactlyOnce": "true", "transactionalIdPrefix": "job"}).exactly_once
+    assert eos.transactional_id(1, 0) != eos.transactional_id(1, 1)
+    ids = eos.attempt_ids(range(2), highest_attempt=1)
+    assert {eos.transactional_id(p, a) for p in range(2) for a in range(2)} <= set(ids)
+    assert len(ids) == len(set(ids)) == 2 * (2 + SPARE_ATTEMPTS)       # the spares: later or speculative attempts
+
+
 def test_exactly_once_options():
     w = WriterOptions.parse({**B, "exactlyOnce": "true", "transactionalIdPrefix": " job-7 "})
-    assert w.exactly_once.prefix == "job-7" and w.exactly_once.transactional_id(3) == "job-7-3"
+    assert w.exactly_once.prefix == "job-7" and w.exactly_once.transactional_id(3, 0) == "job-7-3-0"
     assert w.exactly_once.timeout_ms == 900_000 and w.producer_config["transaction.timeout.ms"] == "900000"
     assert w.flush_timeout_s == 300 + 30                              # message.timeout.ms below the txn timeout
     short = WriterOptions.parse({**B, "exactlyOnce": "true", "kafka.transaction.timeout.ms": "60000"})
