@@ -131,12 +131,19 @@ def test_a_failed_job_leaves_nothing_visible(spark, eos_cluster):
 
 
 def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
+    """The second partition's first attempt fails after its writer received rows (Arrow batches of 500): the
+    retry's transaction is the one committed, the first attempt's is aborted (by itself or by the driver)."""
     c, t = eos_cluster, unique("eos-retry")
     create_topic(c, t)
     udf = failing_values(str(tmp_path / "failed-once"), ROWS // 4 * 2 - 100)   # late in the second partition
     df = spark.range(0, ROWS, numPartitions=4).select(F.col("id").cast("string").alias("key"),
                                                       udf(F.col("id")).alias("value"))
-    write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    batch = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch)
     assert (tmp_path / "failed-once").exists()
     exactly_once_each(read_keys(spark, c, t), ROWS)
     log.info("retried task: %d records in the log (the first attempt's aborted)", len(read_keys(spark, c, t,
