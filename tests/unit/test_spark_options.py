@@ -202,3 +202,20 @@ def test_the_message_is_the_first_line_of_the_formatted_error():
         text = "".join(traceback.TracebackException(type(e), e, e.__traceback__, compact=True).format())
     assert text.splitlines()[0] == "kafkatier: unknown option 'startingOffset': did you mean 'startingOffsets'?"
     assert text.splitlines()[-1].startswith("kafkatier.spark.options.DataSourceOptionError: unknown option")
+
+
+def test_messages_become_one_arrow_batch_with_sparks_kafka_columns():
+    import pyarrow as pa
+    from confluent_kafka import Message
+
+    from kafkatier.spark.reader import _arrow_schema, _to_arrow
+
+    msgs = [Message(topic="t", partition=3, offset=7, key=b"k", value=b"v1", timestamp=(1, 1_700_000_000_123),
+                    headers=[("h", b"x")]),
+            Message(topic="t", partition=3, offset=9, key=None, value=b"v2", timestamp=(2, 1_700_000_000_456))]
+    batch = _to_arrow(msgs, TopicPartition("t", 3), _arrow_schema(True), True, pa).to_pydict()
+    assert batch["key"] == [b"k", None] and batch["value"] == [b"v1", b"v2"] and batch["offset"] == [7, 9]
+    assert batch["topic"] == ["t", "t"] and batch["partition"] == [3, 3]
+    assert [t.timestamp() for t in batch["timestamp"]] == [1_700_000_000.123, 1_700_000_000.456]
+    assert batch["timestampType"] == [0, 1]                           # Spark's: 0 CreateTime, 1 LogAppendTime
+    assert batch["headers"] == [[{"key": "h", "value": b"x"}], None]  # null, not [], without headers
