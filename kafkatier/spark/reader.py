@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from itertools import repeat
+from operator import is_not
 
 import attrs
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -171,7 +173,7 @@ class RangeConsumer:
 
     def batches(self):
         import pyarrow as pa
-        from confluent_kafka import Consumer, Message
+        from confluent_kafka import Consumer
         from confluent_kafka import TopicPartition as CkTopicPartition
 
         r, opts = self.range, self.options
@@ -186,15 +188,12 @@ class RangeConsumer:
             consumer.assign([CkTopicPartition(r.tp.topic, r.tp.partition, r.from_offset)])
             while position < r.until_offset:
                 msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
-                errors = list(map(Message.error, msgs))           # C-level: no Python frame per message
-                good = msgs
-                if errors.count(None) != len(msgs):
-                    good = [m for m, e in zip(msgs, errors) if e is None]
-                    self._check_errors(m.error() for m in msgs if m.error() is not None)
+                good, errors = _split_errors(msgs)
+                if errors:
+                    self._check_errors(m.error() for m in errors)
                     # The end of the partition past the range: the range's last offsets were transaction
                     # markers or aborted records, which a consumer never returns.
-                    if any(m.error() is not None and m.offset() is not None and m.offset() >= r.until_offset
-                           for m in msgs):
+                    if any(m.offset() is not None and m.offset() >= r.until_offset for m in errors):
                         position = r.until_offset
                 if good and good[-1].offset() >= r.until_offset - 1:
                     good = [m for m in good if m.offset() < r.until_offset]
@@ -235,6 +234,19 @@ class RangeConsumer:
             if err.fatal():
                 raise RuntimeError(f"kafkatier source: reading {self.range.tp}: {err}")
             log.info("consumer error (retried by the client) %s", kv(partition=self.range.tp, error=err))
+
+
+def _split_errors(msgs: list) -> tuple[list, list]:
+    """(records, error events) of one consume(); the common case (no error) costs no Python frame per message.
+    ``KafkaError`` cannot be compared with ``==`` to None (it raises), hence ``is_not``."""
+    from confluent_kafka import Message
+
+    if not any(map(is_not, map(Message.error, msgs), repeat(None))):
+        return msgs, []
+    good, errors = [], []
+    for m in msgs:
+        (good if m.error() is None else errors).append(m)
+    return good, errors
 
 
 def _arrow_schema(include_headers: bool):

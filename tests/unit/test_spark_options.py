@@ -219,3 +219,15 @@ def test_messages_become_one_arrow_batch_with_sparks_kafka_columns():
     assert [t.timestamp() for t in batch["timestamp"]] == [1_700_000_000.123, 1_700_000_000.456]
     assert batch["timestampType"] == [0, 1]                           # Spark's: 0 CreateTime, 1 LogAppendTime
     assert batch["headers"] == [[{"key": "h", "value": b"x"}], None]  # null, not [], without headers
+
+
+def test_error_events_are_split_from_the_records_of_a_consume():
+    from confluent_kafka import KafkaError, Message
+
+    from kafkatier.spark.reader import _split_errors
+
+    records = [Message(topic="t", partition=0, offset=i, value=b"v") for i in range(3)]
+    eof = Message(topic="t", partition=0, offset=3, error=KafkaError(KafkaError._PARTITION_EOF))
+    assert _split_errors(records) == (records, [])
+    assert _split_errors(records + [eof]) == (records, [eof])
+    assert _split_errors([]) == ([], [])
