@@ -150,12 +150,6 @@ class TransactionEnder:
             "producer_id": -1, "producer_epoch": -1})
         return r.producer_id, r.producer_epoch
 
-    def describe(self, transactional_id: str):
-        state = self.describe_many([transactional_id])[transactional_id]
-        if state is None:
-            raise AdminError.from_code(Errors.TRANSACTIONAL_ID_NOT_FOUND, f"transactional id {transactional_id}")
-        return state
-
     def describe_many(self, transactional_ids: Iterable[str]) -> dict:
         """Each id's DescribeTransactions state, None for an id the coordinators do not know; one request per
         coordinator."""
