@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import attrs
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -39,7 +40,9 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
 from kafkatier.spark.options import DataSourceOptionError, WriterOptions, metadata_timeout_s
-from kafkatier.spark.transactions import TaskTransaction, TransactionEnder, TransactionError
+
+if TYPE_CHECKING:
+    from kafkatier.spark.transactions import TaskTransaction, TransactionEnder
 
 log = get_logger("spark.writer")
 
@@ -122,6 +125,8 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
         eos = options.exactly_once
         if eos is not None:
+            from kafkatier.spark.transactions import TransactionError
+
             with _ender(options, timeout) as ender:
                 try:
                     ender.check(eos.transactional_id(0, 0), eos.timeout_ms)
@@ -296,6 +301,8 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         highest = max((m.attempt for m in messages if m is not None), default=0)
         n = len(messages)
         ids = [i for i in eos.attempt_ids(range(n), highest) if i not in keep]
+        from kafkatier.spark.transactions import TransactionError
+
         fenced, errors = ender.fence_open(ids, eos.timeout_ms)
         start, width = n, max(n, 1)
         try:
@@ -314,6 +321,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
 
 def _ender(options: WriterOptions, timeout_s: float) -> TransactionEnder:
+    """The driver's transaction client.  Imported here, not at the top: kafka-python and the protocol codecs
+    cost about a second of start-up on a loaded machine in every task and planner process, and only
+    exactly-once jobs need them."""
+    from kafkatier.spark.transactions import TransactionEnder, TransactionError
+
     try:
         return TransactionEnder(options.producer_config, timeout_s)
     except TransactionError as e:
@@ -384,6 +396,8 @@ class _TaskTransactionState:
             producer.poll(self.STATS_INTERVAL_MS / 1000)
             eos = self._stats[-1] if self._stats else {}
             if eos.get("txn_state") == "InTransaction" and eos.get("producer_id", -1) >= 0:
+                from kafkatier.spark.transactions import TaskTransaction
+
                 return TaskTransaction(self.transactional_id, eos["producer_id"], eos["producer_epoch"])
         raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: librdkafka reported no "
                            "producer id and epoch for the open transaction")
