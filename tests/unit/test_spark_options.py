@@ -231,3 +231,16 @@ def test_error_events_are_split_from_the_records_of_a_consume():
     assert _split_errors(records) == (records, [])
     assert _split_errors(records + [eof]) == (records, [eof])
     assert _split_errors([]) == ([], [])
+
+
+def test_at_least_once_processes_do_not_import_the_transaction_client():
+    """Spark forks a process per job (planner) and per task that imports the writer: kafka-python and the
+    protocol codecs, which only exactly-once needs, cost about a second of start-up there on a loaded machine."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kafkatier.spark.writer, kafkatier.spark.reader, kafkatier.spark.source; "
+            "print(sorted(m for m in ('kafka', 'kafkatier.admin.client', 'kafkatier.protocol.codec') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
