@@ -16,7 +16,7 @@ import difflib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -177,19 +177,31 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
 # Exactly-once writes: Kafka's default transaction.max.timeout.ms, so the transaction a task leaves open for the
 # driver to commit survives a long job.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+# Attempts above the highest one reported whose ids the driver fences too: the later attempts of a task that
+# failed every time (Spark's spark.task.maxFailures defaults to 4), or a speculative copy.
+SPARE_ATTEMPTS = 4
 
 
 @attrs.frozen
 class ExactlyOnce:
-    """``exactlyOnce=true``: each task writes in a transaction ``<prefix>-<partition id>`` that the driver
-    commits; ``prefix`` is ``transactionalIdPrefix`` (a job id: a re-run with the same one fences the previous
-    run's open transactions) or a random one per job."""
+    """``exactlyOnce=true``: each task attempt writes in a transaction ``<prefix>-<partition id>-<attempt>``
+    that the driver commits; ``prefix`` is ``transactionalIdPrefix`` (a job id: a re-run with the same one
+    fences the previous run's open transactions) or a random one per job.
+
+    One id per attempt, not per partition: a failed attempt's Python worker can outlive its task and call
+    InitProducerId after the retried attempt did; with a shared id that late call would fence the attempt whose
+    result Spark keeps.  The driver fences the other attempts' ids instead (:meth:`attempt_ids`)."""
 
     prefix: str
     timeout_ms: int
 
-    def transactional_id(self, partition_id: int) -> str:
-        return f"{self.prefix}-{partition_id}"
+    def transactional_id(self, partition_id: int, attempt: int) -> str:
+        return f"{self.prefix}-{partition_id}-{attempt}"
+
+    def attempt_ids(self, partitions: Iterable[int], highest_attempt: int) -> list[str]:
+        """Every id the tasks of ``partitions`` may have used, attempts 0 to ``highest_attempt`` and the spares."""
+        return [self.transactional_id(p, a) for p in partitions
+                for a in range(highest_attempt + 1 + SPARE_ATTEMPTS)]
 
 
 @attrs.frozen
@@ -217,7 +229,7 @@ class WriterOptions:
         if _bool(options, "exactlyOnce", False):
             if "transactional.id" in config:
                 raise DataSourceOptionError("Kafka option 'transactional.id' is not supported: with exactlyOnce each "
-                                            "task's id is <transactionalIdPrefix>-<partition id>")
+                                            "task attempt's id is <transactionalIdPrefix>-<partition id>-<attempt>")
             prefix = _get(options, "transactionalIdPrefix")
             if prefix is not None and not prefix.strip():
                 raise DataSourceOptionError("option transactionalIdPrefix is empty")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from itertools import repeat
+from operator import is_not
 
 import attrs
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -186,13 +188,12 @@ class RangeConsumer:
             consumer.assign([CkTopicPartition(r.tp.topic, r.tp.partition, r.from_offset)])
             while position < r.until_offset:
                 msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
-                good = [m for m in msgs if m.error() is None]
-                if len(good) != len(msgs):
-                    self._check_errors(m.error() for m in msgs if m.error() is not None)
+                good, errors = _split_errors(msgs)
+                if errors:
+                    self._check_errors(m.error() for m in errors)
                     # The end of the partition past the range: the range's last offsets were transaction
                     # markers or aborted records, which a consumer never returns.
-                    if any(m.error() is not None and m.offset() is not None and m.offset() >= r.until_offset
-                           for m in msgs):
+                    if any(m.offset() is not None and m.offset() >= r.until_offset for m in errors):
                         position = r.until_offset
                 if good and good[-1].offset() >= r.until_offset - 1:
                     good = [m for m in good if m.offset() < r.until_offset]
@@ -235,6 +236,19 @@ class RangeConsumer:
             log.info("consumer error (retried by the client) %s", kv(partition=self.range.tp, error=err))
 
 
+def _split_errors(msgs: list) -> tuple[list, list]:
+    """(records, error events) of one consume(); the common case (no error) costs no Python frame per message.
+    ``KafkaError`` cannot be compared with ``==`` to None (it raises), hence ``is_not``."""
+    from confluent_kafka import Message
+
+    if not any(map(is_not, map(Message.error, msgs), repeat(None))):
+        return msgs, []
+    good, errors = [], []
+    for m in msgs:
+        (good if m.error() is None else errors).append(m)
+    return good, errors
+
+
 def _arrow_schema(include_headers: bool):
     import pyarrow as pa
 
@@ -246,19 +260,23 @@ def _arrow_schema(include_headers: bool):
 
 
 def _to_arrow(msgs: list, tp: TopicPartition, schema, include_headers: bool, pa):
-    """One Arrow batch from messages of one partition: a list per column built by C-level method calls, then
-    one conversion per column."""
+    """One Arrow batch from messages of one partition: each column a list built by ``map`` over a C method of
+    ``Message`` (no Python frame per message), then one conversion per column; the timestamps' (type, ms)
+    tuples become an Arrow struct whose fields are converted by Arrow compute."""
+    import pyarrow.compute as pc
+    from confluent_kafka import Message
+
     n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
+    stamps = pa.array(list(map(Message.timestamp, msgs)), pa.struct([("type", pa.int32()), ("ms", pa.int64())]))
     columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array(list(map(Message.key, msgs)), pa.binary()),
+        pa.array(list(map(Message.value, msgs)), pa.binary()),
         pa.array([tp.topic] * n, pa.string()),
         pa.array([tp.partition] * n, pa.int32()),
-        pa.array([m.offset() for m in msgs], pa.int64()),
-        pa.array([s[1] * 1000 for s in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(list(map(Message.offset, msgs)), pa.int64()),
+        pc.multiply(stamps.field(1), 1000).cast(pa.timestamp("us", tz="UTC")),
         # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Spark: 0 = CreateTime, 1 = LogAppendTime.
-        pa.array([s[0] - 1 for s in stamps], pa.int32()),
+        pc.subtract(stamps.field(0), 1),
     ]
     if include_headers:
         # Spark's source gives null, not an empty array, for a record without headers.

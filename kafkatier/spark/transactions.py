@@ -5,14 +5,15 @@ librdkafka cannot resume another client's transaction, so the driver speaks the 
 connection manager through :class:`kafkatier.admin.client.AdminClient`): FindCoordinator(TRANSACTION) for each
 transactional id, then
 
-* before any task runs, InitProducerId for ``<prefix>-0`` (:meth:`TransactionEnder.check`): the coordinator is
-  reachable, the transaction timeout is within the brokers' ``transaction.max.timeout.ms``, and a hanging
-  transaction of a previous run of the same job is fenced;
+* before any task runs, InitProducerId for ``<prefix>-0-0`` (:meth:`TransactionEnder.check`): the coordinator
+  is reachable and the transaction timeout is within the brokers' ``transaction.max.timeout.ms``;
 * on ``commit()``, DescribeTransactions of every task's id (each must still be Ongoing with the task's producer id
   and epoch, or nothing is committed), then EndTxn(commit) for each, then waiting until each is CompleteCommit
   (the markers written, so a read_committed reader that starts next sees every row);
-* on ``abort()``, EndTxn(abort) for the tasks that reported a transaction, and InitProducerId (fencing) for every
-  other task's id whose transaction is still open (a task that died after writing).
+* on ``abort()``, EndTxn(abort) for the tasks that reported a transaction;
+* after either, InitProducerId (fencing, which aborts) for every other id of the job whose transaction is still
+  open (:meth:`TransactionEnder.fence_open`): a failed or speculative attempt's, a previous run's.  The ids'
+  states come from one FindCoordinator and one DescribeTransactions per coordinator, whatever their number.
 
 The coordinator checks only the transactional id, producer id and epoch of an EndTxn, not which connection it
 comes from (as Kafka's ``TransactionCoordinator.handleEndTransaction``).
@@ -39,6 +40,7 @@ TRANSACTION_KEY_TYPE = 1
 RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                        Errors.CONCURRENT_TRANSACTIONS, Errors.NETWORK_EXCEPTION, Errors.REQUEST_TIMED_OUT})
 FENCED = frozenset({Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH, Errors.INVALID_PRODUCER_ID_MAPPING})
+OPEN_STATES = frozenset({"Ongoing", "PrepareAbort", "PrepareCommit"})
 
 # librdkafka security settings -> kafka-python's keyword arguments.
 _SECURITY = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
@@ -110,15 +112,21 @@ class TransactionEnder:
         except Exception as e:  # noqa: BLE001 - kafka-python connection errors: ask again
             raise _Retry(str(e)) from e
 
-    def coordinator(self, transactional_id: str, refresh: bool = False) -> int:
-        if refresh or transactional_id not in self._coordinators:
+    def coordinator(self, transactional_id: str) -> int:
+        return self.locate([transactional_id])[transactional_id]
+
+    def locate(self, transactional_ids: Iterable[str]) -> dict[str, int]:
+        """The coordinator of each id: one FindCoordinator (v4 takes many keys) for the ids not known yet."""
+        ids = list(dict.fromkeys(transactional_ids))
+        unknown = [t for t in ids if t not in self._coordinators]
+        if unknown:
             r = self._send(ApiKeys.FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
-                                                 "coordinator_keys": [transactional_id]})
-            c = r.coordinators[0]
-            if c.error_code:
-                raise AdminError.from_code(c.error_code, c.error_message)
-            self._coordinators[transactional_id] = c.node_id
-        return self._coordinators[transactional_id]
+                                                 "coordinator_keys": unknown})
+            for c in r.coordinators:
+                if c.error_code:
+                    raise AdminError.from_code(c.error_code, c.error_message)
+                self._coordinators[c.key] = c.node_id
+        return {t: self._coordinators[t] for t in ids}
 
     def _call(self, transactional_id: str, api_key: int, version: int, body: dict):
         """One request to the id's coordinator; a top-level error code raises (coordinator errors re-find)."""
@@ -142,16 +150,28 @@ class TransactionEnder:
             "producer_id": -1, "producer_epoch": -1})
         return r.producer_id, r.producer_epoch
 
-    def describe(self, transactional_id: str):
+    def describe_many(self, transactional_ids: Iterable[str]) -> dict:
+        """Each id's DescribeTransactions state, None for an id the coordinators do not know; one request per
+        coordinator."""
+        ids = list(dict.fromkeys(transactional_ids))
+
         def attempt():
-            node = self.coordinator(transactional_id)
-            r = self._send(ApiKeys.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}, node)
-            t = r.transaction_states[0]
-            if t.error_code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE):
-                self._coordinators.pop(transactional_id, None)
-            if t.error_code:
-                raise AdminError.from_code(t.error_code, f"transactional id {transactional_id}")
-            return t
+            by_node: dict[int, list[str]] = {}
+            for tid, node in self.locate(ids).items():
+                by_node.setdefault(node, []).append(tid)
+            out = {}
+            for node, group in by_node.items():
+                r = self._send(ApiKeys.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": group}, node)
+                for t in r.transaction_states:
+                    if t.error_code in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE):
+                        self._coordinators.pop(t.transactional_id, None)
+                    if t.error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND:
+                        out[t.transactional_id] = None
+                    elif t.error_code:
+                        raise AdminError.from_code(t.error_code, f"transactional id {t.transactional_id}")
+                    else:
+                        out[t.transactional_id] = t
+            return out
         return self._retrying()(attempt)
 
     def end_txn(self, txn: TaskTransaction, commit: bool) -> None:
@@ -160,7 +180,7 @@ class TransactionEnder:
             "producer_epoch": txn.producer_epoch, "committed": commit})
 
     def check(self, transactional_id: str, timeout_ms: int) -> None:
-        """Before any task: the coordinator answers and accepts the timeout; the id's old producer is fenced."""
+        """Before any task: the coordinator answers and accepts the timeout."""
         try:
             self.init_producer_id(transactional_id, timeout_ms)
         except AdminError as e:
@@ -175,15 +195,19 @@ class TransactionEnder:
     def commit_all(self, txns: list[TaskTransaction]) -> None:
         """Every transaction still open with the task's producer id and epoch, or none is committed; then
         EndTxn(commit) for each, then wait until each is CompleteCommit."""
+        states = self.describe_many(t.transactional_id for t in txns)
         for t in txns:
-            d = self.describe(t.transactional_id)
+            d = states[t.transactional_id]
+            if d is None:
+                raise TransactionError(f"exactlyOnce: the transactional id {t.transactional_id!r} is unknown to the "
+                                       "transaction coordinator (expired?); nothing of this job was committed")
             if (d.producer_id, d.producer_epoch, d.transaction_state) != (t.producer_id, t.producer_epoch, "Ongoing"):
                 raise TransactionError(
                     f"exactlyOnce: the transaction of {t.transactional_id!r} (producer id {t.producer_id}, epoch "
                     f"{t.producer_epoch}) is no longer open: the coordinator has producer id {d.producer_id}, epoch "
                     f"{d.producer_epoch}, state {d.transaction_state}. It was fenced by a newer producer with the "
-                    "same transactional id (another job with the same transactionalIdPrefix, or a speculative task) "
-                    "or aborted after kafka.transaction.timeout.ms; nothing of this job was committed")
+                    "same transactional id (another job with the same transactionalIdPrefix running at once) or "
+                    "aborted after kafka.transaction.timeout.ms; nothing of this job was committed")
         committed = []
         for t in txns:
             try:
@@ -198,16 +222,18 @@ class TransactionEnder:
         deadline = time.monotonic() + self.timeout_s
         waiting = list(txns)
         while waiting and time.monotonic() < deadline:
-            waiting = [t for t in waiting if self.describe(t.transactional_id).transaction_state != state]
+            states = self.describe_many(t.transactional_id for t in waiting)
+            waiting = [t for t in waiting if states[t.transactional_id] is None
+                       or states[t.transactional_id].transaction_state != state]
             if waiting:
                 time.sleep(0.02)
         if waiting:
             log.warning("transactions decided, markers not all written yet %s",
                         kv(state=state, ids=[t.transactional_id for t in waiting]))
 
-    def abort_all(self, txns: list[TaskTransaction], other_ids: Iterable[str], timeout_ms: int) -> list[str]:
-        """EndTxn(abort) for ``txns``; fence every id of ``other_ids`` whose transaction is still open.  Returns
-        the errors (best effort: an abort must not hide the job's own failure)."""
+    def abort_all(self, txns: list[TaskTransaction]) -> list[str]:
+        """EndTxn(abort) for ``txns``.  Returns the errors (best effort: an abort must not hide the job's own
+        failure; :meth:`fence_open` follows)."""
         errors = []
         for t in txns:
             try:
@@ -215,11 +241,29 @@ class TransactionEnder:
             except (AdminError, _Retry) as e:
                 if not (isinstance(e, AdminError) and e.code in FENCED | {Errors.INVALID_TXN_STATE}):
                     errors.append(f"{t.transactional_id}: {e}")
-        for tid in other_ids:
-            try:
-                if self.describe(tid).transaction_state in ("Ongoing", "PrepareAbort", "PrepareCommit"):
-                    self.init_producer_id(tid, timeout_ms)
-            except (AdminError, _Retry) as e:
-                if not (isinstance(e, AdminError) and e.code == Errors.TRANSACTIONAL_ID_NOT_FOUND):
-                    errors.append(f"{tid}: {e}")
         return errors
+
+    def fence_open(self, transactional_ids: Iterable[str], timeout_ms: int) -> tuple[list[str], list[str]]:
+        """InitProducerId for each of ``transactional_ids`` whose transaction is open, which aborts it.  Returns
+        (the ids fenced, the errors); best effort, as :meth:`abort_all`."""
+        try:
+            states = self.describe_many(transactional_ids)
+        except (AdminError, _Retry) as e:
+            return [], [f"describing the job's other transactional ids: {e}"]
+        fenced, errors = [], []
+        for tid, state in states.items():
+            if state is None or state.transaction_state not in OPEN_STATES:
+                continue
+            try:
+                self.init_producer_id(tid, timeout_ms)
+                fenced.append(tid)
+            except (AdminError, _Retry) as e:
+                errors.append(f"{tid}: {e}")
+        return fenced, errors
+
+    def known(self, transactional_ids: Iterable[str]) -> bool:
+        """Whether the coordinators know any of the ids."""
+        try:
+            return any(s is not None for s in self.describe_many(transactional_ids).values())
+        except (AdminError, _Retry) as e:
+            raise TransactionError(str(e)) from None

@@ -11,10 +11,13 @@ the only per-row Python work left is the ``produce()`` call itself.  Delivery re
 only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
 acknowledged, so Spark's task retry or job failure follows.
 
-Guarantee with ``exactlyOnce=true``: **exactly once** for read_committed readers -- each task writes in a
-transaction ``<transactionalIdPrefix>-<partition id>`` that it flushes and leaves open; ``commit()`` on the
-driver ends every task's transaction with EndTxn (:mod:`kafkatier.spark.transactions`), ``abort()`` aborts or
-fences them; a retried task's ``init_transactions`` fences its earlier attempt.
+Guarantee with ``exactlyOnce=true``: **exactly once** for read_committed readers -- each task attempt writes in
+a transaction ``<transactionalIdPrefix>-<partition id>-<attempt>`` that it flushes and leaves open; ``commit()``
+on the driver ends the transactions of the attempts Spark kept with EndTxn (:mod:`kafkatier.spark.transactions`),
+``abort()`` aborts them, and both fence every other attempt's id still open (a failed or speculative attempt, a
+previous run of the same job).  Attempts do not share an id: a failed attempt's Python worker can outlive its
+task and initialise its producer after the retried attempt did, which with one id per partition fenced the
+attempt whose result Spark keeps.
 
 Guarantee otherwise: **at least once**, as Spark's own Kafka sink.  The producer is idempotent, so librdkafka's retries
 (a leader killed mid-write) write nothing twice; but a task that fails after some of its records were
@@ -28,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import attrs
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -36,7 +40,9 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
 from kafkatier.spark.options import DataSourceOptionError, WriterOptions, metadata_timeout_s
-from kafkatier.spark.transactions import TaskTransaction, TransactionEnder, TransactionError
+
+if TYPE_CHECKING:
+    from kafkatier.spark.transactions import TaskTransaction, TransactionEnder
 
 log = get_logger("spark.writer")
 
@@ -119,9 +125,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         metadata.check_topic_writable(options.producer_config, options.topic, timeout)
         eos = options.exactly_once
         if eos is not None:
+            from kafkatier.spark.transactions import TransactionError
+
             with _ender(options, timeout) as ender:
                 try:
-                    ender.check(eos.transactional_id(0), eos.timeout_ms)
+                    ender.check(eos.transactional_id(0, 0), eos.timeout_ms)
                 except TransactionError as e:
                     raise DataSourceOptionError(str(e)) from None
             log.info("exactly-once write planned %s", kv(transactional_id_prefix=eos.prefix,
@@ -144,7 +152,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         config = {**self.options.producer_config, "on_delivery": on_error,
                   "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
         eos = self.options.exactly_once
-        txn = _TaskTransactionState(eos.transactional_id(pid), eos.prefix) if eos is not None else None
+        txn = _TaskTransactionState(eos.transactional_id(pid, attempt), eos.prefix) if eos is not None else None
         if txn is not None:
             config = txn.configure(config)
         producer = Producer(config)
@@ -263,18 +271,18 @@ class KafkaBatchWriter(DataSourceArrowWriter):
             txns = [m.transaction for m in done if m.transaction is not None]
             with _ender(self.options, self.options.flush_timeout_s) as ender:
                 ender.commit_all(txns)
+                self._fence_others(ender, messages, txns)
         log.info("write committed %s", kv(tasks=len(done), records=sum(m.records for m in done),
                                           value_bytes=sum(m.value_bytes for m in done),
                                           exactly_once=self.options.exactly_once is not None))
 
     def abort(self, messages) -> None:
         done = [m for m in messages if m is not None]
-        eos = self.options.exactly_once
-        if eos is not None:
+        if self.options.exactly_once is not None:
             txns = [m.transaction for m in done if m.transaction is not None]
-            others = [eos.transactional_id(i) for i, m in enumerate(messages) if m is None]
             with _ender(self.options, self.options.flush_timeout_s) as ender:
-                errors = ender.abort_all(txns, others, eos.timeout_ms)
+                errors = ender.abort_all(txns)
+                errors += self._fence_others(ender, messages, txns)
             log.warning("exactly-once write aborted %s", kv(
                 tasks_succeeded=len(done), tasks_failed=len(messages) - len(done), abort_errors=errors or None,
                 note="read_committed readers see none of its records"))
@@ -284,8 +292,40 @@ class KafkaBatchWriter(DataSourceArrowWriter):
             records_already_written=sum(m.records for m in done),
             note="records acknowledged before the failure stay in the topic (at least once)"))
 
+    def _fence_others(self, ender: TransactionEnder, messages, kept: list[TaskTransaction]) -> list[str]:
+        """Fence every transactional id of this job other than ``kept`` whose transaction is open: the other
+        attempts of this run's partitions, then a previous run's partitions above this run's count (probed
+        upwards until a range of them is unknown to the coordinators).  Best effort: returns the errors."""
+        eos = self.options.exactly_once
+        keep = {t.transactional_id for t in kept}
+        highest = max((m.attempt for m in messages if m is not None), default=0)
+        n = len(messages)
+        ids = [i for i in eos.attempt_ids(range(n), highest) if i not in keep]
+        from kafkatier.spark.transactions import TransactionError
+
+        fenced, errors = ender.fence_open(ids, eos.timeout_ms)
+        start, width = n, max(n, 1)
+        try:
+            while ender.known(above := eos.attempt_ids(range(start, start + width), highest)):
+                more, more_errors = ender.fence_open(above, eos.timeout_ms)
+                fenced += more
+                errors += more_errors
+                start += width
+        except TransactionError as e:
+            errors.append(f"probing ids above partition {start - 1}: {e}")
+        if fenced or errors:
+            log.warning("other transactions of the job fenced %s", kv(
+                transactional_ids=fenced, errors=errors or None,
+                note="a failed or speculative attempt's, or a previous run's: none of their records is visible"))
+        return errors
+
 
 def _ender(options: WriterOptions, timeout_s: float) -> TransactionEnder:
+    """The driver's transaction client.  Imported here, not at the top: kafka-python and the protocol codecs
+    cost about a second of start-up on a loaded machine in every task and planner process, and only
+    exactly-once jobs need them."""
+    from kafkatier.spark.transactions import TransactionEnder, TransactionError
+
     try:
         return TransactionEnder(options.producer_config, timeout_s)
     except TransactionError as e:
@@ -326,8 +366,8 @@ class _TaskTransactionState:
             "fenced" in text.lower())
         if fenced:
             return (f"transactional id {self.transactional_id!r} was fenced by a newer producer with the same id: "
-                    f"another job with the same transactionalIdPrefix ({self.prefix!r}) running at once, or a "
-                    f"speculative attempt of this task; nothing of this attempt is visible ({text})")
+                    f"another job with the same transactionalIdPrefix ({self.prefix!r}) running at once, or the "
+                    f"driver ending this job's other attempts; nothing of this attempt is visible ({text})")
         return f"transactional id {self.transactional_id!r}: {text}"
 
     def begin(self, producer, timeout_s: float) -> None:
@@ -356,6 +396,8 @@ class _TaskTransactionState:
             producer.poll(self.STATS_INTERVAL_MS / 1000)
             eos = self._stats[-1] if self._stats else {}
             if eos.get("txn_state") == "InTransaction" and eos.get("producer_id", -1) >= 0:
+                from kafkatier.spark.transactions import TaskTransaction
+
                 return TaskTransaction(self.transactional_id, eos["producer_id"], eos["producer_epoch"])
         raise RuntimeError(f"kafkatier sink: transactional id {self.transactional_id!r}: librdkafka reported no "
                            "producer id and epoch for the open transaction")

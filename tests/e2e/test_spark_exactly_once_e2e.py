@@ -130,17 +130,20 @@ def test_a_failed_job_leaves_nothing_visible(spark, eos_cluster):
     log.info("failed exactly-once job: %d records in the log, none visible to read_committed", len(written))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, issue 28: about one run in two the driver commits the failed first attempt's transaction "
-    "(producer epoch 0) that the retried attempt had fenced, so the job fails with TransactionError and "
-    "nothing is committed (never a duplicate); under investigation"))
 def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
+    """The second partition's first attempt fails after its writer received rows (Arrow batches of 500): the
+    retry's transaction is the one committed, the first attempt's is aborted (by itself or by the driver)."""
     c, t = eos_cluster, unique("eos-retry")
     create_topic(c, t)
     udf = failing_values(str(tmp_path / "failed-once"), ROWS // 4 * 2 - 100)   # late in the second partition
     df = spark.range(0, ROWS, numPartitions=4).select(F.col("id").cast("string").alias("key"),
                                                       udf(F.col("id")).alias("value"))
-    write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    batch = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        write(df, c, t, exactlyOnce="true", transactionalIdPrefix=unique("job"))
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch)
     assert (tmp_path / "failed-once").exists()
     exactly_once_each(read_keys(spark, c, t), ROWS)
     log.info("retried task: %d records in the log (the first attempt's aborted)", len(read_keys(spark, c, t,
@@ -148,10 +151,12 @@ def test_a_retried_task_writes_no_duplicate(spark, eos_cluster, tmp_path):
 
 
 def test_a_rerun_fences_the_previous_runs_open_transactions(spark, eos_cluster):
+    """A previous run's tasks died with their transactions open: attempt 0 of this run's partitions (fenced by
+    the new tasks), a retried attempt and a partition above this run's count (fenced by the driver)."""
     c, t, job = eos_cluster, unique("eos-rerun"), unique("job")
     create_topic(c, t)
-    for p in range(2):                                    # a previous run's tasks, dead with their transactions open
-        zombie = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": f"{job}-{p}"})
+    for tid in (f"{job}-0-0", f"{job}-1-0", f"{job}-1-2", f"{job}-3-0"):
+        zombie = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": tid})
         zombie.init_transactions(WAIT_S)
         zombie.begin_transaction()
         for i in range(100):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kafkatier.spark.options import (DataSourceOptionError, OffsetSpec, ReaderOptions, Subscription,
-                                     TopicPartition, WriterOptions)
+from kafkatier.spark.options import (SPARE_ATTEMPTS, DataSourceOptionError, OffsetSpec, ReaderOptions,
+                                     Subscription, TopicPartition, WriterOptions)
 from kafkatier.spark.reader import DataLossError, OffsetRange, resolve_ranges, split_ranges
 
 B = {"kafka.bootstrap.servers": "127.0.0.1:9092, 127.0.0.1:9093"}
@@ -95,9 +95,19 @@ def test_cli_prints_one_line_of_the_data_source_error():
 
 # ------------------------------------------------------------------------------------------- exactly once
 
+def test_each_task_attempt_has_its_own_transactional_id():
+    """A failed attempt's Python worker can initialise its producer after the retry did: with one id per
+    partition it would fence the attempt Spark keeps.  The driver fences the other attempts' ids instead."""
+    eos = WriterOptions.parse({**B, "exactlyOnce": "true", "transactionalIdPrefix": "job"}).exactly_once
+    assert eos.transactional_id(1, 0) != eos.transactional_id(1, 1)
+    ids = eos.attempt_ids(range(2), highest_attempt=1)
+    assert {eos.transactional_id(p, a) for p in range(2) for a in range(2)} <= set(ids)
+    assert len(ids) == len(set(ids)) == 2 * (2 + SPARE_ATTEMPTS)       # the spares: later or speculative attempts
+
+
 def test_exactly_once_options():
     w = WriterOptions.parse({**B, "exactlyOnce": "true", "transactionalIdPrefix": " job-7 "})
-    assert w.exactly_once.prefix == "job-7" and w.exactly_once.transactional_id(3) == "job-7-3"
+    assert w.exactly_once.prefix == "job-7" and w.exactly_once.transactional_id(3, 0) == "job-7-3-0"
     assert w.exactly_once.timeout_ms == 900_000 and w.producer_config["transaction.timeout.ms"] == "900000"
     assert w.flush_timeout_s == 300 + 30                              # message.timeout.ms below the txn timeout
     short = WriterOptions.parse({**B, "exactlyOnce": "true", "kafka.transaction.timeout.ms": "60000"})
@@ -192,3 +202,45 @@ def test_the_message_is_the_first_line_of_the_formatted_error():
         text = "".join(traceback.TracebackException(type(e), e, e.__traceback__, compact=True).format())
     assert text.splitlines()[0] == "kafkatier: unknown option 'startingOffset': did you mean 'startingOffsets'?"
     assert text.splitlines()[-1].startswith("kafkatier.spark.options.DataSourceOptionError: unknown option")
+
+
+def test_messages_become_one_arrow_batch_with_sparks_kafka_columns():
+    import pyarrow as pa
+    from confluent_kafka import Message
+
+    from kafkatier.spark.reader import _arrow_schema, _to_arrow
+
+    msgs = [Message(topic="t", partition=3, offset=7, key=b"k", value=b"v1", timestamp=(1, 1_700_000_000_123),
+                    headers=[("h", b"x")]),
+            Message(topic="t", partition=3, offset=9, key=None, value=b"v2", timestamp=(2, 1_700_000_000_456))]
+    batch = _to_arrow(msgs, TopicPartition("t", 3), _arrow_schema(True), True, pa).to_pydict()
+    assert batch["key"] == [b"k", None] and batch["value"] == [b"v1", b"v2"] and batch["offset"] == [7, 9]
+    assert batch["topic"] == ["t", "t"] and batch["partition"] == [3, 3]
+    assert [t.timestamp() for t in batch["timestamp"]] == [1_700_000_000.123, 1_700_000_000.456]
+    assert batch["timestampType"] == [0, 1]                           # Spark's: 0 CreateTime, 1 LogAppendTime
+    assert batch["headers"] == [[{"key": "h", "value": b"x"}], None]  # null, not [], without headers
+
+
+def test_error_events_are_split_from_the_records_of_a_consume():
+    from confluent_kafka import KafkaError, Message
+
+    from kafkatier.spark.reader import _split_errors
+
+    records = [Message(topic="t", partition=0, offset=i, value=b"v") for i in range(3)]
+    eof = Message(topic="t", partition=0, offset=3, error=KafkaError(KafkaError._PARTITION_EOF))
+    assert _split_errors(records) == (records, [])
+    assert _split_errors(records + [eof]) == (records, [eof])
+    assert _split_errors([]) == ([], [])
+
+
+def test_at_least_once_processes_do_not_import_the_transaction_client():
+    """Spark forks a process per job (planner) and per task that imports the writer: kafka-python and the
+    protocol codecs, which only exactly-once needs, cost about a second of start-up there on a loaded machine."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kafkatier.spark.writer, kafkatier.spark.reader, kafkatier.spark.source; "
+            "print(sorted(m for m in ('kafka', 'kafkatier.admin.client', 'kafkatier.protocol.codec') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
