@@ -25,9 +25,11 @@ def register(sub) -> None:
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
     run.add_argument("--dry-run", action="store_true",
                      help="validate the file, print the schedule the seed draws (in time order) and exit 0")
-    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
-                     help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
-                          "then skipped")
+    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
+                     help="run against this (empty) ZooKeeper, or an empty chroot of it, instead of an embedded "
+                          "one; ZooKeeper faults are then skipped")
+    run.add_argument("--reports", choices=("all", "failing"), default="all",
+                     help="failing: draw timeline.png and index.html only when the run is not valid (sweeps)")
     run.set_defaults(func=_run)
 
     rp = ssub.add_parser("replay", help="run a recorded run again with its seed (or only re-check its history)")
@@ -98,12 +100,13 @@ def _run(args) -> int:
     if args.dry_run:
         return _dry_run(spec, args.seed, args.quick)
     if args.zookeeper:
-        host, _, port = args.zookeeper.rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(f"--zookeeper: expected HOST:PORT, got {args.zookeeper!r}")
+        hostport, slash, chroot = args.zookeeper.partition("/")
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit() or (slash and not chroot.strip("/")):
+            raise UsageError(f"--zookeeper: expected HOST:PORT[/chroot], got {args.zookeeper!r}")
         spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
     return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
-                                         progress=False if args.no_progress else None))
+                                         progress=False if args.no_progress else None, reports=args.reports))
 
 
 def _dry_run(spec, seed: int | None, quick: bool) -> int:

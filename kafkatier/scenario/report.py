@@ -356,7 +356,11 @@ def summary(res: dict) -> str:
         lines.append(f"   UNMET   {u}")
     for w in res.get("warnings", ()):
         lines.append(f"   WARNING {w}")
-    lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")
+    page = os.path.join(res['run_dir'], 'index.html')
+    if os.path.exists(page):
+        lines.append(f"   report: {page}")
+    else:   # scenario run --reports failing: a valid run keeps its results only
+        lines.append(f"   results: {os.path.join(res['run_dir'], 'results.json')}")
     if not res["valid"]:
         lines.append(f"   replay: {res['replay']}")
     return "\n".join(lines)

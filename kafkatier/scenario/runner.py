@@ -51,6 +51,7 @@ from kafkatier.zk.client import start_client
 log = get_logger("scenario")
 
 SETUP_TIMEOUT_S = 60.0
+REPORTS = ("all", "failing")     # which runs draw timeline.png and index.html
 FLUSH_TIMEOUT_S = 15.0
 
 
@@ -96,17 +97,22 @@ def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
 
 def run_scenario(scenario: str | ScenarioSpec, seed: int | None = None, quick: bool = False,
                  runs_dir: str = "runs", progress: bool | None = None, out: Callable[[str], None] = print,
-                 record: bool = True) -> RunResult:
-    """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring."""
+                 record: bool = True, reports: str = "all") -> RunResult:
+    """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring.  ``reports``:
+    ``all``, or ``failing`` to draw ``timeline.png`` and ``index.html`` only for a run that is not valid (a
+    sweep keeps no valid run's directory)."""
     spec = load(resolve(scenario)) if isinstance(scenario, str) else scenario
     if seed is None:
         seed = random.SystemRandom().randrange(1, 10**6)
-    return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record).run()
+    return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record, reports).run()
 
 
 class ScenarioRunner:
     def __init__(self, spec: ScenarioSpec, seed: int, quick: bool, runs_dir: str, progress: bool | None,
-                 out: Callable[[str], None], record: bool = True):
+                 out: Callable[[str], None], record: bool = True, reports: str = "all"):
+        if reports not in REPORTS:
+            raise ValueError(f"reports: expected one of {', '.join(REPORTS)}, got {reports!r}")
+        self.reports = reports
         self.base_spec = spec
         self.spec = spec.profile(quick)
         self.seed = seed
@@ -573,12 +579,13 @@ class ScenarioRunner:
                              run_dir=self.run_dir, steps=self.steps)
         report.write_json(os.path.join(self.run_dir, "results.json"), res)
         write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
-        try:
-            report.timeline(entries, [b + 1 for b in range(self.spec.cluster.brokers)],
-                            os.path.join(self.run_dir, "timeline.png"), f"{self.spec.name} seed {self.seed}")
-        except Exception:  # noqa: BLE001 - a picture must not hide the verdict
-            log.exception("timeline failed")
-        report.write_html(os.path.join(self.run_dir, "index.html"), res)
+        if self.reports == "all" or not res["valid"]:
+            try:
+                report.timeline(entries, [b + 1 for b in range(self.spec.cluster.brokers)],
+                                os.path.join(self.run_dir, "timeline.png"), f"{self.spec.name} seed {self.seed}")
+            except Exception:  # noqa: BLE001 - a picture must not hide the verdict
+                log.exception("timeline failed")
+            report.write_html(os.path.join(self.run_dir, "index.html"), res)
         self.out(report.summary(res))
         return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
 
