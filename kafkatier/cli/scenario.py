@@ -49,6 +49,9 @@ def register(sub) -> None:
     sw.add_argument("--per-executor", type=int, default=None, metavar="K",
                     help="with --spark on a cluster: seeds one executor runs at once (spark.executor.cores)")
     sw.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="with --spark: a Spark setting")
+    sw.add_argument("--no-reuse", action="store_true",
+                    help="every seed starts its own ZooKeeper (default: the seeds of an executor share one, a chroot "
+                         "each, unless the scenario faults ZooKeeper or uses links)")
     sw.add_argument("--output", default=None, metavar="DIR",
                     help="with --spark: where results.parquet, index.html and failing runs go, shared with the "
                          "executors (default: RUNS_DIR/sweep-NAME)")
@@ -179,7 +182,10 @@ def _sweep(args) -> int:
         return _spark_sweep(args, spec, seeds)
     if args.master or args.per_executor or args.conf or args.output:
         raise UsageError("--master, --per-executor, --conf and --output need --spark")
-    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
+    from kafkatier.scenario.executor_zookeeper import reuse_refused
+    refused = "--no-reuse" if args.no_reuse else reuse_refused(spec)
+    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir,
+                    share_zookeeper=refused is None)
     return 0 if all(r.exit_code == 0 for r in results) else 1
 
 
@@ -201,7 +207,8 @@ def _spark_sweep(args, spec, seeds) -> int:
         conf[key] = value
     output = args.output or os.path.join(args.runs_dir, f"sweep-{spec.name}")
     try:
-        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf).exit_code
+        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf,
+                           reuse=not args.no_reuse).exit_code
     except SweepSetupError as e:
         print(f"kafkatier scenario sweep: {e}", file=sys.stderr)
         return RUN_INCOMPLETE

@@ -56,6 +56,7 @@ class SeedTask:
     output: str
     replay: str
     shared_zookeeper: str | None = None   # the sweep's id when its seeds share their executor's ZooKeeper
+    reports: str = "failing"              # scenario run --reports: a valid seed's directory is not kept
 
 
 def _outcome(rc: int) -> str:
@@ -93,7 +94,7 @@ def run_seed(task: SeedTask) -> dict:
         os.makedirs(runs)
         log_path = os.path.join(runs, "sweep-run.log")
         cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", target, "--seed",
-               str(task.seed), "--runs-dir", runs, "--no-progress", "--reports", "failing"] + (
+               str(task.seed), "--runs-dir", runs, "--no-progress", "--reports", task.reports] + (
                    ["--quick"] if task.quick else [])
         with contextlib.ExitStack() as stack:
             if task.shared_zookeeper:
@@ -233,7 +234,8 @@ class SweepResult:
 
 
 def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_executor: int | None = None,
-                conf: dict[str, str] | None = None, out=print, reuse: bool = True) -> SweepResult:
+                conf: dict[str, str] | None = None, out=print, reuse: bool = True,
+                reports: str = "failing") -> SweepResult:
     """Run ``spec`` (a loaded :class:`ScenarioSpec`) for every seed as Spark tasks on ``master``.  ``reuse``: the
     seeds of an executor share one ZooKeeper (a chroot each) when :func:`executor_zookeeper.reuse_refused` allows."""
     from kafkatier.scenario import report
@@ -251,7 +253,7 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         with open(spec.path) as f:
             text = f.read()
     tasks = [SeedTask(name=spec.name, library=library, text=text, seed=s, quick=quick, output=output,
-                      replay=replay_command(spec, s, quick), shared_zookeeper=sweep_id) for s in seeds]
+                      replay=replay_command(spec, s, quick), shared_zookeeper=sweep_id, reports=reports) for s in seeds]
     spark = _session(master, per_executor, conf or {})
     t0 = time.monotonic()
     try:

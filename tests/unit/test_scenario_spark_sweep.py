@@ -29,7 +29,7 @@ def test_an_unreachable_master_is_one_line():
 
 def _row(seed, outcome, code):
     return dict(seed=seed, outcome=outcome, exit_code=code, anomalies=[], reason="", duration_s=1.0, faults={},
-                schedule_digest="abc", executor="h/1", replay="r", run_dir=None)
+                schedule_digest="abc", executor="h/1", replay="r", run_dir=None, zookeeper="own")
 
 
 def test_exit_codes_anomalies_first_then_runs_that_could_not_complete():
