@@ -75,12 +75,12 @@ def main() -> int:
                 "; same outcomes" if per_seed == base_outcomes else
                 f"; DIFFERENT outcomes: {sorted(s for s in per_seed if per_seed[s] != base_outcomes.get(s))}")
             mean = sum(r["duration_s"] for r in res.rows) / len(res.rows)
-            load = os.getloadavg()[0]
+            load_avg = os.getloadavg()[0]
             print(f"{n:>7} {'yes' if reuse else 'no':>5} {wall:>7.0f} {rate:>8.0f} {rate / base:>8.2f} "
-                  f"{100 * 3600 / rate / 60:>8.0f} m {mean:>7.1f} {load:>5.1f}  {outcomes}{same}", flush=True)
+                  f"{100 * 3600 / rate / 60:>8.0f} m {mean:>7.1f} {load_avg:>5.1f}  {outcomes}{same}", flush=True)
             print(f"summary: {n} workers{'' if reuse else ' (baseline: no reuse)'}: {rate:.0f} seeds/hour "
                   f"({rate / base:.2f}x of the baseline), 100 seeds in {100 * 3600 / rate / 60:.0f} min, mean seed "
-                  f"{mean:.1f}s, load {load:.1f}", flush=True)
+                  f"{mean:.1f}s, load {load_avg:.1f}", flush=True)
     return 0
 
 

@@ -174,6 +174,43 @@ def _zookeeper_lane(ax, entries: list[dict], row: int, end: float, colours: dict
             registered = ids
 
 
+COPY_COLOURS = {"move": "#00695c", "reassign": "#6d4c41"}
+
+
+def copy_series(entries: list[dict]) -> dict[tuple[str, str, int], list[tuple[float, float, bool]]]:
+    """The copy progress the run sampled (:mod:`copy_progress`): ``(kind, "t/p", broker)`` -> ``[(seconds,
+    fraction copied, done)]``, a KIP-113 move or a reassignment's new replica."""
+    out: dict[tuple[str, str, int], list[tuple[float, float, bool]]] = defaultdict(list)
+    for e in entries:
+        v = e.get("value") or {}
+        if e["process"] == "observer" and isinstance(v, dict) and v.get("kind") in COPY_COLOURS:
+            total, done = v.get("total") or 0, bool(v.get("done"))
+            frac = 1.0 if done else (min(1.0, v.get("copied", 0) / total) if total else 0.0)
+            out[(v["kind"], v["tp"], v["broker"])].append((e["time"] / 1e9, frac, done))
+    return dict(out)
+
+
+def _copy_bars(ax, entries: list[dict], y: dict, end: float) -> None:
+    """A move or a reassignment as a box in its broker's lane from its first sample to its last, filled to the
+    fraction of bytes copied over time (a copy still running at the end reaches the right edge unfinished)."""
+    for (kind, tp, broker), samples in copy_series(entries).items():
+        lane = f"broker {broker}"
+        if lane not in y:
+            continue
+        row, colour = y[lane] + 0.02, COPY_COLOURS[kind]
+        t_end = samples[-1][0] if samples[-1][2] else end
+        t_first = samples[0][0]
+        ax.barh(row, max(t_end - t_first, 0.05), left=t_first, height=0.26, align="edge", fill=False,
+                edgecolor=colour, lw=0.8)
+        for (t0, frac, _), (t1, _, _) in zip(samples, samples[1:] + [(t_end, 0.0, False)]):
+            if frac > 0 and t1 > t0:
+                ax.barh(row, t1 - t0, left=t0, height=0.26 * frac, align="edge", color=colour, alpha=0.6,
+                        edgecolor="none")
+        pct = round(100 * samples[-1][1])
+        ax.text(t_end, row + 0.13, f" {'move' if kind == 'move' else 'reassign'} {tp} {pct}%", fontsize=6,
+                va="center", color=colour)
+
+
 def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -223,6 +260,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
                 elif b in throttled and f"broker {b}" in y:
                     t0 = throttled.pop(b)
                     ax.barh(y[f"broker {b}"] - 0.24, e["time"] / 1e9 - t0, left=t0, height=0.12, color="#ef6c00")
+    _copy_bars(ax, entries, y, end)
     for e in entries:
         if e["process"] == "nemesis" and e["f"] in PROCESS_MARKERS + ADMIN_MARKERS + REQUEST_FAULT_MARKERS:
             t = e["time"] / 1e9
@@ -239,7 +277,8 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
     ax.set_title(title + "  (red: down, yellow: paused, grey: ZooKeeper ensemble degraded, x: a broker's "
-                 "ZooKeeper session ended, navy: controller, orange bar: throttled; tiered "
+                 "ZooKeeper session ended, navy: controller, orange bar: throttled, teal / brown box: a KIP-113 move / a "
+                 "reassignment's new replica, filled as its bytes are copied; tiered "
                  "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
                  "fault, teal: request fault / clock skew, dashed: admin operation; top bar: link fault, brown cut /"
                  " black blackhole / blue latency / teal bandwidth)", fontsize=9)

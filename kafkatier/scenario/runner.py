@@ -38,6 +38,7 @@ from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
 from kafkatier.scenario.network_faults import LINK_ACTIONS, NetworkFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
+from kafkatier.scenario.copy_progress import COPY_ACTIONS, CopyProgress
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
@@ -163,11 +164,12 @@ class ScenarioRunner:
                 if ensemble is not None:
                     ensemble.stop()
             raise
-        observer = faults = None
+        observer = faults = progress = None
         try:
             self._create_topics(manager)
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
+            progress = self._copy_progress(manager, observer)
             faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
             if c.links or c.client_groups:
                 self.network = NetworkFaults(manager.links, self.history, faults.resolve, self._partition_of)
@@ -182,6 +184,8 @@ class ScenarioRunner:
                 except Exception:  # noqa: BLE001 - best effort before tearing down
                     log.exception("could not resume paused processes")
             try:
+                if progress is not None:
+                    progress.stop()
                 if observer is not None:
                     observer.stop()
                 self.history.flush()
@@ -192,6 +196,16 @@ class ScenarioRunner:
                     if ensemble is not None:
                         ensemble.stop()
         return self._report(time.monotonic() - started)
+
+    def _copy_progress(self, manager: ClusterManager, observer: ZooKeeperObserver) -> CopyProgress | None:
+        """KIP-113 moves' and reassignments' progress for the timeline, in a run that has any."""
+        if not {s.action.action for s in self.schedule.steps} & set(COPY_ACTIONS):
+            return None
+        progress = CopyProgress(lambda: {b["id"]: list(b["log_dirs"]) for b in manager.state["brokers"]},
+                                lambda: dict(observer.snapshot.partitions), [t.name for t in self.spec.topics],
+                                self.history)
+        progress.start()
+        return progress
 
     def _create_topics(self, manager: ClusterManager) -> None:
         from confluent_kafka import KafkaError, KafkaException
