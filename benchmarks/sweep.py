@@ -55,8 +55,8 @@ def main() -> int:
         settings = ([] if args.no_baseline else [(args.baseline_workers, False)]) + [(n, True) for n in workers]
         print(f"sweep of {spec.name} --quick, seeds {seeds.start}..{seeds.stop - 1}; load {os.getloadavg()}; "
               f"{os.cpu_count()} cores")
-        print(f"{'workers':>7} {'reuse':>5} {'wall s':>7} {'job s':>6} {'seeds/h':>8} {'speed-up':>8} {'100 seeds':>10} "
-              f"{'seed s':>7} {'load':>5}  outcomes")
+        print(f"{'workers':>7} {'reuse':>5} {'wall s':>7} {'job s':>6} {'seeds/h':>8} {'speed-up':>8} "
+              f"{'100 seeds':>10} {'seed s':>7} {'load':>5}  outcomes")
         base = None
         base_outcomes = None
         for i, (n, reuse) in enumerate(settings):

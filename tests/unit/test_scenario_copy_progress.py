@@ -73,3 +73,12 @@ def test_the_timeline_draws_copies_as_progress(tmp_path):
     path = str(tmp_path / "timeline.png")
     report.timeline(entries, [1, 2, 3], path, "copies")
     assert os.path.getsize(path) > 0
+
+
+def test_results_and_the_page_list_the_copies(tmp_path):
+    entries = [_entry(1.0, kind="reassign", tp="t/1", broker=3, copied=10, total=100),
+               _entry(4.0, kind="reassign", tp="t/1", broker=3, copied=100, total=100, done=True),
+               _entry(2.0, kind="move", tp="t/0", broker=1, copied=5, total=10)]
+    assert report.copies(entries) == [
+        {"kind": "move", "tp": "t/0", "broker": 1, "from_s": 2.0, "to_s": 2.0, "copied_pct": 50, "done": False},
+        {"kind": "reassign", "tp": "t/1", "broker": 3, "from_s": 1.0, "to_s": 4.0, "copied_pct": 100, "done": True}]
