@@ -186,7 +186,8 @@ def _sweep(args) -> int:
     refused = "--no-reuse" if args.no_reuse else reuse_refused(spec)
     results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir,
                     share_zookeeper=refused is None)
-    return 0 if all(r.exit_code == 0 for r in results) else 1
+    codes = {r.exit_code for r in results}   # as a Spark sweep: anomalies first, then runs that could not complete
+    return 1 if 1 in codes else (RUN_INCOMPLETE if codes - {0} else 0)
 
 
 def _spark_sweep(args, spec, seeds) -> int:

@@ -78,3 +78,17 @@ def test_sweep_on_a_standalone_cluster_copies_failing_runs(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 1, check.stdout + check.stderr
     assert "replay seed 3: kafkatier scenario run" in p.stdout
+
+
+def test_a_sweep_on_this_machine_shares_one_zookeeper(tmp_path):
+    """Without Spark: ``--parallel 2`` seeds at once, one ZooKeeper for the sweep, valid runs not kept."""
+    path = _file(tmp_path, "tiny", TINY)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    runs = tmp_path / "runs"
+    p = _sweep(path, "--seeds", "5..6", "--parallel", "2", "--runs-dir", str(runs), cwd=tmp_path,
+               env=dict(os.environ, TMPDIR=str(tmp)))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "one ZooKeeper (a chroot per seed)" in p.stdout and "2 valid, 0 failing" in p.stdout
+    assert not [d for d in os.listdir(runs) if not d.startswith(".")]
+    assert not os.listdir(tmp)   # the sweep's ZooKeeper stopped and removed
