@@ -7,6 +7,9 @@ wall time and more than a CPU-second.  When nothing in the scenario touches the 
 share an ensemble.  A broker's session, its ephemeral registration and its expiry stay per seed, so session faults
 keep their meaning; the replay command of a seed is unchanged and runs it alone with its own ZooKeeper.
 
+"Executor" is meant loosely: executors on one machine share the server (it is found through ``home()``, a
+directory of the machine's temporary dir named after the sweep).
+
 Lifetime: the first task of a sweep on a machine starts a *keeper* (``python -m
 kafkatier.scenario.executor_zookeeper DIR IDLE_S``) under a file lock; the keeper runs the server as its child and
 writes ``DIR/connect``.  Each running seed holds a lease file ``DIR/leases/<pid>-<seed>``.  The keeper stops the
