@@ -25,9 +25,11 @@ def register(sub) -> None:
     run.add_argument("--seed", type=int, default=None, help="drives every random choice (default: a random seed)")
     run.add_argument("--dry-run", action="store_true",
                      help="validate the file, print the schedule the seed draws (in time order) and exit 0")
-    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
-                     help="run against this (empty) ZooKeeper instead of an embedded one; ZooKeeper faults are "
-                          "then skipped")
+    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
+                     help="run against this (empty) ZooKeeper, or an empty chroot of it, instead of an embedded "
+                          "one; ZooKeeper faults are then skipped")
+    run.add_argument("--reports", choices=("all", "failing"), default="all",
+                     help="failing: draw timeline.png and index.html only when the run is not valid (sweeps)")
     run.set_defaults(func=_run)
 
     rp = ssub.add_parser("replay", help="run a recorded run again with its seed (or only re-check its history)")
@@ -47,6 +49,9 @@ def register(sub) -> None:
     sw.add_argument("--per-executor", type=int, default=None, metavar="K",
                     help="with --spark on a cluster: seeds one executor runs at once (spark.executor.cores)")
     sw.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="with --spark: a Spark setting")
+    sw.add_argument("--no-reuse", action="store_true",
+                    help="every seed starts its own ZooKeeper (default: the seeds of an executor share one, a chroot "
+                         "each, unless the scenario faults ZooKeeper or uses links)")
     sw.add_argument("--output", default=None, metavar="DIR",
                     help="with --spark: where results.parquet, index.html and failing runs go, shared with the "
                          "executors (default: RUNS_DIR/sweep-NAME)")
@@ -98,12 +103,13 @@ def _run(args) -> int:
     if args.dry_run:
         return _dry_run(spec, args.seed, args.quick)
     if args.zookeeper:
-        host, _, port = args.zookeeper.rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(f"--zookeeper: expected HOST:PORT, got {args.zookeeper!r}")
+        hostport, slash, chroot = args.zookeeper.partition("/")
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit() or (slash and not chroot.strip("/")):
+            raise UsageError(f"--zookeeper: expected HOST:PORT[/chroot], got {args.zookeeper!r}")
         spec = attrs.evolve(spec, cluster=attrs.evolve(spec.cluster, zookeeper=args.zookeeper))
     return _guarded(lambda: run_scenario(spec, seed=args.seed, quick=args.quick, runs_dir=args.runs_dir,
-                                         progress=False if args.no_progress else None))
+                                         progress=False if args.no_progress else None, reports=args.reports))
 
 
 def _dry_run(spec, seed: int | None, quick: bool) -> int:
@@ -176,8 +182,12 @@ def _sweep(args) -> int:
         return _spark_sweep(args, spec, seeds)
     if args.master or args.per_executor or args.conf or args.output:
         raise UsageError("--master, --per-executor, --conf and --output need --spark")
-    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir)
-    return 0 if all(r.exit_code == 0 for r in results) else 1
+    from kafkatier.scenario.executor_zookeeper import reuse_refused
+    refused = "--no-reuse" if args.no_reuse else reuse_refused(spec)
+    results = sweep(spec.path, spec.name, seeds, parallel=args.parallel, quick=args.quick, runs_dir=args.runs_dir,
+                    share_zookeeper=refused is None)
+    codes = {r.exit_code for r in results}   # as a Spark sweep: anomalies first, then runs that could not complete
+    return 1 if 1 in codes else (RUN_INCOMPLETE if codes - {0} else 0)
 
 
 def _spark_sweep(args, spec, seeds) -> int:
@@ -198,7 +208,8 @@ def _spark_sweep(args, spec, seeds) -> int:
         conf[key] = value
     output = args.output or os.path.join(args.runs_dir, f"sweep-{spec.name}")
     try:
-        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf).exit_code
+        return spark_sweep(spec, seeds, master, args.quick, output, args.per_executor, conf,
+                           reuse=not args.no_reuse).exit_code
     except SweepSetupError as e:
         print(f"kafkatier scenario sweep: {e}", file=sys.stderr)
         return RUN_INCOMPLETE

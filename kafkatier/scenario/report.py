@@ -108,8 +108,16 @@ def results(*, spec, seed: int, quick: bool, schedule, entries: list[dict], anom
         "counts": counts(entries), "faults": dict(sorted(faults.items())), "latencies": latencies(entries),
         "unfinished": sum(e["value"]["unfinished"] for e in entries if e["f"] == "stop"),
         "spark_rows": _spark_rows(entries), "warnings": warnings(entries), "admin": admin_outcomes(entries),
-        "compaction_removed": _compaction_removed(entries),
+        "compaction_removed": _compaction_removed(entries), "copies": copies(entries),
     }
+
+
+def copies(entries: list[dict]) -> list[dict]:
+    """Each KIP-113 move and reassignment copy the run sampled: first and last sample (seconds after the start),
+    the last fraction copied, whether it ended during the run."""
+    return [{"kind": kind, "tp": tp, "broker": broker, "from_s": round(samples[0][0], 2),
+             "to_s": round(samples[-1][0], 2), "copied_pct": round(100 * samples[-1][1]), "done": samples[-1][2]}
+            for (kind, tp, broker), samples in sorted(copy_series(entries).items())]
 
 
 def admin_outcomes(entries: list[dict]) -> list[dict]:
@@ -174,6 +182,43 @@ def _zookeeper_lane(ax, entries: list[dict], row: int, end: float, colours: dict
             registered = ids
 
 
+COPY_COLOURS = {"move": "#00695c", "reassign": "#6d4c41"}
+
+
+def copy_series(entries: list[dict]) -> dict[tuple[str, str, int], list[tuple[float, float, bool]]]:
+    """The copy progress the run sampled (:mod:`copy_progress`): ``(kind, "t/p", broker)`` -> ``[(seconds,
+    fraction copied, done)]``, a KIP-113 move or a reassignment's new replica."""
+    out: dict[tuple[str, str, int], list[tuple[float, float, bool]]] = defaultdict(list)
+    for e in entries:
+        v = e.get("value") or {}
+        if e["process"] == "observer" and isinstance(v, dict) and v.get("kind") in COPY_COLOURS:
+            total, done = v.get("total") or 0, bool(v.get("done"))
+            frac = 1.0 if done else (min(1.0, v.get("copied", 0) / total) if total else 0.0)
+            out[(v["kind"], v["tp"], v["broker"])].append((e["time"] / 1e9, frac, done))
+    return dict(out)
+
+
+def _copy_bars(ax, entries: list[dict], y: dict, end: float) -> None:
+    """A move or a reassignment as a box in its broker's lane from its first sample to its last, filled to the
+    fraction of bytes copied over time (a copy still running at the end reaches the right edge unfinished)."""
+    for (kind, tp, broker), samples in copy_series(entries).items():
+        lane = f"broker {broker}"
+        if lane not in y:
+            continue
+        row, colour = y[lane] + 0.02, COPY_COLOURS[kind]
+        t_end = samples[-1][0] if samples[-1][2] else end
+        t_first = samples[0][0]
+        ax.barh(row, max(t_end - t_first, 0.05), left=t_first, height=0.26, align="edge", fill=False,
+                edgecolor=colour, lw=0.8)
+        for (t0, frac, _), (t1, _, _) in zip(samples, samples[1:] + [(t_end, 0.0, False)]):
+            if frac > 0 and t1 > t0:
+                ax.barh(row, t1 - t0, left=t0, height=0.26 * frac, align="edge", color=colour, alpha=0.6,
+                        edgecolor="none")
+        pct = round(100 * samples[-1][1])
+        ax.text(t_end, row + 0.13, f" {'move' if kind == 'move' else 'reassign'} {tp} {pct}%", fontsize=6,
+                va="center", color=colour)
+
+
 def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -223,6 +268,7 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
                 elif b in throttled and f"broker {b}" in y:
                     t0 = throttled.pop(b)
                     ax.barh(y[f"broker {b}"] - 0.24, e["time"] / 1e9 - t0, left=t0, height=0.12, color="#ef6c00")
+    _copy_bars(ax, entries, y, end)
     for e in entries:
         if e["process"] == "nemesis" and e["f"] in PROCESS_MARKERS + ADMIN_MARKERS + REQUEST_FAULT_MARKERS:
             t = e["time"] / 1e9
@@ -239,10 +285,11 @@ def timeline(entries: list[dict], brokers: list[int], path: str, title: str) -> 
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.6, len(lanes) + 0.2)
     ax.set_title(title + "  (red: down, yellow: paused, grey: ZooKeeper ensemble degraded, x: a broker's "
-                 "ZooKeeper session ended, navy: controller, orange bar: throttled; tiered "
-                 "green/orange/grey = ENABLED/DISABLING/DISABLED;\nred line: process fault, purple: Kafka admin "
-                 "fault, teal: request fault / clock skew, dashed: admin operation; top bar: link fault, brown cut /"
-                 " black blackhole / blue latency / teal bandwidth)", fontsize=9)
+                 "ZooKeeper session ended, navy: controller, orange bar: throttled;\ntiered "
+                 "green/orange/grey = ENABLED/DISABLING/DISABLED; red line: process fault, purple: Kafka admin "
+                 "fault, teal: request fault / clock skew, dashed: admin operation;\ntop bar: link fault, brown cut /"
+                 " black blackhole / blue latency / teal bandwidth; teal / brown box: a KIP-113 move / a "
+                 "reassignment's new replica, filled as its bytes are copied)", fontsize=9)
     # throughput and latency
     bins: Counter = Counter()
     lat_t, lat_v = [], []
@@ -299,6 +346,9 @@ def write_html(path: str, res: dict) -> None:
                     f"{e(ADMIN_OUTCOMES.get(a['outcome'], a['outcome']))}</td><td>{e(a.get('error') or '')}</td>"
                     f"<td><code>{e(json.dumps(a.get('value'))[:200])}</code></td></tr>" for a in res.get("admin", ()))
     counts_rows = "".join(f"<tr><td>{e(f)}</td><td>{e(json.dumps(c))}</td></tr>" for f, c in res["counts"].items())
+    copy_rows = "".join(f"<tr><td>{e(c['kind'])}</td><td>{e(c['tp'])}</td><td>{c['broker']}</td><td>{c['from_s']:.2f}"
+                        f"</td><td>{c['to_s']:.2f}</td><td>{c['copied_pct']}%{'' if c['done'] else ' (not done)'}"
+                        f"</td></tr>" for c in res.get("copies", ()))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(res['scenario'])} seed {res['seed']}</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
 table{{border-collapse:collapse}} .ok{{color:#2e7d32}} .bad{{color:#c62828}} pre{{margin:0;font-size:11px}}</style>
@@ -316,6 +366,7 @@ Replay: <code>{e(res['replay'])}</code></p>
 <h2>Schedule (time order)</h2><table><tr><th>#</th><th>planned s</th><th>happened s</th><th>status</th>
 <th>step</th></tr>{sched}</table><p>Schedule times: seconds after the workload started.</p>
 {'<h2>Admin operations</h2><table><tr><th>s since the run started (history time)</th><th>operation</th><th>outcome</th><th>error</th><th>request</th></tr>' + admin + '</table>' if admin else ''}
+{'<h2>Replica copies</h2><table><tr><th>copy</th><th>partition</th><th>to broker</th><th>first seen s</th><th>last seen s</th><th>copied</th></tr>' + copy_rows + '</table>' if copy_rows else ''}
 <h2>Operations</h2><table>{counts_rows}</table>
 <h2>Latencies</h2><pre>{e(json.dumps(res['latencies'], indent=1))}</pre>
 </body></html>"""
@@ -356,7 +407,11 @@ def summary(res: dict) -> str:
         lines.append(f"   UNMET   {u}")
     for w in res.get("warnings", ()):
         lines.append(f"   WARNING {w}")
-    lines.append(f"   report: {os.path.join(res['run_dir'], 'index.html')}")
+    page = os.path.join(res['run_dir'], 'index.html')
+    if os.path.exists(page):
+        lines.append(f"   report: {page}")
+    else:   # scenario run --reports failing: a valid run keeps its results only
+        lines.append(f"   results: {os.path.join(res['run_dir'], 'results.json')}")
     if not res["valid"]:
         lines.append(f"   replay: {res['replay']}")
     return "\n".join(lines)

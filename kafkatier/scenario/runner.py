@@ -38,6 +38,7 @@ from kafkatier.scenario import report
 from kafkatier.scenario.admin_faults import AdminFaults
 from kafkatier.scenario.network_faults import LINK_ACTIONS, NetworkFaults
 from kafkatier.scenario.checkers import Anomaly, check_all, final, observations, split
+from kafkatier.scenario.copy_progress import COPY_ACTIONS, CopyProgress
 from kafkatier.scenario.faults import FaultError, Faults
 from kafkatier.scenario.history import HISTORY_FILE, INFO, History, read, write_jepsen
 from kafkatier.scenario.observer import ZooKeeperObserver
@@ -51,6 +52,7 @@ from kafkatier.zk.client import start_client
 log = get_logger("scenario")
 
 SETUP_TIMEOUT_S = 60.0
+REPORTS = ("all", "failing")     # which runs draw timeline.png and index.html
 FLUSH_TIMEOUT_S = 15.0
 
 
@@ -96,17 +98,22 @@ def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
 
 def run_scenario(scenario: str | ScenarioSpec, seed: int | None = None, quick: bool = False,
                  runs_dir: str = "runs", progress: bool | None = None, out: Callable[[str], None] = print,
-                 record: bool = True) -> RunResult:
-    """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring."""
+                 record: bool = True, reports: str = "all") -> RunResult:
+    """Run one scenario (a file path or a loaded spec) with one seed; see the module docstring.  ``reports``:
+    ``all``, or ``failing`` to draw ``timeline.png`` and ``index.html`` only for a run that is not valid (a
+    sweep keeps no valid run's directory)."""
     spec = load(resolve(scenario)) if isinstance(scenario, str) else scenario
     if seed is None:
         seed = random.SystemRandom().randrange(1, 10**6)
-    return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record).run()
+    return ScenarioRunner(spec, seed, quick, runs_dir, progress, out, record, reports).run()
 
 
 class ScenarioRunner:
     def __init__(self, spec: ScenarioSpec, seed: int, quick: bool, runs_dir: str, progress: bool | None,
-                 out: Callable[[str], None], record: bool = True):
+                 out: Callable[[str], None], record: bool = True, reports: str = "all"):
+        if reports not in REPORTS:
+            raise ValueError(f"reports: expected one of {', '.join(REPORTS)}, got {reports!r}")
+        self.reports = reports
         self.base_spec = spec
         self.spec = spec.profile(quick)
         self.seed = seed
@@ -158,11 +165,12 @@ class ScenarioRunner:
                 if ensemble is not None:
                     ensemble.stop()
             raise
-        observer = faults = None
+        observer = faults = progress = None
         try:
             self._create_topics(manager)
             observer = ZooKeeperObserver(manager.zookeeper, [t.name for t in spec.topics], self.history)
             observer.start()
+            progress = self._copy_progress(manager, observer)
             faults = Faults(manager, observer, self.history, c.session_timeout_ms, ensemble)
             if c.links or c.client_groups:
                 self.network = NetworkFaults(manager.links, self.history, faults.resolve, self._partition_of)
@@ -177,6 +185,8 @@ class ScenarioRunner:
                 except Exception:  # noqa: BLE001 - best effort before tearing down
                     log.exception("could not resume paused processes")
             try:
+                if progress is not None:
+                    progress.stop()
                 if observer is not None:
                     observer.stop()
                 self.history.flush()
@@ -191,6 +201,16 @@ class ScenarioRunner:
                         if ensemble is not None:
                             ensemble.stop()
         return self._report(time.monotonic() - started)
+
+    def _copy_progress(self, manager: ClusterManager, observer: ZooKeeperObserver) -> CopyProgress | None:
+        """KIP-113 moves' and reassignments' progress for the timeline, in a run that has any."""
+        if not {s.action.action for s in self.schedule.steps} & set(COPY_ACTIONS):
+            return None
+        progress = CopyProgress(lambda: {b["id"]: list(b["log_dirs"]) for b in manager.state["brokers"]},
+                                lambda: dict(observer.snapshot.partitions), [t.name for t in self.spec.topics],
+                                self.history)
+        progress.start()
+        return progress
 
     def _create_topics(self, manager: ClusterManager) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -603,12 +623,13 @@ class ScenarioRunner:
                              run_dir=self.run_dir, steps=self.steps)
         report.write_json(os.path.join(self.run_dir, "results.json"), res)
         write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
-        try:
-            report.timeline(entries, [b + 1 for b in range(self.spec.cluster.brokers)],
-                            os.path.join(self.run_dir, "timeline.png"), f"{self.spec.name} seed {self.seed}")
-        except Exception:  # noqa: BLE001 - a picture must not hide the verdict
-            log.exception("timeline failed")
-        report.write_html(os.path.join(self.run_dir, "index.html"), res)
+        if self.reports == "all" or not res["valid"]:
+            try:
+                report.timeline(entries, [b + 1 for b in range(self.spec.cluster.brokers)],
+                                os.path.join(self.run_dir, "timeline.png"), f"{self.spec.name} seed {self.seed}")
+            except Exception:  # noqa: BLE001 - a picture must not hide the verdict
+                log.exception("timeline failed")
+            report.write_html(os.path.join(self.run_dir, "index.html"), res)
         self.out(report.summary(res))
         return RunResult(valid=res["valid"], exit_code=res["exit_code"], run_dir=self.run_dir, results=res)
 

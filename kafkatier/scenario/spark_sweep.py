@@ -10,6 +10,7 @@ executors, as Spark's own output is).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from urllib.parse import urlparse
 
@@ -33,7 +35,7 @@ EXECUTORS_TIMEOUT_S = 60.0       # a standalone master with no worker registerin
 MASTER_CONNECT_TIMEOUT_S = 5.0
 
 ROW_FIELDS = ("seed", "outcome", "exit_code", "anomalies", "reason", "duration_s", "faults", "schedule_digest",
-              "executor", "replay", "run_dir")
+              "executor", "replay", "run_dir", "zookeeper")
 
 
 class SweepSetupError(RuntimeError):
@@ -53,6 +55,8 @@ class SeedTask:
     quick: bool
     output: str
     replay: str
+    shared_zookeeper: str | None = None   # the sweep's id when its seeds share their executor's ZooKeeper
+    reports: str = "failing"              # scenario run --reports: a valid seed's directory is not kept
 
 
 def _outcome(rc: int) -> str:
@@ -68,7 +72,8 @@ def run_seed(task: SeedTask) -> dict:
     executor = f"{socket.gethostname()}/{os.getppid()}"   # the executor's Python daemon: one per executor
     started = time.monotonic()
     row = dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason="", duration_s=0.0, faults={},
-               schedule_digest="", executor=executor, replay=task.replay, run_dir=None)
+               schedule_digest="", executor=executor, replay=task.replay, run_dir=None,
+               zookeeper="executor" if task.shared_zookeeper else "own")
     tmp = tempfile.mkdtemp(prefix=f"kafkatier-sweep-{task.name}-{task.seed}-")
     try:
         try:
@@ -89,17 +94,18 @@ def run_seed(task: SeedTask) -> dict:
         os.makedirs(runs)
         log_path = os.path.join(runs, "sweep-run.log")
         cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", target, "--seed",
-               str(task.seed), "--runs-dir", runs, "--no-progress"] + (["--quick"] if task.quick else [])
-        # The Python worker's PYTHONPATH points at pyspark's zip (no jars/ there); the run imports the installed
-        # pyspark, whose jars the embedded ZooKeeper runs from.
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        with open(log_path, "w") as out:
-            try:
-                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=SEED_TIMEOUT_S,
-                                    env=env).returncode
-            except subprocess.TimeoutExpired:
-                rc = 3
-                out.write(f"\nkafkatier scenario sweep: the run did not finish within {SEED_TIMEOUT_S:g}s\n")
+               str(task.seed), "--runs-dir", runs, "--no-progress", "--reports", task.reports] + (
+                   ["--quick"] if task.quick else [])
+        with contextlib.ExitStack() as stack:
+            if task.shared_zookeeper:
+                from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
+                try:
+                    chroot = stack.enter_context(ExecutorZooKeeper(task.shared_zookeeper).lease(task.seed))
+                except Exception as e:  # noqa: BLE001 - reported in the row; the seed could not run
+                    row["reason"] = f"the executor's ZooKeeper did not start: {str(e).splitlines()[0][:250]}"
+                    return row
+                cmd += ["--zookeeper", chroot]
+            rc = _run_child(cmd, log_path)
         run_dir = os.path.join(runs, f"{task.name}-{task.seed}")
         results = _results(run_dir)
         if results is None and rc in (0, 1):
@@ -123,6 +129,19 @@ def run_seed(task: SeedTask) -> dict:
     finally:
         row["duration_s"] = round(time.monotonic() - started, 1)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_child(cmd: list[str], log_path: str) -> int:
+    # The Python worker's PYTHONPATH points at pyspark's zip (no jars/ there); the run imports the installed
+    # pyspark, whose jars the embedded ZooKeeper runs from.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with open(log_path, "w") as out:
+        try:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=SEED_TIMEOUT_S,
+                                  env=env).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\nkafkatier scenario sweep: the run did not finish within {SEED_TIMEOUT_S:g}s\n")
+            return 3
 
 
 def _results(run_dir: str) -> dict | None:
@@ -215,12 +234,17 @@ class SweepResult:
 
 
 def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_executor: int | None = None,
-                conf: dict[str, str] | None = None, out=print) -> SweepResult:
-    """Run ``spec`` (a loaded :class:`ScenarioSpec`) for every seed as Spark tasks on ``master``."""
+                conf: dict[str, str] | None = None, out=print, reuse: bool = True,
+                reports: str = "failing") -> SweepResult:
+    """Run ``spec`` (a loaded :class:`ScenarioSpec`) for every seed as Spark tasks on ``master``.  ``reuse``: the
+    seeds of an executor share one ZooKeeper (a chroot each) when :func:`executor_zookeeper.reuse_refused` allows."""
     from kafkatier.scenario import report
+    from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper, reuse_refused
     from kafkatier.scenario.runner import replay_command
     from kafkatier.scenario.spec import in_library
     check_master(master)
+    refused = reuse_refused(spec) if reuse else "--no-reuse"
+    sweep_id = None if refused else uuid.uuid4().hex[:12]
     output = os.path.abspath(output)
     os.makedirs(output, exist_ok=True)
     library = in_library(spec.path)
@@ -229,18 +253,23 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         with open(spec.path) as f:
             text = f.read()
     tasks = [SeedTask(name=spec.name, library=library, text=text, seed=s, quick=quick, output=output,
-                      replay=replay_command(spec, s, quick)) for s in seeds]
+                      replay=replay_command(spec, s, quick), shared_zookeeper=sweep_id, reports=reports) for s in seeds]
     spark = _session(master, per_executor, conf or {})
     t0 = time.monotonic()
     try:
         _wait_for_executors(spark, master)
         out(f"sweep {spec.name}{' (quick)' if quick else ''} on Spark {master}: seeds {seeds.start}.."
-            f"{seeds.stop - 1} ({len(tasks)} tasks)")
+            f"{seeds.stop - 1} ({len(tasks)} tasks); ZooKeeper: "
+            + ("one per executor, a chroot per seed" if sweep_id else f"one per seed ({refused})"))
         rows = spark.sparkContext.parallelize(tasks, len(tasks)).map(run_seed).collect()
         rows.sort(key=lambda r: r["seed"])
         _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        finally:
+            if sweep_id and _on_this_machine(master):
+                ExecutorZooKeeper(sweep_id).stop()   # elsewhere each keeper stops once idle
     result = SweepResult(rows=rows, output=output, elapsed_s=time.monotonic() - t0)
     why = setup_failure(rows)
     if why is not None:
@@ -275,7 +304,8 @@ def _write_parquet(spark, rows: list[dict], path: str) -> None:
         StructField("reason", StringType(), True), StructField("duration_s", DoubleType(), False),
         StructField("faults", MapType(StringType(), IntegerType()), False),
         StructField("schedule_digest", StringType(), True), StructField("executor", StringType(), False),
-        StructField("replay", StringType(), False), StructField("run_dir", StringType(), True)])
+        StructField("replay", StringType(), False), StructField("run_dir", StringType(), True),
+        StructField("zookeeper", StringType(), False)])
     spark.createDataFrame([tuple(r[f] for f in ROW_FIELDS) for r in rows], schema) \
         .coalesce(1).write.mode("overwrite").parquet(path)
 

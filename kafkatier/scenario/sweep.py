@@ -4,15 +4,19 @@ directories of failing seeds.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
+
+from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
 
 
 @attrs.frozen
@@ -36,12 +40,19 @@ def parse_seeds(text: str) -> range:
     return range(a, b + 1)
 
 
-def _run_one(path: str, seed: int, quick: bool, runs_dir: str, name: str) -> SeedOutcome:
+def _run_one(path: str, seed: int, quick: bool, runs_dir: str, name: str,
+             zookeeper: ExecutorZooKeeper | None) -> SeedOutcome:
     t0 = time.monotonic()
     cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", path, "--seed",
-           str(seed), "--runs-dir", runs_dir, "--no-progress"] + (["--quick"] if quick else [])
+           str(seed), "--runs-dir", runs_dir, "--no-progress", "--reports", "failing"] + (["--quick"] if quick else [])
     run_dir = os.path.join(runs_dir, f"{name}-{seed}")
-    with open(os.path.join(runs_dir, f".{name}-{seed}.out"), "w") as out:
+    with open(os.path.join(runs_dir, f".{name}-{seed}.out"), "w") as out, contextlib.ExitStack() as stack:
+        if zookeeper is not None:
+            try:
+                cmd += ["--zookeeper", stack.enter_context(zookeeper.lease(seed))]
+            except Exception as e:  # noqa: BLE001 - this seed could not run; the sweep goes on
+                return SeedOutcome(seed, 3, time.monotonic() - t0,
+                                   (f"the shared ZooKeeper did not start: {str(e).splitlines()[0][:200]}",), run_dir)
         rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
     anomalies: tuple[str, ...] = ()
     try:
@@ -57,14 +68,20 @@ def _run_one(path: str, seed: int, quick: bool, runs_dir: str, name: str) -> See
 
 
 def sweep(path: str, name: str, seeds: range, parallel: int = 1, quick: bool = False, runs_dir: str = "runs",
-          out=print) -> list[SeedOutcome]:
+          out=print, share_zookeeper: bool = False) -> list[SeedOutcome]:
+    """``share_zookeeper``: the seeds share one ZooKeeper, a chroot each (only for a scenario that
+    :func:`executor_zookeeper.reuse_refused` allows)."""
     os.makedirs(runs_dir, exist_ok=True)
     results: list[SeedOutcome] = []
     t0 = time.monotonic()
-    out(f"sweep {name}: seeds {seeds.start}..{seeds.stop - 1}, {parallel} at a time")
+    out(f"sweep {name}: seeds {seeds.start}..{seeds.stop - 1}, {parallel} at a time"
+        + (", one ZooKeeper (a chroot per seed)" if share_zookeeper else ""))
     out(f"{'seed':>8}  {'outcome':<9} {'time':>7}  anomalies")
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        for r in pool.map(lambda s: _run_one(path, s, quick, runs_dir, name), seeds):
+    zookeeper = ExecutorZooKeeper(uuid.uuid4().hex[:12]) if share_zookeeper else None
+    with ThreadPoolExecutor(max_workers=parallel) as pool, contextlib.ExitStack() as stack:
+        if zookeeper is not None:
+            stack.callback(zookeeper.stop)
+        for r in pool.map(lambda s: _run_one(path, s, quick, runs_dir, name, zookeeper), seeds):
             outcome = {0: "valid", 1: "ANOMALY"}.get(r.exit_code, "error")
             out(f"{r.seed:>8}  {outcome:<9} {r.elapsed_s:>6.1f}s  {', '.join(r.anomalies)}")
             if r.exit_code == 0:

@@ -29,7 +29,7 @@ def test_an_unreachable_master_is_one_line():
 
 def _row(seed, outcome, code):
     return dict(seed=seed, outcome=outcome, exit_code=code, anomalies=[], reason="", duration_s=1.0, faults={},
-                schedule_digest="abc", executor="h/1", replay="r", run_dir=None)
+                schedule_digest="abc", executor="h/1", replay="r", run_dir=None, zookeeper="own")
 
 
 def test_exit_codes_anomalies_first_then_runs_that_could_not_complete():
@@ -63,3 +63,16 @@ def _sweep(*args) -> subprocess.CompletedProcess:
 def test_cli_bad_input_is_one_line(args, code, words):
     p = _sweep(*args)
     assert p.returncode == code and len(p.stderr.strip().splitlines()) == 1 and words in p.stderr, p.stderr
+
+
+def test_a_seed_whose_shared_zookeeper_cannot_start_is_an_error_row(tmp_path, monkeypatch):
+    from kafkatier.scenario import executor_zookeeper
+
+    def no_server(self, seed):
+        raise RuntimeError("the executor's ZooKeeper keeper exited with status 1 (see keeper.log)")
+    monkeypatch.setattr(executor_zookeeper.ExecutorZooKeeper, "lease", no_server)
+    monkeypatch.setattr("kafkatier.cluster.embedded_zookeeper.find_java", lambda: "java")
+    row = run_seed(SeedTask(name="nemesis-broker-faults", library=True, text=None, seed=1, quick=True,
+                            output=str(tmp_path), replay="r", shared_zookeeper="abc"))
+    assert row["outcome"] == "error" and row["exit_code"] == 3 and row["zookeeper"] == "executor"
+    assert row["reason"].startswith("the executor's ZooKeeper did not start: the executor's ZooKeeper keeper exited")
