@@ -26,7 +26,8 @@ at the end.  Every wait has a generous bound and prints progress every ~15 s; a 
 prints why (and the sizes after it are skipped: the cluster is no longer in a known state), never hangs.  A
 table (with the load average at the end of each row) and ``summary:`` lines are printed.  ``--py-spy DIR``
 (a dev tool: ``pip install py-spy``) records the surviving brokers with py-spy from the kill until the
-failover is over, as collapsed stacks in ``DIR``.
+failover is over, and every broker from the killed broker's restart until it is back in every ISR, as
+collapsed stacks in ``DIR``.
 """
 from __future__ import annotations
 
@@ -307,11 +308,15 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     t2 = time.monotonic()
     m.start_broker(old, wait=True, timeout=900)
     registered_s = time.monotonic() - t2
-    wait_phase(f"[{total:,}] the restarted broker back in every broker's metadata",
-               lambda: all_agree(zk, m, topics, set(ids)), 900)
-    restart_s = time.monotonic() - t2
-    wait_phase(f"[{total:,}] the restarted broker back in every ISR", isr_full, 1800, interval=0.5)
-    rejoin_s = time.monotonic() - t2
+    spy.start({b["id"]: b["pid"] for b in m.state["brokers"]}, f"{total}-restart")
+    try:
+        wait_phase(f"[{total:,}] the restarted broker back in every broker's metadata",
+                   lambda: all_agree(zk, m, topics, set(ids)), 900)
+        restart_s = time.monotonic() - t2
+        wait_phase(f"[{total:,}] the restarted broker back in every ISR", isr_full, 1800, interval=0.5)
+        rejoin_s = time.monotonic() - t2
+    finally:
+        spy.stop()
     row = dict(rejoin_s=rejoin_s, idle=idle, session_s=session_timeout_s, partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
                raw_ms=raw * 1000, ratio=ctrl_ms / (raw * 1000), raw_multi_ms=raw_multi * 1000,
                ratio_multi=ctrl_ms / (raw_multi * 1000), registered_s=registered_s,
@@ -335,6 +340,7 @@ def main() -> int:
                     help="the brokers' zookeeper.session.timeout.ms (Kafka's default 18000)")
     ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the surviving brokers during failover")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
+    ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy the brokers' logs here at the end")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="a broker property for every broker (e.g. max.incremental.fetch.session.cache.slots=0)")
     args = ap.parse_args()
@@ -371,6 +377,8 @@ def main() -> int:
     finally:
         spy.stop()
         m.down()
+        if args.keep_logs:
+            shutil.copytree(os.path.join(tmp, "logs"), args.keep_logs, dirs_exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(f"3 brokers, RF 3, zookeeper.session.timeout.ms={args.session_timeout_ms}, {os.cpu_count()} CPUs")

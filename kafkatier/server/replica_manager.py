@@ -237,6 +237,12 @@ class ReplicaManager:
         count = sum(len(ts.get("partition_states", [])) for ts in body.get("topic_states", []))
         each = log.info if count <= MAX_PARTITIONS_LOGGED else log.debug if log.isEnabledFor(logging.DEBUG) else None
         with self._lock:
+            # The fetchers of partitions this broker is to lead are stopped first, together (one lock per fetcher
+            # thread, not one per partition).
+            self.fetcher_manager.remove_fetchers([
+                (ts["topic_name"], ps["partition_index"]) for ts in body.get("topic_states", [])
+                for ps in ts.get("partition_states", []) if ps["leader"] == self.broker_id
+                and self._newer_epoch((ts["topic_name"], ps["partition_index"]), ps["leader_epoch"])])
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
                 topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
@@ -251,8 +257,7 @@ class ReplicaManager:
                                                         controller_epoch=body.get("controller_epoch")))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
-        for p in followers:
-            self._start_following(p)
+        self._start_following(followers)
         for p in leaders + followers:
             self._maybe_start_move(p)
         if self.remote_log_manager is not None and (leaders or followers):
@@ -264,6 +269,10 @@ class ReplicaManager:
         for p in leaders + followers:
             self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
+
+    def _newer_epoch(self, key: TopicPartition, leader_epoch: int) -> bool:
+        cur = self.partitions.get(key)
+        return cur is None or leader_epoch > cur.leader_epoch
 
     def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers, each=log.info) -> Errors:
         key = (topic, ps["partition_index"])
@@ -298,7 +307,6 @@ class ReplicaManager:
             cur.topic_id = topic_id
             self.partitions[key] = cur
         if ps["leader"] == self.broker_id:
-            self.fetcher_manager.remove_fetcher(topic, key[1])
             cur.make_leader(ps, self.controller_epoch)
             leaders.append(cur)
             role = "leader"
@@ -327,15 +335,17 @@ class ReplicaManager:
         else:
             self._scheduler.schedule_once("leader-epoch-checkpoints", write)
 
-    def _start_following(self, p: Partition) -> None:
-        self.fetcher_manager.remove_fetcher(p.topic, p.partition)
-        if p.leader_id < 0:
+    def _start_following(self, followers: list[Partition]) -> None:
+        """The fetchers of the new followers, added together (Kafka's ``addFetcherForPartitions``): at 20,000
+        partitions one call per partition waited on the fetcher threads' locks as many times."""
+        if not followers:
             return
-        plog = p.log
+        self.fetcher_manager.remove_fetchers([p.tp for p in followers if p.leader_id < 0])
         # Truncated by leader epoch once the new leader answers; the high watermark is the fallback
         # (replica_fetcher.py docstring).
-        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id,
-                                         max(plog.high_watermark, plog.log_start_offset), p.leader_epoch)
+        self.fetcher_manager.add_fetchers({
+            p.tp: (p.leader_id, max(p.log.high_watermark, p.log.log_start_offset), p.leader_epoch)
+            for p in followers if p.leader_id >= 0})
 
     # --- ISR changes (partition leader -> ZooKeeper, server/zk_isr_manager.py) ----------------------------------
     def _write_isr_changes(self, changes: list[tuple[Partition, IsrWrite, str]]) -> None:
