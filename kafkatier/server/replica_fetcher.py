@@ -66,6 +66,8 @@ FETCH_KEY = 1
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # the first version with replica_id (Kafka 2.3+)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
+# A truncation phase or a full fetch of at least this many partitions logs one summary line (a restart's first rounds).
+TRUNCATION_SUMMARY_MIN = 100
 # A partition whose truncation answer was an error asks again after this backoff (seconds, per partition).
 _partition_backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 
@@ -261,8 +263,10 @@ class ReplicaFetcherThread(threading.Thread):
                 asking[key] = (st, part, latest)
         if not asking:
             return
+        t0 = time.monotonic()
         answers = self._fetch_epoch_end_offsets({key: (st.leader_epoch, latest) for key, (st, _, latest)
                                                  in asking.items()})
+        asked_ms = (time.monotonic() - t0) * 1000
         for key, (st, part, latest) in asking.items():
             answer = answers.get(key, EpochEndOffset(int(Errors.UNKNOWN_SERVER_ERROR)))
             if answer.error != Errors.NONE:
@@ -272,6 +276,10 @@ class ReplicaFetcherThread(threading.Thread):
             state = offset_truncation_state(answer, st.fetch_offset, plog.log_end_offset, plog.end_offset_for_epoch)
             self._truncate(key, st, part, state, reason=f"asked epoch {latest}, leader answered epoch "
                                                         f"{answer.leader_epoch} ending at {answer.end_offset}")
+        if len(asking) >= TRUNCATION_SUMMARY_MIN:
+            log.info("truncation phase done %s", kv(leader=self.leader_id, partitions=len(asking),
+                                                   request_ms=round(asked_ms, 1),
+                                                   ms=round((time.monotonic() - t0) * 1000, 1)))
 
     def _fetch_epoch_end_offsets(self, epochs: dict[tuple[str, int], tuple[int, int]]
                                  ) -> dict[tuple[str, int], EpochEndOffset]:
@@ -348,7 +356,11 @@ class ReplicaFetcherThread(threading.Thread):
         body = fetch_codec.encode_fetch_request_v11(
             self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes, 0, data.metadata.session_id,
             data.metadata.epoch, list(by_topic.items()), list(forgotten.items()))
+        t0 = time.monotonic()
         raw = self.client.send_encoded(FETCH_KEY, FETCH_VERSION, body)  # a failure: run() resets the session
+        if data.metadata.is_full and len(data.to_send) >= TRUNCATION_SUMMARY_MIN:
+            log.info("full fetch answered %s", kv(leader=self.leader_id, partitions=len(data.to_send),
+                                                  ms=round((time.monotonic() - t0) * 1000, 1)))
         try:
             resp = FetchResponse.decode(raw, version=FETCH_VERSION)
         except Exception as e:  # noqa: BLE001 - the generated decoder raises struct.error, IndexError, ...
