@@ -241,8 +241,7 @@ class ReplicaManager:
             # thread, not one per partition).
             self.fetcher_manager.remove_fetchers([
                 (ts["topic_name"], ps["partition_index"]) for ts in body.get("topic_states", [])
-                for ps in ts.get("partition_states", []) if ps["leader"] == self.broker_id
-                and self._newer_epoch((ts["topic_name"], ps["partition_index"]), ps["leader_epoch"])])
+                for ps in ts.get("partition_states", []) if self._will_lead(ts, ps)])
             for ts in body.get("topic_states", []):
                 topic = ts["topic_name"]
                 topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
@@ -270,9 +269,19 @@ class ReplicaManager:
             self._complete_delayed(p)
         return {"error_code": 0, "topics": topics_out}
 
-    def _newer_epoch(self, key: TopicPartition, leader_epoch: int) -> bool:
+    def _will_lead(self, ts: dict, ps: dict) -> bool:
+        """Whether :meth:`_become_leader_or_follower` will make this broker the partition's leader (the same
+        checks, in the same order)."""
+        key = (ts["topic_name"], ps["partition_index"])
+        if ps["leader"] != self.broker_id or key in self.offline_partitions or self.broker_id not in ps["replicas"]:
+            return False
         cur = self.partitions.get(key)
-        return cur is None or leader_epoch > cur.leader_epoch
+        if cur is None:
+            return True
+        topic_id = codecs.topic_id_from_wire(ts.get("topic_id"))
+        if cur.topic_id and topic_id and cur.topic_id != topic_id:
+            return False
+        return ps["leader_epoch"] > cur.leader_epoch
 
     def _become_leader_or_follower(self, topic, topic_id, ps, leaders, followers, each=log.info) -> Errors:
         key = (topic, ps["partition_index"])
