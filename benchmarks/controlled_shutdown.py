@@ -256,6 +256,7 @@ def main() -> int:
         print(f"| {r['partitions']:,} | {r['led']:,} | {_s(r['moved_s'])} | {_s(r['raw_s'])} "
               f"| {_ratio(r['moved_s'], r['raw_s'])} | {_s(r['round_trip_ms'] and r['round_trip_ms'] / 1000)} "
               f"| {_s(r['handled_ms'] and r['handled_ms'] / 1000)} | {_s(r['exit_s'])} | {_s(r['rejoin_s'])} "
+              f"({_s(r['rejoin_s'] - r['serving_s'])} after serving) "
               f"| {_s(r['raw_rejoin_s'])} | {_ratio(r['rejoin_s'], r['raw_rejoin_s'])} | {r['load']} |")
     for total in failed:
         print(f"| {total:,} | not completed |||||||||||")

@@ -589,6 +589,7 @@ class Log:
     def append_records_as_follower(self, records) -> AppendInfo:
         """:meth:`append_as_follower`, with the producer state following the fetched batches."""
         with self._lock:
+            self.producer_state   # built (on first use) from the log as it was before this append: not counted twice
             info = self.append_as_follower(records)
             if info.num_batches:
                 self._update_producer_state(info.records)

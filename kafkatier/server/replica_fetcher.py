@@ -66,6 +66,8 @@ FETCH_KEY = 1
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # the first version with replica_id (Kafka 2.3+)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
+# A truncation phase or a full fetch of at least this many partitions logs one summary line (a restart's first rounds).
+TRUNCATION_SUMMARY_MIN = 100
 # A partition whose truncation answer was an error asks again after this backoff (seconds, per partition).
 _partition_backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 
@@ -162,13 +164,23 @@ class ReplicaFetcherThread(threading.Thread):
                       truncating: bool = True) -> None:
         """Start replicating a partition: truncating first (``fetch_offset``: its high watermark), or fetching
         right away at ``fetch_offset`` (a log just rebuilt from the leader's remote tier)."""
+        self.add_partitions({(topic, partition): FetchState(fetch_offset, leader_epoch, truncating)})
+
+    def add_partitions(self, states: dict[tuple[str, int], FetchState]) -> None:
+        """Start replicating many partitions under one lock (Kafka's ``addPartitions``): a LeaderAndIsr of
+        thousands added one at a time waited on this thread's lock, held by its rounds, once per partition."""
         with self.lock:
-            self.partitions[(topic, partition)] = FetchState(fetch_offset, leader_epoch, truncating)
-            self.has_partitions.set()
+            self.partitions.update(states)
+            if self.partitions:
+                self.has_partitions.set()
 
     def remove_partition(self, topic: str, partition: int) -> None:
+        self.remove_partitions([(topic, partition)])
+
+    def remove_partitions(self, partitions) -> None:
         with self.lock:
-            self.partitions.pop((topic, partition), None)
+            for tp in partitions:
+                self.partitions.pop(tp, None)
             if not self.partitions:
                 self.has_partitions.clear()
 
@@ -251,8 +263,10 @@ class ReplicaFetcherThread(threading.Thread):
                 asking[key] = (st, part, latest)
         if not asking:
             return
+        t0 = time.monotonic()
         answers = self._fetch_epoch_end_offsets({key: (st.leader_epoch, latest) for key, (st, _, latest)
                                                  in asking.items()})
+        asked_ms = (time.monotonic() - t0) * 1000
         for key, (st, part, latest) in asking.items():
             answer = answers.get(key, EpochEndOffset(int(Errors.UNKNOWN_SERVER_ERROR)))
             if answer.error != Errors.NONE:
@@ -262,6 +276,10 @@ class ReplicaFetcherThread(threading.Thread):
             state = offset_truncation_state(answer, st.fetch_offset, plog.log_end_offset, plog.end_offset_for_epoch)
             self._truncate(key, st, part, state, reason=f"asked epoch {latest}, leader answered epoch "
                                                         f"{answer.leader_epoch} ending at {answer.end_offset}")
+        if len(asking) >= TRUNCATION_SUMMARY_MIN:
+            log.info("truncation phase done %s", kv(leader=self.leader_id, partitions=len(asking),
+                                                   request_ms=round(asked_ms, 1),
+                                                   ms=round((time.monotonic() - t0) * 1000, 1)))
 
     def _fetch_epoch_end_offsets(self, epochs: dict[tuple[str, int], tuple[int, int]]
                                  ) -> dict[tuple[str, int], EpochEndOffset]:
@@ -338,7 +356,11 @@ class ReplicaFetcherThread(threading.Thread):
         body = fetch_codec.encode_fetch_request_v11(
             self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes, 0, data.metadata.session_id,
             data.metadata.epoch, list(by_topic.items()), list(forgotten.items()))
+        t0 = time.monotonic()
         raw = self.client.send_encoded(FETCH_KEY, FETCH_VERSION, body)  # a failure: run() resets the session
+        if data.metadata.is_full and len(data.to_send) >= TRUNCATION_SUMMARY_MIN:
+            log.info("full fetch answered %s", kv(leader=self.leader_id, partitions=len(data.to_send),
+                                                  ms=round((time.monotonic() - t0) * 1000, 1)))
         try:
             resp = FetchResponse.decode(raw, version=FETCH_VERSION)
         except Exception as e:  # noqa: BLE001 - the generated decoder raises struct.error, IndexError, ...
@@ -458,23 +480,52 @@ class ReplicaFetcherManager:
                     truncating: bool = True) -> None:
         with self.lock:
             self._remove_locked(topic, partition)
-            t = self.threads.get(leader_id)
-            if t is None or not t.is_alive():
-                t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
-                                         self.partition_lookup, max_wait_ms=self.max_wait_ms,
-                                         min_bytes=self.min_bytes,
-                                         on_fetched=self.on_fetched,
-                                         on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage,
-                                         partition_max_bytes=self.partition_max_bytes, quota=self.quota,
-                                         login=self.login)
-                self.threads[leader_id] = t
-                t.start()
-            t.add_partition(topic, partition, fetch_offset, leader_epoch, truncating)
+            self._thread_for(leader_id).add_partition(topic, partition, fetch_offset, leader_epoch, truncating)
             self.assignment[(topic, partition)] = leader_id
+
+    def add_fetchers(self, partitions: dict[tuple[str, int], tuple[int, int, int]]) -> None:
+        """Kafka's ``addFetcherForPartitions``: ``(leader, high watermark, leader epoch)`` per partition, each
+        truncating first; one lock and one hand-over per leader's thread."""
+        by_leader: dict[int, dict[tuple[str, int], FetchState]] = {}
+        with self.lock:
+            self._remove_many_locked(partitions)
+            for tp, (leader_id, fetch_offset, leader_epoch) in partitions.items():
+                by_leader.setdefault(leader_id, {})[tp] = FetchState(fetch_offset, leader_epoch, True)
+                self.assignment[tp] = leader_id
+            for leader_id, states in by_leader.items():
+                self._thread_for(leader_id).add_partitions(states)
+
+    def _thread_for(self, leader_id: int) -> ReplicaFetcherThread:
+        t = self.threads.get(leader_id)
+        if t is None or not t.is_alive():
+            t = ReplicaFetcherThread(self.broker_id, leader_id, lambda: self.leader_address(leader_id),
+                                     self.partition_lookup, max_wait_ms=self.max_wait_ms,
+                                     min_bytes=self.min_bytes,
+                                     on_fetched=self.on_fetched,
+                                     on_offset_moved_to_tiered_storage=self.on_offset_moved_to_tiered_storage,
+                                     partition_max_bytes=self.partition_max_bytes, quota=self.quota,
+                                     login=self.login)
+            self.threads[leader_id] = t
+            t.start()
+        return t
 
     def remove_fetcher(self, topic: str, partition: int) -> None:
         with self.lock:
             self._remove_locked(topic, partition)
+
+    def remove_fetchers(self, partitions) -> None:
+        """Kafka's ``removeFetcherForPartitions``: one lock for all of them."""
+        with self.lock:
+            self._remove_many_locked(partitions)
+
+    def _remove_many_locked(self, partitions) -> None:
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in partitions:
+            leader = self.assignment.pop(tp, None)
+            if leader is not None and leader in self.threads:
+                by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            self.threads[leader].remove_partitions(tps)
 
     def _remove_locked(self, topic: str, partition: int) -> None:
         leader = self.assignment.pop((topic, partition), None)

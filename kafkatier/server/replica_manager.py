@@ -45,9 +45,9 @@ from kafkatier.log.remote.remote_storage_manager import RemoteStorageError
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_messages import (LeaderAndIsrPartitionError, LeaderAndIsrPartitionState,
                                                  LeaderAndIsrRequestData, LeaderAndIsrResponseData,
-                                                 LeaderAndIsrTopicError, StopReplicaPartitionError,
-                                                 StopReplicaPartitionState, StopReplicaRequestData,
-                                                 StopReplicaResponseData)
+                                                 LeaderAndIsrTopicError, LeaderAndIsrTopicState,
+                                                 StopReplicaPartitionError, StopReplicaPartitionState,
+                                                 StopReplicaRequestData, StopReplicaResponseData)
 from kafkatier.protocol.errors import (Errors, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.server.partition import Partition
@@ -242,6 +242,11 @@ class ReplicaManager:
         count = sum(len(ts.partition_states) for ts in request.topic_states)
         each = log.info if count <= MAX_PARTITIONS_LOGGED else log.debug if log.isEnabledFor(logging.DEBUG) else None
         with self._lock:
+            # The fetchers of partitions this broker is to lead are stopped first, together (one lock per fetcher
+            # thread, not one per partition).
+            self.fetcher_manager.remove_fetchers([
+                (ts.topic_name, ps.partition_index) for ts in request.topic_states
+                for ps in ts.partition_states if self._will_lead(ts, ps)])
             for ts in request.topic_states:
                 topic = ts.topic_name
                 topic_id = codecs.topic_id_from_wire(ts.topic_id)
@@ -256,8 +261,7 @@ class ReplicaManager:
                                                         controller_epoch=request.controller_epoch))
         if leaders:
             self._write_leader_epoch_checkpoints(leaders)
-        for p in followers:
-            self._start_following(p)
+        self._start_following(followers)
         for p in leaders + followers:
             self._maybe_start_move(p)
         if self.remote_log_manager is not None and (leaders or followers):
@@ -269,6 +273,20 @@ class ReplicaManager:
         for p in leaders + followers:
             self._complete_delayed(p)
         return LeaderAndIsrResponseData(error_code=0, topics=tuple(topics_out))
+
+    def _will_lead(self, ts: LeaderAndIsrTopicState, ps: LeaderAndIsrPartitionState) -> bool:
+        """Whether :meth:`_become_leader_or_follower` will make this broker the partition's leader (the same
+        checks, in the same order)."""
+        key = (ts.topic_name, ps.partition_index)
+        if ps.leader != self.broker_id or key in self.offline_partitions or self.broker_id not in ps.replicas:
+            return False
+        cur = self.partitions.get(key)
+        if cur is None:
+            return True
+        topic_id = codecs.topic_id_from_wire(ts.topic_id)
+        if cur.topic_id and topic_id and cur.topic_id != topic_id:
+            return False
+        return ps.leader_epoch > cur.leader_epoch
 
     def _become_leader_or_follower(self, topic, topic_id, ps: LeaderAndIsrPartitionState, leaders, followers,
                                    each=log.info) -> Errors:
@@ -304,7 +322,6 @@ class ReplicaManager:
             cur.topic_id = topic_id
             self.partitions[key] = cur
         if ps.leader == self.broker_id:
-            self.fetcher_manager.remove_fetcher(topic, key[1])
             cur.make_leader(ps, self.controller_epoch)
             leaders.append(cur)
             role = "leader"
@@ -333,15 +350,17 @@ class ReplicaManager:
         else:
             self._scheduler.schedule_once("leader-epoch-checkpoints", write)
 
-    def _start_following(self, p: Partition) -> None:
-        self.fetcher_manager.remove_fetcher(p.topic, p.partition)
-        if p.leader_id < 0:
+    def _start_following(self, followers: list[Partition]) -> None:
+        """The fetchers of the new followers, added together (Kafka's ``addFetcherForPartitions``): at 20,000
+        partitions one call per partition waited on the fetcher threads' locks as many times."""
+        if not followers:
             return
-        plog = p.log
+        self.fetcher_manager.remove_fetchers([p.tp for p in followers if p.leader_id < 0])
         # Truncated by leader epoch once the new leader answers; the high watermark is the fallback
         # (replica_fetcher.py docstring).
-        self.fetcher_manager.add_fetcher(p.topic, p.partition, p.leader_id,
-                                         max(plog.high_watermark, plog.log_start_offset), p.leader_epoch)
+        self.fetcher_manager.add_fetchers({
+            p.tp: (p.leader_id, max(p.log.high_watermark, p.log.log_start_offset), p.leader_epoch)
+            for p in followers if p.leader_id >= 0})
 
     # --- ISR changes (partition leader -> ZooKeeper, server/zk_isr_manager.py) ----------------------------------
     def _write_isr_changes(self, changes: list[tuple[Partition, IsrWrite, str]]) -> None:

@@ -107,3 +107,19 @@ def test_elections_that_lost_races_with_isr_writes_are_left_out_together(zk):
     assert set(written) == {TopicPartition("t", p) for p in range(PARTITIONS) if p not in moved}
     assert all(l.partition_epoch == 1 for l in written.values())
     assert json.loads(zk.get(paths.partition_state("t", 7))[0])["isr"] == [1, 2]
+
+
+def test_isr_writes_in_multis_survive_many_moved_partitions(zk):
+    """Writes go in multis, each failing whole on its first moved partition: with one partition in ten moved,
+    every multi fails again and again, and the writes left after the last round go one by one."""
+    _create_states(zk, PARTITIONS)
+    moved = set(range(0, PARTITIONS, 10))
+    for p in moved:
+        zk.set(paths.partition_state("t", p), codecs.LeaderIsrAndControllerEpoch(2, 1, (2,), 1).encode())
+    mgr = ZkIsrManager(zk, IsrChangePropagationConfig())
+    got = mgr.write([IsrWrite(("t", p), 1, 0, (1, 2), 1, 0) for p in range(PARTITIONS)])
+    assert {p for p in range(PARTITIONS) if got[("t", p)] is None} == moved
+    assert all(got[("t", p)] == 1 for p in range(PARTITIONS) if p not in moved)
+    assert json.loads(zk.get(paths.partition_state("t", 1))[0])["isr"] == [1, 2]
+    assert json.loads(zk.get(paths.partition_state("t", 10))[0])["isr"] == [2]
+    assert mgr.metrics["isr_writes"] == PARTITIONS - len(moved)
