@@ -1,4 +1,4 @@
-"""A partition reads its producer state back from the log on first use, not when it is created (a restarted
+"""A partition's log reads its producer state back on first use, not when it is created (a restarted
 broker's LeaderAndIsr creates thousands of partitions, issue 27).  The state must be what building it at
 creation gave: a restarted follower's first append and the leadership after it keep the producer's sequence."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.log.log import Log
+from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 from kafkatier.server.partition import Partition
 
 
@@ -22,11 +23,11 @@ def partition(log: Log) -> Partition:
 
 
 def follow(p: Partition, leader_epoch: int) -> None:
-    p.make_follower({"leader": 1, "leader_epoch": leader_epoch, "isr": [1, 2], "replicas": [1, 2]}, 1)
+    p.make_follower(LeaderAndIsrPartitionState(leader=1, leader_epoch=leader_epoch, isr=(1, 2), replicas=(1, 2)), 1)
 
 
 def lead(p: Partition, leader_epoch: int) -> None:
-    p.make_leader({"leader": 2, "leader_epoch": leader_epoch, "isr": [2], "replicas": [1, 2]}, 1)
+    p.make_leader(LeaderAndIsrPartitionState(leader=2, leader_epoch=leader_epoch, isr=(2,), replicas=(1, 2)), 1)
 
 
 def test_creating_a_partition_reads_nothing_of_its_producer_state(tmp_path, monkeypatch):
