@@ -1,7 +1,8 @@
 """``kafkatier dump-log``: kafka-dump-log, reading a broker's files directly (no broker needed).
 
-``--files`` takes segments (``.log``), offset indexes (``.index``), time indexes (``.timeindex``) and
-transaction indexes (``.txnindex``); the lines are Kafka 3.9's ``DumpLogSegments`` ones::
+``--files`` takes segments (``.log``), offset indexes (``.index``), time indexes (``.timeindex``),
+transaction indexes (``.txnindex``) and producer state snapshots (``.snapshot``); the lines are Kafka 3.9's
+``DumpLogSegments`` ones::
 
     Dumping /d/t-0/00000000000000000000.log
     Log starting offset: 0
@@ -31,6 +32,7 @@ from typing import Iterator
 from kafkatier.cli.main import UsageError
 from kafkatier.log.errors import CorruptRecordError
 from kafkatier.log.log_validator import decompress
+from kafkatier.log.producer_state import CorruptSnapshotError, decode_snapshot
 from kafkatier.log.remote.remote_storage_manager import FILE_STEM_RE
 from kafkatier.protocol.errors import KafkaError
 from kafkatier.log.record_batch import (
@@ -43,7 +45,8 @@ from kafkatier.log.record_batch import (
 
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 DELETE_HORIZON_FLAG_MASK = 0x40
-SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+INT_MAX = 2 ** 31 - 1
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_INDEX_ENTRY = struct.Struct(">qi")
 _TXN_INDEX_ENTRY = struct.Struct(">hqqqi")
@@ -52,8 +55,8 @@ _TXN_INDEX_ENTRY = struct.Struct(">hqqqi")
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "dump-log", help="print the batches and records of log segments and indexes (kafka-dump-log)",
-        description="Print a broker's segment files (.log), offset and time indexes and transaction indexes in "
-                    "kafka-dump-log's format, reading the files directly.")
+        description="Print a broker's segment files (.log), offset and time indexes, transaction indexes and "
+                    "producer state snapshots in kafka-dump-log's format, reading the files directly.")
     p.add_argument("--files", required=True, metavar="FILE[,FILE...]", help="comma-separated data and index files")
     p.add_argument("--print-data-log", action="store_true", help="print the records' keys and values")
     p.add_argument("--deep-iteration", action="store_true", help="list the records of each batch")
@@ -67,8 +70,8 @@ def run(args) -> int:
         raise UsageError("--files needs at least one file")
     for path in files:
         if not path.endswith(SUFFIXES):
-            raise UsageError(f"{path} is not a log segment, offset index, time index or transaction index file "
-                             f"(expected a name ending in {', '.join(SUFFIXES)})")
+            raise UsageError(f"{path} is not a log segment, offset index, time index, transaction index or producer "
+                             f"snapshot file (expected a name ending in {', '.join(SUFFIXES)})")
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -93,6 +96,12 @@ def check_file(path: str, data: bytes) -> None:
         if len(data) % ENTRY_SIZES[suffix]:
             raise UsageError(f"{path} is not a {suffix} file: its size {len(data)} is not a multiple of "
                              f"{ENTRY_SIZES[suffix]} bytes")
+        return
+    if suffix == ".snapshot":
+        try:
+            decode_snapshot(data)
+        except CorruptSnapshotError as e:
+            raise UsageError(f"{path} is not a producer state snapshot: {e}") from None
         return
     if not data:
         return
@@ -141,10 +150,29 @@ def dump_file(path: str, data: bytes, *, print_data: bool = False, deep: bool = 
             if rel == 0 and pos > 0:
                 break
             yield f"timestamp: {ts} offset: {base + rel}"
+    elif path.endswith(".snapshot"):
+        yield from dump_producer_snapshot(data)
     else:
         for pos in range(0, len(data) - len(data) % _TXN_INDEX_ENTRY.size, _TXN_INDEX_ENTRY.size):
             _version, pid, first, last, lso = _TXN_INDEX_ENTRY.unpack_from(data, pos)
             yield f"version: 0 producerId: {pid} firstOffset: {first} lastOffset: {last} lastStableOffset: {lso}"
+
+
+def dump_producer_snapshot(data: bytes) -> Iterator[str]:
+    """One line per producer of a ``.snapshot`` file, as Kafka's tool prints the entries it reads back: the
+    transaction's first offset as Java's ``OptionalLong``, the last batch's first sequence derived from its last
+    sequence and offset delta (wrapping past ``Integer.MAX_VALUE`` as Kafka's ``decrementSequence``)."""
+    for e in decode_snapshot(data):
+        txn = (f"OptionalLong[{e.current_txn_first_offset}]" if e.current_txn_first_offset >= 0
+               else "OptionalLong.empty")
+        line = (f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} coordinatorEpoch: "
+                f"{e.coordinator_epoch} currentTxnFirstOffset: {txn} lastTimestamp: {e.timestamp} ")
+        if e.last_offset >= 0:
+            first = (e.last_sequence - e.offset_delta if e.last_sequence >= e.offset_delta
+                     else INT_MAX - (e.offset_delta - e.last_sequence) + 1)
+            line += (f"firstSequence: {first} lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                     f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}")
+        yield line
 
 
 def _delete_horizon(h: BatchHeader) -> str:

@@ -159,3 +159,50 @@ def test_a_name_that_is_neither_local_nor_remote_is_one_line_exit_2(tmp_path, ca
     assert main(["dump-log", "--files", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "remote segment" in err[0]
+
+
+def test_producer_snapshot_lines_as_kafkas_tool(tmp_path, capsys):
+    """``.snapshot`` files: Kafka's dumpProducerIdSnapshot line per producer (an open transaction's first offset as
+    ``OptionalLong[N]``, the last batch's first sequence derived from its last sequence and offset delta)."""
+    from kafkatier.log.producer_state import SnapshotEntry, encode_snapshot
+    snap = tmp_path / "00000000000000000042.snapshot"
+    snap.write_bytes(encode_snapshot([
+        SnapshotEntry(producer_id=7, producer_epoch=1, last_sequence=9, last_offset=41, offset_delta=4,
+                      timestamp=1700000000000, coordinator_epoch=-1, current_txn_first_offset=-1),
+        SnapshotEntry(producer_id=8, producer_epoch=0, last_sequence=1, last_offset=30, offset_delta=3,
+                      timestamp=1700000000005, coordinator_epoch=2, current_txn_first_offset=28)]))
+    assert main(["dump-log", "--files", str(snap)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"Dumping {snap}",
+        "producerId: 7 producerEpoch: 1 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 1700000000000 firstSequence: 5 lastSequence: 9 lastOffset: 41 offsetDelta: 4 "
+        "timestamp: 1700000000000",
+        "producerId: 8 producerEpoch: 0 coordinatorEpoch: 2 currentTxnFirstOffset: OptionalLong[28] "
+        "lastTimestamp: 1700000000005 firstSequence: 2147483646 lastSequence: 1 lastOffset: 30 offsetDelta: 3 "
+        "timestamp: 1700000000005"]
+    bad = tmp_path / "00000000000000000043.snapshot"
+    bad.write_bytes(snap.read_bytes()[:-3])
+    assert main(["dump-log", "--files", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a producer state snapshot" in err
+
+
+def test_a_brokers_own_snapshot_is_dumped(tmp_path, capsys):
+    """A snapshot the log wrote at a roll reads back: the producer's last batch as the log holds it."""
+    from kafkatier.log.log import Log
+    from kafkatier.log.producer_state import snapshot_offsets, snapshot_path
+    log = Log(str(tmp_path / "t-0"))
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=5,
+                                  producer_epoch=0, base_sequence=0, batch_size=1 << 20)
+    for i in range(3):
+        b.append(i, 1700000000000 + i, None, b"v", [])
+    log.append_records_as_leader(bytes(b.build()), leader_epoch=0)
+    log.snapshot_producer_state()
+    [offset] = snapshot_offsets(str(tmp_path / "t-0"))
+    path = snapshot_path(str(tmp_path / "t-0"), offset)
+    assert main(["dump-log", "--files", path]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("producerId: 5 producerEpoch: 0 coordinatorEpoch: -1 "
+                             "currentTxnFirstOffset: OptionalLong.empty ")
+    assert "firstSequence: 0 lastSequence: 2 lastOffset: 2 offsetDelta: 2" in out[1]
+    log.close()
