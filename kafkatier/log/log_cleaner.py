@@ -16,7 +16,7 @@ import attrs
 from kafkatier.log.cleaner import BYTES_PER_ENTRY, Cleaner, CleanerAbortedError, CleanerStats
 from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
 from kafkatier.log.log import Log
-from kafkatier.log.log_cleaner_manager import LogCleanerManager, PreCleanStats, high_watermark
+from kafkatier.log.log_cleaner_manager import LogCleanerManager, PreCleanStats
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("log.cleaner")
@@ -163,12 +163,12 @@ class LogCleaner:
     """Owns the cleaner threads, their shared throttler and the :class:`LogCleanerManager`."""
 
     def __init__(self, config: CleanerConfig, log_dirs: Iterable[str], logs: Callable[[], list[Log]],
-                 clock: Callable[[], int], last_stable_offset: Callable[[Log], int | None] = high_watermark):
+                 clock: Callable[[], int]):
         self.config = config
         self.clock = clock
         self.stop_event = threading.Event()
         self.throttler = Throttler(config.max_io_bytes_per_second, self.stop_event)
-        self.manager = LogCleanerManager(log_dirs, logs, clock, last_stable_offset)
+        self.manager = LogCleanerManager(log_dirs, logs, clock)
         self.threads: list[CleanerThread] = []
 
     def startup(self) -> None:

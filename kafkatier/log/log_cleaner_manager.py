@@ -9,8 +9,9 @@ The cleanable range of a log is ``[first dirty offset, first uncleanable offset)
 is, as Kafka's ``cleanableOffsets``, the smallest of the last stable offset (the high watermark, or the first offset
 of the oldest transaction not yet decided below it), the active segment's base offset, and the base offset of the
 first segment younger than ``min.compaction.lag.ms`` (by its largest timestamp).  The last stable offset comes
-from the partition that owns the log's producer state, through the ``last_stable_offset`` callable; a log whose
-partition is not known yet (``None``) is not cleaned.
+from :attr:`Log.last_stable_offset` (the log owns its producer state), as Kafka's cleaner reads
+``UnifiedLog.lastStableOffset``; before its partition exists a loaded log's high watermark is its checkpointed one,
+so the range never passes what was committed.
 """
 from __future__ import annotations
 
@@ -56,11 +57,6 @@ class PreCleanStats:
     cleanable_partitions: int = 0
     delayed_partitions: int = 0
     max_compaction_delay_ms: int = 0
-
-
-def high_watermark(lg: Log) -> int | None:
-    """The last stable offset of a log without transactions (tools and tests without a replica manager)."""
-    return lg.high_watermark
 
 
 def first_uncleanable_offset(lg: Log, now_ms: int, last_stable_offset: int | None = None) -> int:
@@ -109,11 +105,9 @@ def cleanable_range(lg: Log, checkpointed: int | None, now_ms: int,
 class LogCleanerManager:
     """Checkpoints, in-progress marks and the choice of the dirtiest log."""
 
-    def __init__(self, log_dirs: Iterable[str], logs: Callable[[], list[Log]], clock: Callable[[], int],
-                 last_stable_offset: Callable[[Log], int | None] = high_watermark):
+    def __init__(self, log_dirs: Iterable[str], logs: Callable[[], list[Log]], clock: Callable[[], int]):
         self._dirs = [os.path.abspath(d) for d in log_dirs]
         self._logs = logs
-        self._last_stable_offset = last_stable_offset
         self._clock = clock
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
@@ -176,11 +170,8 @@ class LogCleanerManager:
         checkpoints = self._checkpoints_by_dir() if candidates else {}
         for lg in candidates:
             try:
-                stable = self._last_stable_offset(lg)
-                if stable is None:
-                    continue   # its partition (the producer state) is not there yet
                 ranges.append(cleanable_range(lg, checkpoints.get(lg.parent_dir, {}).get(lg.topic_partition), now,
-                                              stable))
+                                              lg.last_stable_offset))
             except Exception as e:  # noqa: BLE001 - a log closed under us is simply skipped
                 log.debug(kv(event="cleanable_range_failed", partition=lg.name, error=repr(e)))
         horizons = dict(self._delete_horizons)

@@ -41,7 +41,6 @@ from typing import Any, Callable, Mapping
 from kafkatier.common.faults import crash_point
 from kafkatier.common.scheduler import KafkaScheduler, ScheduledTask
 from kafkatier.log.log_cleaner import CleanerConfig, LogCleaner
-from kafkatier.log.log_cleaner_manager import high_watermark
 from kafkatier.log.broker_metadata import ensure_meta_properties
 from kafkatier.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -102,7 +101,6 @@ class LogManager:
                  num_recovery_threads_per_data_dir: int = DEFAULT_RECOVERY_THREADS_PER_DATA_DIR,
                  file_release_interval_ms: int = DEFAULT_FILE_RELEASE_INTERVAL_MS,
                  cleaner_config: CleanerConfig | None = None,
-                 last_stable_offset: Callable[[Log], int | None] | None = None,
                  clock: Callable[[], int] = _now_ms):
         if not log_dirs:
             raise ValueError("At least one log dir is required")
@@ -147,9 +145,8 @@ class LogManager:
         self._prepare_dirs()
         self._load_logs()
         # Kafka's LogCleaner (docs/log-compaction.md); None: no cleaner (tools and tests that load logs only).
-        # ``last_stable_offset``: the partition's LSO (it owns the producer state); default the high watermark.
-        self.cleaner = (LogCleaner(cleaner_config, self.live_log_dirs, self.all_logs, clock,
-                                   last_stable_offset or high_watermark)
+        # It cleans no further than each log's last stable offset (Log.last_stable_offset).
+        self.cleaner = (LogCleaner(cleaner_config, self.live_log_dirs, self.all_logs, clock)
                         if cleaner_config is not None else None)
 
     # --- start-up ------------------------------------------------------------------------------------

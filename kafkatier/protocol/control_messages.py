@@ -37,7 +37,8 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import primary
 from kafkatier.protocol.control_requests import (INT_RANGES, ControlledShutdownRequest, ControlledShutdownResponse,
                                                  LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest,
-                                                 StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse)
+                                                 StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
+                                                 from_body, to_body)
 
 
 class ControlMessageError(ValueError):
@@ -87,11 +88,32 @@ class ControlStruct:
 
 
 class ControlMessage(ControlStruct):
-    """Base of the top-level ``<Message>Data`` classes: also knows its API key and valid versions."""
+    """Base of the top-level ``<Message>Data`` classes: also knows its API key and valid versions.
+
+    A message that travels over the Kafka protocol (ControlledShutdown) crosses the wire through
+    :meth:`to_wire` and :meth:`from_wire`: the kafka-python message class of the same spec encodes and decodes
+    the bytes, so the typed class and the wire format come from one spec."""
 
     __slots__ = ()
     API_KEY: ClassVar[ApiKeys]
     MAX_VERSION: ClassVar[int]
+
+    def to_wire(self, version: int) -> ApiMessage:
+        """The kafka-python message of ``version`` holding these fields (what the network layer encodes);
+        :class:`ControlMessageError` if a set field is not part of ``version``."""
+        return from_body(type(self).MESSAGE, version, self.to_json(version))
+
+    @classmethod
+    def from_wire(cls, message: ApiMessage):
+        """The typed message a decoded kafka-python message of this spec stands for (at its version)."""
+        if primary(type(message)) is not cls.MESSAGE:
+            raise ControlMessageError(f"{cls.__name__}: expected a {cls.MESSAGE.__name__}, "
+                                      f"got {type(message).__name__}")
+        try:
+            body = to_body(message)
+        except ValueError as e:
+            raise ControlMessageError(f"{cls.MESSAGE.__name__}: {e}") from e
+        return cls.from_json(message.version, body)
 
 
 # ------------------------------------------------------------------------------------------------- generation
@@ -333,6 +355,7 @@ UpdateMetadataPartitionState = UpdateMetadataRequestData.UpdateMetadataPartition
 UpdateMetadataTopicState = UpdateMetadataRequestData.UpdateMetadataTopicState
 UpdateMetadataBroker = UpdateMetadataRequestData.UpdateMetadataBroker
 UpdateMetadataEndpoint = UpdateMetadataRequestData.UpdateMetadataEndpoint
+ControlledShutdownRemainingPartition = ControlledShutdownResponseData.RemainingPartition
 
 #: api key -> (request data class, response data class)
 CONTROL_DATA: dict[ApiKeys, tuple[type, type]] = {
@@ -350,4 +373,5 @@ __all__ = [
     "LeaderAndIsrLiveLeader", "LeaderAndIsrTopicError", "LeaderAndIsrPartitionError", "StopReplicaTopicState",
     "StopReplicaPartitionState", "StopReplicaPartitionError", "UpdateMetadataPartitionState",
     "UpdateMetadataTopicState", "UpdateMetadataBroker", "UpdateMetadataEndpoint",
+    "ControlledShutdownRemainingPartition",
 ]

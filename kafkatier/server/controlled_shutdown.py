@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import attrs
 import tenacity
@@ -28,10 +28,13 @@ import tenacity
 from kafkatier.common.structs import TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
-from kafkatier.protocol.control_requests import ControlledShutdownRequest, ControlledShutdownResponse
+from kafkatier.protocol.control_messages import (ControlledShutdownRemainingPartition, ControlledShutdownRequestData,
+                                                 ControlledShutdownResponseData, ControlMessageError)
+from kafkatier.protocol.control_requests import ControlledShutdownResponse
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.config import broker_setting
 
 log = get_logger("server.controlled-shutdown")
 
@@ -47,10 +50,11 @@ class ControlledShutdownConfig:
     request_timeout_ms: int = 30000
 
     @classmethod
-    def from_props(cls, props: dict, request_timeout_ms: int = 30000) -> ControlledShutdownConfig:
-        return cls(enable=str(props.get("controlled.shutdown.enable", "true")).lower() == "true",
-                   max_retries=max(1, int(props.get("controlled.shutdown.max.retries", 3))),
-                   retry_backoff_ms=int(props.get("controlled.shutdown.retry.backoff.ms", 5000)),
+    def from_props(cls, props: Mapping[str, Any], request_timeout_ms: int = 30000) -> ControlledShutdownConfig:
+        """From the broker's settings, typed and checked by their definitions (server/config.py)."""
+        return cls(enable=broker_setting(props, "controlled.shutdown.enable"),
+                   max_retries=max(1, broker_setting(props, "controlled.shutdown.max.retries")),
+                   retry_backoff_ms=broker_setting(props, "controlled.shutdown.retry.backoff.ms"),
                    request_timeout_ms=request_timeout_ms)
 
 
@@ -80,31 +84,47 @@ class ControlledShutdownApis:
         return {ApiKeys.CONTROLLED_SHUTDOWN: (VERSIONS, self.handle_controlled_shutdown)}
 
 
-    def handle_controlled_shutdown(self, header, req, context) -> Any:
+    def handle_controlled_shutdown(self, header, req, context) -> Future:
+        """The network layer's entry: the decoded request in, a future of the encoded-ready response out; the
+        work is :meth:`controlled_shutdown` on the typed messages."""
         v = header.request_api_version
-        if not self.auth.authorize_cluster(context, "ClusterAction"):
-            return _response(v, Errors.CLUSTER_AUTHORIZATION_FAILED, ())
-        epoch = req.broker_epoch if v >= 2 else -1
         out: Future = Future()
+        try:
+            request = ControlledShutdownRequestData.from_wire(req)
+        except ControlMessageError as e:
+            log.warning("malformed controlled shutdown request %s", kv(error=e))
+            out.set_result(_response(Errors.INVALID_REQUEST, ()).to_wire(v))
+            return out
+        self.controlled_shutdown(request, v, context).add_done_callback(
+            lambda f: out.set_result(f.result().to_wire(v)))
+        return out
+
+    def controlled_shutdown(self, request: ControlledShutdownRequestData, version: int,
+                            context) -> Future:
+        """Kafka's ``handleControlledShutdownRequest``: a future of the typed response."""
+        out: Future = Future()
+        if not self.auth.authorize_cluster(context, "ClusterAction"):
+            out.set_result(_response(Errors.CLUSTER_AUTHORIZATION_FAILED, ()))
+            return out
+        epoch = request.broker_epoch if version >= 2 else -1
 
         def answered(f: Future) -> None:
             exc = f.exception()
             if isinstance(exc, KafkaError):
-                out.set_result(_response(v, exc.error, ()))
+                out.set_result(_response(exc.error, ()))
             elif exc is not None:
-                log.error("controlled shutdown failed %s", kv(broker=req.broker_id, error=repr(exc)))
-                out.set_result(_response(v, Errors.UNKNOWN_SERVER_ERROR, ()))
+                log.error("controlled shutdown failed %s", kv(broker=request.broker_id, error=repr(exc)))
+                out.set_result(_response(Errors.UNKNOWN_SERVER_ERROR, ()))
             else:
-                out.set_result(_response(v, Errors.NONE, sorted(f.result())))
-        self.controller.controlled_shutdown(req.broker_id, epoch).add_done_callback(answered)
+                out.set_result(_response(Errors.NONE, sorted(f.result())))
+        self.controller.controlled_shutdown(request.broker_id, epoch).add_done_callback(answered)
         return out
 
 
-def _response(v: int, error: Errors, remaining) -> ControlledShutdownResponse:
-    resp = ControlledShutdownResponse[v](error_code=int(error), remaining_partitions=[
-        ControlledShutdownResponse.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
-        for tp in remaining])
-    return resp
+def _response(error: Errors, remaining) -> ControlledShutdownResponseData:
+    return ControlledShutdownResponseData(error_code=int(error), remaining_partitions=tuple(
+        ControlledShutdownRemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
+        for tp in remaining))
 
 
 # --- the shutting-down broker -------------------------------------------------------------------------------------
@@ -157,15 +177,17 @@ class ControlledShutdown:
         client = BrokerClient(host, port, client_id=f"broker-{self.broker_id}-controlled-shutdown",
                               timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login)
         try:
-            resp = client.send(ControlledShutdownRequest[REQUEST_VERSION](
-                broker_id=self.broker_id, broker_epoch=self.broker_epoch()), ControlledShutdownResponse,
-                REQUEST_VERSION)
+            request = ControlledShutdownRequestData(broker_id=self.broker_id, broker_epoch=self.broker_epoch())
+            resp = ControlledShutdownResponseData.from_wire(client.send(
+                request.to_wire(REQUEST_VERSION), ControlledShutdownResponse, REQUEST_VERSION))
         except BrokerConnectionError as e:
             raise ControlledShutdownNotDone(f"controller {cid}: {e}") from e
+        except ControlMessageError as e:
+            raise ControlledShutdownNotDone(f"malformed answer from controller {cid}: {e}") from e
         finally:
             client.close()
         result = ControlledShutdownResult(Errors(resp.error_code), tuple(
-            TopicPartition(p.topic_name, p.partition_index) for p in resp.remaining_partitions or []))
+            TopicPartition(p.topic_name, p.partition_index) for p in resp.remaining_partitions))
         if not result.succeeded:
             if result.error != Errors.NONE:
                 raise ControlledShutdownNotDone(f"error from controller {cid}: {result.error.name}")

@@ -111,6 +111,11 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("controlled.shutdown.enable", "BOOLEAN", True, READ_ONLY),
     _d("controlled.shutdown.max.retries", "INT", 3, READ_ONLY),
     _d("controlled.shutdown.retry.backoff.ms", "LONG", 5000, READ_ONLY),
+    # client quotas (server/quota_factory.py) and fetch sessions (server/fetch_session.py)
+    _d("quota.window.num", "INT", 11, READ_ONLY, 1),
+    _d("quota.window.size.seconds", "INT", 1, READ_ONLY, 1),
+    _d("max.incremental.fetch.session.cache.slots", "INT", 1000, READ_ONLY, 0),
+    _d("min.incremental.fetch.session.eviction.ms", "LONG", 120000, READ_ONLY, 0),  # project addition: a constant in Kafka
     # the log cleaner (log/log_cleaner.py; dynamic in Kafka, read at start-up here)
     _d("log.cleaner.enable", "BOOLEAN", True, READ_ONLY),
     _d("log.cleaner.threads", "INT", 1, READ_ONLY, 0),

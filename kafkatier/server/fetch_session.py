@@ -51,6 +51,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 from kafkatier.protocol.fetch_metadata import (FINAL_EPOCH, INVALID_SESSION_ID, LEGACY, FetchMetadata,
                                                next_epoch)
+from kafkatier.server.config import broker_setting
 from kafkatier.server.replica_manager import FetchPartitionData, FetchPartitionResult
 
 log = get_logger("server.fetch-session")
@@ -185,9 +186,10 @@ class FetchSessionCache:
 
     @classmethod
     def from_props(cls, props) -> FetchSessionCache:
-        """From the broker's properties (Kafka's names and defaults)."""
-        return cls(int(props.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
-                   int(props.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)))
+        """From the broker's settings (Kafka's names and defaults), typed and checked by their definitions
+        (server/config.py)."""
+        return cls(broker_setting(props, "max.incremental.fetch.session.cache.slots"),
+                   broker_setting(props, "min.incremental.fetch.session.eviction.ms"))
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)

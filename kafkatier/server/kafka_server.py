@@ -180,7 +180,7 @@ class KafkaServer:
             num_recovery_threads_per_data_dir=c.setting("num.recovery.threads.per.data.dir"),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
             log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds,
-            cleaner_config=CleanerConfig.from_broker(c.overrides), last_stable_offset=self._last_stable_offset)
+            cleaner_config=CleanerConfig.from_broker(c.overrides))
         self.log_manager.startup()
         if remote_log_config.remote_log_storage_system_enable:
             rsm, rlmm = tiered_storage.storage_managers(remote_log_config, c, self.zk)
@@ -432,13 +432,6 @@ class KafkaServer:
             expiration = int(effective["remote.log.manager.expiration.thread.pool.size"])
             self.remote_log_manager.resize_thread_pools(size if copier == -1 else copier,
                                                         size if expiration == -1 else expiration, size)
-
-    def _last_stable_offset(self, lg) -> int | None:
-        """The log cleaner's bound (Kafka cleans no further than the LSO): the partition owns the producer state.
-        ``None`` until the partition exists (the cleaner starts before the replica manager)."""
-        rm = self.replica_manager
-        p = rm.get_partition(lg.topic, lg.partition) if rm is not None else None
-        return p.last_stable_offset if p is not None and p.log is lg else None
 
     def _restart_fetcher(self, p) -> None:
         """The remote log manager rebuilt follower ``p`` from the remote tier: fetch again from its new end."""

@@ -9,6 +9,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.server.client_quota_manager import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QUOTA_KEYS,
                                                    QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, ClientQuotaManager)
 from kafkatier.server.client_request_quota_manager import ClientRequestQuotaManager
+from kafkatier.server.config import broker_setting
 
 log = get_logger("server.client-quota")
 
@@ -24,8 +25,9 @@ class ClientQuotas:
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> "ClientQuotas":
-        return cls(samples=int(props.get(QUOTA_WINDOW_NUM, 11)),
-                   window_s=float(props.get(QUOTA_WINDOW_SIZE_SECONDS, 1)))
+        """From the broker's settings, typed and checked by their definitions (server/config.py)."""
+        return cls(samples=broker_setting(props, QUOTA_WINDOW_NUM),
+                   window_s=float(broker_setting(props, QUOTA_WINDOW_SIZE_SECONDS)))
 
     def apply(self, user: str | None, client_id: str | None, config: Mapping[str, str]) -> None:
         for manager in (self.produce, self.fetch, self.request):

@@ -220,11 +220,17 @@ def test_the_private_member_check_sees_an_access(tmp_path):
 # --- broker settings through their one definition ----------------------------------------------------------------
 
 #: The one reader of the raw ``overrides`` mapping: ``broker_setting`` (typed and checked by ``BROKER_CONFIGS``).
-RAW_OVERRIDES_READERS = {"kafkatier/server/config.py": {"broker_setting"}}
+#: ``SslConfig.from_props`` reads the ``ssl.*`` keys under their listener prefixes (``listener.name.<l>.ssl.*``),
+#: names without one definition each.
+RAW_OVERRIDES_READERS = {"kafkatier/server/config.py": {"broker_setting"},
+                         "kafkatier/server/ssl_transport.py": {"from_props"}}
+#: The names the broker's settings travel under: ``BrokerConfig.overrides`` and the ``props`` of ``from_props``.
+RAW_SETTINGS_NAMES = frozenset({"overrides", "props"})
 
 
 def _raw_overrides_reads(path: pathlib.Path, allowed: set[str] = frozenset()) -> list[str]:
-    """``overrides.get(...)`` / ``overrides[...]`` / ``<x>.overrides.get(...)`` outside the ``allowed`` functions."""
+    """``overrides.get(...)`` / ``overrides[...]`` / ``<x>.overrides.get(...)`` (and the same through ``props``)
+    outside the ``allowed`` functions."""
     tree = ast.parse(path.read_text(), str(path))
     out = []
     for fn in ast.walk(tree):
@@ -236,7 +242,7 @@ def _raw_overrides_reads(path: pathlib.Path, allowed: set[str] = frozenset()) ->
                 target = node.func.value
             elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
                 target = node.value
-            if target is not None and ast.unparse(target).split(".")[-1] == "overrides":
+            if target is not None and ast.unparse(target).split(".")[-1] in RAW_SETTINGS_NAMES:
                 out.append(f"{fn.name}: {ast.unparse(node)}")
     return out
 
@@ -255,3 +261,11 @@ def test_the_raw_overrides_check_sees_a_read(tmp_path):
     bad.write_text("def f(c, overrides):\n    return c.overrides.get('x'), overrides['y']\n")
     assert sorted(_raw_overrides_reads(bad)) == ["f: c.overrides.get('x')", "f: overrides['y']"]
     assert _raw_overrides_reads(bad, {"f"}) == []
+
+
+def test_the_raw_overrides_check_sees_a_read_through_props(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("class C:\n    @classmethod\n    def from_props(cls, props):\n"
+                   "        return cls(int(props.get('quota.window.num', 11)), props['x'])\n")
+    assert sorted(_raw_overrides_reads(bad)) == ["from_props: props.get('quota.window.num', 11)",
+                                                 "from_props: props['x']"]

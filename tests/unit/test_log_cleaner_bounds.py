@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from kafkatier.log.log import Log
 from kafkatier.log.log_cleaner_manager import LogCleanerManager, cleanable_range
-from kafkatier.log.producer_state import ProducerStateManager
 
 from tests.unit.test_log_cleaner import COMPACT, blob, records, txn_blob
 
@@ -23,21 +22,15 @@ def keyed_log(tmp_path, config=COMPACT, batches=4, keys=3, ts=1_000) -> Log:
 
 def test_an_open_transaction_stops_cleaning_at_its_first_offset(tmp_path):
     lg = keyed_log(tmp_path)
-    psm = ProducerStateManager()
     txn = lg.append_as_leader(txn_blob([(b"k0", b"in-txn")], pid=9, seq=0), 0)
-    psm.update(txn.records)
     for i in range(4):   # later values of the same keys, after the open transaction
-        info = lg.append_as_leader(blob([(f"k{j}".encode(), f"late{i}-{j}".encode() * 20) for j in range(3)]), 0)
-        psm.update(info.records)
+        lg.append_as_leader(blob([(f"k{j}".encode(), f"late{i}-{j}".encode() * 20) for j in range(3)]), 0)
     lg.roll()
     lg.update_high_watermark(lg.log_end_offset)
 
-    def lso(log_: Log) -> int:
-        first = psm.first_unstable_offset(log_.high_watermark)
-        return log_.high_watermark if first is None else min(first, log_.high_watermark)
-
-    assert lso(lg) == txn.first_offset < lg.high_watermark
-    mgr = LogCleanerManager([str(tmp_path)], lambda: [lg], clock=lambda: NOW, last_stable_offset=lso)
+    # The cleaner reads the log's own last stable offset (the log owns its producer state).
+    assert lg.last_stable_offset == txn.first_offset < lg.high_watermark
+    mgr = LogCleanerManager([str(tmp_path)], lambda: [lg], clock=lambda: NOW)
     todo = mgr.grab_filthiest_compacted_log()
     assert todo is not None and todo.first_uncleanable_offset <= txn.first_offset
     before = {o: (k, v) for o, k, v, _ in records(lg) if o >= txn.first_offset}
@@ -51,12 +44,10 @@ def test_an_open_transaction_stops_cleaning_at_its_first_offset(tmp_path):
     assert len(below) == len({k for k, _ in below}) == 3
 
     # The transaction commits: the LSO moves past it and the rest becomes cleanable.
-    from kafkatier.log.record_batch import end_transaction_marker
-    m = lg.append_as_leader(end_transaction_marker(9, 0, 0, True, 3_000), 0, from_coordinator=True)
-    psm.update(m.records, 0)
+    lg.append_txn_marker(9, 0, 0, True, 0)
     lg.roll()
     lg.update_high_watermark(lg.log_end_offset)
-    assert lso(lg) == lg.high_watermark
+    assert lg.last_stable_offset == lg.high_watermark
     todo = mgr.grab_filthiest_compacted_log()
     assert todo is not None and todo.first_dirty_offset == end and todo.first_uncleanable_offset > txn.first_offset
     _clean(todo)
@@ -72,11 +63,16 @@ def _clean(todo):
     return Cleaner(0, 10_000, Throttler(float("inf")), clock=lambda: NOW).clean(todo)
 
 
-def test_a_log_whose_partition_is_unknown_is_not_cleaned(tmp_path):
+def test_a_loaded_log_is_cleaned_no_further_than_its_checkpointed_high_watermark(tmp_path):
+    """Before its partition exists, a log's high watermark is the one it was loaded with: the cleaner, reading
+    ``Log.last_stable_offset``, never passes it."""
     lg = keyed_log(tmp_path)
     lg.roll()
-    lg.update_high_watermark(lg.log_end_offset)
-    mgr = LogCleanerManager([str(tmp_path)], lambda: [lg], clock=lambda: NOW, last_stable_offset=lambda _: None)
+    lg.update_high_watermark(15)
+    mgr = LogCleanerManager([str(tmp_path)], lambda: [lg], clock=lambda: NOW)
+    todo = mgr.grab_filthiest_compacted_log()
+    assert todo is None or todo.first_uncleanable_offset <= 15
+    lg.update_high_watermark(0)
     assert mgr.grab_filthiest_compacted_log() is None
 
 
