@@ -176,6 +176,34 @@ def controller_duration_ms(data_dir: str, controller: int, topic: str, epoch: in
         return None
 
 
+def _stamp(line: str) -> float:
+    """Seconds of the day of a log line's ``2026-01-01T08:00:00.123Z`` timestamp."""
+    hms = line.split("T", 1)[1][:12]
+    h, mi, sec = hms.split(":")
+    return int(h) * 3600 + int(mi) * 60 + float(sec)
+
+
+def breakdown(data_dir: str, controller: int, topic: str, epoch: int) -> str:
+    """Where a disablement's time went, from the brokers' logs: the controller's start -> StopReplica sent, then
+    each broker's last ``remote_partition_disabled`` line for the topic, then DISABLED written."""
+    def lines(b: int) -> list[str]:
+        with open(os.path.join(data_dir, "logs", f"broker-{b}.log"), errors="replace") as f:
+            return f.read().splitlines()
+    ctl = lines(controller)
+    started = [_stamp(x) for x in ctl if f"disablement started topic={topic} tiered_epoch={epoch}" in x]
+    done = [_stamp(x) for x in ctl if f"disablement completed topic={topic} tiered_epoch={epoch} " in x]
+    if not started or not done:
+        return "-"
+    sent = [_stamp(x) for x in ctl if "sent StopReplica v5" in x and started[-1] <= _stamp(x) <= done[-1]]
+    marks = [f"sent +{(sent[0] - started[-1]) * 1000:.0f}" if sent else "sent ?"]
+    for b in range(1, BROKERS + 1):
+        mine = [_stamp(x) for x in lines(b) if f"event=remote_partition_disabled partition={topic}-" in x
+                and "policy=delete" in x and started[-1] <= _stamp(x) <= done[-1]]
+        marks.append(f"b{b} +{(max(mine) - started[-1]) * 1000:.0f}" if mine else f"b{b} ?")
+    marks.append(f"DISABLED +{(done[-1] - started[-1]) * 1000:.0f}")
+    return ", ".join(marks) + " ms"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller topics (1, 10, 100 partitions)")
@@ -212,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                 copy_tasks_started(m.data_dir, topic, n, 1)   # the copy tasks the re-enablement restarted
                 de = time_disablement(zk, admin, topic, DELETE)
                 de_ctl = controller_duration_ms(m.data_dir, controller, topic, 2)
+                print(f"  {n:5d} partitions: delete breakdown {breakdown(m.data_dir, controller, topic, 2)}",
+                      flush=True)
                 quiet(zk)
                 rows.append((n, raw, floor, ro, ro_ctl, de, de_ctl))
                 print(f"  {n:5d} partitions: topic ready in {setup:.1f}s; read-only {ro * 1000:.0f} ms, "
