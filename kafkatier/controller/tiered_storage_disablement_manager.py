@@ -243,7 +243,21 @@ class TieredStorageDisablementManager:
             log.info("disablement failed on a replica; retrying %s",
                      kv(replica=pr, error=_name(err), retry_in_s=delay))
             self._schedule_retry(pr, delay)
-        self.resume_disablements()
+        if failed or self.topics_ineligible:
+            self.resume_disablements()  # also picks up ineligible replicas whose brokers are usable again
+            return
+        # All answered fine and none is waiting: only these topics can have completed (a retry, a returning
+        # broker and a new disablement each resume the queue themselves).
+        for topic in sorted({tp.topic for tp in relevant}):
+            if topic in self.topics_to_be_disabled:
+                self._maybe_complete(topic)
+
+    def _maybe_complete(self, topic: str) -> None:
+        ctx = self.ctx
+        if topic not in ctx.all_topics or ctx.is_topic_queued_for_deletion(topic):
+            self._forget(topic)
+        elif all(self.replica_states.get(pr) == SUCCESSFUL for pr in ctx.replicas_for_topic(topic)):
+            self._complete(topic)
 
     def _schedule_retry(self, pr: PartitionAndReplica, delay: float) -> None:
         gen = self.events.generation
