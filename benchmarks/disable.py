@@ -23,7 +23,9 @@ Two baselines, measured in the same run (median of 3 rounds each):
   and the remote-metadata listing of every partition (one ``get_children`` each).  The delete disablement must
   stay within 3x of it;
 * ``N zk.exists``: N sequential ``exists`` calls on one znode (the previous, pessimistic yardstick).  The controller's own measure of the
-disablement (from its log) is shown too.  RLM tasks run every 30 s so that they do not compete::
+disablement (from its log) is shown too.  RLM tasks run every 30 s so that they do not compete, and each
+timing starts once every leader's copy task has made its first pass (after the topic's creation, and again
+after the re-enablement, which restarts them)::
 
     .venv/bin/python benchmarks/disable.py [--quick] [--sizes 1,100,1000]
 """
@@ -124,6 +126,22 @@ def create_topic(zk, admin_zk: AdminZkClient, topic: str, partitions: int) -> No
     quiet(zk)
 
 
+def copy_tasks_started(data_dir: str, topic: str, n: int, tiered_epoch: int, timeout: float = 300) -> None:
+    """Every leader's copy task of ``topic`` has run its first pass at ``tiered_epoch`` (a new task starts at
+    once and reads the remote metadata of its partition; 1,000 of them would otherwise compete with the
+    disablement being timed)."""
+    pattern = re.compile(rf"event=copy_task_initialized partition=\S+:{re.escape(topic)}-(\d+) leader_epoch=\S+ "
+                         rf"tiered_epoch={tiered_epoch} ")
+
+    def started() -> bool:
+        seen = set()
+        for b in range(1, BROKERS + 1):
+            with open(os.path.join(data_dir, "logs", f"broker-{b}.log"), errors="replace") as f:
+                seen.update(pattern.findall(f.read()))
+        return len(seen) >= n
+    wait_for(started, timeout, interval=0.2, ignore=(OSError,), message=f"{topic}'s copy tasks started")
+
+
 def time_disablement(zk, admin: AdminClient, topic: str, configs: dict) -> float:
     """Seconds from sending the change until ``state`` is DISABLED (seen by a data watch)."""
     done = threading.Event()
@@ -158,6 +176,34 @@ def controller_duration_ms(data_dir: str, controller: int, topic: str, epoch: in
         return None
 
 
+def _stamp(line: str) -> float:
+    """Seconds of the day of a log line's ``2026-01-01T08:00:00.123Z`` timestamp."""
+    hms = line.split("T", 1)[1][:12]
+    h, mi, sec = hms.split(":")
+    return int(h) * 3600 + int(mi) * 60 + float(sec)
+
+
+def breakdown(data_dir: str, controller: int, topic: str, epoch: int) -> str:
+    """Where a disablement's time went, from the brokers' logs: the controller's start -> StopReplica sent, then
+    each broker's last ``remote_partition_disabled`` line for the topic, then DISABLED written."""
+    def lines(b: int) -> list[str]:
+        with open(os.path.join(data_dir, "logs", f"broker-{b}.log"), errors="replace") as f:
+            return f.read().splitlines()
+    ctl = lines(controller)
+    started = [_stamp(x) for x in ctl if f"disablement started topic={topic} tiered_epoch={epoch}" in x]
+    done = [_stamp(x) for x in ctl if f"disablement completed topic={topic} tiered_epoch={epoch} " in x]
+    if not started or not done:
+        return "-"
+    sent = [_stamp(x) for x in ctl if "sent StopReplica v5" in x and started[-1] <= _stamp(x) <= done[-1]]
+    marks = [f"sent +{(sent[0] - started[-1]) * 1000:.0f}" if sent else "sent ?"]
+    for b in range(1, BROKERS + 1):
+        mine = [_stamp(x) for x in lines(b) if f"event=remote_partition_disabled partition={topic}-" in x
+                and "policy=delete" in x and started[-1] <= _stamp(x) <= done[-1]]
+        marks.append(f"b{b} +{(max(mine) - started[-1]) * 1000:.0f}" if mine else f"b{b} ?")
+    marks.append(f"DISABLED +{(done[-1] - started[-1]) * 1000:.0f}")
+    return ", ".join(marks) + " ms"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller topics (1, 10, 100 partitions)")
@@ -182,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 topic = f"disable-{n}"
                 t0 = time.perf_counter()
                 create_topic(zk, admin_zk, topic, n)
+                copy_tasks_started(m.data_dir, topic, n, 0)
                 setup = time.perf_counter() - t0
                 raw = raw_round_trips(zk, n)
                 topic_id = codecs.TopicAssignment.decode(zk.get(paths.topic(topic))[0]).topic_id
@@ -190,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
                 ro_ctl = controller_duration_ms(m.data_dir, controller, topic, 1)
                 admin.alter_configs("topics", topic, {"remote.log.copy.disable": "false"})   # ENABLED again
                 quiet(zk)
+                copy_tasks_started(m.data_dir, topic, n, 1)   # the copy tasks the re-enablement restarted
                 de = time_disablement(zk, admin, topic, DELETE)
                 de_ctl = controller_duration_ms(m.data_dir, controller, topic, 2)
+                print(f"  {n:5d} partitions: delete breakdown {breakdown(m.data_dir, controller, topic, 2)}",
+                      flush=True)
                 quiet(zk)
                 rows.append((n, raw, floor, ro, ro_ctl, de, de_ctl))
                 print(f"  {n:5d} partitions: topic ready in {setup:.1f}s; read-only {ro * 1000:.0f} ms, "

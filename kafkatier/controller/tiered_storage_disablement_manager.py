@@ -57,6 +57,7 @@ class TieredStorageDisablementManager:
     def reset(self) -> None:
         self.topics_to_be_disabled: dict[str, int] = {}   # topic -> tiered epoch being disabled
         self.epoch_versions: dict[str, int] = {}          # topic -> zkVersion of tiered_epoch at that epoch
+        self.state_versions: dict[str, int] = {}          # topic -> zkVersion of state when it said DISABLING
         self.topics_with_disablement_started: set[str] = set()
         self.topics_ineligible: set[str] = set()
         self.replica_states: dict[PartitionAndReplica, str] = {}
@@ -111,6 +112,7 @@ class TieredStorageDisablementManager:
     def _enqueue(self, topic: str, z: TieredTopicState) -> None:
         self.topics_to_be_disabled[topic] = z.tiered_epoch
         self.epoch_versions[topic] = z.epoch_version
+        self.state_versions[topic] = z.state_version
         self.started_at.setdefault(topic, time.monotonic())
         for pr in self.ctx.replicas_for_topic(topic):
             self.replica_states.pop(pr, None)
@@ -241,7 +243,21 @@ class TieredStorageDisablementManager:
             log.info("disablement failed on a replica; retrying %s",
                      kv(replica=pr, error=_name(err), retry_in_s=delay))
             self._schedule_retry(pr, delay)
-        self.resume_disablements()
+        if failed or self.topics_ineligible:
+            self.resume_disablements()  # also picks up ineligible replicas whose brokers are usable again
+            return
+        # All answered fine and none is waiting: only these topics can have completed (a retry, a returning
+        # broker and a new disablement each resume the queue themselves).
+        for topic in sorted({tp.topic for tp in relevant}):
+            if topic in self.topics_to_be_disabled:
+                self._maybe_complete(topic)
+
+    def _maybe_complete(self, topic: str) -> None:
+        ctx = self.ctx
+        if topic not in ctx.all_topics or ctx.is_topic_queued_for_deletion(topic):
+            self._forget(topic)
+        elif all(self.replica_states.get(pr) == SUCCESSFUL for pr in ctx.replicas_for_topic(topic)):
+            self._complete(topic)
 
     def _schedule_retry(self, pr: PartitionAndReplica, delay: float) -> None:
         gen = self.events.generation
@@ -288,6 +304,7 @@ class TieredStorageDisablementManager:
     def _forget(self, topic: str) -> None:
         self.topics_to_be_disabled.pop(topic, None)
         self.epoch_versions.pop(topic, None)
+        self.state_versions.pop(topic, None)
         self.topics_with_disablement_started.discard(topic)
         self.topics_ineligible.discard(topic)
         self.started_at.pop(topic, None)
@@ -297,16 +314,23 @@ class TieredStorageDisablementManager:
             self.retry_pending.discard(pr)
 
     def _complete(self, topic: str) -> None:
+        """DISABLED, fenced and conditional on the znode versions of the DISABLING write (one multi); if either
+        znode moved since, it is read to tell a superseded disablement from a lost race."""
         epoch = self.topics_to_be_disabled[topic]
         w = self.kafka_zk.writer(self.ctx.epoch_zk_version)
+        disabled = codecs.TieredState(DISABLED).encode()
         try:
-            z = read_tiered_state(self.zk, topic)
-            if z is None or z.tiered_epoch != epoch or z.state != DISABLING:
-                log.info("disablement superseded %s", kv(topic=topic, tiered_epoch=epoch))
-                self._forget(topic)
-                return
-            w.multi([Check(paths.tiered_epoch(topic), z.epoch_version),
-                     SetData(paths.tiered_state(topic), codecs.TieredState(DISABLED).encode(), z.state_version)])
+            try:
+                w.multi([Check(paths.tiered_epoch(topic), self.epoch_versions[topic]),
+                         SetData(paths.tiered_state(topic), disabled, self.state_versions[topic])])
+            except (BadVersionError, NoNodeError, KeyError):
+                z = read_tiered_state(self.zk, topic)
+                if z is None or z.tiered_epoch != epoch or z.state != DISABLING:
+                    log.info("disablement superseded %s", kv(topic=topic, tiered_epoch=epoch))
+                    self._forget(topic)
+                    return
+                w.multi([Check(paths.tiered_epoch(topic), z.epoch_version),
+                         SetData(paths.tiered_state(topic), disabled, z.state_version)])
         except (BadVersionError, NoNodeError) as e:
             log.warning("could not complete the disablement %s", kv(topic=topic, reason=type(e).__name__))
             self._forget(topic)

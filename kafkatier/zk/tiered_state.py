@@ -34,6 +34,8 @@ ENABLED, DISABLING, DISABLED = codecs.TIERED_ENABLED, codecs.TIERED_DISABLING, c
 # What a config change does to a topic's tiering (classify_transition).
 CREATE, DISABLE, ENABLE = "create", "disable", "enable"
 
+_READ_TIMEOUT_S = 30.0  # one pipelined read's bound (kazoo's async results wait without one otherwise)
+
 
 def flag(config: Mapping[str, Any], key: str) -> bool:
     return str(config.get(key, "false")).strip().lower() == "true"
@@ -85,13 +87,23 @@ def read_tiered_state(zk, topic: str) -> TieredTopicState | None:
     """The topic's tiered state, or None when the topic has never been tiered (no znodes).  Raises
     :class:`codecs.MalformedZNodeError` for unreadable payloads."""
     try:
-        edata, estat = read_retrying(zk.get, paths.tiered_epoch(topic))
-        sdata, sstat = read_retrying(zk.get, paths.tiered_state(topic))
+        (edata, estat), (sdata, sstat) = read_retrying(_get_both, zk, paths.tiered_epoch(topic),
+                                                       paths.tiered_state(topic))
     except NoNodeError:
         return None
     epoch = codecs.decode_tiered_epoch(edata, paths.tiered_epoch(topic))
     state = codecs.TieredState.decode(sdata, paths.tiered_state(topic)).state
     return TieredTopicState(epoch, state, estat.version, sstat.version)
+
+
+def _get_both(zk, first: str, second: str) -> tuple:
+    """Both znodes' (data, stat), read in one round trip (pipelined) when the client can; in that order, so
+    ``state`` is never older than ``tiered_epoch`` (ZooKeeper answers one session's reads in order)."""
+    get_async = getattr(zk, "get_async", None)
+    if get_async is None:
+        return zk.get(first), zk.get(second)
+    a, b = get_async(first), get_async(second)
+    return a.get(timeout=_READ_TIMEOUT_S), b.get(timeout=_READ_TIMEOUT_S)
 
 
 def read_tiered_epoch(zk, topic: str, default: int = 0) -> int:
