@@ -114,7 +114,9 @@ def plain_read(bootstrap: str, topic: str, partitions: int, rows: int) -> float:
     start = time.perf_counter()
     deadline = start + 300
     while got < rows and time.perf_counter() < deadline:
-        for m in consumer.consume(10_000, 1.0):
+        # consume() returns when it has num_messages or the timeout ran out: ask for no more than is left, or
+        # the last call waits out its timeout.
+        for m in consumer.consume(min(10_000, rows - got), 1.0):
             if m.error() is None:
                 got += 1
                 total += len(m.value())

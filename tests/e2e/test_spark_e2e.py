@@ -315,6 +315,48 @@ def test_reading_a_tiered_topic_from_offset_0(spark, tiered_cluster):
     assert got == [(i, str(i).rjust(100, ".")) for i in range(60)]
 
 
+
+def test_the_planner_asks_every_partitions_offsets_at_once_as_a_plain_consumer_sees_them(tiered_cluster):
+    """The driver's one consumer (no Spark needed): the log start and end offsets of every partition, the end
+    being the last stable offset under read_committed while a transaction is open; a task's range that ends
+    at a commit marker (which a consumer never returns) reads its records and stops."""
+    from kafkatier.spark.metadata import BrokerCheckError, OffsetReader
+    from kafkatier.spark.options import ReaderOptions, TopicPartition
+    from kafkatier.spark.reader import OffsetRange, RangeConsumer
+
+    c, t = tiered_cluster, unique("offsets")
+    create_topic(c, t, partitions=3)
+    producer = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": t})
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(t, b"committed-%d" % i, partition=i % 3)
+    producer.commit_transaction(WAIT_S)                    # offsets 0-9 records, 10 the commit marker
+    producer.begin_transaction()
+    producer.produce(t, b"open", partition=0)
+    producer.flush(WAIT_S)
+    partitions = [TopicPartition(t, p) for p in range(3)]
+    try:
+        for level, open_txn in (("read_committed", 0), ("read_uncommitted", 1)):
+            options = ReaderOptions.parse({"kafka.bootstrap.servers": c.bootstrap_servers, "subscribe": t,
+                                           "isolation.level": level})
+            with OffsetReader(options.consumer_config, WAIT_S) as offsets:
+                assert offsets.topic_partitions()[t] == 3
+                marks = offsets.watermarks(partitions)
+            assert marks == {tp: (0, 11 + (open_txn if tp.partition == 0 else 0)) for tp in partitions}, level
+        with OffsetReader(options.consumer_config, 2.0) as offsets:
+            with pytest.raises(BrokerCheckError, match=f"cannot read the offsets of {t}-7 from its leader within 2 s"):
+                offsets.watermarks([TopicPartition(t, 7)])
+
+        committed = ReaderOptions.parse({"kafka.bootstrap.servers": c.bootstrap_servers, "subscribe": t,
+                                         "kafkaConsumer.pollTimeoutMs": str(int(WAIT_S * 1000))})
+        batches = list(RangeConsumer(committed, OffsetRange(TopicPartition(t, 1), 0, 11)).batches())
+        assert [v for b in batches for v in b.column("value").to_pylist()] == [
+            b"committed-%d" % i for i in range(1, 30, 3)]
+    finally:
+        producer.abort_transaction(WAIT_S)
+
+
 # ------------------------------------------------------------------------------------------------ failover
 
 def kill_when(cluster, ready, leader_of, busy: threading.Event, done: list) -> threading.Thread:

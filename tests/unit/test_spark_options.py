@@ -244,3 +244,26 @@ def test_at_least_once_processes_do_not_import_the_transaction_client():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_read_planners_consumer_checks_the_kafka_options_before_asking_the_brokers():
+    from kafkatier.spark.metadata import OffsetReader
+    with pytest.raises(DataSourceOptionError, match=r"bad kafka\.\* option: .*fetch\.max\.bytes"):
+        OffsetReader({**ReaderOptions.parse({**B, "subscribe": "t"}).consumer_config, "fetch.max.bytes": "x"}, 1.0)
+    with OffsetReader(ReaderOptions.parse({**B, "subscribe": "t"}).consumer_config, 1.0) as offsets:
+        assert offsets.watermarks([]) == {}                           # nothing to ask: no request
+
+
+def test_the_read_planner_reports_refused_brokers_at_once():
+    import socket
+    import time
+
+    from kafkatier.spark.metadata import BrokerCheckError, OffsetReader
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    start = time.monotonic()
+    with OffsetReader({"bootstrap.servers": closed}, 10.0) as offsets:
+        with pytest.raises(BrokerCheckError, match=f"cannot reach the Kafka brokers at {closed}"):
+            offsets.topic_partitions()
+    assert time.monotonic() - start < 5.0
