@@ -33,6 +33,7 @@ from typing import Callable
 
 import attrs
 
+from kafkatier.common.int_config import int_config_from_overrides
 from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
 from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
 from kafkatier.coordinator.group.group_metadata import (CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState,
@@ -63,8 +64,7 @@ class GroupConfig:
 
     @classmethod
     def from_overrides(cls, overrides: dict) -> "GroupConfig":
-        names = {f.name.replace("_", "."): f.name for f in attrs.fields(cls)}
-        return cls(**{names[k]: int(v) for k, v in overrides.items() if k in names})
+        return int_config_from_overrides(cls, overrides)
 
 
 @attrs.frozen

@@ -21,12 +21,12 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
+from kafkatier.common.int_config import int_config_from_overrides
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
 from kafkatier.coordinator.transaction.transaction_metadata import TransactionMetadata, TxnTransitMetadata
-from kafkatier.coordinator.log_reader import read_to_log_end
+from kafkatier.coordinator.log_reader import batches_of, read_to_log_end
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 
@@ -86,8 +86,7 @@ class TransactionConfig:
 
     @classmethod
     def from_overrides(cls, overrides: dict) -> "TransactionConfig":
-        names = {f.name.replace("_", "."): f.name for f in attrs.fields(cls)}
-        return cls(**{names[k]: int(v) for k, v in overrides.items() if k in names})
+        return int_config_from_overrides(cls, overrides)
 
 
 @attrs.frozen
@@ -117,29 +116,24 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedTransactions:
     counted, logged and skipped (Kafka skips keys of unknown versions too)."""
     values: dict[str, TransactionLogValue] = {}
     skipped = 0
-    for chunk in chunks:
-        batches = MemoryRecords(chunk)
-        while batches.has_next():
-            batch = batches.next_batch()
-            if batch is None:
-                break
-            if getattr(batch, "is_control_batch", False):
+    for batch in batches_of(chunks):
+        if getattr(batch, "is_control_batch", False):
+            continue
+        for rec in batch:
+            try:
+                if rec.key is None:
+                    raise MalformedTransactionRecordError("a record without a key")
+                tid = transaction_log.read_key(rec.key)
+                value = transaction_log.read_value(rec.value)
+            except MalformedTransactionRecordError as e:
+                skipped += 1
+                log.error("skipping unreadable record %s", kv(topic=transaction_log.TRANSACTION_STATE_TOPIC,
+                                                              reason=e))
                 continue
-            for rec in batch:
-                try:
-                    if rec.key is None:
-                        raise MalformedTransactionRecordError("a record without a key")
-                    tid = transaction_log.read_key(rec.key)
-                    value = transaction_log.read_value(rec.value)
-                except MalformedTransactionRecordError as e:
-                    skipped += 1
-                    log.error("skipping unreadable record %s", kv(topic=transaction_log.TRANSACTION_STATE_TOPIC,
-                                                                  reason=e))
-                    continue
-                if value is None:
-                    values.pop(tid, None)
-                else:
-                    values[tid] = value
+            if value is None:
+                values.pop(tid, None)
+            else:
+                values[tid] = value
     return LoadedTransactions(values, skipped)
 
 

@@ -1,0 +1,15 @@
+"""Building a frozen attrs config of int settings from a broker's ``overrides``: each field ``a_b_c`` is the
+setting ``a.b.c``; settings that name no field are someone else's and are passed over."""
+from __future__ import annotations
+
+from typing import TypeVar
+
+import attrs
+
+C = TypeVar("C")
+
+
+def int_config_from_overrides(cls: type[C], overrides: dict) -> C:
+    """``cls`` with each field whose dotted name is in ``overrides`` set to ``int`` of its value."""
+    names = {f.name.replace("_", "."): f.name for f in attrs.fields(cls)}
+    return cls(**{names[k]: int(v) for k, v in overrides.items() if k in names})
