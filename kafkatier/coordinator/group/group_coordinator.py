@@ -372,6 +372,18 @@ class GroupCoordinator:
         else:
             answers.append((callback, JoinGroupResult(int(Errors.UNKNOWN_MEMBER_ID), member_id)))
 
+    def _member_error(self, group: GroupMetadata, generation_id: int, member_id: str,
+                      instance_id: str | None) -> Errors | None:
+        """The member is current (not fenced, known) and of the group's generation (else ILLEGAL_GENERATION)."""
+        err = self._instance_error(group, member_id, instance_id)
+        if err is not None:
+            return err
+        if not group.has(member_id):
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return None
+
     def _instance_error(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> Errors | None:
         """Kafka's static-membership fencing: an instance id bound to another member id is fenced."""
         if instance_id is None:
@@ -516,13 +528,9 @@ class GroupCoordinator:
     def _sync_error(self, group, generation_id, member_id, instance_id, protocol_type, protocol_name) -> Errors | None:
         if group.is_state(GroupState.DEAD):
             return Errors.COORDINATOR_NOT_AVAILABLE
-        err = self._instance_error(group, member_id, instance_id)
+        err = self._member_error(group, generation_id, member_id, instance_id)
         if err is not None:
             return err
-        if not group.has(member_id):
-            return Errors.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
         if (protocol_type is not None and protocol_type != group.protocol_type) or \
                 (protocol_name is not None and protocol_name != group.protocol_name):
             return Errors.INCONSISTENT_GROUP_PROTOCOL
@@ -584,13 +592,9 @@ class GroupCoordinator:
                 return int(Errors.UNKNOWN_MEMBER_ID)
             if group.is_state(GroupState.DEAD):
                 return int(Errors.COORDINATOR_NOT_AVAILABLE)
-            err = self._instance_error(group, member_id, group_instance_id)
+            err = self._member_error(group, generation_id, member_id, group_instance_id)
             if err is not None:
                 return int(err)
-            if not group.has(member_id):
-                return int(Errors.UNKNOWN_MEMBER_ID)
-            if generation_id != group.generation_id:
-                return int(Errors.ILLEGAL_GENERATION)
             if group.is_state(GroupState.EMPTY):
                 return int(Errors.UNKNOWN_MEMBER_ID)
             self._heartbeat(group, group.members[member_id])
@@ -827,13 +831,9 @@ class GroupCoordinator:
             return None
         if generation_id < 0 and not member_id and instance_id is None:
             return None     # no member information: allowed for transactional commits (Kafka's rule)
-        err = self._instance_error(group, member_id, instance_id)
+        err = self._member_error(group, generation_id, member_id, instance_id)
         if err is not None:
             return err
-        if not group.has(member_id):
-            return Errors.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
         return None
 
     def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
