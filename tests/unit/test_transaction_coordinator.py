@@ -2,7 +2,6 @@
 coordinator's flows against a fake log, a fake marker channel and a manual timer (unit tests of one package)."""
 from __future__ import annotations
 
-import heapq
 import itertools
 import struct
 
@@ -20,6 +19,7 @@ from kafkatier.coordinator.transaction.transaction_state_manager import (Transac
                                                                          parse_partition)
 from kafkatier.log.record_batch import rewrite_base_offset
 from kafkatier.protocol.errors import Errors
+from tests.unit.fakes import ManualTimer
 
 S = TransactionState
 TP0, TP1 = ("t", 0), ("t", 1)
@@ -149,29 +149,6 @@ def test_completion_checks_what_was_prepared():
 
 
 # --- the coordinator ------------------------------------------------------------------------------------------
-class ManualTimer:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._heap: list = []
-        self._seq = itertools.count()
-
-    def time_ms(self) -> int:
-        return self.now
-
-    def schedule(self, name, fn, delay_ms=0, period_ms=-1):
-        heapq.heappush(self._heap, (self.now + delay_ms, next(self._seq), fn, period_ms))
-
-    def advance(self, ms: int) -> None:
-        end = self.now + ms
-        while self._heap and self._heap[0][0] <= end:
-            due, _, fn, period = heapq.heappop(self._heap)
-            self.now = max(self.now, due)
-            fn()
-            if period and period > 0:
-                self.schedule("periodic", fn, period, period)
-        self.now = end
-
-
 class FakeTxnLog:
     def __init__(self) -> None:
         self.data: dict[int, list[bytes]] = {}
