@@ -135,8 +135,14 @@ def status_log_start_offset(cluster, broker_id: int, topic: str, partition: int 
 
 # --------------------------------------------------------------------------------------------- clients
 
-def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> None:
-    new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
+def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None,
+                 assignment: dict[int, list[int]] | None = None) -> None:
+    """Create the topic (``assignment``: its replicas by partition, instead of ``partitions`` x ``rf``) and wait
+    until every partition has a leader and a full ISR."""
+    if assignment:
+        new = NewTopic(topic, -1, -1, replica_assignments=assignment, topic_configs=configs or {})
+    else:
+        new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
 
     def attempt() -> bool:  # a young cluster may not list every broker in its metadata yet
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
@@ -148,10 +154,12 @@ def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs:
             admin.close()
         return True
     wait_for(attempt, WAIT_S, interval=0.2, ignore=(KafkaError,), message=f"creating {topic}")
+    n = len(assignment) if assignment else partitions
+    full = len(next(iter(assignment.values()))) if assignment else rf
 
     def ready():
         return all(partition_state(cluster.zk, topic, p)["leader"] >= 0
-                   and len(partition_state(cluster.zk, topic, p)["isr"]) == rf for p in range(partitions))
+                   and len(partition_state(cluster.zk, topic, p)["isr"]) == full for p in range(n))
     wait_for(ready, WAIT_S, interval=0.1, ignore=(NoNodeError,), message=f"{topic} online")
 
 

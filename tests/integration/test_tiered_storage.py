@@ -8,17 +8,13 @@ broker refusing to start with the cluster flag off (scenario 23).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 import uuid
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-from kazoo.exceptions import NoNodeError
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.log.remote.remote_log_metadata_manager import (RemoteLogMetadataFencedError,
@@ -32,6 +28,7 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
 from kafkatier.zk.validate import validate_tree
+from kip950_support import create_topic, partition_state, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -158,47 +155,6 @@ def test_refused_tiered_configs_change_nothing(admin, zk):
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def partition_state(zk, topic, partition=0) -> dict:
-    return json.loads(zk.get(paths.partition_state(topic, partition))[0])
-
-
-def create_topic(cluster, topic, partitions=1, rf=3, configs=None, assignment=None):
-    if assignment:
-        new = NewTopic(topic, -1, -1, replica_assignments=assignment, topic_configs=configs or {})
-    else:
-        new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
-
-    def attempt() -> bool:  # a young cluster may not list every broker in its metadata yet
-        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
-        try:
-            admin.create_topics([new], timeout_ms=30000)
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
-        return True
-    wait_for(attempt, WAIT_S, interval=0.2, ignore=(KafkaError,), message=f"creating {topic}")
-    n = len(assignment) if assignment else partitions
-    full = len(next(iter(assignment.values()))) if assignment else rf
-
-    def ready():
-        return all(partition_state(cluster.zk, topic, p)["leader"] >= 0
-                   and len(partition_state(cluster.zk, topic, p)["isr"]) == full for p in range(n))
-    wait_for(ready, WAIT_S, interval=0.1, ignore=(NoNodeError,), message=f"{topic} online")
-
-
-def produce(cluster, topic, n, first=0, partition=0, timestamp_ms=None):
-    """``n`` records, one batch each, acknowledged by all in-sync replicas; values ``v<seq>`` padded to 100 B."""
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=0, retries=10,
-                             request_timeout_ms=30000)
-    try:
-        for i in range(first, first + n):
-            producer.send(topic, f"v{i}".encode().ljust(100, b"."), partition=partition,
-                          timestamp_ms=timestamp_ms).get(timeout=60)
-    finally:
-        producer.close()
 
 
 def consume(cluster, topic, partition=0, timeout=WAIT_S) -> list:
