@@ -227,6 +227,17 @@ def init(c, tid="tx", timeout=10000, expected=None):
     return a.last
 
 
+def committing(**config) -> tuple[TransactionCoordinator, Answers]:
+    """A started coordinator whose transaction ``tx`` (producer 1000, epoch 0) added TP0 and asked to commit; its
+    markers are not acknowledged yet.  The Answers of both requests come with it."""
+    c = started_coordinator(**config)
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    return c, a
+
+
 def test_init_add_commit_markers_complete(coord):
     assert init(coord) == (Errors.NONE, 1000, 0)
     a = Answers()
@@ -399,11 +410,7 @@ def test_held_add_partitions_go_into_the_completion_write():
     """Requests held for the markers are written with the Complete record, in one batch (one replicated write
     instead of two in a row): Complete first, then the next transaction's Ongoing with every held partition; each
     is answered once, and a reload of the partition finds the Ongoing transaction."""
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held1, held2 = Answers(), Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held1)
     c.handle_add_partitions("tx", 1000, 0, [TP0, TP1], held2)
@@ -453,11 +460,7 @@ def test_a_reload_after_a_completion_write_with_the_next_transaction_finds_it_on
 def test_a_failed_completion_write_answers_the_held_requests_as_the_state_is():
     """The log is unavailable for the Complete record: nothing is applied, the held request is answered
     CONCURRENT_TRANSACTIONS (the client retries) and the completion alone is retried."""
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held)
     c.log_.fail_with = int(Errors.NOT_ENOUGH_REPLICAS)
@@ -477,11 +480,7 @@ def test_a_failed_completion_write_answers_the_held_requests_as_the_state_is():
 
 
 def test_a_completion_write_refused_for_good_hands_the_held_requests_back():
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held)
     c.log_.fail_with = int(Errors.NOT_LEADER_OR_FOLLOWER)          # NOT_COORDINATOR: this broker lost the log
@@ -504,11 +503,7 @@ def test_ongoing_after_a_completion_is_prepared_only_while_that_completion_is_pe
 
 
 def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
-    c = started_coordinator(kafkatier_transaction_add_partitions_hold_ms=0)
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing(kafkatier_transaction_add_partitions_hold_ms=0)
     c.handle_add_partitions("tx", 1000, 0, [TP1], a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
 
@@ -544,11 +539,7 @@ def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
 
 
 def test_the_completion_line_says_where_the_transaction_time_went(caplog):
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     with caplog.at_level("INFO", logger="kafkatier.coordinator.transaction"):
         c.markers_.ack_all()
     [line] = [r.getMessage() for r in caplog.records if "transaction completed" in r.getMessage()]
