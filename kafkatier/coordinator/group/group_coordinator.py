@@ -33,7 +33,7 @@ from typing import Callable
 
 import attrs
 
-from kafkatier.common.int_config import int_config_from_overrides
+from kafkatier.common.int_config import IntConfig
 from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
 from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
 from kafkatier.coordinator.group.group_metadata import (CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState,
@@ -50,7 +50,7 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 
 @attrs.frozen
-class GroupConfig:
+class GroupConfig(IntConfig):
     """The broker configs of the group coordinator (Kafka's names and defaults, except the partition count)."""
     offsets_topic_num_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
     offsets_topic_replication_factor: int = 3
@@ -61,10 +61,6 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600000
-
-    @classmethod
-    def from_overrides(cls, overrides: dict) -> "GroupConfig":
-        return int_config_from_overrides(cls, overrides)
 
 
 @attrs.frozen

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from kafkatier.common.int_config import int_config_from_overrides
+from kafkatier.common.int_config import IntConfig
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
 from kafkatier.coordinator.transaction.transaction_metadata import TransactionMetadata, TxnTransitMetadata
@@ -68,7 +68,7 @@ class TransactionTopicLog(Protocol):
 
 
 @attrs.frozen
-class TransactionConfig:
+class TransactionConfig(IntConfig):
     """The broker configs of the transaction coordinator (Kafka's names and defaults)."""
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
@@ -83,10 +83,6 @@ class TransactionConfig:
     # kafkatier's: how long AddPartitionsToTxn waits for the markers of the previous transaction (see
     # TransactionCoordinator.handle_add_partitions); 0 answers CONCURRENT_TRANSACTIONS at once, as Kafka does.
     kafkatier_transaction_add_partitions_hold_ms: int = 100
-
-    @classmethod
-    def from_overrides(cls, overrides: dict) -> "TransactionConfig":
-        return int_config_from_overrides(cls, overrides)
 
 
 @attrs.frozen
