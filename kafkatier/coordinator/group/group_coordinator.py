@@ -34,6 +34,7 @@ from typing import Callable
 import attrs
 
 from kafkatier.common.int_config import IntConfig
+from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
 from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
 from kafkatier.coordinator.group.group_metadata import (CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState,
@@ -101,12 +102,7 @@ class OffsetFetchResult:
 
 # Append errors as the committer sees them (Kafka's GroupMetadataManager.storeOffsets / storeGroup).
 _STORE_ERROR = {
-    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    **COORDINATOR_APPEND_ERRORS,
     Errors.MESSAGE_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE,
     Errors.RECORD_LIST_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE,
 }

@@ -23,6 +23,7 @@ import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.common.int_config import IntConfig
+from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
 from kafkatier.coordinator.transaction.transaction_metadata import TransactionMetadata, TxnTransitMetadata
@@ -38,12 +39,7 @@ TRANSACTION_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "u
 
 # Append errors as the transaction coordinator answers them (TSM ``appendTransactionToLog``).
 APPEND_ERRORS = {
-    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    **COORDINATOR_APPEND_ERRORS,
     Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
     Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
 }
