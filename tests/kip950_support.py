@@ -175,8 +175,8 @@ def produce(cluster, topic: str, n: int, first: int = 0, partition: int = 0, tim
         producer.close()
 
 
-def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
-    """Every record from the log start offset to the end: ``(offset, value without padding)``."""
+def consume_records(cluster, topic: str, partition: int = 0, timeout: float = WAIT_S) -> list:
+    """Every record (kafka-python's ``ConsumerRecord``) from the log start offset to the end."""
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", request_timeout_ms=30000)
     try:
@@ -188,12 +188,17 @@ def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
 
         def done():
             for recs in consumer.poll(timeout_ms=500).values():
-                out.extend((r.offset, r.value.rstrip(b".")) for r in recs)
+                out.extend(recs)
             return consumer.position(tp) >= end
-        wait_for(done, WAIT_S, interval=0, message=f"consuming {topic}-{partition} up to {end}")
+        wait_for(done, timeout, interval=0, message=f"consuming {topic}-{partition} up to {end}")
         return out
     finally:
         consumer.close()
+
+
+def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """Every record from the log start offset to the end: ``(offset, value without padding)``."""
+    return [(r.offset, r.value.rstrip(b".")) for r in consume_records(cluster, topic, partition)]
 
 
 def values(first: int, last_exclusive: int) -> list[tuple[int, bytes]]:

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.log.remote.remote_log_metadata_manager import (RemoteLogMetadataFencedError,
@@ -28,7 +28,7 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
 from kafkatier.zk.validate import validate_tree
-from kip950_support import create_topic, partition_state, produce
+from kip950_support import consume_records, create_topic, earliest, partition_state, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -157,35 +157,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def consume(cluster, topic, partition=0, timeout=WAIT_S) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", request_timeout_ms=30000)
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        end = consumer.end_offsets([tp])[tp]
-        out = []
-
-        def done():
-            for recs in consumer.poll(timeout_ms=500).values():
-                out.extend(recs)
-            return consumer.position(tp) >= end
-        wait_for(done, timeout, interval=0, message=f"consuming {topic}-{partition} up to {end}")
-        return out
-    finally:
-        consumer.close()
-
-
-def earliest(cluster, topic, partition=0) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, request_timeout_ms=30000)
-    try:
-        tp = TopicPartition(topic, partition)
-        return consumer.beginning_offsets([tp])[tp]
-    finally:
-        consumer.close()
-
-
 def topic_id(cluster, topic) -> str:
     return codecs.TopicAssignment.decode(cluster.zk.get(paths.topic(topic))[0]).topic_id
 
@@ -229,7 +200,7 @@ def test_retention_by_size_deletes_oldest_remote_segments_and_moves_the_log_star
     wait_for(lambda: finished_chain(remote(c, t)) == segments(42, 54), WAIT_S, interval=0.2,
              message="remote retention by size")
     assert earliest(c, t) == 42
-    assert [r.offset for r in consume(c, t)] == list(range(42, 60))
+    assert [r.offset for r in consume_records(c, t)] == list(range(42, 60))
     wait_for(lambda: len(storage(c).segment_stems(TopicIdPartition(topic_id(c, t), t, 0))) == 2, WAIT_S,
              message="remote files of expired segments deleted")
 
@@ -241,7 +212,7 @@ def test_retention_by_time_deletes_expired_remote_segments(tiered_cluster):
     produce(c, t, 18, first=18)
     wait_for(lambda: finished_chain(remote(c, t)) == segments(18, 30) and earliest(c, t) == 18, WAIT_S,
              interval=0.2, message="remote retention by time")
-    assert [r.offset for r in consume(c, t)] == list(range(18, 36))
+    assert [r.offset for r in consume_records(c, t)] == list(range(18, 36))
 
 
 def test_enabling_tiering_on_an_existing_topic(tiered_cluster):
@@ -257,7 +228,7 @@ def test_enabling_tiering_on_an_existing_topic(tiered_cluster):
              message="segments of the existing topic offloaded")
     leader = partition_state(c.zk, t)["leader"]
     wait_for(lambda: local_bases(c, leader, t) == [24], WAIT_S, message="local retention on the leader")
-    assert [r.offset for r in consume(c, t)] == list(range(30))
+    assert [r.offset for r in consume_records(c, t)] == list(range(30))
 
 
 def test_deleting_a_tiered_topic_deletes_remote_data_by_the_leaders(tiered_cluster):
@@ -311,7 +282,7 @@ def test_leader_failover_mid_copy_loses_and_duplicates_nothing(cluster_factory):
     tip = TopicIdPartition(topic_id(c, t), t, 0)
     assert sorted(storage(c).segment_stems(tip)) == sorted(f"{m.start_offset:020d}-{m.segment_id}"
                                                             for m in remote(c, t))
-    records = consume(c, t)
+    records = consume_records(c, t)
     assert [(r.offset, r.value.rstrip(b".")) for r in records] == [(i, f"v{i}".encode()) for i in range(48)]
     # The old leader comes back far behind the new leader's local log start: it rebuilds from the remote tier
     # (OFFSET_MOVED_TO_TIERED_STORAGE) and rejoins the ISR.
