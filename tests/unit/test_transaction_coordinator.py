@@ -227,15 +227,20 @@ def init(c, tid="tx", timeout=10000, expected=None):
     return a.last
 
 
-def committing(**config) -> tuple[TransactionCoordinator, Answers]:
-    """A started coordinator whose transaction ``tx`` (producer 1000, epoch 0) added TP0 and asked to commit; its
-    markers are not acknowledged yet.  The Answers of both requests come with it."""
-    c = started_coordinator(**config)
+def ask_commit(c) -> Answers:
+    """Transaction ``tx`` (producer 1000, epoch 0) adds TP0 and asks to commit; its markers are not acknowledged
+    yet.  The Answers of both requests."""
     assert init(c) == (Errors.NONE, 1000, 0)
     a = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP0], a)
     c.handle_end_transaction("tx", 1000, 0, True, a)
-    return c, a
+    return a
+
+
+def committing(**config) -> tuple[TransactionCoordinator, Answers]:
+    """A started coordinator after :func:`ask_commit`."""
+    c = started_coordinator(**config)
+    return c, ask_commit(c)
 
 
 def test_init_add_commit_markers_complete(coord):
@@ -367,10 +372,7 @@ def test_verification_answers_without_writing(coord):
 
 
 def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coord):
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     assert len(coord.markers_.sent) == 1                 # markers queued at epoch 1
     p = coord.partition_for("tx")
     coord.on_election(p, 2)                              # the controller bumped the leader epoch (an ISR shrink)
@@ -386,10 +388,7 @@ def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coor
 def test_add_partitions_waits_for_the_previous_markers_then_succeeds(coord):
     """kafkatier's hold (``kafkatier.transaction.add.partitions.hold.ms``): back-to-back transactions wait for the
     markers, not for the client's backoff after CONCURRENT_TRANSACTIONS; answered once, never twice."""
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     assert held.got == []
@@ -511,10 +510,7 @@ def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
 def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
     """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
     CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     coord.on_resignation(coord.partition_for("tx"))
