@@ -135,8 +135,14 @@ def status_log_start_offset(cluster, broker_id: int, topic: str, partition: int 
 
 # --------------------------------------------------------------------------------------------- clients
 
-def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> None:
-    new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
+def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None,
+                 assignment: dict[int, list[int]] | None = None) -> None:
+    """Create the topic (``assignment``: its replicas by partition, instead of ``partitions`` x ``rf``) and wait
+    until every partition has a leader and a full ISR."""
+    if assignment:
+        new = NewTopic(topic, -1, -1, replica_assignments=assignment, topic_configs=configs or {})
+    else:
+        new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
 
     def attempt() -> bool:  # a young cluster may not list every broker in its metadata yet
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
@@ -148,10 +154,12 @@ def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs:
             admin.close()
         return True
     wait_for(attempt, WAIT_S, interval=0.2, ignore=(KafkaError,), message=f"creating {topic}")
+    n = len(assignment) if assignment else partitions
+    full = len(next(iter(assignment.values()))) if assignment else rf
 
     def ready():
         return all(partition_state(cluster.zk, topic, p)["leader"] >= 0
-                   and len(partition_state(cluster.zk, topic, p)["isr"]) == rf for p in range(partitions))
+                   and len(partition_state(cluster.zk, topic, p)["isr"]) == full for p in range(n))
     wait_for(ready, WAIT_S, interval=0.1, ignore=(NoNodeError,), message=f"{topic} online")
 
 
@@ -167,8 +175,8 @@ def produce(cluster, topic: str, n: int, first: int = 0, partition: int = 0, tim
         producer.close()
 
 
-def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
-    """Every record from the log start offset to the end: ``(offset, value without padding)``."""
+def consume_records(cluster, topic: str, partition: int = 0, timeout: float = WAIT_S) -> list:
+    """Every record (kafka-python's ``ConsumerRecord``) from the log start offset to the end."""
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", request_timeout_ms=30000)
     try:
@@ -180,12 +188,17 @@ def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
 
         def done():
             for recs in consumer.poll(timeout_ms=500).values():
-                out.extend((r.offset, r.value.rstrip(b".")) for r in recs)
+                out.extend(recs)
             return consumer.position(tp) >= end
-        wait_for(done, WAIT_S, interval=0, message=f"consuming {topic}-{partition} up to {end}")
+        wait_for(done, timeout, interval=0, message=f"consuming {topic}-{partition} up to {end}")
         return out
     finally:
         consumer.close()
+
+
+def consume(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """Every record from the log start offset to the end: ``(offset, value without padding)``."""
+    return [(r.offset, r.value.rstrip(b".")) for r in consume_records(cluster, topic, partition)]
 
 
 def values(first: int, last_exclusive: int) -> list[tuple[int, bytes]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -89,20 +89,27 @@ def _start(fixed_start_index: int, n: int, rng: random.Random) -> tuple[int, int
     return rng.randrange(n), rng.randrange(n)
 
 
-def _assign_rack_unaware(n_partitions: int, replication_factor: int, broker_ids: list[int], fixed_start_index: int,
-                         start_partition_id: int, rng: random.Random) -> dict[int, list[int]]:
-    n = len(broker_ids)
+def _first_replicas(n_partitions: int, n: int, fixed_start_index: int, start_partition_id: int,
+                    rng: random.Random) -> Iterator[tuple[int, int, int]]:
+    """Each partition with the index of its first replica among ``n`` brokers and the shift of its followers
+    (Kafka's start index and next-replica shift, the shift growing once per round of ``n`` partitions)."""
     start_index, shift = _start(fixed_start_index, n, rng)
-    out: dict[int, list[int]] = {}
     partition = max(0, start_partition_id)
     for _ in range(n_partitions):
         if partition > 0 and partition % n == 0:
             shift += 1
-        first = (partition + start_index) % n
+        yield partition, (partition + start_index) % n, shift
+        partition += 1
+
+
+def _assign_rack_unaware(n_partitions: int, replication_factor: int, broker_ids: list[int], fixed_start_index: int,
+                         start_partition_id: int, rng: random.Random) -> dict[int, list[int]]:
+    n = len(broker_ids)
+    out: dict[int, list[int]] = {}
+    for partition, first, shift in _first_replicas(n_partitions, n, fixed_start_index, start_partition_id, rng):
         replicas = [broker_ids[first]]
         replicas += [broker_ids[_replica_index(first, shift, j, n)] for j in range(replication_factor - 1)]
         out[partition] = replicas
-        partition += 1
     return out
 
 
@@ -127,13 +134,8 @@ def _assign_rack_aware(n_partitions: int, replication_factor: int, metas: list[B
     n_racks = len(set(rack_of.values()))
     arranged = rack_alternated_broker_list(rack_of)
     n = len(arranged)
-    start_index, shift = _start(fixed_start_index, n, rng)
     out: dict[int, list[int]] = {}
-    partition = max(0, start_partition_id)
-    for _ in range(n_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
+    for partition, first, shift in _first_replicas(n_partitions, n, fixed_start_index, start_partition_id, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_used = {rack_of[leader]}
@@ -156,7 +158,6 @@ def _assign_rack_aware(n_partitions: int, replication_factor: int, metas: list[B
             else:  # pragma: no cover - impossible with a consistent rack map
                 raise AdminOperationError(f"could not place replica {len(replicas) + 1} of partition {partition}")
         out[partition] = replicas
-        partition += 1
     return out
 
 

@@ -3,7 +3,7 @@ end when a broker becomes its leader: Kafka's ``GroupMetadataManager.doLoadGroup
 ``TransactionStateManager.loadTransactionMetadata`` share this loop."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Iterator, Protocol
 
 from kafka.record.memory_records import MemoryRecords
 
@@ -11,6 +11,17 @@ from kafka.record.memory_records import MemoryRecords
 class PartitionLog(Protocol):
     def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Batches from ``offset`` (at most about ``max_bytes``) and the partition's log end offset."""
+
+
+def batches_of(chunks: Iterable[bytes]) -> Iterator:
+    """The record batches of ``chunks`` in order (a chunk's incomplete tail is left out)."""
+    for chunk in chunks:
+        batches = MemoryRecords(chunk)
+        while batches.has_next():
+            batch = batches.next_batch()
+            if batch is None:
+                break
+            yield batch
 
 
 def read_to_log_end(log: PartitionLog, partition: int, buffer_size: int) -> list[bytes]:
@@ -22,12 +33,8 @@ def read_to_log_end(log: PartitionLog, partition: int, buffer_size: int) -> list
             break
         chunks.append(data)
         last = None
-        batches = MemoryRecords(data)
-        while batches.has_next():
-            b = batches.next_batch()
-            if b is None:
-                break
-            last = b
+        for last in batches_of([data]):
+            pass
         if last is None:
             break
         offset = last.base_offset + last.last_offset_delta + 1

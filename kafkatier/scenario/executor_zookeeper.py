@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 
+from kafkatier.cluster.embedded_zookeeper import pid_alive
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import WaitTimeout, wait_for
 
@@ -178,20 +179,7 @@ def _read_pid(path: str) -> int | None:
 
 def _pid_alive(pid: int | None) -> bool:
     """A running process (a zombie -- the keeper exited, its starter has not reaped it -- is not)."""
-    if pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid is not None and pid_alive(pid)
 
 
 def _live_leases(leases: str) -> bool:

@@ -167,6 +167,17 @@ class ClientQuotaManager:
 
     def record_and_get_throttle_time_ms(self, entity: QuotaEntity, value: float) -> int:
         """Charge ``value`` (bytes) to the entity's quota; the throttle time its client must wait (0: none)."""
+        return self._measure_throttle(entity, value)
+
+    def _rate(self, key: tuple[str | None, str | None]) -> Rate:
+        rate = self._rates.get(key)
+        if rate is None:
+            rate = self._rates[key] = Rate(self.samples, self.window_s)
+        return rate
+
+    def _measure_throttle(self, entity: QuotaEntity, value: float | None) -> int:
+        """Charge ``value`` (None: nothing) to the entity's rate, then the throttle time from the rate measured now;
+        a throttle after a charge is logged."""
         if not self._quotas:
             return 0
         now = self._clock()
@@ -175,14 +186,24 @@ class ClientQuotaManager:
             if found is None:
                 return 0
             key, quota = found
-            rate = self._rates.get(key)
-            if rate is None:
-                rate = self._rates[key] = Rate(self.samples, self.window_s)
-            rate.record(value, now)
+            rate = self._rate(key)
+            if value is not None:
+                rate.record(self._charge(value), now)
             measured = rate.measure(now)
-            throttle = throttle_time_ms(measured, quota, rate.window_size(now))
+            throttle = self._throttle_time_ms(measured, quota, rate.window_size(now))
         if throttle > 0:
             self.throttled_count += 1
-            log.debug("throttled %s", kv(quota=self.quota_key, user=entity.user, client_id=entity.client_id,
-                                         rate=int(measured), limit=int(quota), throttle_ms=throttle))
+            if value is not None:
+                log.debug("throttled %s", kv(quota=self.quota_key, user=entity.user, client_id=entity.client_id,
+                                             **self._measured_fields(measured, quota), throttle_ms=throttle))
         return throttle
+
+    def _charge(self, value: float) -> float:
+        """What a charge of ``value`` records in the rate (bytes here; a subclass converts its unit)."""
+        return value
+
+    def _throttle_time_ms(self, measured: float, quota: float, window_s: float) -> int:
+        return throttle_time_ms(measured, quota, window_s)
+
+    def _measured_fields(self, measured: float, quota: float) -> dict:
+        return {"rate": int(measured), "limit": int(quota)}

@@ -20,11 +20,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from kafkatier.logsetup import get_logger, kv
-from kafkatier.server.client_quota_manager import (REQUEST_PERCENTAGE, ClientQuotaManager, QuotaEntity, Rate,
+from kafkatier.server.client_quota_manager import (REQUEST_PERCENTAGE, ClientQuotaManager, QuotaEntity,
                                                    throttle_time_ms)
-
-log = get_logger("server.client-quota")
 
 NANOS_TO_PERCENTAGE = 100.0 / 1e9
 
@@ -41,12 +38,6 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         super().__init__(REQUEST_PERCENTAGE, samples=samples, window_s=window_s, clock=clock)
         self.max_throttle_time_ms = int(window_s * 1000)
 
-    def _rate(self, key) -> Rate:
-        rate = self._rates.get(key)
-        if rate is None:
-            rate = self._rates[key] = Rate(self.samples, self.window_s)
-        return rate
-
     def record(self, entity: QuotaEntity, nanos: int) -> None:
         """Charge a request's thread time without deciding a throttle (Produce and Fetch decide theirs when they
         answer, from :meth:`throttle_time_ms`)."""
@@ -60,39 +51,17 @@ class ClientRequestQuotaManager(ClientQuotaManager):
 
     def throttle_time_ms(self, entity: QuotaEntity) -> int:
         """The entity's throttle time from the rate measured now (0: within its quota or no quota)."""
-        if not self._quotas:
-            return 0
-        now = self._clock()
-        with self._lock:
-            found = self.quota_for(entity)
-            if found is None:
-                return 0
-            key, quota = found
-            rate = self._rate(key)
-            throttle = self._bounded(rate.measure(now), quota, rate.window_size(now))
-        if throttle > 0:
-            self.throttled_count += 1
-        return throttle
+        return self._measure_throttle(entity, None)
 
     def record_and_get_throttle_time_ms(self, entity: QuotaEntity, value: float) -> int:
         """Charge ``value`` nanoseconds of thread time; the throttle time the client must wait (0: none)."""
-        if not self._quotas:
-            return 0
-        now = self._clock()
-        with self._lock:
-            found = self.quota_for(entity)
-            if found is None:
-                return 0
-            key, quota = found
-            rate = self._rate(key)
-            rate.record(nanos_to_percentage(int(value)), now)
-            measured = rate.measure(now)
-            throttle = self._bounded(measured, quota, rate.window_size(now))
-        if throttle > 0:
-            self.throttled_count += 1
-            log.debug("throttled %s", kv(quota=self.quota_key, user=entity.user, client_id=entity.client_id,
-                                         percent=round(measured, 2), limit=quota, throttle_ms=throttle))
-        return throttle
+        return self._measure_throttle(entity, value)
 
-    def _bounded(self, measured: float, quota: float, window_s: float) -> int:
+    def _charge(self, value: float) -> float:
+        return nanos_to_percentage(int(value))
+
+    def _throttle_time_ms(self, measured: float, quota: float, window_s: float) -> int:
         return min(throttle_time_ms(measured, quota, window_s), self.max_throttle_time_ms)
+
+    def _measured_fields(self, measured: float, quota: float) -> dict:
+        return {"percent": round(measured, 2), "limit": quota}

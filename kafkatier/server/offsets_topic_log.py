@@ -11,26 +11,20 @@ from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
-from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
+from kafkatier.server.coordinator_topic_log import ReplicaManagerTopicLog
+from kafkatier.server.replica_manager import ReplicaManager
 
 
-class ReplicaManagerOffsetsLog:
+class ReplicaManagerOffsetsLog(ReplicaManagerTopicLog):
     def __init__(self, replica_manager: ReplicaManager, commit_timeout_ms: int = 5000,
                  txn_verification: AddPartitionsToTxnManager | None = None):
-        self.replica_manager = replica_manager
+        super().__init__(replica_manager, OFFSETS_TOPIC)
         self.commit_timeout_ms = commit_timeout_ms   # Kafka's offsets.commit.timeout.ms
         self.txn_verification = txn_verification     # None: transaction.partition.verification.enable=false
 
     def append(self, partition: int, records: bytes, callback: Callable[[int], None],
                verification_guard: object | None = None) -> None:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-
-        def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
-            result = results.get(tp)
-            callback(int(result.error) if result is not None else int(Errors.UNKNOWN_SERVER_ERROR))
-        self.replica_manager.append_records(self.commit_timeout_ms, -1, {tp: records}, respond, from_coordinator=True,
-                                            verification_guards=None if verification_guard is None
-                                            else {tp: verification_guard})
+        self._append(partition, records, self.commit_timeout_ms, callback, verification_guard)
 
     def verify_transaction(self, partition: int, transactional_id: str | None, producer_id: int,
                            producer_epoch: int, callback: Callable[[int, object | None], None]) -> None:
@@ -53,10 +47,3 @@ class ReplicaManagerOffsetsLog:
         guard = p.producer_state.start_verification(producer_id)
         self.txn_verification.verify(transactional_id, producer_id, producer_epoch, [tp],
                                      lambda errors: callback(int(errors.get(tp, Errors.NONE)), guard))
-
-    def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
-        p = self.replica_manager.get_partition_or_error(OFFSETS_TOPIC, partition, leader_only=True)
-        plog = p.log
-        offset = max(offset, plog.log_start_offset)
-        info = plog.read(offset, max_bytes, None, min_one_message=True)
-        return bytes(info.records or b""), plog.log_end_offset

@@ -151,16 +151,20 @@ class Partition:
                              Errors.UNKNOWN_LEADER_EPOCH)
 
     # --- leader: appends ------------------------------------------------------------------------------------
+    def _check_leader_append(self, required_acks: int) -> None:
+        """Under the lock: this broker leads, and with acks=all the ISR is at least ``min.insync.replicas``."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
+        min_isr = self._min_isr()
+        if required_acks == -1 and len(self.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
+                f"requirement of {min_isr} for partition {self}")
+
     def append_records_to_leader(self, records, required_acks: int, *, from_coordinator: bool = False,
                                  verification_guard: object | None = None, verify: bool = False):
         with self.lock:
-            if not self.is_leader:
-                raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
-            min_isr = self._min_isr()
-            if required_acks == -1 and len(self.isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
-                    f"requirement of {min_isr} for partition {self}")
+            self._check_leader_append(required_acks)
             try:
                 info = self.log.append_records_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator,
                                                          verification_guard=verification_guard, verify=verify)
@@ -180,13 +184,7 @@ class Partition:
         """WriteTxnMarkers on the leader: check the producer's and the coordinator's epochs, append one control
         batch (Kafka's ``appendRecordsToLeader`` with origin COORDINATOR)."""
         with self.lock:
-            if not self.is_leader:
-                raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {self}")
-            min_isr = self._min_isr()
-            if required_acks == -1 and len(self.isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"The size of the current ISR {set(self.isr)} is insufficient to satisfy the min.isr "
-                    f"requirement of {min_isr} for partition {self}")
+            self._check_leader_append(required_acks)
             try:
                 info = self.log.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                                   self.leader_epoch)

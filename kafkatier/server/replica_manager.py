@@ -649,13 +649,7 @@ class ReplicaManager:
                 self.follower_fetch_metrics["consumer_fetches_served_as_follower"] += 1
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except (KafkaError, OSError) as e:
-            p = self.partitions.get(fp.tp)
-            error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
-            if p is not None and is_storage_failure(e):
-                self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
-                error = Errors.KAFKA_STORAGE_ERROR
-            return FetchPartitionResult(error, p.log.high_watermark if p else -1,
-                                        p.log.log_start_offset if p else -1)
+            return self._read_error(fp, e)
 
     def _read_committed(self, fp: FetchPartitionData, max_bytes: int,
                         follower_read: bool = False) -> FetchPartitionResult:
@@ -694,13 +688,18 @@ class ReplicaManager:
                 self.follower_fetch_metrics["consumer_fetches_served_as_follower"] += 1
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records, lso, aborted)
         except (KafkaError, OSError) as e:
-            p = self.partitions.get(fp.tp)
-            error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
-            if p is not None and is_storage_failure(e):
-                self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
-                error = Errors.KAFKA_STORAGE_ERROR
-            return FetchPartitionResult(error, p.log.high_watermark if p else -1,
-                                        p.log.log_start_offset if p else -1)
+            return self._read_error(fp, e)
+
+    def _read_error(self, fp: FetchPartitionData, e: Exception) -> FetchPartitionResult:
+        """A failed read's answer: the error's code (a storage failure reports the log dir offline and answers
+        KAFKA_STORAGE_ERROR), with the partition's offsets when it is here."""
+        p = self.partitions.get(fp.tp)
+        error = e.error if isinstance(e, KafkaError) else Errors.UNKNOWN_SERVER_ERROR
+        if p is not None and is_storage_failure(e):
+            self.log_manager.report_failure(p.log.parent_dir, f"Error while reading {p}", e)
+            error = Errors.KAFKA_STORAGE_ERROR
+        return FetchPartitionResult(error, p.log.high_watermark if p else -1,
+                                    p.log.log_start_offset if p else -1)
 
     def _held_back_by_throttle(self, p: Partition, replica_id: int, throttled: bool | None = None) -> bool:
         """A follower's fetch of ``p`` gets nothing now: the partition is throttled for it and the leader quota

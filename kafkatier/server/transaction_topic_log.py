@@ -6,27 +6,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
-from kafkatier.protocol.errors import Errors
-from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
+from kafkatier.server.coordinator_topic_log import ReplicaManagerTopicLog
+from kafkatier.server.replica_manager import ReplicaManager
 
 
-class ReplicaManagerTransactionLog:
+class ReplicaManagerTransactionLog(ReplicaManagerTopicLog):
     def __init__(self, replica_manager: ReplicaManager):
-        self.replica_manager = replica_manager
+        super().__init__(replica_manager, TRANSACTION_STATE_TOPIC)
 
     def append(self, partition: int, records: bytes, timeout_ms: int, callback: Callable[[int], None]) -> None:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
-
-        def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
-            result = results.get(tp)
-            callback(int(result.error) if result is not None else int(Errors.UNKNOWN_SERVER_ERROR))
-        self.replica_manager.append_records(timeout_ms, -1, {tp: records}, respond, from_coordinator=True)
-
-    def read(self, partition: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
-        p = self.replica_manager.get_partition_or_error(TRANSACTION_STATE_TOPIC, partition, leader_only=True)
-        plog = p.log
-        offset = max(offset, plog.log_start_offset)
-        info = plog.read(offset, max_bytes, None, min_one_message=True)
-        return bytes(info.records or b""), plog.log_end_offset
+        self._append(partition, records, timeout_ms, callback)

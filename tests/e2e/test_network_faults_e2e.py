@@ -8,16 +8,15 @@ import json
 import socket
 import threading
 import time
-import uuid
 
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
 
 from kafkatier.cluster.link_faults import BLACKHOLE, LinkFault
 from kafkatier.waiting import wait_for
+import partition_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -32,24 +31,15 @@ def lcluster(module_cluster_factory):
 
 
 def state(c, topic: str) -> dict:
-    return json.loads(c.zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
+    return partition_support.state(c, topic)
 
 
 def wait_state(c, topic: str, what: str, pred) -> dict:
-    return wait_for(lambda: (lambda s: s if pred(s) else None)(state(c, topic)), CONVERGE_S, interval=0.1,
-                    ignore=(Exception,), message=f"{topic}: {what}")
+    return partition_support.wait_state(c, topic, what, pred, CONVERGE_S)
 
 
 def create_topic(c, assignment: list[int], configs: dict | None = None) -> str:
-    topic = f"net-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
-    try:
-        admin.create_topics([NewTopic(topic, replica_assignments={0: assignment}, topic_configs=configs or {})],
-                            timeout_ms=30000)
-    finally:
-        admin.close()
-    wait_state(c, topic, "full ISR", lambda s: sorted(s["isr"]) == sorted(assignment))
-    return topic
+    return partition_support.create_topic(c, "net", assignment, CONVERGE_S, configs)
 
 
 def consume_all(c, topic: str, expected: int) -> list[bytes]:

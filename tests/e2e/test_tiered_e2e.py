@@ -9,16 +9,14 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-from kazoo.exceptions import NoNodeError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from kafkatier.admin.client import AdminClient, NewTopicSpec
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
+import kip950_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -41,18 +39,7 @@ def leader_of(cluster, topic, partition=0) -> dict:
 
 
 def create_topic(cluster, topic, rf, configs):
-    def attempt() -> bool:  # a young cluster may not list every broker in its metadata yet
-        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
-        try:
-            admin.create_topics([NewTopic(topic, 1, rf, topic_configs=configs)], timeout_ms=30000)
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
-        return True
-    wait_for(attempt, WAIT_S, interval=0.2, ignore=(KafkaError,), message=f"creating {topic}")
-    wait_for(lambda: len(leader_of(cluster, topic)["isr"]) == rf, WAIT_S, interval=0.1, ignore=(NoNodeError,),
-             message=f"{topic} online")
+    kip950_support.create_topic(cluster, topic, 1, rf, configs)
 
 
 def produce(cluster, topic, values, timestamps=None):

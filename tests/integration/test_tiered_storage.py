@@ -8,17 +8,13 @@ broker refusing to start with the cluster flag off (scenario 23).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 import uuid
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-from kazoo.exceptions import NoNodeError
+from kafka import KafkaAdminClient
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.log.remote.remote_log_metadata_manager import (RemoteLogMetadataFencedError,
@@ -32,6 +28,7 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
 from kafkatier.zk.validate import validate_tree
+from kip950_support import consume_records, create_topic, earliest, partition_state, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -160,76 +157,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def partition_state(zk, topic, partition=0) -> dict:
-    return json.loads(zk.get(paths.partition_state(topic, partition))[0])
-
-
-def create_topic(cluster, topic, partitions=1, rf=3, configs=None, assignment=None):
-    if assignment:
-        new = NewTopic(topic, -1, -1, replica_assignments=assignment, topic_configs=configs or {})
-    else:
-        new = NewTopic(topic, partitions, rf, topic_configs=configs or {})
-
-    def attempt() -> bool:  # a young cluster may not list every broker in its metadata yet
-        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
-        try:
-            admin.create_topics([new], timeout_ms=30000)
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
-        return True
-    wait_for(attempt, WAIT_S, interval=0.2, ignore=(KafkaError,), message=f"creating {topic}")
-    n = len(assignment) if assignment else partitions
-    full = len(next(iter(assignment.values()))) if assignment else rf
-
-    def ready():
-        return all(partition_state(cluster.zk, topic, p)["leader"] >= 0
-                   and len(partition_state(cluster.zk, topic, p)["isr"]) == full for p in range(n))
-    wait_for(ready, WAIT_S, interval=0.1, ignore=(NoNodeError,), message=f"{topic} online")
-
-
-def produce(cluster, topic, n, first=0, partition=0, timestamp_ms=None):
-    """``n`` records, one batch each, acknowledged by all in-sync replicas; values ``v<seq>`` padded to 100 B."""
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=0, retries=10,
-                             request_timeout_ms=30000)
-    try:
-        for i in range(first, first + n):
-            producer.send(topic, f"v{i}".encode().ljust(100, b"."), partition=partition,
-                          timestamp_ms=timestamp_ms).get(timeout=60)
-    finally:
-        producer.close()
-
-
-def consume(cluster, topic, partition=0, timeout=WAIT_S) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", request_timeout_ms=30000)
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        end = consumer.end_offsets([tp])[tp]
-        out = []
-
-        def done():
-            for recs in consumer.poll(timeout_ms=500).values():
-                out.extend(recs)
-            return consumer.position(tp) >= end
-        wait_for(done, timeout, interval=0, message=f"consuming {topic}-{partition} up to {end}")
-        return out
-    finally:
-        consumer.close()
-
-
-def earliest(cluster, topic, partition=0) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, request_timeout_ms=30000)
-    try:
-        tp = TopicPartition(topic, partition)
-        return consumer.beginning_offsets([tp])[tp]
-    finally:
-        consumer.close()
-
-
 def topic_id(cluster, topic) -> str:
     return codecs.TopicAssignment.decode(cluster.zk.get(paths.topic(topic))[0]).topic_id
 
@@ -273,7 +200,7 @@ def test_retention_by_size_deletes_oldest_remote_segments_and_moves_the_log_star
     wait_for(lambda: finished_chain(remote(c, t)) == segments(42, 54), WAIT_S, interval=0.2,
              message="remote retention by size")
     assert earliest(c, t) == 42
-    assert [r.offset for r in consume(c, t)] == list(range(42, 60))
+    assert [r.offset for r in consume_records(c, t)] == list(range(42, 60))
     wait_for(lambda: len(storage(c).segment_stems(TopicIdPartition(topic_id(c, t), t, 0))) == 2, WAIT_S,
              message="remote files of expired segments deleted")
 
@@ -285,7 +212,7 @@ def test_retention_by_time_deletes_expired_remote_segments(tiered_cluster):
     produce(c, t, 18, first=18)
     wait_for(lambda: finished_chain(remote(c, t)) == segments(18, 30) and earliest(c, t) == 18, WAIT_S,
              interval=0.2, message="remote retention by time")
-    assert [r.offset for r in consume(c, t)] == list(range(18, 36))
+    assert [r.offset for r in consume_records(c, t)] == list(range(18, 36))
 
 
 def test_enabling_tiering_on_an_existing_topic(tiered_cluster):
@@ -301,7 +228,7 @@ def test_enabling_tiering_on_an_existing_topic(tiered_cluster):
              message="segments of the existing topic offloaded")
     leader = partition_state(c.zk, t)["leader"]
     wait_for(lambda: local_bases(c, leader, t) == [24], WAIT_S, message="local retention on the leader")
-    assert [r.offset for r in consume(c, t)] == list(range(30))
+    assert [r.offset for r in consume_records(c, t)] == list(range(30))
 
 
 def test_deleting_a_tiered_topic_deletes_remote_data_by_the_leaders(tiered_cluster):
@@ -355,7 +282,7 @@ def test_leader_failover_mid_copy_loses_and_duplicates_nothing(cluster_factory):
     tip = TopicIdPartition(topic_id(c, t), t, 0)
     assert sorted(storage(c).segment_stems(tip)) == sorted(f"{m.start_offset:020d}-{m.segment_id}"
                                                             for m in remote(c, t))
-    records = consume(c, t)
+    records = consume_records(c, t)
     assert [(r.offset, r.value.rstrip(b".")) for r in records] == [(i, f"v{i}".encode()) for i in range(48)]
     # The old leader comes back far behind the new leader's local log start: it rebuilds from the remote tier
     # (OFFSET_MOVED_TO_TIERED_STORAGE) and rejoins the ISR.

@@ -1,8 +1,10 @@
 """Fakes shared by the unit tests (aiokafka's ``_testutil`` idea): one in-memory ZooKeeper, the tiered-storage
-partition stand-in, and the tiered test log.  A test module defines a fake of its own only for behaviour none of
+partition stand-in, the tiered test log and a manual timer.  A test module defines a fake of its own only for behaviour none of
 these has (a fault on the n-th call, a broker answering control requests)."""
 from __future__ import annotations
 
+import heapq
+import itertools
 from types import SimpleNamespace
 
 import attrs
@@ -14,6 +16,32 @@ from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 NOW = 1_700_000_000_000
+
+
+class ManualTimer:
+    """A clock and a scheduler (``KafkaScheduler``'s ``schedule``) that the test moves by hand: :meth:`advance`
+    runs what falls due, in order, repeating the periodic tasks."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def time_ms(self) -> int:
+        return self.now
+
+    def schedule(self, name, fn, delay_ms=0, period_ms=-1):
+        heapq.heappush(self._heap, (self.now + delay_ms, next(self._seq), fn, period_ms))
+
+    def advance(self, ms: int) -> None:
+        end = self.now + ms
+        while self._heap and self._heap[0][0] <= end:
+            due, _, fn, period = heapq.heappop(self._heap)
+            self.now = max(self.now, due)
+            fn()
+            if period and period > 0:
+                self.schedule("periodic", fn, period, period)
+        self.now = end
 
 
 class FakeZk:

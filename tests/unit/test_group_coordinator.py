@@ -1,9 +1,6 @@
 """GroupCoordinator alone: a fake ``__consumer_offsets`` log and a manual timer (unit test of one class)."""
 from __future__ import annotations
 
-import heapq
-import itertools
-
 import pytest
 
 from kafkatier.coordinator.group import records
@@ -11,33 +8,9 @@ from kafkatier.coordinator.group.group_coordinator import GroupConfig, GroupCoor
 from kafkatier.coordinator.group.records import OffsetAndMetadata
 from kafkatier.log.record_batch import end_transaction_marker
 from kafkatier.protocol.errors import Errors
+from tests.unit.fakes import ManualTimer
 
 SESSION, REBALANCE = 10000, 30000
-
-
-class ManualTimer:
-    """A clock and a timer the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._heap: list = []
-        self._seq = itertools.count()
-
-    def time_ms(self) -> int:
-        return self.now
-
-    def schedule(self, name, fn, delay_ms=0, period_ms=-1):
-        heapq.heappush(self._heap, (self.now + delay_ms, next(self._seq), fn, period_ms))
-
-    def advance(self, ms: int) -> None:
-        end = self.now + ms
-        while self._heap and self._heap[0][0] <= end:
-            due, _, fn, period = heapq.heappop(self._heap)
-            self.now = max(self.now, due)
-            fn()
-            if period and period > 0:
-                self.schedule("periodic", fn, period, period)
-        self.now = end
 
 
 class FakeOffsetsLog:

@@ -2,7 +2,6 @@
 coordinator's flows against a fake log, a fake marker channel and a manual timer (unit tests of one package)."""
 from __future__ import annotations
 
-import heapq
 import itertools
 import struct
 
@@ -20,6 +19,7 @@ from kafkatier.coordinator.transaction.transaction_state_manager import (Transac
                                                                          parse_partition)
 from kafkatier.log.record_batch import rewrite_base_offset
 from kafkatier.protocol.errors import Errors
+from tests.unit.fakes import ManualTimer
 
 S = TransactionState
 TP0, TP1 = ("t", 0), ("t", 1)
@@ -149,29 +149,6 @@ def test_completion_checks_what_was_prepared():
 
 
 # --- the coordinator ------------------------------------------------------------------------------------------
-class ManualTimer:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._heap: list = []
-        self._seq = itertools.count()
-
-    def time_ms(self) -> int:
-        return self.now
-
-    def schedule(self, name, fn, delay_ms=0, period_ms=-1):
-        heapq.heappush(self._heap, (self.now + delay_ms, next(self._seq), fn, period_ms))
-
-    def advance(self, ms: int) -> None:
-        end = self.now + ms
-        while self._heap and self._heap[0][0] <= end:
-            due, _, fn, period = heapq.heappop(self._heap)
-            self.now = max(self.now, due)
-            fn()
-            if period and period > 0:
-                self.schedule("periodic", fn, period, period)
-        self.now = end
-
-
 class FakeTxnLog:
     def __init__(self) -> None:
         self.data: dict[int, list[bytes]] = {}
@@ -248,6 +225,22 @@ def init(c, tid="tx", timeout=10000, expected=None):
     a = Answers()
     c.handle_init_producer_id(tid, timeout, expected, a)
     return a.last
+
+
+def ask_commit(c) -> Answers:
+    """Transaction ``tx`` (producer 1000, epoch 0) adds TP0 and asks to commit; its markers are not acknowledged
+    yet.  The Answers of both requests."""
+    assert init(c) == (Errors.NONE, 1000, 0)
+    a = Answers()
+    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
+    c.handle_end_transaction("tx", 1000, 0, True, a)
+    return a
+
+
+def committing(**config) -> tuple[TransactionCoordinator, Answers]:
+    """A started coordinator after :func:`ask_commit`."""
+    c = started_coordinator(**config)
+    return c, ask_commit(c)
 
 
 def test_init_add_commit_markers_complete(coord):
@@ -379,10 +372,7 @@ def test_verification_answers_without_writing(coord):
 
 
 def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coord):
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     assert len(coord.markers_.sent) == 1                 # markers queued at epoch 1
     p = coord.partition_for("tx")
     coord.on_election(p, 2)                              # the controller bumped the leader epoch (an ISR shrink)
@@ -398,10 +388,7 @@ def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coor
 def test_add_partitions_waits_for_the_previous_markers_then_succeeds(coord):
     """kafkatier's hold (``kafkatier.transaction.add.partitions.hold.ms``): back-to-back transactions wait for the
     markers, not for the client's backoff after CONCURRENT_TRANSACTIONS; answered once, never twice."""
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     assert held.got == []
@@ -422,11 +409,7 @@ def test_held_add_partitions_go_into_the_completion_write():
     """Requests held for the markers are written with the Complete record, in one batch (one replicated write
     instead of two in a row): Complete first, then the next transaction's Ongoing with every held partition; each
     is answered once, and a reload of the partition finds the Ongoing transaction."""
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held1, held2 = Answers(), Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held1)
     c.handle_add_partitions("tx", 1000, 0, [TP0, TP1], held2)
@@ -476,11 +459,7 @@ def test_a_reload_after_a_completion_write_with_the_next_transaction_finds_it_on
 def test_a_failed_completion_write_answers_the_held_requests_as_the_state_is():
     """The log is unavailable for the Complete record: nothing is applied, the held request is answered
     CONCURRENT_TRANSACTIONS (the client retries) and the completion alone is retried."""
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held)
     c.log_.fail_with = int(Errors.NOT_ENOUGH_REPLICAS)
@@ -500,11 +479,7 @@ def test_a_failed_completion_write_answers_the_held_requests_as_the_state_is():
 
 
 def test_a_completion_write_refused_for_good_hands_the_held_requests_back():
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     held = Answers()
     c.handle_add_partitions("tx", 1000, 0, [TP1], held)
     c.log_.fail_with = int(Errors.NOT_LEADER_OR_FOLLOWER)          # NOT_COORDINATOR: this broker lost the log
@@ -527,11 +502,7 @@ def test_ongoing_after_a_completion_is_prepared_only_while_that_completion_is_pe
 
 
 def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
-    c = started_coordinator(kafkatier_transaction_add_partitions_hold_ms=0)
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing(kafkatier_transaction_add_partitions_hold_ms=0)
     c.handle_add_partitions("tx", 1000, 0, [TP1], a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
 
@@ -539,10 +510,7 @@ def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
 def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
     """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
     CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
-    assert init(coord) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    coord.handle_end_transaction("tx", 1000, 0, True, a)
+    ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     coord.on_resignation(coord.partition_for("tx"))
@@ -567,11 +535,7 @@ def test_add_partitions_from_an_unknown_id_or_a_fenced_epoch(coord):
 
 
 def test_the_completion_line_says_where_the_transaction_time_went(caplog):
-    c = started_coordinator()
-    assert init(c) == (Errors.NONE, 1000, 0)
-    a = Answers()
-    c.handle_add_partitions("tx", 1000, 0, [TP0], a)
-    c.handle_end_transaction("tx", 1000, 0, True, a)
+    c, a = committing()
     with caplog.at_level("INFO", logger="kafkatier.coordinator.transaction"):
         c.markers_.ack_all()
     [line] = [r.getMessage() for r in caplog.records if "transaction completed" in r.getMessage()]

@@ -33,6 +33,8 @@ from typing import Callable
 
 import attrs
 
+from kafkatier.common.int_config import IntConfig
+from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
 from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
 from kafkatier.coordinator.group.group_metadata import (CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState,
@@ -49,7 +51,7 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 
 @attrs.frozen
-class GroupConfig:
+class GroupConfig(IntConfig):
     """The broker configs of the group coordinator (Kafka's names and defaults, except the partition count)."""
     offsets_topic_num_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
     offsets_topic_replication_factor: int = 3
@@ -60,11 +62,6 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600000
-
-    @classmethod
-    def from_overrides(cls, overrides: dict) -> "GroupConfig":
-        names = {f.name.replace("_", "."): f.name for f in attrs.fields(cls)}
-        return cls(**{names[k]: int(v) for k, v in overrides.items() if k in names})
 
 
 @attrs.frozen
@@ -105,12 +102,7 @@ class OffsetFetchResult:
 
 # Append errors as the committer sees them (Kafka's GroupMetadataManager.storeOffsets / storeGroup).
 _STORE_ERROR = {
-    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    **COORDINATOR_APPEND_ERRORS,
     Errors.MESSAGE_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE,
     Errors.RECORD_LIST_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE,
 }
@@ -372,6 +364,18 @@ class GroupCoordinator:
         else:
             answers.append((callback, JoinGroupResult(int(Errors.UNKNOWN_MEMBER_ID), member_id)))
 
+    def _member_error(self, group: GroupMetadata, generation_id: int, member_id: str,
+                      instance_id: str | None) -> Errors | None:
+        """The member is current (not fenced, known) and of the group's generation (else ILLEGAL_GENERATION)."""
+        err = self._instance_error(group, member_id, instance_id)
+        if err is not None:
+            return err
+        if not group.has(member_id):
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return None
+
     def _instance_error(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> Errors | None:
         """Kafka's static-membership fencing: an instance id bound to another member id is fenced."""
         if instance_id is None:
@@ -516,13 +520,9 @@ class GroupCoordinator:
     def _sync_error(self, group, generation_id, member_id, instance_id, protocol_type, protocol_name) -> Errors | None:
         if group.is_state(GroupState.DEAD):
             return Errors.COORDINATOR_NOT_AVAILABLE
-        err = self._instance_error(group, member_id, instance_id)
+        err = self._member_error(group, generation_id, member_id, instance_id)
         if err is not None:
             return err
-        if not group.has(member_id):
-            return Errors.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
         if (protocol_type is not None and protocol_type != group.protocol_type) or \
                 (protocol_name is not None and protocol_name != group.protocol_name):
             return Errors.INCONSISTENT_GROUP_PROTOCOL
@@ -584,13 +584,9 @@ class GroupCoordinator:
                 return int(Errors.UNKNOWN_MEMBER_ID)
             if group.is_state(GroupState.DEAD):
                 return int(Errors.COORDINATOR_NOT_AVAILABLE)
-            err = self._instance_error(group, member_id, group_instance_id)
+            err = self._member_error(group, generation_id, member_id, group_instance_id)
             if err is not None:
                 return int(err)
-            if not group.has(member_id):
-                return int(Errors.UNKNOWN_MEMBER_ID)
-            if generation_id != group.generation_id:
-                return int(Errors.ILLEGAL_GENERATION)
             if group.is_state(GroupState.EMPTY):
                 return int(Errors.UNKNOWN_MEMBER_ID)
             self._heartbeat(group, group.members[member_id])
@@ -827,13 +823,9 @@ class GroupCoordinator:
             return None
         if generation_id < 0 and not member_id and instance_id is None:
             return None     # no member information: allowed for transactional commits (Kafka's rule)
-        err = self._instance_error(group, member_id, instance_id)
+        err = self._member_error(group, generation_id, member_id, instance_id)
         if err is not None:
             return err
-        if not group.has(member_id):
-            return Errors.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
         return None
 
     def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:

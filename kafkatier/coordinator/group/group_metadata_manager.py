@@ -22,12 +22,11 @@ from typing import Callable, Iterable, Protocol
 
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
 from kafkatier.coordinator.group import records
 from kafkatier.coordinator.group.group_metadata import GroupMetadata
 from kafkatier.coordinator.group.records import GroupMetadataKey, GroupRecord, OffsetAndMetadata, OffsetKey
-from kafkatier.coordinator.log_reader import read_to_log_end
+from kafkatier.coordinator.log_reader import batches_of, read_to_log_end
 from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("coordinator.group.metadata-manager")
@@ -94,63 +93,58 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedPartition:
     pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
     superseded: set[tuple[int, str, tuple[str, int]]] = set()
     skipped = 0
-    for chunk in chunks:
-        batches = MemoryRecords(chunk)
-        while batches.has_next():
-            batch = batches.next_batch()
-            if batch is None:
-                break
-            if getattr(batch, "is_control_batch", False):
-                # A transaction marker: COMMIT merges the producer's pending offsets, ABORT drops them.
-                kind = next((int.from_bytes(bytes(r.key)[2:4], "big") for r in batch
-                             if r.key is not None and len(r.key) >= 4), None)
-                txn = pending.pop(batch.producer_id, {})
-                if kind == 1:    # the newer record wins: a plain commit written after the transactional one
-                    for g, o in txn.items():
-                        offsets.setdefault(g, {}).update(
-                            {tp: v for tp, v in o.items() if (batch.producer_id, g, tp) not in superseded})
-                superseded = {s for s in superseded if s[0] != batch.producer_id}
-                continue
-            if getattr(batch, "is_transactional", False):
-                for rec in batch:
-                    try:
-                        key = records.read_key(rec.key) if rec.key is not None else None
-                        if isinstance(key, OffsetKey):
-                            value = records.read_offset_value(rec.value)
-                            if value is not None:
-                                pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
-                                    (key.topic, key.partition)] = value
-                                superseded.discard((batch.producer_id, key.group, (key.topic, key.partition)))
-                    except records.MalformedRecordError as e:
-                        skipped += 1
-                        log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
-                continue
+    for batch in batches_of(chunks):
+        if getattr(batch, "is_control_batch", False):
+            # A transaction marker: COMMIT merges the producer's pending offsets, ABORT drops them.
+            kind = next((int.from_bytes(bytes(r.key)[2:4], "big") for r in batch
+                         if r.key is not None and len(r.key) >= 4), None)
+            txn = pending.pop(batch.producer_id, {})
+            if kind == 1:    # the newer record wins: a plain commit written after the transactional one
+                for g, o in txn.items():
+                    offsets.setdefault(g, {}).update(
+                        {tp: v for tp, v in o.items() if (batch.producer_id, g, tp) not in superseded})
+            superseded = {s for s in superseded if s[0] != batch.producer_id}
+            continue
+        if getattr(batch, "is_transactional", False):
             for rec in batch:
-                if rec.key is None:
-                    skipped += 1
-                    continue
                 try:
-                    key = records.read_key(rec.key)
+                    key = records.read_key(rec.key) if rec.key is not None else None
                     if isinstance(key, OffsetKey):
                         value = records.read_offset_value(rec.value)
-                        per_group = offsets.setdefault(key.group, {})
-                        if value is None:
-                            per_group.pop((key.topic, key.partition), None)
-                        else:
-                            per_group[(key.topic, key.partition)] = value
-                            superseded.update((pid, key.group, (key.topic, key.partition))
-                                              for pid, per in pending.items()
-                                              if (key.topic, key.partition) in per.get(key.group, {}))
-                    elif isinstance(key, GroupMetadataKey):
-                        group = records.read_group_value(rec.value)
-                        if group is None:
-                            groups.pop(key.group, None)
-                            offsets.pop(key.group, None)
-                        else:
-                            groups[key.group] = group
+                        if value is not None:
+                            pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
+                                (key.topic, key.partition)] = value
+                            superseded.discard((batch.producer_id, key.group, (key.topic, key.partition)))
                 except records.MalformedRecordError as e:
                     skipped += 1
                     log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
+            continue
+        for rec in batch:
+            if rec.key is None:
+                skipped += 1
+                continue
+            try:
+                key = records.read_key(rec.key)
+                if isinstance(key, OffsetKey):
+                    value = records.read_offset_value(rec.value)
+                    per_group = offsets.setdefault(key.group, {})
+                    if value is None:
+                        per_group.pop((key.topic, key.partition), None)
+                    else:
+                        per_group[(key.topic, key.partition)] = value
+                        superseded.update((pid, key.group, (key.topic, key.partition))
+                                          for pid, per in pending.items()
+                                          if (key.topic, key.partition) in per.get(key.group, {}))
+                elif isinstance(key, GroupMetadataKey):
+                    group = records.read_group_value(rec.value)
+                    if group is None:
+                        groups.pop(key.group, None)
+                        offsets.pop(key.group, None)
+                    else:
+                        groups[key.group] = group
+            except records.MalformedRecordError as e:
+                skipped += 1
+                log.error("skipping unreadable record %s", kv(topic=OFFSETS_TOPIC, reason=e))
     return LoadedPartition(groups, {g: o for g, o in offsets.items() if o}, skipped, pending, superseded)
 
 

@@ -21,12 +21,13 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
+from kafkatier.common.int_config import IntConfig
+from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
 from kafkatier.coordinator.transaction.transaction_metadata import TransactionMetadata, TxnTransitMetadata
-from kafkatier.coordinator.log_reader import read_to_log_end
+from kafkatier.coordinator.log_reader import batches_of, read_to_log_end
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.errors import Errors
 
@@ -38,12 +39,7 @@ TRANSACTION_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "u
 
 # Append errors as the transaction coordinator answers them (TSM ``appendTransactionToLog``).
 APPEND_ERRORS = {
-    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
-    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    **COORDINATOR_APPEND_ERRORS,
     Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
     Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
 }
@@ -68,7 +64,7 @@ class TransactionTopicLog(Protocol):
 
 
 @attrs.frozen
-class TransactionConfig:
+class TransactionConfig(IntConfig):
     """The broker configs of the transaction coordinator (Kafka's names and defaults)."""
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
@@ -83,11 +79,6 @@ class TransactionConfig:
     # kafkatier's: how long AddPartitionsToTxn waits for the markers of the previous transaction (see
     # TransactionCoordinator.handle_add_partitions); 0 answers CONCURRENT_TRANSACTIONS at once, as Kafka does.
     kafkatier_transaction_add_partitions_hold_ms: int = 100
-
-    @classmethod
-    def from_overrides(cls, overrides: dict) -> "TransactionConfig":
-        names = {f.name.replace("_", "."): f.name for f in attrs.fields(cls)}
-        return cls(**{names[k]: int(v) for k, v in overrides.items() if k in names})
 
 
 @attrs.frozen
@@ -117,29 +108,24 @@ def parse_partition(chunks: Iterable[bytes]) -> LoadedTransactions:
     counted, logged and skipped (Kafka skips keys of unknown versions too)."""
     values: dict[str, TransactionLogValue] = {}
     skipped = 0
-    for chunk in chunks:
-        batches = MemoryRecords(chunk)
-        while batches.has_next():
-            batch = batches.next_batch()
-            if batch is None:
-                break
-            if getattr(batch, "is_control_batch", False):
+    for batch in batches_of(chunks):
+        if getattr(batch, "is_control_batch", False):
+            continue
+        for rec in batch:
+            try:
+                if rec.key is None:
+                    raise MalformedTransactionRecordError("a record without a key")
+                tid = transaction_log.read_key(rec.key)
+                value = transaction_log.read_value(rec.value)
+            except MalformedTransactionRecordError as e:
+                skipped += 1
+                log.error("skipping unreadable record %s", kv(topic=transaction_log.TRANSACTION_STATE_TOPIC,
+                                                              reason=e))
                 continue
-            for rec in batch:
-                try:
-                    if rec.key is None:
-                        raise MalformedTransactionRecordError("a record without a key")
-                    tid = transaction_log.read_key(rec.key)
-                    value = transaction_log.read_value(rec.value)
-                except MalformedTransactionRecordError as e:
-                    skipped += 1
-                    log.error("skipping unreadable record %s", kv(topic=transaction_log.TRANSACTION_STATE_TOPIC,
-                                                                  reason=e))
-                    continue
-                if value is None:
-                    values.pop(tid, None)
-                else:
-                    values[tid] = value
+            if value is None:
+                values.pop(tid, None)
+            else:
+                values[tid] = value
     return LoadedTransactions(values, skipped)
 
 

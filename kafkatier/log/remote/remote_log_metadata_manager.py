@@ -62,6 +62,14 @@ class RemoteLogMetadataFencedError(RemoteStorageError):
     """A fence check of an update failed: the leader, its epoch or the topic's tiered epoch moved on."""
 
 
+def _check_new_segment(metadata: RemoteLogSegmentMetadata) -> None:
+    """A segment is added in COPY_SEGMENT_STARTED (Kafka's message for anything else)."""
+    if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+        raise RemoteLogMetadataError(f"Given remoteLogSegmentMetadata should have state as "
+                                     f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name} but it contains state "
+                                     f"as: {metadata.state.name}")
+
+
 class RemoteLogMetadataManager(abc.ABC):
     """Where segment metadata lives; shared by all brokers.  Implementations must be thread-safe.
 
@@ -173,10 +181,7 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
     # --- writes -----------------------------------------------------------------------------------------------
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata, fence: Sequence[Any] = ()
                                         ) -> None:
-        if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise RemoteLogMetadataError(f"Given remoteLogSegmentMetadata should have state as "
-                                         f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name} but it contains state "
-                                         f"as: {metadata.state.name}")
+        _check_new_segment(metadata)
         ppath = self.partition_path(metadata.topic_id_partition)
         path = self.segment_path(metadata)
         data = metadata.to_json()
@@ -402,10 +407,7 @@ class InMemoryRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata, fence: Sequence[Any] = ()
                                         ) -> None:
-        if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise RemoteLogMetadataError(f"Given remoteLogSegmentMetadata should have state as "
-                                         f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name} but it contains state "
-                                         f"as: {metadata.state.name}")
+        _check_new_segment(metadata)
         with self._lock:
             self._check(fence)
             self._segments[metadata.remote_log_segment_id] = metadata

@@ -1,0 +1,35 @@
+"""Helpers of the e2e tests that follow one partition (partition 0 of a topic) through faults: its state znode,
+a wait on it, and a topic created on chosen replicas."""
+from __future__ import annotations
+
+import json
+import uuid
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+
+from kafkatier.waiting import wait_for
+
+
+def state(c, topic: str) -> dict:
+    """Partition 0's state znode (leader, ISR, epochs)."""
+    return json.loads(c.zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
+
+
+def wait_state(c, topic: str, what: str, pred, timeout: float) -> dict:
+    """Partition 0's state once ``pred`` holds for it (``what`` names the wait in its timeout message)."""
+    return wait_for(lambda: (lambda s: s if pred(s) else None)(state(c, topic)), timeout, interval=0.1,
+                    ignore=(Exception,), message=f"{topic}: {what}")
+
+
+def create_topic(c, prefix: str, assignment: list[int], timeout: float, configs: dict | None = None) -> str:
+    """A new topic ``<prefix>-<random>`` of one partition on ``assignment``, returned once its ISR is full."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, replica_assignments={0: assignment}, topic_configs=configs or {})],
+                            timeout_ms=30000)
+    finally:
+        admin.close()
+    wait_state(c, topic, "full ISR", lambda s: sorted(s["isr"]) == sorted(assignment), timeout)
+    return topic
