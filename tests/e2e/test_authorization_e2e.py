@@ -184,7 +184,6 @@ def first_partition_error(r) -> int:
 #  denied code).  Each case gets its own user holding exactly these ACLs.
 def cases():
     uid = uuid.uuid4().hex[:6]
-    tp = [{"name": TOPIC, "partitions": [0]}]
     return [
         ("Produce", [lit("Topic", TOPIC, "Write")], 7, lambda u: ProduceRequest(acks=1, timeout_ms=5000, topic_data=[
             {"name": TOPIC, "partition_data": [{"index": 0, "records": records()}]}]),

@@ -15,6 +15,8 @@ from kafkatier.admin.client import AdminClient as TierAdmin
 from kafkatier.admin.client import AdminError
 from kafkatier.waiting import wait_for
 
+import wire_support
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 RATE = 1024 * 1024
@@ -99,9 +101,7 @@ def test_producer_is_throttled_to_its_byte_rate(quota_cluster, kafkatier_cli):
 
 
 def _send(client, api_key: int, version: int, **fields):
-    from kafkatier.protocol import codec
-    from kafkatier.protocol.build import build
-    return client.send(build(codec.request_class(api_key), version, fields), codec.response_class(api_key), version)
+    return wire_support.send(client, api_key, version, fields)
 
 
 def test_request_percentage_throttles_with_throttle_time_and_a_muted_channel(quota_cluster, kafkatier_cli):

@@ -8,11 +8,11 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
-from kafkatier.protocol.build import build
 from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
+
+import wire_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -29,7 +29,7 @@ def cluster(module_cluster_factory):
 
 
 def _send(client: BrokerClient, api_key: int, version: int, **fields):
-    return client.send(build(codec.request_class(api_key), version, fields), codec.response_class(api_key), version)
+    return wire_support.send(client, api_key, version, fields)
 
 
 def test_kafka_39_top_versions_on_the_wire(cluster):

@@ -24,10 +24,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafkatier.coordinator.transaction.transaction_log import partition_for
 from kafkatier.log.record_batch import end_transaction_marker
-from kafkatier.protocol import codec
-from kafkatier.protocol.build import build
-from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
+
+import wire_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -483,12 +482,7 @@ def test_transactions_tool_finds_and_aborts_a_hanging_transaction(txn_cluster, k
 
 
 def _send(host_port: str, api_key: int, version: int, body: dict):
-    host, port = host_port.rsplit(":", 1)
-    client = BrokerClient(host, int(port), client_id="txn-e2e", timeout_s=20)
-    try:
-        return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key), version)
-    finally:
-        client.close()
+    return wire_support.send_once(host_port, api_key, version, body, client_id="txn-e2e")
 
 
 def test_coordinator_dying_in_prepare_commit_is_completed_by_the_next_one(cluster_factory, monkeypatch):

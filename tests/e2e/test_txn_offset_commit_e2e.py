@@ -14,11 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkatier.protocol import codec
-from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
+
+import wire_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -40,12 +39,7 @@ def cluster(module_cluster_factory):
 
 
 def _send(host_port: str, api_key: int, version: int, body: dict):
-    host, port = host_port.rsplit(":", 1)
-    client = BrokerClient(host, int(port), client_id="txn-offsets-e2e", timeout_s=20)
-    try:
-        return client.send(build(codec.request_class(api_key), version, body), codec.response_class(api_key), version)
-    finally:
-        client.close()
+    return wire_support.send_once(host_port, api_key, version, body, client_id="txn-offsets-e2e")
 
 
 class Txn:

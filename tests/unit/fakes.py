@@ -47,19 +47,21 @@ class ManualTimer:
 class FakeZk:
     """The kazoo client calls kafkatier makes, over a dict of path -> bytes: ``get`` / ``get_children`` /
     ``exists`` / ``create`` (``makepath``, ``sequence``) / ``set`` / ``delete`` / ``ensure_path`` / ``sync`` /
-    ``retry``.  ``created`` records every create call as ``(path asked, data, sequence)``.  Versions count the ``set``s;
-    a ``set`` at another version raises ``BadVersionError``."""
+    ``retry``.  ``created`` records every create call as ``(path asked, data, sequence)``; ``reads`` counts the
+    ``get`` calls.  Versions count the ``set``s; a ``set`` at another version raises ``BadVersionError``."""
 
     def __init__(self, nodes: dict[str, bytes] | None = None):
         self.nodes: dict[str, bytes] = dict(nodes or {})
         self.versions: dict[str, int] = {}
         self.created: list[tuple[str, bytes, bool]] = []
+        self.reads = 0
         self._seq = 0
 
     def _stat(self, path: str):
         return SimpleNamespace(version=self.versions.get(path, 0), czxid=0, ephemeralOwner=0)
 
     def get(self, path: str, watch=None):
+        self.reads += 1
         if path not in self.nodes:
             raise NoNodeError(path)
         return self.nodes[path], self._stat(path)

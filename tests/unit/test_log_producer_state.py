@@ -3,20 +3,13 @@ de-duplicate retries and check producer epochs, truncation rebuilds the state, a
 from __future__ import annotations
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from batches import producer_batch_of_3 as batch
 
 from kafkatier.log.errors import KafkaError
 from kafkatier.log.log import Log
 from kafkatier.log.producer_state import DuplicateAppend
 from kafkatier.protocol.errors import Errors
-
-
-def batch(producer_id: int, epoch: int, seq: int, n: int = 3, transactional: bool = False) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
-                                  producer_id=producer_id, producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
-    return bytes(b.build())
 
 
 def test_a_retried_batch_is_answered_with_its_offsets_and_not_appended(tmp_path):

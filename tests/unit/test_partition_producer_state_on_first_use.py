@@ -3,19 +3,11 @@ broker's LeaderAndIsr creates thousands of partitions, issue 27).  The state mus
 creation gave: a restarted follower's first append and the leadership after it keep the producer's sequence."""
 from __future__ import annotations
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from batches import producer_batch as batch
 
 from kafkatier.log.log import Log
 from kafkatier.protocol.control_messages import LeaderAndIsrPartitionState
 from kafkatier.server.partition import Partition
-
-
-def batch(pid: int, epoch: int, seq: int, n: int = 2) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
-                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
-    return bytes(b.build())
 
 
 def partition(log: Log) -> Partition:

@@ -2,18 +2,10 @@
 state is rebuilt from the log's batch headers."""
 from __future__ import annotations
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from batches import producer_batch_of_3 as batch
 
 from kafkatier.log.log import Log
 from kafkatier.log.producer_state import ProducerStateManager
-
-
-def batch(producer_id: int, epoch: int, seq: int, n: int = 3) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
-                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
-    return bytes(b.build())
 
 
 def test_retry_is_a_duplicate_with_its_first_offsets(tmp_path):

@@ -7,21 +7,14 @@ import os
 import struct
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from batches import producer_batch as batch
 
 from kafkatier.log import producer_state
 from kafkatier.log.log import Log
 from kafkatier.log.producer_state import (CorruptSnapshotError, ProducerStateManager, SnapshotEntry,
                                           decode_snapshot, encode_snapshot, snapshot_offsets, snapshot_path)
 from kafkatier.log.record_batch import end_transaction_marker
-
-
-def batch(pid: int, epoch: int, seq: int, n: int = 2, transactional: bool = False) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=pid,
-                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
-    return bytes(b.build())
 
 
 def marker(pid: int, epoch: int, commit: bool) -> bytes:

@@ -8,7 +8,7 @@ import pytest
 
 from kafkatier.server.replica_fetcher import FetchState, ReplicaFetcherThread
 from kafkatier.server.replication_quota_manager import (
-    ALL_REPLICAS, FOLLOWER_THROTTLED_RATE, FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_RATE,
+    ALL_REPLICAS, FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE,
     LEADER_THROTTLED_REPLICAS, LONG_MAX, ReplicationQuotaManager, ReplicationQuotas, ThrottledReplicas,
     parse_throttled_partitions)
 

@@ -82,7 +82,8 @@ def test_records_below_the_final_log_start_are_not_lost_writes():
 def test_unseen_is_reported():
     h = H()
     h.producer()
-    a, b = h.send(0, 0, 0), h.send(0.1, 1, 1)
+    a = h.send(0, 0, 0)
+    h.send(0.1, 1, 1)
     h.final_read({0: (0, 1, [(0, a)])})           # acknowledged offset 1 above the final high watermark
     assert "unseen" in h.types(kafka_clients)
 
@@ -178,8 +179,8 @@ def test_partition_state_invariants_are_reported():
 def test_acked_all_lost_is_reported_only_for_acks_all():
     h = H()
     h.producer()
-    a = h.send(0, 0, 0, acks="all")
-    b = h.send(0.1, 1, 1, acks="1")
+    h.send(0, 0, 0, acks="all")
+    h.send(0.1, 1, 1, acks="1")
     h.final_read({0: (0, 3, [(2, "producer-0:2")])})
     found = [x for x in partitions.check(h.entries) if x.type == "acked-all-lost"]
     assert len(found) == 1 and len(found[0].witnesses) == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from fakes import FakeZk
+
 from kafkatier.common.structs import TopicPartition
 from kafkatier.controller.context import ControllerContext, ReplicaAssignment
 from kafkatier.controller.tiered_storage_disablement_manager import (INELIGIBLE, SUCCESSFUL,
@@ -52,18 +54,12 @@ class FakeWriter:
         return [None] * len(ops)
 
 
-class FakeZk:
-    """``get`` of the tiered znodes only; counts the reads."""
-
-    def __init__(self, epoch: int, state: str, epoch_version: int, state_version: int):
-        self.nodes = {paths.tiered_epoch(TOPIC): (codecs.encode_tiered_epoch(epoch), epoch_version),
-                      paths.tiered_state(TOPIC): (codecs.TieredState(state).encode(), state_version)}
-        self.reads = 0
-
-    def get(self, path):
-        self.reads += 1
-        data, version = self.nodes[path]
-        return data, SimpleNamespace(version=version)
+def tiered_zk(epoch: int, state: str, epoch_version: int, state_version: int) -> FakeZk:
+    """The topic's ``tiered_epoch`` and ``state`` znodes at the given versions."""
+    zk = FakeZk({paths.tiered_epoch(TOPIC): codecs.encode_tiered_epoch(epoch),
+                 paths.tiered_state(TOPIC): codecs.TieredState(state).encode()})
+    zk.versions.update({paths.tiered_epoch(TOPIC): epoch_version, paths.tiered_state(TOPIC): state_version})
+    return zk
 
 
 class Events:
@@ -101,7 +97,7 @@ def answer(m, broker, partitions, errors=None):
 
 
 def test_one_batch_per_broker_and_disabled_in_one_multi_without_a_read():
-    zk = FakeZk(1, DISABLING, 5, 7)
+    zk = tiered_zk(1, DISABLING, 5, 7)
     m, batch, writer = manager(50, zk)
     m._enqueue(TOPIC, TieredTopicState(1, DISABLING, 5, 7))
     m.resume_disablements()
@@ -118,7 +114,7 @@ def test_one_batch_per_broker_and_disabled_in_one_multi_without_a_read():
 
 
 def test_moved_versions_are_read_and_a_superseded_disablement_is_dropped():
-    zk = FakeZk(2, DISABLING, 6, 8)   # a newer disablement (epoch 2) started meanwhile
+    zk = tiered_zk(2, DISABLING, 6, 8)   # a newer disablement (epoch 2) started meanwhile
     m, _, writer = manager(2, zk)
     m._enqueue(TOPIC, TieredTopicState(1, DISABLING, 5, 7))
     m.resume_disablements()
@@ -130,7 +126,7 @@ def test_moved_versions_are_read_and_a_superseded_disablement_is_dropped():
 
 
 def test_moved_versions_of_the_same_disablement_are_written_at_the_read_versions():
-    zk = FakeZk(1, DISABLING, 5, 9)   # state rewritten (same epoch, still DISABLING), e.g. by a lost-answer retry
+    zk = tiered_zk(1, DISABLING, 5, 9)   # state rewritten (same epoch, still DISABLING), e.g. by a lost-answer retry
     m, _, writer = manager(1, zk)
     m._enqueue(TOPIC, TieredTopicState(1, DISABLING, 5, 7))
     m.resume_disablements()

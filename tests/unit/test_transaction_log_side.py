@@ -6,8 +6,9 @@ import os
 import struct
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
+
+from batches import producer_batch as batch
 
 from kafkatier.log.log import Log
 from kafkatier.log.producer_state import ABORT, COMMIT, ProducerStateManager, control_record_type
@@ -15,14 +16,6 @@ from kafkatier.log.record_batch import end_transaction_marker, is_valid_batch
 from kafkatier.log.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.add_partitions_to_txn_manager import produce_error
-
-
-def batch(pid: int = -1, epoch: int = -1, seq: int = -1, n: int = 2, transactional: bool = False) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=pid,
-                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
-    return bytes(b.build())
 
 
 def marker(pid: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> bytes:
