@@ -1,5 +1,5 @@
 """Helpers of the e2e tests that follow one partition (partition 0 of a topic) through faults: its state znode,
-a wait on it, and a topic created on chosen replicas."""
+a wait on it, a topic created on chosen replicas, and a one-partition topic filled with records."""
 from __future__ import annotations
 
 import json
@@ -33,3 +33,16 @@ def create_topic(c, prefix: str, assignment: list[int], timeout: float, configs:
         admin.close()
     wait_state(c, topic, "full ISR", lambda s: sorted(s["isr"]) == sorted(assignment), timeout)
     return topic
+
+
+def topic_with_records(bootstrap_servers: str, topic: str, values: list[bytes]) -> None:
+    """``topic`` created with one partition and one replica, then ``values`` written to it (confluent-kafka,
+    flushed)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic as CNewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})   # kept until the answer: the future needs it
+    admin.create_topics([CNewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for v in values:
+        producer.produce(topic, v)
+    assert producer.flush(30) == 0

@@ -15,6 +15,7 @@ from kafkatier.admin.client import AdminClient as TierAdmin
 from kafkatier.admin.client import AdminError
 from kafkatier.waiting import wait_for
 
+import partition_support
 import wire_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -145,12 +146,7 @@ def test_a_throttled_fetch_is_answered_without_records(quota_cluster, kafkatier_
     from kafkatier.server.broker_client import BrokerClient
     bs = quota_cluster.bootstrap_servers
     topic = f"fetch-quota-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bs})
-    for _ in range(50):
-        producer.produce(topic, b"y" * 2000)
-    assert producer.flush(30) == 0
+    partition_support.topic_with_records(bs, topic, [b"y" * 2000] * 50)
     client_id = f"reader-{uuid.uuid4().hex[:6]}"
     r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--client", client_id, "--alter", "--add-config",
                           "consumer_byte_rate=1000")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
+import partition_support
 import wire_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -35,12 +34,7 @@ def _send(client: BrokerClient, api_key: int, version: int, **fields):
 def test_kafka_39_top_versions_on_the_wire(cluster):
     bs = cluster.bootstrap_servers
     topic = f"top-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bs})
-    for i in range(10):
-        producer.produce(topic, str(i).encode())
-    assert producer.flush(30) == 0
+    partition_support.topic_with_records(bs, topic, [str(i).encode() for i in range(10)])
     host, port = bs.split(",")[0].rsplit(":", 1)
     client = BrokerClient(host, int(port), client_id="top-versions", timeout_s=20)
     group = f"g-{uuid.uuid4().hex[:6]}"
