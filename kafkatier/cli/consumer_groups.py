@@ -24,7 +24,6 @@ COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "L
            "CLIENT-ID")
 MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
 STATE_COLUMNS = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-GROUP_KEY_TYPE = 0
 RESET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 
 
@@ -189,8 +188,9 @@ def coordinator_text(client, group: str) -> str:
     from kafkatier.protocol import codec
     from kafkatier.protocol.api_keys import ApiKeys
     from kafkatier.protocol.build import build
+    from kafkatier.protocol.coordinator_type import CoordinatorType
     r = client.send_request(build(codec.request_class(ApiKeys.FIND_COORDINATOR), 4,
-                                  {"key_type": GROUP_KEY_TYPE, "coordinator_keys": [group]}))
+                                  {"key_type": CoordinatorType.GROUP, "coordinator_keys": [group]}))
     c = r.coordinators[0]
     if c.error_code:
         return "-"

@@ -34,8 +34,9 @@ from kafkatier.cli.main import UsageError
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
+from kafkatier.protocol.coordinator_type import CoordinatorType
 
-TRANSACTION_KEY_TYPE = 1
+TRANSACTION_KEY_TYPE = CoordinatorType.TRANSACTION
 
 
 def register(subparsers) -> None:

@@ -28,7 +28,7 @@ _KAFKA_36_RANGES: dict[int, tuple[int, int]] = {
     ApiKeys.STOP_REPLICA: (0, 5),  # v5: KIP-950 in ZooKeeper mode
     ApiKeys.UPDATE_METADATA: (0, 8),
     ApiKeys.CONTROLLED_SHUTDOWN: (0, 3),
-    ApiKeys.FIND_COORDINATOR: (0, 4),
+    ApiKeys.FIND_COORDINATOR: (0, 6),  # v5 (KIP-890) and v6 (KIP-932's SHARE key type) add no field
     ApiKeys.API_VERSIONS: API_VERSIONS_RANGE,
     ApiKeys.CREATE_TOPICS: (0, 7),
     ApiKeys.DELETE_TOPICS: (0, 6),

@@ -32,6 +32,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
+from kafkatier.protocol.coordinator_type import CoordinatorType
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 
@@ -40,14 +41,13 @@ log = get_logger("server.group-apis")
 
 #: Kafka 3.6 (ZooKeeper mode) ranges.
 VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKeys.OFFSET_COMMIT: (0, 9), ApiKeys.OFFSET_FETCH: (0, 9), ApiKeys.FIND_COORDINATOR: (0, 4),
+    ApiKeys.OFFSET_COMMIT: (0, 9), ApiKeys.OFFSET_FETCH: (0, 9), ApiKeys.FIND_COORDINATOR: (0, 6),
     ApiKeys.JOIN_GROUP: (0, 9), ApiKeys.HEARTBEAT: (0, 4),
     ApiKeys.LEAVE_GROUP: (0, 5), ApiKeys.SYNC_GROUP: (0, 5), ApiKeys.DESCRIBE_GROUPS: (0, 5),
     ApiKeys.LIST_GROUPS: (0, 5), ApiKeys.DELETE_GROUPS: (0, 2),
     ApiKeys.OFFSET_DELETE: (0, 0),
 }
 
-GROUP_KEY_TYPE = 0
 CLASSIC_GROUP_TYPE = "classic"   # ListGroups v5's group type (KIP-848's new groups are "consumer")
 DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
 
@@ -86,9 +86,9 @@ class GroupApis:
         if v >= 4:
             keys, key_type = list(req.coordinator_keys), req.key_type
         else:
-            keys, key_type = [req.key], (req.key_type if v >= 1 else GROUP_KEY_TYPE)
-        answers = [self._coordinator_denied(ctx, k, key_type) or self._coordinator_for(k, key_type, ctx.listener_name)
-                   for k in keys]
+            keys, key_type = [req.key], (req.key_type if v >= 1 else CoordinatorType.GROUP)
+        answers = [self._coordinator_denied(ctx, k, key_type) or self._key_type_refused(key_type, v)
+                   or self._coordinator_for(k, key_type, ctx.listener_name) for k in keys]
         if v >= 4:
             return _resp(ApiKeys.FIND_COORDINATOR, v, {"throttle_time_ms": 0, "coordinators": [
                 {"key": k, "node_id": n, "host": h, "port": p, "error_code": e, "error_message": m}
@@ -98,16 +98,28 @@ class GroupApis:
                                            "node_id": n, "host": h, "port": p})
 
     def _coordinator_denied(self, ctx, key: str, key_type: int) -> tuple[int, str | None, int, str, int] | None:
-        if key_type == GROUP_KEY_TYPE and not self.auth.authorize(ctx, "Describe", "Group", key):
+        if key_type == CoordinatorType.GROUP and not self.auth.authorize(ctx, "Describe", "Group", key):
             return (int(Errors.GROUP_AUTHORIZATION_FAILED), None, -1, "", -1)
-        if key_type != GROUP_KEY_TYPE and not self.auth.authorize(ctx, "Describe", "TransactionalId", key):
+        if key_type == CoordinatorType.TRANSACTION and not self.auth.authorize(ctx, "Describe", "TransactionalId", key):
             return (int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), None, -1, "", -1)
+        return None
+
+    @staticmethod
+    def _key_type_refused(key_type: int, version: int) -> tuple[int, str | None, int, str, int] | None:
+        """Kafka 3.9's ``getCoordinator``: a SHARE key below v6, a share coordinator (none in ZooKeeper mode) or a
+        key type Kafka does not define is an INVALID_REQUEST."""
+        if key_type == CoordinatorType.SHARE:
+            why = ("the SHARE coordinator key type needs FindCoordinator v6" if version < 6
+                   else "share groups (KIP-932) have no coordinator in ZooKeeper mode")
+            return (int(Errors.INVALID_REQUEST), why, -1, "", -1)
+        if key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
+            return (int(Errors.INVALID_REQUEST), f"unknown coordinator key type {key_type}", -1, "", -1)
         return None
 
     def _coordinator_for(self, key: str, key_type: int,
                          listener: str = "PLAINTEXT") -> tuple[int, str | None, int, str, int]:
         none = (-1, "", -1)
-        if key_type != GROUP_KEY_TYPE:
+        if key_type != CoordinatorType.GROUP:
             if self.transaction_coordinator_for is not None:
                 return self.transaction_coordinator_for(key)
             return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", *none)

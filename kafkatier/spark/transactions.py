@@ -31,11 +31,12 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
+from kafkatier.protocol.coordinator_type import CoordinatorType
 from kafkatier.protocol.errors import Errors
 
 log = get_logger("spark.transactions")
 
-TRANSACTION_KEY_TYPE = 1
+TRANSACTION_KEY_TYPE = CoordinatorType.TRANSACTION
 # Ask again: the coordinator moved, is loading, or a transition of this id is still being written.
 RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                        Errors.CONCURRENT_TRANSACTIONS, Errors.NETWORK_EXCEPTION, Errors.REQUEST_TIMED_OUT})

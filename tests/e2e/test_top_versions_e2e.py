@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 KAFKA_39_TOPS = {ApiKeys.LIST_OFFSETS: 9, ApiKeys.OFFSET_COMMIT: 9, ApiKeys.OFFSET_FETCH: 9,
                  ApiKeys.LIST_GROUPS: 5, ApiKeys.API_VERSIONS: 4,
                  ApiKeys.ADD_PARTITIONS_TO_TXN: 5, ApiKeys.ADD_OFFSETS_TO_TXN: 4, ApiKeys.END_TXN: 4,
-                 ApiKeys.TXN_OFFSET_COMMIT: 4}
+                 ApiKeys.TXN_OFFSET_COMMIT: 4, ApiKeys.FIND_COORDINATOR: 6}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,11 @@ def test_kafka_39_top_versions_on_the_wire(cluster):
             resp = _send(client, ApiKeys.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=[group])
             return resp.coordinators[0].error_code == 0
         wait_for(coordinator_ready, 60, interval=0.2, message="the group coordinator")
+        for v in (5, 6):   # no new field: the group's coordinator as at v4
+            assert _send(client, ApiKeys.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group]).coordinators[
+                0].error_code == 0
+        share = _send(client, ApiKeys.FIND_COORDINATOR, 6, key_type=2, coordinator_keys=[f"{group}:x:0"])
+        assert share.coordinators[0].error_code == 42   # INVALID_REQUEST: no share coordinator, as Kafka 3.9
         commit = _send(client, ApiKeys.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=-1,
                        member_id="", group_instance_id=None, topics=[{"name": topic, "partitions": [
                            {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
