@@ -627,8 +627,12 @@ class Log:
 
     def snapshot_producer_state(self, sync: bool = True) -> None:
         """Write the producer state at the log end offset (at a roll, and at shutdown, where ``sync=False``: the
-        log manager syncs the file system before the clean shutdown marker); a failure is logged."""
+        log manager syncs the file system before the clean shutdown marker); a failure is logged.  A state never
+        built (no append since the log was loaded) is not built for this: the log and its snapshots are as they
+        were, and a restart of thousands of partitions does not read each one's batch headers at shutdown."""
         with self._lock:
+            if self._producer_state is None:
+                return
             try:
                 self.producer_state.take_snapshot(self._dir, self._next_offset, sync=sync)
             except OSError as e:

@@ -51,3 +51,20 @@ def test_truncation_rebuilds_the_state_and_a_reopened_log_reads_it_back(tmp_path
     log.close()
     reopened = Log(path)
     assert reopened.append_records_as_leader(batch(9, 2, 6), leader_epoch=0) == DuplicateAppend(6, 8)
+
+
+def test_shutdown_snapshots_only_a_state_that_was_built(tmp_path, monkeypatch):
+    """At shutdown a log whose producer state was never built (no append since it was loaded) writes no snapshot
+    and reads nothing; one that took appends writes its state at the log end."""
+    from kafkatier.log.producer_state import ProducerStateManager, snapshot_offsets
+    log = Log(str(tmp_path / "t-0"))
+    log.append_records_as_leader(batch(5, 0, 0), leader_epoch=0)
+    log.snapshot_producer_state(sync=False)
+    assert snapshot_offsets(str(tmp_path / "t-0")) == [3]
+    log.close()
+    reopened = Log(str(tmp_path / "t-0"))
+    rebuilds = []
+    monkeypatch.setattr(ProducerStateManager, "rebuild", lambda self, lg: rebuilds.append(lg))
+    reopened.snapshot_producer_state(sync=False)
+    assert rebuilds == [] and snapshot_offsets(str(tmp_path / "t-0")) == [3]
+    reopened.close()
