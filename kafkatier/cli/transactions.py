@@ -36,8 +36,6 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.coordinator_type import CoordinatorType
 
-TRANSACTION_KEY_TYPE = CoordinatorType.TRANSACTION
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -113,7 +111,7 @@ def _list(admin, duration_filter: int) -> int:
 
 
 def _coordinator(admin, transactional_id: str) -> int:
-    r = admin.send_request(_request(ApiKeys.FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
+    r = admin.send_request(_request(ApiKeys.FIND_COORDINATOR, 4, {"key_type": CoordinatorType.TRANSACTION,
                                                           "coordinator_keys": [transactional_id]}))
     c = r.coordinators[0]
     if c.error_code:

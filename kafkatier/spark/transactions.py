@@ -36,7 +36,6 @@ from kafkatier.protocol.errors import Errors
 
 log = get_logger("spark.transactions")
 
-TRANSACTION_KEY_TYPE = CoordinatorType.TRANSACTION
 # Ask again: the coordinator moved, is loading, or a transition of this id is still being written.
 RETRIABLE = frozenset({Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                        Errors.CONCURRENT_TRANSACTIONS, Errors.NETWORK_EXCEPTION, Errors.REQUEST_TIMED_OUT})
@@ -121,7 +120,7 @@ class TransactionEnder:
         ids = list(dict.fromkeys(transactional_ids))
         unknown = [t for t in ids if t not in self._coordinators]
         if unknown:
-            r = self._send(ApiKeys.FIND_COORDINATOR, 4, {"key_type": TRANSACTION_KEY_TYPE,
+            r = self._send(ApiKeys.FIND_COORDINATOR, 4, {"key_type": CoordinatorType.TRANSACTION,
                                                  "coordinator_keys": unknown})
             for c in r.coordinators:
                 if c.error_code:
