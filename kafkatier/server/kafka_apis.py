@@ -599,6 +599,18 @@ class KafkaApis:
                                follower_read=client_rack is not None)
         return reply.result_or_future()
 
+    def topic_name_for_id(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with this id (a request's ``uuid`` field), None when unknown (fault injection
+        matches Fetch v13+ partitions by name with it)."""
+        if topic_id is None or topic_id == ZERO_UUID:
+            return None
+        return self.cache.topic_name(codecs.topic_id_str(topic_id))
+
+    def topic_id_for_name(self, name: str) -> uuid.UUID | None:
+        """The id of topic ``name`` as a ``uuid`` field carries it, None when unknown."""
+        tid = self.cache.topic_ids.get(name)
+        return codecs.parse_topic_id(tid) if tid else None
+
     def _consistent_topic_ids(self, parts: list, errors: dict) -> list:
         """Fetch v13+: the partitions whose hosted log has the topic id the request (or its session) named; the
         others are answered INCONSISTENT_TOPIC_ID, nothing read (Kafka's ``readFromLog`` check: a topic

@@ -139,3 +139,34 @@ def test_a_session_and_a_request_that_differ_in_topic_id_use_are_error_106():
     # the refused request did not move the epoch: the right kind of request still continues each session
     assert m.new_context(FetchRequestData(FetchMetadata(ids, 1), [], [], uses_topic_ids=True), False).kind \
         == "incremental"
+
+
+# --- injected partition faults on a Fetch by topic id -------------------------------------------------------------
+
+def test_a_partition_fault_matches_and_answers_a_v13_fetch_by_topic_id():
+    import types
+
+    from kafkatier.server import fault_injection as fi
+    header = types.SimpleNamespace(request_api_key=1, request_api_version=13, correlation_id=1)
+    req = build(request_class(1), 13, {"replica_id": -1, "max_wait_ms": 0, "topics": [
+        {"topic_id": FOO, "partitions": [{"partition": p, "fetch_offset": 0} for p in (0, 1)]}]})
+
+    class FetchApis:
+        def handle(self, header, request, context):
+            return build(response_class(1), 13, {"responses": [{"topic_id": FOO, "partitions": [
+                {"partition_index": p, "error_code": 0, "high_watermark": 5, "records": b"xyz"} for p in (0, 1)]}]})
+
+        def topic_name_for_id(self, topic_id):
+            return {FOO: "foo"}.get(topic_id)
+
+        def topic_id_for_name(self, name):
+            return {"foo": FOO}.get(name)
+    nlof = int(Errors.NOT_LEADER_OR_FOLLOWER)
+    registry = fi.FaultRegistry()
+    registry.replace(fi.FaultSpec(faults=(fi.RequestFault(id="f", api_key=1, kind="errors", errors=(nlof,),
+                                                          topic="foo", partition=1),)), 0)
+    h = fi.FaultInjectingHandler(FetchApis(), registry)
+    r = h.handle(header, req, None)
+    got = {(t.topic_id, p.partition_index): (p.error_code, p.high_watermark) for t in r.responses
+           for p in t.partitions}
+    assert got == {(FOO, 0): (0, 5), (FOO, 1): (nlof, -1)}
