@@ -162,6 +162,8 @@ class CachedPartition:
             respond = True
             if update:
                 self.last_stable_offset = r.last_stable_offset
+        if r.preferred_read_replica >= 0:
+            respond = True   # KIP-392: the consumer must learn where to fetch from
         if r.error != Errors.NONE:
             respond = True
             if update:

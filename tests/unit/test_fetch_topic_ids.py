@@ -170,3 +170,13 @@ def test_a_partition_fault_matches_and_answers_a_v13_fetch_by_topic_id():
     got = {(t.topic_id, p.partition_index): (p.error_code, p.high_watermark) for t in r.responses
            for p in t.partitions}
     assert got == {(FOO, 0): (0, 5), (FOO, 1): (nlof, -1)}
+
+
+def test_an_incremental_session_always_carries_a_preferred_read_replica():
+    m = manager()
+    tp = TopicPartition("foo", 0)
+    sid = m.new_context(FetchRequestData(FetchMetadata(0, 0), [FetchPartitionData(tp, 0)], []), False).response(
+        {tp: ok()}).session_id
+    ctx = m.new_context(FetchRequestData(FetchMetadata(sid, 1), [], []), False)
+    redirected = FetchPartitionResult(Errors.NONE, 10, 0, preferred_read_replica=2)
+    assert list(ctx.response({tp: redirected}).partitions) == [tp]   # nothing else changed (KIP-392)
