@@ -148,6 +148,21 @@ def test_v16_names_the_current_leader_and_its_endpoint_on_not_leader(cluster):
         client.close()
 
 
+def test_an_injected_partition_fault_reaches_a_fetch_by_topic_id(cluster):
+    (name,) = topics_ready(cluster, 1, records=3)
+    brokers, topics = metadata(cluster.bootstrap_servers, name)
+    tid, leader, _ = topics[name]
+    client = client_for(brokers[leader])
+    try:
+        cluster.inject_errors(leader, "Fetch", "KAFKA_STORAGE_ERROR", count=1, topic=name, partition=0)
+        codes = [answers(wire_support.send(client, ApiKeys.FETCH, 17, fetch_body(17, [(tid, 0)])))[(tid, 0)].error_code
+                 for _ in range(2)]
+        assert codes == [Errors.KAFKA_STORAGE_ERROR, 0]
+    finally:
+        client.close()
+        cluster.clear_faults(leader)
+
+
 class _Lines(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
