@@ -180,3 +180,55 @@ def test_an_incremental_session_always_carries_a_preferred_read_replica():
     ctx = m.new_context(FetchRequestData(FetchMetadata(sid, 1), [], []), False)
     redirected = FetchPartitionResult(Errors.NONE, 10, 0, preferred_read_replica=2)
     assert list(ctx.response({tp: redirected}).partitions) == [tp]   # nothing else changed (KIP-392)
+
+
+# --- KafkaApis.handle_fetch at v17, against fake collaborators ---------------------------------------------------
+
+def test_handle_fetch_v17_answers_unknown_inconsistent_and_fenced_partitions_as_kafka():
+    import types
+
+    from kafkatier.server.auth_helper import AuthHelper
+    from kafkatier.server.kafka_apis import KafkaApis
+    from kafkatier.server.metadata_cache import BrokerEndpoint
+    stale = uuid.UUID(int=0x9999)
+
+    class Rm:
+        hosted = {("foo", 0): types.SimpleNamespace(topic_id=topic_id_str(stale), leader_id=1, leader_epoch=2),
+                  ("bar", 0): types.SimpleNamespace(topic_id=BAR_ID, leader_id=2, leader_epoch=7)}
+        read: list = []
+
+        def get_partition(self, topic, partition):
+            return self.hosted.get((topic, partition))
+
+        def fetch_messages(self, replica_id, max_wait_ms, min_bytes, max_bytes, parts, respond, **kw):
+            self.read.extend(fp.tp for fp in parts)
+            respond({fp.tp: FetchPartitionResult(Errors.FENCED_LEADER_EPOCH) for fp in parts})
+
+    class Cache:
+        topic_ids = {"foo": FOO_ID, "bar": BAR_ID}
+
+        def topic_name(self, tid):
+            return {v: k for k, v in self.topic_ids.items()}.get(tid)
+
+        def broker(self, broker_id, listener):
+            return BrokerEndpoint(broker_id, "127.0.0.1", 9000 + broker_id, "r1") if listener == "PLAINTEXT" else None
+
+    apis = KafkaApis.__new__(KafkaApis)
+    apis.rm, apis.cache, apis.auth, apis.client_quotas = Rm(), Cache(), AuthHelper(None), None
+    apis.fetch_manager = manager()
+    unknown = uuid.UUID(int=0x4242)
+    wire = build(request_class(1), 17, {"replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait_ms": 0,
+                                        "min_bytes": 0, "max_bytes": 1 << 20, "session_id": 0, "session_epoch": -1,
+                                        "topics": [{"topic_id": t, "partitions": [{"partition": 0, "fetch_offset": 0}]}
+                                                   for t in (FOO, BAR, unknown)]})
+    req = request_class(1).decode(bytes(wire.encode(version=17)), version=17)
+    header = types.SimpleNamespace(request_api_key=1, request_api_version=17, correlation_id=1)
+    ctx = types.SimpleNamespace(listener_name="PLAINTEXT", principal=None, client_id="c")
+    resp = apis.handle_fetch(header, req, ctx).decoded()
+    got = {t.topic_id: p for t in resp.responses for p in t.partitions}
+    assert Rm.read == [TopicPartition("bar", 0)]                      # only the consistent, known partition is read
+    assert got[FOO].error_code == Errors.INCONSISTENT_TOPIC_ID and got[FOO].current_leader is None
+    assert got[unknown].error_code == Errors.UNKNOWN_TOPIC_ID
+    assert got[BAR].error_code == Errors.FENCED_LEADER_EPOCH
+    assert (got[BAR].current_leader.leader_id, got[BAR].current_leader.leader_epoch) == (2, 7)
+    assert [(n.node_id, n.host, n.port, n.rack) for n in resp.node_endpoints] == [(2, "127.0.0.1", 9002, "r1")]
