@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 KAFKA_39_TOPS = {ApiKeys.LIST_OFFSETS: 9, ApiKeys.OFFSET_COMMIT: 9, ApiKeys.OFFSET_FETCH: 9,
                  ApiKeys.LIST_GROUPS: 5, ApiKeys.API_VERSIONS: 4,
                  ApiKeys.ADD_PARTITIONS_TO_TXN: 5, ApiKeys.ADD_OFFSETS_TO_TXN: 4, ApiKeys.END_TXN: 4,
-                 ApiKeys.TXN_OFFSET_COMMIT: 4, ApiKeys.FIND_COORDINATOR: 6}
+                 ApiKeys.TXN_OFFSET_COMMIT: 4, ApiKeys.FIND_COORDINATOR: 6, ApiKeys.FETCH: 17}
 
 
 @pytest.fixture(scope="module")
