@@ -126,6 +126,12 @@ def test_every_version_kafka_python_decodes(broker, version):
     assert broker.ask({"t": [(6, 3)]}, version=version) == {("t", 0): (0, 3, 15)}
 
 
+@pytest.mark.parametrize("version, answer", [(0, (0, -1, 15)), (1, (0, 3, 15))])
+def test_versions_0_and_1_as_kafka_39_serves_them(broker, version, answer):
+    """v0-1 (removed in Kafka 4.0, served by 3.9): no current leader epoch to check; v0 answers no epoch."""
+    assert broker.ask({"t": [(-1, 3)]}, version=version) == {("t", 0): answer}
+
+
 def test_errors_in_kafka_order(broker):
     E = Errors
     assert broker.ask({"t": [(5, 6)]}) == {("t", 0): (E.FENCED_LEADER_EPOCH, -1, -1)}
