@@ -45,16 +45,15 @@ TopicPartition = tuple[str, int]
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "delete-records", help="delete records below given offsets (kafka-delete-records)",
-        description="Delete the records of partitions below the given offsets (KIP-107), as kafka-delete-records "
-                    "does: the partitions' log start offsets move up and the low watermarks are printed.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "delete-records", run,
+                                  help="delete records below given offsets (kafka-delete-records)",
+                                  description="Delete the records of partitions below the given offsets (KIP-107), "
+                                              "as kafka-delete-records does: the partitions' log start offsets move "
+                                              "up and the low watermarks are printed.")
     p.add_argument("--offset-json-file", "--delete-offset-json-file", dest="offset_json_file", required=True,
                    metavar="FILE",
                    help='JSON file: {"partitions":[{"topic":"foo","partition":1,"offset":1}],"version":1}; '
                         "offset -1 means up to the high watermark")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ the file

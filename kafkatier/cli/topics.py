@@ -24,10 +24,9 @@ COLLISION_WARNING = ("WARNING: Due to limitations in metric names, topics with a
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "topics", help="create, list, describe and delete topics (kafka-topics)",
-        description="Create, list, describe and delete topics, as kafka-topics does.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "topics", run,
+                                  help="create, list, describe and delete topics (kafka-topics)",
+                                  description="Create, list, describe and delete topics, as kafka-topics does.")
     actions = p.add_argument_group("actions (exactly one)").add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="create a topic")
     actions.add_argument("--list", action="store_true", help="list topic names")
@@ -54,7 +53,6 @@ def register(subparsers) -> None:
                    help="--describe: only partitions whose ISR is smaller than min.insync.replicas (or leaderless)")
     p.add_argument("--at-min-isr-partitions", action="store_true",
                    help="--describe: only partitions whose ISR size equals min.insync.replicas")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ parsing
