@@ -37,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Kafka protocol, tiered storage disablement (KIP-950), DeleteRecords (KIP-107).")
     parser.add_argument("--version", action="version", version=f"kafkatier {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         try:
             mod = importlib.import_module(f"kafkatier.cli.{name}")

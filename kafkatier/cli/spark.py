@@ -25,8 +25,7 @@ _USAGE_ERRORS = {"DataSourceOptionError", "JobInputError"}
 def register(subparsers) -> None:
     p = subparsers.add_parser("spark", help="Spark batch jobs writing and reading topics (data source kafkatier)",
                               description="Spark batch jobs through the kafkatier Python data source.")
-    sub = p.add_subparsers(dest="spark_command", metavar="JOB")
-    sub.required = True
+    sub = p.add_subparsers(dest="spark_command", metavar="JOB", required=True)
 
     prod = common.add_client_command(sub, "produce", run_produce,
                                      help="write generated rows or a file's rows to a topic")

@@ -36,8 +36,7 @@ CLUSTER_FILE = "cluster.json"
 def register(subparsers) -> None:
     p = subparsers.add_parser("tiered", help="inspect tiered storage (remote segments, tiered epoch and state)",
                               description="Inspect a topic's tiered storage (KIP-405 / KIP-950).")
-    sub = p.add_subparsers(dest="tiered_command", metavar="ACTION")
-    sub.required = True
+    sub = p.add_subparsers(dest="tiered_command", metavar="ACTION", required=True)
     d = common.add_client_command(sub, "describe", run_describe,
                                   help="remote segments per partition: offsets, size, state, tiered epoch",
                                   description="Describe a topic's remote segments and its tiered epoch and state.")

@@ -42,8 +42,7 @@ def register(subparsers) -> None:
                                   help="list and describe transactions and producers (kafka-transactions)",
                                   description="Transactions as kafka-transactions.sh shows them: list, describe, "
                                               "describe-producers.")
-    sub = p.add_subparsers(dest="action", metavar="ACTION")
-    sub.required = True
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     lst = sub.add_parser("list", help="list transactions on every broker")
     lst.add_argument("--duration-filter", type=int, default=-1, metavar="MS",
                      help="only transactions running longer than this")
