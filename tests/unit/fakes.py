@@ -1,5 +1,5 @@
 """Fakes shared by the unit tests (aiokafka's ``_testutil`` idea): one in-memory ZooKeeper, the tiered-storage
-partition stand-in, the tiered test log and a manual timer.  A test module defines a fake of its own only for behaviour none of
+partition stand-in, the tiered test log, a manual clock and a manual timer.  A test module defines a fake of its own only for behaviour none of
 these has (a fault on the n-th call, a broker answering control requests)."""
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 NOW = 1_700_000_000_000
+
+
+class ManualClock:
+    """A clock the test sets by hand: calling it returns :attr:`now` (seconds or milliseconds, whichever the code
+    under test reads)."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self):
+        return self.now
 
 
 class ManualTimer:

@@ -16,22 +16,10 @@ from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMe
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from kafkatier.log.remote.remote_storage_manager import IndexType, LocalTieredStorage, RemoteStorageError
 from kafkatier.protocol.errors import OffsetOutOfRangeError
-from fakes import NOW, TOPIC_ID, FakePartition, record_batch, tiered_log
+from fakes import NOW, TOPIC_ID, FakePartition, ManualClock, record_batch, tiered_log
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(TOPIC_ID, "orders", 0)
-
-
-class Clock:
-    def __init__(self, now: int = NOW):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-
-
 blob = record_batch
 
 
@@ -45,7 +33,7 @@ def offsets(data: bytes) -> list[int]:
 
 
 def make_log(tmp_path, name="orders-0", clock=None, **props) -> Log:
-    return tiered_log(tmp_path, name, clock or Clock(), **props)
+    return tiered_log(tmp_path, name, clock or ManualClock(NOW), **props)
 
 
 def fill(lg: Log, batches: int, per_batch: int = 2, epoch: int = 0, ts: int = NOW) -> None:
@@ -63,7 +51,7 @@ def make_rlm(stores, broker_id=1, clock=None, **kw) -> RemoteLogManager:
     rlmm, rsm = stores
     cfg = RemoteLogManagerConfig.from_props({"remote.log.storage.system.enable": "true",
                                              "remote.log.manager.thread.pool.size": "1"})
-    return RemoteLogManager(cfg, broker_id, rsm, rlmm, clock=clock or Clock(), **kw)
+    return RemoteLogManager(cfg, broker_id, rsm, rlmm, clock=clock or ManualClock(NOW), **kw)
 
 
 def finished(rlmm) -> list[tuple[int, int]]:
@@ -160,7 +148,7 @@ def test_retention_bytes_deletes_oldest_remote_segments_and_moves_the_log_start_
 
 
 def test_retention_ms_deletes_expired_remote_segments(tmp_path, stores):
-    clock = Clock(NOW + 3_600_000)
+    clock = ManualClock(NOW + 3_600_000)
     lg = make_log(tmp_path, clock=clock, retention_ms=600_000)
     fill(lg, 4, ts=NOW)                           # an hour old
     fill(lg, 4, ts=clock.now)                     # fresh
