@@ -154,10 +154,12 @@ def tiered_log(tmp_path, name: str = "orders-0", clock=None, **props) -> Log:
                clock=clock or (lambda: NOW))
 
 
-def record_batch(n: int, first: int = 0, ts: int = NOW, value_size: int = 40) -> bytes:
-    """One v2 batch of ``n`` records with values ``v<first>``, ``v<first+1>``... padded to ``value_size``."""
+def record_batch(n: int, first: int = 0, ts: int = NOW, value_size: int = 40, keyed: bool = False) -> bytes:
+    """One v2 batch of ``n`` records with values ``v<first>``, ``v<first+1>``... padded to ``value_size`` (0: not
+    padded), keyless or (``keyed``) with keys ``k<first>``, ``k<first+1>``..."""
     b = MemoryRecordsBuilder(2, 0, 1 << 20)
     for i in range(n):
-        b.append(ts + i, None, f"v{first + i}".encode().ljust(value_size, b"."))
+        key = f"k{first + i}".encode() if keyed else None
+        b.append(ts + i, key, f"v{first + i}".encode().ljust(value_size, b"."))
     b.close()
     return bytes(b.buffer())
