@@ -26,6 +26,7 @@ from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, StopRep
 
 from tests.unit.fakes import record_batch
 
+
 def records(n: int) -> bytes:
     """``n`` keyed records (some topics are compacted) stamped now."""
     return record_batch(n, ts=int(time.time() * 1000), value_size=0, keyed=True)

@@ -23,6 +23,7 @@ from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, UpdateM
 
 from tests.unit.fakes import record_batch
 
+
 def records(n: int) -> bytes:
     """``n`` records stamped now."""
     return record_batch(n, ts=int(time.time() * 1000), value_size=0)
