@@ -318,11 +318,7 @@ def _up(args) -> int:
     print(f"cluster ready: zookeeper={state['zookeeper']} bootstrap_servers={state['bootstrap_servers']}")
     for g, servers in (state.get("client_groups") or {}).items():
         print(f"client group {g}: bootstrap_servers={servers}")
-    if state.get("tls"):
-        print(f"SSL listeners: bootstrap_servers={state['tls']['bootstrap_servers']} "
-              f"client_config={state['tls']['client_config']}")
-        if state["tls"].get("sasl_ssl_bootstrap_servers"):
-            print(f"SASL_SSL listeners: bootstrap_servers={state['tls']['sasl_ssl_bootstrap_servers']}")
+    _print_tls_listeners(state.get("tls"), with_ca=False)
     print(f"cluster file: {m.cluster_file}")
     if args.detach:
         return 0
@@ -439,16 +435,22 @@ def _describe(args) -> int:
         for f in rf.get("faults") or []:
             left = "unbounded" if f.get("remaining") is None else f.get("remaining")
             print(f"  request fault {f['id']}: {f['summary']} remaining={left}")
-    if st.get("tls"):
-        print(f"SSL listeners: bootstrap_servers={st['tls']['bootstrap_servers']} "
-              f"client_config={st['tls']['client_config']} ca={st['tls']['ca']}")
-        if st["tls"].get("sasl_ssl_bootstrap_servers"):
-            print(f"SASL_SSL listeners: bootstrap_servers={st['tls']['sasl_ssl_bootstrap_servers']}")
+    _print_tls_listeners(st.get("tls"), with_ca=True)
     if st.get("links"):
         for g, servers in (st.get("client_groups") or {}).items():
             print(f"Client group {g}: bootstrap_servers={servers}")
         _describe_links(st["links"])
     return 0
+
+
+def _print_tls_listeners(tls: dict | None, with_ca: bool) -> None:
+    """The SSL (and SASL_SSL) listeners' bootstrap servers and the client config of a cluster with ``--tls``."""
+    if not tls:
+        return
+    print(f"SSL listeners: bootstrap_servers={tls['bootstrap_servers']} client_config={tls['client_config']}"
+          + (f" ca={tls['ca']}" if with_ca else ""))
+    if tls.get("sasl_ssl_bootstrap_servers"):
+        print(f"SASL_SSL listeners: bootstrap_servers={tls['sasl_ssl_bootstrap_servers']}")
 
 
 def _describe_links(links: dict) -> None:
