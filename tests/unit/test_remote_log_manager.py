@@ -42,6 +42,17 @@ def fill(lg: Log, batches: int, per_batch: int = 2, epoch: int = 0, ts: int = NO
     lg.update_high_watermark(lg.log_end_offset)
 
 
+def offloaded(tmp_path, stores, batches: int):
+    """A leader's log of ``batches`` batches (of 2 records) after one pass of its copy task.
+    Returns ``(log, partition, remote log manager)``."""
+    lg = make_log(tmp_path)
+    fill(lg, batches)
+    p = FakePartition(lg)
+    rlm = make_rlm(stores)
+    CopyTask(rlm, p, TIP).run()
+    return lg, p, rlm
+
+
 @pytest.fixture
 def stores(tmp_path):
     return InMemoryRemoteLogMetadataManager(), LocalTieredStorage(str(tmp_path / "remote"), broker_id=1)
@@ -161,11 +172,7 @@ def test_retention_ms_deletes_expired_remote_segments(tmp_path, stores):
 
 
 def test_segments_below_the_log_start_offset_are_deleted(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     lg.maybe_increment_log_start_offset(5)        # DeleteRecords
     assert rlm.expire(p, TIP) == 1
     assert finished(stores[0]) == [(4, 7)]
@@ -235,11 +242,7 @@ def test_failover_resumes_from_the_highest_copied_offset_without_duplicates(tmp_
 
 
 def test_new_leader_takes_the_log_start_offset_from_the_remote_tier(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     lg.maybe_increment_log_start_offset(4)
     rlm.expire(p, TIP)
     fresh = make_log(tmp_path, "b2/orders-0")     # a replica whose log start offset was never learned
@@ -318,11 +321,7 @@ def test_leadership_changes_schedule_the_right_tasks(tmp_path, stores):
 
 
 def test_stop_with_delete_removes_all_remote_data(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     rlm.stop_partitions([StopPartition("orders", 0, delete_local_log=True, delete_remote_log=True)])
     assert stores[0].list_remote_log_segments(TIP) == []
     assert not os.path.exists(stores[1].partition_dir(TIP))
