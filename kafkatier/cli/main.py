@@ -1,7 +1,8 @@
 """``kafkatier`` console script.
 
 Each sub-command lives in its own module under ``kafkatier.cli`` and exposes ``register(subparsers)``, which
-adds its parser and sets ``func(args) -> int``.  Usage errors and bad input files exit with status 2 and a
+adds its parser and sets ``func(args) -> int`` (a client tool through ``common.add_client_command``, which also
+adds the connection options).  Usage errors and bad input files exit with status 2 and a
 one-line message on stderr.
 """
 from __future__ import annotations
