@@ -86,11 +86,11 @@ DEFAULTS = {"throttle": -1, "replica_alter_log_dirs_throttle": -1, "timeout": 10
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        COMMAND, help="move replicas between brokers and log dirs (kafka-reassign-partitions)",
-        description="Kafka's kafka-reassign-partitions: --generate a reassignment, --execute it (with "
-                    "throttles and log-dir moves), --verify or --cancel it, --list the running ones.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, COMMAND, run,
+                                  help="move replicas between brokers and log dirs (kafka-reassign-partitions)",
+                                  description="Kafka's kafka-reassign-partitions: --generate a reassignment, "
+                                              "--execute it (with throttles and log-dir moves), --verify or --cancel "
+                                              "it, --list the running ones.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--generate", action="store_true", help="propose a reassignment of topics onto brokers")
     mode.add_argument("--execute", action="store_true", help="start the reassignment in the file")
@@ -115,7 +115,6 @@ def register(subparsers) -> None:
                    help="how long to retry log-dir moves of replicas not created yet (default 10000)")
     p.add_argument("--wait", action="store_true", default=None,
                    help="--execute/--verify (project): show a progress bar per partition until all are done")
-    p.set_defaults(func=run)
 
 
 def check_options(args: argparse.Namespace) -> str:

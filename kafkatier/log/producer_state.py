@@ -37,6 +37,7 @@ import attrs
 from crc32c import crc32c
 
 from kafkatier.common.atomic_file import atomic_write
+from kafkatier.common.byte_utils import read_varint as _read_varint
 from kafkatier.logsetup import get_logger, kv
 
 from kafkatier.log.errors import Errors, KafkaError
@@ -147,17 +148,6 @@ class CompletedTxn:
     first_offset: int
     last_offset: int
     is_aborted: bool
-
-
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def control_record_type(batch, position: int = 0) -> int | None:

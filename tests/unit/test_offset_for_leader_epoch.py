@@ -9,7 +9,6 @@ import time
 
 import pytest
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
@@ -22,17 +21,16 @@ from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, UpdateMetadataRequestData
 
-T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
-P = T.OffsetForLeaderPartition
+from tests.unit.fakes import record_batch
 
 
 def records(n: int) -> bytes:
-    now = int(time.time() * 1000)
-    b = MemoryRecordsBuilder(2, 0, 1 << 20)
-    for i in range(n):
-        b.append(now + i, None, b"v%d" % i)
-    b.close()
-    return bytes(b.buffer())
+    """``n`` records stamped now."""
+    return record_batch(n, ts=int(time.time() * 1000), value_size=0)
+
+
+T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+P = T.OffsetForLeaderPartition
 
 
 def partition_state(topic: str, leader: int, epoch: int) -> dict:
