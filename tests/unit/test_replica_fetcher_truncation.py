@@ -5,6 +5,8 @@ answers (scenarios/isr-shrink-not-enough-replicas.toml lost acks=all records whe
 was then elected).  Leader and follower epoch lineages are real ``LeaderEpochFileCache`` objects."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import attrs
 import pytest
 
@@ -14,14 +16,7 @@ from kafkatier.server import replica_fetcher
 from kafkatier.server.broker_client import BrokerConnectionError
 from kafkatier.server.replica_fetcher import (EpochEndOffset, FetchState, OffsetTruncationState,
                                               ReplicaFetcherThread, offset_truncation_state)
-
-
-class Clock:
-    """``time`` as the fetcher reads it, moved by the test."""
-    now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
+from tests.unit.fakes import ManualClock
 
 
 class FakeLog:
@@ -209,8 +204,8 @@ def test_no_truncation_while_the_leader_is_unreachable():
 @pytest.mark.parametrize("error", [Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH,
                                    Errors.FENCED_LEADER_EPOCH])
 def test_an_error_answer_backs_off_and_truncates_nothing(error, monkeypatch):
-    clock = Clock()        # the backoff is measured on this clock, so a slow machine cannot end it early
-    monkeypatch.setattr(replica_fetcher, "time", clock)
+    clock = ManualClock(1000.0)    # the backoff is measured on this clock, so a slow machine cannot end it early
+    monkeypatch.setattr(replica_fetcher, "time", SimpleNamespace(monotonic=clock))
     part = FakePartition(FakeLog(leo=20, hw=5, epochs=[(0, 0)]))
     leader = Leader(FakeLog(leo=3, hw=3, epochs=[(0, 0)]), error=error)
     t = follower(part, leader)
