@@ -116,8 +116,10 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        with self._lock:   # read on every leader append: one lock, no second property
-            return self._epochs[-1].epoch if self._epochs else None
+        # Read on every leader append, without the lock: every update replaces the list (never changes it in
+        # place), so the list read here is one consistent version.
+        epochs = self._epochs
+        return epochs[-1].epoch if epochs else None
 
     @property
     def earliest_entry(self) -> EpochEntry | None:
