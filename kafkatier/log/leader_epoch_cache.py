@@ -97,7 +97,7 @@ class LeaderEpochFileCache:
         self.topic_partition = topic_partition
         self._lock = threading.RLock()
         self._checkpoint = LeaderEpochCheckpointFile(path) if path else None
-        self._epochs: list[EpochEntry] = []
+        self._epochs: list[EpochEntry] = []   # replaced by every update, never changed in place (latest_epoch)
         self._unsynced = False
         self._dirty = False  # a change not written to the checkpoint yet (assign with write=False)
         if self._checkpoint is not None:
