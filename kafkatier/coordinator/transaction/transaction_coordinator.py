@@ -385,6 +385,18 @@ class TransactionCoordinator:
             return {tp: Errors.NONE if tp in m.topic_partitions else Errors.TRANSACTION_ABORTABLE
                     for tp in partitions}
 
+    def verify_if_coordinator(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Errors] | None:
+        """:meth:`handle_verify_partitions` for a partition leader on this broker (KIP-890 part 1 without the
+        network), or None when this broker does not coordinate ``transactional_id`` (the leader asks over the
+        network whichever broker the metadata names)."""
+        if not transactional_id or not self._active:
+            return None
+        with self._lock:
+            if self.state.get_transaction_state(transactional_id)[0] == Errors.NOT_COORDINATOR:
+                return None
+            return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
     # --- EndTxn -------------------------------------------------------------------------------------------
     def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                                callback: ErrorCallback) -> None:
