@@ -257,7 +257,7 @@ def test_init_add_commit_markers_complete(coord):
     answered = len(a.got)
     coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
     assert len(a.got) == answered                                   # markers pending: held ...
-    coord.timer_.advance(100)
+    coord.timer_.advance(coord.config.kafkatier_transaction_add_partitions_hold_ms)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS                 # ... then answered as Kafka does
     coord.handle_end_transaction("tx", 1000, 0, True, a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
@@ -514,7 +514,7 @@ def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     coord.on_resignation(coord.partition_for("tx"))
-    coord.timer_.advance(100)
+    coord.timer_.advance(coord.config.kafkatier_transaction_add_partitions_hold_ms)
     assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     assert held.got[-1] == Errors.NOT_COORDINATOR

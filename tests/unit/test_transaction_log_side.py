@@ -145,13 +145,13 @@ def test_verification_guard_is_needed_to_open_a_transaction_and_a_marker_voids_i
     guard = ps.start_verification(5)
     ps.check_append(txn, guard, verify=True)
     ps.check_append(txn, None, verify=False)                  # verification off: no check
-    stale = guard
-    guard = ps.start_verification(5)                          # a newer verification replaces it
-    with pytest.raises(KafkaError):
-        ps.check_append(txn, stale, verify=True)
+    assert ps.start_verification(5) is guard                # a concurrent produce's verification shares it
     ps.update(_offset(marker(5, 0, False), 0))                # a marker raced with the verification
     with pytest.raises(KafkaError):
         ps.check_append(txn, guard, verify=True)
+    newer = ps.start_verification(5)                          # the next verification: a new guard
+    assert newer is not guard
+    ps.check_append(txn, newer, verify=True)
     ps.update(_offset(txn, 1))                                # once open, no verification is needed
     ps.check_append(batch(5, 0, 2, transactional=True), None, verify=True)
     assert produce_error(Errors.PRODUCER_FENCED) == Errors.INVALID_PRODUCER_EPOCH

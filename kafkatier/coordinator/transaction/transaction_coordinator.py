@@ -20,7 +20,7 @@ the cache.
 
 Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
 transaction of the same producer waits for its markers is held, up to
-``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), instead of answering
+``kafkatier.transaction.add.partitions.hold.ms`` (default 1000, 0 = Kafka's behaviour), instead of answering
 CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java) or ``retry.backoff.ms`` on that error, more than the
 markers take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
 markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
