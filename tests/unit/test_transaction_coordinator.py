@@ -371,6 +371,18 @@ def test_verification_answers_without_writing(coord):
     assert sum(len(v) for v in coord.log_.data.values()) == written + 1     # only the EndTxn's record
 
 
+def test_verification_in_process_only_where_this_broker_coordinates_the_id(coord):
+    """A partition leader on the coordinator's broker asks it in process; another id's leader gets None (it asks
+    over the network)."""
+    init(coord)
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], Answers())
+    assert coord.verify_if_coordinator("tx", 1000, 0, [TP0, TP1]) == {
+        TP0: Errors.NONE, TP1: Errors.TRANSACTION_ABORTABLE}
+    coord.on_resignation(coord.partition_for("tx"))
+    assert coord.verify_if_coordinator("tx", 1000, 0, [TP0]) is None
+    assert coord.verify_if_coordinator("", 1000, 0, [TP0]) is None
+
+
 def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coord):
     ask_commit(coord)
     assert len(coord.markers_.sent) == 1                 # markers queued at epoch 1
