@@ -21,15 +21,16 @@ the cache.
 Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
 transaction of the same producer waits for its markers is held, up to
 ``kafkatier.transaction.add.partitions.hold.ms`` (default 1000, 0 = Kafka's behaviour), instead of answering
-CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java) or ``retry.backoff.ms`` on that error, more than the
-markers take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
+CONCURRENT_TRANSACTIONS at once: clients back off 20 ms on that error (Java, librdkafka), more than the markers
+take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
 markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
 the held requests go into the Complete record's write: one batch of CompleteCommit / CompleteAbort then the next
 transaction's Ongoing, answered once it is replicated -- one replicated write instead of the two in a row Kafka
 makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks
 per id); tombstones of expired ids are written one record per id (Kafka batches them per partition);
 AddPartitionsToTxn v4+ (broker verification, KIP-890 part 1) is answered for VerifyOnly requests only
-(:meth:`handle_verify_partitions`).
+(:meth:`handle_verify_partitions`), and in process for a leader on this broker
+(:meth:`verify_if_coordinator`).
 """
 from __future__ import annotations
 
