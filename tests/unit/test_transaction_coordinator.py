@@ -520,14 +520,15 @@ def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
 
 
 def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
-    """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
-    CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
+    """The coordinator resigns while an AddPartitionsToTxn waits for markers: answered NOT_COORDINATOR at once (the
+    client finds the new coordinator), never a second time when the hold would have expired."""
     ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     coord.on_resignation(coord.partition_for("tx"))
+    assert held.got == [Errors.NOT_COORDINATOR]
     coord.timer_.advance(coord.config.kafkatier_transaction_add_partitions_hold_ms)
-    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    assert held.got == [Errors.NOT_COORDINATOR]
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     assert held.got[-1] == Errors.NOT_COORDINATOR
     coord.timer_.advance(1000)

@@ -119,8 +119,8 @@ class TransactionCoordinator:
     def shutdown(self) -> None:
         with self._lock:
             self._active = False
-            for p in list(self.state.owned):
-                self._unload(p)
+            held = [h for p in list(self.state.owned) for h in self._unload(p)]
+        self._answer_not_coordinator(held)
         self.markers.shutdown()
 
     def partition_for(self, transactional_id: str) -> int:
@@ -146,14 +146,26 @@ class TransactionCoordinator:
             if current is None or (coordinator_epoch is not None and coordinator_epoch >= 0
                                    and current > coordinator_epoch):
                 return
-            self._unload(partition)
+            held = self._unload(partition)
+        self._answer_not_coordinator(held)
 
-    def _unload(self, partition: int) -> None:
+    def _unload(self, partition: int) -> list[HeldAddPartitions]:
+        """Under the lock: forget ``partition``; returns the AddPartitionsToTxn requests held for its ids, to be
+        answered NOT_COORDINATOR outside the lock (the client finds the new coordinator)."""
         self.state.owned.pop(partition, None)
         self.state.loading.discard(partition)
         dropped = self.state.metadata.pop(partition, {})
+        held = []
+        for tid in [t for t in self._held if self.partition_for(t) == partition]:
+            held.extend(self._held.pop(tid))
         self.markers.remove_markers_for_txn_partition(partition)
         log.info("unloaded transaction partition %s", kv(partition=partition, transactional_ids=len(dropped)))
+        return held
+
+    @staticmethod
+    def _answer_not_coordinator(held: Sequence[HeldAddPartitions]) -> None:
+        for h in held:
+            h.callback(Errors.NOT_COORDINATOR)
 
     def _load(self, partition: int, coordinator_epoch: int) -> None:
         start = self.time_ms()
