@@ -122,8 +122,8 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.txn_verification: AddPartitionsToTxnManager | None = None
-        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker,
-        # each used by one request at a time.
+        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker
+        # and channel (see _send_to_broker), each used by one request at a time.
         self._broker_clients: dict[tuple[int, str], tuple[BrokerClient, threading.Lock]] = {}
         self._broker_clients_lock = threading.Lock()
         # The broker's one clock (common/time.py): milliseconds() stamps and ages data and can be skewed at run time
