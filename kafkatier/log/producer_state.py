@@ -186,13 +186,12 @@ class ProducerStateManager:
 
     # --- transactions -------------------------------------------------------------------------------------
     def start_verification(self, producer_id: int) -> object:
-        """KIP-890 part 1: a new guard for a verification of ``producer_id`` with its coordinator (it replaces
-        any earlier one); a marker of the producer clears it, so a verification that raced with a marker does
-        not let a late batch open a transaction."""
-        guard = object()
+        """KIP-890 part 1: the guard for a verification of ``producer_id`` with its coordinator: the pending one if
+        there is one (concurrent produces of the producer share it, as Kafka's ``maybeCreateVerificationStateEntry``
+        does), else a new one; a marker of the producer clears it, so a verification that raced with a marker
+        does not let a late batch open a transaction."""
         with self._lock:
-            self._verification_guards[producer_id] = guard
-        return guard
+            return self._verification_guards.setdefault(producer_id, object())
 
     def check_append(self, records, verification_guard: object | None = None, verify: bool = False) -> None:
         """The leader's checks of a client's batches (raise KafkaError).  ``verify``: a transactional batch of
