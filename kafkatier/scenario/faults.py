@@ -47,7 +47,7 @@ from kafkatier.cluster.manager import ClusterManager, pid_alive
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.scenario.history import History
 from kafkatier.scenario.observer import ZooKeeperObserver
-from kafkatier.waiting import wait_for
+from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import codecs, paths
 
 log = get_logger("scenario.faults")
@@ -57,6 +57,8 @@ CLUSTER_FAULTS = ("zk_pause", "zk_restart", "rolling_restart", "kill_all")
 LOG_DIR_FAULTS = ("fail_log_dir",)
 ENSEMBLE_FAULTS = ("zk_kill_leader", "zk_pause_server", "zk_restart_ensemble")
 FAULTS = BROKER_FAULTS + CLUSTER_FAULTS + LOG_DIR_FAULTS + ENSEMBLE_FAULTS
+# How long a ``txn-coordinator:ID`` target waits for ID's coordinator to exist and be alive (a condition's default).
+COORDINATOR_WAIT_S = 30.0
 
 SERVE_TIMEOUT_S = 60.0
 
@@ -156,7 +158,16 @@ class Faults:
         return out
 
     def _transaction_coordinator(self, transactional_id: str) -> int:
-        """The leader of the ``__transaction_state`` partition of ``transactional_id``, as ZooKeeper names it."""
+        """The leader of the ``__transaction_state`` partition of ``transactional_id``, as ZooKeeper names it.  A
+        step may come before the client has created the topic (its first FindCoordinator) or while the partition
+        has no live leader: it waits up to ``COORDINATOR_WAIT_S`` for one, as a ``when`` condition would."""
+        try:
+            return wait_for(lambda: (self._live_transaction_coordinator(transactional_id),), COORDINATOR_WAIT_S,
+                            interval=0.1, ignore=(FaultError,))[0]
+        except WaitTimeout:
+            return self._live_transaction_coordinator(transactional_id)   # raises the FaultError saying why
+
+    def _live_transaction_coordinator(self, transactional_id: str) -> int:
         from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
         zk = self.observer.zk
         try:
