@@ -267,3 +267,14 @@ def test_the_read_planner_reports_refused_brokers_at_once():
         with pytest.raises(BrokerCheckError, match=f"cannot reach the Kafka brokers at {closed}"):
             offsets.topic_partitions()
     assert time.monotonic() - start < 5.0
+
+
+def test_a_local_session_starts_its_jvm_quickly_unless_the_caller_says_otherwise():
+    from kafkatier.spark.jobs import LOCAL_DRIVER_JAVA_OPTIONS, session_conf
+
+    local = session_conf("local[2]")
+    assert local["spark.driver.extraJavaOptions"] == LOCAL_DRIVER_JAVA_OPTIONS
+    assert local["spark.ui.enabled"] == "false"
+    assert "spark.driver.extraJavaOptions" not in session_conf("spark://h:7077")    # a cluster's driver: untouched
+    mine = session_conf("local[*]", {"spark.driver.extraJavaOptions": "-Xmx2g", "spark.ui.enabled": "true"})
+    assert mine["spark.driver.extraJavaOptions"] == "-Xmx2g" and mine["spark.ui.enabled"] == "true"
