@@ -26,10 +26,11 @@ read >= 0.9.
 Then, end to end (``--cli-rows``, default 1,000,000; 0 skips it): the wall time of ``kafkatier spark produce
 --rows N --master <master>`` (a new process: interpreter, JVM and SparkSession start-up included) against a
 new Python process that builds the same records and sends them with a plain producer; goal: Spark's wall
-time <= 2x the plain one::
+time <= 2x the plain one.  ``--cli-jvm-defaults`` runs ``spark produce`` once more with the driver JVM's default
+compilers and collector and the web UI (what local sessions started with before ``session_conf``)::
 
     .venv/bin/python benchmarks/spark_io.py [--rows 300000] [--record-size 100] [--partitions 2] [--rounds 3] \
-        [--cli-rows 1000000]
+        [--cli-rows 1000000] [--cli-jvm-defaults]
 """
 from __future__ import annotations
 
@@ -71,6 +72,12 @@ for i in range(rows):
             p.poll(0.1)
 assert p.flush(300) == 0
 """
+
+
+def load_average() -> str:
+    """The machine's load (1, 5, 15 minutes), printed beside every measurement: on a shared machine it says
+    more about a wall time than the code does."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
@@ -127,25 +134,40 @@ def plain_read(bootstrap: str, topic: str, partitions: int, rows: int) -> float:
     return seconds
 
 
+# What a session started with before the quick-start settings (kafkatier.spark.jobs.session_conf): the JVM's
+# own defaults (tiered C1+C2 compilation, G1) and the web UI.
+JVM_DEFAULTS_CONF = ("spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 -XX:+UseG1GC", "spark.ui.enabled=true")
+
+
 def cli_produce(bootstrap: str, args, results: dict) -> bool:
     """Wall times of a new process writing ``--cli-rows`` rows: ``kafkatier spark produce`` and a plain
-    producer script."""
+    producer script (and, with ``--cli-jvm-defaults``, ``spark produce`` with the JVM's default settings)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    walls = {}
-    for what, cmd in (
-            ("plain", [sys.executable, "-c", PLAIN_PRODUCER, bootstrap, "bench-cli-plain", str(args.cli_rows),
+    spark_cmd = [sys.executable, "-m", "kafkatier", "spark", "produce", "--bootstrap-server", bootstrap,
+                 "--rows", str(args.cli_rows), "--record-size", str(args.record_size), "--master", args.master,
+                 "--no-progress"]
+    runs = [("plain", [sys.executable, "-c", PLAIN_PRODUCER, bootstrap, "bench-cli-plain", str(args.cli_rows),
                        str(args.record_size)]),
-            ("spark", [sys.executable, "-m", "kafkatier", "spark", "produce", "--bootstrap-server", bootstrap,
-                       "--topic", "bench-cli-spark", "--rows", str(args.cli_rows), "--record-size",
-                       str(args.record_size), "--master", args.master, "--no-progress"])):
+            ("spark", spark_cmd + ["--topic", "bench-cli-spark"])]
+    if args.cli_jvm_defaults:
+        runs.append(("spark_jvm_defaults", spark_cmd + ["--topic", "bench-cli-spark_jvm_defaults"]
+                     + [a for c in JVM_DEFAULTS_CONF for a in ("--conf", c)]))
+    walls = {}
+    for what, cmd in runs:
         create_topic(bootstrap, f"bench-cli-{what}", args.partitions, args.replication_factor)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=1800)
         walls[what] = time.perf_counter() - start
+        print(f"  {what}: {walls[what]:.1f} s (load {load_average()})", flush=True)
     factor = walls["spark"] / walls["plain"]
     results.update(cli_plain_wall_s=walls["plain"], cli_spark_wall_s=walls["spark"], cli_factor=factor)
     print(f"{args.cli_rows:,} rows end to end (new process, start-up included): plain producer "
           f"{walls['plain']:.1f} s, kafkatier spark produce {walls['spark']:.1f} s: {factor:.2f}x (goal <= {CLI_GOAL}x)")
+    if args.cli_jvm_defaults:
+        results.update(cli_spark_jvm_defaults_wall_s=walls["spark_jvm_defaults"],
+                       cli_jvm_defaults_factor=walls["spark_jvm_defaults"] / walls["plain"])
+        print(f"  with the JVM's defaults and the web UI: {walls['spark_jvm_defaults']:.1f} s: "
+              f"{walls['spark_jvm_defaults'] / walls['plain']:.2f}x")
     return factor <= CLI_GOAL
 
 
@@ -159,6 +181,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="each measurement is the best of this many rounds")
     ap.add_argument("--cli-rows", type=int, default=1_000_000,
                     help="rows of the end-to-end kafkatier spark produce comparison (0: skip it)")
+    ap.add_argument("--cli-jvm-defaults", action="store_true",
+                    help="time kafkatier spark produce a second time with the JVM's default settings and the web UI")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args()
 
@@ -214,7 +238,8 @@ def main() -> int:
             timed["read_spark_s"] = time.perf_counter() - start
             if row["n"] != args.rows:
                 raise RuntimeError(f"Spark read {row['n']} of {args.rows} rows")
-            print(f"round {r + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in timed.items()), flush=True)
+            print(f"round {r + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in timed.items())
+                  + f" (load {load_average()})", flush=True)
             for k, v in timed.items():
                 results[k] = min(v, results.get(k, v))
         spark.stop()

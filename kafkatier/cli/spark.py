@@ -45,6 +45,9 @@ def _add_common(p) -> None:
     p.add_argument("--master", help="Spark master URL (default local[*])")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a data source option, e.g. kafka.linger.ms=20 or minPartitions=8 (repeatable)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, e.g. spark.ui.enabled=true or spark.driver.extraJavaOptions=... "
+                        "(repeatable; wins over the job's defaults)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the default when stderr is not a tty)")
 
 
@@ -64,11 +67,19 @@ def _positive(text: str) -> int:
 
 
 def _options(args) -> dict[str, str]:
+    return _pairs(args.option, "--option")
+
+
+def _conf(args) -> dict[str, str]:
+    return _pairs(args.conf, "--conf")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
     out = {}
-    for item in args.option:
+    for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
-            raise UsageError(f"--option {item!r}: expected KEY=VALUE")
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         out[k.strip()] = v
     return out
 
@@ -113,14 +124,14 @@ def source_error(exc: BaseException) -> tuple[str | None, str]:
 def run_produce(args) -> int:
     if args.rows is None and args.input is None:
         raise UsageError("--rows N or --input FILE is required")
-    options = _options(args)
+    options, conf = _options(args), _conf(args)
 
     def job() -> int:
         from kafkatier.spark import jobs
         if args.input:
             jobs.input_format(args.input)          # a bad file name fails before Spark starts
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}")
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf)
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
               else jobs.generated_rows(spark, args.rows, args.record_size))
         result = jobs.produce(spark, df, bootstrap, args.topic, options, progress=_progress(args),
@@ -132,14 +143,14 @@ def run_produce(args) -> int:
 
 
 def run_read(args) -> int:
-    options = _options(args)
+    options, conf = _options(args), _conf(args)
 
     def job() -> int:
         from kafkatier.spark import jobs
         if args.output:
             jobs.output_format(args.output)
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}")
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf)
         result = jobs.read(spark, bootstrap, args.topic, args.output, options, progress=_progress(args))
         for p, (rows, first, last) in sorted(result.per_partition.items()):
             print(f"partition {p}: {rows} rows, offsets {first}..{last}")

@@ -267,3 +267,25 @@ def test_the_read_planner_reports_refused_brokers_at_once():
         with pytest.raises(BrokerCheckError, match=f"cannot reach the Kafka brokers at {closed}"):
             offsets.topic_partitions()
     assert time.monotonic() - start < 5.0
+
+
+def test_a_local_session_starts_its_jvm_quickly_unless_the_caller_says_otherwise():
+    from kafkatier.spark.jobs import LOCAL_DRIVER_JAVA_OPTIONS, session_conf
+
+    local = session_conf("local[2]")
+    assert local["spark.driver.extraJavaOptions"] == LOCAL_DRIVER_JAVA_OPTIONS
+    assert local["spark.ui.enabled"] == "false"
+    assert "spark.driver.extraJavaOptions" not in session_conf("spark://h:7077")    # a cluster's driver: untouched
+    mine = session_conf("local[*]", {"spark.driver.extraJavaOptions": "-Xmx2g", "spark.ui.enabled": "true"})
+    assert mine["spark.driver.extraJavaOptions"] == "-Xmx2g" and mine["spark.ui.enabled"] == "true"
+
+
+def test_cli_conf_settings_reach_the_session_and_bad_ones_are_usage_errors():
+    from kafkatier.cli.main import UsageError, build_parser
+    from kafkatier.cli.spark import _conf
+
+    args = build_parser().parse_args(["spark", "produce", "--topic", "t", "--rows", "1",
+                                      "--conf", "spark.ui.enabled=true", "--conf", "spark.x = a=b"])
+    assert _conf(args) == {"spark.ui.enabled": "true", "spark.x": " a=b"}
+    with pytest.raises(UsageError, match="--conf 'spark.ui.enabled': expected KEY=VALUE"):
+        _conf(build_parser().parse_args(["spark", "read", "--topic", "t", "--conf", "spark.ui.enabled"]))
