@@ -306,13 +306,18 @@ class Log:
 
     def _load(self, had_clean_shutdown: bool) -> None:
         names = sorted(os.listdir(self._dir))
+        changed = False
         for name in names:
             path = os.path.join(self._dir, name)
             if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(CLEANED_FILE_SUFFIX) or name.endswith(".tmp"):
                 log.info(kv(event="leftover_file_deleted", partition=self.name, file=name))
                 _unlink(path)
-        self._complete_swaps()
-        names = sorted(os.listdir(self._dir))
+                changed = True
+        if any(name.endswith(SWAP_FILE_SUFFIX) for name in names):
+            self._complete_swaps()
+            changed = True
+        if changed:  # else the one listing serves (20,000 logs at start-up: one directory read each)
+            names = sorted(os.listdir(self._dir))
         log_bases = set()
         for name in names:
             if name.endswith(LOG_FILE_SUFFIX):
@@ -367,7 +372,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, self._next_offset)
         if rebuild_epochs:
             self._rebuild_leader_epoch_cache()
-        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        self.leader_epoch_cache.truncate_from_end(self._next_offset, write=False)  # see LeaderEpochFileCache
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
 
     def _complete_swaps(self) -> None:
