@@ -9,6 +9,7 @@ only batch headers are parsed.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
 import threading
@@ -136,9 +137,10 @@ class Log:
             self.update_high_watermark(high_watermark)
         if topic_id is not None:
             self.assign_topic_id(topic_id)
-        log.info(kv(event="log_loaded", partition=self.name, dir=self._dir, log_start_offset=self._log_start_offset,
-                    log_end_offset=self._next_offset, segments=len(self._segments),
-                    clean_shutdown=had_clean_shutdown))
+        if log.isEnabledFor(logging.DEBUG):  # the log manager logs one line per dir (20,000 logs at start-up)
+            log.debug(kv(event="log_loaded", partition=self.name, dir=self._dir,
+                         log_start_offset=self._log_start_offset, log_end_offset=self._next_offset,
+                         segments=len(self._segments), clean_shutdown=had_clean_shutdown))
 
     # --- identity and offsets ------------------------------------------------------------------------
     @property
@@ -442,8 +444,9 @@ class Log:
         i = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
         unflushed = self._segments[i:]
         for n, seg in enumerate(unflushed):
-            log.info(kv(event="recovering_segment", partition=self.name, segment=seg.base_offset,
-                        recovered=n, unflushed=len(unflushed)))
+            if seg.size:  # an empty segment has nothing to recover (most of 20,000 replicas): no line
+                log.info(kv(event="recovering_segment", partition=self.name, segment=seg.base_offset,
+                            recovered=n, unflushed=len(unflushed)))
             truncated = seg.recover(self.leader_epoch_cache)
             if truncated > 0:
                 rest = unflushed[n + 1:]
