@@ -492,7 +492,9 @@ class Log:
                 raise InconsistentTopicIdError(
                     f"Tried to assign topic ID {topic_id} to log for topic partition {self.name}, but log "
                     f"already contained topic ID {self.topic_id}")
-            if self.topic_id is None or not os.path.exists(os.path.join(self._dir, "partition.metadata")):
+            # Known (read at load or written here): the file holds it; no stat per partition of every LeaderAndIsr
+            # (Kafka looks for the file only while the log has no id).
+            if self.topic_id is None:
                 write_partition_metadata(self._dir, topic_id, sync=False)
                 self.topic_id = topic_id
                 self._topic_id_unsynced = True

@@ -319,8 +319,10 @@ class LogManager:
         if self.file_release_interval_ms < LONG_MAX:
             tasks.append(s.schedule("kafka-log-file-release", self._safe(self.release_files),
                                     self.file_release_interval_ms, self.file_release_interval_ms))
-        # Epoch checkpoints the load truncated in memory only (LeaderEpochFileCache), written off the start-up path.
-        tasks.append(s.schedule("leader-epoch-cache-flush", self._safe(self.write_leader_epoch_checkpoints), delay))
+        # Epoch checkpoints the load truncated in memory only (LeaderEpochFileCache): a log in use writes its own
+        # first, so this pass waits until a restarted broker has likely caught up (one file replacement per log).
+        tasks.append(s.schedule("leader-epoch-cache-flush", self._safe(self.write_leader_epoch_checkpoints),
+                                delay + self.flush_recovery_offset_checkpoint_interval_ms))
         self._tasks = tasks
         if self.cleaner is not None:
             self.cleaner.startup()
