@@ -30,7 +30,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _new_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+def _new_parser() -> tuple[argparse.ArgumentParser, argparse.Action]:
     parser = OneLineArgumentParser(
         prog="kafkatier",
         description="A ZooKeeper-mode Kafka cluster simulator: real ZooKeeper, real broker processes speaking the "
