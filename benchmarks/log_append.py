@@ -2,7 +2,9 @@
 
 1 KiB records in ~16 KiB v2 batches (built once with kafka-python's builder), appended until ``--total-mb``
 has been written. Neither side fsyncs. Raw and log runs alternate for ``--rounds`` rounds and the best round of
-each counts (page-cache writeback makes single runs noisy). Prints both rates and their ratio::
+each counts (page-cache writeback makes single runs noisy). Prints both rates and their ratio, and the ratio of
+the CPU time the appending thread used (``time.thread_time``: steadier than wall time on a busy machine, where
+the wall-time ratio mostly measures the scheduler)::
 
     .venv/bin/python benchmarks/log_append.py [--total-mb 128] [--rounds 3] [--batch-kb 16] [--record-bytes 1024]
 """
@@ -35,23 +37,25 @@ def build_batch(batch_bytes: int, record_bytes: int) -> bytes:
     return bytes(builder.buffer())
 
 
-def bench_raw(path: str, batch: bytes, count: int) -> float:
+def bench_raw(path: str, batch: bytes, count: int) -> tuple[float, float]:
+    """(wall seconds, thread CPU seconds)."""
     with open(path, "wb", buffering=0) as f:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         for _ in range(count):
             f.write(batch)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.thread_time() - cpu
 
 
-def bench_log(dir_path: str, batch: bytes, count: int) -> float:
+def bench_log(dir_path: str, batch: bytes, count: int) -> tuple[float, float]:
+    """(wall seconds, thread CPU seconds)."""
     lg = Log(os.path.join(dir_path, "bench-0"), LogConfig())
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         for _ in range(count):
             lg.append_as_leader(batch, 0)
-        elapsed = time.perf_counter() - start
+        elapsed, used = time.perf_counter() - start, time.thread_time() - cpu
         assert lg.log_end_offset > 0
-        return elapsed
+        return elapsed, used
     finally:
         lg.close()
 
@@ -68,20 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     batch = build_batch(args.batch_kb * 1024, args.record_bytes)
     count = max(1, args.total_mb * 1024 * 1024 // len(batch))
     total = count * len(batch)
-    raw_s = log_s = py_s = float("inf")
+    raw_s = log_s = py_s = raw_cpu = log_cpu = float("inf")
     compiled = log_validator._compiled_walk
     for _ in range(max(1, args.rounds)):
         work = tempfile.mkdtemp(prefix="kafkatier-bench-", dir=args.dir)
         try:
-            raw_s = min(raw_s, bench_raw(os.path.join(work, "raw.bin"), batch, count))
+            wall, cpu = bench_raw(os.path.join(work, "raw.bin"), batch, count)
+            raw_s, raw_cpu = min(raw_s, wall), min(raw_cpu, cpu)
             os.unlink(os.path.join(work, "raw.bin"))
-            log_s = min(log_s, bench_log(work, batch, count))
+            wall, cpu = bench_log(work, batch, count)
+            log_s, log_cpu = min(log_s, wall), min(log_cpu, cpu)
             if compiled is not None:  # the same appends validated in pure Python (no C compiler)
                 shutil.rmtree(os.path.join(work, "bench-0"), ignore_errors=True)
                 fast = log_validator._compiled_leader_append
                 log_validator._compiled_walk = log_validator._compiled_leader_append = None
                 try:
-                    py_s = min(py_s, bench_log(work, batch, count))
+                    py_s = min(py_s, bench_log(work, batch, count)[0])
                 finally:
                     log_validator._compiled_walk, log_validator._compiled_leader_append = compiled, fast
         finally:
@@ -96,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if compiled is not None:
         print(f"  validated in Python:    {mb / py_s:9.1f} MB/s  (ratio {mb / py_s / raw_rate:.2f})")
     print(f"ratio (log / raw):       {log_rate / raw_rate:9.2f}")
+    print(f"CPU-time ratio:          {raw_cpu / log_cpu:9.2f}  (raw {raw_cpu / count * 1e6:.1f} us, log "
+          f"{log_cpu / count * 1e6:.1f} us per batch)")
     return 0
 
 

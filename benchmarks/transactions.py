@@ -8,7 +8,11 @@ partitions) in a temp dir and measures, with confluent-kafka (librdkafka), on a 
 * fetch throughput: all those records read from the beginning by a read_uncommitted consumer, then by a
   read_committed one (goal: >= 0.9x).
 
-Rates are records/s; each measurement is repeated and the median kept.  It also prints the median time of one
+Both producers use librdkafka's defaults but ``linger.ms`` 5 (the same batching; acks=all, idempotence on) and are
+warmed up (connections, metadata, producer id) before the clock starts.  Like kafka-producer-perf-test with
+``--transaction-duration-ms``, the transactional side sends asynchronously and commits (which flushes) at each
+transaction's end; here the transaction ends after a fixed 100 records, as the issue states the goal.  Rates are
+records/s; each measurement is repeated and the median kept.  It also prints the median time of one
 transaction and where the coordinator spent it (the ``prepare_ms``, ``markers_ms`` and ``complete_ms`` of the
 brokers' "transaction completed" log lines: the PrepareCommit write, the markers, the CompleteCommit write)::
 
@@ -47,8 +51,18 @@ def create_topic(bs: str, topic: str) -> None:
              ignore=(Exception,), message=f"{topic} online")
 
 
+def warm_up(p: Producer, topic: str) -> None:
+    """One record to each partition, delivered: connections, metadata and the producer id are set up before the
+    clock starts, on both sides (the transactional one is also warmed by ``init_transactions``)."""
+    for i in range(PARTITIONS):
+        p.produce(topic, value=VALUE, partition=i)
+    if p.flush(60):
+        raise RuntimeError("warm-up records not delivered")
+
+
 def idempotent_rate(bs: str, topic: str, n: int) -> float:
     p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    warm_up(p, topic)
     start = time.perf_counter()
     for i in range(n):
         while True:
@@ -65,6 +79,9 @@ def transactional_rate(bs: str, topic: str, n: int, txn_ms: list[float]) -> floa
     """Records/s; appends each transaction's duration (begin to commit answered, ms) to ``txn_ms``."""
     p = Producer({"bootstrap.servers": bs, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
     p.init_transactions(60)
+    p.begin_transaction()
+    warm_up(p, topic)
+    p.commit_transaction(60)
     start = time.perf_counter()
     for first in range(0, n, PER_TXN):
         began = time.perf_counter()
@@ -146,13 +163,15 @@ def main() -> int:
     i50, t50, u50, c50 = (statistics.median(x) for x in (idem, txn, unc, com))
     print(f"idempotent produce (acks=all):          {i50:,.0f} records/s")
     print(f"transactional produce ({PER_TXN}/txn):       {t50:,.0f} records/s  ratio {t50 / i50:.2f}x (goal >= 0.7)")
-    print(f"one transaction (begin to committed):   {statistics.median(txn_ms):.1f} ms median; coordinator: "
+    txn_ms.sort()
+    print(f"one transaction (begin to committed):   {statistics.median(txn_ms):.1f} ms median, "
+          f"{statistics.mean(txn_ms):.1f} mean, {txn_ms[len(txn_ms) * 9 // 10]:.1f} p90; coordinator: "
           + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
     print(f"read_uncommitted fetch:                 {u50:,.0f} records/s")
     print(f"read_committed fetch:                   {c50:,.0f} records/s  ratio {c50 / u50:.2f}x (goal >= 0.9)")
     print(f"summary: records={n} repeat={repeat} idempotent_rps={i50:.0f} transactional_rps={t50:.0f} "
           f"produce_ratio={t50 / i50:.2f} read_uncommitted_rps={u50:.0f} read_committed_rps={c50:.0f} "
-          f"fetch_ratio={c50 / u50:.2f} txn_ms={statistics.median(txn_ms):.1f} "
+          f"fetch_ratio={c50 / u50:.2f} txn_ms={statistics.median(txn_ms):.1f} txn_mean_ms={statistics.mean(txn_ms):.1f} "
           + " ".join(f"{k}={v:.1f}" for k, v in steps.items()))
     return 0
 

@@ -15,6 +15,8 @@ import pytest
 
 from kafkatier.testing.clusters import RunningCluster  # noqa: F401  (re-exported for existing imports)
 
+from kip950_support import TIERED
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 pytest_plugins = ["kafkatier.testing.plugin"]
@@ -57,6 +59,13 @@ def kafkatier_cli() -> KafkatierCli:
 # ``expire_session`` come from kafkatier's pytest plugin (kafkatier/testing/plugin.py), the one users get.  It is
 # registered by the ``pytest11`` entry point; naming it here as well keeps a venv installed before the entry point
 # existed working (pytest loads a plugin once under that name).
+
+
+@pytest.fixture(scope="module")
+def tiered_cluster(module_cluster_factory):
+    """Three brokers with one log dir each and tiered storage on (``kip950_support.TIERED``: 500 ms remote log
+    manager and retention tasks), one per test module."""
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
 
 
 # ---------------------------------------------------------------------------------------------------------------

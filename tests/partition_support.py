@@ -1,10 +1,12 @@
 """Helpers of the e2e tests that follow one partition (partition 0 of a topic) through faults: its state znode,
-a wait on it, a topic created on chosen replicas, and a one-partition topic filled with records."""
+a wait on it and a topic created on chosen replicas (:class:`FollowedPartitions`, bound to a module's topic prefix
+and time bound), and a one-partition topic filled with records."""
 from __future__ import annotations
 
 import json
 import uuid
 
+import attrs
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
@@ -16,23 +18,33 @@ def state(c, topic: str) -> dict:
     return json.loads(c.zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
 
 
-def wait_state(c, topic: str, what: str, pred, timeout: float) -> dict:
-    """Partition 0's state once ``pred`` holds for it (``what`` names the wait in its timeout message)."""
-    return wait_for(lambda: (lambda s: s if pred(s) else None)(state(c, topic)), timeout, interval=0.1,
-                    ignore=(Exception,), message=f"{topic}: {what}")
+@attrs.frozen
+class FollowedPartitions:
+    """The helpers of one test module: its topics are named ``<prefix>-<random>`` and every wait on a partition's
+    state is bounded by ``timeout`` seconds."""
 
+    prefix: str
+    timeout: float
 
-def create_topic(c, prefix: str, assignment: list[int], timeout: float, configs: dict | None = None) -> str:
-    """A new topic ``<prefix>-<random>`` of one partition on ``assignment``, returned once its ISR is full."""
-    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
-    try:
-        admin.create_topics([NewTopic(topic, replica_assignments={0: assignment}, topic_configs=configs or {})],
-                            timeout_ms=30000)
-    finally:
-        admin.close()
-    wait_state(c, topic, "full ISR", lambda s: sorted(s["isr"]) == sorted(assignment), timeout)
-    return topic
+    def state(self, c, topic: str) -> dict:
+        return state(c, topic)
+
+    def wait_state(self, c, topic: str, what: str, pred) -> dict:
+        """Partition 0's state once ``pred`` holds for it (``what`` names the wait in its timeout message)."""
+        return wait_for(lambda: (lambda s: s if pred(s) else None)(state(c, topic)), self.timeout, interval=0.1,
+                        ignore=(Exception,), message=f"{topic}: {what}")
+
+    def create_topic(self, c, assignment: list[int], configs: dict | None = None) -> str:
+        """A new topic of one partition on ``assignment``, returned once its ISR is full."""
+        topic = f"{self.prefix}-{uuid.uuid4().hex[:8]}"
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=30000)
+        try:
+            admin.create_topics([NewTopic(topic, replica_assignments={0: assignment}, topic_configs=configs or {})],
+                                timeout_ms=30000)
+        finally:
+            admin.close()
+        self.wait_state(c, topic, "full ISR", lambda s: sorted(s["isr"]) == sorted(assignment))
+        return topic
 
 
 def topic_with_records(bootstrap_servers: str, topic: str, values: list[bytes]) -> None:

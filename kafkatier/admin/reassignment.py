@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from kafkatier.admin.json_input import parse_versioned_object
 from kafkatier.admin.replica_assignment import BrokerMetadata, assign_replicas_to_brokers
 from kafkatier.common.structs import TopicPartition
 
@@ -88,16 +89,7 @@ class PartitionMove:
 # ------------------------------------------------------------------------------------------------ files
 
 def _load(text: str) -> dict:
-    try:
-        js = json.loads(text)
-    except ValueError:
-        raise ReassignmentJsonError("The input string is not a valid JSON") from None
-    if not isinstance(js, dict):
-        raise ReassignmentJsonError("The input string is not a valid JSON object")
-    version = js.get("version", 1)
-    if version != 1 or isinstance(version, bool):
-        raise ReassignmentJsonError(f"Not supported version field value {json.dumps(version)}")
-    return js
+    return parse_versioned_object(text, ReassignmentJsonError)
 
 
 def _scala_list(items: Iterable[Any]) -> str:

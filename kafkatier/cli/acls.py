@@ -34,9 +34,8 @@ _WIRE_NAMES = {"TransactionalId": "TRANSACTIONAL_ID", "DelegationToken": "DELEGA
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("acls", help="add, remove and list ACLs (kafka-acls)",
-                              description="Manage ACLs as kafka-acls does (through the brokers' ACL APIs).")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "acls", run, help="add, remove and list ACLs (kafka-acls)",
+                                  description="Manage ACLs as kafka-acls does (through the brokers' ACL APIs).")
     actions = p.add_argument_group("actions (exactly one)")
     actions.add_argument("--add", action="store_true", help="add the ACLs")
     actions.add_argument("--remove", action="store_true", help="remove the ACLs (all of a resource without "
@@ -60,7 +59,6 @@ def register(subparsers) -> None:
     p.add_argument("--consumer", action="store_true", help="the ACLs a consumer needs (with --group)")
     p.add_argument("--idempotent", action="store_true", help="--producer: IDEMPOTENT_WRITE on the cluster too")
     p.add_argument("--force", action="store_true", help="--remove without asking")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ formats

@@ -10,8 +10,7 @@ from kafkatier.server.config import loggable_configs
 
 def register(sub) -> None:
     p = sub.add_parser("broker", help="run a broker process")
-    bsub = p.add_subparsers(dest="broker_command", metavar="ACTION")
-    bsub.required = True
+    bsub = p.add_subparsers(dest="broker_command", metavar="ACTION", required=True)
     s = bsub.add_parser("start", help="start a broker in the foreground (SIGTERM stops it cleanly)")
     s.add_argument("--id", type=int, required=True, help="broker.id")
     s.add_argument("--zookeeper", required=True, help="HOST:PORT[/chroot]")

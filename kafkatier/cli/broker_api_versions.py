@@ -47,11 +47,10 @@ KAFKA_39_CLIENT: dict[int, tuple[str, int]] = {
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "broker-api-versions", help="print the API versions each broker serves (kafka-broker-api-versions)",
-        description="Ask every live broker for its ApiVersions and print them as kafka-broker-api-versions does.")
-    common.add_connection_options(p)
-    p.set_defaults(func=run)
+    common.add_client_command(subparsers, "broker-api-versions", run,
+                              help="print the API versions each broker serves (kafka-broker-api-versions)",
+                              description="Ask every live broker for its ApiVersions and print them as "
+                                          "kafka-broker-api-versions does.")
 
 
 def render(host: str, port: int, node_id: int, rack: str | None, served: dict[int, tuple[int, int]]) -> str:

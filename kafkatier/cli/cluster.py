@@ -13,8 +13,7 @@ import time
 
 def register(sub) -> None:
     p = sub.add_parser("cluster", help="run a local cluster: embedded ZooKeeper and broker processes")
-    csub = p.add_subparsers(dest="cluster_command", metavar="ACTION")
-    csub.required = True
+    csub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
 
     up = csub.add_parser("up", help="start ZooKeeper (unless --zookeeper) and the brokers; write DATA_DIR/cluster.json")
     up.add_argument("--brokers", type=int, default=3)
@@ -70,19 +69,17 @@ def register(sub) -> None:
     st.add_argument("--kill", action="store_true")
     st.set_defaults(func=_stop_broker)
 
-    f = csub.add_parser("fail-log-dir", help="make a broker's log dir fail like a dead disk (data kept in DIR.failed); "
-                                             "the broker takes it offline within a second (KIP-112)")
-    f.add_argument("--broker", type=int, required=True)
-    f.add_argument("--dir", required=True)
-    f.add_argument("--data-dir", required=True)
-    f.set_defaults(func=_fail_log_dir)
-
-    r = csub.add_parser("restore-log-dir", help="undo fail-log-dir on disk; the broker uses the dir again once "
-                                                "restarted")
-    r.add_argument("--broker", type=int, required=True)
-    r.add_argument("--dir", required=True)
-    r.add_argument("--data-dir", required=True)
-    r.set_defaults(func=_restore_log_dir)
+    log_dir_commands = (
+        ("fail-log-dir", _fail_log_dir, "make a broker's log dir fail like a dead disk (data kept in DIR.failed); the "
+                                        "broker takes it offline within a second (KIP-112)"),
+        ("restore-log-dir", _restore_log_dir, "undo fail-log-dir on disk; the broker uses the dir again once "
+                                              "restarted"))
+    for name, func, text in log_dir_commands:
+        ld = csub.add_parser(name, help=text)
+        ld.add_argument("--broker", type=int, required=True)
+        ld.add_argument("--dir", required=True)
+        ld.add_argument("--data-dir", required=True)
+        ld.set_defaults(func=func)
 
     d = csub.add_parser("describe", help="brokers, controller and metrics")
     d.add_argument("--data-dir", required=True)
@@ -140,8 +137,7 @@ def _register_links(csub) -> None:
     lf.set_defaults(func=_link_fault)
 
     li = csub.add_parser("links", help="the link process: serve (its main), start, stop")
-    lsub = li.add_subparsers(dest="links_command", metavar="ACTION")
-    lsub.required = True
+    lsub = li.add_subparsers(dest="links_command", metavar="ACTION", required=True)
     for name, hlp in (("serve", "run the link process in the foreground (what cluster up --links starts)"),
                       ("start", "start the link process if it is not running"),
                       ("stop", "stop the link process: every path through it is cut like a cable")):
@@ -322,11 +318,7 @@ def _up(args) -> int:
     print(f"cluster ready: zookeeper={state['zookeeper']} bootstrap_servers={state['bootstrap_servers']}")
     for g, servers in (state.get("client_groups") or {}).items():
         print(f"client group {g}: bootstrap_servers={servers}")
-    if state.get("tls"):
-        print(f"SSL listeners: bootstrap_servers={state['tls']['bootstrap_servers']} "
-              f"client_config={state['tls']['client_config']}")
-        if state["tls"].get("sasl_ssl_bootstrap_servers"):
-            print(f"SASL_SSL listeners: bootstrap_servers={state['tls']['sasl_ssl_bootstrap_servers']}")
+    _print_tls_listeners(state.get("tls"), with_ca=False)
     print(f"cluster file: {m.cluster_file}")
     if args.detach:
         return 0
@@ -443,16 +435,22 @@ def _describe(args) -> int:
         for f in rf.get("faults") or []:
             left = "unbounded" if f.get("remaining") is None else f.get("remaining")
             print(f"  request fault {f['id']}: {f['summary']} remaining={left}")
-    if st.get("tls"):
-        print(f"SSL listeners: bootstrap_servers={st['tls']['bootstrap_servers']} "
-              f"client_config={st['tls']['client_config']} ca={st['tls']['ca']}")
-        if st["tls"].get("sasl_ssl_bootstrap_servers"):
-            print(f"SASL_SSL listeners: bootstrap_servers={st['tls']['sasl_ssl_bootstrap_servers']}")
+    _print_tls_listeners(st.get("tls"), with_ca=True)
     if st.get("links"):
         for g, servers in (st.get("client_groups") or {}).items():
             print(f"Client group {g}: bootstrap_servers={servers}")
         _describe_links(st["links"])
     return 0
+
+
+def _print_tls_listeners(tls: dict | None, with_ca: bool) -> None:
+    """The SSL (and SASL_SSL) listeners' bootstrap servers and the client config of a cluster with ``--tls``."""
+    if not tls:
+        return
+    print(f"SSL listeners: bootstrap_servers={tls['bootstrap_servers']} client_config={tls['client_config']}"
+          + (f" ca={tls['ca']}" if with_ca else ""))
+    if tls.get("sasl_ssl_bootstrap_servers"):
+        print(f"SASL_SSL listeners: bootstrap_servers={tls['sasl_ssl_bootstrap_servers']}")
 
 
 def _describe_links(links: dict) -> None:

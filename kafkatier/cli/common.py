@@ -15,6 +15,16 @@ from kafkatier.admin.client import AdminClient, format_error
 from kafkatier.cli.main import UsageError
 
 
+def add_client_command(subparsers, name: str, run, *, help: str, description: str | None = None
+                       ) -> argparse.ArgumentParser:
+    """The sub-command ``name`` of a client tool: its parser with the connection options, dispatching to
+    ``run``.  The tool adds its own options to the parser returned."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    add_connection_options(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap-server`` | ``--zookeeper`` | ``--data-dir``, and ``--command-config``."""
     group = parser.add_argument_group("connection (one of --bootstrap-server, --zookeeper, --data-dir)")

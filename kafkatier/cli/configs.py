@@ -48,10 +48,9 @@ _DYNAMIC_SOURCE = {"topics": "DYNAMIC_TOPIC_CONFIG", "brokers": "DYNAMIC_BROKER_
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "configs", help="describe and alter topic and broker configs (kafka-configs)",
-        description="Describe and alter dynamic configs as kafka-configs does.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "configs", run,
+                                  help="describe and alter topic and broker configs (kafka-configs)",
+                                  description="Describe and alter dynamic configs as kafka-configs does.")
     p.add_argument("--entity-type", choices=ENTITY_TYPES, metavar="TYPE", action=_EntityType,
                    help="topics, brokers, users or clients (broker-loggers: --describe only); users and clients "
                         "may both be given: a user's quota for one client id")
@@ -73,7 +72,6 @@ def register(subparsers) -> None:
                    help="configs to set; square brackets group a value that contains commas")
     p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
     p.add_argument("--delete-config", metavar="K1,K2", help="configs to remove (back to their defaults)")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ parsing

@@ -36,9 +36,8 @@ PROPERTIES = {"print.key": "print_key", "print.offset": "print_offset",
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("consume", help="print records of a topic (console consumer)",
-                              description="Print the records of a topic, as kafka-console-consumer does.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "consume", run, help="print records of a topic (console consumer)",
+                                  description="Print the records of a topic, as kafka-console-consumer does.")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, help="read only this partition")
     start = p.add_mutually_exclusive_group()
@@ -55,7 +54,6 @@ def register(subparsers) -> None:
     p.add_argument("--key-separator", default="\t", help="field separator (default: tab)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_property_option(p, tuple(PROPERTIES))
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ inputs

@@ -28,10 +28,10 @@ RESET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("consumer-groups", help="list, describe, reset or delete consumer groups",
-                              description="List, describe, delete consumer groups and reset their offsets, as "
-                                          "kafka-consumer-groups does.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "consumer-groups", run,
+                                  help="list, describe, reset or delete consumer groups",
+                                  description="List, describe, delete consumer groups and reset their offsets, as "
+                                              "kafka-consumer-groups does.")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list all consumer groups")
     action.add_argument("--describe", action="store_true", help="describe the groups of --group")
@@ -56,7 +56,6 @@ def register(subparsers) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    p.set_defaults(func=run)
 
 
 def check_args(args: argparse.Namespace) -> None:

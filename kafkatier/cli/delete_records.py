@@ -34,6 +34,7 @@ from tenacity import Retrying, retry_if_result, stop_after_attempt, stop_after_d
 
 from kafkatier.admin.bootstrap import NoReachableBrokerError
 from kafkatier.admin.client import AdminClient, AdminError
+from kafkatier.admin.json_input import parse_versioned_object
 from kafkatier.cli import common
 from kafkatier.cli.main import UsageError
 from kafkatier.protocol.errors import Errors
@@ -45,16 +46,15 @@ TopicPartition = tuple[str, int]
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "delete-records", help="delete records below given offsets (kafka-delete-records)",
-        description="Delete the records of partitions below the given offsets (KIP-107), as kafka-delete-records "
-                    "does: the partitions' log start offsets move up and the low watermarks are printed.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "delete-records", run,
+                                  help="delete records below given offsets (kafka-delete-records)",
+                                  description="Delete the records of partitions below the given offsets (KIP-107), "
+                                              "as kafka-delete-records does: the partitions' log start offsets move "
+                                              "up and the low watermarks are printed.")
     p.add_argument("--offset-json-file", "--delete-offset-json-file", dest="offset_json_file", required=True,
                    metavar="FILE",
                    help='JSON file: {"partitions":[{"topic":"foo","partition":1,"offset":1}],"version":1}; '
                         "offset -1 means up to the high watermark")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ the file
@@ -77,15 +77,7 @@ def _field(entry: Mapping[str, Any], name: str, kind: str, index: int) -> Any:
 
 def parse_offset_json(text: str) -> list[tuple[TopicPartition, int]]:
     """Kafka's ``parseOffsetJsonStringWithoutDedup``: (topic-partition, offset) in file order, duplicates kept."""
-    try:
-        js = json.loads(text)
-    except ValueError:
-        raise OffsetJsonError("The input string is not a valid JSON") from None
-    if not isinstance(js, dict):
-        raise OffsetJsonError("The input string is not a valid JSON object")
-    version = js.get("version", EARLIEST_VERSION)
-    if version != EARLIEST_VERSION or isinstance(version, bool):
-        raise OffsetJsonError(f"Not supported version field value {json.dumps(version)}")
+    js = parse_versioned_object(text, OffsetJsonError, EARLIEST_VERSION)
     if "partitions" not in js:
         raise OffsetJsonError("Missing partitions field")
     parts = js["partitions"]

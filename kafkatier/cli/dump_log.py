@@ -30,6 +30,7 @@ import struct
 from typing import Iterator
 
 from kafkatier.cli.main import UsageError
+from kafkatier.common.byte_utils import read_varint
 from kafkatier.log.errors import CorruptRecordError
 from kafkatier.log.log_validator import decompress
 from kafkatier.log.producer_state import CorruptSnapshotError, decode_snapshot
@@ -211,19 +212,8 @@ def dump_segment(path: str, data: bytes, *, print_data: bool, deep: bool) -> Ite
         yield f"Found {len(data) - end} invalid bytes at the end of {os.path.basename(path)}"
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos)
+    n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     return buf[pos:pos + n], pos + n
@@ -237,13 +227,13 @@ def _record_lines(body: bytes, h: BatchHeader, print_data: bool) -> Iterator[str
     """The records of a batch, from its (decompressed) records section."""
     pos = 0
     for _ in range(h.records_count):
-        _length, pos = _varint(body, pos)
+        _length, pos = read_varint(body, pos)
         pos += 1  # attributes
-        ts_delta, pos = _varint(body, pos)
-        off_delta, pos = _varint(body, pos)
+        ts_delta, pos = read_varint(body, pos)
+        off_delta, pos = read_varint(body, pos)
         key, pos = _bytes(body, pos)
         value, pos = _bytes(body, pos)
-        nheaders, pos = _varint(body, pos)
+        nheaders, pos = read_varint(body, pos)
         keys = []
         for _h in range(nheaders):
             hk, pos = _bytes(body, pos)

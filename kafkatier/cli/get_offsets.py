@@ -69,10 +69,10 @@ def parse_topic_partitions(text: str) -> list[PartitionRule]:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "get-offsets", help="print partitions' offsets for a time (kafka-get-offsets)",
-        description="Print topic:partition:offset for the partitions of the matching topics at --time.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "get-offsets", run,
+                                  help="print partitions' offsets for a time (kafka-get-offsets)",
+                                  description="Print topic:partition:offset for the partitions of the matching "
+                                              "topics at --time.")
     p.add_argument("--topic", help="a regular expression of topic names (default: all topics)")
     p.add_argument("--topic-partitions", metavar="REGEX[:P|:P-Q],...",
                    help="topic-partition patterns (not with --topic / --partitions)")
@@ -80,7 +80,6 @@ def register(subparsers) -> None:
     p.add_argument("--time", default="-1",
                    help="-1 or latest (default), -2 or earliest, -3 or max-timestamp, or a timestamp in ms")
     p.add_argument("--exclude-internal-topics", action="store_true", help="leave out __consumer_offsets etc.")
-    p.set_defaults(func=run)
 
 
 def parse_time(text: str) -> int:

@@ -40,11 +40,11 @@ TopicPartition = tuple[str, int]
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "leader-election", help="elect preferred or unclean leaders (kafka-leader-election)",
-        description="Elect leaders for partitions, as kafka-leader-election does: the preferred replica, or "
-                    "(unclean) any live replica of a partition without a live leader.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "leader-election", run,
+                                  help="elect preferred or unclean leaders (kafka-leader-election)",
+                                  description="Elect leaders for partitions, as kafka-leader-election does: the "
+                                              "preferred replica, or (unclean) any live replica of a partition "
+                                              "without a live leader.")
     p.add_argument("--admin.config", dest="command_config", metavar="FILE", help="same as --command-config")
     p.add_argument("--election-type", metavar="preferred|unclean",
                    help="type of election: preferred (the first assigned replica) or unclean")
@@ -53,7 +53,6 @@ def register(subparsers) -> None:
     p.add_argument("--all-topic-partitions", action="store_true", help="elect leaders for every partition")
     p.add_argument("--path-to-json-file", metavar="FILE",
                    help='JSON file: {"partitions":[{"topic":"foo","partition":1}]}')
-    p.set_defaults(func=run)
 
 
 def _int_arg(text: str) -> int:

@@ -41,11 +41,11 @@ EXCEPTION_CLASSES = {
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "log-dirs", help="describe brokers' log dirs and the replicas in them (kafka-log-dirs)",
-        description="List each log dir of the brokers with the partitions in it, their sizes, offset lags and "
-                    "whether they are future (moving) replicas (KIP-113).")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "log-dirs", run,
+                                  help="describe brokers' log dirs and the replicas in them (kafka-log-dirs)",
+                                  description="List each log dir of the brokers with the partitions in it, their "
+                                              "sizes, offset lags and whether they are future (moving) replicas "
+                                              "(KIP-113).")
     p.add_argument("--describe", action="store_true", required=True, help="describe the log dirs (required)")
     p.add_argument("--broker", type=int, help="the broker to describe (kip113 format: exactly one broker)")
     p.add_argument("--broker-list", metavar="ID[,ID...]", help="brokers to describe (default: all)")
@@ -54,7 +54,6 @@ def register(subparsers) -> None:
                    help="only these topics (default: all)")
     p.add_argument("--format", choices=("kip113", "kafka"), default="kafka",
                    help="kafka: kafka-log-dirs' output (default); kip113: the KIP-113 JSON for one broker")
-    p.set_defaults(func=run)
 
 
 def _broker_ids(text: str | None, one: int | None) -> list[int] | None:

@@ -1,7 +1,8 @@
 """``kafkatier`` console script.
 
 Each sub-command lives in its own module under ``kafkatier.cli`` and exposes ``register(subparsers)``, which
-adds its parser and sets ``func(args) -> int``.  Usage errors and bad input files exit with status 2 and a
+adds its parser and sets ``func(args) -> int`` (a client tool through ``common.add_client_command``, which also
+adds the connection options).  Usage errors and bad input files exit with status 2 and a
 one-line message on stderr.
 """
 from __future__ import annotations
@@ -37,8 +38,7 @@ def _new_parser() -> tuple[argparse.ArgumentParser, argparse.Action]:
                     "Kafka protocol, tiered storage disablement (KIP-950), DeleteRecords (KIP-107).")
     parser.add_argument("--version", action="version", version=f"kafkatier {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     return parser, sub
 
 

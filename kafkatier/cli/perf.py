@@ -27,11 +27,10 @@ CONSUMER_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.cons
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "producer-perf-test", help="measure produce throughput and latency (kafka-producer-perf-test)",
-        description="Send generated records as fast as --throughput allows and print Kafka's "
-                    "ProducerPerformance lines.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "producer-perf-test", run_producer,
+                                  help="measure produce throughput and latency (kafka-producer-perf-test)",
+                                  description="Send generated records as fast as --throughput allows and print Kafka's "
+                                              "ProducerPerformance lines.")
     p.add_argument("--topic", required=True)
     p.add_argument("--num-records", type=int, required=True)
     p.add_argument("--record-size", type=int, help="bytes per record (or --payload-file)")
@@ -41,12 +40,11 @@ def register(subparsers) -> None:
     p.add_argument("--producer.config", dest="producer_config", metavar="FILE")
     p.add_argument("--transactional-id", help="send in transactions of --transaction-duration-ms")
     p.add_argument("--transaction-duration-ms", type=int, default=3000)
-    p.set_defaults(func=run_producer)
 
-    c = subparsers.add_parser(
-        "consumer-perf-test", help="measure consume throughput (kafka-consumer-perf-test)",
-        description="Consume --messages records and print Kafka's ConsumerPerformance statistics.")
-    common.add_connection_options(c)
+    c = common.add_client_command(subparsers, "consumer-perf-test", run_consumer,
+                                  help="measure consume throughput (kafka-consumer-perf-test)",
+                                  description="Consume --messages records and print Kafka's ConsumerPerformance "
+                                              "statistics.")
     c.add_argument("--topic", required=True)
     c.add_argument("--messages", type=int, required=True, help="records to consume")
     c.add_argument("--group", default=None, help="consumer group (default perf-consumer-<random>)")
@@ -57,7 +55,6 @@ def register(subparsers) -> None:
     c.add_argument("--reporting-interval", type=int, default=REPORTING_INTERVAL_MS, metavar="MS")
     c.add_argument("--hide-header", action="store_true")
     c.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
-    c.set_defaults(func=run_consumer)
 
 
 def _props(pairs: list[str], path: str | None) -> dict[str, str]:

@@ -39,10 +39,11 @@ PROPERTIES = {"parse.key": "parse_key", "key.separator": "key_separator"}
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "produce", help="send records from stdin or generated ones (console producer / producer perf test)",
-        description="Send stdin lines as records, or --num-records generated records of --record-size bytes.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "produce", run,
+                                  help="send records from stdin or generated ones (console producer / producer perf "
+                                       "test)",
+                                  description="Send stdin lines as records, or --num-records generated records of "
+                                              "--record-size bytes.")
     p.add_argument("--topic", required=True)
     p.add_argument("--num-records", type=int, help="generate this many records instead of reading stdin")
     p.add_argument("--record-size", type=int, help="bytes per generated record (default 100)")
@@ -61,7 +62,6 @@ def register(subparsers) -> None:
     p.add_argument("--idempotence", action="store_true", help="idempotent producer (needs --acks all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_property_option(p, tuple(PROPERTIES))
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ inputs

@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from kafkatier.admin import reassignment as plan
 from kafkatier.admin.bootstrap import NoReachableBrokerError
@@ -58,6 +59,7 @@ from kafkatier.server.dynamic_broker_config import ALTER_LOG_DIRS_THROTTLE_NAMES
 COMMAND = "reassign-partitions"
 RETRY_INTERVAL_S = 0.1       # Kafka's fixed retry of AlterReplicaLogDirs for replicas not created yet
 POLL_S = 0.5                 # --wait
+METADATA_SETTLE_S = 5.0      # --verify: how long a finished partition's replica set may lag in brokers' metadata
 
 #: Every broker-level throttle --verify / --cancel remove (Kafka's BROKER_LEVEL_THROTTLES plus KIP-113's name).
 BROKER_LEVEL_THROTTLES = (plan.LEADER_THROTTLED_RATE, plan.FOLLOWER_THROTTLED_RATE, *ALTER_LOG_DIRS_THROTTLE_NAMES)
@@ -84,11 +86,11 @@ DEFAULTS = {"throttle": -1, "replica_alter_log_dirs_throttle": -1, "timeout": 10
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        COMMAND, help="move replicas between brokers and log dirs (kafka-reassign-partitions)",
-        description="Kafka's kafka-reassign-partitions: --generate a reassignment, --execute it (with "
-                    "throttles and log-dir moves), --verify or --cancel it, --list the running ones.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, COMMAND, run,
+                                  help="move replicas between brokers and log dirs (kafka-reassign-partitions)",
+                                  description="Kafka's kafka-reassign-partitions: --generate a reassignment, "
+                                              "--execute it (with throttles and log-dir moves), --verify or --cancel "
+                                              "it, --list the running ones.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--generate", action="store_true", help="propose a reassignment of topics onto brokers")
     mode.add_argument("--execute", action="store_true", help="start the reassignment in the file")
@@ -113,7 +115,6 @@ def register(subparsers) -> None:
                    help="how long to retry log-dir moves of replicas not created yet (default 10000)")
     p.add_argument("--wait", action="store_true", default=None,
                    help="--execute/--verify (project): show a progress bar per partition until all are done")
-    p.set_defaults(func=run)
 
 
 def check_options(args: argparse.Namespace) -> str:
@@ -357,15 +358,8 @@ def partition_states(admin: AdminClient, entries: list[ReassignmentEntry]) -> tu
     """Kafka's ``findPartitionReassignmentStates`` as lines, and whether any reassignment runs in the cluster
     (in the file or not: throttles stay while one does)."""
     ongoing = list_reassignments(admin)
-    not_found = sorted({e.tp.topic for e in entries if e.tp not in ongoing})
-    current: dict[TopicPartition, list[int]] = {}
-    for topic in not_found:
-        try:
-            for t in admin.describe_topics([topic]):
-                current.update({TopicPartition(t.name, p.partition): list(p.replicas) for p in t.partitions})
-        except AdminError as e:
-            if e.name != "UNKNOWN_TOPIC_OR_PARTITION":
-                raise
+    finished = [e for e in entries if e.tp not in ongoing]
+    current = current_replicas(admin, finished)
     lines = []
     for e in sorted(entries, key=lambda e: e.tp):
         if e.tp in ongoing:
@@ -376,6 +370,30 @@ def partition_states(admin: AdminClient, entries: list[ReassignmentEntry]) -> tu
             lines.append(f"There is no active reassignment of partition {e.tp}, but replica set is "
                          f"{','.join(map(str, current.get(e.tp, [])))} rather than {','.join(map(str, e.replicas))}.")
     return lines, bool(ongoing)
+
+
+def current_replicas(admin: AdminClient, finished: list[ReassignmentEntry]) -> dict[TopicPartition, list[int]]:
+    """The replica sets of partitions the controller no longer lists as reassigning, from Metadata.  Brokers learn
+    a completed reassignment from the controller's UpdateMetadata a moment after it leaves the controller's list,
+    so a set that differs from its target is read again for up to ``METADATA_SETTLE_S`` before it is reported."""
+    def describe() -> dict[TopicPartition, list[int]]:
+        current: dict[TopicPartition, list[int]] = {}
+        for topic in sorted({e.tp.topic for e in finished}):
+            try:
+                for t in admin.describe_topics([topic]):
+                    current.update({TopicPartition(t.name, p.partition): list(p.replicas) for p in t.partitions})
+            except AdminError as e:
+                if e.name != "UNKNOWN_TOPIC_OR_PARTITION":
+                    raise
+        return current
+
+    def unsettled(current: dict[TopicPartition, list[int]]) -> bool:
+        return any(e.tp in current and current[e.tp] != list(e.replicas) for e in finished)
+
+    if not finished:
+        return {}
+    return Retrying(retry=retry_if_result(unsettled), retry_error_callback=lambda state: state.outcome.result(),
+                    stop=stop_after_delay(METADATA_SETTLE_S), wait=wait_exponential(multiplier=0.05, max=0.5))(describe)
 
 
 def verify(admin: AdminClient, entries: list[ReassignmentEntry], args) -> int:

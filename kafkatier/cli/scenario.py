@@ -12,8 +12,7 @@ RUN_INCOMPLETE = 3   # exit code of a run that could not complete (no verdict: n
 
 def register(sub) -> None:
     p = sub.add_parser("scenario", help="run failover scenarios: seeded faults, recorded history, checkers")
-    ssub = p.add_subparsers(dest="scenario_command", metavar="ACTION")
-    ssub.required = True
+    ssub = p.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
 
     ls = ssub.add_parser("list", help="the scenario library (or the scenarios in a folder) and what each shows")
     ls.add_argument("--dir", default=None, help="a folder of scenario files (default: the installed library)")

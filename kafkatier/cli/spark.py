@@ -25,24 +25,20 @@ _USAGE_ERRORS = {"DataSourceOptionError", "JobInputError"}
 def register(subparsers) -> None:
     p = subparsers.add_parser("spark", help="Spark batch jobs writing and reading topics (data source kafkatier)",
                               description="Spark batch jobs through the kafkatier Python data source.")
-    sub = p.add_subparsers(dest="spark_command", metavar="JOB")
-    sub.required = True
+    sub = p.add_subparsers(dest="spark_command", metavar="JOB", required=True)
 
-    prod = sub.add_parser("produce", help="write generated rows or a file's rows to a topic")
-    common.add_connection_options(prod)
+    prod = common.add_client_command(sub, "produce", run_produce,
+                                     help="write generated rows or a file's rows to a topic")
     prod.add_argument("--topic", required=True)
     prod.add_argument("--rows", type=_positive, help="rows to generate (or the first N rows of --input)")
     prod.add_argument("--record-size", type=_positive, default=100, help="value bytes of generated rows (100)")
     prod.add_argument("--input", metavar="FILE", help="rows from a .csv (header line), .parquet or .json file")
     _add_common(prod)
-    prod.set_defaults(func=run_produce)
 
-    rd = sub.add_parser("read", help="read a topic from its earliest to its latest offset")
-    common.add_connection_options(rd)
+    rd = common.add_client_command(sub, "read", run_read, help="read a topic from its earliest to its latest offset")
     rd.add_argument("--topic", required=True)
     rd.add_argument("--output", metavar="PATH", help="write the rows to PATH (.parquet, .json or .csv directory)")
     _add_common(rd)
-    rd.set_defaults(func=run_read)
 
 
 def _add_common(p) -> None:

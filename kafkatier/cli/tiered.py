@@ -36,15 +36,13 @@ CLUSTER_FILE = "cluster.json"
 def register(subparsers) -> None:
     p = subparsers.add_parser("tiered", help="inspect tiered storage (remote segments, tiered epoch and state)",
                               description="Inspect a topic's tiered storage (KIP-405 / KIP-950).")
-    sub = p.add_subparsers(dest="tiered_command", metavar="ACTION")
-    sub.required = True
-    d = sub.add_parser("describe", help="remote segments per partition: offsets, size, state, tiered epoch",
-                       description="Describe a topic's remote segments and its tiered epoch and state.")
-    common.add_connection_options(d)
+    sub = p.add_subparsers(dest="tiered_command", metavar="ACTION", required=True)
+    d = common.add_client_command(sub, "describe", run_describe,
+                                  help="remote segments per partition: offsets, size, state, tiered epoch",
+                                  description="Describe a topic's remote segments and its tiered epoch and state.")
     d.add_argument("--topic", required=True, help="the topic")
     d.add_argument("--partition", type=int, default=None, help="only this partition")
     d.add_argument("--json", action="store_true", help="print one JSON document")
-    d.set_defaults(func=run_describe)
 
 
 # ------------------------------------------------------------------------------------------- connection

@@ -10,8 +10,7 @@ def register(subparsers) -> None:
                               description="Make a test certificate authority and certificates (PEM) for SSL "
                                           "listeners (ssl.keystore.type=PEM) and clients.  For tests only: the CA "
                                           "key is kept in clear.")
-    sub = p.add_subparsers(dest="tls_command", metavar="ACTION")
-    sub.required = True
+    sub = p.add_subparsers(dest="tls_command", metavar="ACTION", required=True)
     ca = sub.add_parser("make-ca", help="write DIR/ca.pem (the truststore) and DIR/ca-key.pem")
     ca.add_argument("--dir", required=True)
     ca.add_argument("--subject", default="CN=kafkatier-test-ca", help="the CA's DN (RFC 2253, e.g. CN=ca,O=org)")

@@ -24,10 +24,9 @@ COLLISION_WARNING = ("WARNING: Due to limitations in metric names, topics with a
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "topics", help="create, list, describe and delete topics (kafka-topics)",
-        description="Create, list, describe and delete topics, as kafka-topics does.")
-    common.add_connection_options(p)
+    p = common.add_client_command(subparsers, "topics", run,
+                                  help="create, list, describe and delete topics (kafka-topics)",
+                                  description="Create, list, describe and delete topics, as kafka-topics does.")
     actions = p.add_argument_group("actions (exactly one)").add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="create a topic")
     actions.add_argument("--list", action="store_true", help="list topic names")
@@ -54,7 +53,6 @@ def register(subparsers) -> None:
                    help="--describe: only partitions whose ISR is smaller than min.insync.replicas (or leaderless)")
     p.add_argument("--at-min-isr-partitions", action="store_true",
                    help="--describe: only partitions whose ISR size equals min.insync.replicas")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -236,11 +234,14 @@ def run(args: argparse.Namespace) -> int:
                 for name in select_topics(admin.list_topics(not args.exclude_internal), pattern):
                     print(name)
                 return 0
-            if args.describe:
-                return _describe(admin, args, pattern)
+            names = _matching(admin, args, pattern)
+            if names is None:
+                return 1
             if args.alter:
-                return _alter(admin, args, pattern)
-            return _delete(admin, args, pattern)
+                return _alter(admin, args, names)
+            if not names:
+                return 0
+            return _describe(admin, args, names) if args.describe else _delete(admin, args, names)
     except (AdminError, NoReachableBrokerError) as e:
         return _fail(e)
 
@@ -274,12 +275,7 @@ def _matching(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern 
     return names
 
 
-def _describe(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern | None) -> int:
-    names = _matching(admin, args, pattern)
-    if names is None:
-        return 1
-    if not names:
-        return 0
+def _describe(admin: AdminClient, args: argparse.Namespace, names: list[str]) -> int:
     topics = admin.describe_topics(names)
     by_min_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
     filtered = args.under_replicated_partitions or args.unavailable_partitions or by_min_isr
@@ -294,27 +290,20 @@ def _describe(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern 
     return 0
 
 
-def _alter(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern | None) -> int:
+def _alter(admin: AdminClient, args: argparse.Namespace, names: list[str]) -> int:
     """kafka-topics --alter --partitions N: CreatePartitions for every matching topic."""
-    names = _matching(admin, args, pattern)
-    if names is None:
-        return 1
-    results = admin.create_partitions({n: args.partitions for n in names})
-    failed = [(n, e) for n, e in results.items() if e is not None]
-    for _name, err in failed:
-        _fail(err)
-    return 1 if failed else 0
+    return _report_failures(admin.create_partitions({n: args.partitions for n in names}).values())
 
 
-def _delete(admin: AdminClient, args: argparse.Namespace, pattern: re.Pattern | None) -> int:
-    names = _matching(admin, args, pattern)
-    if names is None:
-        return 1
-    if not names:
-        return 0
-    results = admin.delete_topics(names)
-    failed = [(n, e) for n, e in results.items() if e is not None and not (
-        args.if_exists and e.code == Errors.UNKNOWN_TOPIC_OR_PARTITION)]
-    for _name, err in failed:
+def _delete(admin: AdminClient, args: argparse.Namespace, names: list[str]) -> int:
+    errors = admin.delete_topics(names).values()
+    return _report_failures(e for e in errors if not (args.if_exists and e is not None
+                                                       and e.code == Errors.UNKNOWN_TOPIC_OR_PARTITION))
+
+
+def _report_failures(errors) -> int:
+    """Each topic's error (None: success) reported on its own line; 1 if any."""
+    failed = [e for e in errors if e is not None]
+    for err in failed:
         _fail(err)
     return 1 if failed else 0

@@ -38,12 +38,11 @@ from kafkatier.protocol.coordinator_type import CoordinatorType
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "transactions", help="list and describe transactions and producers (kafka-transactions)",
-        description="Transactions as kafka-transactions.sh shows them: list, describe, describe-producers.")
-    common.add_connection_options(p)
-    sub = p.add_subparsers(dest="action", metavar="ACTION")
-    sub.required = True
+    p = common.add_client_command(subparsers, "transactions", run,
+                                  help="list and describe transactions and producers (kafka-transactions)",
+                                  description="Transactions as kafka-transactions.sh shows them: list, describe, "
+                                              "describe-producers.")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     lst = sub.add_parser("list", help="list transactions on every broker")
     lst.add_argument("--duration-filter", type=int, default=-1, metavar="MS",
                      help="only transactions running longer than this")
@@ -66,7 +65,6 @@ def register(subparsers) -> None:
     abort.add_argument("--producer-id", type=int, help="instead of --start-offset: the producer ...")
     abort.add_argument("--producer-epoch", type=int, help="... its epoch ...")
     abort.add_argument("--coordinator-epoch", type=int, help="... and the coordinator epoch of the marker")
-    p.set_defaults(func=run)
 
 
 def pretty_print_table(headers: list[str], rows: list[list[str]]) -> None:

@@ -27,8 +27,7 @@ def register(subparsers) -> None:
         "zookeeper", help="run the embedded ZooKeeper, or its shell (zkCli)",
         description="Run a single-node ZooKeeper from the jars bundled with pyspark (Java 17+ needed), "
                     "or ZooKeeper's own shell against any ZooKeeper.")
-    sub = parser.add_subparsers(dest="zk_command", metavar="SUBCOMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="zk_command", metavar="SUBCOMMAND", required=True)
 
     start = sub.add_parser("start", help="start a ZooKeeper server (foreground unless --detach)")
     start.add_argument("--port", type=int, default=2181, help="client port on 127.0.0.1 (0 = any free port; "

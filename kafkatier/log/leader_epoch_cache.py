@@ -105,7 +105,7 @@ class LeaderEpochFileCache:
         self.topic_partition = topic_partition
         self._lock = threading.RLock()
         self._checkpoint = LeaderEpochCheckpointFile(path) if path else None
-        self._epochs: list[EpochEntry] = []
+        self._epochs: list[EpochEntry] = []   # replaced by every update, never changed in place (latest_epoch)
         self._unsynced = False
         self._dirty = False  # a change not written to the checkpoint yet (assign with write=False)
         if self._checkpoint is not None:
@@ -124,8 +124,10 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        with self._lock:   # read on every leader append: one lock, no second property
-            return self._epochs[-1].epoch if self._epochs else None
+        # Read on every leader append, without the lock: every update replaces the list (never changes it in
+        # place), so the list read here is one consistent version.
+        epochs = self._epochs
+        return epochs[-1].epoch if epochs else None
 
     @property
     def earliest_entry(self) -> EpochEntry | None:

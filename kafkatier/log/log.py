@@ -107,6 +107,7 @@ class Log:
         self._default_config = default_config or LogConfig()
         self._config = self._to_config(config)
         self._max_segment_ms = self._config.max_segment_ms
+        self._validator = log_validator.LeaderAppendValidator(self._config)
         self._scheduler = scheduler
         self._clock = clock
         self._lock = threading.RLock()
@@ -185,6 +186,7 @@ class Log:
         with self._lock:
             self._config = config
             self._max_segment_ms = config.max_segment_ms
+            self._validator = log_validator.LeaderAppendValidator(config)
             for seg in self._segments:
                 seg.index_interval_bytes = config.index_interval_bytes
 
@@ -505,12 +507,12 @@ class Log:
         """Validate a produced blob, assign offsets from the log end offset and append it
         (``from_coordinator``: transaction markers and transactional offset commits, Kafka's origin COORDINATOR)."""
         with self._lock:
-            self._check_open()
-            cfg = self._config
+            if self._closed:
+                self._check_open()
             now = self._clock() if now_ms is None else now_ms
-            info = log_validator.validate_leader_append(
-                records, self._next_offset, leader_epoch, now, cfg, log_start_offset=self._log_start_offset,
-                topic_partition=self.name, from_coordinator=from_coordinator)
+            info = self._validator.validate(records, self._next_offset, leader_epoch, now,
+                                            log_start_offset=self._log_start_offset, topic_partition=self.name,
+                                            from_coordinator=from_coordinator)
             if info.num_batches == 0:
                 return info
             self._append(info, now)
@@ -572,6 +574,13 @@ class Log:
         ``analyzeAndValidateProducerState``; then :meth:`append_as_leader`, and the
         producer state follows the appended batches."""
         with self._lock:
+            if self._producer_state is not None and record_batch.without_producer_ids(records):
+                # a plain producer's batches: nothing to find, check or record in the built state (the same
+                # outcome as the three passes below, without them); the snapshot at a roll is still taken
+                info = self.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
+                if info.num_batches:
+                    self._snapshot_on_roll()
+                return info
             state = self.producer_state
             dup = state.find_duplicate(records)
             if dup is not None:

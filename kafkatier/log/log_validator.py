@@ -122,34 +122,52 @@ def validate_leader_append(records, next_offset: int, leader_epoch: int, now_ms:
                            from_coordinator: bool = False) -> rb.AppendInfo:
     """A leader append's validation, whole: :func:`record_batch.validate_and_assign_offsets` (sizes, magic, CRC,
     the client append rules, offsets assigned) then :func:`validate_records` (the records inside), as Kafka's
-    ``LogValidator`` does both.
+    ``LogValidator`` does both.  :class:`LeaderAppendValidator` for one config (a log keeps one)."""
+    return LeaderAppendValidator(config).validate(records, next_offset, leader_epoch, now_ms,
+                                                  log_start_offset=log_start_offset, topic_partition=topic_partition,
+                                                  from_coordinator=from_coordinator)
 
-    The compiled fast path (``_record_walk.leader_append``) does both in one pass for what it accepts:
+
+class LeaderAppendValidator:
+    """:func:`validate_leader_append` for one topic config, its settings read once (``Log`` keeps one per config:
+    every append reading the timestamp, size and cleanup settings again was a tenth of a 16 KiB append).
+
+    The compiled fast path (``_record_walk.leader_append``) does both steps in one pass for what it accepts:
     uncompressed CreateTime batches from a client, every check passed.  For anything else it returns None and
     the two Python steps run, raising the error, so the errors are always the Python path's."""
-    cfg = config
-    before = cfg.effective_timestamp_before_max_ms
-    after = cfg.effective_timestamp_after_max_ms
-    before = None if before == LONG_MAX else before
-    after = None if after == LONG_MAX else after
-    create_time = cfg.message_timestamp_type != rb.LOG_APPEND_TIME
-    if _compiled_leader_append is not None and create_time and not from_coordinator:
-        try:
-            fast = _compiled_leader_append(records, next_offset, leader_epoch, now_ms, cfg.max_message_bytes,
-                                           before, after, cfg.compact, rb.crc32c)
-        except (TypeError, BufferError, OverflowError, ValueError):  # a buffer it cannot read: the Python path can
-            fast = None
-        if fast is not None:
-            first, last, max_ts, offset_of_max_ts, batches, count, valid, out = fast
-            return rb.AppendInfo(first, last, max_ts, offset_of_max_ts, batches, count, valid, out,
-                                 log_start_offset=log_start_offset)
-    info = rb.validate_and_assign_offsets(
-        records, next_offset, leader_epoch, now_ms, max_message_bytes=cfg.max_message_bytes,
-        timestamp_type=cfg.message_timestamp_type, timestamp_before_max_ms=before, timestamp_after_max_ms=after,
-        log_start_offset=log_start_offset, topic_partition=topic_partition, from_coordinator=from_coordinator)
-    if not from_coordinator:
-        validate_records(info.records, cfg, now_ms, topic_partition=topic_partition)
-    return info
+
+    __slots__ = ("config", "_before", "_after", "_create_time", "_max_message_bytes", "_compact")
+
+    def __init__(self, config) -> None:
+        self.config = config
+        before = config.effective_timestamp_before_max_ms
+        after = config.effective_timestamp_after_max_ms
+        self._before = None if before == LONG_MAX else before
+        self._after = None if after == LONG_MAX else after
+        self._create_time = config.message_timestamp_type != rb.LOG_APPEND_TIME
+        self._max_message_bytes = config.max_message_bytes
+        self._compact = config.compact
+
+    def validate(self, records, next_offset: int, leader_epoch: int, now_ms: int, *, log_start_offset: int = -1,
+                 topic_partition: str = "", from_coordinator: bool = False) -> rb.AppendInfo:
+        compiled = _compiled_leader_append
+        if compiled is not None and self._create_time and not from_coordinator:
+            try:
+                fast = compiled(records, next_offset, leader_epoch, now_ms, self._max_message_bytes, self._before,
+                                self._after, self._compact, rb.crc32c)
+            except (TypeError, BufferError, OverflowError, ValueError):  # a buffer it cannot read: Python can
+                fast = None
+            if fast is not None:  # (first, last, max_ts, offset_of_max_ts, batches, count, valid bytes, records)
+                return rb.AppendInfo(*fast, log_start_offset=log_start_offset)
+        cfg = self.config
+        info = rb.validate_and_assign_offsets(
+            records, next_offset, leader_epoch, now_ms, max_message_bytes=self._max_message_bytes,
+            timestamp_type=cfg.message_timestamp_type, timestamp_before_max_ms=self._before,
+            timestamp_after_max_ms=self._after, log_start_offset=log_start_offset, topic_partition=topic_partition,
+            from_coordinator=from_coordinator)
+        if not from_coordinator:
+            validate_records(info.records, cfg, now_ms, topic_partition=topic_partition)
+        return info
 
 
 def validate_records(records, config, now_ms: int, *, topic_partition: str = "") -> None:

@@ -37,6 +37,7 @@ import attrs
 from crc32c import crc32c
 
 from kafkatier.common.atomic_file import atomic_write
+from kafkatier.common.byte_utils import read_varint as _read_varint
 from kafkatier.logsetup import get_logger, kv
 
 from kafkatier.log.errors import Errors, KafkaError
@@ -149,17 +150,6 @@ class CompletedTxn:
     is_aborted: bool
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def control_record_type(batch, position: int = 0) -> int | None:
     """The type (ABORT 0, COMMIT 1) of the first record of the control batch at ``position``; None when the
     batch holds no readable control record (a cleaned, empty control batch)."""
@@ -196,13 +186,12 @@ class ProducerStateManager:
 
     # --- transactions -------------------------------------------------------------------------------------
     def start_verification(self, producer_id: int) -> object:
-        """KIP-890 part 1: a new guard for a verification of ``producer_id`` with its coordinator (it replaces
-        any earlier one); a marker of the producer clears it, so a verification that raced with a marker does
-        not let a late batch open a transaction."""
-        guard = object()
+        """KIP-890 part 1: the guard for a verification of ``producer_id`` with its coordinator: the pending one if
+        there is one (concurrent produces of the producer share it, as Kafka's ``maybeCreateVerificationStateEntry``
+        does), else a new one; a marker of the producer clears it, so a verification that raced with a marker
+        does not let a late batch open a transaction."""
         with self._lock:
-            self._verification_guards[producer_id] = guard
-        return guard
+            return self._verification_guards.setdefault(producer_id, object())
 
     def check_append(self, records, verification_guard: object | None = None, verify: bool = False) -> None:
         """The leader's checks of a client's batches (raise KafkaError).  ``verify``: a transactional batch of

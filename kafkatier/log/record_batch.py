@@ -205,6 +205,28 @@ def iter_batches(buf, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         pos += size
 
 
+PRODUCER_ID_OFFSET = 43
+_INT64 = struct.Struct(">q")
+
+
+def without_producer_ids(buf) -> bool:
+    """True when every whole batch of ``buf`` is a v2 batch without a producer id (a plain, non-idempotent
+    producer's): a producer state has nothing to check or record for them.  False for anything else, including
+    what :func:`iter_batches` refuses (then the callers that iterate raise its error)."""
+    total = len(buf)
+    pos = 0
+    while total - pos >= LOG_OVERHEAD:
+        size = _INT32.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+        if size < HEADER_SIZE:
+            return False
+        if pos + size > total:
+            break
+        if buf[pos + MAGIC_OFFSET] != MAGIC_V2 or _INT64.unpack_from(buf, pos + PRODUCER_ID_OFFSET)[0] != NO_PRODUCER_ID:
+            return False
+        pos += size
+    return True
+
+
 def whole_batches_size(buf, start: int = 0) -> int:
     """Number of bytes from ``start`` that hold whole batches (reads batchLength fields only)."""
     total = len(buf)

@@ -316,7 +316,7 @@ class LogSegment:
         n = len(records)
         if n == 0:
             return
-        if not self.can_convert_to_relative_offset(largest_offset):
+        if not 0 <= largest_offset - self.base_offset <= 2**31 - 1:   # can_convert_to_relative_offset
             raise LogSegmentOffsetOverflowError(
                 f"largest offset {largest_offset} cannot be safely converted to relative offset for segment "
                 f"with baseOffset {self.base_offset}")
@@ -429,9 +429,14 @@ class LogSegment:
         size = self._size
         if size > segment_bytes - messages_size:
             return True
-        if size > 0 and self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > \
-                max_segment_ms - self.roll_jitter_ms:
-            return True
+        if size > 0:   # time_waited_for_roll, inlined (checked on every append)
+            t = self._rolling_based_timestamp
+            if t is None:
+                self._load_first_batch_timestamp()
+                t = self._rolling_based_timestamp
+            waited = max_timestamp_in_messages - t if t is not None and t >= 0 else now_ms - self.created_ms
+            if waited > max_segment_ms - self.roll_jitter_ms:
+                return True
         return (self.offset_index.is_full or self.time_index.is_full
                 or not 0 <= max_offset_in_messages - self.base_offset <= 2**31 - 1)
 

@@ -70,7 +70,14 @@ class EncodedResponse:
         return self._decoded
 
     def __getattr__(self, name: str):
+        if name in _NOT_FIELDS or name.startswith("__"):
+            # not a message field: the network layer asks every result whether it is a Future
+            # (``hasattr(result, "add_done_callback")``), which must not decode the body it holds ready
+            raise AttributeError(name)
         return getattr(self.decoded(), name)
+
+
+_NOT_FIELDS = frozenset({"add_done_callback", "result", "set_result"})
 
 
 class FrameError(ValueError):

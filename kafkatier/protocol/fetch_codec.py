@@ -1,18 +1,23 @@
 """The Fetch response encoded straight to bytes, without kafka-python's message objects (every consumer and
 follower fetch answers through it).
 
-:func:`encode_fetch_response` writes FetchResponse v4-v12 bodies (the versions that name topics) exactly as
-kafka-python's generated encoder writes them (``tests/unit/test_produce_codec.py`` compares them byte for
-byte). The broker never sets the tagged ``DivergingEpoch`` / ``CurrentLeader`` / ``SnapshotId`` fields in its
-answers, so nothing tagged is written. Record bytes are copied once, into the joined body.
+:func:`encode_fetch_response` writes FetchResponse v4-v17 bodies exactly as kafka-python's generated encoder
+writes them (``tests/unit/test_produce_codec.py`` compares them byte for byte).  Up to v12 a topic is named by
+its name; from v13 (KIP-516) by its topic id, a :class:`uuid.UUID`.  Of the tagged fields the broker writes
+``CurrentLeader`` (per partition, v12+, when a partition answer carries one: KIP-951 sets it from v16 on
+NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH) and ``NodeEndpoints`` (top level, v16+, when not empty); it never
+sets ``DivergingEpoch`` or ``SnapshotId``.  Record bytes are copied once, into the joined body.
 """
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Iterable, Sequence
 
-MIN_VERSION, MAX_VERSION = 4, 12
+MIN_VERSION, MAX_VERSION = 4, 17
 FLEXIBLE_FROM = 12
+TOPIC_IDS_FROM = 13      # KIP-516: topics named by id
+NODE_ENDPOINTS_FROM = 16  # KIP-951
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -20,6 +25,7 @@ _TOP_V7 = struct.Struct(">ihi")       # throttle, error, session id
 _PART_V5 = struct.Struct(">ihqqq")    # index, error, high watermark, last stable offset, log start offset
 _PART_V4 = struct.Struct(">ihqq")     # index, error, high watermark, last stable offset
 _ABORTED = struct.Struct(">qq")
+_CURRENT_LEADER = struct.Struct(">BBBiiB")   # 1 tagged field, tag 1, size 9, leader id, leader epoch, no tags
 
 
 def supports(version: int) -> bool:
@@ -35,21 +41,42 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
+def _compact_str(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    data = s.encode("utf-8")
+    return _uvarint(len(data) + 1) + data
+
+
 #: One partition's answer: (index, error code, high watermark, last stable offset, log start offset,
-#: aborted transactions as (producer id, first offset) pairs or None, records or None[, preferred read replica]).
-PartitionAnswer = tuple  # 7 fields, or 8 with KIP-392's preferred read replica (-1 when absent)
+#: aborted transactions as (producer id, first offset) pairs or None, records or None[, preferred read replica
+#: [, current leader as (leader id, leader epoch) or None]]).
+PartitionAnswer = tuple  # 7 fields; 8 with KIP-392's preferred read replica (-1: none); 9 with KIP-951's leader
+
+#: A node of ``NodeEndpoints`` (v16+): (node id, host, port, rack or None).
+NodeEndpoint = tuple
+
+
+def _node_endpoints(nodes: Sequence[NodeEndpoint]) -> bytes:
+    """The top-level tagged field 0 (count, tag, size, then the compact array)."""
+    body = [_uvarint(len(nodes) + 1)]
+    for node_id, host, port, rack in nodes:
+        body += [_I32.pack(node_id), _compact_str(host), _I32.pack(port), _compact_str(rack), b"\x00"]
+    data = b"".join(body)
+    return b"\x01\x00" + _uvarint(len(data)) + data
 
 
 def encode_fetch_response(version: int, error_code: int, session_id: int,
-                          topics: Iterable[tuple[str, Sequence[PartitionAnswer]]],
-                          throttle_time_ms: int = 0) -> bytes:
-    """The FetchResponse body at ``version`` (4-12)."""
-    return b"".join(fetch_response_parts(version, error_code, session_id, topics, throttle_time_ms))
+                          topics: Iterable[tuple[str | uuid.UUID, Sequence[PartitionAnswer]]],
+                          throttle_time_ms: int = 0, node_endpoints: Sequence[NodeEndpoint] = ()) -> bytes:
+    """The FetchResponse body at ``version`` (4-17); a topic is its name up to v12, its id from v13."""
+    return b"".join(fetch_response_parts(version, error_code, session_id, topics, throttle_time_ms,
+                                         node_endpoints))
 
 
 def fetch_response_parts(version: int, error_code: int, session_id: int,
-                         topics: Iterable[tuple[str, Sequence[PartitionAnswer]]],
-                         throttle_time_ms: int = 0) -> list:
+                         topics: Iterable[tuple[str | uuid.UUID, Sequence[PartitionAnswer]]],
+                         throttle_time_ms: int = 0, node_endpoints: Sequence[NodeEndpoint] = ()) -> list:
     """:func:`encode_fetch_response` as a list of pieces (the records not copied), for
     :class:`~kafkatier.protocol.codec.EncodedResponse` to join once with the frame header."""
     if not supports(version):
@@ -64,14 +91,19 @@ def fetch_response_parts(version: int, error_code: int, session_id: int,
         add(_I32.pack(throttle_time_ms))
     add(_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics)))
     part = _PART_V5 if version >= 5 else _PART_V4
+    by_id = version >= TOPIC_IDS_FROM
     for name, partitions in topics:
-        data = name.encode("utf-8")
-        add(_uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
-        add(data)
+        if by_id:
+            add(name.bytes)
+        else:
+            data = name.encode("utf-8")
+            add(_uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
+            add(data)
         add(_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
         for answer in partitions:
             index, error, hw, lso, log_start, aborted, records = answer[:7]
             preferred = answer[7] if len(answer) > 7 else -1
+            leader = answer[8] if len(answer) > 8 else None
             if version >= 5:
                 add(part.pack(index, error, hw, lso, log_start))
             else:
@@ -92,10 +124,13 @@ def fetch_response_parts(version: int, error_code: int, session_id: int,
                 add(_uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
                 add(records)
             if flexible:
-                add(b"\x00")
+                add(_CURRENT_LEADER.pack(1, 1, 9, leader[0], leader[1], 0)
+                    if leader is not None and leader != (-1, -1) else b"\x00")
         if flexible:
             add(b"\x00")
-    if flexible:
+    if version >= NODE_ENDPOINTS_FROM and node_endpoints:
+        add(_node_endpoints(node_endpoints))
+    elif flexible:
         add(b"\x00")
     return parts
 

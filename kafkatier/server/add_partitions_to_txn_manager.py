@@ -12,13 +12,22 @@ TRANSACTION_ABORTABLE -> INVALID_TXN_STATE, a top-level CLUSTER_AUTHORIZATION_FA
 CONCURRENT_TRANSACTIONS, NETWORK_EXCEPTION (no answer), COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 (no coordinator known) and NOT_COORDINATOR -> NOT_ENOUGH_REPLICAS (retriable for every client).
 
+When this broker is the id's coordinator the question is answered in process (``local``), in the caller's
+thread; otherwise it goes over the network from a small thread pool, each pool thread on its own connection per
+coordinator (``send``'s channel), so verifications of concurrent produces do not queue behind one another or
+behind the markers.
+
 Differences from Kafka: one request per produce request (Kafka batches the verifications of all producers per
-coordinator node and replaces a producer's older pending verification); requests run on a small thread pool.
+coordinator node and replaces a producer's older pending verification); a verification with this broker's own
+coordinator does not go over the network (Kafka sends it to itself), so request faults on AddPartitionsToTxn do
+not reach it.
 """
 from __future__ import annotations
 
+import itertools
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Mapping
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
@@ -46,18 +55,36 @@ def produce_error(error: Errors) -> Errors:
     return error
 
 
+#: ``local(transactional_id, producer_id, producer_epoch, partitions)``: the coordinator's answers when this broker
+#: coordinates the id, else None.
+LocalVerify = Callable[[str, int, int, list[TopicPartition]], Mapping[TopicPartition, Errors] | None]
+
+
 class AddPartitionsToTxnManager:
-    def __init__(self, metadata_cache, send: Callable[[int, object, int], object], threads: int = 4):
+    def __init__(self, metadata_cache, send: Callable[[int, object, int, str], object], threads: int = 4,
+                 local: LocalVerify | None = None):
+        """``send(broker, request, version, channel)``: one request on the connection named ``channel``."""
         self.cache = metadata_cache
         self.send = send
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="add-partitions-to-txn")
+        self.local = local
+        self._channel = threading.local()
+        slots = itertools.count()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="add-partitions-to-txn",
+                                        initializer=lambda: setattr(self._channel, "name",
+                                                                    f"txn-verify-{next(slots)}"))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition],
                callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
-        """``callback({partition: produce error})`` once the coordinator answered (or could not be asked)."""
+        """``callback({partition: produce error})`` once the coordinator answered (or could not be asked); at once,
+        in this thread, when this broker is the coordinator."""
+        if self.local is not None:
+            errors = self.local(transactional_id, producer_id, producer_epoch, partitions)
+            if errors is not None:
+                callback({tp: produce_error(errors.get(tp, Errors.UNKNOWN_SERVER_ERROR)) for tp in partitions})
+                return
         self._pool.submit(self._verify, transactional_id, producer_id, producer_epoch, partitions, callback)
 
     def _verify(self, transactional_id, producer_id, producer_epoch, partitions, callback) -> None:
@@ -86,7 +113,7 @@ class AddPartitionsToTxnManager:
         request = build(codec.request_class(ApiKeys.ADD_PARTITIONS_TO_TXN), VERIFY_VERSION, {"transactions": [
             {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
              "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]})
-        response = self.send(pm.leader, request, VERIFY_VERSION)
+        response = self.send(pm.leader, request, VERIFY_VERSION, getattr(self._channel, "name", "txn-verify"))
         if response.error_code:
             return {tp: Errors(response.error_code) for tp in partitions}
         got = {(t.name, r.partition_index): Errors(r.partition_error_code)

@@ -292,17 +292,26 @@ class PartitionLayout:
     resp_topic: str
     resp_partitions: str
     resp_index: str
+    #: the field naming a topic by id in versions without a name (Fetch v13+, KIP-516); None: never by id
+    topic_id: str | None = None
 
-    def request_partitions(self, request) -> list[TopicPartition]:
-        return [TopicPartition(getattr(t, self.req_topic), getattr(p, self.req_index))
-                for t in getattr(request, self.req_topics) or [] for p in getattr(t, self.req_partitions) or []]
+    def request_partitions(self, request, topic_name: Callable[[object], str | None] | None = None
+                           ) -> list[TopicPartition]:
+        """The partitions ``request`` names; a topic named by id gets the name ``topic_name`` gives it."""
+        out = []
+        for t in getattr(request, self.req_topics) or []:
+            name = getattr(t, self.req_topic, None)
+            if not name and self.topic_id is not None and topic_name is not None:
+                name = topic_name(getattr(t, self.topic_id, None))
+            out.extend(TopicPartition(name, getattr(p, self.req_index)) for p in getattr(t, self.req_partitions) or [])
+        return out
 
 
 PARTITION_LAYOUTS: dict[int, PartitionLayout] = {
     ApiKeys.PRODUCE: PartitionLayout("topic_data", "name", "partition_data", "index",
                              "responses", "name", "partition_responses", "index"),
     ApiKeys.FETCH: PartitionLayout("topics", "topic", "partitions", "partition",
-                           "responses", "topic", "partitions", "partition_index"),
+                           "responses", "topic", "partitions", "partition_index", topic_id="topic_id"),
     ApiKeys.LIST_OFFSETS: PartitionLayout("topics", "name", "partitions", "partition_index",
                                   "topics", "name", "partitions", "partition_index"),
     ApiKeys.DELETE_RECORDS: PartitionLayout("topics", "name", "partitions", "partition_index",
@@ -509,6 +518,9 @@ class FaultInjectingHandler:
     def __init__(self, handler, registry: FaultRegistry):
         self._handler = handler
         self._registry = registry
+        # Fetch v13+ names topics by id: the handler's id <-> name look-ups, when it has them (``KafkaApis``)
+        self._topic_name = getattr(handler, "topic_name_for_id", None)
+        self._topic_id = getattr(handler, "topic_id_for_name", None)
         self._delays = _DelayLine("kafka-request-fault-delay")
 
     def supported_versions(self) -> Mapping[int, tuple[int, int]]:
@@ -524,7 +536,8 @@ class FaultInjectingHandler:
             return self._handler.handle(header, request, context)
         arrived = time.monotonic()
         layout = PARTITION_LAYOUTS.get(api_key)
-        action = self._registry.take(api_key, lambda: layout.request_partitions(request) if layout else ())
+        action = self._registry.take(api_key, lambda: layout.request_partitions(request, self._topic_name)
+                                     if layout else ())
         if action.is_none:
             return self._handler.handle(header, request, context)
         if action.close_connection:
@@ -578,7 +591,7 @@ class FaultInjectingHandler:
         def merge(response):
             if isinstance(response, codec.EncodedResponse):  # a purpose-built codec's bytes: edit the object
                 response = response.decoded()
-            return None if response is None else _with_partition_errors(response, v, layout, errors)
+            return None if response is None else _with_partition_errors(response, v, layout, errors, self._topic_id)
         if hasattr(result, "add_done_callback"):
             out: Future = Future()
 
@@ -621,11 +634,14 @@ _UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
             "end_offset": -1, "preferred_read_replica": -1}
 
 
-def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int]):
+def _with_partition_errors(response, version: int, layout: PartitionLayout, errors: Mapping[TopicPartition, int],
+                           topic_id: Callable[[str], object] | None = None):
     """``response`` with each partition in ``errors`` answered by that code (its other fields at their
-    defaults), replacing the partition's answer or added to it."""
+    defaults), replacing the partition's answer or added to it.  A version naming topics by id finds the
+    topic's id with ``topic_id`` (a topic without one is left out)."""
     topics_field = type(response).fields[layout.resp_topics]
     topic_cls = topics_field.array_of.data_class
+    by_id = layout.topic_id is not None and not topics_field.array_of.fields[layout.resp_topic].for_version_q(version)
     part_struct = topics_field.array_of.fields[layout.resp_partitions].array_of
     part_cls = part_struct.data_class
     unknown = {f.name: v for f in part_struct.fields.values() if f.for_version_q(version)
@@ -635,10 +651,15 @@ def _with_partition_errors(response, version: int, layout: PartitionLayout, erro
         topics = []
         setattr(response, layout.resp_topics, topics)
     for tp, code in errors.items():
+        field, value = layout.resp_topic, tp.topic
+        if by_id:
+            field, value = layout.topic_id, topic_id(tp.topic) if topic_id is not None else None
+            if value is None:
+                continue
         entry = part_cls(version=version, **unknown, **{layout.resp_index: tp.partition, "error_code": code})
-        topic = next((t for t in topics if getattr(t, layout.resp_topic) == tp.topic), None)
+        topic = next((t for t in topics if getattr(t, field) == value), None)
         if topic is None:
-            topic = topic_cls(version=version, **{layout.resp_topic: tp.topic, layout.resp_partitions: []})
+            topic = topic_cls(version=version, **{field: value, layout.resp_partitions: []})
             topics.append(topic)
         parts = [p for p in getattr(topic, layout.resp_partitions) or []
                  if getattr(p, layout.resp_index) != tp.partition]

@@ -33,8 +33,14 @@ guards the cache and every session in it (Kafka locks the cache and each session
 of operations with a coarser lock).  An incremental fetch answered after a later request of the same session
 moved the epoch gets INVALID_FETCH_SESSION_EPOCH, as Kafka's.
 
-Differences from Kafka: topic names only (Fetch up to v12, no topic ids, so no FETCH_SESSION_TOPIC_ID_ERROR);
-session ids are positive (Kafka's are any int32 but 0; kafka-python reads -1 as "throttled"); no KIP-219
+Topic ids (KIP-516, Fetch v13+): a session created by a v13+ request names its partitions by topic id and
+partition (:class:`TopicIdKey`), one created below v13 by name; an incremental request of the other kind is
+FETCH_SESSION_TOPIC_ID_ERROR (106), as Kafka's.  A partition whose topic id the broker does not know stays in the
+session without a name (answered UNKNOWN_TOPIC_ID by ``KafkaApis``) and gets its name when the metadata learns
+the id (Kafka's ``maybeResolveUnknownName``).  A topic deleted and re-created under the same name keeps its old
+id in the session, so its reads are INCONSISTENT_TOPIC_ID (``KafkaApis`` compares it with the log's id).
+
+Differences from Kafka: session ids are positive (Kafka's are any int32 but 0; kafka-python reads -1 as "throttled"); no KIP-219
 throttled responses; the metrics are counters in the broker's describe rather than JMX meters.
 """
 from __future__ import annotations
@@ -53,13 +59,44 @@ from kafkatier.protocol.fetch_metadata import (FINAL_EPOCH, INVALID_SESSION_ID, 
                                                next_epoch)
 from kafkatier.server.config import broker_setting
 from kafkatier.server.replica_manager import FetchPartitionData, FetchPartitionResult
+from kafkatier.zk.codecs import topic_id_str
 
 log = get_logger("server.fetch-session")
 
 DEFAULT_CACHE_SLOTS = 1000          # max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120000        # min.incremental.fetch.session.eviction.ms
 FIRST_SESSION_VERSION = 7           # Fetch v7 added session ids and epochs
+TOPIC_IDS_VERSION = 13              # Fetch v13 names topics by id (KIP-516)
 _MAX_SESSION_ID = 2**31 - 1
+
+#: Resolves a topic id (22-char base64) to the topic's name, None when unknown (the metadata cache's).
+TopicNames = Callable[[str], "str | None"]
+
+
+@attrs.frozen
+class TopicIdKey:
+    """A partition of a session that uses topic ids (Kafka's ``CachedPartition`` equality then ignores the
+    name, which may be unknown)."""
+    topic_id: str
+    partition: int
+
+
+#: A session's key for a partition: its TopicPartition (Fetch < v13) or its :class:`TopicIdKey` (v13+).
+SessionKey = "TopicPartition | TopicIdKey"
+
+
+def session_key(fp: FetchPartitionData):
+    """The key ``fp`` has in a session and in a context's answers."""
+    return fp.tp if fp.topic_id is None else TopicIdKey(fp.topic_id, fp.tp.partition)
+
+
+def fetch_replica_id(req, version: int) -> int:
+    """The fetching replica's broker id, -1 for a consumer (Kafka's ``FetchRequest.replicaId``): from v15
+    (KIP-903) in the tagged ``ReplicaState``, before in ``ReplicaId``."""
+    if version < 15:
+        return req.replica_id
+    state = getattr(req, "replica_state", None)
+    return -1 if state is None else state.replica_id
 
 
 @attrs.frozen
@@ -67,11 +104,15 @@ class FetchRequestData:
     """What a Fetch request asks, as the session layer reads it."""
     metadata: FetchMetadata
     partitions: list[FetchPartitionData]
-    forgotten: list[TopicPartition]
+    forgotten: list  # of session keys (TopicPartition, or TopicIdKey with topic ids)
+    uses_topic_ids: bool = False
 
 
-def fetch_request_data(req, version: int) -> FetchRequestData:
-    """Read a kafka-python Fetch request: the partitions listed, those to forget, the session metadata."""
+def fetch_request_data(req, version: int, topic_name: TopicNames | None = None) -> FetchRequestData:
+    """Read a kafka-python Fetch request: the partitions listed, those to forget, the session metadata.  From
+    v13 topics are ids, resolved to names with ``topic_name`` (an unknown id leaves the name None)."""
+    if version >= TOPIC_IDS_VERSION:
+        return _fetch_request_data_by_id(req, version, topic_name or (lambda _tid: None))
     parts = [FetchPartitionData(
         TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes,
         current_leader_epoch=getattr(p, "current_leader_epoch", -1) if version >= 9 else -1,
@@ -81,6 +122,20 @@ def fetch_request_data(req, version: int) -> FetchRequestData:
         return FetchRequestData(LEGACY, parts, [])
     forgotten = [TopicPartition(t.topic, p) for t in (req.forgotten_topics_data or []) for p in t.partitions]
     return FetchRequestData(FetchMetadata(req.session_id, req.session_epoch), parts, forgotten)
+
+
+def _fetch_request_data_by_id(req, version: int, topic_name: TopicNames) -> FetchRequestData:
+    parts = []
+    for t in req.topics:
+        tid = topic_id_str(t.topic_id)
+        name = topic_name(tid)
+        parts.extend(FetchPartitionData(
+            TopicPartition(name, p.partition), p.fetch_offset, p.partition_max_bytes,
+            current_leader_epoch=p.current_leader_epoch, log_start_offset=p.log_start_offset, topic_id=tid)
+            for p in t.partitions)
+    forgotten = [TopicIdKey(topic_id_str(t.topic_id), p)
+                 for t in (req.forgotten_topics_data or []) for p in t.partitions]
+    return FetchRequestData(FetchMetadata(req.session_id, req.session_epoch), parts, forgotten, uses_topic_ids=True)
 
 
 @attrs.define(eq=False)
@@ -107,6 +162,8 @@ class CachedPartition:
             respond = True
             if update:
                 self.last_stable_offset = r.last_stable_offset
+        if r.preferred_read_replica >= 0:
+            respond = True   # KIP-392: the consumer must learn where to fetch from
         if r.error != Errors.NONE:
             respond = True
             if update:
@@ -117,11 +174,12 @@ class CachedPartition:
 class FetchSession:
     """Kafka's ``FetchSession``: the partitions in fetch order, the epoch the next request must carry."""
 
-    def __init__(self, session_id: int, privileged: bool, partitions: dict[TopicPartition, CachedPartition],
-                 now_ms: int):
+    def __init__(self, session_id: int, privileged: bool, partitions: dict, now_ms: int,
+                 uses_topic_ids: bool = False):
         self.id = session_id
         self.privileged = privileged
-        self.partitions = partitions
+        self.partitions = partitions   # session key -> CachedPartition, in fetch order
+        self.uses_topic_ids = uses_topic_ids
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
         self.epoch = next_epoch(0)
@@ -139,15 +197,16 @@ class FetchSession:
         partitions)."""
         return (self.privileged, self.cached_size, self.id)
 
-    def update(self, fetch_data: Iterable[FetchPartitionData], to_forget: Iterable[TopicPartition]
+    def update(self, fetch_data: Iterable[FetchPartitionData], to_forget: Iterable
                ) -> tuple[int, int, int]:
-        """Apply an incremental request: partitions listed are added or updated, forgotten ones removed.
-        Returns how many were added, updated and removed."""
+        """Apply an incremental request: partitions listed are added or updated, forgotten ones (session keys)
+        removed.  Returns how many were added, updated and removed."""
         added = updated = removed = 0
         for fp in fetch_data:
-            cached = self.partitions.get(fp.tp)
+            key = session_key(fp)
+            cached = self.partitions.get(key)
             if cached is None:
-                self.partitions[fp.tp] = CachedPartition(fp)
+                self.partitions[key] = CachedPartition(fp)
                 added += 1
             else:
                 cached.request = fp
@@ -157,8 +216,19 @@ class FetchSession:
                 removed += 1
         return added, updated, removed
 
+    def resolve_names(self, topic_name: TopicNames) -> None:
+        """Name the partitions whose topic id was unknown when they joined, if the id is known now (Kafka's
+        ``maybeResolveUnknownName``)."""
+        for cp in self.partitions.values():
+            fp = cp.request
+            if fp.tp.topic is None and fp.topic_id is not None:
+                name = topic_name(fp.topic_id)
+                if name is not None:
+                    cp.request = attrs.evolve(fp, tp=TopicPartition(name, fp.tp.partition))
+
     def __repr__(self) -> str:
-        return f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, epoch={self.epoch})"
+        return (f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, "
+                f"uses_topic_ids={self.uses_topic_ids}, epoch={self.epoch})")
 
 
 @attrs.frozen
@@ -167,7 +237,7 @@ class FetchSessionResponse:
     order)."""
     error: Errors
     session_id: int
-    partitions: dict[TopicPartition, FetchPartitionResult]
+    partitions: dict  # session key (TopicPartition, or TopicIdKey with topic ids) -> FetchPartitionResult
 
 
 class FetchSessionCache:
@@ -201,15 +271,15 @@ class FetchSessionCache:
         with self.lock:
             return self._sessions.get(session_id)
 
-    def maybe_create_session(self, privileged: bool, size: int,
-                             partitions: Callable[[], dict[TopicPartition, CachedPartition]]) -> int:
+    def maybe_create_session(self, privileged: bool, size: int, partitions: Callable[[], dict],
+                             uses_topic_ids: bool = False) -> int:
         """A new session's id, or 0 when the cache is full and no session may be evicted for it."""
         with self.lock:
             now = self.now_ms()
             if len(self._sessions) >= self.max_entries and not self._try_evict(privileged, size, now):
                 log.debug("no fetch session created %s", kv(privileged=privileged, partitions=size))
                 return INVALID_SESSION_ID
-            session = FetchSession(self._new_session_id(), privileged, partitions(), now)
+            session = FetchSession(self._new_session_id(), privileged, partitions(), now, uses_topic_ids)
             self._sessions[session.id] = session
             self.touch(session, now)
             log.debug("created fetch session %s", kv(session=session.id, privileged=privileged, partitions=session.size))
@@ -269,8 +339,8 @@ class FetchContext:
         """The partitions to read (Kafka's ``foreachPartition``)."""
         raise NotImplementedError
 
-    def response(self, results: dict[TopicPartition, FetchPartitionResult]) -> FetchSessionResponse:
-        """The response for ``results`` (every partition read, in order; Kafka's
+    def response(self, results: dict) -> FetchSessionResponse:
+        """The response for ``results`` (every partition read, by :func:`session_key`, in order; Kafka's
         ``updateAndGenerateResponseData``)."""
         raise NotImplementedError
 
@@ -304,34 +374,40 @@ class SessionlessFetchContext(FetchContext):
 class FullFetchContext(FetchContext):
     kind = "full"
 
-    def __init__(self, cache: FetchSessionCache, fetch_data: list[FetchPartitionData], privileged: bool):
+    def __init__(self, cache: FetchSessionCache, fetch_data: list[FetchPartitionData], privileged: bool,
+                 uses_topic_ids: bool = False):
         self.cache = cache
         self.fetch_data = fetch_data
         self.privileged = privileged
+        self.uses_topic_ids = uses_topic_ids
 
     def partitions(self) -> list[FetchPartitionData]:
         return self.fetch_data
 
     def response(self, results):
-        requested = {fp.tp: fp for fp in self.fetch_data}
+        requested = {session_key(fp): fp for fp in self.fetch_data}
 
-        def cached() -> dict[TopicPartition, CachedPartition]:
-            return {tp: CachedPartition(requested[tp], r.high_watermark, r.log_start_offset, r.last_stable_offset)
-                    for tp, r in results.items() if tp in requested}
-        session_id = self.cache.maybe_create_session(self.privileged, len(results), cached)
+        def cached() -> dict:
+            return {k: CachedPartition(requested[k], r.high_watermark, r.log_start_offset, r.last_stable_offset)
+                    for k, r in results.items() if k in requested}
+        session_id = self.cache.maybe_create_session(self.privileged, len(results), cached, self.uses_topic_ids)
         return FetchSessionResponse(Errors.NONE, session_id, results)
 
 
 class IncrementalFetchContext(FetchContext):
     kind = "incremental"
 
-    def __init__(self, cache: FetchSessionCache, session: FetchSession, expected_epoch: int):
+    def __init__(self, cache: FetchSessionCache, session: FetchSession, expected_epoch: int,
+                 topic_name: TopicNames | None = None):
         self.cache = cache
         self.session = session
         self.expected_epoch = expected_epoch  # the session's epoch once this request was accepted
+        self.topic_name = topic_name
 
     def partitions(self) -> list[FetchPartitionData]:
         with self.cache.lock:
+            if self.session.uses_topic_ids and self.topic_name is not None:
+                self.session.resolve_names(self.topic_name)
             return [cp.request for cp in self.session.partitions.values()]
 
     def response(self, results):
@@ -361,13 +437,17 @@ class FetchManager:
         self.cache = cache
         self.metrics = {"full": 0, "incremental": 0, "sessionless": 0, "error": 0}
 
-    def new_context(self, request: FetchRequestData, privileged: bool) -> FetchContext:
-        ctx = self._new_context(request, privileged)
+    def new_context(self, request: FetchRequestData, privileged: bool,
+                    topic_name: TopicNames | None = None) -> FetchContext:
+        """The context of ``request``; ``topic_name`` resolves the topic ids of a v13+ session's partitions
+        that were unknown when they joined it."""
+        ctx = self._new_context(request, privileged, topic_name)
         with self.cache.lock:
             self.metrics[ctx.kind] += 1
         return ctx
 
-    def _new_context(self, request: FetchRequestData, privileged: bool) -> FetchContext:
+    def _new_context(self, request: FetchRequestData, privileged: bool,
+                     topic_name: TopicNames | None) -> FetchContext:
         md = request.metadata
         cache = self.cache
         if md.is_full:
@@ -375,7 +455,7 @@ class FetchManager:
                 log.debug("full fetch closed its fetch session %s", kv(session=md.session_id))
             if md.epoch == FINAL_EPOCH:
                 return SessionlessFetchContext(request.partitions)
-            return FullFetchContext(cache, request.partitions, privileged)
+            return FullFetchContext(cache, request.partitions, privileged, request.uses_topic_ids)
         with cache.lock:
             session = cache.get(md.session_id)
             if session is None:
@@ -385,13 +465,18 @@ class FetchManager:
                 log.debug("fetch session epoch mismatch %s", kv(session=md.session_id, expected=session.epoch,
                                                                 got=md.epoch))
                 return SessionErrorContext(Errors.INVALID_FETCH_SESSION_EPOCH)
+            if session.uses_topic_ids != request.uses_topic_ids:
+                log.debug("fetch session topic id use mismatch %s", kv(
+                    session=md.session_id, session_uses_ids=session.uses_topic_ids,
+                    request_uses_ids=request.uses_topic_ids))
+                return SessionErrorContext(Errors.FETCH_SESSION_TOPIC_ID_ERROR)
             session.update(request.partitions, request.forgotten)
             if not session.partitions:
                 cache.remove(session.id)  # nothing left to follow: the session ends, the request is answered
                 return SessionlessFetchContext(request.partitions)
             cache.touch(session, cache.now_ms())
             session.epoch = next_epoch(session.epoch)
-            return IncrementalFetchContext(cache, session, session.epoch)
+            return IncrementalFetchContext(cache, session, session.epoch, topic_name)
 
     def describe(self) -> dict:
         """For ``kafkatier cluster describe``: sessions cached, partitions in them, fetches served by kind."""

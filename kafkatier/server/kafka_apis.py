@@ -42,7 +42,8 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
-from kafkatier.server.fetch_session import FetchManager, FetchSessionCache, fetch_request_data
+from kafkatier.server.fetch_session import (TOPIC_IDS_VERSION, FetchManager, FetchSessionCache, fetch_replica_id,
+                                            fetch_request_data, session_key)
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
@@ -68,6 +69,11 @@ ZERO_UUID = uuid.UUID(int=0)
 REQUEST_QUOTA_EXEMPT = frozenset((ApiKeys.LEADER_AND_ISR, ApiKeys.STOP_REPLICA, ApiKeys.UPDATE_METADATA,
                                   ApiKeys.CONTROLLED_SHUTDOWN, ApiKeys.WRITE_TXN_MARKERS, ApiKeys.ALTER_PARTITION,
                                   ApiKeys.API_VERSIONS, ApiKeys.SASL_HANDSHAKE, ApiKeys.SASL_AUTHENTICATE))
+
+
+#: Fetch v16+ (KIP-951): a partition answered with one of these carries its current leader, and the response
+#: that leader's endpoint.
+LEADER_DISCOVERY_ERRORS = frozenset((Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH))
 
 
 def quota_entity(ctx) -> QuotaEntity:
@@ -118,7 +124,7 @@ class _Reply:
 class KafkaApis:
     # What we advertise in ApiVersions: exactly the handlers below.
     VERSIONS: dict[int, tuple[int, int]] = {
-        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 12), ApiKeys.LIST_OFFSETS: (0, 9), ApiKeys.METADATA: (0, 12),
+        ApiKeys.PRODUCE: (0, 11), ApiKeys.FETCH: (0, 17), ApiKeys.LIST_OFFSETS: (0, 9), ApiKeys.METADATA: (0, 12),
         ApiKeys.CREATE_TOPICS: (0, 7), ApiKeys.DELETE_TOPICS: (0, 6), ApiKeys.DESCRIBE_CONFIGS: (0, 4),
         ApiKeys.ALTER_CONFIGS: (0, 2),
         ApiKeys.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKeys.DESCRIBE_CLUSTER: (0, 1), ApiKeys.INIT_PRODUCER_ID: (0, 5),
@@ -207,7 +213,7 @@ class KafkaApis:
         nanos = time.perf_counter_ns() - started
         quota = self.client_quotas.request
         if key == ApiKeys.PRODUCE or key == ApiKeys.FETCH:
-            if not (key == ApiKeys.FETCH and header.request_api_version <= 14 and request.replica_id >= 0):
+            if not (key == ApiKeys.FETCH and fetch_replica_id(request, header.request_api_version) >= 0):
                 quota.record(quota_entity(context), nanos)
             return result
         throttle_ms = quota.record_and_get_throttle_time_ms(quota_entity(context), nanos)
@@ -255,7 +261,7 @@ class KafkaApis:
         if key == ApiKeys.FETCH:
             return self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": [
-                {"topic": t.topic, "partitions": [
+                {"topic": getattr(t, "topic", ""), "topic_id": getattr(t, "topic_id", ZERO_UUID), "partitions": [
                     {"partition_index": p.partition, "error_code": code, "high_watermark": -1,
                      "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                      "preferred_read_replica": -1, "records": b""} for p in t.partitions]} for t in request.topics]})
@@ -476,22 +482,39 @@ class KafkaApis:
 
     def handle_fetch(self, header, req, ctx):
         v = header.request_api_version
-        replica_id = req.replica_id if v <= 14 else -1
+        replica_id = fetch_replica_id(req, v)
+        by_id = v >= TOPIC_IDS_VERSION   # KIP-516: topics named by id, resolved with the metadata cache
+        topic_name = self.cache.topic_name if by_id else None
         # KIP-227: the session decides which partitions are read and which the response carries.
-        context = self.fetch_manager.new_context(fetch_request_data(req, v), privileged=replica_id >= 0)
+        context = self.fetch_manager.new_context(fetch_request_data(req, v, topic_name), privileged=replica_id >= 0,
+                                                 topic_name=topic_name)
         wanted = context.partitions()
-        readable = self.auth.readable_topics(ctx, replica_id, {fp.tp.topic for fp in wanted})
-        parts, denied = [], []
-        for fp in wanted:
-            (parts if fp.tp.topic in readable else denied).append(fp)
+        errors: dict = {}   # session key -> the error it is answered with, nothing read (Kafka's ``erroneous``)
+        if by_id:
+            for fp in wanted:
+                if fp.tp.topic is None:
+                    errors[session_key(fp)] = Errors.UNKNOWN_TOPIC_ID
+            named = [fp for fp in wanted if fp.tp.topic is not None] if errors else wanted
+        else:
+            named = wanted
+        readable = self.auth.readable_topics(ctx, replica_id, {fp.tp.topic for fp in named})
+        parts = []
+        for fp in named:
+            if fp.tp.topic in readable:
+                parts.append(fp)
+            else:
+                errors[session_key(fp)] = Errors.TOPIC_AUTHORIZATION_FAILED
         reply = _Reply()
-        order = [fp.tp for fp in parts + denied]
         fetch_offsets = {fp.tp: fp.fetch_offset for fp in wanted} if v < 4 else {}  # where down-conversion starts
+        listener = getattr(ctx, "listener_name", "PLAINTEXT")
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
-            answer = context.response({tp: results.get(tp) or FetchPartitionResult(
-                Errors.UNKNOWN_SERVER_ERROR if tp in parts_set else Errors.TOPIC_AUTHORIZATION_FAILED)
-                for tp in order})
+            keyed = {session_key(fp): results.get(fp.tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR)
+                     for fp in parts} if by_id else {
+                fp.tp: results.get(fp.tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR) for fp in parts}
+            for key, error in errors.items():
+                keyed[key] = FetchPartitionResult(error)
+            answer = context.response(keyed)
             throttle_ms = 0
             if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
                 throttle_ms = self.client_quotas.fetch.record_and_get_throttle_time_ms(
@@ -505,15 +528,24 @@ class KafkaApis:
 
         def build_response(answer, throttle_ms: int):
             if fetch_codec.supports(v):  # the hot path: straight to bytes (protocol/fetch_codec.py)
-                answers: dict[str, list] = {}
-                for tp, r in answer.partitions.items():
-                    answers.setdefault(tp[0], []).append((
-                        tp[1], int(r.error), r.high_watermark,
+                answers: dict = {}
+                nodes: dict[int, tuple] = {}
+                for key, r in answer.partitions.items():
+                    leader = None
+                    if v >= fetch_codec.NODE_ENDPOINTS_FROM and r.error in LEADER_DISCOVERY_ERRORS \
+                            and key not in errors:
+                        leader, node = self._current_leader(names[key] if by_id else key, listener)   # KIP-951
+                        if node is not None:
+                            nodes[node[0]] = node
+                    answers.setdefault(key.topic_id if by_id else key[0], []).append((
+                        key.partition if by_id else key[1], int(r.error), r.high_watermark,
                         r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark, r.log_start_offset,
-                        None if r.error else r.aborted_transactions, r.records, r.preferred_read_replica))
+                        None if r.error else r.aborted_transactions, r.records, r.preferred_read_replica, leader))
+                topics = answers.items() if not by_id else [
+                    (codecs.parse_topic_id(tid), ps) for tid, ps in answers.items()]
                 return codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
-                    v, int(answer.error), answer.session_id, answers.items(), throttle_time_ms=throttle_ms),
-                    int(answer.error) if v >= 7 else 0)
+                    v, int(answer.error), answer.session_id, topics, throttle_time_ms=throttle_ms,
+                    node_endpoints=list(nodes.values())), int(answer.error) if v >= 7 else 0)
             by_topic: dict[str, list] = {}
             for tp, r in answer.partitions.items():
                 if v < 4 and r.error == Errors.NONE and not self._down_conversion_enabled(tp, replica_id):
@@ -536,7 +568,9 @@ class KafkaApis:
             # Kafka: a consumer under a byte-rate quota reads at most what its quota window allows, so a fetch
             # that fits is not throttled into an empty answer again and again
             max_bytes = min(max_bytes, self.client_quotas.fetch.max_value_in_quota_window(quota_entity(ctx)))
-        parts_set = {fp.tp for fp in parts}
+        if by_id and parts:
+            parts = self._consistent_topic_ids(parts, errors)
+        names = {session_key(fp): fp.tp for fp in parts} if by_id else {}   # for KIP-951's leader look-up
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
             return reply.result_or_future()
@@ -551,19 +585,58 @@ class KafkaApis:
                     redirected[fp.tp] = FetchPartitionResult(
                         Errors.NONE, p.log.high_watermark, p.log.log_start_offset, b"",
                         preferred_read_replica=preferred)
+        to_read = [fp for fp in parts if fp.tp not in redirected] if redirected else parts
+        if not to_read:
+            respond(redirected)
+            return reply.result_or_future()
         if redirected:
-            parts = [fp for fp in parts if fp.tp not in redirected]
-            if not parts:
-                respond(redirected)
-                return reply.result_or_future()
             respond_all = respond
 
             def respond(results, respond_all=respond_all):   # noqa: F811 - the redirected partitions added
                 respond_all({**redirected, **results})
-        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, parts, respond,
+        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, to_read, respond,
                                isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0,
                                follower_read=client_rack is not None)
         return reply.result_or_future()
+
+    def topic_name_for_id(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with this id (a request's ``uuid`` field), None when unknown (fault injection
+        matches Fetch v13+ partitions by name with it)."""
+        if topic_id is None or topic_id == ZERO_UUID:
+            return None
+        return self.cache.topic_name(codecs.topic_id_str(topic_id))
+
+    def topic_id_for_name(self, name: str) -> uuid.UUID | None:
+        """The id of topic ``name`` as a ``uuid`` field carries it, None when unknown."""
+        tid = self.cache.topic_ids.get(name)
+        return codecs.parse_topic_id(tid) if tid else None
+
+    def _consistent_topic_ids(self, parts: list, errors: dict) -> list:
+        """Fetch v13+: the partitions whose hosted log has the topic id the request (or its session) named; the
+        others are answered INCONSISTENT_TOPIC_ID, nothing read (Kafka's ``readFromLog`` check: a topic
+        deleted and re-created under the same name while a fetcher still holds the old id)."""
+        out = []
+        for fp in parts:
+            p = self.rm.get_partition(*fp.tp)
+            local = p.topic_id if p is not None else None
+            if local is not None and local != fp.topic_id:
+                errors[session_key(fp)] = Errors.INCONSISTENT_TOPIC_ID
+            else:
+                out.append(fp)
+        return out
+
+    def _current_leader(self, tp: TopicPartition, listener: str) -> tuple[tuple[int, int], tuple | None]:
+        """KIP-951 (Fetch v16+): the partition's leader and leader epoch as this broker knows them (its own
+        replica's view, else the metadata cache's), and the leader's endpoint on ``listener`` when it is alive:
+        ``((leader id, epoch), (id, host, port, rack) or None)`` (Kafka's ``getCurrentLeader``)."""
+        p = self.rm.get_partition(*tp)
+        if p is not None:
+            leader_id, epoch = p.leader_id, p.leader_epoch
+        else:
+            pm = self.cache.get_partition(*tp)
+            leader_id, epoch = (pm.leader, pm.leader_epoch) if pm is not None else (-1, -1)
+        b = self.cache.broker(leader_id, listener) if leader_id >= 0 else None
+        return (leader_id, epoch), ((b.id, b.host, b.port, b.rack) if b is not None else None)
 
     def _down_conversion_enabled(self, tp, replica_id: int) -> bool:
         """Kafka: a client's fetch below v4 of a partition with ``message.downconversion.enable=false`` is

@@ -122,9 +122,9 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.txn_verification: AddPartitionsToTxnManager | None = None
-        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker,
-        # each used by one request at a time.
-        self._broker_clients: dict[int, tuple[BrokerClient, threading.Lock]] = {}
+        # Connections to other brokers (and this one) for transaction markers and verifications, one per broker
+        # and channel (see _send_to_broker), each used by one request at a time.
+        self._broker_clients: dict[tuple[int, str], tuple[BrokerClient, threading.Lock]] = {}
         self._broker_clients_lock = threading.Lock()
         # The broker's one clock (common/time.py): milliseconds() stamps and ages data and can be skewed at run time
         # (kafkatier cluster clock); nanoseconds() times waits and is never skewed.
@@ -209,7 +209,10 @@ class KafkaServer:
         self._reconfigure_alter_log_dirs_throttle(self.broker_configs.effective())  # static or dynamic, at start
         self.replication_quotas.reconfigure(self.broker_configs.effective())
         if c.setting("transaction.partition.verification.enable"):
-            self.txn_verification = AddPartitionsToTxnManager(self.metadata_cache, self._send_to_broker)
+            self.txn_verification = AddPartitionsToTxnManager(
+                self.metadata_cache, self._send_to_broker,
+                local=lambda *a: self.transaction_coordinator.verify_if_coordinator(*a)
+                if self.transaction_coordinator is not None else None)
         self.group_coordinator = GroupCoordinator(self.broker_id, self._group_config(), ReplicaManagerOffsetsLog(
             self.replica_manager, txn_verification=self.txn_verification), self.scheduler)
         self.group_coordinator.startup()
@@ -217,7 +220,8 @@ class KafkaServer:
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.transaction_coordinator = TransactionCoordinator(
             self.broker_id, self._transaction_config(), ReplicaManagerTransactionLog(self.replica_manager),
-            TransactionMarkerChannelManager(self.broker_id, self._partition_leader, self._send_to_broker),
+            TransactionMarkerChannelManager(self.broker_id, self._partition_leader,
+                                            lambda b, r, v: self._send_to_broker(b, r, v, "txn-markers")),
             self.producer_ids.generate_producer_id, self.scheduler)
         self.transaction_coordinator.startup()
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
@@ -346,17 +350,19 @@ class KafkaServer:
         alive = {b.id for b in self.metadata_cache.alive_brokers()}
         return pm.leader if pm.leader in alive else -1
 
-    def _send_to_broker(self, broker_id: int, request, version: int):
-        """One request to another broker (or this one) on a kept connection; raises BrokerConnectionError."""
+    def _send_to_broker(self, broker_id: int, request, version: int, channel: str = "txn"):
+        """One request to another broker (or this one) on a kept connection, one per (broker, ``channel``): the
+        markers and each verification thread have their own, as Kafka's marker and verification senders have
+        their own network clients; raises BrokerConnectionError."""
         with self._broker_clients_lock:
-            entry = self._broker_clients.get(broker_id)
+            entry = self._broker_clients.get((broker_id, channel))
             b = self.metadata_cache.inter_broker_endpoint(broker_id)  # its link when the cluster runs links
             if b is None:
                 raise BrokerConnectionError(f"broker {broker_id} is not known")
             if entry is None or (entry[0].host, entry[0].port) != (b.host, b.port):
                 if entry is not None:
                     entry[0].close()
-                entry = self._broker_clients[broker_id] = (BrokerClient(
+                entry = self._broker_clients[(broker_id, channel)] = (BrokerClient(
                     b.host, b.port, client_id=f"broker-{self.broker_id}-txn",
                     timeout_s=self.config.request_timeout_ms / 1000.0, login=self.login), threading.Lock())
         client, lock = entry

@@ -57,6 +57,7 @@ class MetadataCache:
         self.listeners: dict[int, dict[str, BrokerEndpoint]] = {}  # broker -> listener name -> its endpoint
         self.partitions: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_ids: dict[str, str] = {}
+        self._topic_names: dict[str, str] | None = None  # topic id -> name, built on first use after a change
 
     def advertised_controller_id(self) -> int:
         """The controller id a Metadata / DescribeCluster answer gives: -1 unless the controller is among the
@@ -70,6 +71,7 @@ class MetadataCache:
         """Apply an UpdateMetadata request.  Returns topics that were deleted (leader -2)."""
         deleted = []
         with self._lock:
+            self._topic_names = None
             self.controller_id = request.controller_id
             brokers, listeners = {}, {}
             for b in request.live_brokers:
@@ -136,6 +138,15 @@ class MetadataCache:
             return b
         host, port = self.link_endpoints[broker_id]
         return attrs.evolve(b, host=host, port=port)
+
+    def topic_name(self, topic_id: str) -> str | None:
+        """The name of the topic whose id (22-char base64) is ``topic_id``, None when unknown (Kafka's
+        ``topicIdsToNames``, which Fetch v13+ resolves its topics with)."""
+        names = self._topic_names
+        if names is None:
+            with self._lock:
+                names = self._topic_names = {tid: name for name, tid in self.topic_ids.items()}
+        return names.get(topic_id)
 
     def contains_topic(self, topic: str) -> bool:
         with self._lock:

@@ -1,4 +1,4 @@
-"""OffsetForLeaderEpoch (apiKey 23, v2-4): Kafka's ``KafkaApis.handleOffsetForLeaderEpochRequest`` with
+"""OffsetForLeaderEpoch (apiKey 23, v0-4): Kafka's ``KafkaApis.handleOffsetForLeaderEpochRequest`` with
 ``ReplicaManager.lastOffsetForLeaderEpoch`` and ``Partition.lastOffsetForLeaderEpoch``.
 
 KIP-320 clients (kafka-python's consumer, librdkafka) send it after every leader change to validate their
@@ -41,7 +41,7 @@ from kafkatier.server.replica_manager import ReplicaManager
 
 log = get_logger("server.offset-for-leader-epoch")
 
-VERSIONS = (2, 4)  # what kafka-python's message classes decode (0-1 were removed in Kafka 4.0)
+VERSIONS = (0, 4)  # Kafka 3.9's range (0-1, without the current leader epoch, were removed in Kafka 4.0)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 

@@ -103,6 +103,9 @@ class FetchPartitionData:
     max_bytes: int = 1048576
     current_leader_epoch: int = -1
     log_start_offset: int = -1  # followers: their log start offset
+    #: Fetch v13+ (KIP-516): the topic id the request named (22-char base64); ``tp.topic`` is then the name it
+    #: resolved to, None when this broker knows no topic with that id
+    topic_id: str | None = None
 
 
 @attrs.frozen

@@ -54,7 +54,7 @@ log = get_logger("server.transaction-apis")
 
 VERSIONS: dict[int, tuple[int, int]] = {
     ApiKeys.ADD_PARTITIONS_TO_TXN: (0, 5), ApiKeys.ADD_OFFSETS_TO_TXN: (0, 4), ApiKeys.END_TXN: (0, 4),
-    ApiKeys.WRITE_TXN_MARKERS: (1, 1),
+    ApiKeys.WRITE_TXN_MARKERS: (0, 1),
     ApiKeys.TXN_OFFSET_COMMIT: (0, 4), ApiKeys.DESCRIBE_PRODUCERS: (0, 0), ApiKeys.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKeys.LIST_TRANSACTIONS: (0, 1),
 }

@@ -15,7 +15,7 @@ import sys
 
 from kafkatier.waiting import wait_for
 
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 300.0   # each of master and workers: a JVM took 87 s to start at load 40 on 2 cores
 MASTER_LINE = re.compile(r"Starting Spark master at (spark://\S+)")
 REGISTERED_LINE = "Successfully registered with master"
 
@@ -69,12 +69,26 @@ class StandaloneCluster:
                     "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1", "--port", "0",
                     "--webui-port", "0", "--cores", str(self.cores_per_worker), "--memory", self.memory,
                     "--work-dir", work]))
-            wait_for(lambda: all(REGISTERED_LINE in self._read(p) for p in logs), START_TIMEOUT_S, interval=0.2,
-                     message=f"{self.workers} Spark workers to register")
+            try:
+                wait_for(lambda: self._registered(logs), START_TIMEOUT_S, interval=0.2,
+                         message=f"{self.workers} Spark workers to register")
+            except TimeoutError as e:
+                raise TimeoutError(f"{e}; {self._tails(logs)}") from None
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _registered(self, logs: list[str]) -> bool:
+        """Every worker has registered; a launcher that exited is an error at once, with its log."""
+        dead = [p for p in self._procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"a Spark process exited with status {dead[0].returncode}: {self._tails(logs)}")
+        return all(REGISTERED_LINE in self._read(p) for p in logs)
+
+    def _tails(self, logs: list[str], lines: int = 8) -> str:
+        """The last lines of each worker's log, for a failure message (why a worker did not register)."""
+        return " | ".join(f"{os.path.basename(p)}: " + " / ".join(self._read(p).splitlines()[-lines:]) for p in logs)
 
     def stop(self) -> None:
         for p in reversed(self._procs):

@@ -596,36 +596,39 @@ def _tp_set(tps: Iterable[tuple[str, int]]) -> frozenset[tuple[str, int]]:
 
 
 @attrs.frozen
-class PreferredReplicaElection:
-    """``/admin/preferred_replica_election``: the set of partitions to move back to their preferred leader."""
+class _PartitionSetZNode:
+    """A znode whose JSON is ``{"version":1,"partitions":[{"topic":..,"partition":..}]}``; subclasses name the
+    schema."""
 
     partitions: frozenset[tuple[str, int]] = attrs.field(converter=_tp_set)
 
-    SCHEMA: ClassVar[str] = "preferred_replica_election"
+    SCHEMA: ClassVar[str]
 
     def encode(self) -> bytes:
         return encode_json({"version": 1, "partitions": _tp_json(self.partitions)}, self.SCHEMA)
 
     @classmethod
-    def decode(cls, data: bytes | None,
-               path: str | None = paths.PREFERRED_REPLICA_ELECTION) -> PreferredReplicaElection:
+    def decode(cls, data: bytes | None, path: str | None = None):
         return cls(_tp_list(decode_json(data, cls.SCHEMA, _what(path, cls.SCHEMA))["partitions"]))
 
 
 @attrs.frozen
-class IsrChangeNotification:
-    """``/isr_change_notification/isr_change_NNNNNNNNNN``: partitions whose ISR changed (old IBPs only)."""
+class PreferredReplicaElection(_PartitionSetZNode):
+    """``/admin/preferred_replica_election``: the set of partitions to move back to their preferred leader."""
 
-    partitions: frozenset[tuple[str, int]] = attrs.field(converter=_tp_set)
-
-    SCHEMA: ClassVar[str] = "isr_change_notification"
-
-    def encode(self) -> bytes:
-        return encode_json({"version": 1, "partitions": _tp_json(self.partitions)}, self.SCHEMA)
+    SCHEMA: ClassVar[str] = "preferred_replica_election"
 
     @classmethod
-    def decode(cls, data: bytes | None, path: str | None = None) -> IsrChangeNotification:
-        return cls(_tp_list(decode_json(data, cls.SCHEMA, _what(path, cls.SCHEMA))["partitions"]))
+    def decode(cls, data: bytes | None,
+               path: str | None = paths.PREFERRED_REPLICA_ELECTION) -> PreferredReplicaElection:
+        return super().decode(data, path)
+
+
+@attrs.frozen
+class IsrChangeNotification(_PartitionSetZNode):
+    """``/isr_change_notification/isr_change_NNNNNNNNNN``: partitions whose ISR changed (old IBPs only)."""
+
+    SCHEMA: ClassVar[str] = "isr_change_notification"
 
 
 LOG_DIR_FAILURE_EVENT = 1

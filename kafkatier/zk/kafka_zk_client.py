@@ -26,7 +26,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 from kafkatier.common.structs import BrokerInfo, LeaderAndIsr, TopicPartition
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.client import get_many
+from kafkatier.zk.client import PATHS_PER_READ, get_many
 from kafkatier.zk.fenced import Create, Delete, FencedZkWriter, SetData, read_retrying
 
 log = get_logger("zk.client")
@@ -72,21 +72,13 @@ class KafkaZkClient:
             ids = self.zk.get_children(paths.BROKER_IDS)
         except NoNodeError:
             return {}
-        ids = [i for i in ids if i.isdigit()]
-        results = get_many(self.zk, [paths.broker(int(i)) for i in ids])
-        out = {}
-        for i, res in zip(ids, results):
-            if res is None:
-                continue
-            data, stat = res
-            try:
-                reg = codecs.BrokerRegistration.decode(data, broker_id=int(i), path=paths.broker(int(i)))
-            except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed broker registration %s", kv(path=paths.broker(int(i)), reason=e))
-                continue
-            out[int(i)] = BrokerInfo(id=int(i), host=reg.host, port=reg.port, epoch=stat.czxid,
-                                     endpoints=tuple(reg.endpoints), rack=reg.rack)
-        return out
+
+        def broker_info(broker_id: int, data: bytes, stat) -> BrokerInfo:
+            reg = codecs.BrokerRegistration.decode(data, broker_id=broker_id, path=paths.broker(broker_id))
+            return BrokerInfo(id=broker_id, host=reg.host, port=reg.port, epoch=stat.czxid,
+                              endpoints=tuple(reg.endpoints), rack=reg.rack)
+        return self._decode_many([int(i) for i in ids if i.isdigit()], paths.broker, broker_info,
+                                 "broker registration")
 
     # --- topics ---------------------------------------------------------------------------------------------
     def get_all_topics(self) -> set[str]:
@@ -96,34 +88,30 @@ class KafkaZkClient:
             return set()
 
     def get_topic_assignments(self, topics) -> dict[str, codecs.TopicAssignment]:
-        topics = sorted(topics)
         # A topic's assignment is ~20 bytes per partition: 20 per read keeps a reply of 1,000-partition topics
         # near 400 KB.
-        results = get_many(self.zk, [paths.topic(t) for t in topics], paths_per_read=20)
-        out = {}
-        for t, res in zip(topics, results):
-            if res is None:
-                continue
-            try:
-                out[t] = codecs.TopicAssignment.decode(res[0])
-            except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed topic assignment %s", kv(path=paths.topic(t), reason=e))
-        return out
+        return self._decode_many(sorted(topics), paths.topic,
+                                 lambda _topic, data, _stat: codecs.TopicAssignment.decode(data),
+                                 "topic assignment", paths_per_read=20)
 
     def get_partition_states(self, tps) -> dict[TopicPartition, LeaderAndIsr]:
-        tps = sorted(tps)
-        results = get_many(self.zk, [paths.partition_state(tp.topic, tp.partition) for tp in tps])
+        return self._decode_many(
+            sorted(tps), lambda tp: paths.partition_state(tp.topic, tp.partition),
+            lambda _tp, data, stat: _to_leader_and_isr(codecs.decode_partition_state(data, stat), stat.version),
+            "partition state")
+
+    def _decode_many(self, keys: list, znode_path, decode, what: str, paths_per_read: int = PATHS_PER_READ) -> dict:
+        """Pipelined reads of each key's znode (``znode_path(key)``): ``{key: decode(key, data, stat)}`` for those
+        that exist; a malformed one is logged (``skipping malformed <what>``) and left out."""
+        znodes = [znode_path(k) for k in keys]
         out = {}
-        for tp, res in zip(tps, results):
+        for key, path, res in zip(keys, znodes, get_many(self.zk, znodes, paths_per_read=paths_per_read)):
             if res is None:
                 continue
-            data, stat = res
             try:
-                st = codecs.decode_partition_state(data, stat)
+                out[key] = decode(key, *res)
             except codecs.MalformedZNodeError as e:
-                log.warning("skipping malformed partition state %s", kv(partition=tp, reason=e))
-                continue
-            out[tp] = _to_leader_and_isr(st, stat.version)
+                log.warning("skipping malformed %s %s", what, kv(path=path, reason=e))
         return out
 
     def get_topic_configs(self, topics) -> dict[str, dict[str, str]]:

@@ -43,16 +43,8 @@ def tcluster(module_cluster_factory):
 
 # ------------------------------------------------------------------------------------------------ helpers
 
-def state(c, topic: str) -> dict:
-    return partition_support.state(c, topic)
-
-
-def wait_state(c, topic: str, what: str, pred) -> dict:
-    return partition_support.wait_state(c, topic, what, pred, CONVERGE_S)
-
-
-def create_topic(c, assignment: list[int], configs: dict | None = None) -> str:
-    return partition_support.create_topic(c, "trunc", assignment, CONVERGE_S, configs)
+PARTITIONS = partition_support.FollowedPartitions("trunc", CONVERGE_S)
+state, wait_state, create_topic = PARTITIONS.state, PARTITIONS.wait_state, PARTITIONS.create_topic
 
 
 def produce(c, topic: str, values: list[bytes], leader: int) -> list[int]:

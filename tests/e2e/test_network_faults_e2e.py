@@ -30,16 +30,8 @@ def lcluster(module_cluster_factory):
         "replica.lag.time.max.ms": "3000", "auto.leader.rebalance.enable": "false"})
 
 
-def state(c, topic: str) -> dict:
-    return partition_support.state(c, topic)
-
-
-def wait_state(c, topic: str, what: str, pred) -> dict:
-    return partition_support.wait_state(c, topic, what, pred, CONVERGE_S)
-
-
-def create_topic(c, assignment: list[int], configs: dict | None = None) -> str:
-    return partition_support.create_topic(c, "net", assignment, CONVERGE_S, configs)
+PARTITIONS = partition_support.FollowedPartitions("net", CONVERGE_S)
+state, wait_state, create_topic = PARTITIONS.state, PARTITIONS.wait_state, PARTITIONS.create_topic
 
 
 def consume_all(c, topic: str, expected: int) -> list[bytes]:

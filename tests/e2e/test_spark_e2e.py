@@ -16,7 +16,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 
 import confluent_kafka
 import pytest
@@ -26,26 +25,16 @@ from pyspark.sql import functions as F
 
 from kafkatier.logsetup import get_logger
 from kafkatier.waiting import wait_for
+from kip950_support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 log = get_logger("test.spark")
 
-TIERED = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
-          "log.retention.check.interval.ms": "500", "log.initial.task.delay.ms": "0"}
 WAIT_S = 60.0
 ROWS = 100_000
 
 
-@pytest.fixture(scope="module")
-def tiered_cluster(module_cluster_factory):
-    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
-
-
 # ------------------------------------------------------------------------------------------------ helpers
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
 
 def create_topic(cluster, topic: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,21 +16,9 @@ from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentSta
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 import kip950_support
+from kip950_support import WAIT_S, unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-
-TIERED = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
-          "log.retention.check.interval.ms": "500", "log.initial.task.delay.ms": "0"}
-WAIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def tiered_cluster(module_cluster_factory):
-    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def leader_of(cluster, topic, partition=0) -> dict:
@@ -54,25 +41,6 @@ def produce(cluster, topic, values, timestamps=None):
 def consumer(cluster) -> KafkaConsumer:
     return KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
                          auto_offset_reset="earliest", check_crcs=True, request_timeout_ms=30000)
-
-
-def consume_from_zero(cluster, topic) -> list:
-    c = consumer(cluster)
-    try:
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek(tp, 0)
-        end = c.end_offsets([tp])[tp]
-        out = []
-
-        def done():
-            for recs in c.poll(timeout_ms=500).values():
-                out.extend(recs)
-            return c.position(tp) >= end
-        wait_for(done, WAIT_S, interval=0, message=f"consuming {topic} up to {end}")
-        return out
-    finally:
-        c.close()
 
 
 def remote_segments(cluster, topic):
@@ -107,7 +75,7 @@ def test_offload_and_read_back(tiered_cluster):
     assert {m.broker_id for m in remote_segments(c, t)} == {leader}
     assert c.zk.get(paths.tiered_epoch(t))[0] == b"0"
     assert codecs.TieredState.decode(c.zk.get(paths.tiered_state(t))[0]).state == "ENABLED"
-    records = consume_from_zero(c, t)
+    records = kip950_support.consume_records(c, t)
     assert [(r.offset, r.value) for r in records] == [(0, b"r0"), (1, b"r1"), (2, b"r2")]
 
 
@@ -122,7 +90,7 @@ def test_consumer_reads_the_whole_log_partly_from_remote_storage(tiered_cluster)
     wait_for(lambda: finished(c, t) == rolled, WAIT_S, interval=0.2, message="every rolled segment offloaded")
     wait_for(lambda: all(local_bases(c, b, t) == [54] for b in (1, 2, 3)), WAIT_S, interval=0.2,
              message="only the tail left locally on every replica")
-    records = consume_from_zero(c, t)
+    records = kip950_support.consume_records(c, t)
     assert [(r.offset, r.value.rstrip(b".")) for r in records] == [(i, f"v{i}".encode()) for i in range(60)]
     cons = consumer(c)
     try:

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 KAFKA_39_TOPS = {ApiKeys.LIST_OFFSETS: 9, ApiKeys.OFFSET_COMMIT: 9, ApiKeys.OFFSET_FETCH: 9,
                  ApiKeys.LIST_GROUPS: 5, ApiKeys.API_VERSIONS: 4,
                  ApiKeys.ADD_PARTITIONS_TO_TXN: 5, ApiKeys.ADD_OFFSETS_TO_TXN: 4, ApiKeys.END_TXN: 4,
-                 ApiKeys.TXN_OFFSET_COMMIT: 4, ApiKeys.FIND_COORDINATOR: 6}
+                 ApiKeys.TXN_OFFSET_COMMIT: 4, ApiKeys.FIND_COORDINATOR: 6, ApiKeys.FETCH: 17}
 
 
 @pytest.fixture(scope="module")
@@ -71,5 +71,26 @@ def test_kafka_39_top_versions_on_the_wire(cluster):
         latest, tiered = offsets.topics[0].partitions
         assert (latest.error_code, latest.offset) == (0, 10)
         assert (tiered.error_code, tiered.offset) == (0, -1)   # not a tiered topic: nothing in remote storage
+    finally:
+        client.close()
+
+
+def test_kafka_39_lowest_versions_served_where_kafka_40_removed_them(cluster):
+    """OffsetForLeaderEpoch v0-1 and WriteTxnMarkers v0: Kafka 3.9 still serves them (4.0 removed them)."""
+    bs = cluster.bootstrap_servers
+    topic = f"low-{uuid.uuid4().hex[:8]}"
+    partition_support.topic_with_records(bs, topic, [str(i).encode() for i in range(4)])
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    client = BrokerClient(host, int(port), client_id="low-versions", timeout_s=20)
+    try:
+        served = {k.api_key: (k.min_version, k.max_version) for k in _send(
+            client, ApiKeys.API_VERSIONS, 3, client_software_name="t", client_software_version="1").api_keys}
+        assert served[ApiKeys.OFFSET_FOR_LEADER_EPOCH] == (0, 4) and served[ApiKeys.WRITE_TXN_MARKERS] == (0, 1)
+        for v in (0, 1):
+            resp = _send(client, ApiKeys.OFFSET_FOR_LEADER_EPOCH, v, topics=[
+                {"topic": topic, "partitions": [{"partition": 0, "leader_epoch": 0}]}])
+            p = resp.topics[0].partitions[0]
+            assert (p.error_code, p.end_offset) == (0, 4)
+        assert _send(client, ApiKeys.WRITE_TXN_MARKERS, 0, markers=[]).markers == []
     finally:
         client.close()

@@ -16,6 +16,8 @@ from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, Invali
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Create
 
+from zk_support import snapshot
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 CHANGE_RE = re.compile(r"config_change_\d{10}")
@@ -32,17 +34,6 @@ def register_brokers(zk, ids, racks=None):
 def admin(zk):
     register_brokers(zk, [1, 2, 3])
     return AdminZkClient(zk)
-
-
-def snapshot(zk, root="/"):
-    out = {}
-    stack = [root]
-    while stack:
-        p = stack.pop()
-        data, stat = zk.get(p)
-        out[p] = (data, stat.version)
-        stack.extend(f"{p.rstrip('/')}/{c}" for c in zk.get_children(p))
-    return out
 
 
 def changes(zk):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 
 import pytest
 from kafka import KafkaAdminClient
@@ -28,13 +27,11 @@ from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.fenced import Check
 from kafkatier.zk.validate import validate_tree
-from kip950_support import consume_records, create_topic, earliest, partition_state, produce
+from kip950_support import TIERED, consume_records, create_topic, earliest, partition_state, produce, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 S = RemoteLogSegmentState
-TIERED = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",
-          "log.retention.check.interval.ms": "500", "log.initial.task.delay.ms": "0"}
 TOPIC_CONFIG = {"remote.storage.enable": "true", "segment.bytes": "1024", "local.retention.bytes": "1",
                 "file.delete.delay.ms": "0"}
 PER_SEGMENT = 6          # 100-byte values: six batches fill a 1024-byte segment
@@ -153,10 +150,6 @@ def test_refused_tiered_configs_change_nothing(admin, zk):
 
 # ---------------------------------------------------------------------------------------------- clusters
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def topic_id(cluster, topic) -> str:
     return codecs.TopicAssignment.decode(cluster.zk.get(paths.topic(topic))[0]).topic_id
 
@@ -184,11 +177,6 @@ def local_bases(cluster, broker_id, topic, partition=0) -> list[int]:
 
 def segments(first, last_exclusive, size=PER_SEGMENT) -> list[tuple[int, int]]:
     return [(s, s + size - 1) for s in range(first, last_exclusive, size)]
-
-
-@pytest.fixture(scope="module")
-def tiered_cluster(module_cluster_factory):
-    return module_cluster_factory(brokers=3, log_dirs=1, overrides=TIERED)
 
 
 def test_retention_by_size_deletes_oldest_remote_segments_and_moves_the_log_start_offset(tiered_cluster):

@@ -10,6 +10,8 @@ from kafkatier.zk.fenced import (Check, ControllerMovedError, Create, Delete, Fe
                                  register_controller_and_increment_epoch)
 from kafkatier.zk.validate import validate_tree
 
+from zk_support import snapshot
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
@@ -20,18 +22,6 @@ def other_session(zk_root):
     yield client
     client.stop()
     client.close()
-
-
-def snapshot(client, root="/"):
-    """Every znode under root with its data and version."""
-    out = {}
-    stack = [root]
-    while stack:
-        p = stack.pop()
-        data, stat = client.get(p)
-        out[p] = (data, stat.version)
-        stack.extend(f"{p.rstrip('/')}/{c}" for c in client.get_children(p))
-    return out
 
 
 def test_election_epochs_and_fencing_of_the_old_controller(zk, other_session):

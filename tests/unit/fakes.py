@@ -1,5 +1,5 @@
 """Fakes shared by the unit tests (aiokafka's ``_testutil`` idea): one in-memory ZooKeeper, the tiered-storage
-partition stand-in, the tiered test log and a manual timer.  A test module defines a fake of its own only for behaviour none of
+partition stand-in, the tiered test log, a manual clock and a manual timer.  A test module defines a fake of its own only for behaviour none of
 these has (a fault on the n-th call, a broker answering control requests)."""
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ from kafkatier.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 TOPIC_ID = "LWgrMmVrT0a__7a4SasuPA"
 NOW = 1_700_000_000_000
+
+
+class ManualClock:
+    """A clock the test sets by hand: calling it returns :attr:`now` (seconds or milliseconds, whichever the code
+    under test reads)."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self):
+        return self.now
 
 
 class ManualTimer:
@@ -143,10 +154,12 @@ def tiered_log(tmp_path, name: str = "orders-0", clock=None, **props) -> Log:
                clock=clock or (lambda: NOW))
 
 
-def record_batch(n: int, first: int = 0, ts: int = NOW, value_size: int = 40) -> bytes:
-    """One v2 batch of ``n`` records with values ``v<first>``, ``v<first+1>``... padded to ``value_size``."""
+def record_batch(n: int, first: int = 0, ts: int = NOW, value_size: int = 40, keyed: bool = False) -> bytes:
+    """One v2 batch of ``n`` records with values ``v<first>``, ``v<first+1>``... padded to ``value_size`` (0: not
+    padded), keyless or (``keyed``) with keys ``k<first>``, ``k<first+1>``..."""
     b = MemoryRecordsBuilder(2, 0, 1 << 20)
     for i in range(n):
-        b.append(ts + i, None, f"v{first + i}".encode().ljust(value_size, b"."))
+        key = f"k{first + i}".encode() if keyed else None
+        b.append(ts + i, key, f"v{first + i}".encode().ljust(value_size, b"."))
     b.close()
     return bytes(b.buffer())

@@ -13,15 +13,7 @@ from kafkatier.server.quota_factory import ClientQuotas
 from kafkatier.server.client_quota_manager import (DEFAULT, ClientQuotaManager, QuotaEntity, Rate,
                                                    parse_quota_value, throttle_time_ms)
 from kafkatier.server.network import MuteAfterResponse
-from tests.unit.fakes import FakeZk
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeZk, ManualClock
 
 
 def test_rate_window_is_at_least_num_minus_one_samples():
@@ -40,7 +32,7 @@ def test_throttle_time_is_kafkas_formula():
 
 def test_long_run_rate_matches_the_quota():
     """A client that waits out every throttle moves bytes at the quota in the long run."""
-    clock = Clock()
+    clock = ManualClock()
     mgr = ClientQuotaManager("producer_byte_rate", clock=clock)
     mgr.update_quota("alice", None, 1_000_000)
     entity = QuotaEntity("alice", "app")

@@ -16,15 +16,9 @@ from kafkatier.server.kafka_apis import REQUEST_QUOTA_EXEMPT, KafkaApis
 from kafkatier.server.network import CloseConnection, MuteAfterResponse
 from kafkatier.server.quota_factory import ClientQuotas
 
+from tests.unit.fakes import ManualClock
+
 ALICE = QuotaEntity("alice", "app")
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
 
 
 def test_thread_time_is_percent_of_one_second():
@@ -33,7 +27,7 @@ def test_thread_time_is_percent_of_one_second():
 
 
 def test_over_the_percentage_the_throttle_is_kafkas_formula_bounded_by_one_window():
-    clock = Clock()
+    clock = ManualClock()
     m = ClientRequestQuotaManager(samples=3, window_s=1.0, clock=clock)
     assert m.record_and_get_throttle_time_ms(ALICE, 10**9) == 0   # no quota: never throttled
     m.update_quota("alice", None, 10.0)                           # 10 % of a thread
@@ -47,7 +41,7 @@ def test_over_the_percentage_the_throttle_is_kafkas_formula_bounded_by_one_windo
 
 
 def test_record_charges_without_throttling_and_a_small_excess_is_not_bounded():
-    clock = Clock()
+    clock = ManualClock()
     m = ClientRequestQuotaManager(samples=3, window_s=1.0, clock=clock)
     m.update_quota(None, "app", 10.0)
     m.record(ALICE, 240_000_000)   # 12 % over 2 s
@@ -103,7 +97,7 @@ def test_a_throttled_asynchronous_answer_is_throttled_when_it_completes():
 
 def test_a_consumer_reads_at_most_its_quota_window():
     from kafkatier.server.client_quota_manager import ClientQuotaManager
-    m = ClientQuotaManager("consumer_byte_rate", samples=3, window_s=1.0, clock=Clock())
+    m = ClientQuotaManager("consumer_byte_rate", samples=3, window_s=1.0, clock=ManualClock())
     assert m.max_value_in_quota_window(ALICE) == 2 ** 31 - 1
     m.update_quota(None, "app", 1000.0)
     assert m.max_value_in_quota_window(ALICE) == 2000   # quota * (samples - 1) * window
@@ -111,7 +105,7 @@ def test_a_consumer_reads_at_most_its_quota_window():
 
 def test_unrecord_takes_back_a_throttled_fetchs_bytes():
     from kafkatier.server.client_quota_manager import ClientQuotaManager
-    clock = Clock()
+    clock = ManualClock()
     m = ClientQuotaManager("consumer_byte_rate", samples=3, window_s=1.0, clock=clock)
     m.update_quota(None, "app", 1000.0)
     assert m.record_and_get_throttle_time_ms(ALICE, 10_000) > 0

@@ -12,7 +12,6 @@ from concurrent.futures import Future
 
 import pytest
 from kafka.protocol.admin import DeleteRecordsRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
@@ -25,17 +24,16 @@ from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
 from kafkatier.waiting import wait_for
 from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, StopReplicaRequestData, UpdateMetadataRequestData
 
-T = DeleteRecordsRequest.DeleteRecordsTopic
-P = T.DeleteRecordsPartition
+from tests.unit.fakes import record_batch
 
 
 def records(n: int) -> bytes:
-    now = int(time.time() * 1000)
-    b = MemoryRecordsBuilder(2, 0, 1 << 20)
-    for i in range(n):
-        b.append(now + i, b"k%d" % i, b"v%d" % i)  # keyed: some topics are compacted
-    b.close()
-    return bytes(b.buffer())
+    """``n`` keyed records (some topics are compacted) stamped now."""
+    return record_batch(n, ts=int(time.time() * 1000), value_size=0, keyed=True)
+
+
+T = DeleteRecordsRequest.DeleteRecordsTopic
+P = T.DeleteRecordsPartition
 
 
 def partition_state(topic: str, p: int, leader: int, epoch: int, replicas=(1, 2, 3), isr=None) -> dict:

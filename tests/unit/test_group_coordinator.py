@@ -45,16 +45,23 @@ class FakeOffsetsLog:
         return (bytes(out) if offset == 0 else b""), next_offset
 
 
-@pytest.fixture
-def env():
-    timer, log = ManualTimer(), FakeOffsetsLog()
-    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=4, group_initial_rebalance_delay_ms=0),
+def started_coordinator(partitions: int = 4, initial_rebalance_delay_ms: int = 0, log=None):
+    """A started coordinator of broker 1, leading every ``__consumer_offsets`` partition (their loads done), on a
+    manual timer: ``(coordinator, timer, log)``."""
+    timer, log = ManualTimer(), log if log is not None else FakeOffsetsLog()
+    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=partitions,
+                                            group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
                              log, timer, time_ms=timer.time_ms)
     coord.startup()
-    for p in range(4):
+    for p in range(partitions):
         coord.on_election(p, 0)
     timer.advance(0)
     return coord, timer, log
+
+
+@pytest.fixture
+def env():
+    return started_coordinator()
 
 
 def join(coord, group, member_id="", instance=None, protocols=(("range", b"\x00\x00\x00\x00\x00\x01\x00\x01t"),)):
@@ -249,12 +256,7 @@ def test_a_newer_leader_epoch_on_the_same_coordinator_keeps_the_groups_in_memory
 
 
 def test_initial_rebalance_waits_while_new_members_keep_joining():
-    timer, log = ManualTimer(), FakeOffsetsLog()
-    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=3000),
-                             log, timer, time_ms=timer.time_ms)
-    coord.startup()
-    coord.on_election(0, 0)
-    timer.advance(0)
+    coord, timer, _ = started_coordinator(partitions=1, initial_rebalance_delay_ms=3000)
     a = join(coord, "g")[0].member_id
     first = join(coord, "g", a)
     timer.advance(2000)
@@ -272,14 +274,9 @@ def test_members_waiting_in_sync_group_outlive_a_slow_assignment_write():
     session; the members wait in SyncGroup without heartbeating meanwhile (librdkafka does not heartbeat then) and
     must not be expelled for it (Kafka's hasSatisfiedHeartbeat: awaiting join *or sync* satisfies it).  Before,
     each slow write expelled them and started another rebalance, so the group never became Stable."""
-    timer, log = ManualTimer(), FakeOffsetsLog()
-    pending = []
+    log, pending = FakeOffsetsLog(), []
     log.append = lambda partition, records_, callback: pending.append((partition, records_, callback))
-    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0),
-                             log, timer, time_ms=timer.time_ms)
-    coord.startup()
-    coord.on_election(0, 0)
-    timer.advance(0)
+    coord, timer, _ = started_coordinator(partitions=1, log=log)
     ids = [join(coord, "g")[0].member_id for _ in range(3)]
     joined = [join(coord, "g", m) for m in ids]
     results = [r[0] for r in joined]
@@ -300,12 +297,7 @@ def test_members_waiting_in_sync_group_outlive_a_slow_assignment_write():
 
 def test_a_leader_that_never_syncs_is_still_expelled():
     """The members waiting in SyncGroup wait on the leader, whose own session still runs out."""
-    timer, log = ManualTimer(), FakeOffsetsLog()
-    coord = GroupCoordinator(1, GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0),
-                             log, timer, time_ms=timer.time_ms)
-    coord.startup()
-    coord.on_election(0, 0)
-    timer.advance(0)
+    coord, timer, _ = started_coordinator(partitions=1)
     ids = [join(coord, "g")[0].member_id for _ in range(2)]
     results = [r[0] for r in [join(coord, "g", m) for m in ids]]
     follower = next(r for r in results if not r.members)

@@ -61,10 +61,13 @@ def jbod(dirs):
             x.shutdown()
 
 
-def leader_partition(m: LogManager, topic="t", p=0, epoch=0) -> Partition:
+def leader_partition(m: LogManager, topic="t", p=0, epoch=0, batches: int = 0) -> Partition:
+    """A new partition led by this broker, with ``batches`` batches of :func:`blob` appended."""
     lg = m.get_or_create_log(topic, p, CFG, is_new=True)
     part = Partition(topic, p, 1, lg, lambda *a: 1, lambda: 1)
     part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": epoch, "isr": [1], "replicas": [1]}), 1)
+    for _ in range(batches):
+        part.append_records_to_leader(blob(), -1)
     return part
 
 
@@ -87,15 +90,19 @@ def start_move(m: LogManager, mgr: ReplicaAlterLogDirsManager, part: Partition, 
     assert mgr.add_partition(part)
 
 
+def start_moving_to_the_other_dir(m: LogManager, mgr: ReplicaAlterLogDirsManager, part: Partition, dirs) -> None:
+    """Start ``mgr``'s threads, then move ``part`` to the dir it is not in."""
+    mgr.startup()
+    start_move(m, mgr, part, other_dir(dirs, part.log))
+
+
 def test_move_copies_bytes_swaps_in_seed_order_and_deletes_source(dirs, jbod):
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(40):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=40)
     src = part.log.parent_dir
     dest = other_dir(dirs, part.log)
     before = segment_bytes(part.log.dir)
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m)
     start_move(m, mgr, part, dest)
     assert os.path.isdir(os.path.join(dest, "t-0.move"))
     mgr.startup()
@@ -116,9 +123,8 @@ def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs, jbod)
     first = blob(producer_id=7, seq=0)
     part.append_records_to_leader(first, -1)
     part.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 4, "isr": [1], "replicas": [1]}), 1)  # epoch 4, no record
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 2)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr = jbod.mover(m, threads=2)
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert [(e.epoch, e.start_offset) for e in part.log.leader_epoch_cache.epoch_entries()] == [(3, 0), (4, 5)]
     dup = part.append_records_to_leader(first, -1)
@@ -127,13 +133,10 @@ def test_swap_carries_epoch_cache_without_records_and_producer_state(dirs, jbod)
 
 def test_throttle_holds_the_move_and_raising_it_completes(dirs, jbod):
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     quota = ReplicationQuotaManager(1)
     mgr = jbod.mover(m, quota, 1, fetch_max_bytes=1024)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     wait_for(lambda: mgr.describe() and mgr.describe()[0].bytes_copied > 0, 10, message="the first round")
     time.sleep(0.5)  # a throttled move must not finish: observe it over a while
     status = mgr.describe()[0]
@@ -144,9 +147,7 @@ def test_throttle_holds_the_move_and_raising_it_completes(dirs, jbod):
 
 def test_cancel_deletes_future_log_and_keeps_partition(dirs, jbod):
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     mgr = jbod.mover(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
     mgr.startup()
     dest = other_dir(dirs, part.log)
@@ -159,9 +160,7 @@ def test_cancel_deletes_future_log_and_keeps_partition(dirs, jbod):
 
 def test_truncation_of_current_log_truncates_future_log(dirs, jbod):
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(10):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=10)
     m.create_future_log("t", 0, other_dir(dirs, part.log))
     part.attach_future_log(m.get_future_log("t", 0))
     copy_all(part.log, part.future_log)
@@ -173,13 +172,10 @@ def test_truncation_of_current_log_truncates_future_log(dirs, jbod):
 def test_delete_records_during_move_is_carried(dirs, jbod):
     """Scenario 43 of docs/acceptance.md at the log level, with a log start offset inside a batch (KAFKA-6975)."""
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     part.log.maybe_increment_log_start_offset(3)
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr = jbod.mover(m)
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert (part.log.log_start_offset, part.log.log_end_offset) == (3, 100)
 
@@ -197,9 +193,7 @@ def crash(m: LogManager) -> None:
 
 def test_current_and_move_resume(dirs):
     m = LogManager(dirs)
-    part = leader_partition(m)
-    for _ in range(10):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=10)
     dest = other_dir(dirs, part.log)
     m.create_future_log("t", 0, dest)
     crash(m)
@@ -210,9 +204,7 @@ def test_current_and_move_resume(dirs):
 
 def test_delete_plus_move_is_completed_when_all_dirs_are_good(dirs):
     m = LogManager(dirs)
-    part = leader_partition(m)
-    for _ in range(10):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=10)
     src, dest = part.log.parent_dir, other_dir(dirs, part.log)
     m.create_future_log("t", 0, dest)
     fut = m.get_future_log("t", 0)
@@ -270,13 +262,10 @@ def test_retention_still_runs_after_a_cancelled_and_after_a_completed_move(dirs,
     """KAFKA-16709 / KAFKA-15082 / KAFKA-14824: there is no log cleaner to leave paused, and retention (the
     disk-growth symptom) keeps working on the partition after a cancel and after a swap."""
     m = jbod.log_manager(topic_configs=lambda t: {**CFG, "retention.bytes": "8000"})
-    part = leader_partition(m)
-    for _ in range(40):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=40)
     part.log.update_config({**CFG, "retention.bytes": "8000"})
     mgr = jbod.mover(m, ReplicationQuotaManager(1), 1, fetch_max_bytes=512)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     mgr.remove_partition(part)
     assert m.cleanup_logs() > 0 and part.log.size <= 8000 + 4096
     for _ in range(40):
@@ -296,8 +285,7 @@ def test_segments_deleted_during_a_move_leave_no_orphans(dirs, jbod):
         part.append_records_to_leader(blob(), -1)
     quota = ReplicationQuotaManager(1)
     mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     part.log.maybe_increment_log_start_offset(120)
     assert part.log.delete_old_segments() > 0  # renamed .deleted, removal scheduled 300 ms later
     quota.set_rate(LONG_MAX)
@@ -315,9 +303,7 @@ def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_w
     """KAFKA-9087: a future log recreated mid-move, or one holding data the current log does not have at that
     offset, does not kill the move: it restarts from the future log's own high watermark."""
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     quota = ReplicationQuotaManager(1)
     mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
     mgr.startup()
@@ -340,13 +326,10 @@ def test_recreated_future_log_and_offset_mismatch_restart_from_the_future_high_w
 def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs, jbod):
     """KAFKA-9654: the move thread survives leadership changes (it never looks at leader epochs)."""
     m = jbod.log_manager()
-    part = leader_partition(m, epoch=1)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, epoch=1, batches=20)
     quota = ReplicationQuotaManager(1)
     mgr = jbod.mover(m, quota, 1, fetch_max_bytes=512)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     part.make_follower(LeaderAndIsrPartitionState.from_json(7, {"leader": 2, "leader_epoch": 2, "isr": [1, 2], "replicas": [1, 2]}), 1)
     part.truncate_to(90)  # the new leader has less: the future log follows
     assert part.future_log.log_end_offset <= 90
@@ -361,13 +344,10 @@ def test_leader_epoch_bump_mid_move_keeps_the_move_running(dirs, jbod):
 def test_tiered_log_keeps_its_highest_remote_offset_after_the_swap(dirs, jbod):
     """KAFKA-16711: after a move the new log knows how far the remote tier goes (local cleanup needs it)."""
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     part.log.update_highest_offset_in_remote_storage(59)
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr = jbod.mover(m)
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     assert part.log.highest_offset_in_remote_storage == 59
 
@@ -376,13 +356,10 @@ def test_flush_after_the_renames_does_not_fail(dirs, jbod):
     """The flush/rename race (user report: NoSuchFileException ...-future took the dir offline): files are
     flushed through open descriptors, so flushing either log after the renames works and reports nothing."""
     m = jbod.log_manager()
-    part = leader_partition(m)
-    for _ in range(20):
-        part.append_records_to_leader(blob(), -1)
+    part = leader_partition(m, batches=20)
     old = part.log
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
-    mgr.startup()
-    start_move(m, mgr, part, other_dir(dirs, part.log))
+    mgr = jbod.mover(m)
+    start_moving_to_the_other_dir(m, mgr, part, dirs)
     wait_for(lambda: part.future_log is None, 10, message="the swap")
     part.append_records_to_leader(blob(), -1)
     part.log.flush()
@@ -405,7 +382,7 @@ def test_move_back_before_the_first_deletion_ran(dirs, jbod):
     before = segment_bytes(part.log.dir)
     a = part.log.parent_dir
     b = other_dir(dirs, part.log)
-    mgr = jbod.mover(m, ReplicationQuotaManager(), 1)
+    mgr = jbod.mover(m)
     mgr.startup()
     for dest in (b, a, b):
         start_move(m, mgr, part, dest)

@@ -16,13 +16,7 @@ from kafkatier.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAM
 from kafkatier.log.log_config import LogConfig
 from kafkatier.log.record_batch import validate_and_assign_offsets
 
-
-class Clock:
-    def __init__(self, now: int = 1_000_000):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
+from tests.unit.fakes import ManualClock
 
 
 def produce_blob(n: int, *, ts: int = 1_000, value_size: int = 100, prefix: str = "v") -> bytes:
@@ -57,7 +51,7 @@ def read_all(lg: Log, start: int | None = None, max_offset: int | None = None) -
 
 def make_log(tmp_path, clock=None, **props) -> Log:
     cfg = LogConfig.from_props({k.replace("_", "."): str(v) for k, v in props.items()})
-    return Log(str(tmp_path / "orders-0"), cfg, clock=clock or Clock())
+    return Log(str(tmp_path / "orders-0"), cfg, clock=clock or ManualClock(1_000_000))
 
 
 def segment_files(lg: Log) -> list[str]:
@@ -103,7 +97,7 @@ def test_roll_by_segment_bytes(tmp_path):
 
 
 def test_roll_by_segment_ms_uses_record_time(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     lg = make_log(tmp_path, clock, segment_ms=1000)
     lg.append_as_leader(produce_blob(1, ts=10_000), 0)
     lg.append_as_leader(produce_blob(1, ts=10_500), 0)
@@ -135,7 +129,7 @@ def test_retention_by_bytes_deletes_oldest_whole_segments(tmp_path):
 
 
 def test_retention_by_time_rolls_and_never_leaves_log_empty(tmp_path):
-    clock = Clock(now=1_000_000)
+    clock = ManualClock(1_000_000)
     one = len(produce_blob(5))
     lg = make_log(tmp_path, clock, segment_bytes=2 * one, retention_ms=60_000)
     for i in range(3):
@@ -267,7 +261,7 @@ def test_follower_empty_log_accepts_batch_containing_start(tmp_path):
 
 
 def test_log_append_time_topic(tmp_path):
-    clock = Clock(now=123_456)
+    clock = ManualClock(123_456)
     lg = make_log(tmp_path, clock, message_timestamp_type="LogAppendTime")
     info = lg.append_as_leader(produce_blob(2, ts=5), 0)
     assert info.log_append_time == 123_456

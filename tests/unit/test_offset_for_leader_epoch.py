@@ -9,7 +9,6 @@ import time
 
 import pytest
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.log_manager import LogManager
@@ -22,17 +21,16 @@ from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.protocol.control_messages import LeaderAndIsrRequestData, UpdateMetadataRequestData
 
-T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
-P = T.OffsetForLeaderPartition
+from tests.unit.fakes import record_batch
 
 
 def records(n: int) -> bytes:
-    now = int(time.time() * 1000)
-    b = MemoryRecordsBuilder(2, 0, 1 << 20)
-    for i in range(n):
-        b.append(now + i, None, b"v%d" % i)
-    b.close()
-    return bytes(b.buffer())
+    """``n`` records stamped now."""
+    return record_batch(n, ts=int(time.time() * 1000), value_size=0)
+
+
+T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+P = T.OffsetForLeaderPartition
 
 
 def partition_state(topic: str, leader: int, epoch: int) -> dict:
@@ -124,6 +122,12 @@ def test_end_offset_of_the_largest_epoch_not_above_the_requested_one(broker):
 @pytest.mark.parametrize("version", [2, 3, 4])
 def test_every_version_kafka_python_decodes(broker, version):
     assert broker.ask({"t": [(6, 3)]}, version=version) == {("t", 0): (0, 3, 15)}
+
+
+@pytest.mark.parametrize("version, answer", [(0, (0, -1, 15)), (1, (0, 3, 15))])
+def test_versions_0_and_1_as_kafka_39_serves_them(broker, version, answer):
+    """v0-1 (removed in Kafka 4.0, served by 3.9): no current leader epoch to check; v0 answers no epoch."""
+    assert broker.ask({"t": [(-1, 3)]}, version=version) == {("t", 0): answer}
 
 
 def test_errors_in_kafka_order(broker):

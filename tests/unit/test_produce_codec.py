@@ -124,3 +124,18 @@ def test_follower_fetch_request_matches_kafka_python():
         forgotten_topics_data=[F(version=v, topic=t, partitions=ps) for t, ps in forgotten], rack_id="")
     assert fetch_codec.encode_fetch_request_v11(2, 500, 1, 10 << 20, 0, 9, 4, topics, forgotten) == \
         bytes(reference.encode(version=v))
+
+
+def test_asking_whether_an_encoded_response_is_a_future_does_not_decode_it(monkeypatch):
+    """The network layer asks every handler result ``hasattr(result, "add_done_callback")``; for a body encoded
+    ready to send, that question must not decode it into kafka-python's object (it did, for every produce)."""
+    encoded = codec.EncodedResponse(0, 9, produce_codec.encode_produce_response(9, TOPICS))
+
+    def refuse(self):
+        raise AssertionError("decoded")
+    monkeypatch.setattr(codec.EncodedResponse, "decoded", refuse)
+    assert not hasattr(encoded, "add_done_callback")
+    assert not hasattr(encoded, "__len__")
+    assert codec.top_level_error(encoded) == 0
+    with pytest.raises(AssertionError, match="decoded"):
+        encoded.responses   # a message field is still read from the decoded object

@@ -245,3 +245,22 @@ def test_execute_refusals_and_failures():
     with pytest.raises(cli.CommandFailed, match="Failed to alter dir for t-0-1: LOG_DIR_NOT_FOUND"):
         cli.execute(broken, entries('{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/x"]}]}'),
                     execute_args())
+
+
+def test_verify_reads_metadata_again_while_brokers_have_not_learned_a_finished_reassignment(monkeypatch):
+    """The controller drops a finished partition from its list before every broker has its UpdateMetadata: the
+    old replica set seen then is read again instead of being reported as a reassignment that never happened."""
+    class LaggingAdmin(FakeAdmin):
+        def describe_topics(self, names):
+            self.calls.append(("describe", tuple(names)))
+            if sum(c[0] == "describe" for c in self.calls) == 3:
+                self.replicas[TP("t", 0)] = [3, 2]
+            return super().describe_topics(names)
+
+    target = entries('{"partitions":[{"topic":"t","partition":0,"replicas":[3,2]}]}')
+    admin = LaggingAdmin({TP("t", 0): [3, 2, 1]})
+    assert cli.partition_states(admin, target) == (["Reassignment of partition t-0 is completed."], False)
+    monkeypatch.setattr(cli, "METADATA_SETTLE_S", 0.2)
+    stuck = FakeAdmin({TP("t", 0): [1]})
+    assert cli.partition_states(stuck, target) == (
+        ["There is no active reassignment of partition t-0, but replica set is 1 rather than 3,2."], False)

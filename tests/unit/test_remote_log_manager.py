@@ -16,22 +16,10 @@ from kafkatier.log.remote.remote_log_metadata_manager import InMemoryRemoteLogMe
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from kafkatier.log.remote.remote_storage_manager import IndexType, LocalTieredStorage, RemoteStorageError
 from kafkatier.protocol.errors import OffsetOutOfRangeError
-from fakes import NOW, TOPIC_ID, FakePartition, record_batch, tiered_log
+from fakes import NOW, TOPIC_ID, FakePartition, ManualClock, record_batch, tiered_log
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(TOPIC_ID, "orders", 0)
-
-
-class Clock:
-    def __init__(self, now: int = NOW):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-
-
 blob = record_batch
 
 
@@ -45,13 +33,24 @@ def offsets(data: bytes) -> list[int]:
 
 
 def make_log(tmp_path, name="orders-0", clock=None, **props) -> Log:
-    return tiered_log(tmp_path, name, clock or Clock(), **props)
+    return tiered_log(tmp_path, name, clock or ManualClock(NOW), **props)
 
 
 def fill(lg: Log, batches: int, per_batch: int = 2, epoch: int = 0, ts: int = NOW) -> None:
     for i in range(batches):
         lg.append_as_leader(blob(per_batch, ts=ts), epoch)
     lg.update_high_watermark(lg.log_end_offset)
+
+
+def offloaded(tmp_path, stores, batches: int):
+    """A leader's log of ``batches`` batches (of 2 records) after one pass of its copy task.
+    Returns ``(log, partition, remote log manager)``."""
+    lg = make_log(tmp_path)
+    fill(lg, batches)
+    p = FakePartition(lg)
+    rlm = make_rlm(stores)
+    CopyTask(rlm, p, TIP).run()
+    return lg, p, rlm
 
 
 @pytest.fixture
@@ -63,7 +62,7 @@ def make_rlm(stores, broker_id=1, clock=None, **kw) -> RemoteLogManager:
     rlmm, rsm = stores
     cfg = RemoteLogManagerConfig.from_props({"remote.log.storage.system.enable": "true",
                                              "remote.log.manager.thread.pool.size": "1"})
-    return RemoteLogManager(cfg, broker_id, rsm, rlmm, clock=clock or Clock(), **kw)
+    return RemoteLogManager(cfg, broker_id, rsm, rlmm, clock=clock or ManualClock(NOW), **kw)
 
 
 def finished(rlmm) -> list[tuple[int, int]]:
@@ -160,7 +159,7 @@ def test_retention_bytes_deletes_oldest_remote_segments_and_moves_the_log_start_
 
 
 def test_retention_ms_deletes_expired_remote_segments(tmp_path, stores):
-    clock = Clock(NOW + 3_600_000)
+    clock = ManualClock(NOW + 3_600_000)
     lg = make_log(tmp_path, clock=clock, retention_ms=600_000)
     fill(lg, 4, ts=NOW)                           # an hour old
     fill(lg, 4, ts=clock.now)                     # fresh
@@ -173,11 +172,7 @@ def test_retention_ms_deletes_expired_remote_segments(tmp_path, stores):
 
 
 def test_segments_below_the_log_start_offset_are_deleted(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     lg.maybe_increment_log_start_offset(5)        # DeleteRecords
     assert rlm.expire(p, TIP) == 1
     assert finished(stores[0]) == [(4, 7)]
@@ -247,11 +242,7 @@ def test_failover_resumes_from_the_highest_copied_offset_without_duplicates(tmp_
 
 
 def test_new_leader_takes_the_log_start_offset_from_the_remote_tier(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     lg.maybe_increment_log_start_offset(4)
     rlm.expire(p, TIP)
     fresh = make_log(tmp_path, "b2/orders-0")     # a replica whose log start offset was never learned
@@ -330,11 +321,7 @@ def test_leadership_changes_schedule_the_right_tasks(tmp_path, stores):
 
 
 def test_stop_with_delete_removes_all_remote_data(tmp_path, stores):
-    lg = make_log(tmp_path)
-    fill(lg, 6)
-    p = FakePartition(lg)
-    rlm = make_rlm(stores)
-    CopyTask(rlm, p, TIP).run()
+    lg, p, rlm = offloaded(tmp_path, stores, 6)
     rlm.stop_partitions([StopPartition("orders", 0, delete_local_log=True, delete_remote_log=True)])
     assert stores[0].list_remote_log_segments(TIP) == []
     assert not os.path.exists(stores[1].partition_dir(TIP))

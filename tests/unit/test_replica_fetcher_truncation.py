@@ -5,14 +5,18 @@ answers (scenarios/isr-shrink-not-enough-replicas.toml lost acks=all records whe
 was then elected).  Leader and follower epoch lineages are real ``LeaderEpochFileCache`` objects."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import attrs
 import pytest
 
 from kafkatier.log.leader_epoch_cache import LeaderEpochFileCache
 from kafkatier.protocol.errors import Errors
+from kafkatier.server import replica_fetcher
 from kafkatier.server.broker_client import BrokerConnectionError
 from kafkatier.server.replica_fetcher import (EpochEndOffset, FetchState, OffsetTruncationState,
                                               ReplicaFetcherThread, offset_truncation_state)
+from tests.unit.fakes import ManualClock
 
 
 class FakeLog:
@@ -199,7 +203,9 @@ def test_no_truncation_while_the_leader_is_unreachable():
 
 @pytest.mark.parametrize("error", [Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH,
                                    Errors.FENCED_LEADER_EPOCH])
-def test_an_error_answer_backs_off_and_truncates_nothing(error):
+def test_an_error_answer_backs_off_and_truncates_nothing(error, monkeypatch):
+    clock = ManualClock(1000.0)    # the backoff is measured on this clock, so a slow machine cannot end it early
+    monkeypatch.setattr(replica_fetcher, "time", SimpleNamespace(monotonic=clock))
     part = FakePartition(FakeLog(leo=20, hw=5, epochs=[(0, 0)]))
     leader = Leader(FakeLog(leo=3, hw=3, epochs=[(0, 0)]), error=error)
     t = follower(part, leader)
@@ -208,10 +214,11 @@ def test_an_error_answer_backs_off_and_truncates_nothing(error):
     assert part.truncations == [] and st.truncating and st.failures == 1 and st.delayed_until > 0
     t._fetch_once()                                  # still delayed: waits out the backoff, asks nothing
     assert len(leader.requests) == 1
+    clock.now = st.delayed_until
     t._fetch_once()
     assert len(leader.requests) == 2 and t.partitions[("t", 0)].failures == 2
     leader.error = Errors.NONE
-    t._fetch_once()
+    clock.now = t.partitions[("t", 0)].delayed_until
     t._fetch_once()
     assert part.truncations == [3] and not t.partitions[("t", 0)].truncating
 

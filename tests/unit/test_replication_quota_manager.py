@@ -12,6 +12,8 @@ from kafkatier.server.replication_quota_manager import (
     LEADER_THROTTLED_REPLICAS, LONG_MAX, ReplicationQuotaManager, ReplicationQuotas, ThrottledReplicas,
     parse_throttled_partitions)
 
+from tests.unit.fakes import ManualClock
+
 
 def test_parse_keeps_the_entries_of_this_broker():
     assert parse_throttled_partitions("0:1,1:2, 2:1 ,3:10", 1) == {0, 2}
@@ -33,16 +35,8 @@ def test_throttled_replicas_follow_the_topic_config_cache():
     assert not throttled("t", 1)
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_quota_is_exceeded_until_the_rate_pays_back_what_was_recorded():
-    clock = Clock()
+    clock = ManualClock()
     q = ReplicationQuotaManager(1000, clock=clock, throttled=lambda t, p: t == "t")
     assert q.is_throttled("t", 0) and not q.is_throttled("other", 0)
     clock.now += 1.0                      # one second of burst
@@ -67,7 +61,7 @@ def test_reconfigure_applies_both_rates_and_unset_means_unlimited():
 
 
 def test_fetcher_leaves_out_throttled_out_of_sync_partitions_only_while_exceeded():
-    clock = Clock()
+    clock = ManualClock()
     quota = ReplicationQuotaManager(1000, clock=clock, throttled=lambda t, p: t == "slow")
     t = ReplicaFetcherThread(2, 1, leader_address=lambda: None, partition_lookup=lambda topic, p: None,
                              quota=quota)

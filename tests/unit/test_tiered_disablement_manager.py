@@ -113,26 +113,29 @@ def test_one_batch_per_broker_and_disabled_in_one_multi_without_a_read():
     assert m.completed[-1]["topic"] == TOPIC and len(batch.sent) == 1
 
 
-def test_moved_versions_are_read_and_a_superseded_disablement_is_dropped():
-    zk = tiered_zk(2, DISABLING, 6, 8)   # a newer disablement (epoch 2) started meanwhile
-    m, _, writer = manager(2, zk)
+def finish_with_moved_versions(zk, partitions: int):
+    """Epoch 1's disablement of a topic of ``partitions`` partitions, queued at the versions (5, 7), answered by
+    every broker while the znodes moved to ``zk``'s: the fenced write fails once with BADVERSION.  Returns the
+    manager and its writer."""
+    m, _, writer = manager(partitions, zk)
     m._enqueue(TOPIC, TieredTopicState(1, DISABLING, 5, 7))
     m.resume_disablements()
     writer.fail = [BadVersionError()]
     for b in BROKERS:
-        answer(m, b, 2)
+        answer(m, b, partitions)
+    return m, writer
+
+
+def test_moved_versions_are_read_and_a_superseded_disablement_is_dropped():
+    zk = tiered_zk(2, DISABLING, 6, 8)   # a newer disablement (epoch 2) started meanwhile
+    m, writer = finish_with_moved_versions(zk, 2)
     assert len(writer.multis) == 1 and zk.reads == 2
     assert TOPIC not in m.topics_to_be_disabled and not m.completed
 
 
 def test_moved_versions_of_the_same_disablement_are_written_at_the_read_versions():
     zk = tiered_zk(1, DISABLING, 5, 9)   # state rewritten (same epoch, still DISABLING), e.g. by a lost-answer retry
-    m, _, writer = manager(1, zk)
-    m._enqueue(TOPIC, TieredTopicState(1, DISABLING, 5, 7))
-    m.resume_disablements()
-    writer.fail = [BadVersionError()]
-    for b in BROKERS:
-        answer(m, b, 1)
+    m, writer = finish_with_moved_versions(zk, 1)
     assert writer.multis[-1][1].version == 9 and m.completed[-1]["tiered_epoch"] == 1
 
 

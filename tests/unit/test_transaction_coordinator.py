@@ -257,7 +257,7 @@ def test_init_add_commit_markers_complete(coord):
     answered = len(a.got)
     coord.handle_add_partitions("tx", 1000, 0, [TP0], a)
     assert len(a.got) == answered                                   # markers pending: held ...
-    coord.timer_.advance(100)
+    coord.timer_.advance(coord.config.kafkatier_transaction_add_partitions_hold_ms)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS                 # ... then answered as Kafka does
     coord.handle_end_transaction("tx", 1000, 0, True, a)
     assert a.last == Errors.CONCURRENT_TRANSACTIONS
@@ -369,6 +369,18 @@ def test_verification_answers_without_writing(coord):
     coord.handle_end_transaction("tx", 1000, 0, True, a)
     assert coord.handle_verify_partitions("tx", 1000, 0, [TP0]) == {TP0: Errors.CONCURRENT_TRANSACTIONS}
     assert sum(len(v) for v in coord.log_.data.values()) == written + 1     # only the EndTxn's record
+
+
+def test_verification_in_process_only_where_this_broker_coordinates_the_id(coord):
+    """A partition leader on the coordinator's broker asks it in process; another id's leader gets None (it asks
+    over the network)."""
+    init(coord)
+    coord.handle_add_partitions("tx", 1000, 0, [TP0], Answers())
+    assert coord.verify_if_coordinator("tx", 1000, 0, [TP0, TP1]) == {
+        TP0: Errors.NONE, TP1: Errors.TRANSACTION_ABORTABLE}
+    coord.on_resignation(coord.partition_for("tx"))
+    assert coord.verify_if_coordinator("tx", 1000, 0, [TP0]) is None
+    assert coord.verify_if_coordinator("", 1000, 0, [TP0]) is None
 
 
 def test_a_newer_epoch_of_the_same_leader_reloads_and_nothing_stays_pending(coord):
@@ -508,14 +520,15 @@ def test_add_partitions_hold_zero_is_kafkas_immediate_answer():
 
 
 def test_a_held_add_partitions_of_an_unloaded_partition_is_answered_once(coord):
-    """The coordinator resigns while an AddPartitionsToTxn waits for markers: the hold expires with
-    CONCURRENT_TRANSACTIONS (the client retries and finds the new coordinator), never a second answer."""
+    """The coordinator resigns while an AddPartitionsToTxn waits for markers: answered NOT_COORDINATOR at once (the
+    client finds the new coordinator), never a second time when the hold would have expired."""
     ask_commit(coord)
     held = Answers()
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     coord.on_resignation(coord.partition_for("tx"))
-    coord.timer_.advance(100)
-    assert held.got == [Errors.CONCURRENT_TRANSACTIONS]
+    assert held.got == [Errors.NOT_COORDINATOR]
+    coord.timer_.advance(coord.config.kafkatier_transaction_add_partitions_hold_ms)
+    assert held.got == [Errors.NOT_COORDINATOR]
     coord.handle_add_partitions("tx", 1000, 0, [TP1], held)
     assert held.got[-1] == Errors.NOT_COORDINATOR
     coord.timer_.advance(1000)

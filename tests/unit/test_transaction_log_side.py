@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -15,7 +16,7 @@ from kafkatier.log.producer_state import ABORT, COMMIT, ProducerStateManager, co
 from kafkatier.log.record_batch import end_transaction_marker, is_valid_batch
 from kafkatier.log.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from kafkatier.protocol.errors import Errors, KafkaError
-from kafkatier.server.add_partitions_to_txn_manager import produce_error
+from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager, produce_error
 
 
 def marker(pid: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> bytes:
@@ -145,16 +146,45 @@ def test_verification_guard_is_needed_to_open_a_transaction_and_a_marker_voids_i
     guard = ps.start_verification(5)
     ps.check_append(txn, guard, verify=True)
     ps.check_append(txn, None, verify=False)                  # verification off: no check
-    stale = guard
-    guard = ps.start_verification(5)                          # a newer verification replaces it
-    with pytest.raises(KafkaError):
-        ps.check_append(txn, stale, verify=True)
+    assert ps.start_verification(5) is guard                # a concurrent produce's verification shares it
     ps.update(_offset(marker(5, 0, False), 0))                # a marker raced with the verification
     with pytest.raises(KafkaError):
         ps.check_append(txn, guard, verify=True)
+    newer = ps.start_verification(5)                          # the next verification: a new guard
+    assert newer is not guard
+    ps.check_append(txn, newer, verify=True)
     ps.update(_offset(txn, 1))                                # once open, no verification is needed
     ps.check_append(batch(5, 0, 2, transactional=True), None, verify=True)
     assert produce_error(Errors.PRODUCER_FENCED) == Errors.INVALID_PRODUCER_EPOCH
     assert produce_error(Errors.TRANSACTION_ABORTABLE) == Errors.INVALID_TXN_STATE
     assert produce_error(Errors.CONCURRENT_TRANSACTIONS) == Errors.NOT_ENOUGH_REPLICAS
     assert produce_error(Errors.INVALID_PRODUCER_ID_MAPPING) == Errors.INVALID_PRODUCER_ID_MAPPING
+
+
+class _NoMetadata:
+    def topic_partitions(self, _topic):
+        return []
+
+    def alive_brokers(self):
+        return []
+
+
+def test_verification_answered_in_process_when_local_else_over_the_network():
+    """The coordinator on this broker answers in the caller's thread (mapped as Produce answers it); an id it
+    does not coordinate goes to the pool, which asks the metadata's coordinator (none here: retriable)."""
+    asked, sent, got = [], [], []
+    tp = ("t", 0)
+
+    def local(tid, pid, epoch, partitions):
+        asked.append(tid)
+        return {p: Errors.PRODUCER_FENCED for p in partitions} if tid == "mine" else None
+    m = AddPartitionsToTxnManager(_NoMetadata(), lambda *a: sent.append(a), local=local)
+    try:
+        m.verify("mine", 5, 0, [tp], got.append)
+        assert got == [{tp: Errors.INVALID_PRODUCER_EPOCH}]          # at once, no pool, no request
+        done = threading.Event()
+        m.verify("theirs", 5, 0, [tp], lambda e: (got.append(e), done.set()))
+        assert done.wait(10)
+        assert got[-1] == {tp: Errors.NOT_ENOUGH_REPLICAS} and sent == [] and asked == ["mine", "theirs"]
+    finally:
+        m.shutdown()

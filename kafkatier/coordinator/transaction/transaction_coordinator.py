@@ -20,16 +20,17 @@ the cache.
 
 Deliberate differences from Kafka: an AddPartitionsToTxn (or AddOffsetsToTxn) arriving while the previous
 transaction of the same producer waits for its markers is held, up to
-``kafkatier.transaction.add.partitions.hold.ms`` (default 100, 0 = Kafka's behaviour), instead of answering
-CONCURRENT_TRANSACTIONS at once: clients back off 20 ms (Java) or ``retry.backoff.ms`` on that error, more than the
-markers take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
+``kafkatier.transaction.add.partitions.hold.ms`` (default 1000, 0 = Kafka's behaviour), instead of answering
+CONCURRENT_TRANSACTIONS at once: clients back off 20 ms on that error (Java, librdkafka), more than the markers
+take here, so back-to-back transactions would wait on the client's timer rather than on the markers; if the
 markers take longer the request is answered CONCURRENT_TRANSACTIONS, as Kafka does.  When the markers are written,
 the held requests go into the Complete record's write: one batch of CompleteCommit / CompleteAbort then the next
 transaction's Ongoing, answered once it is replicated -- one replicated write instead of the two in a row Kafka
 makes (its log holds the same two records, in two batches).  One lock for all transactional ids (Kafka locks
 per id); tombstones of expired ids are written one record per id (Kafka batches them per partition);
 AddPartitionsToTxn v4+ (broker verification, KIP-890 part 1) is answered for VerifyOnly requests only
-(:meth:`handle_verify_partitions`).
+(:meth:`handle_verify_partitions`), and in process for a leader on this broker
+(:meth:`verify_if_coordinator`).
 """
 from __future__ import annotations
 
@@ -118,8 +119,8 @@ class TransactionCoordinator:
     def shutdown(self) -> None:
         with self._lock:
             self._active = False
-            for p in list(self.state.owned):
-                self._unload(p)
+            held = [h for p in list(self.state.owned) for h in self._unload(p)]
+        self._answer_not_coordinator(held)
         self.markers.shutdown()
 
     def partition_for(self, transactional_id: str) -> int:
@@ -145,14 +146,26 @@ class TransactionCoordinator:
             if current is None or (coordinator_epoch is not None and coordinator_epoch >= 0
                                    and current > coordinator_epoch):
                 return
-            self._unload(partition)
+            held = self._unload(partition)
+        self._answer_not_coordinator(held)
 
-    def _unload(self, partition: int) -> None:
+    def _unload(self, partition: int) -> list[HeldAddPartitions]:
+        """Under the lock: forget ``partition``; returns the AddPartitionsToTxn requests held for its ids, to be
+        answered NOT_COORDINATOR outside the lock (the client finds the new coordinator)."""
         self.state.owned.pop(partition, None)
         self.state.loading.discard(partition)
         dropped = self.state.metadata.pop(partition, {})
+        held = []
+        for tid in [t for t in self._held if self.partition_for(t) == partition]:
+            held.extend(self._held.pop(tid))
         self.markers.remove_markers_for_txn_partition(partition)
         log.info("unloaded transaction partition %s", kv(partition=partition, transactional_ids=len(dropped)))
+        return held
+
+    @staticmethod
+    def _answer_not_coordinator(held: Sequence[HeldAddPartitions]) -> None:
+        for h in held:
+            h.callback(Errors.NOT_COORDINATOR)
 
     def _load(self, partition: int, coordinator_epoch: int) -> None:
         start = self.time_ms()
@@ -384,6 +397,18 @@ class TransactionCoordinator:
                 return {tp: err for tp in partitions}
             return {tp: Errors.NONE if tp in m.topic_partitions else Errors.TRANSACTION_ABORTABLE
                     for tp in partitions}
+
+    def verify_if_coordinator(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Errors] | None:
+        """:meth:`handle_verify_partitions` for a partition leader on this broker (KIP-890 part 1 without the
+        network), or None when this broker does not coordinate ``transactional_id`` (the leader asks over the
+        network whichever broker the metadata names)."""
+        if not transactional_id or not self._active:
+            return None
+        with self._lock:
+            if self.state.get_transaction_state(transactional_id)[0] == Errors.NOT_COORDINATOR:
+                return None
+            return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     # --- EndTxn -------------------------------------------------------------------------------------------
     def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,

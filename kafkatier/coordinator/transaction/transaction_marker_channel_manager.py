@@ -6,7 +6,8 @@ coordinator to write its CompleteCommit / CompleteAbort record (Kafka's ``Transa
 One sender thread.  Each round it resolves the current leader of every partition still waiting for its marker
 (``leader_of``: None when the partition no longer exists -- it is dropped from the transaction, as Kafka does --,
 -1 when it has no leader now -- retried next round), groups the markers by leader into one request per broker,
-and sends the requests in parallel (``send``: the broker's own client over the Kafka protocol, also to itself).
+and sends the requests in parallel (``send``: the broker's own client over the Kafka protocol, also to itself);
+the answer that acknowledges a transaction's last marker hands it back at once, in the thread that got it.
 Per partition answers (Kafka's handling): NONE -- done; UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
 NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR and a lost connection -- sent again
 next round (after ``retry_backoff_ms``); INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED -- this
@@ -166,7 +167,7 @@ class TransactionMarkerChannelManager:
         for m in response.markers:
             by_pid.setdefault(m.producer_id, []).append(m)
         for txn, tps in entries:
-            results = {}
+            results: dict = {}
             for m in by_pid.get(txn.producer_id, []):
                 for t in m.topics:
                     for p in t.partitions:
@@ -175,6 +176,8 @@ class TransactionMarkerChannelManager:
                 code = results.get(tp)
                 retry = self._on_result(txn, tp, Errors.UNKNOWN_TOPIC_OR_PARTITION if code is None else Errors(code)) \
                     or retry
+        for txn, _tps in entries:     # the last answer of a transaction completes it here, not after the round
+            self._maybe_complete(txn)
         return retry
 
     def _on_result(self, txn: PendingMarkers, tp: tuple[str, int], error: Errors) -> bool:

@@ -78,7 +78,7 @@ class TransactionConfig(IntConfig):
     request_timeout_ms: int = 30000
     # kafkatier's: how long AddPartitionsToTxn waits for the markers of the previous transaction (see
     # TransactionCoordinator.handle_add_partitions); 0 answers CONCURRENT_TRANSACTIONS at once, as Kafka does.
-    kafkatier_transaction_add_partitions_hold_ms: int = 100
+    kafkatier_transaction_add_partitions_hold_ms: int = 1000
 
 
 @attrs.frozen
