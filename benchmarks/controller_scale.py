@@ -32,6 +32,7 @@ collapsed stacks in ``DIR``.
 from __future__ import annotations
 
 import argparse
+import calendar
 import collections
 import json
 import os
@@ -245,6 +246,39 @@ def failover_phases(m: ClusterManager, broker_id: int) -> str:
     return found[-1].strip() if found else "-"
 
 
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
+
+
+def _stamp(line: str) -> float | None:
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    return calendar.timegm(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + int(m.group(1)[20:]) / 1000
+
+
+def restart_phases(m: ClusterManager, broker_id: int, started_at: float) -> str:
+    """Where the restarted broker's time to registering went, from its log: the process start until its first
+    line (Python start-up and imports), until its logs loaded (ZooKeeper session and configs, then the load:
+    the ``logs_loaded ... ms=`` line), until it registered (the rest of start-up)."""
+    first = loaded = loaded_ms = registered = None
+    with open(os.path.join(m.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
+        for line in f:
+            t = _stamp(line)
+            if t is None or t < started_at - 1:
+                continue
+            if first is None and "broker properties" in line:
+                first = t
+            elif loaded is None and "event=logs_loaded" in line:
+                loaded, loaded_ms = t, float(re.search(r" ms=(\d+)", line).group(1))
+            elif registered is None and "registered path=/brokers/ids/" in line:
+                registered = t
+    if None in (first, loaded, registered):
+        return "-"
+    return (f"start-up and imports {first - started_at:.1f} s, ZooKeeper and configs "
+            f"{loaded - loaded_ms / 1000 - first:.1f} s, loading logs {loaded_ms / 1000:.1f} s, "
+            f"the rest until registered {registered - loaded:.1f} s")
+
+
 def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss: dict[int, int],
              topics: dict[str, int], total: int, topic_partitions: int, spy: PySpy,
              session_timeout_s: float) -> dict:
@@ -305,9 +339,11 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     phases = failover_phases(m, new)
     # 3. restart the killed broker
     print(f"[{total:,}] restarting broker {old}", flush=True)
-    t2 = time.monotonic()
+    t2, wall2 = time.monotonic(), time.time()
     m.start_broker(old, wait=True, timeout=900)
     registered_s = time.monotonic() - t2
+    restarted_pid = next(b["pid"] for b in m.state["brokers"] if b["id"] == old)
+    registered_cpu_s = cpu_s(restarted_pid)  # what the start-up costs whatever the machine's load
     spy.start({b["id"]: b["pid"] for b in m.state["brokers"]}, f"{total}-restart")
     try:
         wait_phase(f"[{total:,}] the restarted broker back in every broker's metadata",
@@ -315,6 +351,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         restart_s = time.monotonic() - t2
         wait_phase(f"[{total:,}] the restarted broker back in every ISR", isr_full, 1800, interval=0.5)
         rejoin_s = time.monotonic() - t2
+        rejoin_cpu_s = cpu_s(restarted_pid)
     finally:
         spy.stop()
     row = dict(rejoin_s=rejoin_s, idle=idle, session_s=session_timeout_s, partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
@@ -329,6 +366,8 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
           f"broker_restart_every_isr_full_s={rejoin_s:.1f} after_registering_s={rejoin_s - registered_s:.1f} "
           f"rss_per_replica_bytes={rss_per_partition:.0f} load={row['load']}", flush=True)
     print(f"  controller failover phases (ms): {phases}", flush=True)
+    print(f"  restart until registered: {restart_phases(m, old, wall2)}; the broker's CPU until registered "
+          f"{registered_cpu_s:.1f} s, until back in every ISR {rejoin_cpu_s:.1f} s", flush=True)
     return row
 
 

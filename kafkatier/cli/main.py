@@ -31,7 +31,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _new_parser() -> tuple[argparse.ArgumentParser, argparse.Action]:
     parser = OneLineArgumentParser(
         prog="kafkatier",
         description="A ZooKeeper-mode Kafka cluster simulator: real ZooKeeper, real broker processes speaking the "
@@ -39,6 +39,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kafkatier {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    return parser, sub
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` names (``broker`` in ``--log-level DEBUG broker start ...``), if any."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--log-level")
+    _, rest = pre.parse_known_args(argv)
+    return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command.  With ``argv`` naming a command whose module has its name (``broker``,
+    ``consumer-groups``), of that command alone: a broker process then imports what a broker needs, not the
+    scenario engine, Spark and every tool (seconds of start-up on a busy machine)."""
+    command = _command_name(argv) if argv else None
+    module = command.replace("-", "_") if command else None
+    if module in COMMAND_MODULES:
+        parser, sub = _new_parser()
+        importlib.import_module(f"kafkatier.cli.{module}").register(sub)
+        if command in sub.choices:
+            return parser
+    parser, sub = _new_parser()
     for name in COMMAND_MODULES:
         try:
             mod = importlib.import_module(f"kafkatier.cli.{name}")
@@ -51,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logsetup.configure(args.log_level)
     try:

@@ -91,6 +91,14 @@ class LeaderEpochFileCache:
     by a kill before that task, the entry is harmless: with no batch in the epoch, the previous epoch ends at
     the same log end offset; with batches, they are above the recovery point (:meth:`flush` writes a pending
     entry before the point moves) and recovery assigns their epoch again.
+
+    The log's load truncates entries at or past its end in memory only (``truncate_from_end(..., write=False)``,
+    Kafka's ``truncateFromEndAsyncFlush``): after a kill -9 a broker holding 20,000 empty replicas would otherwise
+    replace one file per partition it led before registering.  The stale file is rewritten by the next write of
+    the cache, before any batch follows the log end offset (a follower's append asks :meth:`assign` to write
+    even when its epoch is not new; a leader's appends come in a newer epoch, which recovery would assign over
+    the stale entries), by the log's flush before its recovery point moves, by its close, and by the log
+    manager's background pass after start-up; a kill before then truncates the same entries at the next load.
     """
 
     def __init__(self, path: str | None, topic_partition: str = ""):
@@ -177,6 +185,11 @@ class LeaderEpochFileCache:
                     self._flush()
                 else:
                     self._dirty = self._checkpoint is not None
+            elif write and self._dirty:
+                # A change left unwritten (a truncation at load, a new leader's epoch) is written before batches
+                # it describes follow it: a follower's appends call this for their first epoch even when it is
+                # not new.
+                self._flush()
 
     def _assign(self, entry: EpochEntry) -> bool:
         if entry.epoch < 0 or entry.start_offset < 0:
@@ -193,12 +206,16 @@ class LeaderEpochFileCache:
         self._epochs = [e for e in self._epochs if e not in removed] + [entry]
         return True
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Remove entries starting at or after ``end_offset`` (log truncation)."""
+    def truncate_from_end(self, end_offset: int, write: bool = True) -> None:
+        """Remove entries starting at or after ``end_offset`` (log truncation).  ``write=False`` (the log's load)
+        leaves the checkpoint to the next write, :meth:`write_if_dirty` or :meth:`flush` (see :meth:`assign`)."""
         with self._lock:
             if end_offset >= 0 and self._epochs and self._epochs[-1].start_offset >= end_offset:
                 self._epochs = [e for e in self._epochs if e.start_offset < end_offset]
-                self._flush()
+                if write:
+                    self._flush()
+                else:
+                    self._dirty = self._checkpoint is not None
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries wholly below ``start_offset``; the one covering it is moved to start there."""

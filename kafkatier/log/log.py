@@ -9,6 +9,7 @@ only batch headers are parsed.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
 import threading
@@ -137,9 +138,10 @@ class Log:
             self.update_high_watermark(high_watermark)
         if topic_id is not None:
             self.assign_topic_id(topic_id)
-        log.info(kv(event="log_loaded", partition=self.name, dir=self._dir, log_start_offset=self._log_start_offset,
-                    log_end_offset=self._next_offset, segments=len(self._segments),
-                    clean_shutdown=had_clean_shutdown))
+        if log.isEnabledFor(logging.DEBUG):  # the log manager logs one line per dir (20,000 logs at start-up)
+            log.debug(kv(event="log_loaded", partition=self.name, dir=self._dir,
+                         log_start_offset=self._log_start_offset, log_end_offset=self._next_offset,
+                         segments=len(self._segments), clean_shutdown=had_clean_shutdown))
 
     # --- identity and offsets ------------------------------------------------------------------------
     @property
@@ -308,13 +310,18 @@ class Log:
 
     def _load(self, had_clean_shutdown: bool) -> None:
         names = sorted(os.listdir(self._dir))
+        changed = False
         for name in names:
             path = os.path.join(self._dir, name)
             if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(CLEANED_FILE_SUFFIX) or name.endswith(".tmp"):
                 log.info(kv(event="leftover_file_deleted", partition=self.name, file=name))
                 _unlink(path)
-        self._complete_swaps()
-        names = sorted(os.listdir(self._dir))
+                changed = True
+        if any(name.endswith(SWAP_FILE_SUFFIX) for name in names):
+            self._complete_swaps()
+            changed = True
+        if changed:  # else the one listing serves (20,000 logs at start-up: one directory read each)
+            names = sorted(os.listdir(self._dir))
         log_bases = set()
         for name in names:
             if name.endswith(LOG_FILE_SUFFIX):
@@ -369,7 +376,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, self._next_offset)
         if rebuild_epochs:
             self._rebuild_leader_epoch_cache()
-        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        self.leader_epoch_cache.truncate_from_end(self._next_offset, write=False)  # see LeaderEpochFileCache
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
 
     def _complete_swaps(self) -> None:
@@ -439,8 +446,9 @@ class Log:
         i = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
         unflushed = self._segments[i:]
         for n, seg in enumerate(unflushed):
-            log.info(kv(event="recovering_segment", partition=self.name, segment=seg.base_offset,
-                        recovered=n, unflushed=len(unflushed)))
+            if seg.size:  # an empty segment has nothing to recover (most of 20,000 replicas): no line
+                log.info(kv(event="recovering_segment", partition=self.name, segment=seg.base_offset,
+                            recovered=n, unflushed=len(unflushed)))
             truncated = seg.recover(self.leader_epoch_cache)
             if truncated > 0:
                 rest = unflushed[n + 1:]
@@ -486,7 +494,9 @@ class Log:
                 raise InconsistentTopicIdError(
                     f"Tried to assign topic ID {topic_id} to log for topic partition {self.name}, but log "
                     f"already contained topic ID {self.topic_id}")
-            if self.topic_id is None or not os.path.exists(os.path.join(self._dir, "partition.metadata")):
+            # Known (read at load or written here): the file holds it; no stat per partition of every LeaderAndIsr
+            # (Kafka looks for the file only while the log has no id).
+            if self.topic_id is None:
                 write_partition_metadata(self._dir, topic_id, sync=False)
                 self.topic_id = topic_id
                 self._topic_id_unsynced = True

@@ -198,6 +198,7 @@ class LogManager:
 
     def _load_logs(self) -> None:
         for d in self.live_log_dirs:
+            started = time.monotonic()
             marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
             clean = os.path.exists(marker)
             if clean:
@@ -205,17 +206,17 @@ class LogManager:
             recovery_points = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT, "recovery point 0")
             start_offsets = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, "first segment base offset")
             high_watermarks = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT, "log start offset")
-            try:
-                entries = sorted(os.listdir(d))
+            try:  # the entries' types come with the listing: no stat per partition dir
+                with os.scandir(d) as it:
+                    entries = sorted((e.name, e.path) for e in it if e.is_dir())
             except OSError as e:
                 log.error(kv(event="log_dir_offline", dir=d, error=e))
                 self.offline_dirs.add(d)
                 continue
             jobs = []  # (tp, kind, path) of the logs to load from this dir
             seen: dict[tuple[TopicPartition, bool], str] = {}
-            for name in entries:
-                path = os.path.join(d, name)
-                if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE_DIR:
+            for name, path in entries:
+                if name == REMOTE_INDEX_CACHE_DIR:
                     continue
                 try:
                     parsed = parse_partition_dir(path)
@@ -281,6 +282,10 @@ class LogManager:
             else:
                 for (tp, kind, _), lg in loaded:
                     (self._future_logs if kind == "future" else self._logs)[tp] = lg
+                # Kafka's "Loaded N logs in X ms": one line per dir, not one per log.
+                log.info(kv(event="logs_loaded", dir=d, logs=len(loaded), clean_shutdown=clean,
+                            threads=self.num_recovery_threads_per_data_dir,
+                            ms=round((time.monotonic() - started) * 1000)))
             if clean:
                 try:
                     os.unlink(marker)
@@ -314,12 +319,24 @@ class LogManager:
         if self.file_release_interval_ms < LONG_MAX:
             tasks.append(s.schedule("kafka-log-file-release", self._safe(self.release_files),
                                     self.file_release_interval_ms, self.file_release_interval_ms))
+        # Epoch checkpoints the load truncated in memory only (LeaderEpochFileCache): a log in use writes its own
+        # first, so this pass waits until a restarted broker has likely caught up (one file replacement per log).
+        tasks.append(s.schedule("leader-epoch-cache-flush", self._safe(self.write_leader_epoch_checkpoints),
+                                delay + self.flush_recovery_offset_checkpoint_interval_ms))
         self._tasks = tasks
         if self.cleaner is not None:
             self.cleaner.startup()
         for path, delay_ms in self._pending_deletions:
             self._schedule_dir_deletion(path, delay_ms)
         self._pending_deletions.clear()
+
+    def write_leader_epoch_checkpoints(self) -> None:
+        """Write every epoch checkpoint left unwritten (each log's own write happens first when it is used)."""
+        for lg in self.all_logs() + self.all_future_logs():
+            try:
+                lg.write_leader_epoch_checkpoint()
+            except OSError as e:  # the log's next flush writes it again, or fails the dir
+                log.warning(kv(event="leader_epoch_checkpoint_write_failed", partition=lg.name, error=e))
 
     def _safe(self, fn: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:

@@ -487,7 +487,8 @@ class LogSegment:
 
         self.offset_index.reset()
         self.time_index.reset()
-        file_size = os.fstat(self._fd).st_size
+        # An empty segment (most of 20,000 replicas after a kill -9) is recovered without opening its file.
+        file_size = os.fstat(self._fd).st_size if self.has_open_file else os.stat(self.log_path).st_size
         valid = 0
         last_index_entry = 0
         max_ts, offset_of_max_ts = NO_TIMESTAMP, -1
