@@ -332,7 +332,9 @@ class ReplicaFetcherThread(threading.Thread):
 
     # --- fetching -------------------------------------------------------------------------------------------
     def _fetch(self, snapshot: dict[tuple[str, int], FetchState]) -> None:
-        throttled = {k for k, st in snapshot.items() if self._throttled(k, st)}
+        q = self.quota  # no throttle set (the usual case): no per-partition check each round
+        throttled = ({k for k, st in snapshot.items() if self._throttled(k, st)}
+                     if q is not None and not q.unlimited else ())
         if throttled:
             snapshot = {k: st for k, st in snapshot.items() if k not in throttled}
             if not snapshot:
