@@ -269,9 +269,13 @@ class KafkaController:
         # replicas from the ISR (a leader epoch bump) before the partition state machine elects (a second
         # bump).  Electing first gives the dead leader's partitions exactly one new leader epoch, as acceptance
         # scenario A2 requires; the dead replicas have then already left the ISR.
+        # Kafka's onControllerFailover sends UpdateMetadata with the live brokers to every live broker before the
+        # state machines start: the brokers drop a dead broker (the old controller) from their metadata at once,
+        # not after the elections.  The round after the elections carries every partition's final state, its
+        # UpdateMetadata queued before the LeaderAndIsr (request_batch.py's send_requests_to_brokers).
         t_states = time.monotonic()
-        with self.batch.coalesced(lambda: self.ctx.epoch):
-            self._send_update_metadata(self.ctx.live_broker_ids, [])
+        self._send_update_metadata(self.ctx.live_broker_ids, [])
+        with self.batch.coalesced(lambda: self.ctx.epoch, update_metadata_first=True):
             self.partition_state_machine.startup()
             self.replica_state_machine.startup()
             t_send = time.monotonic()

@@ -51,20 +51,24 @@ class PartitionStateMachine:
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
             else:
                 self.ctx.partition_states[tp] = PartitionState.OFFLINE
-        self.trigger_online_partition_state_change()
+        # The failover has just read every state znode into the context: the first election round writes from
+        # it without reading them again (the writes are conditional on each znode's version; a partition whose
+        # znode moved meanwhile is read again and decided again in the next round).
+        self.trigger_online_partition_state_change(states_read=True)
 
-    def trigger_online_partition_state_change(self, topic: str | None = None) -> None:
+    def trigger_online_partition_state_change(self, topic: str | None = None, states_read: bool = False) -> None:
         parts = [tp for tp in self.ctx.partitions_in_states({PartitionState.NEW, PartitionState.OFFLINE})
                  if not self.ctx.is_topic_queued_for_deletion(tp.topic) and (topic is None or tp.topic == topic)]
         if parts:
-            self.handle_state_changes(sorted(parts), PartitionState.ONLINE)
+            self.handle_state_changes(sorted(parts), PartitionState.ONLINE, states_read=states_read)
 
     def handle_state_changes(self, partitions, target: PartitionState,
                              strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
-                             allow_unclean: bool = False) -> dict[TopicPartition, str]:
+                             allow_unclean: bool = False, states_read: bool = False) -> dict[TopicPartition, str]:
         """Move ``partitions`` to ``target``; for OnlinePartition, elect with ``strategy``.  ``allow_unclean``
         (offline strategy only, ElectLeaders UNCLEAN): elect a live out-of-sync replica whatever the topic's
-        ``unclean.leader.election.enable`` says.
+        ``unclean.leader.election.enable`` says.  ``states_read``: the context's states were just read from
+        ZooKeeper (a failover), the first election round does not read them again.
 
         Returns the partitions whose election failed, with the reason (empty when all succeeded).
         """
@@ -72,13 +76,13 @@ class PartitionStateMachine:
             return {}
         batch = self.batch
         batch.new_batch()
-        failed = self._do_handle(partitions, target, strategy, allow_unclean)
+        failed = self._do_handle(partitions, target, strategy, allow_unclean, states_read)
         batch.send_requests_to_brokers(self.ctx.epoch)
         return failed
 
     def _do_handle(self, partitions, target: PartitionState,
                    strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
-                   allow_unclean: bool = False) -> dict[TopicPartition, str]:
+                   allow_unclean: bool = False, states_read: bool = False) -> dict[TopicPartition, str]:
         failed: dict[TopicPartition, str] = {}
         valid = []
         for tp in partitions:
@@ -105,7 +109,7 @@ class PartitionStateMachine:
             for tp in others:
                 if tp not in electing:
                     self.ctx.partition_states[tp] = PartitionState.ONLINE
-            elected, failed = self._elect_leaders(need_election, strategy, allow_unclean)
+            elected, failed = self._elect_leaders(need_election, strategy, allow_unclean, states_read)
             for tp in elected:
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
         elif target is PartitionState.OFFLINE:
@@ -160,7 +164,8 @@ class PartitionStateMachine:
                                                        ctx.shutting_down_broker_ids)
 
     def _elect_leaders(self, partitions, strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
-                       allow_unclean: bool = False) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+                       allow_unclean: bool = False,
+                       states_read: bool = False) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
         """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
@@ -169,11 +174,11 @@ class PartitionStateMachine:
             lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
         written: dict[TopicPartition, LeaderAndIsr] = {}
         todo = list(partitions)
-        for _ in range(MAX_ELECTION_ROUNDS):
+        for round_ in range(MAX_ELECTION_ROUNDS):
             # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write
             # ISR changes there at once and tell the controller only in batched notifications (seconds later); a
             # later round re-reads the partitions whose write lost a race with such a write (``partitionsToRetry``).
-            if todo:
+            if todo and (round_ or not states_read):
                 self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
             updates = {}
             for tp in todo:

@@ -56,18 +56,24 @@ class ReplicaStateMachine:
             if online_brokers and l is not None:
                 batch.add_leader_and_isr(online_brokers, tp, l)
         batch.send_requests_to_brokers(ctx.epoch)
-        self.handle_state_changes(offline, RS.OFFLINE)
+        # The failover has just read every state znode (or written it, electing): not read again.
+        self.handle_state_changes(offline, RS.OFFLINE, states_read=True)
 
-    def handle_state_changes(self, replicas, target: ReplicaState) -> None:
+    def handle_state_changes(self, replicas, target: ReplicaState, states_read: bool = False) -> None:
+        """``states_read``: the context's partition states are as fresh as ZooKeeper's (a failover); taking a
+        replica offline then writes from them without reading them first."""
         if not replicas:
             return
         batch = self.batch
         batch.new_batch()
-        for broker in sorted({pr.replica for pr in replicas}):
-            self._do_handle(broker, sorted(pr for pr in replicas if pr.replica == broker), target)
+        by_broker: dict[int, list] = {}
+        for pr in replicas:
+            by_broker.setdefault(pr.replica, []).append(pr)
+        for broker in sorted(by_broker):
+            self._do_handle(broker, sorted(by_broker[broker]), target, states_read)
         batch.send_requests_to_brokers(self.ctx.epoch)
 
-    def _do_handle(self, broker: int, replicas, target: ReplicaState) -> None:
+    def _do_handle(self, broker: int, replicas, target: ReplicaState, states_read: bool = False) -> None:
         ctx = self.ctx
         batch = self.batch
         valid = []
@@ -100,7 +106,7 @@ class ReplicaStateMachine:
             with_leadership = [pr for pr in valid if pr.tp in ctx.partition_leadership]
             updated = self.kafka_zk.remove_replica_from_isr(
                 broker, {pr.tp: ctx.partition_leadership[pr.tp] for pr in with_leadership}, ctx.epoch,
-                ctx.epoch_zk_version)
+                ctx.epoch_zk_version, states_read=states_read)
             for tp, l in updated.items():
                 ctx.partition_leadership[tp] = l
                 if not ctx.is_topic_queued_for_deletion(tp.topic):

@@ -64,9 +64,10 @@ class ControllerBrokerRequestBatch:
         self._clear()
 
     @contextlib.contextmanager
-    def coalesced(self, controller_epoch: Callable[[], int]) -> Iterator[None]:
+    def coalesced(self, controller_epoch: Callable[[], int], update_metadata_first: bool = False) -> Iterator[None]:
         """Rounds started inside add to one batch, sent when the block ends (not sent if it raises: the
-        controller then resigns and its successor sends everything again)."""
+        controller then resigns and its successor sends everything again).  ``update_metadata_first``: each
+        broker's UpdateMetadata is queued before its LeaderAndIsr (see :meth:`send_requests_to_brokers`)."""
         if self._coalescing:
             yield
             return
@@ -80,7 +81,7 @@ class ControllerBrokerRequestBatch:
             self._open = False
             raise
         self._coalescing = False
-        self.send_requests_to_brokers(controller_epoch())
+        self.send_requests_to_brokers(controller_epoch(), update_metadata_first=update_metadata_first)
 
     def _clear(self) -> None:
         # broker -> tp -> (leader_and_isr, replicas/assignment, is_new)
@@ -149,7 +150,13 @@ class ControllerBrokerRequestBatch:
         self.add_update_metadata(broker_ids, partitions)
         self.send_requests_to_brokers(self.ctx.epoch)
 
-    def send_requests_to_brokers(self, controller_epoch: int) -> None:
+    def send_requests_to_brokers(self, controller_epoch: int, update_metadata_first: bool = False) -> None:
+        """Queue each broker's LeaderAndIsr, UpdateMetadata and StopReplica, in that order (Kafka's).
+        ``update_metadata_first`` (a controller failover): UpdateMetadata before LeaderAndIsr, so every
+        broker's metadata names the new leaders without waiting behind a LeaderAndIsr of every partition it
+        holds (the channel carries one request per broker at a time).  A client routed to a leader that has not
+        applied its LeaderAndIsr yet gets NOT_LEADER_OR_FOLLOWER and retries, as when another broker's
+        UpdateMetadata arrives first in Kafka."""
         if self._coalescing:
             return
         try:
@@ -158,6 +165,8 @@ class ControllerBrokerRequestBatch:
             # and written once (``written``, by state).
             shared: dict = {}
             written: dict = {}
+            if update_metadata_first:
+                self._send_update_metadata_requests(controller_epoch, live, written)
             for b, parts in self.leader_and_isr.items():
                 if b in live and parts:
                     cb = None
@@ -166,15 +175,8 @@ class ControllerBrokerRequestBatch:
                             b, typed_response(LeaderAndIsrResponseData, LEADER_AND_ISR_VERSION, resp)))
                     request = self._leader_and_isr_request(b, parts, controller_epoch, shared)
                     self._send(b, *LEADER_AND_ISR, request.to_json(LEADER_AND_ISR_VERSION, written), cb)
-            if self.update_metadata_brokers:
-                topic_states = self._update_metadata_topic_states()
-                live_brokers = self._live_brokers()
-                for b in sorted(self.update_metadata_brokers):
-                    if b in live:
-                        request = UpdateMetadataRequestData(
-                            **self._header(b, controller_epoch), type=0, topic_states=topic_states,
-                            live_brokers=live_brokers)
-                        self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION, written), None)
+            if not update_metadata_first:
+                self._send_update_metadata_requests(controller_epoch, live, written)
             for b, parts in self.stop_replica.items():
                 if b in live and parts:
                     body = self._stop_replica_request(b, parts, controller_epoch).to_json(STOP_REPLICA_VERSION)
@@ -187,6 +189,18 @@ class ControllerBrokerRequestBatch:
         finally:
             self._clear()
             self._open = False
+
+    def _send_update_metadata_requests(self, controller_epoch: int, live, written: dict) -> None:
+        if not self.update_metadata_brokers:
+            return
+        topic_states = self._update_metadata_topic_states()
+        live_brokers = self._live_brokers()
+        for b in sorted(self.update_metadata_brokers):
+            if b in live:
+                request = UpdateMetadataRequestData(
+                    **self._header(b, controller_epoch), type=0, topic_states=topic_states,
+                    live_brokers=live_brokers)
+                self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION, written), None)
 
     def _header(self, broker_id: int, controller_epoch: int) -> dict:
         return {"controller_id": self.controller_id, "is_k_raft_controller": False,

@@ -220,6 +220,10 @@ class ReplicaFetcherThread(threading.Thread):
     def _fetch_once(self) -> None:
         """One round (Kafka's ``doWork``): the truncation phase for the truncating partitions, then one fetch for
         the others.  Partitions delayed by an error answer sit out until their backoff ends."""
+        # Connected first: a leader that died fails the round here, not after every partition's state was
+        # copied and its request built (each retry of a fetcher of thousands of partitions, until the new
+        # controller moves them).
+        self._ensure_client()
         with self.lock:  # copies: a state replaced or moved on during the round no longer equals its copy
             snapshot = {key: st.copy() for key, st in self.partitions.items()}
         if not snapshot:
@@ -242,8 +246,10 @@ class ReplicaFetcherThread(threading.Thread):
             addr = self.leader_address()
             if addr is None:
                 raise BrokerConnectionError(f"leader {self.leader_id} address unknown")
-            self.client = BrokerClient(addr[0], addr[1], client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
-                                       timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10), login=self.login)
+            client = BrokerClient(addr[0], addr[1], client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
+                                  timeout_s=max(30.0, self.max_wait_ms / 1000.0 + 10), login=self.login)
+            client.connect()
+            self.client = client
         return self.client
 
     # --- truncation phase (KIP-101 / KIP-279) ---------------------------------------------------------------
@@ -332,7 +338,9 @@ class ReplicaFetcherThread(threading.Thread):
 
     # --- fetching -------------------------------------------------------------------------------------------
     def _fetch(self, snapshot: dict[tuple[str, int], FetchState]) -> None:
-        throttled = {k for k, st in snapshot.items() if self._throttled(k, st)}
+        q = self.quota  # no throttle set (the usual case): no per-partition check each round
+        throttled = ({k for k, st in snapshot.items() if self._throttled(k, st)}
+                     if q is not None and not q.unlimited else ())
         if throttled:
             snapshot = {k: st for k, st in snapshot.items() if k not in throttled}
             if not snapshot:

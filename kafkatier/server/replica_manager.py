@@ -173,6 +173,9 @@ class ReplicaManager:
             quota=follower_replication_quota, login=inter_broker_login)
         self.leader_replication_quota = leader_replication_quota
         self._seen_log_start: dict[TopicPartition, int] = {}  # followers' log start offsets (DeleteRecords)
+        # The last "nothing new" answer given a follower at the log end of each partition led here, reused while
+        # the partition's offsets stay the same (:meth:`idle_follower_read`).
+        self._idle_reads: dict[TopicPartition, FetchPartitionResult] = {}
         self._scheduler = scheduler
         self._isr_expiration_task = None
         if scheduler is not None:
@@ -479,6 +482,7 @@ class ReplicaManager:
                 log.error("deleting log failed %s", kv(partition=f"{topic}-{key[1]}", reason=e))
                 return Errors.KAFKA_STORAGE_ERROR
         self._seen_log_start.pop(key, None)
+        self._idle_reads.pop(key, None)
         if self.remote_log_manager is not None:
             try:
                 self.remote_log_manager.on_replica_stopped(topic, key[1], delete,
@@ -653,6 +657,27 @@ class ReplicaManager:
             return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, info.records or b"")
         except (KafkaError, OSError) as e:
             return self._read_error(fp, e)
+
+    def idle_follower_read(self, fp: FetchPartitionData) -> FetchPartitionResult | None:
+        """:meth:`read_partition`'s answer to a follower already at the log end of a partition led here, in the
+        current leader epoch (nothing to read, no error): the partition's high watermark and log start offset.
+        None when any of that does not hold (the caller reads).  An idle follower's fetch that expires asks this
+        for every partition of its session (thousands at scale) twice a second: the answer is reused while the
+        offsets stay the same, not built again."""
+        p = self.partitions.get(fp.tp)
+        if p is None or p.leader_id != self.broker_id:
+            return None
+        epoch = fp.current_leader_epoch
+        if epoch != -1 and epoch != p.leader_epoch:
+            return None
+        plog = p.log
+        if fp.fetch_offset != plog.log_end_offset or fp.tp in self.offline_partitions:
+            return None
+        hw, start = plog.high_watermark, plog.log_start_offset
+        last = self._idle_reads.get(fp.tp)
+        if last is None or last.high_watermark != hw or last.log_start_offset != start:
+            last = self._idle_reads[fp.tp] = FetchPartitionResult(Errors.NONE, hw, start)
+        return last
 
     def _read_committed(self, fp: FetchPartitionData, max_bytes: int,
                         follower_read: bool = False) -> FetchPartitionResult:
@@ -841,9 +866,9 @@ class ReplicaManager:
         lm = self.log_manager
         logs = getattr(lm, "all_logs", None)
         futures = getattr(lm, "all_future_logs", None)
-        placement = None if logs is None or futures is None else frozenset(
-            [(lg.parent_dir, lg.topic_partition) for lg in logs()]
-            + [(lg.parent_dir, lg.topic_partition, lg.high_watermark) for lg in futures()])
+        # Each log's directory names its dir and partition (a move gives it another).
+        placement = None if logs is None or futures is None else (
+            frozenset([lg.dir for lg in logs()]), frozenset([(lg.dir, lg.high_watermark) for lg in futures()]))
         snapshot = (hws, placement)
         if placement is not None and snapshot == self._last_hw_checkpoint:
             return
@@ -1089,7 +1114,14 @@ class DelayedFetch(DelayedOperation):
     def _read_all(self) -> dict[TopicPartition, FetchPartitionResult]:
         out = {}
         budget = self.max_bytes
+        # A follower's partitions with nothing to read (most of them, at scale) answered without a read.
+        idle = self.rm.idle_follower_read if self.replica_id >= 0 and not self.isolation_level else None
         for fp in self.partitions:
+            if idle is not None:
+                r = idle(fp)
+                if r is not None:
+                    out[fp.tp] = r
+                    continue
             pmax = min(fp.max_bytes, max(budget, 0))
             if self.isolation_level or self.follower_read:
                 r = self.rm.read_partition(self.replica_id, fp, pmax if pmax > 0 else 0, self.isolation_level,
@@ -1108,15 +1140,18 @@ class DelayedFetch(DelayedOperation):
         partition on each check was most of an idle broker's work at 5,000 partitions."""
         rm = self.rm
         follower = self.replica_id >= 0
+        # Locals: this loop runs over every partition of a follower's session on each fetch.
+        partitions, offline = rm.partitions, rm.offline_partitions
+        follower_read, committed = self.follower_read, self.isolation_level == READ_COMMITTED
         for fp in self.partitions:
-            p = rm.partitions.get(fp.tp)
-            if p is None or not (p.is_leader or self.follower_read) or fp.tp in rm.offline_partitions:
+            p = partitions.get(fp.tp)
+            if p is None or not (p.is_leader or follower_read) or (offline and fp.tp in offline):
                 return True
-            if fp.current_leader_epoch != -1 and fp.current_leader_epoch != p.leader_epoch:
+            epoch = fp.current_leader_epoch
+            if epoch != -1 and epoch != p.leader_epoch:
                 return True
             plog = p.log
-            end = plog.log_end_offset if follower else (
-                p.last_stable_offset if self.isolation_level == READ_COMMITTED else plog.high_watermark)
+            end = plog.log_end_offset if follower else (p.last_stable_offset if committed else plog.high_watermark)
             if fp.fetch_offset != end and not (follower and rm._held_back_by_throttle(p, self.replica_id)):
                 return True
         return False

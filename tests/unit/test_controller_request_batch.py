@@ -166,3 +166,19 @@ def test_a_partition_state_sent_to_several_brokers_is_built_and_written_once():
     assert [s[4]["broker_epoch"] for s in sent if s[2] == "LeaderAndIsr"] == [101, 102, 103]
     um = [s[4] for s in sent if s[2] == "UpdateMetadata"]
     assert len(um) == 3 and all(u["topic_states"][0] is um[0]["topic_states"][0] for u in um)
+
+
+def test_a_failover_round_queues_each_brokers_update_metadata_before_its_leader_and_isr():
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    tp = TopicPartition("t", 0)
+    with batch.coalesced(lambda: ctx.epoch, update_metadata_first=True):
+        batch.new_batch()
+        batch.add_leader_and_isr([2, 3], tp, ctx.partition_leadership[tp])
+        batch.send_requests_to_brokers(ctx.epoch)
+    per_broker = {b: [s[2] for s in sent if s[0] == b] for b in (1, 2, 3)}
+    assert per_broker == {1: ["UpdateMetadata"], 2: ["UpdateMetadata", "LeaderAndIsr"],
+                          3: ["UpdateMetadata", "LeaderAndIsr"]}
+    um = UpdateMetadataRequestData.from_json(8, sent[0][4])
+    assert [(p.partition_index, p.leader) for t in um.topic_states for p in t.partition_states] == [(0, 1)]

@@ -30,6 +30,9 @@ class RM:
     def _held_back_by_throttle(self, p, replica_id) -> bool:
         return False
 
+    def idle_follower_read(self, fp):
+        return None  # every partition read (counted)
+
     def read_partition(self, replica_id, fp, max_bytes):
         self.reads += 1
         p = self.partitions.get(fp.tp)

@@ -231,3 +231,19 @@ def test_an_answer_for_a_replaced_state_is_ignored():
     t.add_partition("t", 0, fetch_offset=5, leader_epoch=10)     # a newer LeaderAndIsr while in flight
     t._maybe_truncate(sent)
     assert part.truncations == [] and t.partitions[("t", 0)] == FetchState(5, 10, True)
+
+
+def test_a_round_against_a_dead_leader_fails_at_the_connect_before_any_partition_work():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: the leader is dead
+    looked_up = []
+    t = ReplicaFetcherThread(2, 3, leader_address=lambda: ("127.0.0.1", port),
+                             partition_lookup=lambda topic, p: looked_up.append((topic, p)))
+    for p in range(100):
+        t.add_partition("t", p, fetch_offset=0, leader_epoch=1)
+    with pytest.raises(BrokerConnectionError):
+        t._fetch_once()
+    assert looked_up == [] and t.client is None

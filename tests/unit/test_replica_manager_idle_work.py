@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from batches import producer_batch
 
 from kafkatier.log.log_manager import LogManager
 from kafkatier.server.replica_manager import FetchPartitionData, ReplicaManager
@@ -63,3 +64,27 @@ def test_one_follower_fetch_writes_every_isr_expansion_it_allows_in_one_batch(rm
     assert rm.isr_manager.pending() == {("t", p) for p in range(50)}
     rm.fetch_messages(2, 0, 1, 1 << 20, [FetchPartitionData(("t", p), 0) for p in range(50)], answered.append)
     assert batches == [50]  # nothing more to write
+
+
+def test_an_idle_follower_fetch_that_expires_answers_from_offsets_and_reuses_its_answers(rm, monkeypatch):
+    lead(rm, 4, replicas=(1, 2), isr=(1, 2))
+    rm.append_records(1000, 1, {("t", 3): producer_batch()}, lambda res: None)
+    reads = []
+    real = rm.read_partition
+    monkeypatch.setattr(rm, "read_partition", lambda *a, **kw: reads.append(a[1].tp) or real(*a, **kw))
+    fps = [FetchPartitionData(("t", p), 0, current_leader_epoch=0) for p in range(3)]
+    fps.append(FetchPartitionData(("t", 3), 0, current_leader_epoch=0))  # behind: has something to read
+    fps.append(FetchPartitionData(("u", 0), 0, current_leader_epoch=0))  # not hosted: an error to answer
+    answers = []
+    rm.fetch_messages(2, 0, 1, 1 << 20, fps, answers.append)
+    (first,) = answers
+    assert sorted(reads) == [("t", 3), ("u", 0)]
+    assert [first[("t", p)].error for p in range(3)] == [0, 0, 0]
+    assert first[("t", 3)].records and first[("u", 0)].error != 0
+    answers.clear()
+    rm.fetch_messages(2, 0, 1, 1 << 20, fps[:3], answers.append)
+    assert all(answers[0][("t", p)] is first[("t", p)] for p in range(3))  # offsets unchanged: the same answers
+    stale = [FetchPartitionData(("t", 0), 0, current_leader_epoch=1)]  # another leader epoch: read, an error
+    answers.clear()
+    rm.fetch_messages(2, 0, 1, 1 << 20, stale, answers.append)
+    assert answers[0][("t", 0)].error != 0
