@@ -500,7 +500,7 @@ class Faults:
             self._zk_start()
         self._heal_ensemble()
         self._restore_log_dirs()
-        for b in self.broker_ids():
-            if not pid_alive(self._pid(b)):
-                self.start(b)
-        log.info("healed %s", kv(brokers=self.broker_ids()))
+        down = [b for b in self.broker_ids() if not pid_alive(self._pid(b))]
+        if down:   # together: each one's start-up (mostly its imports) overlaps the others'
+            self.start_brokers(down)
+        log.info("healed %s", kv(brokers=self.broker_ids(), started=down))
