@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,11 +27,11 @@ import attrs
 
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.scenario.seed_process import SEED_TIMEOUT_S, run_seed_process
 from kafkatier.waiting import WaitTimeout, wait_for
 
 log = get_logger("scenario.spark_sweep")
 
-SEED_TIMEOUT_S = 1800.0          # a run has bounded phases; this only catches a child that hangs
 EXECUTORS_TIMEOUT_S = 60.0       # a standalone master with no worker registering executors
 MASTER_CONNECT_TIMEOUT_S = 5.0
 
@@ -182,46 +181,11 @@ def read_rows(output: str, seeds) -> dict[int, dict]:
     return rows
 
 
-CHILD_STOP_S = 60.0   # a timed-out run's SIGTERM tears its cluster down; then SIGKILL
-
-
-def _run_child(cmd: list[str], log_path: str, cluster_dir: str, timeout: float | None = None) -> int:
-    """Run ``kafkatier scenario run`` and return its exit status.  A run that outlives ``timeout`` (a hang) gets
-    SIGTERM, which unwinds it like Ctrl-C and stops its cluster; SIGKILL after :data:`CHILD_STOP_S`; brokers and a
-    ZooKeeper it left behind are stopped from its ``cluster.json`` (they run in sessions of their own and would
-    otherwise load the executor for the rest of the sweep)."""
+def _run_child(cmd: list[str], log_path: str, cluster_dir: str) -> int:
     # The Python worker's PYTHONPATH points at pyspark's zip (no jars/ there); the run imports the installed
     # pyspark, whose jars the embedded ZooKeeper runs from.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    timeout = SEED_TIMEOUT_S if timeout is None else timeout
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        out.write(f"\nkafkatier scenario sweep: the run did not finish within {timeout:g}s\n")
-        out.flush()
-        proc.terminate()
-        try:
-            proc.wait(CHILD_STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        _stop_left_cluster(cluster_dir)
-        return 3
-
-
-def _stop_left_cluster(cluster_dir: str) -> None:
-    from kafkatier.cluster.manager import ClusterManager
-    if not os.path.exists(os.path.join(cluster_dir, "cluster.json")):
-        return
-    try:
-        manager = ClusterManager(cluster_dir)
-        manager.load()
-        manager.down()
-    except Exception as e:  # noqa: BLE001 - best effort after a hung run
-        log.warning("could not stop a hung run's cluster %s", kv(dir=cluster_dir, error=repr(e)))
+    return run_seed_process(cmd, log_path, cluster_dir, SEED_TIMEOUT_S, env)
 
 
 def _results(run_dir: str) -> dict | None:

@@ -117,12 +117,11 @@ def test_progress_counts_the_rows_written_and_stays_quiet_without_news(tmp_path)
     assert progress.line() is None
 
 
-def test_a_hung_run_is_stopped_and_the_cluster_it_left_is_stopped_too(tmp_path, monkeypatch):
+def test_a_hung_run_is_stopped_and_the_cluster_it_left_is_stopped_too(tmp_path):
     import json
 
     from kafkatier.cluster.embedded_zookeeper import pid_alive
-    from kafkatier.scenario import spark_sweep
-    monkeypatch.setattr(spark_sweep, "CHILD_STOP_S", 1.0)
+    from kafkatier.scenario.seed_process import run_seed_process
     # The "run": leaves a "broker" (a process in a session of its own) in its cluster.json, then hangs and
     # ignores SIGTERM (as a run wedged in a C call would).
     cluster = tmp_path / "cluster"
@@ -135,7 +134,7 @@ def test_a_hung_run_is_stopped_and_the_cluster_it_left_is_stopped_too(tmp_path, 
               f"print('broker-pid', p.pid, flush=True)\n"
               f"time.sleep(600)\n")
     log_path = tmp_path / "run.log"
-    rc = spark_sweep._run_child([sys.executable, "-c", script], str(log_path), str(cluster), timeout=2.0)
+    rc = run_seed_process([sys.executable, "-c", script], str(log_path), str(cluster), timeout=2.0, stop_s=1.0)
     assert rc == 3
     assert "the run did not finish within 2s" in log_path.read_text()
     broker = json.loads((cluster / "cluster.json").read_text())["brokers"][0]
