@@ -182,32 +182,41 @@ class ClusterManager:
             zk.start_detached()
             zookeeper, zk_pid = zk.connect_string, zk.pid
             log.info("embedded ZooKeeper started %s", kv(connect=zookeeper, pid=zk_pid))
-        specs = []
-        for i in range(brokers):
-            bid = first_broker_id + i
-            dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}") for j in range(log_dirs_per_broker)]
-            port = 0  # the broker binds any free port and publishes it (``_learn_ports``)
-            args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs),
-                    "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
-                    "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
-            properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
-            props = dict(overrides or {})
-            if racks and bid in racks:
-                props["broker.rack"] = racks[bid]
-            write_server_properties(properties, props, comment=f"broker {bid}, by kafkatier cluster up")
-            args += ["--config", properties]
-            specs.append(BrokerSpec(bid, port, dirs, None, args))
-        self.state = {
-            "zookeeper": zookeeper,
-            "bootstrap_servers": "",   # once the brokers published their ports
-            "brokers": [attrs.asdict(s) for s in specs],
-            "zookeeper_pid": zk_pid,
-            "remote_storage_dir": remote,
-            "data_dir": self.data_dir,
-            "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
-            "zookeeper_tls_config": (os.path.join(self.data_dir, "zookeeper-tls.properties") if zookeeper_tls
-                                     else None),
-        }
+        try:
+            specs = []
+            for i in range(brokers):
+                bid = first_broker_id + i
+                dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}")
+                        for j in range(log_dirs_per_broker)]
+                port = 0  # the broker binds any free port and publishes it (``_learn_ports``)
+                args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs),
+                        "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
+                        "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
+                properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
+                props = dict(overrides or {})
+                if racks and bid in racks:
+                    props["broker.rack"] = racks[bid]
+                write_server_properties(properties, props, comment=f"broker {bid}, by kafkatier cluster up")
+                args += ["--config", properties]
+                specs.append(BrokerSpec(bid, port, dirs, None, args))
+            self.state = {
+                "zookeeper": zookeeper,
+                "bootstrap_servers": "",   # once the brokers published their ports
+                "brokers": [attrs.asdict(s) for s in specs],
+                "zookeeper_pid": zk_pid,
+                "remote_storage_dir": remote,
+                "data_dir": self.data_dir,
+                "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
+                "zookeeper_tls_config": (os.path.join(self.data_dir, "zookeeper-tls.properties") if zookeeper_tls
+                                         else None),
+            }
+        except BaseException:
+            # Interrupted before the state that ``down`` reads exists: the ZooKeeper just started would be left
+            # running in its own session.
+            if zk_pid:
+                from kafkatier.cluster.embedded_zookeeper import stop_pid
+                stop_pid(zk_pid)
+            raise
         if tls:
             self._wire_tls(specs, overrides or {}, sasl_ssl)
         if links or client_groups:
