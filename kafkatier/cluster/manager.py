@@ -559,13 +559,15 @@ class ClusterManager:
         pid = b.get("pid")
         if not pid_alive(pid):
             return
-        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):   # it exited since
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         proc = self._procs.pop(broker_id, None)
         try:
             wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), timeout,
                      message=f"broker {broker_id} to stop")
         except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):   # it exited just now
+                os.kill(pid, signal.SIGKILL)
             wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), 10,
                      message=f"broker {broker_id} to die")
         log.info("broker stopped %s", kv(id=broker_id, pid=pid, signal="KILL" if kill else "TERM"))
@@ -691,7 +693,8 @@ class ClusterManager:
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
             if pid_alive(pid):
-                os.kill(pid, signal.SIGINT)  # the whole cluster stops: no controlled shutdown (nowhere to move)
+                with contextlib.suppress(ProcessLookupError):   # it exited since
+                    os.kill(pid, signal.SIGINT)  # the whole cluster stops: no controlled shutdown (nowhere to move)
         deadline = time.monotonic() + timeout
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
@@ -700,7 +703,8 @@ class ClusterManager:
                 wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid),
                          max(0.1, deadline - time.monotonic()), message=f"broker {b['id']} to stop")
             except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):   # it exited just now
+                    os.kill(pid, signal.SIGKILL)
         if self.state.get("links"):
             self.links.stop()
         zk_pid = self.state.get("zookeeper_pid")
