@@ -315,7 +315,11 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         finally:
             progress.stop()
         rows.sort(key=lambda r: r["seed"])
-        _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
+        try:
+            _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
+        except Exception as e:  # noqa: BLE001 - Spark itself failed: the table and rows/ still tell the outcome
+            out(f"results.parquet not written ({(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}); "
+                f"every seed's row is in {output}/{ROWS_DIR}/")
     finally:
         try:
             spark.stop()
