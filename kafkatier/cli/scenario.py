@@ -139,15 +139,22 @@ def _guarded(run) -> int:
     def interrupted(signum, frame):
         raise KeyboardInterrupt()
     signal.signal(signal.SIGTERM, interrupted)
+    from kafkatier.common.errors import UsageError
     from kafkatier.scenario.runner import ScenarioUnavailableError
     try:
         return run().exit_code
     except ScenarioUnavailableError as e:
         print(f"kafkatier scenario: cannot run here: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError, WaitTimeout) as e:
-        print(f"kafkatier scenario: the run could not complete: {str(e).splitlines()[0] if str(e) else repr(e)}",
-              file=sys.stderr)
+    except UsageError:
+        raise   # bad input found while starting (exit 2)
+    except Exception as e:  # noqa: BLE001 - no verdict: never exit 1, the code for anomalies
+        # (RuntimeError, OSError, WaitTimeout, and what a client library raised while the cluster was being set
+        # up or torn down: a KafkaException, a ZooKeeper error...)
+        text = str(e).splitlines()[0] if str(e).strip() else repr(e)
+        if not isinstance(e, (RuntimeError, OSError, WaitTimeout)) and not text.startswith(type(e).__name__):
+            text = f"{type(e).__name__}: {text}"
+        print(f"kafkatier scenario: the run could not complete: {text}", file=sys.stderr)
         return RUN_INCOMPLETE
 
 

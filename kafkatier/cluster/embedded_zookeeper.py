@@ -619,6 +619,11 @@ class EmbeddedZooKeeper:
                 raise _PortTaken(f"port taken before ZooKeeper could bind it: {tail}") from None
             raise ZooKeeperStartError(
                 f"ZooKeeper did not start ({e}); see {self.out_path} and {self.log_path}:\n{tail}") from None
+        except BaseException:
+            # Interrupted while waiting (Ctrl-C, or a sweep stopping a run with SIGTERM): the server runs in a
+            # session of its own and nobody else knows its pid yet, so stop it here.
+            self._abort_start()
+            raise
         self.last_start_seconds = time.monotonic() - started
         self._port_pinned = True
         log.info("ZooKeeper serving %s", kv(connect=self.connect_string, pid=self.pid,

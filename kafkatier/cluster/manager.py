@@ -182,32 +182,41 @@ class ClusterManager:
             zk.start_detached()
             zookeeper, zk_pid = zk.connect_string, zk.pid
             log.info("embedded ZooKeeper started %s", kv(connect=zookeeper, pid=zk_pid))
-        specs = []
-        for i in range(brokers):
-            bid = first_broker_id + i
-            dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}") for j in range(log_dirs_per_broker)]
-            port = 0  # the broker binds any free port and publishes it (``_learn_ports``)
-            args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs),
-                    "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
-                    "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
-            properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
-            props = dict(overrides or {})
-            if racks and bid in racks:
-                props["broker.rack"] = racks[bid]
-            write_server_properties(properties, props, comment=f"broker {bid}, by kafkatier cluster up")
-            args += ["--config", properties]
-            specs.append(BrokerSpec(bid, port, dirs, None, args))
-        self.state = {
-            "zookeeper": zookeeper,
-            "bootstrap_servers": "",   # once the brokers published their ports
-            "brokers": [attrs.asdict(s) for s in specs],
-            "zookeeper_pid": zk_pid,
-            "remote_storage_dir": remote,
-            "data_dir": self.data_dir,
-            "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
-            "zookeeper_tls_config": (os.path.join(self.data_dir, "zookeeper-tls.properties") if zookeeper_tls
-                                     else None),
-        }
+        try:
+            specs = []
+            for i in range(brokers):
+                bid = first_broker_id + i
+                dirs = [os.path.join(self.data_dir, f"broker-{bid}", f"logdir-{j}")
+                        for j in range(log_dirs_per_broker)]
+                port = 0  # the broker binds any free port and publishes it (``_learn_ports``)
+                args = ["--id", str(bid), "--zookeeper", zookeeper, "--log-dirs", ",".join(dirs),
+                        "--remote-storage-dir", remote, "--session-timeout-ms", str(session_timeout_ms),
+                        "--status-file", os.path.join(self.data_dir, "status", f"broker-{bid}.json")]
+                properties = os.path.join(self.data_dir, f"broker-{bid}", SERVER_PROPERTIES)
+                props = dict(overrides or {})
+                if racks and bid in racks:
+                    props["broker.rack"] = racks[bid]
+                write_server_properties(properties, props, comment=f"broker {bid}, by kafkatier cluster up")
+                args += ["--config", properties]
+                specs.append(BrokerSpec(bid, port, dirs, None, args))
+            self.state = {
+                "zookeeper": zookeeper,
+                "bootstrap_servers": "",   # once the brokers published their ports
+                "brokers": [attrs.asdict(s) for s in specs],
+                "zookeeper_pid": zk_pid,
+                "remote_storage_dir": remote,
+                "data_dir": self.data_dir,
+                "zookeeper_jaas": overrides.get("java.security.auth.login.config") if overrides else None,
+                "zookeeper_tls_config": (os.path.join(self.data_dir, "zookeeper-tls.properties") if zookeeper_tls
+                                         else None),
+            }
+        except BaseException:
+            # Interrupted before the state that ``down`` reads exists: the ZooKeeper just started would be left
+            # running in its own session.
+            if zk_pid:
+                from kafkatier.cluster.embedded_zookeeper import stop_pid
+                stop_pid(zk_pid)
+            raise
         if tls:
             self._wire_tls(specs, overrides or {}, sasl_ssl)
         if links or client_groups:
@@ -550,13 +559,15 @@ class ClusterManager:
         pid = b.get("pid")
         if not pid_alive(pid):
             return
-        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):   # it exited since
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         proc = self._procs.pop(broker_id, None)
         try:
             wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), timeout,
                      message=f"broker {broker_id} to stop")
         except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):   # it exited just now
+                os.kill(pid, signal.SIGKILL)
             wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid), 10,
                      message=f"broker {broker_id} to die")
         log.info("broker stopped %s", kv(id=broker_id, pid=pid, signal="KILL" if kill else "TERM"))
@@ -682,7 +693,8 @@ class ClusterManager:
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
             if pid_alive(pid):
-                os.kill(pid, signal.SIGINT)  # the whole cluster stops: no controlled shutdown (nowhere to move)
+                with contextlib.suppress(ProcessLookupError):   # it exited since
+                    os.kill(pid, signal.SIGINT)  # the whole cluster stops: no controlled shutdown (nowhere to move)
         deadline = time.monotonic() + timeout
         for b in self.state.get("brokers", []):
             pid = b.get("pid")
@@ -691,7 +703,8 @@ class ClusterManager:
                 wait_for(lambda: (proc.poll() is not None) if proc else not pid_alive(pid),
                          max(0.1, deadline - time.monotonic()), message=f"broker {b['id']} to stop")
             except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):   # it exited just now
+                    os.kill(pid, signal.SIGKILL)
         if self.state.get("links"):
             self.links.stop()
         zk_pid = self.state.get("zookeeper_pid")

@@ -28,6 +28,8 @@ import tempfile
 import time
 import uuid
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
 from kafkatier.cluster.embedded_zookeeper import pid_alive
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.waiting import WaitTimeout, wait_for
@@ -36,6 +38,7 @@ log = get_logger("scenario.executor_zookeeper")
 
 IDLE_S = 120.0            # the keeper stops its ZooKeeper once no seed used it for this long
 START_TIMEOUT_S = 90.0    # the JVM's start on a loaded machine
+LEASE_ATTEMPTS = 3        # connecting to make a seed's chroot
 KEEPER_POLL_S = 0.5
 
 # Actions that act on the ZooKeeper server (or its ensemble) rather than on a broker's session: a run with any of
@@ -127,19 +130,26 @@ class ExecutorZooKeeper:
     @contextlib.contextmanager
     def lease(self, seed: int):
         """``HOST:PORT/chroot``: an empty chroot of the shared server for one seed, removed afterwards."""
-        from kafkatier.zk.client import start_client
+        from kafkatier.zk.client import ZooKeeperUnavailableError, start_client
+        from kafkatier.zk.errors import KazooException, KazooTimeoutError
         connect = self.connect_string()
         lease = os.path.join(self.dir, "leases", f"{os.getpid()}-{seed}-{uuid.uuid4().hex[:6]}")
         with open(lease, "w") as f:
             f.write(str(os.getpid()))
         chroot = f"/sweep-{seed}-{uuid.uuid4().hex[:8]}"
         try:
-            zk = start_client(connect, timeout=10.0, connect_timeout=30.0)
-            try:
-                zk.ensure_path(chroot)
-            finally:
-                zk.stop()
-                zk.close()
+            # The shared server answers every seed of the machine: on a loaded one a connection can time out or
+            # drop once; try again (bounded) rather than lose the seed.
+            for attempt in Retrying(stop=stop_after_attempt(LEASE_ATTEMPTS), reraise=True,
+                                    retry=retry_if_exception_type((ZooKeeperUnavailableError, KazooException,
+                                                                     KazooTimeoutError))):
+                with attempt:
+                    zk = start_client(connect, timeout=10.0, connect_timeout=30.0)
+                    try:
+                        zk.ensure_path(chroot)
+                    finally:
+                        zk.stop()
+                        zk.close()
             yield connect + chroot
         finally:
             try:

@@ -15,9 +15,9 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -25,12 +25,13 @@ from urllib.parse import urlparse
 
 import attrs
 
-from kafkatier.logsetup import get_logger
+from kafkatier.common.atomic_file import atomic_write
+from kafkatier.logsetup import get_logger, kv
+from kafkatier.scenario.seed_process import SEED_TIMEOUT_S, run_seed_process
 from kafkatier.waiting import WaitTimeout, wait_for
 
 log = get_logger("scenario.spark_sweep")
 
-SEED_TIMEOUT_S = 1800.0          # a run has bounded phases; this only catches a child that hangs
 EXECUTORS_TIMEOUT_S = 60.0       # a standalone master with no worker registering executors
 MASTER_CONNECT_TIMEOUT_S = 5.0
 
@@ -64,84 +65,127 @@ def _outcome(rc: int) -> str:
 
 
 def run_seed(task: SeedTask) -> dict:
-    """One seed on this executor (a Spark task): a row of :data:`ROW_FIELDS`."""
-    from kafkatier.scenario.report import drawn_faults
-    from kafkatier.scenario.schedule import derive
-    from kafkatier.scenario.spec import load, resolve
-    from kafkatier.cluster.embedded_zookeeper import JavaNotFoundError, find_java
+    """One seed on this executor (a Spark task): a row of :data:`ROW_FIELDS`.  Never raises: whatever goes wrong
+    on the executor is this seed's ``error`` row with its reason (a raising task would fail the whole Spark job,
+    and with it every other seed's row).  The row is also written to ``<output>/rows/seed-<N>.json`` as soon as
+    the seed ends, so the driver shows progress and keeps the rows of a job that Spark aborts."""
     executor = f"{socket.gethostname()}/{os.getppid()}"   # the executor's Python daemon: one per executor
     started = time.monotonic()
     row = dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason="", duration_s=0.0, faults={},
                schedule_digest="", executor=executor, replay=task.replay, run_dir=None,
                zookeeper="executor" if task.shared_zookeeper else "own")
-    tmp = tempfile.mkdtemp(prefix=f"kafkatier-sweep-{task.name}-{task.seed}-")
+    tmp = None
     try:
-        try:
-            find_java()
-        except JavaNotFoundError:
-            row["reason"] = f"no Java on executor {executor} (the embedded ZooKeeper needs Java 17+)"
-            return row
-        if task.library:
-            target = task.name
-            spec = load(resolve(task.name))
-        else:
-            target = os.path.join(tmp, f"{task.name}.toml")
-            with open(target, "w") as f:
-                f.write(task.text)
-            spec = load(target)
-        row["schedule_digest"] = derive(spec.profile(task.quick), task.seed).digest()
-        runs = os.path.join(tmp, "runs")
-        os.makedirs(runs)
-        log_path = os.path.join(runs, "sweep-run.log")
-        cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", target, "--seed",
-               str(task.seed), "--runs-dir", runs, "--no-progress", "--reports", task.reports] + (
-                   ["--quick"] if task.quick else [])
-        with contextlib.ExitStack() as stack:
-            if task.shared_zookeeper:
-                from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
-                try:
-                    chroot = stack.enter_context(ExecutorZooKeeper(task.shared_zookeeper).lease(task.seed))
-                except Exception as e:  # noqa: BLE001 - reported in the row; the seed could not run
-                    row["reason"] = f"the executor's ZooKeeper did not start: {str(e).splitlines()[0][:250]}"
-                    return row
-                cmd += ["--zookeeper", chroot]
-            rc = _run_child(cmd, log_path)
-        run_dir = os.path.join(runs, f"{task.name}-{task.seed}")
-        results = _results(run_dir)
-        if results is None and rc in (0, 1):
-            rc = 3          # no verdict: never counted as valid
-        row.update(exit_code=rc, outcome=_outcome(rc))
-        if results is not None:
-            row["anomalies"] = [f"{a['checker']}/{a['type']}" for a in results.get("anomalies", [])] + [
-                f"unmet: {u}" for u in results.get("unmet_expectations", [])]
-            row["faults"] = {k: int(v) for k, v in drawn_faults(results).items()}
-        if rc != 0:
-            row["reason"] = _last_line(log_path) if results is None else ""
-            dest = os.path.join(task.output, "runs", f"{task.name}-{task.seed}")
-            shutil.rmtree(dest, ignore_errors=True)
-            if os.path.isdir(run_dir):
-                shutil.copytree(run_dir, dest, symlinks=True)
-            else:
-                os.makedirs(dest)
-            shutil.copyfile(log_path, os.path.join(dest, "sweep-run.log"))
-            row["run_dir"] = dest
-        return row
+        tmp = tempfile.mkdtemp(prefix=f"kafkatier-sweep-{task.name}-{task.seed}-")
+        _run_seed_in(task, tmp, row)
+    except Exception as e:  # noqa: BLE001 - the seed's error row, never the job's failure
+        log.exception("sweep task failed %s", kv(seed=task.seed))
+        row.update(outcome="error", exit_code=3,
+                   reason=f"the sweep task failed on {executor}: {type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0][:250]}")
     finally:
         row["duration_s"] = round(time.monotonic() - started, 1)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _write_row(task.output, row)
+    return row
 
 
-def _run_child(cmd: list[str], log_path: str) -> int:
+def _run_seed_in(task: SeedTask, tmp: str, row: dict) -> None:
+    from kafkatier.scenario.report import drawn_faults
+    from kafkatier.scenario.schedule import derive
+    from kafkatier.scenario.spec import load, resolve
+    from kafkatier.cluster.embedded_zookeeper import JavaNotFoundError, find_java
+    try:
+        find_java()
+    except JavaNotFoundError:
+        row["reason"] = f"no Java on executor {row['executor']} (the embedded ZooKeeper needs Java 17+)"
+        return
+    if task.library:
+        target = task.name
+        spec = load(resolve(task.name))
+    else:
+        target = os.path.join(tmp, f"{task.name}.toml")
+        with open(target, "w") as f:
+            f.write(task.text)
+        spec = load(target)
+    row["schedule_digest"] = derive(spec.profile(task.quick), task.seed).digest()
+    runs = os.path.join(tmp, "runs")
+    os.makedirs(runs)
+    log_path = os.path.join(runs, "sweep-run.log")
+    run_dir = os.path.join(runs, f"{task.name}-{task.seed}")
+    cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", target, "--seed",
+           str(task.seed), "--runs-dir", runs, "--no-progress", "--reports", task.reports] + (
+               ["--quick"] if task.quick else [])
+    with contextlib.ExitStack() as stack:
+        if task.shared_zookeeper:
+            from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
+            try:
+                chroot = stack.enter_context(ExecutorZooKeeper(task.shared_zookeeper).lease(task.seed))
+            except Exception as e:  # noqa: BLE001 - reported in the row; the seed could not run
+                row["reason"] = f"the executor's ZooKeeper did not start: {str(e).splitlines()[0][:250]}"
+                return
+            cmd += ["--zookeeper", chroot]
+        rc = _run_child(cmd, log_path, os.path.join(run_dir, "cluster"))
+    results = _results(run_dir)
+    if results is None and rc in (0, 1):
+        rc = 3          # no verdict: never counted as valid
+    row.update(exit_code=rc, outcome=_outcome(rc))
+    if results is not None:
+        row["anomalies"] = [f"{a['checker']}/{a['type']}" for a in results.get("anomalies", [])] + [
+            f"unmet: {u}" for u in results.get("unmet_expectations", [])]
+        row["faults"] = {k: int(v) for k, v in drawn_faults(results).items()}
+    if rc != 0:
+        row["reason"] = _last_line(log_path) if results is None else ""
+        dest = os.path.join(task.output, "runs", f"{task.name}-{task.seed}")
+        shutil.rmtree(dest, ignore_errors=True)
+        if os.path.isdir(run_dir):
+            # A broker killed mid-write may leave a socket or a vanished file: copy what can be copied.
+            try:
+                shutil.copytree(run_dir, dest, symlinks=True, ignore_dangling_symlinks=True)
+            except shutil.Error as e:
+                log.warning("some files of a failing run were not copied %s", kv(seed=task.seed,
+                                                                                   missed=len(e.args[0])))
+        os.makedirs(dest, exist_ok=True)
+        shutil.copyfile(log_path, os.path.join(dest, "sweep-run.log"))
+        row["run_dir"] = dest
+
+
+ROWS_DIR = "rows"
+
+
+def _row_path(output: str, seed: int) -> str:
+    return os.path.join(output, ROWS_DIR, f"seed-{seed}.json")
+
+
+def _write_row(output: str, row: dict) -> None:
+    try:
+        path = _row_path(output, row["seed"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, json.dumps(row).encode(), sync=False)
+    except OSError as e:   # the row still reaches the driver through Spark
+        log.warning("could not write a seed's row %s", kv(seed=row["seed"], error=repr(e)))
+
+
+def read_rows(output: str, seeds) -> dict[int, dict]:
+    """The rows executors wrote so far for ``seeds`` (missing or unreadable ones left out)."""
+    rows = {}
+    for s in seeds:
+        try:
+            with open(_row_path(output, s)) as f:
+                row = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(row, dict) and set(ROW_FIELDS) <= set(row):
+            rows[s] = {k: row[k] for k in ROW_FIELDS}
+    return rows
+
+
+def _run_child(cmd: list[str], log_path: str, cluster_dir: str) -> int:
     # The Python worker's PYTHONPATH points at pyspark's zip (no jars/ there); the run imports the installed
     # pyspark, whose jars the embedded ZooKeeper runs from.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    with open(log_path, "w") as out:
-        try:
-            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=SEED_TIMEOUT_S,
-                                  env=env).returncode
-        except subprocess.TimeoutExpired:
-            out.write(f"\nkafkatier scenario sweep: the run did not finish within {SEED_TIMEOUT_S:g}s\n")
-            return 3
+    return run_seed_process(cmd, log_path, cluster_dir, SEED_TIMEOUT_S, env)
 
 
 def _results(run_dir: str) -> dict | None:
@@ -261,9 +305,21 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         out(f"sweep {spec.name}{' (quick)' if quick else ''} on Spark {master}: seeds {seeds.start}.."
             f"{seeds.stop - 1} ({len(tasks)} tasks); ZooKeeper: "
             + ("one per executor, a chroot per seed" if sweep_id else f"one per seed ({refused})"))
-        rows = spark.sparkContext.parallelize(tasks, len(tasks)).map(run_seed).collect()
+        shutil.rmtree(os.path.join(output, ROWS_DIR), ignore_errors=True)   # a previous sweep's rows
+        progress = SweepProgress(output, seeds, out)
+        progress.start()
+        try:
+            rows = spark.sparkContext.parallelize(tasks, len(tasks)).map(run_seed).collect()
+        except Exception as e:  # noqa: BLE001 - Spark aborted the job (an executor lost...): keep the rows we have
+            rows = rows_after_abort(output, tasks, e)
+        finally:
+            progress.stop()
         rows.sort(key=lambda r: r["seed"])
-        _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
+        try:
+            _write_parquet(spark, rows, os.path.join(output, "results.parquet"))
+        except Exception as e:  # noqa: BLE001 - Spark itself failed: the table and rows/ still tell the outcome
+            out(f"results.parquet not written ({(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}); "
+                f"every seed's row is in {output}/{ROWS_DIR}/")
     finally:
         try:
             spark.stop()
@@ -284,6 +340,58 @@ def spark_sweep(spec, seeds: range, master: str, quick: bool, output: str, per_e
         out(f"  replay seed {r['seed']}: {r['replay']}")
     report.write_sweep_html(os.path.join(output, "index.html"), spec.name, master, rows, result.elapsed_s)
     return result
+
+
+def rows_after_abort(output: str, tasks: list[SeedTask], error: BaseException) -> list[dict]:
+    """The rows of a Spark job that did not finish: those the executors wrote, and for every other seed an
+    ``error`` row saying the job ended before it (its reason: Spark's first line)."""
+    why = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), type(error).__name__)[:250]
+    log.warning("the sweep's Spark job failed %s", kv(error=why))
+    written = read_rows(output, [t.seed for t in tasks])
+    return [written.get(t.seed) or dict(
+        seed=t.seed, outcome="error", exit_code=3, anomalies=[], reason=f"no result: the Spark job failed ({why})",
+        duration_s=0.0, faults={}, schedule_digest="", executor="", replay=t.replay, run_dir=None,
+        zookeeper="executor" if t.shared_zookeeper else "own") for t in tasks]
+
+
+class SweepProgress:
+    """Prints how many seeds ended so far (from the rows the executors write), at most every ``every_s``."""
+
+    def __init__(self, output: str, seeds: range, out, every_s: float = 60.0):
+        self.output = output
+        self.seeds = seeds
+        self.out = out
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sweep-progress", daemon=True)
+        self._t0 = time.monotonic()
+        self._last = -1
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def line(self) -> str | None:
+        """The progress line, or None when no further seed ended since the last one."""
+        rows = read_rows(self.output, self.seeds).values()
+        if len(rows) == self._last:
+            return None
+        self._last = len(rows)
+        counts = Counter(r["outcome"] for r in rows)
+        return (f"{len(rows)}/{len(self.seeds)} seeds done in {time.monotonic() - self._t0:.0f}s: "
+                + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("valid", "anomalies", "error")))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):   # a periodic report, not synchronisation
+            try:
+                line = self.line()
+            except OSError:
+                continue
+            if line:
+                self.out(line)
 
 
 def setup_failure(rows: list[dict]) -> str | None:

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -17,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import attrs
 
 from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
+from kafkatier.scenario.seed_process import run_seed_process
 
 
 @attrs.frozen
@@ -46,14 +46,15 @@ def _run_one(path: str, seed: int, quick: bool, runs_dir: str, name: str,
     cmd = [sys.executable, "-m", "kafkatier", "--log-level", "WARNING", "scenario", "run", path, "--seed",
            str(seed), "--runs-dir", runs_dir, "--no-progress", "--reports", "failing"] + (["--quick"] if quick else [])
     run_dir = os.path.join(runs_dir, f"{name}-{seed}")
-    with open(os.path.join(runs_dir, f".{name}-{seed}.out"), "w") as out, contextlib.ExitStack() as stack:
+    log_path = os.path.join(runs_dir, f".{name}-{seed}.out")
+    with contextlib.ExitStack() as stack:
         if zookeeper is not None:
             try:
                 cmd += ["--zookeeper", stack.enter_context(zookeeper.lease(seed))]
             except Exception as e:  # noqa: BLE001 - this seed could not run; the sweep goes on
                 return SeedOutcome(seed, 3, time.monotonic() - t0,
                                    (f"the shared ZooKeeper did not start: {str(e).splitlines()[0][:200]}",), run_dir)
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+        rc = run_seed_process(cmd, log_path, os.path.join(run_dir, "cluster"))
     anomalies: tuple[str, ...] = ()
     try:
         with open(os.path.join(run_dir, "results.json")) as f:

@@ -56,6 +56,8 @@ def test_sweep_on_local_spark(tmp_path):
     assert not [d for d in os.listdir(tmp) if d.startswith("kafkatier-sweep-zk-")]
     assert os.path.isfile(os.path.join(out, "index.html")) and not os.path.exists(os.path.join(out, "runs"))
     assert "outcomes: valid=2" in p.stdout
+    # Each executor wrote its seed's row as the seed ended (the driver's progress, and what an aborted job keeps).
+    assert sorted(os.listdir(os.path.join(out, "rows"))) == ["seed-1.json", "seed-2.json"]
 
 
 def test_sweep_on_a_standalone_cluster_copies_failing_runs(tmp_path):

@@ -205,3 +205,48 @@ def test_the_rack_expectations_judge_the_history():
     assert _consumers_not_reading_while_down(run) == [
         "expected consumer-2 to poll records while the killed brokers were down (5.0s-9.0s), it polled none"]
     assert _consumers_not_reading_while_down(run[:2]) == ["expected a kill of brokers, there was none"]
+
+
+class _HealHistory:
+    def __init__(self, events):
+        self.events = events
+
+    def info(self, process, f, value=None, **extra):
+        self.events.append((f, tuple(value or ())))
+
+
+class _HealManager:
+    def __init__(self, tmp_path, events):
+        self.data_dir = str(tmp_path)
+        self.state = {"brokers": [{"id": 1, "pid": None}, {"id": 2, "pid": os.getpid()}, {"id": 3, "pid": None}]}
+        self.events = events
+
+    def broker(self, b):
+        return self.state["brokers"][b - 1]
+
+    def start_broker(self, b, wait=True):
+        assert not wait
+        self.events.append(("process", (b,)))
+
+
+class _HealFaults(Faults):
+    def _registration(self, broker_id):
+        return None
+
+    def wait_stale_registration_gone(self, broker_id, old_czxid):
+        self.history.events.append(("stale-gone", (broker_id,)))
+
+    def wait_serving(self, broker_id, old_czxid, timeout=0):
+        self.history.events.append(("serving", (broker_id,)))
+
+
+def test_heal_starts_every_stopped_broker_before_waiting_for_any():
+    import tempfile
+    events = []
+    with tempfile.TemporaryDirectory() as d:
+        faults = _HealFaults(_HealManager(d, events), _Observer(), _HealHistory(events), session_timeout_ms=1000)
+        faults._czxid.update({1: 11, 3: 33})
+        faults.heal()
+    assert events == [("stale-gone", (1,)), ("start", (1,)), ("process", (1,)),
+                      ("stale-gone", (3,)), ("start", (3,)), ("process", (3,)),
+                      ("serving", (1,)), ("started", (1,)), ("serving", (3,)), ("started", (3,))]

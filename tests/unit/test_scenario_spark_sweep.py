@@ -76,3 +76,68 @@ def test_a_seed_whose_shared_zookeeper_cannot_start_is_an_error_row(tmp_path, mo
                             output=str(tmp_path), replay="r", shared_zookeeper="abc"))
     assert row["outcome"] == "error" and row["exit_code"] == 3 and row["zookeeper"] == "executor"
     assert row["reason"].startswith("the executor's ZooKeeper did not start: the executor's ZooKeeper keeper exited")
+
+
+def _task(tmp_path, seed=1, **kw):
+    return SeedTask(name="nemesis-broker-faults", library=True, text=None, seed=seed, quick=True,
+                    output=str(tmp_path), replay=f"r {seed}", **kw)
+
+
+def test_a_task_that_raises_is_its_seeds_error_row_not_the_jobs_failure(tmp_path, monkeypatch):
+    from kafkatier.scenario import spark_sweep
+
+    def broken(task, tmp, row):
+        raise PermissionError(13, "Permission denied", "/shared/out/runs")
+    monkeypatch.setattr(spark_sweep, "_run_seed_in", broken)
+    row = run_seed(_task(tmp_path, seed=7))
+    assert row["outcome"] == "error" and row["exit_code"] == 3
+    assert row["reason"].startswith("the sweep task failed on ") and "PermissionError" in row["reason"]
+    assert spark_sweep.read_rows(str(tmp_path), [7]) == {7: row}   # written for the driver as the seed ended
+
+
+def test_rows_of_an_aborted_job_keep_what_executors_wrote(tmp_path):
+    from kafkatier.scenario import spark_sweep
+    spark_sweep._write_row(str(tmp_path), _row(1, "valid", 0))
+    (tmp_path / "rows" / "seed-2.json").write_text("{not json")    # a row half written when the job died
+    rows = spark_sweep.rows_after_abort(str(tmp_path), [_task(tmp_path, s) for s in (1, 2)],
+                                        RuntimeError("\nJob aborted due to stage failure: executor lost\nmore"))
+    assert rows[0] == _row(1, "valid", 0)
+    assert rows[1]["seed"] == 2 and rows[1]["exit_code"] == 3 and rows[1]["replay"] == "r 2"
+    assert rows[1]["reason"] == "no result: the Spark job failed (Job aborted due to stage failure: executor lost)"
+    assert set(rows[1]) == set(ROW_FIELDS)
+
+
+def test_progress_counts_the_rows_written_and_stays_quiet_without_news(tmp_path):
+    from kafkatier.scenario import spark_sweep
+    progress = spark_sweep.SweepProgress(str(tmp_path), range(1, 4), out=None)
+    spark_sweep._write_row(str(tmp_path), _row(1, "valid", 0))
+    spark_sweep._write_row(str(tmp_path), _row(3, "error", 3))
+    line = progress.line()
+    assert line.startswith("2/3 seeds done in ") and line.endswith(": 1 valid, 0 anomalies, 1 error")
+    assert progress.line() is None
+
+
+def test_a_hung_run_is_stopped_and_the_cluster_it_left_is_stopped_too(tmp_path):
+    import json
+
+    from kafkatier.cluster.embedded_zookeeper import pid_alive
+    from kafkatier.scenario.seed_process import run_seed_process
+    # The "run": leaves a "broker" (a process in a session of its own) in its cluster.json, then hangs and
+    # ignores SIGTERM (as a run wedged in a C call would).
+    cluster = tmp_path / "cluster"
+    script = (f"import json, os, signal, subprocess, sys, time\n"
+              f"signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+              f"os.makedirs({str(cluster)!r})\n"
+              f"json.dump(dict(zookeeper='127.0.0.1:1', zookeeper_pid=None, brokers=[dict(id=1, pid=p.pid)]),"
+              f" open({str(cluster / 'cluster.json')!r}, 'w'))\n"
+              f"print('broker-pid', p.pid, flush=True)\n"
+              f"time.sleep(600)\n")
+    log_path = tmp_path / "run.log"
+    rc = run_seed_process([sys.executable, "-c", script], str(log_path), str(cluster), timeout=2.0, stop_s=1.0)
+    assert rc == 3
+    assert "the run did not finish within 2s" in log_path.read_text()
+    broker = json.loads((cluster / "cluster.json").read_text())["brokers"][0]
+    assert broker["pid"] is None   # cluster down recorded it stopped
+    pid = int(log_path.read_text().split("broker-pid ")[1].split()[0])
+    assert not pid_alive(pid)

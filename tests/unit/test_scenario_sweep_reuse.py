@@ -57,3 +57,48 @@ def test_run_refuses_unknown_reports_value():
     p = subprocess.run([sys.executable, "-m", "kafkatier", "scenario", "run", "nemesis-broker-faults",
                         "--reports", "some"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--reports" in p.stderr
+
+
+class _FakeZk:
+    def __init__(self, made: list, deleted: list, fail: list):
+        self.made, self.deleted, self.fail = made, deleted, fail
+
+    def ensure_path(self, path):
+        if self.fail:
+            raise self.fail.pop(0)
+        self.made.append(path)
+
+    def delete(self, path, recursive=False):
+        self.deleted.append(path)
+
+    def stop(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_seeds_chroot_is_made_again_after_a_connection_dropped_under_load(tmp_path, monkeypatch):
+    from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
+    from kafkatier.zk import client
+    from kafkatier.zk.errors import ConnectionLoss
+    made, deleted = [], []
+    fail = [client.ZooKeeperUnavailableError("no connection within 30s"), ConnectionLoss()]
+    monkeypatch.setattr(client, "start_client", lambda *a, **k: _FakeZk(made, deleted, fail))
+    monkeypatch.setattr(ExecutorZooKeeper, "connect_string", lambda self: "127.0.0.1:2181")
+    (tmp_path / "kafkatier-sweep-zk-abc" / "leases").mkdir(parents=True)
+    with ExecutorZooKeeper("abc", base=str(tmp_path)).lease(7) as connect:
+        assert connect.startswith("127.0.0.1:2181/sweep-7-") and made == [connect[len("127.0.0.1:2181"):]]
+    assert deleted == made
+
+
+def test_a_seeds_chroot_gives_up_after_three_attempts(tmp_path, monkeypatch):
+    from kafkatier.scenario.executor_zookeeper import ExecutorZooKeeper
+    from kafkatier.zk import client
+    fail = [client.ZooKeeperUnavailableError(f"attempt {i}") for i in range(1, 5)]
+    monkeypatch.setattr(client, "start_client", lambda *a, **k: _FakeZk([], [], fail))
+    monkeypatch.setattr(ExecutorZooKeeper, "connect_string", lambda self: "127.0.0.1:2181")
+    (tmp_path / "kafkatier-sweep-zk-abc" / "leases").mkdir(parents=True)
+    with pytest.raises(client.ZooKeeperUnavailableError, match="attempt 3"):
+        with ExecutorZooKeeper("abc", base=str(tmp_path)).lease(7):
+            pass
