@@ -22,6 +22,7 @@ import wire_support
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 ZERO = uuid.UUID(int=0)
+IDS = partition_support.FollowedPartitions("ids", 30)   # one-partition topics on a chosen broker
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def metadata(bootstrap: str, *topics: str):
 
 def topics_ready(cluster, n: int, records: int = 10, broker: int = 1) -> list[str]:
     """``n`` one-partition topics led by ``broker``, each with ``records`` records."""
-    names = [partition_support.create_topic(cluster, "ids", [broker], 30) for _ in range(n)]
+    names = [IDS.create_topic(cluster, [broker]) for _ in range(n)]
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers})
     for name in names:
         for i in range(records):
