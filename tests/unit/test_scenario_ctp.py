@@ -256,3 +256,38 @@ def test_a_job_closed_before_it_started_leaves_nothing_behind():
     job.close()
     job.close()     # a second close does nothing
     assert [e["value"]["incarnations"] for e in h.entries() if e["f"] == "ctp-stop"] == [0, 0]
+
+
+def test_the_watchdog_reports_a_call_blocked_past_its_deadline_and_grace():
+    """librdkafka's send_offsets_to_transaction can block past its timeout forever (see ctp_worker's docstring)."""
+    from kafkatier.scenario.ctp_worker import Watchdog
+    now = [100.0]
+    stalls: list[str] = []
+    wd = Watchdog(20.0, stalls.append, clock=lambda: now[0])
+    assert not wd.check()                               # nothing guarded
+    with wd.guard("send_offsets_to_transaction", 30.0):
+        now[0] = 150.0
+        assert not wd.check()                           # at its deadline + grace: still allowed
+        now[0] = 150.5
+        assert wd.check()
+    assert stalls == ["STALLED: send_offsets_to_transaction blocked in librdkafka for 50.5s (20.5s past its timeout)"]
+    now[0] = 1000.0
+    assert not wd.check()                               # the call returned
+    wd.stop()                                           # never started: nothing to join
+
+
+def test_a_worker_blocked_past_its_deadline_reports_the_stall_and_exits():
+    """The worker's watchdog ends the process (the supervisor starts a new incarnation) with a ``fatal`` event."""
+    import json
+    import subprocess
+    import sys
+    code = (
+        "import time\n"
+        "from kafkatier.scenario.ctp_worker import Watchdog, _exit_stalled\n"
+        "wd = Watchdog(0.0, _exit_stalled, interval_s=0.01).start()\n"
+        "with wd.guard('commit_transaction', 0.0):\n"
+        "    time.sleep(60)   # the blocked librdkafka call\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3
+    ev = json.loads(proc.stdout.splitlines()[-1])
+    assert ev["ev"] == "fatal" and ev["error"].startswith("STALLED: commit_transaction blocked in librdkafka")
