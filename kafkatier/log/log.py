@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
+from kafkatier.common.files import delete_if_exists
 from kafkatier.log import log_validator, record_batch
 from kafkatier.log.checkpoints import LEADER_EPOCH_CHECKPOINT
 from kafkatier.log.dir_names import parse_partition_dir
@@ -315,7 +316,7 @@ class Log:
             path = os.path.join(self._dir, name)
             if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(CLEANED_FILE_SUFFIX) or name.endswith(".tmp"):
                 log.info(kv(event="leftover_file_deleted", partition=self.name, file=name))
-                _unlink(path)
+                delete_if_exists(path)
                 changed = True
         if any(name.endswith(SWAP_FILE_SUFFIX) for name in names):
             self._complete_swaps()
@@ -336,7 +337,7 @@ class Log:
                     stem = name[: -len(suffix)]
                     if stem.isdigit() and int(stem) not in log_bases:
                         log.warning(kv(event="orphaned_index_deleted", partition=self.name, file=name))
-                        _unlink(os.path.join(self._dir, name))
+                        delete_if_exists(os.path.join(self._dir, name))
         for base in sorted(log_bases):
             seg = self._new_segment(base)
             try:
@@ -391,19 +392,19 @@ class Log:
                 continue
             base = int(stem)
             for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):  # rebuilt from the data below
-                _unlink(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
+                delete_if_exists(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
             swap = LogSegment(self._dir, base, file_suffix=SWAP_FILE_SUFFIX)
             last = swap.next_offset() - 1
             swap.close_without_index_update()
             for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
-                _unlink(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
+                delete_if_exists(os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX))
             for other in os.listdir(self._dir):
                 if other.endswith(LOG_FILE_SUFFIX) and other[: -len(LOG_FILE_SUFFIX)].isdigit():
                     ob = int(other[: -len(LOG_FILE_SUFFIX)])
                     if base <= ob <= max(base, last):
                         for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
                                        TXN_INDEX_FILE_SUFFIX):
-                            _unlink(os.path.join(self._dir, filename_prefix(ob) + suffix))
+                            delete_if_exists(os.path.join(self._dir, filename_prefix(ob) + suffix))
             for suffix in (LOG_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
                 src = os.path.join(self._dir, stem + suffix + SWAP_FILE_SUFFIX)
                 if os.path.exists(src):
@@ -802,7 +803,7 @@ class Log:
             stale = os.path.join(self._dir, f"{new_offset:020d}{suffix}")
             if os.path.exists(stale):
                 log.warning(kv(event="stale_segment_file_deleted", partition=self.name, file=stale))
-                _unlink(stale)
+                delete_if_exists(stale)
         seg = self._new_segment(new_offset)
         self._add_segment(seg)
         log.info(kv(event="rolled_segment", partition=self.name, new_base_offset=new_offset,
@@ -1280,10 +1281,3 @@ class Log:
         with self._lock:
             self.close()
             shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

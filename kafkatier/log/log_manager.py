@@ -483,12 +483,9 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> Log | None:
         """Remove a partition's log: its dir is renamed ``<topic>-<partition>.<uuid>-delete`` at once and
         removed after ``file.delete.delay.ms`` (immediately if that is 0 or the scheduler is not running)."""
-        with self._lock:
-            lg = self._logs.pop((topic, partition), None)
-            self._dir_counts = None
+        lg = self._remove_and_close(self._logs, (topic, partition))
         if lg is None:
             return None
-        lg.close()
         try:
             lg.rename_dir(delete_dir_name(topic, partition))
         except OSError as e:
@@ -621,12 +618,9 @@ class LogManager:
     def abort_and_delete_future_log(self, topic: str, partition: int) -> Log | None:
         """Drop the partition's future log (a cancelled or failed move): renamed ``<tp>.delete`` at once,
         removed after ``file.delete.delay.ms``."""
-        with self._lock:
-            lg = self._future_logs.pop((topic, partition), None)
-            self._dir_counts = None
+        lg = self._remove_and_close(self._future_logs, (topic, partition))
         if lg is None:
             return None
-        lg.close()
         self._rename_for_deletion(lg)
         self._schedule_dir_deletion(lg.dir, lg.config.file_delete_delay_ms)
         log.info(kv(event="future_log_deleted", partition=lg.name, dir=lg.dir))
@@ -675,6 +669,15 @@ class LogManager:
             except KafkaStorageError:
                 log.exception(kv(event="checkpoint_after_swap_failed", dir=d))
         return dest
+
+    def _remove_and_close(self, logs: dict[tuple[str, int], Log], tp: tuple[str, int]) -> Log | None:
+        """Take ``tp``'s log out of ``logs`` (the current or the future logs) and close it; None if absent."""
+        with self._lock:
+            lg = logs.pop(tp, None)
+            self._dir_counts = None
+        if lg is not None:
+            lg.close()
+        return lg
 
     def _rename_for_deletion(self, lg: Log) -> None:
         """Rename to KIP-113's ``<tp>.delete``.  An older directory of that name (a move A->B->A before the

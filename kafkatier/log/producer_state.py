@@ -38,6 +38,7 @@ from crc32c import crc32c
 
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.common.byte_utils import read_varint as _read_varint
+from kafkatier.common.files import delete_if_exists
 from kafkatier.logsetup import get_logger, kv
 
 from kafkatier.log.errors import Errors, KafkaError
@@ -347,7 +348,7 @@ class ProducerStateManager:
             path = snapshot_path(log_dir, offset)
             if offset > end:
                 log.info("deleting a producer state snapshot above the log end %s", kv(file=path, log_end=end))
-                _unlink(path)
+                delete_if_exists(path)
                 continue
             if offset < log_start:
                 break
@@ -396,19 +397,12 @@ class ProducerStateManager:
         path = snapshot_path(log_dir, offset)
         atomic_write(path, encode_snapshot(entries), sync=sync)
         for old in sorted(set(existing) | {offset})[:-SNAPSHOTS_KEPT]:
-            _unlink(snapshot_path(log_dir, old))
+            delete_if_exists(snapshot_path(log_dir, old))
         return path
 
     def producers(self) -> int:
         with self._lock:
             return len(self._producers)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 _MARKER_VALUE = struct.Struct(">hi")

@@ -34,7 +34,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 from kafkatier.zk.errors import NoNodeError, NodeExistsError
@@ -387,23 +387,23 @@ class AclAuthorizer:
     def create_acls(self, bindings: Iterable[AclBinding]) -> None:
         """Add the bindings (per resource, one versioned write and one notification); this broker's cache
         sees them at once."""
-        by_pattern: dict[ResourcePattern, list[AclEntry]] = {}
-        for b in bindings:
-            by_pattern.setdefault(b.pattern, []).append(b.entry)
-        for pattern, entries in by_pattern.items():
-            add_acls(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
-            self._refresh(pattern)
+        self._write_per_pattern(bindings, add_acls)
 
     def delete_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
         """Delete and return the bindings ``flt`` matches."""
         matched = self.acls(flt)
+        self._write_per_pattern(matched, remove_acls)
+        return matched
+
+    def _write_per_pattern(self, bindings: Iterable[AclBinding], write: Callable[..., Any]) -> None:
+        """Group ``bindings`` by resource pattern and apply ``write`` (``add_acls`` / ``remove_acls``) once per
+        pattern, refreshing this broker's cache after each."""
         by_pattern: dict[ResourcePattern, list[AclEntry]] = {}
-        for b in matched:
+        for b in bindings:
             by_pattern.setdefault(b.pattern, []).append(b.entry)
         for pattern, entries in by_pattern.items():
-            remove_acls(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
+            write(self.zk, pattern.resource_type, pattern.name, entries, pattern.pattern_type)
             self._refresh(pattern)
-        return matched
 
 
 def _key(p: ResourcePattern) -> tuple[str, str, str]:

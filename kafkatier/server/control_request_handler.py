@@ -33,6 +33,7 @@ import attrs
 from kafkatier.zk.errors import KazooException, NoNodeError, NodeExistsError
 from kafkatier.zk.watchers import ChildrenWatch
 
+from kafkatier.common.wake_loop import run_on_wake_ups
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_messages import (CONTROL_DATA, ControlMessage, ControlMessageError,
@@ -111,17 +112,15 @@ class ControlRequestHandler:
         return True
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
-            try:
-                self._drain()
-            except Exception:  # noqa: BLE001 - a transient ZooKeeper error: try again on the next wake-up
-                log.exception("error draining the control queue")
-                self._stopped.wait(0.2)
-                self._wake.set()
+        run_on_wake_ups(self._wake, self._stopped, self._drain_or_retry)
+
+    def _drain_or_retry(self) -> None:
+        try:
+            self._drain()
+        except Exception:  # noqa: BLE001 - a transient ZooKeeper error: try again on the next wake-up
+            log.exception("error draining the control queue")
+            self._stopped.wait(0.2)
+            self._wake.set()
 
     def _drain(self) -> None:
         parent = paths.control_requests(self.broker_id)

@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 from kafkatier.zk.errors import NodeExistsError, NoNodeError
 from kafkatier.zk.watchers import DataWatch
 
+from kafkatier.common.wake_loop import run_on_wake_ups
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.server.fault_injection import ClockSkew, FaultRegistry, FaultSpec, FaultState
 from kafkatier.zk import codecs, paths
@@ -91,26 +92,24 @@ class FaultsWatcher:
             return None
 
     def _write_loop(self) -> None:
-        while not self._stopped.is_set():
-            self._dirty.wait()
-            self._dirty.clear()
-            if self._stopped.is_set():
-                return
-            data = self._registry.state().encode()
+        run_on_wake_ups(self._dirty, self._stopped, self._write_state)
+
+    def _write_state(self) -> None:
+        data = self._registry.state().encode()
+        try:
             try:
+                self._zk.set(self._state_path, data)
+            except NoNodeError:
                 try:
+                    self._zk.create(self._state_path, data, makepath=True)
+                except NodeExistsError:
                     self._zk.set(self._state_path, data)
-                except NoNodeError:
-                    try:
-                        self._zk.create(self._state_path, data, makepath=True)
-                    except NodeExistsError:
-                        self._zk.set(self._state_path, data)
-            except Exception as e:  # noqa: BLE001 - ZooKeeper trouble: try again shortly
-                log.warning("could not write the fault state %s", kv(path=self._state_path, error=repr(e)))
-                self._stopped.wait(0.5)
-                self._dirty.set()
-                continue
-            self._stopped.wait(STATE_WRITE_INTERVAL_S)  # consumptions meanwhile go in the next write
+        except Exception as e:  # noqa: BLE001 - ZooKeeper trouble: try again shortly
+            log.warning("could not write the fault state %s", kv(path=self._state_path, error=repr(e)))
+            self._stopped.wait(0.5)
+            self._dirty.set()
+            return
+        self._stopped.wait(STATE_WRITE_INTERVAL_S)  # consumptions meanwhile go in the next write
 
 
 __all__ = ["FaultsWatcher"]

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from kafkatier.common.keystores import KeystoreError, store_to_pem
+from kafkatier.common.keystores import KeystoreError, read_file, store_to_pem
 from kafkatier.server.config import ListenerConfigError
 
 #: ``select`` says nothing about bytes OpenSSL already holds decrypted, and a non-blocking TLS socket signals "try
@@ -164,10 +164,9 @@ def _common(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
 
 def _read(path: str, config: str) -> bytes:
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise SslConfigError(f"{config}={path}: {e.strerror or e}") from None
+        return read_file(path, config)
+    except KeystoreError as e:
+        raise SslConfigError(str(e)) from None
 
 
 def _load_keystore(ctx: ssl.SSLContext, cfg: SslConfig) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from kafkatier.common.structs import TopicPartition
+
 KAFKA_PREFIX = "kafka."
 EARLIEST, LATEST = -2, -1
 
@@ -105,15 +107,6 @@ def metadata_timeout_s(options: Mapping[str, str], default_s: float) -> float:
     if given is None:
         given = _int(options, "kafka.request.timeout.ms", None, 1)
     return given / 1000 if given is not None else default_s
-
-
-@attrs.frozen
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 # ---------------------------------------------------------------------------------------------- common

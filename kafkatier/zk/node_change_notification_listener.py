@@ -38,6 +38,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch
 
+from kafkatier.common.wake_loop import run_on_wake_ups
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import paths
 from kafkatier.zk.client import ensure_persistent_paths
@@ -137,17 +138,15 @@ class ZkNodeChangeNotificationListener:
 
     # --- the listener's thread ----------------------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait()
-            if self._stopped.is_set():
-                break
-            self._wake.clear()
-            try:
-                self._process_notifications()
-            except Exception:  # noqa: BLE001 - the listener must survive anything
-                log.exception("error while processing notifications %s", kv(path=self.root))
-                if self._resync is not None:
-                    self._resync_pending = True
+        run_on_wake_ups(self._wake, self._stopped, self._process_or_resync)
+
+    def _process_or_resync(self) -> None:
+        try:
+            self._process_notifications()
+        except Exception:  # noqa: BLE001 - the listener must survive anything
+            log.exception("error while processing notifications %s", kv(path=self.root))
+            if self._resync is not None:
+                self._resync_pending = True
 
     def _take_baseline(self, children: list[str]) -> None:
         existing = paths.sorted_sequential(children, self.prefix)

@@ -215,12 +215,7 @@ class GroupCoordinator:
         answers = []
         for group in self.manager.groups_of(partition):
             for m in group.members.values():
-                if m.awaiting_join is not None:
-                    answers.append((m.awaiting_join, JoinGroupResult(int(Errors.NOT_COORDINATOR), m.member_id)))
-                    m.awaiting_join = None
-                if m.awaiting_sync is not None:
-                    answers.append((m.awaiting_sync, SyncGroupResult(int(Errors.NOT_COORDINATOR))))
-                    m.awaiting_sync = None
+                answers.extend(m.fail_pending(int(Errors.NOT_COORDINATOR)))
             group.state = GroupState.DEAD
             del self.manager.groups[group.group_id]
         log.info("unloaded group partition %s", kv(partition=partition, groups=len(answers)))
@@ -303,12 +298,7 @@ class GroupCoordinator:
     def _replace_static_member(self, group, instance_id, old_id, new_id, rebalance_ms, session_ms, protocols,
                                callback, answers) -> None:
         old = group.members[old_id]
-        if old.awaiting_join is not None:     # the old incarnation is fenced
-            answers.append((old.awaiting_join, JoinGroupResult(int(Errors.FENCED_INSTANCE_ID), old_id)))
-            old.awaiting_join = None
-        if old.awaiting_sync is not None:
-            answers.append((old.awaiting_sync, SyncGroupResult(int(Errors.FENCED_INSTANCE_ID))))
-            old.awaiting_sync = None
+        answers.extend(old.fail_pending(int(Errors.FENCED_INSTANCE_ID)))   # the old incarnation is fenced
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
         log.info("static member rejoined %s", kv(group=group.group_id, instance=instance_id, old=old_id, new=new_id))
@@ -627,12 +617,7 @@ class GroupCoordinator:
         _run(answers)
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, answers: list) -> None:
-        if member.awaiting_join is not None:
-            answers.append((member.awaiting_join, JoinGroupResult(int(Errors.UNKNOWN_MEMBER_ID), member.member_id)))
-            member.awaiting_join = None
-        if member.awaiting_sync is not None:
-            answers.append((member.awaiting_sync, SyncGroupResult(int(Errors.UNKNOWN_MEMBER_ID))))
-            member.awaiting_sync = None
+        answers.extend(member.fail_pending(int(Errors.UNKNOWN_MEMBER_ID)))
         group.remove(member.member_id)
         member.session_deadline_ms = -1
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):

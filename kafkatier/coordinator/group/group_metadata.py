@@ -83,6 +83,19 @@ class MemberMetadata:
     def is_static(self) -> bool:
         return self.group_instance_id is not None
 
+    def fail_pending(self, error: int) -> list[tuple[Callable, JoinGroupResult | SyncGroupResult]]:
+        """Answer a JoinGroup or SyncGroup this member is waiting in with ``error`` (Kafka's
+        ``maybeInvokeJoinCallback`` / ``maybeInvokeSyncCallback``): the (callback, result) pairs to run outside
+        the group's lock; the member waits in neither afterwards."""
+        answers: list[tuple[Callable, JoinGroupResult | SyncGroupResult]] = []
+        if self.awaiting_join is not None:
+            answers.append((self.awaiting_join, JoinGroupResult(error, self.member_id)))
+            self.awaiting_join = None
+        if self.awaiting_sync is not None:
+            answers.append((self.awaiting_sync, SyncGroupResult(error)))
+            self.awaiting_sync = None
+        return answers
+
     def protocols(self) -> set[str]:
         return {name for name, _ in self.supported_protocols}
 

@@ -267,18 +267,24 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
     # --- reads ------------------------------------------------------------------------------------------------
     def _children(self, tip: TopicIdPartition) -> list[tuple[int, str, str]]:
         """``(start offset, segment id, node name)`` of the partition's segment znodes, sorted."""
+        matches = self._matching_children(self.partition_path(tip), _SEGMENT_NODE, warn_unexpected=True)
+        return sorted((int(m.group(1)), m.group(2), m.string) for m in matches)
+
+    def _matching_children(self, path: str, pattern: re.Pattern, warn_unexpected: bool) -> list[re.Match]:
+        """The names of ``path``'s children that ``pattern`` fully matches, as matches ([] when ``path`` does
+        not exist); the others are skipped, with a warning when ``warn_unexpected``."""
         try:
-            names = read_retrying(self.zk.get_children, self.partition_path(tip))
+            names = read_retrying(self.zk.get_children, path)
         except NoNodeError:
             return []
         out = []
         for n in names:
-            m = _SEGMENT_NODE.fullmatch(n)
-            if m is None:
-                log.warning(kv(event="unexpected_znode_skipped", path=f"{self.partition_path(tip)}/{n}"))
-                continue
-            out.append((int(m.group(1)), m.group(2), n))
-        return sorted(out)
+            m = pattern.fullmatch(n)
+            if m is not None:
+                out.append(m)
+            elif warn_unexpected:
+                log.warning(kv(event="unexpected_znode_skipped", path=f"{path}/{n}"))
+        return out
 
     def _read(self, tip: TopicIdPartition, names: Sequence[str]) -> list[tuple[str, RemoteLogSegmentMetadata, Any]]:
         """Pipelined reads of the named znodes: ``(path, metadata, stat)``, vanished/malformed ones skipped."""
@@ -376,15 +382,8 @@ class ZkRemoteLogMetadataManager(RemoteLogMetadataManager):
         return None
 
     def list_partitions(self, topic: str | None = None) -> list[TopicIdPartition]:
-        try:
-            names = read_retrying(self.zk.get_children, ROOT)
-        except NoNodeError:
-            return []
         out = []
-        for n in names:
-            m = _PARTITION_NODE.fullmatch(n)
-            if m is None:
-                continue
+        for m in self._matching_children(ROOT, _PARTITION_NODE, warn_unexpected=False):
             tip = TopicIdPartition(m.group(3), m.group(1), int(m.group(2)))
             if topic is None or tip.topic == topic:
                 out.append(tip)

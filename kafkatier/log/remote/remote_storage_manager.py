@@ -34,6 +34,7 @@ from typing import Any, Mapping
 import attrs
 
 from kafkatier.common.atomic_file import fsync_dir
+from kafkatier.common.files import delete_if_exists
 from kafkatier.common.structs import TopicIdPartition
 from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from kafkatier.logsetup import get_logger, kv
@@ -194,8 +195,8 @@ class LocalTieredStorage(RemoteStorageManager):
             fsync_dir(pdir)
         except BaseException as e:
             for path in written:
-                _unlink(path)
-                _unlink(path + ".tmp")
+                delete_if_exists(path)
+                delete_if_exists(path + ".tmp")
             log.warning(kv(event="copy_failed_partial_data_removed", segment=metadata.segment_id,
                            files=len(written), error=repr(e)))
             if isinstance(e, RemoteStorageError) or not isinstance(e, Exception):
@@ -265,8 +266,8 @@ class LocalTieredStorage(RemoteStorageManager):
         try:
             for suffix in ALL_SUFFIXES:
                 path = self.path_of(metadata, suffix)
-                _unlink(path)
-                _unlink(path + ".tmp")
+                delete_if_exists(path)
+                delete_if_exists(path + ".tmp")
         except OSError as e:
             raise RemoteStorageError(f"Failed to delete remote log segment with id:"
                                      f"{metadata.remote_log_segment_id}") from e
@@ -297,10 +298,3 @@ class LocalTieredStorage(RemoteStorageManager):
         self._closed.set()
         if self.delete_on_close and self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
