@@ -31,12 +31,17 @@ def _send(client: BrokerClient, api_key: int, version: int, **fields):
     return wire_support.send(client, api_key, version, fields)
 
 
-def test_kafka_39_top_versions_on_the_wire(cluster):
+def _topic_and_client(cluster, prefix: str, records: int) -> tuple[str, BrokerClient]:
+    """A new one-partition topic holding ``records`` records, and a client of the first broker."""
     bs = cluster.bootstrap_servers
-    topic = f"top-{uuid.uuid4().hex[:8]}"
-    partition_support.topic_with_records(bs, topic, [str(i).encode() for i in range(10)])
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    partition_support.topic_with_records(bs, topic, [str(i).encode() for i in range(records)])
     host, port = bs.split(",")[0].rsplit(":", 1)
-    client = BrokerClient(host, int(port), client_id="top-versions", timeout_s=20)
+    return topic, BrokerClient(host, int(port), client_id=f"{prefix}-versions", timeout_s=20)
+
+
+def test_kafka_39_top_versions_on_the_wire(cluster):
+    topic, client = _topic_and_client(cluster, "top", 10)
     group = f"g-{uuid.uuid4().hex[:6]}"
     try:
         served = {k.api_key: k.max_version for k in _send(client, ApiKeys.API_VERSIONS, 4, client_software_name="t",
@@ -77,11 +82,7 @@ def test_kafka_39_top_versions_on_the_wire(cluster):
 
 def test_kafka_39_lowest_versions_served_where_kafka_40_removed_them(cluster):
     """OffsetForLeaderEpoch v0-1 and WriteTxnMarkers v0: Kafka 3.9 still serves them (4.0 removed them)."""
-    bs = cluster.bootstrap_servers
-    topic = f"low-{uuid.uuid4().hex[:8]}"
-    partition_support.topic_with_records(bs, topic, [str(i).encode() for i in range(4)])
-    host, port = bs.split(",")[0].rsplit(":", 1)
-    client = BrokerClient(host, int(port), client_id="low-versions", timeout_s=20)
+    topic, client = _topic_and_client(cluster, "low", 4)
     try:
         served = {k.api_key: (k.min_version, k.max_version) for k in _send(
             client, ApiKeys.API_VERSIONS, 3, client_software_name="t", client_software_version="1").api_keys}
