@@ -40,6 +40,14 @@ def metadata(bootstrap: str, *topics: str):
                      for t in resp.topics if t.error_code == 0 and t.partitions}
 
 
+def one_topic(cluster, records: int) -> tuple[str, dict[int, str], tuple]:
+    """A one-partition topic with ``records`` records: its name, the brokers' addresses and (topic id, leader,
+    leader epoch) from Metadata."""
+    (name,) = topics_ready(cluster, 1, records=records)
+    brokers, topics = metadata(cluster.bootstrap_servers, name)
+    return name, brokers, topics[name]
+
+
 def topics_ready(cluster, n: int, records: int = 10, broker: int = 1) -> list[str]:
     """``n`` one-partition topics led by ``broker``, each with ``records`` records."""
     names = [IDS.create_topic(cluster, [broker]) for _ in range(n)]
@@ -75,9 +83,7 @@ def answers(resp) -> dict:
 
 
 def test_every_version_from_13_to_17_fetches_by_topic_id(cluster):
-    (name,) = topics_ready(cluster, 1)
-    brokers, topics = metadata(cluster.bootstrap_servers, name)
-    tid, leader, _ = topics[name]
+    name, brokers, (tid, leader, _) = one_topic(cluster, records=10)
     assert tid != ZERO
     client = client_for(brokers[leader])
     try:
@@ -130,9 +136,7 @@ def test_an_incremental_session_by_topic_id_forgets_a_topic_by_id(cluster):
 
 
 def test_v16_names_the_current_leader_and_its_endpoint_on_not_leader(cluster):
-    (name,) = topics_ready(cluster, 1, records=1)
-    brokers, topics = metadata(cluster.bootstrap_servers, name)
-    tid, leader, epoch = topics[name]
+    name, brokers, (tid, leader, epoch) = one_topic(cluster, records=1)
     other = next(b for b in brokers if b != leader)
     client = client_for(brokers[other])
     try:
@@ -150,9 +154,7 @@ def test_v16_names_the_current_leader_and_its_endpoint_on_not_leader(cluster):
 
 
 def test_an_injected_partition_fault_reaches_a_fetch_by_topic_id(cluster):
-    (name,) = topics_ready(cluster, 1, records=3)
-    brokers, topics = metadata(cluster.bootstrap_servers, name)
-    tid, leader, _ = topics[name]
+    name, brokers, (tid, leader, _) = one_topic(cluster, records=3)
     client = client_for(brokers[leader])
     try:
         cluster.inject_errors(leader, "Fetch", "KAFKA_STORAGE_ERROR", count=1, topic=name, partition=0)
