@@ -509,9 +509,9 @@ class KafkaApis:
         listener = getattr(ctx, "listener_name", "PLAINTEXT")
 
         def respond(results: dict[TopicPartition, FetchPartitionResult]) -> None:
+            # session_key: the TopicPartition below v13, the topic id and partition from v13
             keyed = {session_key(fp): results.get(fp.tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR)
-                     for fp in parts} if by_id else {
-                fp.tp: results.get(fp.tp) or FetchPartitionResult(Errors.UNKNOWN_SERVER_ERROR) for fp in parts}
+                     for fp in parts}
             for key, error in errors.items():
                 keyed[key] = FetchPartitionResult(error)
             answer = context.response(keyed)
