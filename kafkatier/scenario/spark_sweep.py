@@ -71,9 +71,7 @@ def run_seed(task: SeedTask) -> dict:
     the seed ends, so the driver shows progress and keeps the rows of a job that Spark aborts."""
     executor = f"{socket.gethostname()}/{os.getppid()}"   # the executor's Python daemon: one per executor
     started = time.monotonic()
-    row = dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason="", duration_s=0.0, faults={},
-               schedule_digest="", executor=executor, replay=task.replay, run_dir=None,
-               zookeeper="executor" if task.shared_zookeeper else "own")
+    row = error_row(task, executor)
     tmp = None
     try:
         tmp = tempfile.mkdtemp(prefix=f"kafkatier-sweep-{task.name}-{task.seed}-")
@@ -348,10 +346,15 @@ def rows_after_abort(output: str, tasks: list[SeedTask], error: BaseException) -
     why = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), type(error).__name__)[:250]
     log.warning("the sweep's Spark job failed %s", kv(error=why))
     written = read_rows(output, [t.seed for t in tasks])
-    return [written.get(t.seed) or dict(
-        seed=t.seed, outcome="error", exit_code=3, anomalies=[], reason=f"no result: the Spark job failed ({why})",
-        duration_s=0.0, faults={}, schedule_digest="", executor="", replay=t.replay, run_dir=None,
-        zookeeper="executor" if t.shared_zookeeper else "own") for t in tasks]
+    return [written.get(t.seed) or error_row(t, reason=f"no result: the Spark job failed ({why})") for t in tasks]
+
+
+def error_row(task: SeedTask, executor: str = "", reason: str = "") -> dict:
+    """A row of :data:`ROW_FIELDS` for a seed without a verdict (exit 3): the start of every seed's row, and the
+    row of a seed the Spark job never ran."""
+    return dict(seed=task.seed, outcome="error", exit_code=3, anomalies=[], reason=reason, duration_s=0.0, faults={},
+                schedule_digest="", executor=executor, replay=task.replay, run_dir=None,
+                zookeeper="executor" if task.shared_zookeeper else "own")
 
 
 class SweepProgress:
