@@ -59,36 +59,22 @@ def broker_properties(args) -> dict[str, str]:
 
 
 def build_config(args):
-    from kafkatier.server.config import BrokerConfig
-    overrides = broker_properties(args)
-
-    def flag(name, default):
-        v = overrides.get(name)
-        return default if v is None else v.lower() == "true"
-
-    def num(name, default):
-        v = overrides.get(name)
-        return default if v is None else int(v)
-
-    return BrokerConfig(
-        broker_id=args.id, zookeeper_connect=args.zookeeper, log_dirs=args.log_dirs, port=args.port,
-        any_port_if_taken=args.any_port_if_taken,
-        remote_storage_dir=args.remote_storage_dir,
-        rack=args.rack if args.rack is not None else overrides.get("broker.rack"),
-        zookeeper_session_timeout_ms=num("zookeeper.session.timeout.ms", args.session_timeout_ms),
-        delete_topic_enable=flag("delete.topic.enable", True),
-        unclean_leader_election_enable=flag("unclean.leader.election.enable", False),
-        min_insync_replicas=num("min.insync.replicas", 1),
-        default_replication_factor=num("default.replication.factor", 1),
-        num_partitions=num("num.partitions", 1),
-        replica_lag_time_max_ms=num("replica.lag.time.max.ms", 30000),
-        replica_fetch_wait_max_ms=num("replica.fetch.wait.max.ms", 500),
-        replica_fetch_max_bytes=num("replica.fetch.max.bytes", 1048576),
-        replica_fetch_min_bytes=num("replica.fetch.min.bytes", 1),
-        request_timeout_ms=num("request.timeout.ms", 30000),
-        log_retention_check_interval_ms=num("log.retention.check.interval.ms", 300000),
-        remote_log_storage_system_enable=flag("remote.log.storage.system.enable", False),
-        overrides=overrides)
+    """The broker's config: its properties (``--config`` with ``--override`` on top), each setting typed and
+    checked by its definition, and what the command line says (``--rack`` wins over ``broker.rack``;
+    ``--session-timeout-ms`` is the default of ``zookeeper.session.timeout.ms``)."""
+    from kafkatier.cli.main import UsageError
+    from kafkatier.server.config import BrokerConfig, BrokerSettingError
+    props = broker_properties(args)
+    fields = dict(broker_id=args.id, zookeeper_connect=args.zookeeper, log_dirs=args.log_dirs, port=args.port,
+                  any_port_if_taken=args.any_port_if_taken, remote_storage_dir=args.remote_storage_dir)
+    if args.rack is not None:
+        fields["rack"] = args.rack
+    if "zookeeper.session.timeout.ms" not in props:
+        fields["zookeeper_session_timeout_ms"] = args.session_timeout_ms
+    try:
+        return BrokerConfig.from_props(props, **fields)
+    except BrokerSettingError as e:
+        raise UsageError(str(e)) from None
 
 
 def _start(args) -> int:

@@ -32,9 +32,6 @@ from kafkatier.cli.main import UsageError
 from kafkatier.protocol.errors import Errors
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
-_JAVA_NAMES = {Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
-               Errors.REQUEST_TIMED_OUT: "TimeoutException", Errors.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
-               Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException"}
 
 TopicPartition = tuple[str, int]
 
@@ -163,11 +160,10 @@ def elect_leaders(admin: AdminClient, election_type: int, partitions: list[Topic
 
 def java_exception(err: AdminError) -> str:
     try:
-        code = Errors(err.code)
-        name = _JAVA_NAMES.get(code) or "".join(w.capitalize() for w in code.name.split("_")) + "Exception"
+        name = Errors(err.code).exception_name
     except (ValueError, TypeError):
-        name = err.name
-    return f"org.apache.kafka.common.errors.{name}" + (f": {err.message}" if err.message else "")
+        name = f"org.apache.kafka.common.errors.{err.name}"
+    return name + (f": {err.message}" if err.message else "")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,14 +32,6 @@ from kafkatier.cli.main import UsageError
 from kafkatier.protocol.errors import Errors
 
 #: Kafka's exception class names for the per-dir errors DescribeLogDirs can carry.
-EXCEPTION_CLASSES = {
-    Errors.KAFKA_STORAGE_ERROR: "org.apache.kafka.common.errors.KafkaStorageException",
-    Errors.LOG_DIR_NOT_FOUND: "org.apache.kafka.common.errors.LogDirNotFoundException",
-    Errors.CLUSTER_AUTHORIZATION_FAILED: "org.apache.kafka.common.errors.ClusterAuthorizationException",
-    Errors.UNKNOWN_SERVER_ERROR: "org.apache.kafka.common.errors.UnknownServerException",
-}
-
-
 def register(subparsers) -> None:
     p = common.add_client_command(subparsers, "log-dirs", run,
                                   help="describe brokers' log dirs and the replicas in them (kafka-log-dirs)",
@@ -138,6 +130,15 @@ def kip113_format(dirs: list[dict[str, Any]], topics: set[str] | None, log_dirs:
     return {"version": 1, "log_dirs": out}
 
 
+def _exception_name(code: int) -> str | None:
+    """Kafka's exception class for an error code (an unknown code is UNKNOWN_SERVER_ERROR, as Kafka's
+    ``Errors.forCode``); None for no error."""
+    try:
+        return Errors(code).exception_name
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR.exception_name
+
+
 def kafka_format(described: list[dict[str, Any]], topics: set[str] | None) -> dict[str, Any]:
     brokers = []
     for b in described:
@@ -145,8 +146,7 @@ def kafka_format(described: list[dict[str, Any]], topics: set[str] | None) -> di
         for d in b["log_dirs"]:
             code = d["error_code"]
             dirs.append({"logDir": d["log_dir"],
-                         "error": None if code == Errors.NONE else EXCEPTION_CLASSES.get(
-                             code, f"org.apache.kafka.common.errors.{Errors(code).name}"),
+                         "error": _exception_name(code),
                          "partitions": [{"partition": f"{name}-{p['partition_index']}", "size": p["partition_size"],
                                          "offsetLag": p["offset_lag"], "isFuture": bool(p["is_future_key"])}
                                         for name, p in _partitions(d, topics)]})

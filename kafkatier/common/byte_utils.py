@@ -1,4 +1,4 @@
-"""Kafka's ``ByteUtils`` readers for the record format's variable-length integers."""
+"""Kafka's ``ByteUtils``: the variable-length integers of the record format and of flexible protocol versions."""
 from __future__ import annotations
 
 
@@ -13,3 +13,20 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
         if not b & 0x80:
             return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
+
+
+def write_unsigned_varint(n: int) -> bytes:
+    """``n`` (not negative) as an unsigned varint: 7 bits a byte, low bits first (compact lengths, tagged
+    fields)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def write_varint(v: int) -> bytes:
+    """``v`` (a signed 64-bit value) zigzag-encoded as a varint (a record's length, deltas, key and value
+    sizes)."""
+    return write_unsigned_varint((v << 1) ^ (v >> 63))

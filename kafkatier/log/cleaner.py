@@ -34,6 +34,7 @@ from typing import Callable
 import attrs
 from crc32c import crc32c
 
+from kafkatier.common.byte_utils import write_varint
 from kafkatier.log import record_batch as rb
 from kafkatier.log.cleaner_throttle import DutyCycle, Throttler
 from kafkatier.log.errors import CorruptRecordError
@@ -233,16 +234,6 @@ def map_keys(buf, p: int, end: int, base: int, m: dict) -> int:
         n += 1
         p = stop
     return n
-
-
-def _zigzag(v: int) -> bytes:
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -597,8 +588,8 @@ def _rebuild(buf, p: int, h: rb.BatchHeader, kept: list[tuple[int, int, int, int
         shift = h.base_timestamp - delete_horizon
         parts = []
         for _, stop, attrs_at, ts_end, ts_delta in kept:
-            body = bytes(data[attrs_at:attrs_at + 1]) + _zigzag(ts_delta + shift) + bytes(data[ts_end:stop])
-            parts.append(_zigzag(len(body)) + body)
+            body = bytes(data[attrs_at:attrs_at + 1]) + write_varint(ts_delta + shift) + bytes(data[ts_end:stop])
+            parts.append(write_varint(len(body)) + body)
         records = b"".join(parts)
     codec = h.compression_type
     if codec and records:

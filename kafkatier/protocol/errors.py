@@ -130,6 +130,15 @@ class Errors(enum.IntEnum):
     def retriable(self) -> bool:
         return self in _RETRIABLE
 
+    @property
+    def exception_name(self) -> str | None:
+        """The class name of Kafka's exception for this error (Kafka's ``Errors.exceptionName``), as Kafka's tools
+        print it: ``org.apache.kafka.common.errors.KafkaStorageException``; None for NONE."""
+        if self is Errors.NONE:
+            return None
+        name = _EXCEPTION_NAMES.get(self) or "".join(w.capitalize() for w in self.name.split("_")) + "Exception"
+        return name if "." in name else f"org.apache.kafka.common.errors.{name}"
+
 
 _RETRIABLE = {
     Errors.CORRUPT_MESSAGE, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.LEADER_NOT_AVAILABLE,
@@ -138,6 +147,33 @@ _RETRIABLE = {
     Errors.KAFKA_STORAGE_ERROR, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
     Errors.OFFSET_NOT_AVAILABLE, Errors.REPLICA_NOT_AVAILABLE,
     Errors.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+}
+
+
+#: Kafka's exception classes whose names are not the error's name in CamelCase followed by "Exception".
+_EXCEPTION_NAMES = {
+    Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException", Errors.CORRUPT_MESSAGE: "CorruptRecordException",
+    Errors.REQUEST_TIMED_OUT: "TimeoutException", Errors.MESSAGE_TOO_LARGE: "RecordTooLargeException",
+    Errors.STALE_CONTROLLER_EPOCH: "ControllerMovedException",
+    Errors.OFFSET_METADATA_TOO_LARGE: "OffsetMetadataTooLarge", Errors.NETWORK_EXCEPTION: "NetworkException",
+    Errors.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
+    Errors.RECORD_LIST_TOO_LARGE: "RecordBatchTooLargeException",
+    Errors.TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationException",
+    Errors.GROUP_AUTHORIZATION_FAILED: "GroupAuthorizationException",
+    Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
+    Errors.TOPIC_ALREADY_EXISTS: "TopicExistsException", Errors.INVALID_CONFIG: "InvalidConfigurationException",
+    Errors.OUT_OF_ORDER_SEQUENCE_NUMBER: "OutOfOrderSequenceException",
+    Errors.DUPLICATE_SEQUENCE_NUMBER: "DuplicateSequenceException",
+    Errors.INVALID_PRODUCER_ID_MAPPING: "InvalidPidMappingException",
+    Errors.INVALID_TRANSACTION_TIMEOUT: "InvalidTxnTimeoutException",
+    Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalIdAuthorizationException",
+    Errors.KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    Errors.SASL_AUTHENTICATION_FAILED: "SaslAuthenticationException",
+    Errors.DELEGATION_TOKEN_AUTH_DISABLED: "DelegationTokenDisabledException",
+    Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: "UnsupportedByAuthenticationException",
+    Errors.NON_EMPTY_GROUP: "GroupNotEmptyException",
+    Errors.FETCH_SESSION_TOPIC_ID_ERROR: "FetchSessionTopicIdException",
+    Errors.INVALID_RECORD: "org.apache.kafka.common.InvalidRecordException",
 }
 
 

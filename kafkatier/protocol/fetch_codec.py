@@ -14,6 +14,8 @@ import struct
 import uuid
 from typing import Iterable, Sequence
 
+from kafkatier.common.byte_utils import write_unsigned_varint as _uvarint
+
 MIN_VERSION, MAX_VERSION = 4, 17
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13      # KIP-516: topics named by id
@@ -30,15 +32,6 @@ _CURRENT_LEADER = struct.Struct(">BBBiiB")   # 1 tagged field, tag 1, size 9, le
 
 def supports(version: int) -> bool:
     return MIN_VERSION <= version <= MAX_VERSION
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _compact_str(s: str | None) -> bytes:

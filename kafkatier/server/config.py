@@ -20,44 +20,6 @@ def _split(v) -> tuple[str, ...]:
     return tuple(v)
 
 
-@attrs.frozen
-class BrokerConfig:
-    broker_id: int
-    zookeeper_connect: str
-    log_dirs: tuple[str, ...] = attrs.field(converter=_split)
-    port: int = 0
-    any_port_if_taken: bool = False   # ``port`` is a preference: taken by another process, listen on any free one
-    host: str = "127.0.0.1"
-    remote_storage_dir: str | None = None
-    rack: str | None = None
-    zookeeper_session_timeout_ms: int = 6000
-    zookeeper_connection_timeout_ms: int = 30000
-    delete_topic_enable: bool = True
-    controller_socket_timeout_ms: int = 30000
-    request_timeout_ms: int = 30000
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    replica_lag_time_max_ms: int = 30000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_max_bytes: int = 1048576
-    replica_fetch_min_bytes: int = 1
-    log_retention_check_interval_ms: int = 300000
-    log_flush_offset_checkpoint_interval_ms: int = 60000
-    remote_log_storage_system_enable: bool = False
-    # Extra Kafka-style properties (``--override k=v``), passed to components that read them.
-    overrides: dict = attrs.field(factory=dict)
-
-    @property
-    def listener(self) -> str:
-        return f"PLAINTEXT://{self.host}:{self.port}"
-
-    def setting(self, name: str) -> Any:
-        """The typed value of broker setting ``name`` (:func:`broker_setting` over :attr:`overrides`)."""
-        return broker_setting(self.overrides, name)
-
-
 class BrokerSettingError(ValueError):
     """A broker setting whose value does not fit its definition (Kafka's ConfigException text)."""
 
@@ -85,6 +47,83 @@ def broker_setting(overrides: Mapping[str, Any], name: str) -> Any:
         raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Value must be at least "
                                  f"{definition.minimum}")
     return value
+
+
+def _default(name: str):
+    """Broker setting ``name``'s default, typed, from its one definition."""
+    return broker_setting({}, name)
+
+
+#: The BrokerConfig fields that are broker settings, by Kafka name: read from the broker's properties by
+#: :meth:`BrokerConfig.from_props` and reported back by :meth:`BrokerConfig.static_props`.
+SETTINGS: dict[str, str] = {
+    "broker.rack": "rack",
+    "zookeeper.session.timeout.ms": "zookeeper_session_timeout_ms",
+    "delete.topic.enable": "delete_topic_enable",
+    "request.timeout.ms": "request_timeout_ms",
+    "num.partitions": "num_partitions",
+    "default.replication.factor": "default_replication_factor",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.min.bytes": "replica_fetch_min_bytes",
+    "log.retention.check.interval.ms": "log_retention_check_interval_ms",
+    "remote.log.storage.system.enable": "remote_log_storage_system_enable",
+}
+
+
+@attrs.frozen
+class BrokerConfig:
+    broker_id: int
+    zookeeper_connect: str
+    log_dirs: tuple[str, ...] = attrs.field(converter=_split)
+    port: int = 0
+    any_port_if_taken: bool = False   # ``port`` is a preference: taken by another process, listen on any free one
+    host: str = "127.0.0.1"
+    remote_storage_dir: str | None = None
+    rack: str | None = _default("broker.rack")
+    # kafkatier's default (Kafka's is 18000): brokers of a local cluster that die are noticed in seconds.
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int = 30000
+    delete_topic_enable: bool = _default("delete.topic.enable")
+    request_timeout_ms: int = _default("request.timeout.ms")
+    num_partitions: int = _default("num.partitions")
+    default_replication_factor: int = _default("default.replication.factor")
+    min_insync_replicas: int = _default("min.insync.replicas")
+    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
+    replica_lag_time_max_ms: int = _default("replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = _default("replica.fetch.wait.max.ms")
+    replica_fetch_max_bytes: int = _default("replica.fetch.max.bytes")
+    replica_fetch_min_bytes: int = _default("replica.fetch.min.bytes")
+    log_retention_check_interval_ms: int = _default("log.retention.check.interval.ms")
+    remote_log_storage_system_enable: bool = _default("remote.log.storage.system.enable")
+    # Every property of the broker (``server.properties`` with ``--override k=v``), for :meth:`setting`.
+    overrides: dict = attrs.field(factory=dict)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], **fields: Any) -> "BrokerConfig":
+        """The config of a broker with properties ``props``: each of :data:`SETTINGS` that ``props`` sets, typed
+        and checked by its definition (``BrokerSettingError``); ``fields`` (where it listens, its id...) win."""
+        values = {field: broker_setting(props, name) for name, field in SETTINGS.items() if name in props}
+        return cls(**{**values, **fields}, overrides=dict(props))
+
+    def static_props(self) -> dict[str, str]:
+        """The broker's own settings by Kafka name, as its properties file would say them (DescribeConfigs'
+        STATIC_BROKER_CONFIG); unset ones (None) are left out."""
+        props = {"broker.id": self.broker_id, "zookeeper.connect": self.zookeeper_connect,
+                 "log.dirs": ",".join(self.log_dirs), "listeners": self.listener,
+                 **{name: getattr(self, field) for name, field in SETTINGS.items()}}
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items() if v is not None}
+
+    @property
+    def listener(self) -> str:
+        return f"PLAINTEXT://{self.host}:{self.port}"
+
+    def setting(self, name: str) -> Any:
+        """The typed value of broker setting ``name`` (:func:`broker_setting` over :attr:`overrides`)."""
+        return broker_setting(self.overrides, name)
 
 
 class ListenerConfigError(ValueError):

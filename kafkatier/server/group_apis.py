@@ -3,7 +3,8 @@ Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups
 OffsetDelete (47) -- Kafka's ``KafkaApis.handle*Request`` for them, translating wire messages to and from the
 :class:`~kafkatier.coordinator.group.GroupCoordinator`.
 
-FindCoordinator creates ``__consumer_offsets`` on first use (Kafka's auto topic creation of internal topics:
+FindCoordinator creates ``__consumer_offsets`` on first use (Kafka's auto topic creation of internal topics,
+``server/internal_topics.py``:
 ``offsets.topic.num.partitions`` partitions, replication ``min(offsets.topic.replication.factor, live
 brokers)`` -- Kafka refuses with fewer live brokers; a simulator with one broker should still work -- and the
 topic configs of :data:`OFFSETS_TOPIC_CONFIGS`); until the group's partition has a leader it answers
@@ -28,13 +29,14 @@ from typing import Callable
 from kafkatier.coordinator.group.group_coordinator import GroupCoordinator, OffsetFetchResult
 from kafkatier.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
 from kafkatier.coordinator.group.records import OffsetAndMetadata
-from kafkatier.logsetup import get_logger, kv
+from kafkatier.logsetup import get_logger
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.coordinator_type import CoordinatorType
-from kafkatier.protocol.errors import Errors, KafkaError
+from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
+from kafkatier.server.internal_topics import CoordinatorAnswer, InternalTopic, create_internal_topic, find_coordinator
 
 log = get_logger("server.group-apis")
 
@@ -50,6 +52,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
 
 CLASSIC_GROUP_TYPE = "classic"   # ListGroups v5's group type (KIP-848's new groups are "consumer")
 DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
+_OFFSETS = InternalTopic(OFFSETS_TOPIC, "offsets topic")
 
 
 def _resp(api_key: int, version: int, body: dict):
@@ -60,7 +63,7 @@ class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
                  create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
                  auth: AuthHelper | None = None,
-                 transaction_coordinator_for: Callable[[str], tuple[int, str | None, int, str, int]] | None = None):
+                 transaction_coordinator_for: Callable[[str, str], CoordinatorAnswer] | None = None):
         self.coordinator = coordinator
         self.cache = metadata_cache
         self.broker_id = broker_id
@@ -97,7 +100,7 @@ class GroupApis:
         return _resp(ApiKeys.FIND_COORDINATOR, v, {"throttle_time_ms": 0, "error_code": e, "error_message": m,
                                            "node_id": n, "host": h, "port": p})
 
-    def _coordinator_denied(self, ctx, key: str, key_type: int) -> tuple[int, str | None, int, str, int] | None:
+    def _coordinator_denied(self, ctx, key: str, key_type: int) -> CoordinatorAnswer | None:
         if key_type == CoordinatorType.GROUP and not self.auth.authorize(ctx, "Describe", "Group", key):
             return (int(Errors.GROUP_AUTHORIZATION_FAILED), None, -1, "", -1)
         if key_type == CoordinatorType.TRANSACTION and not self.auth.authorize(ctx, "Describe", "TransactionalId", key):
@@ -105,7 +108,7 @@ class GroupApis:
         return None
 
     @staticmethod
-    def _key_type_refused(key_type: int, version: int) -> tuple[int, str | None, int, str, int] | None:
+    def _key_type_refused(key_type: int, version: int) -> CoordinatorAnswer | None:
         """Kafka 3.9's ``getCoordinator``: a SHARE key below v6, a share coordinator (none in ZooKeeper mode) or a
         key type Kafka does not define is an INVALID_REQUEST."""
         if key_type == CoordinatorType.SHARE:
@@ -116,39 +119,21 @@ class GroupApis:
             return (int(Errors.INVALID_REQUEST), f"unknown coordinator key type {key_type}", -1, "", -1)
         return None
 
-    def _coordinator_for(self, key: str, key_type: int,
-                         listener: str = "PLAINTEXT") -> tuple[int, str | None, int, str, int]:
-        none = (-1, "", -1)
+    def _coordinator_for(self, key: str, key_type: int, listener: str = "PLAINTEXT") -> CoordinatorAnswer:
         if key_type != CoordinatorType.GROUP:
             if self.transaction_coordinator_for is not None:
-                return self.transaction_coordinator_for(key)
-            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", *none)
+                return self.transaction_coordinator_for(key, listener)
+            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", -1, "", -1)
         if not key:
-            return (int(Errors.INVALID_REQUEST), "the group id must not be empty", *none)
-        parts = self.cache.topic_partitions(OFFSETS_TOPIC)
-        if not parts:
-            self._maybe_create_offsets_topic()
-            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the offsets topic is being created", *none)
-        partition = self.coordinator.partition_for(key)
-        pm = next((p for p in parts if p.partition == partition), None)
-        broker = self.cache.broker(pm.leader, listener) if pm is not None and pm.leader >= 0 else None
-        if broker is None:
-            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available", *none)
-        return (0, None, broker.id, broker.host, broker.port)
+            return (int(Errors.INVALID_REQUEST), "the group id must not be empty", -1, "", -1)
+        return find_coordinator(self.cache, _OFFSETS, lambda: self.coordinator.partition_for(key),
+                                self._maybe_create_offsets_topic, listener)
 
     def _maybe_create_offsets_topic(self) -> None:
         cfg = self.coordinator.config
         rf = max(1, min(cfg.offsets_topic_replication_factor, self.live_brokers()))
-        try:
-            self.create_offsets_topic(cfg.offsets_topic_num_partitions, rf, dict(OFFSETS_TOPIC_CONFIGS))
-            log.info("creating the offsets topic %s", kv(topic=OFFSETS_TOPIC,
-                                                          partitions=cfg.offsets_topic_num_partitions,
-                                                          replication_factor=rf))
-        except KafkaError as e:
-            if e.error != Errors.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot create the offsets topic %s", kv(reason=e))
-        except Exception:  # noqa: BLE001
-            log.exception("cannot create the offsets topic")
+        create_internal_topic(self.create_offsets_topic, _OFFSETS, cfg.offsets_topic_num_partitions, rf,
+                              OFFSETS_TOPIC_CONFIGS)
 
     # --- membership -----------------------------------------------------------------------------------------
     def handle_join_group(self, header, req, ctx):

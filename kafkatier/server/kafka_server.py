@@ -386,20 +386,7 @@ class KafkaServer:
     def _new_dynamic_broker_config(self) -> DynamicBrokerConfig:
         """The broker's configs with their sources; its reconfigurables act on the parts once they exist."""
         c = self.config
-        static = {"broker.id": c.broker_id, "zookeeper.connect": c.zookeeper_connect, "log.dirs": ",".join(c.log_dirs),
-                  "listeners": c.listener, "broker.rack": c.rack,
-                  "zookeeper.session.timeout.ms": c.zookeeper_session_timeout_ms,
-                  "delete.topic.enable": str(c.delete_topic_enable).lower(), "request.timeout.ms": c.request_timeout_ms,
-                  "num.partitions": c.num_partitions, "default.replication.factor": c.default_replication_factor,
-                  "min.insync.replicas": c.min_insync_replicas,
-                  "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
-                  "replica.lag.time.max.ms": c.replica_lag_time_max_ms,
-                  "replica.fetch.wait.max.ms": c.replica_fetch_wait_max_ms,
-                  "replica.fetch.max.bytes": c.replica_fetch_max_bytes,
-                  "replica.fetch.min.bytes": c.replica_fetch_min_bytes,
-                  "log.retention.check.interval.ms": c.log_retention_check_interval_ms,
-                  "remote.log.storage.system.enable": str(c.remote_log_storage_system_enable).lower(),
-                  **c.overrides}
+        static = {**c.static_props(), **c.overrides}
         log_names = frozenset(n for n, d in BROKER_CONFIGS.items() if d.mode == CLUSTER_WIDE)
         pool_names = frozenset(n for n in BROKER_CONFIGS
                                if n.startswith("remote.log.manager.") or n == "remote.log.reader.threads")

@@ -41,15 +41,17 @@ from kafkatier.coordinator.group.records import OffsetAndMetadata
 from kafkatier.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from kafkatier.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from kafkatier.coordinator.transaction.transaction_state_manager import TRANSACTION_TOPIC_CONFIGS
-from kafkatier.logsetup import get_logger, kv
+from kafkatier.logsetup import get_logger
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
+from kafkatier.server.internal_topics import CoordinatorAnswer, InternalTopic, create_internal_topic, find_coordinator
 from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 log = get_logger("server.transaction-apis")
+_TRANSACTION_STATE = InternalTopic(TRANSACTION_STATE_TOPIC, "transaction state topic")
 
 
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -94,21 +96,12 @@ class TransactionApis:
         return {k: (VERSIONS[k], fn) for k, fn in self._handlers.items()}
 
     # --- FindCoordinator(TRANSACTION) -------------------------------------------------------------------------
-    def coordinator_for(self, transactional_id: str) -> tuple[int, str | None, int, str, int]:
-        """``(error, message, node id, host, port)`` of the id's coordinator."""
-        none = (-1, "", -1)
+    def coordinator_for(self, transactional_id: str, listener: str = "PLAINTEXT") -> CoordinatorAnswer:
+        """``(error, message, node id, host, port)`` of the id's coordinator on ``listener``."""
         if not transactional_id:
-            return (int(Errors.INVALID_REQUEST), "the transactional id must not be empty", *none)
-        parts = self.cache.topic_partitions(TRANSACTION_STATE_TOPIC)
-        if not parts:
-            self._maybe_create_transaction_topic()
-            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the transaction state topic is being created", *none)
-        partition = self.coordinator.partition_for(transactional_id)
-        pm = next((p for p in parts if p.partition == partition), None)
-        broker = self.cache.broker(pm.leader) if pm is not None and pm.leader >= 0 else None
-        if broker is None:
-            return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available", *none)
-        return (0, None, broker.id, broker.host, broker.port)
+            return (int(Errors.INVALID_REQUEST), "the transactional id must not be empty", -1, "", -1)
+        return find_coordinator(self.cache, _TRANSACTION_STATE, lambda: self.coordinator.partition_for(transactional_id),
+                                self._maybe_create_transaction_topic, listener)
 
     def _maybe_create_transaction_topic(self) -> None:
         cfg = self.coordinator.config
@@ -116,16 +109,8 @@ class TransactionApis:
         configs = dict(TRANSACTION_TOPIC_CONFIGS,
                        **{"min.insync.replicas": str(max(1, min(cfg.transaction_state_log_min_isr, rf))),
                           "segment.bytes": str(cfg.transaction_state_log_segment_bytes)})
-        try:
-            self.create_transaction_topic(cfg.transaction_state_log_num_partitions, rf, configs)
-            log.info("creating the transaction state topic %s",
-                     kv(topic=TRANSACTION_STATE_TOPIC, partitions=cfg.transaction_state_log_num_partitions,
-                        replication_factor=rf))
-        except KafkaError as e:
-            if e.error != Errors.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot create the transaction state topic %s", kv(reason=e))
-        except Exception:  # noqa: BLE001
-            log.exception("cannot create the transaction state topic")
+        create_internal_topic(self.create_transaction_topic, _TRANSACTION_STATE,
+                              cfg.transaction_state_log_num_partitions, rf, configs)
 
     # --- InitProducerId (called by KafkaApis for a transactional id) --------------------------------------------
     def handle_init_producer_id(self, header, req, ctx):
