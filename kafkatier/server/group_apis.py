@@ -59,6 +59,27 @@ def _resp(api_key: int, version: int, body: dict):
     return build(codec.response_class(api_key), version, body)
 
 
+def committable_offsets(auth: AuthHelper, ctx, cache, offsets: dict) -> tuple[dict, dict]:
+    """Kafka's split of an OffsetCommit's (or TxnOffsetCommit's) partitions: the offsets to commit, and the error
+    code of each other partition -- TOPIC_AUTHORIZATION_FAILED without READ on its topic, else
+    UNKNOWN_TOPIC_OR_PARTITION when the partition does not exist."""
+    readable = auth.filter_authorized(ctx, "Read", "Topic", {t for t, _ in offsets})
+    denied = {tp for tp in offsets if tp[0] not in readable}
+    unknown = {tp for tp in offsets if tp not in denied and cache.get_partition(*tp) is None}
+    errors = {**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown},
+              **{tp: int(Errors.TOPIC_AUTHORIZATION_FAILED) for tp in denied}}
+    return {tp: o for tp, o in offsets.items() if tp not in errors}, errors
+
+
+def partitions_by_topic(order: list[tuple[str, int]], error_code: Callable[[tuple[str, int]], int]) -> list[dict]:
+    """An offset commit response's ``topics``: each partition of ``order`` with its error code, grouped by topic
+    in request order."""
+    by_topic: dict[str, list] = {}
+    for tp in order:
+        by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": error_code(tp)})
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
                  create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
@@ -215,25 +236,18 @@ class GroupApis:
         fut: Future = Future()
 
         def respond(result: dict) -> None:
-            by_topic: dict[str, list] = {}
-            for tp in order:
-                by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": int(result.get(tp, 0))})
-            fut.set_result(_resp(ApiKeys.OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
-                {"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+            fut.set_result(_resp(ApiKeys.OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": partitions_by_topic(
+                order, lambda tp: int(result.get(tp, 0)))}))
         if not offsets:
             respond({})
             return fut
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
             respond({tp: DENIED for tp in offsets})
             return fut
-        readable = self.auth.filter_authorized(ctx, "Read", "Topic", (t for t, _ in offsets))
-        denied = {tp for tp in offsets if tp[0] not in readable}
-        unknown = {tp for tp in offsets if tp not in denied and self.cache.get_partition(*tp) is None}
-        known = {tp: o for tp, o in offsets.items() if tp not in unknown and tp not in denied}
+        known, errors = committable_offsets(self.auth, ctx, self.cache, offsets)
 
         def done(result: dict) -> None:
-            respond({**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown},
-                     **{tp: int(Errors.TOPIC_AUTHORIZATION_FAILED) for tp in denied}, **result})
+            respond({**errors, **result})
         if not known:
             done({})
             return fut

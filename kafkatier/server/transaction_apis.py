@@ -47,6 +47,7 @@ from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
+from kafkatier.server.group_apis import committable_offsets, partitions_by_topic
 from kafkatier.server.internal_topics import CoordinatorAnswer, InternalTopic, create_internal_topic, find_coordinator
 from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
@@ -235,28 +236,23 @@ class TransactionApis:
         fut: Future = Future()
 
         def respond(result: dict) -> None:
-            by_topic: dict[str, list] = {}
-            for tp in order:
+            def error_code(tp) -> int:
                 code = int(result.get(tp, 0))
                 if v < 2 and code == int(Errors.COORDINATOR_LOAD_IN_PROGRESS):
-                    code = int(Errors.COORDINATOR_NOT_AVAILABLE)
-                by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": code})
-            fut.set_result(_resp(ApiKeys.TXN_OFFSET_COMMIT, v, {"throttle_time_ms": 0, "topics": [
-                {"name": t, "partitions": ps} for t, ps in by_topic.items()]}))
+                    return int(Errors.COORDINATOR_NOT_AVAILABLE)   # TxnOffsetCommit < v2's clients
+                return code
+            fut.set_result(_resp(ApiKeys.TXN_OFFSET_COMMIT, v, {"throttle_time_ms": 0,
+                                                                "topics": partitions_by_topic(order, error_code)}))
         if not self.auth.authorize(ctx, "Write", "TransactionalId", req.transactional_id):
             respond({tp: int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for tp in offsets})
             return fut
         if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
             respond({tp: int(Errors.GROUP_AUTHORIZATION_FAILED) for tp in offsets})
             return fut
-        readable = self.auth.filter_authorized(ctx, "Read", "Topic", {t for t, _ in offsets})
-        denied = {tp for tp in offsets if tp[0] not in readable}
-        unknown = {tp for tp in offsets if tp not in denied and self.cache.get_partition(*tp) is None}
-        known = {tp: o for tp, o in offsets.items() if tp not in denied and tp not in unknown}
+        known, errors = committable_offsets(self.auth, ctx, self.cache, offsets)
 
         def done(result: dict) -> None:
-            respond({**{tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION) for tp in unknown},
-                     **{tp: int(Errors.TOPIC_AUTHORIZATION_FAILED) for tp in denied}, **result})
+            respond({**errors, **result})
         if not known:
             done({})
             return fut

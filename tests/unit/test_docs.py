@@ -5,6 +5,9 @@
   skipped with the reason -- except under ``$CI``, where it fails, so CI never passes by skipping it (as the
   container tests do, see ``kafkatier/testing/plugin.py``).
 - Every ``docs/<page>.md`` (and ``#anchor``) that code, tests, scenarios, benchmarks or the README cite exists.
+- Every other file of the repository that code, tests, the docs or the README cite exists: a path from the
+  repository's root (``kafkatier/log/log.py``, ``scripts/bootstrap.sh``) or from the package or the tests
+  (``server/kafka_apis.py``, ``unit/test_docs.py``).
 - Nothing cites a design note that is not in the repository: no ``shared/spec`` path, no bare name of one of the
   outside notes (``jbod.md``, ``tiered_storage.md``, ...) unless ``docs/`` has a page of that name, and in code no
   such name at all without its ``docs/`` prefix, nor a ``§`` section number of some outside document, nor a
@@ -94,6 +97,47 @@ def citations() -> list[tuple[str, str, str | None]]:
             for m in DOCS_CITATION.finditer(line):
                 found.append((f"{f.relative_to(ROOT)}:{lineno}", m.group(1), m.group(2)))
     return found
+
+
+#: A repository path cited in text: from the root, or below ``kafkatier/`` or ``tests/`` (``server/network.py``).
+#: ``NAME``-style placeholders (``benchmarks/NAME.py``) are not citations.
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:kafkatier|tests|benchmarks|scripts|scenarios|docs)/[\w./-]*\w\.(?:py|md|c|json|ya?ml|sh|toml|cfg))(?![\w/])")
+PACKAGE_PATH = re.compile(r"(?<![\w/.-])((?:" + "|".join(
+    sorted(p.name for p in (ROOT / "kafkatier").iterdir() if p.is_dir() and not p.name.startswith("_"))
+    + ["unit", "e2e", "integration"]) + r")/[\w./-]*\w\.(?:py|c))(?![\w/])")
+PLACEHOLDER = re.compile(r"/[A-Z]+\.")
+
+
+def cited_paths() -> list[tuple[str, str]]:
+    """``(where, path)`` for every repository file that code, docs or the README cite (docs pages aside: the
+    tests above check those with their anchors)."""
+    found = []
+    for f in repo_files():
+        if f == THIS or f.suffix not in (".py", ".md", ".c", ".sh", ".yml", ".yaml", ".toml", ".cfg") \
+                and f.name != "Makefile":
+            continue
+        text = text_of(f) or ""
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for m in (*REPO_PATH.finditer(line), *PACKAGE_PATH.finditer(line)):
+                path = m.group(1)
+                if not PLACEHOLDER.search(path) and not path.startswith("docs/"):
+                    found.append((f"{f.relative_to(ROOT)}:{lineno}", path))
+    return found
+
+
+def test_every_repository_path_cited_exists():
+    cited = cited_paths()
+    assert len(cited) > 100, "too few path citations found: the scan is broken"
+    missing = [f"{where}: {path}" for where, path in cited
+               if not any((base / path).exists() for base in (ROOT, ROOT / "kafkatier", ROOT / "tests"))]
+    assert not missing, "cited files that do not exist in the repository:\n" + "\n".join(missing)
+
+
+def test_the_path_scan_catches_a_missing_file():
+    assert REPO_PATH.search("see kafkatier/log/jbod.py.").group(1) == "kafkatier/log/jbod.py"
+    assert PACKAGE_PATH.search("(server/kafka_apis.py)").group(1) == "server/kafka_apis.py"
+    assert not PACKAGE_PATH.search("mykafkatier/server/x.py")
+    assert PLACEHOLDER.search("benchmarks/NAME.py")
 
 
 def test_mkdocs_builds_strictly(tmp_path):

@@ -1,0 +1,50 @@
+"""``BrokerConfig``: its broker settings come from their one definition (``BROKER_CONFIGS``) -- the defaults,
+the types and the checks -- and go back out by the same names (DescribeConfigs' static configs)."""
+from __future__ import annotations
+
+import pytest
+
+from kafkatier.protocol.errors import Errors
+from kafkatier.server.config import SETTINGS, BrokerConfig, BrokerSettingError, broker_setting
+
+
+def test_the_defaults_are_the_definitions_except_the_session_timeout():
+    c = BrokerConfig(broker_id=1, zookeeper_connect="zk", log_dirs="/a")
+    for name, field in SETTINGS.items():
+        if name != "zookeeper.session.timeout.ms":
+            assert getattr(c, field) == broker_setting({}, name), name
+    assert c.zookeeper_session_timeout_ms == 6000   # kafkatier's: a dead broker is noticed in seconds
+
+
+def test_settings_are_typed_and_checked_and_explicit_fields_win():
+    props = {"unclean.leader.election.enable": "TRUE", "replica.fetch.max.bytes": "2048", "broker.rack": "r1",
+             "some.custom": "x"}
+    c = BrokerConfig.from_props(props, broker_id=3, zookeeper_connect="zk", log_dirs="/a,/b", rack="r2")
+    assert (c.unclean_leader_election_enable, c.replica_fetch_max_bytes, c.rack) == (True, 2048, "r2")
+    assert c.log_dirs == ("/a", "/b") and c.overrides == props
+    with pytest.raises(BrokerSettingError, match="Invalid value many for configuration num.partitions"):
+        BrokerConfig.from_props({"num.partitions": "many"}, broker_id=1, zookeeper_connect="zk", log_dirs="/a")
+    with pytest.raises(BrokerSettingError, match="Not a valid boolean"):
+        BrokerConfig.from_props({"delete.topic.enable": "yes"}, broker_id=1, zookeeper_connect="zk", log_dirs="/a")
+
+
+def test_static_props_say_every_setting_by_its_kafka_name():
+    c = BrokerConfig.from_props({"min.insync.replicas": "2"}, broker_id=1, zookeeper_connect="zk:2181",
+                                log_dirs="/a", port=9092)
+    props = c.static_props()
+    assert props["broker.id"] == "1" and props["listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert props["min.insync.replicas"] == "2" and props["delete.topic.enable"] == "true"
+    assert "broker.rack" not in props                    # unset
+    assert set(props) == {"broker.id", "zookeeper.connect", "log.dirs", "listeners"} | set(SETTINGS) - {"broker.rack"}
+
+
+@pytest.mark.parametrize("error, name", [
+    (Errors.KAFKA_STORAGE_ERROR, "org.apache.kafka.common.errors.KafkaStorageException"),
+    (Errors.LOG_DIR_NOT_FOUND, "org.apache.kafka.common.errors.LogDirNotFoundException"),
+    (Errors.REQUEST_TIMED_OUT, "org.apache.kafka.common.errors.TimeoutException"),
+    (Errors.ELECTION_NOT_NEEDED, "org.apache.kafka.common.errors.ElectionNotNeededException"),
+    (Errors.OFFSET_METADATA_TOO_LARGE, "org.apache.kafka.common.errors.OffsetMetadataTooLarge"),
+    (Errors.INVALID_RECORD, "org.apache.kafka.common.InvalidRecordException"),
+    (Errors.NONE, None)])
+def test_errors_name_kafkas_exception_classes(error, name):
+    assert error.exception_name == name
