@@ -125,14 +125,6 @@ class PartitionResult:
     error: AdminError | None = None
 
 
-def _send(admin: AdminClient, request: Any, node_id: int) -> Any:
-    manager = admin.kafka_admin._manager  # noqa: SLF001 - as kafkatier.admin.client does; kafka-python is pinned
-
-    async def send():
-        return await manager.send(request, node_id=node_id)
-    return manager.run(send)
-
-
 def _leaders(admin: AdminClient, topics: list[str]) -> dict[TopicPartition, int]:
     """Partition -> leader id (-1 without a leader); partitions of unknown topics are absent."""
     out: dict[TopicPartition, int] = {}
@@ -171,7 +163,7 @@ def delete_records(admin: AdminClient, offsets: Mapping[TopicPartition, int], ti
                     partition_index=p, offset=pending[(t, p)]))
             request = DeleteRecordsRequest(topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=t, partitions=ps)
                                                    for t, ps in topics.items()], timeout_ms=remaining_ms)
-            response = _send(admin, request, leader)
+            response = admin.send_request(request, leader)
             answered = set()
             for tr in response.topics:
                 for pr in tr.partitions:

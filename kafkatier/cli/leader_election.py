@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from kafka.protocol.admin import ElectLeadersRequest
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
@@ -116,14 +115,6 @@ def load_json_file(path: str) -> list[TopicPartition]:
 
 # ------------------------------------------------------------------------------------------------ the call
 
-def _send(admin: AdminClient, request: Any, node_id: int) -> Any:
-    manager = admin.kafka_admin._manager  # noqa: SLF001 - as kafkatier.admin.client does; kafka-python is pinned
-
-    async def send():
-        return await manager.send(request, node_id=node_id)
-    return manager.run(send)
-
-
 def _controller_id(admin: AdminClient) -> int:
     cid = int(admin.kafka_admin.describe_cluster().get("controller_id", -1))
     if cid < 0:
@@ -143,7 +134,7 @@ def elect_leaders(admin: AdminClient, election_type: int, partitions: list[Topic
     results: dict[TopicPartition, AdminError | None] = {}
 
     def attempt() -> bool:
-        response = _send(admin, request, _controller_id(admin))
+        response = admin.send_request(request, _controller_id(admin))
         top = int(getattr(response, "error_code", 0) or 0)
         if top:
             raise AdminError.from_code(top)

@@ -36,7 +36,8 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.coordinator_type import CoordinatorType
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
-from kafkatier.server.internal_topics import CoordinatorAnswer, InternalTopic, create_internal_topic, find_coordinator
+from kafkatier.server.internal_topics import (CoordinatorAnswer, InternalTopic, create_internal_topic,
+                                              find_coordinator, replication_factor)
 
 log = get_logger("server.group-apis")
 
@@ -52,7 +53,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
 
 CLASSIC_GROUP_TYPE = "classic"   # ListGroups v5's group type (KIP-848's new groups are "consumer")
 DENIED = int(Errors.GROUP_AUTHORIZATION_FAILED)
-_OFFSETS = InternalTopic(OFFSETS_TOPIC, "offsets topic")
+_OFFSETS = InternalTopic(OFFSETS_TOPIC, "offsets topic", "group id")
 
 
 def _resp(api_key: int, version: int, body: dict):
@@ -145,15 +146,13 @@ class GroupApis:
             if self.transaction_coordinator_for is not None:
                 return self.transaction_coordinator_for(key, listener)
             return (int(Errors.COORDINATOR_NOT_AVAILABLE), "no transaction coordinator", -1, "", -1)
-        if not key:
-            return (int(Errors.INVALID_REQUEST), "the group id must not be empty", -1, "", -1)
-        return find_coordinator(self.cache, _OFFSETS, lambda: self.coordinator.partition_for(key),
+        return find_coordinator(self.cache, _OFFSETS, key, self.coordinator.partition_for,
                                 self._maybe_create_offsets_topic, listener)
 
     def _maybe_create_offsets_topic(self) -> None:
         cfg = self.coordinator.config
-        rf = max(1, min(cfg.offsets_topic_replication_factor, self.live_brokers()))
-        create_internal_topic(self.create_offsets_topic, _OFFSETS, cfg.offsets_topic_num_partitions, rf,
+        create_internal_topic(self.create_offsets_topic, _OFFSETS, cfg.offsets_topic_num_partitions,
+                              replication_factor(cfg.offsets_topic_replication_factor, self.live_brokers()),
                               OFFSETS_TOPIC_CONFIGS)
 
     # --- membership -----------------------------------------------------------------------------------------

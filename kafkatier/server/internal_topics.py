@@ -32,22 +32,30 @@ class InternalTopic:
 
     name: str
     description: str   # in log lines and FindCoordinator's messages: "offsets topic"
+    key_name: str      # what its keys are: "group id"
 
 
-def find_coordinator(cache, topic: InternalTopic, key_partition: Callable[[], int], create: Callable[[], None],
-                     listener: str = "PLAINTEXT") -> CoordinatorAnswer:
-    """The leader of ``topic``'s partition ``key_partition()`` on ``listener``; ``create()`` when the topic does
-    not exist yet.  ``cache`` is the broker's metadata cache."""
+def find_coordinator(cache, topic: InternalTopic, key: str, partition_for: Callable[[str], int],
+                     create: Callable[[], None], listener: str = "PLAINTEXT") -> CoordinatorAnswer:
+    """The coordinator of ``key``: the leader of ``topic``'s partition ``partition_for(key)`` on ``listener``;
+    ``create()`` when the topic does not exist yet.  ``cache`` is the broker's metadata cache."""
+    if not key:
+        return (int(Errors.INVALID_REQUEST), f"the {topic.key_name} must not be empty", *_NO_NODE)
     parts = cache.topic_partitions(topic.name)
     if not parts:
         create()
         return (int(Errors.COORDINATOR_NOT_AVAILABLE), f"the {topic.description} is being created", *_NO_NODE)
-    partition = key_partition()
+    partition = partition_for(key)
     pm = next((p for p in parts if p.partition == partition), None)
     broker = cache.broker(pm.leader, listener) if pm is not None and pm.leader >= 0 else None
     if broker is None:
         return (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available", *_NO_NODE)
     return (0, None, broker.id, broker.host, broker.port)
+
+
+def replication_factor(configured: int, live_brokers: int) -> int:
+    """An internal topic's replication factor: the configured one, at most the live brokers (kafkatier's)."""
+    return max(1, min(configured, live_brokers))
 
 
 def create_internal_topic(create_topic: Callable[[int, int, dict], None], topic: InternalTopic, partitions: int,

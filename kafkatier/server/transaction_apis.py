@@ -48,11 +48,12 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.group_apis import committable_offsets, partitions_by_topic
-from kafkatier.server.internal_topics import CoordinatorAnswer, InternalTopic, create_internal_topic, find_coordinator
+from kafkatier.server.internal_topics import (CoordinatorAnswer, InternalTopic, create_internal_topic,
+                                              find_coordinator, replication_factor)
 from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 log = get_logger("server.transaction-apis")
-_TRANSACTION_STATE = InternalTopic(TRANSACTION_STATE_TOPIC, "transaction state topic")
+_TRANSACTION_STATE = InternalTopic(TRANSACTION_STATE_TOPIC, "transaction state topic", "transactional id")
 
 
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -99,14 +100,12 @@ class TransactionApis:
     # --- FindCoordinator(TRANSACTION) -------------------------------------------------------------------------
     def coordinator_for(self, transactional_id: str, listener: str = "PLAINTEXT") -> CoordinatorAnswer:
         """``(error, message, node id, host, port)`` of the id's coordinator on ``listener``."""
-        if not transactional_id:
-            return (int(Errors.INVALID_REQUEST), "the transactional id must not be empty", -1, "", -1)
-        return find_coordinator(self.cache, _TRANSACTION_STATE, lambda: self.coordinator.partition_for(transactional_id),
+        return find_coordinator(self.cache, _TRANSACTION_STATE, transactional_id, self.coordinator.partition_for,
                                 self._maybe_create_transaction_topic, listener)
 
     def _maybe_create_transaction_topic(self) -> None:
         cfg = self.coordinator.config
-        rf = max(1, min(cfg.transaction_state_log_replication_factor, self.live_brokers()))
+        rf = replication_factor(cfg.transaction_state_log_replication_factor, self.live_brokers())
         configs = dict(TRANSACTION_TOPIC_CONFIGS,
                        **{"min.insync.replicas": str(max(1, min(cfg.transaction_state_log_min_isr, rf))),
                           "segment.bytes": str(cfg.transaction_state_log_segment_bytes)})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.protocol.errors import Errors
 from kafkatier.server.config import SETTINGS, BrokerConfig, BrokerSettingError, broker_setting
 
 
@@ -36,15 +35,3 @@ def test_static_props_say_every_setting_by_its_kafka_name():
     assert props["min.insync.replicas"] == "2" and props["delete.topic.enable"] == "true"
     assert "broker.rack" not in props                    # unset
     assert set(props) == {"broker.id", "zookeeper.connect", "log.dirs", "listeners"} | set(SETTINGS) - {"broker.rack"}
-
-
-@pytest.mark.parametrize("error, name", [
-    (Errors.KAFKA_STORAGE_ERROR, "org.apache.kafka.common.errors.KafkaStorageException"),
-    (Errors.LOG_DIR_NOT_FOUND, "org.apache.kafka.common.errors.LogDirNotFoundException"),
-    (Errors.REQUEST_TIMED_OUT, "org.apache.kafka.common.errors.TimeoutException"),
-    (Errors.ELECTION_NOT_NEEDED, "org.apache.kafka.common.errors.ElectionNotNeededException"),
-    (Errors.OFFSET_METADATA_TOO_LARGE, "org.apache.kafka.common.errors.OffsetMetadataTooLarge"),
-    (Errors.INVALID_RECORD, "org.apache.kafka.common.InvalidRecordException"),
-    (Errors.NONE, None)])
-def test_errors_name_kafkas_exception_classes(error, name):
-    assert error.exception_name == name

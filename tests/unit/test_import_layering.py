@@ -163,7 +163,6 @@ PRIVATE_ACCESS_ALLOWED = {
     "cls._struct",                                       # kafka-python: the decoder that says where a body ends
     "request._header", "response._header", "resp._header",   # kafka-python: no public header setter
     "self._admin._manager", "self._admin._send_request_to_controller",   # kafka-python's KafkaAdminClient
-    "admin.kafka_admin._manager",
     "root._kafkatier_configured",                        # a marker logsetup leaves on the root logger
     "src._fd",                                           # LogSegment copying from another LogSegment (same class)
     "h._version",                                        # kafka-python: a RequestHeader built without its generic

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from kafkatier.protocol.errors import Errors, KafkaError, TopicAlreadyExistsError
-from kafkatier.server.internal_topics import InternalTopic, create_internal_topic, find_coordinator
+from kafkatier.server.internal_topics import (InternalTopic, create_internal_topic, find_coordinator,
+                                              replication_factor)
 from kafkatier.server.metadata_cache import BrokerEndpoint, MetadataCache, PartitionMetadata
 
-OFFSETS = InternalTopic("__consumer_offsets", "offsets topic")
+OFFSETS = InternalTopic("__consumer_offsets", "offsets topic", "group id")
 
 
 def cache_with(leaders: dict[int, int]) -> MetadataCache:
@@ -24,23 +25,32 @@ def cache_with(leaders: dict[int, int]) -> MetadataCache:
 def test_the_coordinator_is_the_leader_of_the_keys_partition_on_the_listener():
     cache = cache_with({0: 1, 1: 2})
     created = []
-    assert find_coordinator(cache, OFFSETS, lambda: 1, lambda: created.append(1)) == (0, None, 2, "127.0.0.2", 9093)
-    assert find_coordinator(cache, OFFSETS, lambda: 1, lambda: created.append(1), "SSL") == (
+    assert find_coordinator(cache, OFFSETS, "g", lambda key: 1, lambda: created.append(1)) == (0, None, 2, "127.0.0.2", 9093)
+    assert find_coordinator(cache, OFFSETS, "g", lambda key: 1, lambda: created.append(1), "SSL") == (
         0, None, 2, "127.0.0.2", 9443)
     assert created == []
 
 
 def test_a_missing_topic_is_created_and_answered_not_available():
     created = []
-    answer = find_coordinator(cache_with({}), OFFSETS, lambda: 0, lambda: created.append(1))
+    answer = find_coordinator(cache_with({}), OFFSETS, "g", lambda key: 0, lambda: created.append(1))
     assert answer == (int(Errors.COORDINATOR_NOT_AVAILABLE), "the offsets topic is being created", -1, "", -1)
     assert created == [1]
 
 
 @pytest.mark.parametrize("leaders, partition", [({0: -1}, 0), ({0: 1}, 5), ({0: 7}, 0)])
 def test_no_leader_no_partition_or_no_endpoint_is_not_available(leaders, partition):
-    answer = find_coordinator(cache_with(leaders), OFFSETS, lambda: partition, lambda: None)
+    answer = find_coordinator(cache_with(leaders), OFFSETS, "g", lambda key: partition, lambda: None)
     assert answer[:2] == (int(Errors.COORDINATOR_NOT_AVAILABLE), "the coordinator is not available")
+
+
+def test_an_empty_key_is_an_invalid_request():
+    assert find_coordinator(cache_with({0: 1}), OFFSETS, "", lambda key: 0, lambda: None) == (
+        int(Errors.INVALID_REQUEST), "the group id must not be empty", -1, "", -1)
+
+
+def test_the_replication_factor_is_at_most_the_live_brokers():
+    assert [replication_factor(3, n) for n in (0, 1, 2, 5)] == [1, 1, 2, 3]
 
 
 def test_creation_passes_the_topic_shape_and_tolerates_failures():
