@@ -23,7 +23,6 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from produce_fetch import fetch_confluent, produce_confluent, raw_append  # noqa: E402
 
+from kafkatier.cluster.embedded_zookeeper import free_port  # noqa: E402
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.waiting import wait_for  # noqa: E402
 
@@ -48,12 +48,6 @@ def tansu_binary() -> str | None:
         return None
     path = os.path.join(list(spec.submodule_search_locations)[0], "bin", "tansu")
     return path if os.access(path, os.X_OK) else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:

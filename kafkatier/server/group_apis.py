@@ -60,10 +60,13 @@ def _resp(api_key: int, version: int, body: dict):
     return build(codec.response_class(api_key), version, body)
 
 
-def committable_offsets(auth: AuthHelper, ctx, cache, offsets: dict) -> tuple[dict, dict]:
-    """Kafka's split of an OffsetCommit's (or TxnOffsetCommit's) partitions: the offsets to commit, and the error
-    code of each other partition -- TOPIC_AUTHORIZATION_FAILED without READ on its topic, else
-    UNKNOWN_TOPIC_OR_PARTITION when the partition does not exist."""
+def committable_offsets(auth: AuthHelper, ctx, cache, group_id: str, offsets: dict) -> tuple[dict, dict]:
+    """Kafka's checks of an OffsetCommit's (or TxnOffsetCommit's) partitions: the offsets to commit, and the
+    error code of each other partition -- all GROUP_AUTHORIZATION_FAILED without READ on the group, else
+    TOPIC_AUTHORIZATION_FAILED without READ on its topic, else UNKNOWN_TOPIC_OR_PARTITION when the partition
+    does not exist."""
+    if not auth.authorize(ctx, "Read", "Group", group_id):
+        return {}, {tp: DENIED for tp in offsets}
     readable = auth.filter_authorized(ctx, "Read", "Topic", {t for t, _ in offsets})
     denied = {tp for tp in offsets if tp[0] not in readable}
     unknown = {tp for tp in offsets if tp not in denied and cache.get_partition(*tp) is None}
@@ -240,19 +243,14 @@ class GroupApis:
         if not offsets:
             respond({})
             return fut
-        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            respond({tp: DENIED for tp in offsets})
-            return fut
-        known, errors = committable_offsets(self.auth, ctx, self.cache, offsets)
-
-        def done(result: dict) -> None:
-            respond({**errors, **result})
+        known, errors = committable_offsets(self.auth, ctx, self.cache, req.group_id, offsets)
         if not known:
-            done({})
+            respond(errors)
             return fut
         generation = req.generation_id_or_member_epoch if v >= 1 else -1
         self.coordinator.handle_commit_offsets(req.group_id, req.member_id if v >= 1 else "",
-                                               req.group_instance_id if v >= 7 else None, generation, known, done)
+                                               req.group_instance_id if v >= 7 else None, generation, known,
+                                               lambda result: respond({**errors, **result}))
         return fut
 
     def handle_offset_fetch(self, header, req, ctx):

@@ -54,6 +54,7 @@ from kafka.protocol.consumer import FetchResponse, OffsetForLeaderEpochRequest, 
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import fetch_codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.server.fetch_session_handler import FetchSessionHandler, PartitionData
@@ -62,7 +63,6 @@ from kafkatier.server.replication_quota_manager import ReplicationQuotaManager
 log = get_logger("server.replica-fetcher")
 
 FETCH_VERSION = fetch_codec.FOLLOWER_VERSION   # 11
-FETCH_KEY = 1
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # the first version with replica_id (Kafka 2.3+)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -365,7 +365,7 @@ class ReplicaFetcherThread(threading.Thread):
             self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes, 0, data.metadata.session_id,
             data.metadata.epoch, list(by_topic.items()), list(forgotten.items()))
         t0 = time.monotonic()
-        raw = self.client.send_encoded(FETCH_KEY, FETCH_VERSION, body)  # a failure: run() resets the session
+        raw = self.client.send_encoded(ApiKeys.FETCH, FETCH_VERSION, body)  # a failure: run() resets the session
         if data.metadata.is_full and len(data.to_send) >= TRUNCATION_SUMMARY_MIN:
             log.info("full fetch answered %s", kv(leader=self.leader_id, partitions=len(data.to_send),
                                                   ms=round((time.monotonic() - t0) * 1000, 1)))

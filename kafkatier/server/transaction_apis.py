@@ -245,20 +245,14 @@ class TransactionApis:
         if not self.auth.authorize(ctx, "Write", "TransactionalId", req.transactional_id):
             respond({tp: int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for tp in offsets})
             return fut
-        if not self.auth.authorize(ctx, "Read", "Group", req.group_id):
-            respond({tp: int(Errors.GROUP_AUTHORIZATION_FAILED) for tp in offsets})
-            return fut
-        known, errors = committable_offsets(self.auth, ctx, self.cache, offsets)
-
-        def done(result: dict) -> None:
-            respond({**errors, **result})
+        known, errors = committable_offsets(self.auth, ctx, self.cache, req.group_id, offsets)
         if not known:
-            done({})
+            respond(errors)
             return fut
         self.group_coordinator.handle_txn_commit_offsets(
             req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
-            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, known, done,
-            transactional_id=req.transactional_id)
+            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, known,
+            lambda result: respond({**errors, **result}), transactional_id=req.transactional_id)
         return fut
 
     # --- KIP-664: DescribeTransactions, ListTransactions, DescribeProducers ---------------------------------------
