@@ -13,8 +13,6 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kafkatier.testing.clusters import RunningCluster  # noqa: F401  (re-exported for existing imports)
-
 from kip950_support import TIERED
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

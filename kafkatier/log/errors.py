@@ -5,7 +5,7 @@ conditions that Kafka also keeps off the wire (``UnexpectedAppendOffsetException
 """
 from __future__ import annotations
 
-from kafkatier.protocol.errors import (  # noqa: F401  (re-exported for callers of the log layer)
+from kafkatier.protocol.errors import (
     CorruptRecordError,
     Errors,
     InvalidConfigurationError,
@@ -14,6 +14,15 @@ from kafkatier.protocol.errors import (  # noqa: F401  (re-exported for callers 
     KafkaStorageError,
     OffsetOutOfRangeError,
 )
+
+__all__ = [  # the log layer's errors, and those of protocol/errors.py its callers take from here
+    "CorruptRecordError", "Errors", "InvalidConfigurationError", "InvalidTopicError", "KafkaError",
+    "KafkaStorageError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecordBatchTooLargeError",
+    "InvalidRecordError", "InvalidTimestampError", "InconsistentTopicIdError", "InconsistentClusterIdError",
+    "OffsetsOutOfOrderError", "UnexpectedAppendOffsetError", "LogSegmentOffsetOverflowError", "CheckpointReadError",
+    "CorruptIndexError", "MissingIndexFileError", "InvalidOffsetError", "InconsistentBrokerIdError",
+    "LogDirectoryError",
+]
 
 
 class RecordTooLargeError(KafkaError):

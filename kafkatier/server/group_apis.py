@@ -36,8 +36,8 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.coordinator_type import CoordinatorType
 from kafkatier.protocol.errors import Errors
 from kafkatier.server.auth_helper import AuthHelper
-from kafkatier.server.internal_topics import (CoordinatorAnswer, InternalTopic, create_internal_topic,
-                                              find_coordinator, replication_factor)
+from kafkatier.server.internal_topics import (AutoTopicCreationManager, CoordinatorAnswer, InternalTopic,
+                                              find_coordinator)
 
 log = get_logger("server.group-apis")
 
@@ -85,15 +85,12 @@ def partitions_by_topic(order: list[tuple[str, int]], error_code: Callable[[tupl
 
 
 class GroupApis:
-    def __init__(self, coordinator: GroupCoordinator, metadata_cache, broker_id: int,
-                 create_offsets_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache, internal_topics: AutoTopicCreationManager,
                  auth: AuthHelper | None = None,
                  transaction_coordinator_for: Callable[[str, str], CoordinatorAnswer] | None = None):
         self.coordinator = coordinator
         self.cache = metadata_cache
-        self.broker_id = broker_id
-        self.create_offsets_topic = create_offsets_topic
-        self.live_brokers = live_brokers
+        self.internal_topics = internal_topics
         self.auth = auth or AuthHelper(None)
         self.transaction_coordinator_for = transaction_coordinator_for
         self._handlers = {
@@ -153,10 +150,9 @@ class GroupApis:
                                 self._maybe_create_offsets_topic, listener)
 
     def _maybe_create_offsets_topic(self) -> None:
-        cfg = self.coordinator.config
-        create_internal_topic(self.create_offsets_topic, _OFFSETS, cfg.offsets_topic_num_partitions,
-                              replication_factor(cfg.offsets_topic_replication_factor, self.live_brokers()),
-                              OFFSETS_TOPIC_CONFIGS)
+        cfg, topics = self.coordinator.config, self.internal_topics
+        topics.create(_OFFSETS, cfg.offsets_topic_num_partitions,
+                      topics.replication_factor(cfg.offsets_topic_replication_factor), OFFSETS_TOPIC_CONFIGS)
 
     # --- membership -----------------------------------------------------------------------------------------
     def handle_join_group(self, header, req, ctx):

@@ -53,21 +53,28 @@ def find_coordinator(cache, topic: InternalTopic, key: str, partition_for: Calla
     return (0, None, broker.id, broker.host, broker.port)
 
 
-def replication_factor(configured: int, live_brokers: int) -> int:
-    """An internal topic's replication factor: the configured one, at most the live brokers (kafkatier's)."""
-    return max(1, min(configured, live_brokers))
+class AutoTopicCreationManager:
+    """Kafka's ``AutoTopicCreationManager``, for the internal topics: creates one through ``create_topic(name,
+    partitions, replication factor, configs)`` (the admin ZooKeeper client's)."""
 
+    def __init__(self, create_topic: Callable[[str, int, int, dict], None], live_brokers: Callable[[], int]):
+        self.create_topic = create_topic
+        self.live_brokers = live_brokers
 
-def create_internal_topic(create_topic: Callable[[int, int, dict], None], topic: InternalTopic, partitions: int,
-                          replication_factor: int, configs: Mapping[str, str]) -> None:
-    """Ask for ``topic`` to be created; another broker creating it first (TOPIC_ALREADY_EXISTS) is success, any
-    other failure is logged and the next FindCoordinator asks again."""
-    try:
-        create_topic(partitions, replication_factor, dict(configs))
-        log.info("creating the %s %s", topic.description, kv(topic=topic.name, partitions=partitions,
-                                                              replication_factor=replication_factor))
-    except KafkaError as e:
-        if e.error != Errors.TOPIC_ALREADY_EXISTS:
-            log.warning("cannot create the %s %s", topic.description, kv(reason=e))
-    except Exception:  # noqa: BLE001
-        log.exception("cannot create the %s", topic.description)
+    def replication_factor(self, configured: int) -> int:
+        """An internal topic's replication factor: the configured one, at most the live brokers (kafkatier's)."""
+        return max(1, min(configured, self.live_brokers()))
+
+    def create(self, topic: InternalTopic, partitions: int, replication_factor: int,
+               configs: Mapping[str, str]) -> None:
+        """Ask for ``topic`` to be created; another broker creating it first (TOPIC_ALREADY_EXISTS) is success,
+        any other failure is logged and the next FindCoordinator asks again."""
+        try:
+            self.create_topic(topic.name, partitions, replication_factor, dict(configs))
+            log.info("creating the %s %s", topic.description, kv(topic=topic.name, partitions=partitions,
+                                                                  replication_factor=replication_factor))
+        except KafkaError as e:
+            if e.error != Errors.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot create the %s %s", topic.description, kv(reason=e))
+        except Exception:  # noqa: BLE001
+            log.exception("cannot create the %s", topic.description)

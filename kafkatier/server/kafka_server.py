@@ -61,6 +61,7 @@ from kafkatier.server.dynamic_config_manager import DynamicConfigManager
 from kafkatier.server.election_apis import ElectionApis
 from kafkatier.server.offset_for_leader_epoch import OffsetForLeaderEpochApis
 from kafkatier.server.group_apis import GroupApis
+from kafkatier.server.internal_topics import AutoTopicCreationManager
 from kafkatier.server.kafka_apis import KafkaApis
 from kafkatier.server.log_dirs import LogDirsApis
 from kafkatier.server.partition_reassignment_apis import PartitionReassignmentApis
@@ -238,17 +239,15 @@ class KafkaServer:
             e.security_protocol == "SASL_SSL" for e in extra_listeners(c.overrides)))
         self.delete_records = DeleteRecordsManager(self.broker_id, self.replica_manager, self.metadata_cache,
                                                    auth)
+        internal_topics = AutoTopicCreationManager(
+            self.admin_zk.create_topic, live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1)
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
-                                           self.replica_manager, self.metadata_cache,
-                                           create_transaction_topic=self._create_transaction_topic,
-                                           live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
+                                           self.replica_manager, self.metadata_cache, internal_topics,
                                            request_timeout_ms=c.request_timeout_ms, auth=auth)
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
                               delete_records=self.delete_records, sasl=sasl,
-                              group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.broker_id,
-                                                   create_offsets_topic=self._create_offsets_topic,
-                                                   live_brokers=lambda: len(self.metadata_cache.alive_brokers()) or 1,
+                              group_apis=GroupApis(self.group_coordinator, self.metadata_cache, internal_topics,
                                                    auth=auth,
                                                    transaction_coordinator_for=transaction_apis.coordinator_for),
                               transactions=transaction_apis, txn_verification=self.txn_verification,
@@ -338,9 +337,6 @@ class KafkaServer:
         count = self._existing_partition_count(TRANSACTION_STATE_TOPIC)
         return attrs.evolve(config, transaction_state_log_num_partitions=count) if count else config
 
-    def _create_transaction_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
-        self.admin_zk.create_topic(TRANSACTION_STATE_TOPIC, partitions, replication_factor, configs)
-
     def _partition_leader(self, topic: str, partition: int) -> int | None:
         """For the marker sender: the partition's live leader, -1 when it has none now, None when the partition
         does not exist."""
@@ -378,9 +374,6 @@ class KafkaServer:
             clients, self._broker_clients = list(self._broker_clients.values()), {}
         for client, _lock in clients:
             client.close()
-
-    def _create_offsets_topic(self, partitions: int, replication_factor: int, configs: dict) -> None:
-        self.admin_zk.create_topic(OFFSETS_TOPIC, partitions, replication_factor, configs)
 
     # --- dynamic broker configs (kafkatier/server/dynamic_broker_config.py) ---------------------------------
     def _new_dynamic_broker_config(self) -> DynamicBrokerConfig:

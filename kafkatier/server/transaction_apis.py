@@ -48,8 +48,8 @@ from kafkatier.protocol.build import build
 from kafkatier.protocol.errors import Errors, KafkaError
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.group_apis import committable_offsets, partitions_by_topic
-from kafkatier.server.internal_topics import (CoordinatorAnswer, InternalTopic, create_internal_topic,
-                                              find_coordinator, replication_factor)
+from kafkatier.server.internal_topics import (AutoTopicCreationManager, CoordinatorAnswer, InternalTopic,
+                                              find_coordinator)
 from kafkatier.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 log = get_logger("server.transaction-apis")
@@ -74,15 +74,13 @@ def _fenced_compat(error: Errors, version: int, first_version: int) -> Errors:
 
 class TransactionApis:
     def __init__(self, coordinator: TransactionCoordinator, group_coordinator: GroupCoordinator,
-                 replica_manager: ReplicaManager, metadata_cache,
-                 create_transaction_topic: Callable[[int, int, dict], None], live_brokers: Callable[[], int],
+                 replica_manager: ReplicaManager, metadata_cache, internal_topics: AutoTopicCreationManager,
                  request_timeout_ms: int = 30000, auth: AuthHelper | None = None):
         self.coordinator = coordinator
         self.group_coordinator = group_coordinator
         self.rm = replica_manager
         self.cache = metadata_cache
-        self.create_transaction_topic = create_transaction_topic
-        self.live_brokers = live_brokers
+        self.internal_topics = internal_topics
         self.request_timeout_ms = request_timeout_ms
         self.auth = auth or AuthHelper(None)
         self._handlers = {ApiKeys.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
@@ -105,12 +103,11 @@ class TransactionApis:
 
     def _maybe_create_transaction_topic(self) -> None:
         cfg = self.coordinator.config
-        rf = replication_factor(cfg.transaction_state_log_replication_factor, self.live_brokers())
+        rf = self.internal_topics.replication_factor(cfg.transaction_state_log_replication_factor)
         configs = dict(TRANSACTION_TOPIC_CONFIGS,
                        **{"min.insync.replicas": str(max(1, min(cfg.transaction_state_log_min_isr, rf))),
                           "segment.bytes": str(cfg.transaction_state_log_segment_bytes)})
-        create_internal_topic(self.create_transaction_topic, _TRANSACTION_STATE,
-                              cfg.transaction_state_log_num_partitions, rf, configs)
+        self.internal_topics.create(_TRANSACTION_STATE, cfg.transaction_state_log_num_partitions, rf, configs)
 
     # --- InitProducerId (called by KafkaApis for a transactional id) --------------------------------------------
     def handle_init_producer_id(self, header, req, ctx):

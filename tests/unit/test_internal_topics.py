@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kafkatier.protocol.errors import Errors, KafkaError, TopicAlreadyExistsError
-from kafkatier.server.internal_topics import (InternalTopic, create_internal_topic, find_coordinator,
-                                              replication_factor)
+from kafkatier.server.internal_topics import AutoTopicCreationManager, InternalTopic, find_coordinator
 from kafkatier.server.metadata_cache import BrokerEndpoint, MetadataCache, PartitionMetadata
 
 OFFSETS = InternalTopic("__consumer_offsets", "offsets topic", "group id")
@@ -50,22 +49,27 @@ def test_an_empty_key_is_an_invalid_request():
 
 
 def test_the_replication_factor_is_at_most_the_live_brokers():
-    assert [replication_factor(3, n) for n in (0, 1, 2, 5)] == [1, 1, 2, 3]
+    live = [0]
+    manager = AutoTopicCreationManager(lambda *a: None, live_brokers=lambda: live[0])
+    out = []
+    for live[0] in (0, 1, 2, 5):
+        out.append(manager.replication_factor(3))
+    assert out == [1, 1, 2, 3]
 
 
 def test_creation_passes_the_topic_shape_and_tolerates_failures():
     calls = []
-    create_internal_topic(lambda *a: calls.append(a), OFFSETS, 50, 3, {"cleanup.policy": "compact"})
-    assert calls == [(50, 3, {"cleanup.policy": "compact"})]
+    AutoTopicCreationManager(lambda *a: calls.append(a), lambda: 3).create(OFFSETS, 50, 3, {"cleanup.policy": "compact"})
+    assert calls == [("__consumer_offsets", 50, 3, {"cleanup.policy": "compact"})]
 
     def already(*_):
         raise TopicAlreadyExistsError("exists")
-    create_internal_topic(already, OFFSETS, 50, 3, {})          # another broker created it: fine
+    AutoTopicCreationManager(already, lambda: 3).create(OFFSETS, 50, 3, {})    # another broker created it: fine
 
     def refused(*_):
         raise KafkaError("no", Errors.INVALID_REPLICATION_FACTOR)
-    create_internal_topic(refused, OFFSETS, 50, 3, {})          # logged; the next FindCoordinator asks again
+    AutoTopicCreationManager(refused, lambda: 3).create(OFFSETS, 50, 3, {})    # logged; FindCoordinator asks again
 
     def broken(*_):
         raise OSError("zk down")
-    create_internal_topic(broken, OFFSETS, 50, 3, {})
+    AutoTopicCreationManager(broken, lambda: 3).create(OFFSETS, 50, 3, {})
