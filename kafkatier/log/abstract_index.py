@@ -17,7 +17,7 @@ files open nor their entries in memory.  Constructing an index touches nothing o
 its first entries are written (or by :meth:`ensure_file`, which a segment calls when it stops being active, as
 Kafka's trim of an inactive segment's index does), so a new or rolled-to segment has no index files until it
 indexes something, and a broker creating 20,000 empty logs creates no index file.  A missing file reads as an
-empty index.  The entries are read on first use (any access to the entry arrays named in ``_LAZY_FIELDS``,
+empty index.  The entries are read on first use (any access to the entry arrays named in ``_ENTRY_ARRAYS``,
 through ``__getattr__``, so a loaded index pays nothing), and :meth:`unload` drops them again (the segment's
 idle-file sweep).  No descriptor is kept: each write of buffered entries, truncation or fsync opens the file,
 acts and closes it.  Difference from Kafka: Kafka keeps the mmap of a loaded index until the segment is closed.
@@ -34,7 +34,8 @@ _PENDING_LIMIT = 8192
 
 class AbstractIndex:
     ENTRY_SIZE = 8
-    _LAZY_FIELDS: frozenset[str] = frozenset()  # the entry arrays set by ``_load``
+    #: The entry arrays ``_load`` sets, one per field of an entry, in the entry's order (parallel arrays).
+    _ENTRY_ARRAYS: tuple[str, ...] = ()
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = 10 * 1024 * 1024):
         self.path = path
@@ -48,7 +49,7 @@ class AbstractIndex:
 
     def __getattr__(self, name: str):
         # Only called for attributes not set yet: the entry arrays of an index not loaded.
-        if name in type(self)._LAZY_FIELDS and not self.__dict__.get("_loaded", True):
+        if name in type(self)._ENTRY_ARRAYS and not self.__dict__.get("_loaded", True):
             self._ensure_loaded()
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -93,7 +94,7 @@ class AbstractIndex:
         if not self._loaded:
             return
         self.write_pending()
-        for name in type(self)._LAZY_FIELDS:
+        for name in type(self)._ENTRY_ARRAYS:
             self.__dict__.pop(name, None)
         self._loaded = False
 
@@ -109,20 +110,24 @@ class AbstractIndex:
     def _load(self, data: bytes) -> None:
         raise NotImplementedError
 
-    def _truncate_entries(self, n: int) -> None:
-        raise NotImplementedError
-
+    # --- common ---------------------------------------------------------------------------------------
     @property
     def entries(self) -> int:
-        raise NotImplementedError
+        return len(getattr(self, self._ENTRY_ARRAYS[0]))
 
-    # --- common ---------------------------------------------------------------------------------------
+    def _truncate_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries in memory."""
+        for name in self._ENTRY_ARRAYS:
+            del getattr(self, name)[n:]
+
     @property
     def max_entries(self) -> int:
         return self._max_entries
 
     @property
     def is_full(self) -> bool:
+        """Whether the index holds ``max_entries`` (OffsetIndex and TimeIndex answer it without ``entries``: the
+        log asks on every append)."""
         return self.entries >= self.max_entries
 
     @property

@@ -27,7 +27,7 @@ class OffsetPosition:
 
 class OffsetIndex(AbstractIndex):
     ENTRY_SIZE = 8
-    _LAZY_FIELDS = frozenset({"_rel", "_pos"})
+    _ENTRY_ARRAYS = ("_rel", "_pos")
 
     def _load(self, data: bytes) -> None:
         both = array("i")
@@ -38,16 +38,8 @@ class OffsetIndex(AbstractIndex):
         self._pos = both[1::2]
 
     @property
-    def entries(self) -> int:
-        return len(self._rel)
-
-    @property
     def is_full(self) -> bool:
         return len(self._rel) >= self._max_entries
-
-    def _truncate_entries(self, n: int) -> None:
-        del self._rel[n:]
-        del self._pos[n:]
 
     @property
     def last_offset(self) -> int:

@@ -28,7 +28,7 @@ class TimestampOffset:
 
 class TimeIndex(AbstractIndex):
     ENTRY_SIZE = 12
-    _LAZY_FIELDS = frozenset({"_ts", "_rel"})
+    _ENTRY_ARRAYS = ("_ts", "_rel")
 
     def _load(self, data: bytes) -> None:
         self._ts = array("q")
@@ -38,16 +38,8 @@ class TimeIndex(AbstractIndex):
             self._rel.append(rel)
 
     @property
-    def entries(self) -> int:
-        return len(self._ts)
-
-    @property
     def is_full(self) -> bool:
         return len(self._ts) >= self._max_entries
-
-    def _truncate_entries(self, n: int) -> None:
-        del self._ts[n:]
-        del self._rel[n:]
 
     @property
     def last_entry(self) -> TimestampOffset:
