@@ -203,30 +203,36 @@ def read_key(data: bytes) -> OffsetKey | GroupMetadataKey:
     raise MalformedRecordError(f"unknown key version {version}")
 
 
-def read_offset_value(data: bytes | None) -> OffsetAndMetadata | None:
+def _value_reader(data: bytes | None, what: str, max_version: int) -> tuple[_Reader, int] | None:
+    """A reader of value record ``what`` after its version, and the version; None for a tombstone (a null
+    value).  A version outside 0..``max_version`` raises MalformedRecordError."""
     if data is None:
         return None
-    r = _Reader(data, "OffsetCommitValue")
+    r = _Reader(data, what)
     version = r.int16()
+    if not 0 <= version <= max_version:
+        raise MalformedRecordError(f"unknown {what} version {version}")
+    return r, version
+
+
+def read_offset_value(data: bytes | None) -> OffsetAndMetadata | None:
+    if (read := _value_reader(data, "OffsetCommitValue", 3)) is None:
+        return None
+    r, version = read
     if version in (0, 2):
         return OffsetAndMetadata(offset=r.int64(), metadata=r.required_string(), commit_timestamp=r.int64())
     if version == 1:
         off, meta, ts, exp = r.int64(), r.required_string(), r.int64(), r.int64()
         return OffsetAndMetadata(offset=off, metadata=meta, commit_timestamp=ts,
                                  expire_timestamp=exp if exp >= 0 else None)
-    if version == 3:
-        return OffsetAndMetadata(offset=r.int64(), leader_epoch=r.int32(), metadata=r.required_string(),
-                                 commit_timestamp=r.int64())
-    raise MalformedRecordError(f"unknown OffsetCommitValue version {version}")
+    return OffsetAndMetadata(offset=r.int64(), leader_epoch=r.int32(), metadata=r.required_string(),
+                             commit_timestamp=r.int64())
 
 
 def read_group_value(data: bytes | None) -> GroupRecord | None:
-    if data is None:
+    if (read := _value_reader(data, "GroupMetadataValue", 3)) is None:
         return None
-    r = _Reader(data, "GroupMetadataValue")
-    version = r.int16()
-    if not 0 <= version <= 3:
-        raise MalformedRecordError(f"unknown GroupMetadataValue version {version}")
+    r, version = read
     protocol_type, generation, protocol, leader = r.required_string(), r.int32(), r.string(), r.string()
     ts = r.int64() if version >= 2 else -1
     members = []
