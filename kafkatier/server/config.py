@@ -7,11 +7,13 @@ never parsed from the raw ``overrides`` dict by the reader.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import attrs
 
 from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS
+
+T = TypeVar("T")
 
 
 def _split(v) -> tuple[str, ...]:
@@ -47,6 +49,13 @@ def broker_setting(overrides: Mapping[str, Any], name: str) -> Any:
         raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Value must be at least "
                                  f"{definition.minimum}")
     return value
+
+
+def settings_config(cls: type[T], overrides: Mapping[str, Any]) -> T:
+    """The attrs config ``cls`` whose every field is a broker setting (field ``a_b_c`` is setting ``a.b.c``),
+    each read through its definition like :class:`BrokerConfig`'s: the coordinators' ``GroupConfig`` and
+    ``TransactionConfig``."""
+    return cls(**{f.name: broker_setting(overrides, f.name.replace("_", ".")) for f in attrs.fields(cls)})
 
 
 def _default(name: str):

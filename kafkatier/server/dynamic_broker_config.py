@@ -104,6 +104,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000, READ_ONLY),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000, READ_ONLY),
     _d("transaction.partition.verification.enable", "BOOLEAN", True, READ_ONLY),
+    _d("kafkatier.transaction.add.partitions.hold.ms", "INT", 1000, READ_ONLY, 0),   # project addition
     # leader balance and controlled shutdown (controller/replica_election_manager.py, server/controlled_shutdown.py)
     _d("auto.leader.rebalance.enable", "BOOLEAN", True, READ_ONLY),
     _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY),

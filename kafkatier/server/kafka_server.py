@@ -49,7 +49,7 @@ from kafkatier.server.add_partitions_to_txn_manager import AddPartitionsToTxnMan
 from kafkatier.server.auth_helper import AuthHelper
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError, InterBrokerSecurity
 from kafkatier.server.config import BrokerConfig, ListenerConfigError, extra_listeners, inter_broker_listener_name
-from kafkatier.server.config import broker_setting, security_protocol_map
+from kafkatier.server.config import broker_setting, security_protocol_map, settings_config
 from kafkatier.server.config_audit import log_unknown_overrides
 from kafkatier.server.control_apis import ControlApis, internal_topic_coordinators
 from kafkatier.server.control_request_handler import ControlRequestHandler
@@ -316,7 +316,7 @@ class KafkaServer:
     # --- group coordinator (kafkatier/coordinator/group) ------------------------------------------------------
     def _group_config(self) -> GroupConfig:
         """The coordinator's settings; an existing offsets topic keeps its partition count (as in Kafka)."""
-        config = GroupConfig.from_overrides(self.config.overrides)
+        config = settings_config(GroupConfig, self.config.overrides)
         count = self._existing_partition_count(OFFSETS_TOPIC)
         return attrs.evolve(config, offsets_topic_num_partitions=count) if count else config
 
@@ -332,7 +332,7 @@ class KafkaServer:
     # --- transaction coordinator (kafkatier/coordinator/transaction) -------------------------------------------
     def _transaction_config(self) -> TransactionConfig:
         """The coordinator's settings; an existing ``__transaction_state`` keeps its partition count."""
-        config = attrs.evolve(TransactionConfig.from_overrides(self.config.overrides),
+        config = attrs.evolve(settings_config(TransactionConfig, self.config.overrides),
                               request_timeout_ms=self.config.request_timeout_ms)
         count = self._existing_partition_count(TRANSACTION_STATE_TOPIC)
         return attrs.evolve(config, transaction_state_log_num_partitions=count) if count else config

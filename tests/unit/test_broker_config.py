@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatier.server.config import SETTINGS, BrokerConfig, BrokerSettingError, broker_setting
+from kafkatier.server.config import SETTINGS, BrokerConfig, BrokerSettingError, broker_setting, settings_config
 
 
 def test_the_defaults_are_the_definitions_except_the_session_timeout():
@@ -35,3 +35,14 @@ def test_static_props_say_every_setting_by_its_kafka_name():
     assert props["min.insync.replicas"] == "2" and props["delete.topic.enable"] == "true"
     assert "broker.rack" not in props                    # unset
     assert set(props) == {"broker.id", "zookeeper.connect", "log.dirs", "listeners"} | set(SETTINGS) - {"broker.rack"}
+
+
+def test_the_coordinators_configs_are_read_through_the_definitions():
+    from kafkatier.coordinator.group.group_coordinator import GroupConfig
+    from kafkatier.coordinator.transaction.transaction_state_manager import TransactionConfig
+    assert settings_config(GroupConfig, {}) == GroupConfig()
+    assert settings_config(TransactionConfig, {}) == TransactionConfig()
+    group = settings_config(GroupConfig, {"group.initial.rebalance.delay.ms": "0", "x.y": "z"})
+    assert group.group_initial_rebalance_delay_ms == 0
+    with pytest.raises(BrokerSettingError, match="must be at least 0"):
+        settings_config(TransactionConfig, {"kafkatier.transaction.add.partitions.hold.ms": "-1"})

@@ -24,7 +24,8 @@ def cache_with(leaders: dict[int, int]) -> MetadataCache:
 def test_the_coordinator_is_the_leader_of_the_keys_partition_on_the_listener():
     cache = cache_with({0: 1, 1: 2})
     created = []
-    assert find_coordinator(cache, OFFSETS, "g", lambda key: 1, lambda: created.append(1)) == (0, None, 2, "127.0.0.2", 9093)
+    assert find_coordinator(cache, OFFSETS, "g", lambda key: 1, lambda: created.append(1)) == (
+        0, None, 2, "127.0.0.2", 9093)
     assert find_coordinator(cache, OFFSETS, "g", lambda key: 1, lambda: created.append(1), "SSL") == (
         0, None, 2, "127.0.0.2", 9443)
     assert created == []
@@ -59,7 +60,8 @@ def test_the_replication_factor_is_at_most_the_live_brokers():
 
 def test_creation_passes_the_topic_shape_and_tolerates_failures():
     calls = []
-    AutoTopicCreationManager(lambda *a: calls.append(a), lambda: 3).create(OFFSETS, 50, 3, {"cleanup.policy": "compact"})
+    manager = AutoTopicCreationManager(lambda *a: calls.append(a), lambda: 3)
+    manager.create(OFFSETS, 50, 3, {"cleanup.policy": "compact"})
     assert calls == [("__consumer_offsets", 50, 3, {"cleanup.policy": "compact"})]
 
     def already(*_):
