@@ -28,7 +28,8 @@ DUTY_CYCLE_CONFIG = "kafkatier.log.cleaner.duty.cycle"
 
 @attrs.frozen
 class CleanerConfig:
-    """The broker's ``log.cleaner.*`` settings (Kafka's ``CleanerConfig``), with Kafka's defaults."""
+    """The broker's ``log.cleaner.*`` settings (Kafka's ``CleanerConfig``), with Kafka's defaults; the broker
+    reads them through their definitions (``server/kafka_server.cleaner_config``)."""
     num_threads: int = 1
     dedupe_buffer_size: int = 128 * 1024 * 1024
     dedupe_buffer_load_factor: float = 0.9
@@ -37,21 +38,6 @@ class CleanerConfig:
     backoff_ms: int = 15000
     enable_cleaner: bool = True
     duty_cycle: float = 0.2  # project addition: see cleaner.DutyCycle
-
-    @classmethod
-    def from_broker(cls, props) -> "CleanerConfig":
-        """From broker properties (``server.properties`` overrides: strings)."""
-        def get(name: str, conv, default):
-            v = props.get(name)
-            return default if v is None or v == "" else conv(v)
-        return cls(num_threads=get("log.cleaner.threads", int, 1),
-                   dedupe_buffer_size=get("log.cleaner.dedupe.buffer.size", int, 128 * 1024 * 1024),
-                   dedupe_buffer_load_factor=get("log.cleaner.io.buffer.load.factor", float, 0.9),
-                   io_buffer_size=get("log.cleaner.io.buffer.size", int, 512 * 1024),
-                   max_io_bytes_per_second=get("log.cleaner.io.max.bytes.per.second", float, float("inf")),
-                   backoff_ms=get("log.cleaner.backoff.ms", int, 15000),
-                   enable_cleaner=get("log.cleaner.enable", lambda s: str(s).strip().lower() == "true", True),
-                   duty_cycle=min(1.0, max(0.01, get(DUTY_CYCLE_CONFIG, float, 0.2))))
 
     @property
     def map_slots_per_thread(self) -> int:

@@ -36,7 +36,7 @@ from kafkatier.coordinator.transaction.transaction_marker_channel_manager import
 from kafkatier.common.atomic_file import atomic_write
 from kafkatier.log.log_config import LogConfig, broker_topic_defaults
 from kafkatier.log.log_dir_failure_channel import LogDirFailureChannel
-from kafkatier.log.log_cleaner import CleanerConfig
+from kafkatier.log.log_cleaner import DUTY_CYCLE_CONFIG, CleanerConfig
 from kafkatier.log.log_manager import LogManager
 from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.zk_fence import zk_fence
@@ -92,6 +92,19 @@ from kafkatier.zk.tiered_state import read_tiered_epoch
 log = get_logger("server")
 UNCLEAN = "unclean.leader.election.enable"
 
+
+
+def cleaner_config(c: BrokerConfig) -> CleanerConfig:
+    """Kafka's ``LogCleaner.cleanerConfig``: the cleaner's settings, read through their definitions.  Kafka's
+    default I/O rate (``Double.MAX_VALUE``) means unthrottled."""
+    rate = c.setting("log.cleaner.io.max.bytes.per.second")
+    return CleanerConfig(num_threads=c.setting("log.cleaner.threads"),
+                         dedupe_buffer_size=c.setting("log.cleaner.dedupe.buffer.size"),
+                         dedupe_buffer_load_factor=c.setting("log.cleaner.io.buffer.load.factor"),
+                         io_buffer_size=c.setting("log.cleaner.io.buffer.size"),
+                         max_io_bytes_per_second=float("inf") if rate >= sys.float_info.max else rate,
+                         backoff_ms=c.setting("log.cleaner.backoff.ms"), enable_cleaner=c.setting("log.cleaner.enable"),
+                         duty_cycle=min(1.0, max(0.01, c.setting(DUTY_CYCLE_CONFIG))))
 
 class KafkaServer:
     def __init__(self, config: BrokerConfig):
@@ -181,7 +194,7 @@ class KafkaServer:
             num_recovery_threads_per_data_dir=c.setting("num.recovery.threads.per.data.dir"),
             remote_log_system_enabled=c.remote_log_storage_system_enable, scheduler=self.scheduler,
             log_dir_failure_channel=self.log_dir_failure_channel, clock=self.time.milliseconds,
-            cleaner_config=CleanerConfig.from_broker(c.overrides))
+            cleaner_config=cleaner_config(c))
         self.log_manager.startup()
         if remote_log_config.remote_log_storage_system_enable:
             rsm, rlmm = tiered_storage.storage_managers(remote_log_config, c, self.zk)

@@ -46,3 +46,17 @@ def test_the_coordinators_configs_are_read_through_the_definitions():
     assert group.group_initial_rebalance_delay_ms == 0
     with pytest.raises(BrokerSettingError, match="must be at least 0"):
         settings_config(TransactionConfig, {"kafkatier.transaction.add.partitions.hold.ms": "-1"})
+
+
+def test_the_cleaner_config_is_read_through_the_definitions():
+    from kafkatier.log.log_cleaner import CleanerConfig
+    from kafkatier.server.kafka_server import cleaner_config
+
+    def config(**props):
+        return cleaner_config(BrokerConfig.from_props(props, broker_id=1, zookeeper_connect="zk", log_dirs="/a"))
+    assert config() == CleanerConfig()                      # Kafka's Double.MAX_VALUE rate: unthrottled
+    c = config(**{"log.cleaner.threads": "2", "log.cleaner.io.max.bytes.per.second": "1000",
+                  "kafkatier.log.cleaner.duty.cycle": "5", "log.cleaner.enable": "false"})
+    assert (c.num_threads, c.max_io_bytes_per_second, c.duty_cycle, c.enable_cleaner) == (2, 1000.0, 1.0, False)
+    with pytest.raises(BrokerSettingError, match="log.cleaner.threads"):
+        config(**{"log.cleaner.threads": "-1"})
