@@ -39,15 +39,26 @@ def dirs(tmp_path):
 
 @pytest.fixture
 def jbod(dirs):
-    """Builds the log managers (started) and move managers a test uses, and shuts every one down afterwards,
-    newest first, also when the test fails."""
+    """Builds the log managers (started unless ``start=False``) and move managers a test uses, and shuts every one
+    down afterwards, newest first, also when the test fails; ``crash(m)`` leaves a log manager's dirs as a
+    kill -9 would, and it is not shut down then."""
     made = []
 
-    def log_manager(**kw) -> LogManager:
+    def log_manager(start: bool = True, **kw) -> LogManager:
         m = LogManager(dirs, **kw)
         made.append(m)
-        m.startup()
+        if start:
+            m.startup()
         return m
+
+    def crash(m: LogManager) -> None:
+        """No clean shutdown marker, no final checkpoints."""
+        made.remove(m)
+        for lg in m.all_logs() + m.all_future_logs():
+            lg.flush()
+            lg.close()
+        m.scheduler.shutdown()
+        m._release_locks()
 
     def mover(m: LogManager, quota: ReplicationQuotaManager | None = None, threads: int = 1,
               **kw) -> ReplicaAlterLogDirsManager:
@@ -55,7 +66,7 @@ def jbod(dirs):
         made.append(mgr)
         return mgr
     try:
-        yield SimpleNamespace(log_manager=log_manager, mover=mover)
+        yield SimpleNamespace(log_manager=log_manager, mover=mover, crash=crash)
     finally:
         for x in reversed(made):
             x.shutdown()
@@ -182,59 +193,47 @@ def test_delete_records_during_move_is_carried(dirs, jbod):
 
 # --- start-up recovery (docs/kip-113-jbod.md#start-up-recovery) --------------------------------------------
 
-def crash(m: LogManager) -> None:
-    """Leave the dirs as a kill -9 would: no clean shutdown marker, no final checkpoints."""
-    for lg in m.all_logs() + m.all_future_logs():
-        lg.flush()
-        lg.close()
-    m.scheduler.shutdown()
-    m._release_locks()
-
-
-def test_current_and_move_resume(dirs):
-    m = LogManager(dirs)
+def test_current_and_move_resume(dirs, jbod):
+    m = jbod.log_manager(start=False)
     part = leader_partition(m, batches=10)
     dest = other_dir(dirs, part.log)
     m.create_future_log("t", 0, dest)
-    crash(m)
-    m2 = LogManager(dirs)
+    jbod.crash(m)
+    m2 = jbod.log_manager(start=False)
     assert m2.get_future_log("t", 0).parent_dir == dest and m2.get_log("t", 0).parent_dir != dest
-    m2.shutdown()
 
 
-def test_delete_plus_move_is_completed_when_all_dirs_are_good(dirs):
-    m = LogManager(dirs)
+def test_delete_plus_move_is_completed_when_all_dirs_are_good(dirs, jbod):
+    m = jbod.log_manager(start=False)
     part = leader_partition(m, batches=10)
     src, dest = part.log.parent_dir, other_dir(dirs, part.log)
     m.create_future_log("t", 0, dest)
     fut = m.get_future_log("t", 0)
     copy_all(part.log, fut)
-    crash(m)
+    jbod.crash(m)
     os.rename(os.path.join(src, "t-0"), os.path.join(src, "t-0.delete"))  # crash between the renames
-    m2 = LogManager(dirs, topic_configs=lambda t: CFG)
+    m2 = jbod.log_manager(start=False, topic_configs=lambda t: CFG)
     lg = m2.get_log("t", 0)
     assert lg.parent_dir == dest and lg.log_end_offset == 50 and os.path.isdir(os.path.join(dest, "t-0"))
     assert os.path.isdir(os.path.join(src, "t-0.delete"))  # removed asynchronously, after start-up
     m2.startup()
     wait_for(lambda: not os.path.exists(os.path.join(src, "t-0.delete")), 5, message=".delete removal")
-    m2.shutdown()
 
 
-def test_move_left_untouched_when_a_dir_is_bad(dirs, tmp_path):
-    m = LogManager(dirs)
+def test_move_left_untouched_when_a_dir_is_bad(dirs, jbod, tmp_path):
+    m = jbod.log_manager(start=False)
     part = leader_partition(m)
     part.append_records_to_leader(blob(), -1)
     src, dest = part.log.parent_dir, other_dir(dirs, part.log)
     m.create_future_log("t", 0, dest)
-    crash(m)
+    jbod.crash(m)
     os.rename(os.path.join(src, "t-0"), os.path.join(src, "t-0.delete"))
     os.rename(src, str(tmp_path / "moved-away"))
     with open(src, "w") as f:  # the source dir is now a file: offline
         f.write("broken")
-    m2 = LogManager(dirs)
+    m2 = jbod.log_manager(start=False)
     assert m2.offline_dirs == {src}
     assert m2.get_log("t", 0) is None and os.path.isdir(os.path.join(dest, "t-0.move"))
-    m2.shutdown()
 
 
 def test_two_future_dirs_refuse_to_start(dirs):
@@ -244,16 +243,15 @@ def test_two_future_dirs_refuse_to_start(dirs):
         LogManager(dirs)
 
 
-def test_kafka_future_name_is_loaded_like_move(dirs):
-    m = LogManager(dirs)
+def test_kafka_future_name_is_loaded_like_move(dirs, jbod):
+    m = jbod.log_manager(start=False)
     part = leader_partition(m)
     part.append_records_to_leader(blob(), -1)
     dest = other_dir(dirs, part.log)
-    crash(m)
+    jbod.crash(m)
     os.makedirs(os.path.join(dest, "t-0.0123456789abcdef0123456789abcdef-future"))
-    m2 = LogManager(dirs)
+    m2 = jbod.log_manager(start=False)
     assert m2.get_future_log("t", 0).parent_dir == dest
-    m2.shutdown()
 
 
 # --- the Kafka issues a move must not repeat (docs/kip-113-jbod.md#kafka-issues-a-move-must-not-repeat) ---
