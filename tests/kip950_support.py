@@ -10,7 +10,6 @@ import uuid
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
-from kazoo.exceptions import NoNodeError
 
 from kafkatier.admin.client import AdminClient, AdminError
 from kafkatier.log.remote.remote_log_metadata_manager import ZkRemoteLogMetadataManager
@@ -18,6 +17,7 @@ from kafkatier.log.remote.remote_log_segment_metadata import RemoteLogSegmentSta
 from kafkatier.log.remote.remote_storage_manager import LocalTieredStorage
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NoNodeError
 
 S = RemoteLogSegmentState
 TIERED = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "500",

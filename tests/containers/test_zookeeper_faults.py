@@ -12,12 +12,11 @@ import time
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
 
 from kafkatier.testing.zookeeper_faults import expire_session_id
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs
+from kafkatier.zk.errors import KazooException, KazooTimeoutError
 from kip950_support import (DELETE, TIERED, TOPIC_CONFIG, WAIT_S, alter, consume, create_topic, earliest, produce,
                            remote, tiered, topic_id, values, wait_offloaded, wait_state)
 

@@ -5,7 +5,6 @@ import json
 import re
 
 import pytest
-from kazoo.exceptions import NodeExistsError
 
 from kafkatier.admin.admin_zk_client import AdminZkClient
 from kafkatier.admin.replica_assignment import InvalidReplicaAssignmentError
@@ -14,6 +13,7 @@ from kafkatier.protocol.errors import (Errors, InvalidConfigurationError, Invali
                                        InvalidRequestError, InvalidTopicError, KafkaError, TopicAlreadyExistsError,
                                        UnknownTopicOrPartitionError)
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NodeExistsError
 from kafkatier.zk.fenced import Create
 
 from zk_support import snapshot

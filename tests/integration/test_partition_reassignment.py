@@ -15,11 +15,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException
 from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaProducer
-from kazoo.exceptions import NoNodeError
 
 from kafkatier.admin.client import AdminClient, NewTopicSpec
 from kafkatier.waiting import wait_for
 from kafkatier.zk import codecs, paths
+from kafkatier.zk.errors import NoNodeError
 from kip950_support import (READ_ONLY, TIERED, TOPIC_CONFIG, WAIT_S, alter, broker_log, broker_status, disabled_events,
                             finished_chain, partition_state, produce, remote, segments, tiered, unique, values,
                             wait_state)

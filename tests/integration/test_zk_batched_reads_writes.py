@@ -84,7 +84,7 @@ def test_new_partition_states_and_elections_go_in_fenced_batches(zk):
 def test_pipelined_fenced_multis_fail_alone_and_stop_at_a_moved_fence(zk):
     """``multi_many``: each batch is its own fenced multi; one whose op fails is reported (nothing of it
     applied) while the others apply; once the fence has moved, no batch applies and ControllerMovedError."""
-    from kazoo.exceptions import NodeExistsError
+    from kafkatier.zk.errors import NodeExistsError
 
     from kafkatier.zk.fenced import Create, FencedZkWriter
     _, version = register_controller_and_increment_epoch(zk, 1, 1700000000000)

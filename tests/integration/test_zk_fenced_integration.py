@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
-from kazoo.exceptions import NodeExistsError
 
 from kafkatier.zk import codecs, paths
 from kafkatier.zk.client import start_client
+from kafkatier.zk.errors import NodeExistsError
 from kafkatier.zk.fenced import (Check, ControllerMovedError, Create, Delete, FencedZkWriter, SetData,
                                  register_controller_and_increment_epoch)
 from kafkatier.zk.validate import validate_tree

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from kazoo.exceptions import NoNodeError
-
 from kafkatier.controller.channel_manager import ControllerChannelManager
 from kafkatier.zk import codecs, control_parts, paths
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.limits import MAX_ZNODE_BYTES
 
 
