@@ -60,10 +60,10 @@ def broker_properties(args) -> dict[str, str]:
 
 def build_config(args):
     """The broker's config: its properties (``--config`` with ``--override`` on top), each setting typed and
-    checked by its definition, and what the command line says (``--rack`` wins over ``broker.rack``;
-    ``--session-timeout-ms`` is the default of ``zookeeper.session.timeout.ms``)."""
-    from kafkatier.cli.main import UsageError
-    from kafkatier.server.config import BrokerConfig, BrokerSettingError
+    checked by its definition (``BrokerSettingError`` with Kafka's message), and what the command line says
+    (``--rack`` wins over ``broker.rack``; ``--session-timeout-ms`` is the default of
+    ``zookeeper.session.timeout.ms``)."""
+    from kafkatier.server.config import BrokerConfig
     props = broker_properties(args)
     fields = dict(broker_id=args.id, zookeeper_connect=args.zookeeper, log_dirs=args.log_dirs, port=args.port,
                   any_port_if_taken=args.any_port_if_taken, remote_storage_dir=args.remote_storage_dir)
@@ -71,10 +71,7 @@ def build_config(args):
         fields["rack"] = args.rack
     if "zookeeper.session.timeout.ms" not in props:
         fields["zookeeper_session_timeout_ms"] = args.session_timeout_ms
-    try:
-        return BrokerConfig.from_props(props, **fields)
-    except BrokerSettingError as e:
-        raise UsageError(str(e)) from None
+    return BrokerConfig.from_props(props, **fields)   # a bad value: BrokerSettingError, the last line of the log
 
 
 def _start(args) -> int:

@@ -68,7 +68,8 @@ def test_cluster_lifecycle_from_the_cli(kafkatier_cli, tmp_path):
             r = kafkatier_cli.run("cluster", "start-broker", "--id", "2", "--data-dir", d, timeout=60)
             assert r.returncode == 1
             assert r.stderr.strip().splitlines()[-1].startswith(
-                "kafkatier cluster start-broker: broker 2 exited with status 1 during start-up: ValueError: ")
+                "kafkatier cluster start-broker: broker 2 exited with status 1 during start-up: "
+                "kafkatier.server.config.BrokerSettingError: Invalid value two for configuration min.insync.replicas")
             assert "Traceback" not in r.stderr
         finally:
             zk.stop()
@@ -96,7 +97,8 @@ def test_cluster_up_exits_1_with_the_error_line_of_a_broker_that_dies(kafkatier_
                           "--override", "min.insync.replicas=two", timeout=120)
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].startswith(
-        "kafkatier cluster up: broker 1 exited with status 1 during start-up: ValueError: ")
+        "kafkatier cluster up: broker 1 exited with status 1 during start-up: "
+        "kafkatier.server.config.BrokerSettingError: Invalid value two for configuration min.insync.replicas")
     assert "Traceback" not in r.stderr
     state = json.load(open(os.path.join(d, "cluster.json")))
     assert state["zookeeper_pid"] is None or not pid_alive(state["zookeeper_pid"])   # cleaned up
