@@ -46,6 +46,11 @@ PHASES = ("any", "produced", "committing")
 PHASE_TIMEOUT_S = 30.0
 
 
+class PhaseNotReached(TimeoutError):
+    """A kill that waited for its instance's phase in vain: the phase did not come in time, the supervisor
+    stopped, or the run began to heal."""
+
+
 class CtpInstance(Workload):
     """One instance of the job and its supervisor (see the module docstring)."""
 
@@ -72,16 +77,22 @@ class CtpInstance(Workload):
     def kill(self, sig: str = "KILL", down_s: float | None = 0.0, phase: str = "any",
              timeout_s: float = PHASE_TIMEOUT_S, cancel: threading.Event | None = None) -> dict:
         """Signal the running process (once it is at ``phase``), keep it down ``down_s`` (None: until heal).
-        Returns what was hit; raises TimeoutError if the instance did not reach ``phase`` in time (or ``cancel``
-        was set: the run is healing)."""
-        deadline = time.monotonic() + timeout_s
+        Returns what was hit; raises :class:`PhaseNotReached` if the instance did not reach ``phase`` in time, or
+        ``cancel`` was set (the run is healing) or the instance stopped first."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        what = "running" if phase == "any" else phase
         with self._cond:
             while not (self._proc is not None and self._proc.poll() is None
                        and (phase == "any" or self._phase == phase)):
                 left = deadline - time.monotonic()
-                if left <= 0 or self.stopping.is_set() or (cancel is not None and cancel.is_set()):
-                    raise TimeoutError(f"{self.process} was not {'running' if phase == 'any' else phase} "
-                                       f"within {timeout_s:g}s")
+                waited = f"waited {time.monotonic() - started:.1f}s"
+                if cancel is not None and cancel.is_set():
+                    raise PhaseNotReached(f"heal began before {self.process} was {what} ({waited})")
+                if self.stopping.is_set():
+                    raise PhaseNotReached(f"{self.process} stopped before it was {what} ({waited})")
+                if left <= 0:
+                    raise PhaseNotReached(f"{self.process} was not {what} within {timeout_s:g}s")
                 self._cond.wait(min(left, 0.05))
             proc = self._proc
             self._down_until = None if down_s is None else time.monotonic() + down_s
