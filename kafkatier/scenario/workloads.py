@@ -25,6 +25,7 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -50,6 +51,7 @@ DEFINITE_IF_IDEMPOTENT = {KafkaError.NOT_ENOUGH_REPLICAS}
 HW_LOOKUP_S = 10.0
 QUIET_LOGGER = __import__("logging").getLogger("scenario.librdkafka")
 QUIET_LOGGER.setLevel("CRITICAL")
+DEBUG_ENV = "KAFKATIER_SCENARIO_RDKAFKA_DEBUG"
 
 
 def error_name(err) -> str:
@@ -66,10 +68,20 @@ def error_name(err) -> str:
     return name
 
 
-def client_config(bootstrap: str) -> dict:
-    """librdkafka settings of every scenario client: quiet, short timeouts, metadata refreshed every second."""
-    return {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
+def client_config(bootstrap: str, client_id: str | None = None) -> dict:
+    """librdkafka settings of every scenario client: quiet, short timeouts, metadata refreshed every second;
+    ``client_id``: the process the client records as.  With ``KAFKATIER_SCENARIO_RDKAFKA_DEBUG=CONTEXTS``
+    (``cgrp,fetch,broker,protocol``...) every client logs those debug contexts to the run's stderr, from
+    librdkafka's own threads (so a client blocked in a call still logs; its lines name ``client_id``)."""
+    conf = {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500}
+    if client_id is not None:
+        conf["client.id"] = client_id
+    debug = os.environ.get(DEBUG_ENV)
+    if debug:
+        del conf["logger"]
+        conf["debug"] = debug
+    return conf
 
 
 class Workload(threading.Thread):
@@ -189,7 +201,7 @@ class ConsumerWorkload(Workload):
         self.spec = spec
         self.partitions = partitions
         self.polled = 0
-        self.consumer = Consumer(client_config(bootstrap) | {
+        self.consumer = Consumer(client_config(bootstrap, name) | {
             "group.id": f"scenario-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
             "isolation.level": spec.isolation_level} | ({"client.rack": spec.client_rack} if spec.client_rack else {}))

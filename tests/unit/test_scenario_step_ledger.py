@@ -182,3 +182,4 @@ def test_a_done_run_counts_its_steps_in_the_summary(tmp_path):
     assert res["valid"] and res["exit_code"] == 0       # only the nemesis step was not reached
     assert "steps: 3 done, 1 not reached (#4)" in report.summary(res)
     assert RUNNING not in {v["status"] for v in ledger.shown().values()}
+
