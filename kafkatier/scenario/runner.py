@@ -939,13 +939,17 @@ CLOSE_TIMEOUT_S = 30.0
 def close_bounded(workload, history: History, timeout: float = CLOSE_TIMEOUT_S) -> bool:
     """``workload.close()``, waited for at most ``timeout`` s.  librdkafka's consumer close waits for its group
     handler to terminate and was seen to wait for good after heal (a sweep seed under load: the run then never
-    ended); the run goes on, its history says which client did not close (False)."""
+    ended); the run goes on, its history says which client did not close (False) and when it last got records
+    (``last_progress_s``: a client already stuck before its close polled nothing for a while)."""
     closer = threading.Thread(target=workload.close, name=f"close-{workload.process}", daemon=True)
     closer.start()
     closer.join(timeout)
     if closer.is_alive():
         log.warning("a client did not close %s", kv(client=workload.process, timeout_s=timeout))
-        history.info(workload.process, "close", {"closed": False, "waited_s": timeout})
+        last = workload.last_progress_ns
+        history.info(workload.process, "close", {"closed": False, "waited_s": timeout,
+                                                 "last_progress_s": None if last is None else round(last / 1e9, 3),
+                                                 "closing_at_s": round(history.seconds(), 3)})
         return False
     return True
 

@@ -91,6 +91,7 @@ class Workload(threading.Thread):
         self.history = history
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        self.last_progress_ns: int | None = None   # history time of the last operation that got an answer
 
     def stop(self) -> None:
         self.stopping.set()
@@ -227,6 +228,7 @@ class ConsumerWorkload(Workload):
                     continue
                 polled.setdefault(str(m.partition()), []).append([m.offset(), m.value().decode()])
             if polled:
+                self.last_progress_ns = self.history.now()
                 self.polled += sum(len(v) for v in polled.values())
                 self.history.record(INVOKE, self.process, "poll", None, topic=self.spec.topic, invoked=t_invoke)
                 self.history.record(OK, self.process, "poll", polled, topic=self.spec.topic, invoked=t_invoke)
@@ -257,6 +259,7 @@ class OffsetsSampler(Workload):
                     continue
                 self.history.record(OK, self.process, "list-offsets", [lo, hi], topic=self.spec.topic, partition=p,
                                     invoked=t_invoke)
+                self.last_progress_ns = self.history.now()
 
     def close(self) -> None:
         self.consumer.close()
