@@ -66,6 +66,7 @@ class CtpInstance(Workload):
         self._proc: subprocess.Popen | None = None
         self._down_until: float | None = 0.0     # None: down until heal
         self._phase = "stopped"                   # stopped | idle | produced | committing
+        self._armed: dict | None = None           # a kill waiting for its phase: fired by the phase change itself
         self.incarnation = 0
         self.committed_txns = self.aborted_txns = 0
 
@@ -78,28 +79,47 @@ class CtpInstance(Workload):
              timeout_s: float = PHASE_TIMEOUT_S, cancel: threading.Event | None = None) -> dict:
         """Signal the running process (once it is at ``phase``), keep it down ``down_s`` (None: until heal).
         Returns what was hit; raises :class:`PhaseNotReached` if the instance did not reach ``phase`` in time, or
-        ``cancel`` was set (the run is healing) or the instance stopped first."""
+        ``cancel`` was set (the run is healing) or the instance stopped first.
+
+        The kill is armed and fired by the phase change itself (:meth:`_set_phase`), under the same lock: a phase
+        that lasts a few milliseconds (``produced``: only send_offsets_to_transaction until ``end``), or several
+        phases read from the pipe at once, is never missed the way a waiter woken after the fact would miss it."""
         started = time.monotonic()
         deadline = started + timeout_s
         what = "running" if phase == "any" else phase
         with self._cond:
-            while not (self._proc is not None and self._proc.poll() is None
-                       and (phase == "any" or self._phase == phase)):
-                left = deadline - time.monotonic()
-                waited = f"waited {time.monotonic() - started:.1f}s"
-                if cancel is not None and cancel.is_set():
-                    raise PhaseNotReached(f"heal began before {self.process} was {what} ({waited})")
-                if self.stopping.is_set():
-                    raise PhaseNotReached(f"{self.process} stopped before it was {what} ({waited})")
-                if left <= 0:
-                    raise PhaseNotReached(f"{self.process} was not {what} within {timeout_s:g}s")
-                self._cond.wait(min(left, 0.05))
-            proc = self._proc
-            self._down_until = None if down_s is None else time.monotonic() + down_s
-            hit = {"pid": proc.pid, "incarnation": self.incarnation, "phase": self._phase, "signal": sig}
-            os.kill(proc.pid, getattr(signal, f"SIG{sig}"))
-            self._cond.notify_all()
-        return hit
+            armed = {"phase": phase, "sig": sig, "down_s": down_s, "hit": None}
+            self._armed = armed
+            try:
+                self._fire_if_armed()
+                while armed["hit"] is None:
+                    left = deadline - time.monotonic()
+                    waited = f"waited {time.monotonic() - started:.1f}s"
+                    if cancel is not None and cancel.is_set():
+                        raise PhaseNotReached(f"heal began before {self.process} was {what} ({waited})")
+                    if self.stopping.is_set():
+                        raise PhaseNotReached(f"{self.process} stopped before it was {what} ({waited})")
+                    if left <= 0:
+                        raise PhaseNotReached(f"{self.process} was not {what} within {timeout_s:g}s")
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                if self._armed is armed:
+                    self._armed = None
+        return armed["hit"]
+
+    def _fire_if_armed(self) -> None:
+        """Under the lock: the armed kill, if the running process is at its phase now."""
+        armed = self._armed
+        if armed is None or self._proc is None or self._proc.poll() is not None:
+            return
+        if armed["phase"] != "any" and self._phase != armed["phase"]:
+            return
+        self._down_until = None if armed["down_s"] is None else time.monotonic() + armed["down_s"]
+        armed["hit"] = {"pid": self._proc.pid, "incarnation": self.incarnation, "phase": self._phase,
+                        "signal": armed["sig"]}
+        os.kill(self._proc.pid, getattr(signal, f"SIG{armed['sig']}"))
+        self._armed = None
+        self._cond.notify_all()
 
     def heal(self) -> None:
         with self._cond:
@@ -121,6 +141,7 @@ class CtpInstance(Workload):
                                               text=True, start_new_session=True)
                 self._phase = "idle"
                 self._down_until = time.monotonic() + RESTART_BACKOFF_S   # unless a kill says otherwise
+                self._fire_if_armed()                                      # a kill of any phase
             self.history.info(self.process, "ctp-start", {"pid": self._proc.pid, "incarnation": self.incarnation})
             self._follow(self._proc)
 
@@ -180,6 +201,7 @@ class CtpInstance(Workload):
     def _set_phase(self, phase: str) -> None:
         with self._cond:
             self._phase = phase
+            self._fire_if_armed()
             self._cond.notify_all()
 
     def stop(self) -> None:
