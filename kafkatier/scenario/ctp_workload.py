@@ -66,7 +66,8 @@ class CtpInstance(Workload):
         self._proc: subprocess.Popen | None = None
         self._down_until: float | None = 0.0     # None: down until heal
         self._phase = "stopped"                   # stopped | idle | produced | committing
-        self._armed: dict | None = None           # a kill waiting for its phase: fired by the phase change itself
+        self._armed: list[dict] = []              # kills waiting for their phase: fired by the phase change itself
+        self._signalled = 0                       # the incarnation a kill was sent to (it may not have exited yet)
         self.incarnation = 0
         self.committed_txns = self.aborted_txns = 0
 
@@ -89,7 +90,7 @@ class CtpInstance(Workload):
         what = "running" if phase == "any" else phase
         with self._cond:
             armed = {"phase": phase, "sig": sig, "down_s": down_s, "hit": None}
-            self._armed = armed
+            self._armed.append(armed)
             try:
                 self._fire_if_armed()
                 while armed["hit"] is None:
@@ -103,22 +104,24 @@ class CtpInstance(Workload):
                         raise PhaseNotReached(f"{self.process} was not {what} within {timeout_s:g}s")
                     self._cond.wait(min(left, 0.05))
             finally:
-                if self._armed is armed:
-                    self._armed = None
+                if armed in self._armed:
+                    self._armed.remove(armed)
         return armed["hit"]
 
     def _fire_if_armed(self) -> None:
-        """Under the lock: the armed kill, if the running process is at its phase now."""
-        armed = self._armed
-        if armed is None or self._proc is None or self._proc.poll() is not None:
+        """Under the lock: the first armed kill whose phase the running process is at now (one kill: the others
+        wait for the next incarnation)."""
+        if self._proc is None or self._proc.poll() is not None or self._signalled == self.incarnation:
             return
-        if armed["phase"] != "any" and self._phase != armed["phase"]:
+        armed = next((a for a in self._armed if a["phase"] in ("any", self._phase)), None)
+        if armed is None:
             return
         self._down_until = None if armed["down_s"] is None else time.monotonic() + armed["down_s"]
         armed["hit"] = {"pid": self._proc.pid, "incarnation": self.incarnation, "phase": self._phase,
                         "signal": armed["sig"]}
         os.kill(self._proc.pid, getattr(signal, f"SIG{armed['sig']}"))
-        self._armed = None
+        self._signalled = self.incarnation
+        self._armed.remove(armed)
         self._cond.notify_all()
 
     def heal(self) -> None:

@@ -314,6 +314,7 @@ def test_a_phase_that_lasts_no_time_is_still_hit():
     """The kill is fired by the phase change itself: a waiter woken after the fact missed ``produced`` when the
     lines of a whole transaction arrived together (a consume-transform-produce run under load: 30 s, never hit)."""
     import sys
+    import threading
 
     from kafkatier.scenario.ctp_workload import CtpInstance
     from kafkatier.scenario.history import History
@@ -324,8 +325,16 @@ def test_a_phase_that_lasts_no_time_is_still_hit():
     inst.argv = [sys.executable, "-c", BURST_JOB]
     inst.start()
     try:
-        hit = inst.kill("KILL", down_s=None, phase="produced", timeout_s=30)
-        assert hit["phase"] == "produced" and hit["incarnation"] == 1
+        # Two steps wait on the same instance at once: each gets its own kill (the second, the next incarnation).
+        hits: dict = {}
+        later = threading.Thread(target=lambda: hits.update(produced=inst.kill(
+            "KILL", down_s=0.1, phase="produced", timeout_s=30)))
+        later.start()
+        hits["committing"] = inst.kill("KILL", down_s=0.1, phase="committing", timeout_s=30)
+        later.join(60)
+        assert hits["committing"]["phase"] == "committing" and hits["produced"]["phase"] == "produced"
+        assert {hits["committing"]["incarnation"], hits["produced"]["incarnation"]} <= {1, 2}
+        assert hits["committing"]["pid"] != hits["produced"]["pid"]
     finally:
         inst.stop()
         inst.join(10)
