@@ -46,6 +46,11 @@ PHASES = ("any", "produced", "committing")
 PHASE_TIMEOUT_S = 30.0
 
 
+class PhaseNotReached(TimeoutError):
+    """A kill that waited for its instance's phase in vain: the phase did not come in time, the supervisor
+    stopped, or the run began to heal."""
+
+
 class CtpInstance(Workload):
     """One instance of the job and its supervisor (see the module docstring)."""
 
@@ -61,6 +66,8 @@ class CtpInstance(Workload):
         self._proc: subprocess.Popen | None = None
         self._down_until: float | None = 0.0     # None: down until heal
         self._phase = "stopped"                   # stopped | idle | produced | committing
+        self._armed: list[dict] = []              # kills waiting for their phase: fired by the phase change itself
+        self._signalled = 0                       # the incarnation a kill was sent to (it may not have exited yet)
         self.incarnation = 0
         self.committed_txns = self.aborted_txns = 0
 
@@ -72,23 +79,50 @@ class CtpInstance(Workload):
     def kill(self, sig: str = "KILL", down_s: float | None = 0.0, phase: str = "any",
              timeout_s: float = PHASE_TIMEOUT_S, cancel: threading.Event | None = None) -> dict:
         """Signal the running process (once it is at ``phase``), keep it down ``down_s`` (None: until heal).
-        Returns what was hit; raises TimeoutError if the instance did not reach ``phase`` in time (or ``cancel``
-        was set: the run is healing)."""
-        deadline = time.monotonic() + timeout_s
+        Returns what was hit; raises :class:`PhaseNotReached` if the instance did not reach ``phase`` in time, or
+        ``cancel`` was set (the run is healing) or the instance stopped first.
+
+        The kill is armed and fired by the phase change itself (:meth:`_set_phase`), under the same lock: a phase
+        that lasts a few milliseconds (``produced``: only send_offsets_to_transaction until ``end``), or several
+        phases read from the pipe at once, is never missed the way a waiter woken after the fact would miss it."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        what = "running" if phase == "any" else phase
         with self._cond:
-            while not (self._proc is not None and self._proc.poll() is None
-                       and (phase == "any" or self._phase == phase)):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.stopping.is_set() or (cancel is not None and cancel.is_set()):
-                    raise TimeoutError(f"{self.process} was not {'running' if phase == 'any' else phase} "
-                                       f"within {timeout_s:g}s")
-                self._cond.wait(min(left, 0.05))
-            proc = self._proc
-            self._down_until = None if down_s is None else time.monotonic() + down_s
-            hit = {"pid": proc.pid, "incarnation": self.incarnation, "phase": self._phase, "signal": sig}
-            os.kill(proc.pid, getattr(signal, f"SIG{sig}"))
-            self._cond.notify_all()
-        return hit
+            armed = {"phase": phase, "sig": sig, "down_s": down_s, "hit": None}
+            self._armed.append(armed)
+            try:
+                self._fire_if_armed()
+                while armed["hit"] is None:
+                    left = deadline - time.monotonic()
+                    waited = f"waited {time.monotonic() - started:.1f}s"
+                    if cancel is not None and cancel.is_set():
+                        raise PhaseNotReached(f"heal began before {self.process} was {what} ({waited})")
+                    if self.stopping.is_set():
+                        raise PhaseNotReached(f"{self.process} stopped before it was {what} ({waited})")
+                    if left <= 0:
+                        raise PhaseNotReached(f"{self.process} was not {what} within {timeout_s:g}s")
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                if armed in self._armed:
+                    self._armed.remove(armed)
+        return armed["hit"]
+
+    def _fire_if_armed(self) -> None:
+        """Under the lock: the first armed kill whose phase the running process is at now (one kill: the others
+        wait for the next incarnation)."""
+        if self._proc is None or self._proc.poll() is not None or self._signalled == self.incarnation:
+            return
+        armed = next((a for a in self._armed if a["phase"] in ("any", self._phase)), None)
+        if armed is None:
+            return
+        self._down_until = None if armed["down_s"] is None else time.monotonic() + armed["down_s"]
+        armed["hit"] = {"pid": self._proc.pid, "incarnation": self.incarnation, "phase": self._phase,
+                        "signal": armed["sig"]}
+        os.kill(self._proc.pid, getattr(signal, f"SIG{armed['sig']}"))
+        self._signalled = self.incarnation
+        self._armed.remove(armed)
+        self._cond.notify_all()
 
     def heal(self) -> None:
         with self._cond:
@@ -110,6 +144,7 @@ class CtpInstance(Workload):
                                               text=True, start_new_session=True)
                 self._phase = "idle"
                 self._down_until = time.monotonic() + RESTART_BACKOFF_S   # unless a kill says otherwise
+                self._fire_if_armed()                                      # a kill of any phase
             self.history.info(self.process, "ctp-start", {"pid": self._proc.pid, "incarnation": self.incarnation})
             self._follow(self._proc)
 
@@ -169,6 +204,7 @@ class CtpInstance(Workload):
     def _set_phase(self, phase: str) -> None:
         with self._cond:
             self._phase = phase
+            self._fire_if_armed()
             self._cond.notify_all()
 
     def stop(self) -> None:

@@ -382,6 +382,15 @@ def drawn_faults(res: dict) -> dict[str, int]:
     return {f: n for f, n in res.get("faults", {}).items() if f not in NOT_FAULTS}
 
 
+def step_counts(schedule: list[dict]) -> dict[str, tuple[int, list[int]]]:
+    """How the steps ended (``done``, ``skipped``, ``not reached``, ``unfinished``): status -> (count, step
+    numbers), done first."""
+    out: dict[str, list[int]] = {}
+    for s in sorted(schedule, key=lambda s: s["number"]):
+        out.setdefault(s.get("status", "not reached").split(":")[0], []).append(s["number"])
+    return {k: (len(v), v) for k, v in sorted(out.items(), key=lambda kv: (kv[0] != "done", kv[0]))}
+
+
 def summary(res: dict) -> str:
     lines = [f"== {res['scenario']} seed {res['seed']}{' (quick)' if res['quick'] else ''}: "
              f"{'VALID' if res['valid'] else 'INVALID'} in {res['elapsed_s']} s"]
@@ -393,6 +402,11 @@ def summary(res: dict) -> str:
     lines.append(f"   sends: {sends.get('ok', 0)} ok, {sends.get('fail', 0)} failed, {sends.get('info', 0)} unknown"
                  f", {res.get('unfinished', 0)} unfinished; polls: {res['counts'].get('poll', {}).get('ok', 0)}; faults: "
                  + ", ".join(f"{f}={n}" for f, n in drawn_faults(res).items()))
+    steps = step_counts(res.get("schedule", ()))
+    if steps:
+        lines.append("   steps: " + ", ".join(f"{n} {status}" + (f" (#{', #'.join(map(str, which))})"
+                                                           if status != "done" else "")
+                                               for status, (n, which) in steps.items()))
     if "send" in res["latencies"]:
         s = res["latencies"]["send"]
         lines.append(f"   send latency: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, max {s['max_ms']} ms")

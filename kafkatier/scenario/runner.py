@@ -6,8 +6,11 @@ Phases:
    one), create the topics and wait until every partition has a leader and a full ISR; start the ZooKeeper
    observer and the workloads.
 3. **Workload phase** (``duration_s``): ``at`` steps run at their times, ``when`` steps as soon as the observer
-   sees their condition (or are recorded as skipped after ``timeout_s``); each step runs in its own thread so a
-   slow restart never delays the next fault.  A progress bar shows time and acknowledged sends.
+   sees their condition (or are not reached after ``timeout_s``); each step runs in its own thread so a slow
+   restart never delays the next fault.  A progress bar shows time and acknowledged sends.  A step the file
+   names that still waits at the end keeps the phase going, bounded by its own timeout; what became of every
+   step (done, skipped, not reached, unfinished) is the :class:`StepLedger`'s, and a named step that did not
+   happen is an unmet expectation.
 4. **Heal**: stop the producers (outstanding sends get ``heal_timeout`` to complete), resume paused processes,
    start ZooKeeper and every broker that is down, remove the replication throttles the run set, then wait --
    bounded by ``[heal] timeout_s`` -- until every broker is registered, a controller is elected, every partition
@@ -45,6 +48,7 @@ from kafkatier.scenario.observer import ZooKeeperObserver
 from kafkatier.scenario.request_faults import RequestFaults
 from kafkatier.scenario.schedule import Schedule, Step, derive
 from kafkatier.scenario.spec import ScenarioSpec, in_library, load, resolve
+from kafkatier.scenario.step_ledger import StepLedger, StepNotReached
 from kafkatier.waiting import WaitTimeout, wait_for
 from kafkatier.zk import paths
 from kafkatier.zk.client import start_client
@@ -54,6 +58,9 @@ log = get_logger("scenario")
 SETUP_TIMEOUT_S = 120.0   # brokers ready, topics online: 26-30 s at load 50 on 2 cores; a crash is seen at once
 REPORTS = ("all", "failing")     # which runs draw timeline.png and index.html
 FLUSH_TIMEOUT_S = 15.0
+# How long past duration_s the workload phase may go on for a named step still waiting (each step is bounded by
+# its own timeout first: a condition's timeout_s, a client phase's 30 s).
+MAX_EXTENSION_S = 300.0
 
 
 class ScenarioUnavailableError(RuntimeError):
@@ -87,6 +94,14 @@ class RunResult:
     @property
     def anomalies(self) -> list[dict]:
         return self.results["anomalies"]
+
+
+def step_deadline(step: Step, t0: float) -> float:
+    """When (``time.monotonic()``) a step stops waiting at the latest: its time, or its condition's ``timeout_s``
+    and its delay after the workload started at ``t0``."""
+    if step.at is not None:
+        return t0 + step.at
+    return t0 + step.action.when.timeout_s + (step.action.delay_s or 0.0)
 
 
 def replay_command(spec: ScenarioSpec, seed: int, quick: bool) -> str:
@@ -129,7 +144,8 @@ class ScenarioRunner:
         self._cancel = threading.Event()
         self._step_threads: list[threading.Thread] = []
         self.network: NetworkFaults | None = None   # with [cluster] links = true
-        self.steps: dict[int, dict] = {}   # step number -> when it really happened (s after start) and how it went
+        self.ledger: StepLedger | None = None        # what became of each step (step_ledger.py)
+        self.workload_started = 0.0                  # time.monotonic() when the workload phase began
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -142,6 +158,7 @@ class ScenarioRunner:
         if spec.path:
             shutil.copyfile(spec.path, os.path.join(self.run_dir, "scenario.toml"))
         self.history = History(os.path.join(self.run_dir, HISTORY_FILE), enabled=self.record)
+        self.ledger = StepLedger(self.schedule.steps, self.history)
         started = time.monotonic()
         manager = ClusterManager(os.path.join(self.run_dir, "cluster"))
         c = spec.cluster
@@ -291,13 +308,22 @@ class ScenarioRunner:
         self.request_faults = RequestFaults(manager, h)
         for wl in self.producers + self.readers + self.spark_jobs + self.ctp_jobs:
             wl.start()
-        t0 = time.monotonic()
+        t0 = self.workload_started = time.monotonic()
         for step in self.schedule.steps:
-            th = threading.Thread(target=self._run_step, args=(step, t0, observer, faults),
+            self.ledger.waiting(step, step_deadline(step, t0))
+            th = threading.Thread(target=self.run_step, args=(step, t0, observer, faults),
                                   name=f"scenario-step-{step.number}", daemon=True)
             self._step_threads.append(th)
             th.start()
         self._progress(t0, spec.duration_s, counter)
+        # A step the file names that still waits (for its condition, delay or client phase) keeps the workload
+        # going, bounded by its own deadline: it should happen under the load it was written for.
+        waited_for = self.ledger.wait_for_named(cap=t0 + spec.duration_s + MAX_EXTENSION_S)
+        if waited_for:
+            ended = round(time.monotonic() - t0, 2)
+            h.info("scenario", "workload-extended", {"steps": waited_for, "planned_s": spec.duration_s,
+                                                     "ended_s": ended})
+            log.info("the workload phase went on for named steps %s", kv(steps=waited_for, ended_s=ended))
         for p in self.producers:
             p.stop()
         for p in self.producers:
@@ -322,37 +348,34 @@ class ScenarioRunner:
                     return
                 time.sleep(min(0.5, duration - elapsed))  # the workload phase's own clock, not synchronisation
 
-    def _run_step(self, step: Step, t0: float, observer: ZooKeeperObserver, faults: Faults) -> None:
+    def run_step(self, step: Step, t0: float, observer: ZooKeeperObserver, faults: Faults) -> None:
+        """Wait for the step's time (or condition and delay), apply it, and tell the ledger what became of it."""
         a = step.action
         if step.at is not None:
             if self._cancel.wait(max(0.0, t0 + step.at - time.monotonic())):
+                self.ledger.not_reached(step, f"heal began before its time ({step.at:g}s)")
                 return
         else:
             if not observer.wait_until(lambda s: _holds(a.when, s), a.when.timeout_s, self._cancel):
-                if not self._cancel.is_set():
-                    self.steps[step.number] = {"status": "skipped: condition not met"}
-                    self.history.info("nemesis", "skipped", {"step": step.number, "reason": "condition not met"})
-                    self.unmet.append(f"step #{step.number} ({step.origin}): condition not met within "
-                                      f"{a.when.timeout_s:g}s")
+                self.ledger.not_reached(step, "heal began before its condition held" if self._cancel.is_set()
+                                        else f"condition not met within {a.when.timeout_s:g}s")
                 return
             if a.delay_s and self._cancel.wait(a.delay_s):
+                self.ledger.not_reached(step, f"heal began during its {a.delay_s:g}s delay")
                 return
-        happened = {"happened_at": round(time.monotonic() - t0, 3), "status": "running"}
-        self.steps[step.number] = happened
+        self.ledger.started(step, time.monotonic() - t0)
         try:
             self._apply(step, observer, faults)
-            happened["status"] = "done"
+            self.ledger.done(step)
+        except StepNotReached as e:
+            log.info("step not reached %s", kv(step=step.number, reason=str(e)))
+            self.ledger.not_reached(step, str(e))
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on to heal and check
             if not isinstance(e, (FaultError, WaitTimeout)):
                 log.exception("step %s failed", step.number)
             reason = (str(e) if isinstance(e, (FaultError, WaitTimeout)) else repr(e))[:300]
-            self.history.info("nemesis", "skipped", {"step": step.number, "reason": reason})
-            happened["status"] = f"skipped: {reason.splitlines()[0]}"
             log.info("step skipped %s", kv(step=step.number, reason=reason.splitlines()[0]))
-            if step.origin != "nemesis" and not self._cancel.is_set():
-                # A step the scenario names did not happen: the run does not show what the scenario claims.
-                self.unmet.append(f"step #{step.number} ({step.origin}) {step.action.action} did not happen: "
-                                  f"{reason.splitlines()[0]}")
+            self.ledger.skipped(step, reason)
 
     def _partition_of(self, pick: float) -> tuple[str, int]:
         """A partition of the scenario's topics that ``pick`` chooses."""
@@ -409,6 +432,7 @@ class ScenarioRunner:
         self._cancel.set()
         for th in self._step_threads:
             th.join(timeout=SERVE_TIMEOUT_S + 30)   # a step restarting a broker waits up to that for it
+        self.ledger.close("heal began")   # the verdict on every step is fixed here
         h.info("nemesis", "heal", None)
         t0 = time.monotonic()
         if self.network is not None:
@@ -590,7 +614,7 @@ class ScenarioRunner:
         if not self.record:
             return []
         ex = self.spec.expect
-        unmet = list(self.unmet)
+        unmet = self.ledger.unmet() + self.unmet
         sends = [e for e in entries if e["f"] == "send" and e["type"] in ("fail", "info")] + [
             e for e in entries if e["f"] == "stop" and e["value"].get("unfinished")]
         if ex.failed_sends == "some" and not sends:
@@ -620,7 +644,7 @@ class ScenarioRunner:
         res = report.results(spec=self.spec, seed=self.seed, quick=self.quick, schedule=self.schedule,
                              entries=entries, anomalies=anomalies, unmet=self._expectations(entries),
                              replay=replay_command(self.base_spec, self.seed, self.quick), elapsed_s=elapsed,
-                             run_dir=self.run_dir, steps=self.steps)
+                             run_dir=self.run_dir, steps=self.ledger.shown())
         report.write_json(os.path.join(self.run_dir, "results.json"), res)
         write_jepsen(entries, os.path.join(self.run_dir, "history.jepsen.json"))
         if self.reports == "all" or not res["valid"]:
@@ -811,14 +835,19 @@ def _throttle(r, step, observer, faults) -> None:
 
 @action("kill_client", "restart_client")
 def _kill_client(r, step, observer, faults) -> None:
+    from kafkatier.scenario.ctp_workload import PHASE_TIMEOUT_S, PhaseNotReached
     a = step.action
     job = next(j for j in r.ctp_jobs if j.owns(a.client))
     instance = job.instance(a.client, step.pick)
+    r.ledger.waiting(step, time.monotonic() + PHASE_TIMEOUT_S)   # its client's phase, as a condition is waited for
     try:
         hit = instance.kill(a.signal, step.down_s if a.action == "restart_client" else None, a.phase,
-                            cancel=r._cancel)
-    except (TimeoutError, ProcessLookupError) as e:
+                            timeout_s=PHASE_TIMEOUT_S, cancel=r._cancel)
+    except PhaseNotReached as e:
+        raise StepNotReached(str(e)) from None
+    except ProcessLookupError as e:
         raise FaultError(str(e)) from None
+    r.ledger.started(step, time.monotonic() - r.workload_started)
     r.history.info("nemesis", a.action, dict(hit, client=instance.process, down_s=step.down_s))
 
 
@@ -910,13 +939,17 @@ CLOSE_TIMEOUT_S = 30.0
 def close_bounded(workload, history: History, timeout: float = CLOSE_TIMEOUT_S) -> bool:
     """``workload.close()``, waited for at most ``timeout`` s.  librdkafka's consumer close waits for its group
     handler to terminate and was seen to wait for good after heal (a sweep seed under load: the run then never
-    ended); the run goes on, its history says which client did not close (False)."""
+    ended); the run goes on, its history says which client did not close (False) and when it last got records
+    (``last_progress_s``: a client already stuck before its close polled nothing for a while)."""
     closer = threading.Thread(target=workload.close, name=f"close-{workload.process}", daemon=True)
     closer.start()
     closer.join(timeout)
     if closer.is_alive():
         log.warning("a client did not close %s", kv(client=workload.process, timeout_s=timeout))
-        history.info(workload.process, "close", {"closed": False, "waited_s": timeout})
+        last = workload.last_progress_ns
+        history.info(workload.process, "close", {"closed": False, "waited_s": timeout,
+                                                 "last_progress_s": None if last is None else round(last / 1e9, 3),
+                                                 "closing_at_s": round(history.seconds(), 3)})
         return False
     return True
 

@@ -330,9 +330,11 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
         _check_ctp(workload, f"workloads[{i}]", names)
         workloads.append(workload)
     schedule = []
+    duration = float(doc.get("duration_s", 20.0))
     for i, a in enumerate(doc.get("schedule", [])):
         schedule.append(_action(a, i, {t.name: t.partitions for t in topics}, cluster))
         _check_client_step(schedule[-1], f"schedule[{i}]", workloads)
+        _check_within_run(schedule[-1], f"schedule[{i}]", duration)
     n = doc.get("nemesis")
     nemesis = None
     if n is not None:
@@ -355,7 +357,7 @@ def from_dict(doc: dict, path: str | None = None) -> ScenarioSpec:
     _check_unclean_allowed(cluster, topics, schedule, nemesis, expect)
     q = doc.get("quick", {})
     return ScenarioSpec(name=doc["name"], path=os.path.abspath(path) if path else None,
-                        description=doc.get("description", ""), duration_s=float(doc.get("duration_s", 20.0)),
+                        description=doc.get("description", ""), duration_s=duration,
                         cluster=cluster, topics=topics, workloads=tuple(workloads), schedule=tuple(schedule),
                         nemesis=nemesis, heal_timeout_s=float(doc.get("heal", {}).get("timeout_s", 90.0)),
                         expect=expect, quick_duration_s=q.get("duration_s"),
@@ -399,6 +401,15 @@ def _check_ctp(w: WorkloadSpec, where: str, topics: set[str]) -> None:
         raise ScenarioSpecError(f"{where}.output_topic: unknown topic {w.output_topic!r}")
     if w.output_topic == w.topic:
         raise ScenarioSpecError(f"{where}.output_topic: the job cannot write the topic it reads ({w.topic!r})")
+
+
+def _check_within_run(a: ActionSpec, where: str, duration_s: float) -> None:
+    """A step's ``at`` lies inside the workload phase: a time after its end would never come (``--quick`` scales
+    both alike)."""
+    latest = a.at[1] if isinstance(a.at, tuple) else a.at
+    if latest is not None and latest > duration_s:
+        raise ScenarioSpecError(f"{where}.at: {latest:g} is after the run's duration_s {duration_s:g}: the step "
+                                f"would never happen")
 
 
 CLIENT_ACTIONS = ("kill_client", "restart_client")

@@ -25,6 +25,7 @@ recorded in the history (Jepsen's invoke / ok / fail / info).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -50,6 +51,7 @@ DEFINITE_IF_IDEMPOTENT = {KafkaError.NOT_ENOUGH_REPLICAS}
 HW_LOOKUP_S = 10.0
 QUIET_LOGGER = __import__("logging").getLogger("scenario.librdkafka")
 QUIET_LOGGER.setLevel("CRITICAL")
+DEBUG_ENV = "KAFKATIER_SCENARIO_RDKAFKA_DEBUG"
 
 
 def error_name(err) -> str:
@@ -66,10 +68,20 @@ def error_name(err) -> str:
     return name
 
 
-def client_config(bootstrap: str) -> dict:
-    """librdkafka settings of every scenario client: quiet, short timeouts, metadata refreshed every second."""
-    return {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
+def client_config(bootstrap: str, client_id: str | None = None) -> dict:
+    """librdkafka settings of every scenario client: quiet, short timeouts, metadata refreshed every second;
+    ``client_id``: the process the client records as.  With ``KAFKATIER_SCENARIO_RDKAFKA_DEBUG=CONTEXTS``
+    (``cgrp,fetch,broker,protocol``...) every client logs those debug contexts to the run's stderr, from
+    librdkafka's own threads (so a client blocked in a call still logs; its lines name ``client_id``)."""
+    conf = {"bootstrap.servers": bootstrap, "logger": QUIET_LOGGER, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500}
+    if client_id is not None:
+        conf["client.id"] = client_id
+    debug = os.environ.get(DEBUG_ENV)
+    if debug:
+        del conf["logger"]
+        conf["debug"] = debug
+    return conf
 
 
 class Workload(threading.Thread):
@@ -79,6 +91,7 @@ class Workload(threading.Thread):
         self.history = history
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        self.last_progress_ns: int | None = None   # history time of the last operation that got an answer
 
     def stop(self) -> None:
         self.stopping.set()
@@ -189,7 +202,7 @@ class ConsumerWorkload(Workload):
         self.spec = spec
         self.partitions = partitions
         self.polled = 0
-        self.consumer = Consumer(client_config(bootstrap) | {
+        self.consumer = Consumer(client_config(bootstrap, name) | {
             "group.id": f"scenario-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
             "isolation.level": spec.isolation_level} | ({"client.rack": spec.client_rack} if spec.client_rack else {}))
@@ -215,6 +228,7 @@ class ConsumerWorkload(Workload):
                     continue
                 polled.setdefault(str(m.partition()), []).append([m.offset(), m.value().decode()])
             if polled:
+                self.last_progress_ns = self.history.now()
                 self.polled += sum(len(v) for v in polled.values())
                 self.history.record(INVOKE, self.process, "poll", None, topic=self.spec.topic, invoked=t_invoke)
                 self.history.record(OK, self.process, "poll", polled, topic=self.spec.topic, invoked=t_invoke)
@@ -245,6 +259,7 @@ class OffsetsSampler(Workload):
                     continue
                 self.history.record(OK, self.process, "list-offsets", [lo, hi], topic=self.spec.topic, partition=p,
                                     invoked=t_invoke)
+                self.last_progress_ns = self.history.now()
 
     def close(self) -> None:
         self.consumer.close()

@@ -291,3 +291,50 @@ def test_a_worker_blocked_past_its_deadline_reports_the_stall_and_exits():
     assert proc.returncode == 3
     ev = json.loads(proc.stdout.splitlines()[-1])
     assert ev["ev"] == "fatal" and ev["error"].startswith("STALLED: commit_transaction blocked in librdkafka")
+
+
+# A job whose phases come in one burst (the pipe delivers several lines at once under load): ``produced`` lasts
+# no time at all as the supervisor reads it.
+BURST_JOB = """
+import json, sys, time
+def line(ev, **f):
+    return json.dumps({"t": time.monotonic_ns(), "ev": ev, **f}) + "\\n"
+sys.stdout.write(line("ready")); sys.stdout.flush()
+seq = 0
+while True:
+    sys.stdout.write(line("begin", txn=seq, inputs={"0": [seq, seq]}) + line("produced", txn=seq, writes=[[0, seq, "X"]])
+                     + line("end", txn=seq, offsets={"0": seq + 1}) + line("committed", txn=seq, records=seq + 1))
+    sys.stdout.flush()
+    seq += 1
+    time.sleep(0.3)
+"""
+
+
+def test_a_phase_that_lasts_no_time_is_still_hit():
+    """The kill is fired by the phase change itself: a waiter woken after the fact missed ``produced`` when the
+    lines of a whole transaction arrived together (a consume-transform-produce run under load: 30 s, never hit)."""
+    import sys
+    import threading
+
+    from kafkatier.scenario.ctp_workload import CtpInstance
+    from kafkatier.scenario.history import History
+    from kafkatier.scenario.spec import WorkloadSpec
+
+    inst = CtpInstance("ctp-0", "g", WorkloadSpec(type="ctp", topic="in", output_topic="out"), "127.0.0.1:1",
+                       History(None))
+    inst.argv = [sys.executable, "-c", BURST_JOB]
+    inst.start()
+    try:
+        # Two steps wait on the same instance at once: each gets its own kill (the second, the next incarnation).
+        hits: dict = {}
+        later = threading.Thread(target=lambda: hits.update(produced=inst.kill(
+            "KILL", down_s=0.1, phase="produced", timeout_s=30)))
+        later.start()
+        hits["committing"] = inst.kill("KILL", down_s=0.1, phase="committing", timeout_s=30)
+        later.join(60)
+        assert hits["committing"]["phase"] == "committing" and hits["produced"]["phase"] == "produced"
+        assert {hits["committing"]["incarnation"], hits["produced"]["incarnation"]} <= {1, 2}
+        assert hits["committing"]["pid"] != hits["produced"]["pid"]
+    finally:
+        inst.stop()
+        inst.join(10)

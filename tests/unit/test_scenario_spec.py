@@ -302,6 +302,7 @@ def test_a_client_that_never_closes_does_not_hold_the_run(tmp_path):
 
     class _Stuck:
         process = "consumer-1"
+        last_progress_ns = 1_500_000_000   # its last records, 1.5 s into the run
         released = threading.Event()
 
         def close(self):
@@ -314,7 +315,9 @@ def test_a_client_that_never_closes_does_not_hold_the_run(tmp_path):
         stuck.released.set()
     history.flush()
     entries = read(history.path)
-    assert [(e["process"], e["f"], e["value"]) for e in entries] == [
-        ("consumer-1", "close", {"closed": False, "waited_s": 0.2})]
+    [(process, f, value)] = [(e["process"], e["f"], e["value"]) for e in entries]
+    assert (process, f) == ("consumer-1", "close") and value["closed"] is False and value["waited_s"] == 0.2
+    assert value["last_progress_s"] == 1.5 and value["closing_at_s"] >= 0
     assert check_all(entries) == []
-    assert close_bounded(type("_Fine", (), {"process": "consumer-2", "close": lambda self: None})(), history)
+    assert close_bounded(type("_Fine", (), {"process": "consumer-2", "last_progress_ns": None,
+                                            "close": lambda self: None})(), history)
