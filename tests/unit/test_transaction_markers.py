@@ -2,6 +2,7 @@
 completion once every partition answered (a fake broker client, rounds driven by the test)."""
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
@@ -110,6 +111,30 @@ def test_markers_of_an_unloaded_partition_are_dropped(channel):
     channel.remove_markers_for_txn_partition(4)
     channel.leaders[("a", 0)] = 1
     assert channel._send_round() is False and done == [] and channel.brokers.requests == []
+
+
+def test_a_started_sender_sends_at_once_and_again_after_errors():
+    """Once started, markers leave from the adding call (no wait for the sender thread); an error answer and a
+    leaderless partition are sent again by the sender thread after the backoff, and the transaction completes."""
+    brokers = FakeBrokers()
+    leaders = {("a", 0): 1, ("a", 1): 2}
+    ch = TransactionMarkerChannelManager(9, lambda t, p: leaders.get((t, p)), brokers.send, retry_backoff_ms=10)
+    ch.startup()
+    try:
+        first = threading.Event()
+        ch.add_markers(PendingMarkers("tx", 0, 3, 1000, 2, True, {("a", 0), ("a", 1)}, lambda _p: first.set()))
+        assert first.wait(10) and sorted(b for b, _ in brokers.requests) == [1, 2]
+        brokers.requests.clear()
+        brokers.errors[("a", 1)] = [Errors.NOT_ENOUGH_REPLICAS]
+        leaders[("a", 0)] = -1
+        second = threading.Event()
+        ch.add_markers(PendingMarkers("tx", 0, 3, 1000, 2, True, {("a", 0), ("a", 1)}, lambda _p: second.set()))
+        assert not second.wait(0.05)          # a,0 has no leader: nothing completes
+        leaders[("a", 0)] = 1
+        assert second.wait(10) and ch.pending_count() == 0
+        assert sum(1 for b, _ in brokers.requests if b == 2) >= 2 and any(b == 1 for b, _ in brokers.requests)
+    finally:
+        ch.shutdown()
 
 
 def test_tool_tables_and_usage_errors(capsys):
