@@ -423,7 +423,7 @@ class LogSegment:
             return message_timestamp - t
         return now_ms - self.created_ms
 
-    def should_roll(self, *, segment_bytes: int, max_segment_ms: int, messages_size: int,
+    def should_roll(self, segment_bytes: int, max_segment_ms: int, messages_size: int,
                     max_timestamp_in_messages: int, max_offset_in_messages: int, now_ms: int) -> bool:
         """Kafka's roll conditions: size, age, a full index, or an offset too far from the base."""
         size = self._size

@@ -971,7 +971,9 @@ class SocketServer:
                                                   connection=context.connection_id, client_id=header.client_id))
             self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
             return
-        if hasattr(result, "add_done_callback"):
+        if type(result) is codec.EncodedResponse:   # the Produce / Fetch hot path: an answer ready to frame
+            self._finish(conn, slot, header, result)
+        elif hasattr(result, "add_done_callback"):
             result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
         else:
             self._deliver(conn, slot, header, request, result)
