@@ -177,7 +177,7 @@ def main() -> int:
             t0 = time.monotonic()
             admin.alter_replica_log_dirs({(BIG, 0, 1): dst})
             wait_for(lambda: where(dirs, f"{BIG}-0") == dst and not os.path.exists(os.path.join(dst, f"{BIG}-0.move")),
-                     3600, interval=0.02, message="the move")
+                     3600, interval=0.005, message="the move")
             move_s = time.monotonic() - t0
             cp_rate, move_rate = size / cp_s / MIB, size / move_s / MIB
             print(f"cp -r:          {cp_s:7.2f}s  {cp_rate:7.1f} MB/s")

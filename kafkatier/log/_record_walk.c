@@ -264,25 +264,28 @@ static int opt_int(PyObject *o, int *has, long long *out)
 #define H_SIZE 61
 #define LOG_OVERHEAD 12
 
-static PyObject *leader_append(PyObject *self, PyObject *args)
+/* The result of a leader append that passed every check. */
+typedef struct {
+    long long first_offset, last_offset, max_ts, offset_of_max_ts, num_batches, num_records;
+    Py_ssize_t valid_bytes;
+    PyObject *records; /* the copy with offsets and leader epoch written (a new reference) */
+} append_result;
+
+/* leader_append's work on an acquired buffer: 1 accepted (*res filled), 0 refused or not handled here (the
+ * Python path decides), -1 a Python error. */
+static int leader_append_core(Py_buffer *view, long long next_offset, long long leader_epoch, long long now_ms,
+                              PyObject *max_bytes_o, PyObject *before_o, PyObject *after_o, int compacted,
+                              PyObject *crc_fn, append_result *res)
 {
-    Py_buffer view;
-    long long next_offset, leader_epoch, now_ms;
-    PyObject *max_bytes_o, *before_o, *after_o, *crc_fn;
-    int compacted;
-    if (!PyArg_ParseTuple(args, "y*LLLOOOpO", &view, &next_offset, &leader_epoch, &now_ms, &max_bytes_o, &before_o,
-                          &after_o, &compacted, &crc_fn))
-        return NULL;
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    Py_ssize_t total = view.len, pos = 0;
+    const unsigned char *buf = (const unsigned char *)view->buf;
+    Py_ssize_t total = view->len, pos = 0;
     int has_max, has_before, has_after;
     long long max_bytes = 0, before = 0, after = 0;
     if (opt_int(max_bytes_o, &has_max, &max_bytes) < 0 || opt_int(before_o, &has_before, &before) < 0 ||
         opt_int(after_o, &has_after, &after) < 0 || leader_epoch < INT32_MIN || leader_epoch > INT32_MAX) {
-        PyBuffer_Release(&view);
         if (PyErr_Occurred())
             PyErr_Clear();
-        Py_RETURN_NONE;
+        return 0;
     }
     __int128 lo = (__int128)now_ms - before, hi = (__int128)now_ms + after;
     long long first_offset = next_offset, num_batches = 0, num_records = 0;
@@ -292,49 +295,49 @@ static PyObject *leader_append(PyObject *self, PyObject *args)
         const unsigned char *b = buf + pos;
         long long size = (long long)be32(b + H_LENGTH) + LOG_OVERHEAD;
         if (size < H_SIZE || total - pos <= H_MAGIC || b[H_MAGIC] != 2)
-            goto bail;
+            return 0;
         if ((has_max && size > max_bytes) || size > total - pos)
-            goto bail;
+            return 0;
         int16_t attributes = be16(b + H_ATTRIBUTES);
         int32_t last_delta = be32(b + H_LAST_DELTA), count = be32(b + H_COUNT);
         int64_t base_ts = be64(b + H_BASE_TS), batch_max_ts = be64(b + H_MAX_TS);
         if (be64(b) != 0 || last_delta < 0 || count <= 0 || (long long)last_delta + 1 != count)
-            goto bail;
+            return 0;
         if ((attributes & 0x20) || (attributes & 0x07))
-            goto bail; /* a control batch (refused from clients), a compressed one (the Python path inflates) */
+            return 0; /* a control batch (refused from clients), a compressed one (the Python path inflates) */
         if (be64(b + H_PRODUCER_ID) > -1 && be32(b + H_BASE_SEQUENCE) < 0)
-            goto bail;
+            return 0;
         if (has_before && base_ts != -1 && (__int128)now_ms - base_ts > before)
-            goto bail;
+            return 0;
         if (has_after && (__int128)batch_max_ts - now_ms > after)
-            goto bail;
+            return 0;
         /* the CRC-32C of attributes..end, by the crc32c module the Python path uses */
         PyObject *mv = PyMemoryView_FromMemory((char *)b + H_ATTRIBUTES, (Py_ssize_t)size - H_ATTRIBUTES, PyBUF_READ);
         if (mv == NULL)
-            goto fail;
+            return -1;
         PyObject *crc = PyObject_CallOneArg(crc_fn, mv);
         Py_DECREF(mv);
         if (crc == NULL)
-            goto fail;
+            return -1;
         unsigned long computed = PyLong_AsUnsignedLong(crc);
         Py_DECREF(crc);
         if (computed == (unsigned long)-1 && PyErr_Occurred())
-            goto fail;
+            return -1;
         if (computed != (uint32_t)be32(b + H_CRC))
-            goto bail;
+            return 0;
         int64_t rmin, rmax;
         long long rmin_i, rmax_i, nkeyless;
         int r = walk_core(buf, total, pos + H_SIZE, pos + (Py_ssize_t)size, count, base_ts, NULL, &nkeyless, &rmin,
                           &rmin_i, &rmax, &rmax_i);
         if (r < 0)
-            goto fail;
+            return -1;
         if (r == 0 || (compacted && nkeyless))
-            goto bail;
+            return 0;
         if (base_ts != -1 && ((has_before && rmin < lo) || (has_after && rmax > hi)))
-            goto bail;
+            return 0;
         long long last_offset;
         if (__builtin_add_overflow(next_offset, (long long)last_delta, &last_offset) || last_offset == LLONG_MAX)
-            goto bail;
+            return 0;
         if (batch_max_ts > max_ts) {
             max_ts = batch_max_ts;
             offset_of_max_ts = last_offset;
@@ -345,10 +348,10 @@ static PyObject *leader_append(PyObject *self, PyObject *args)
         pos += (Py_ssize_t)size;
     }
     if (num_batches == 0 || pos != total)
-        goto bail;
+        return 0;
     PyObject *out = PyBytes_FromStringAndSize((const char *)buf, total);
     if (out == NULL)
-        goto fail;
+        return -1;
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
     long long off = first_offset;
     for (Py_ssize_t q = 0; q < total;) {
@@ -358,15 +361,90 @@ static PyObject *leader_append(PyObject *self, PyObject *args)
         off += (long long)be32(o + q + H_LAST_DELTA) + 1;
         q += (Py_ssize_t)size;
     }
+    res->first_offset = first_offset;
+    res->last_offset = next_offset - 1;
+    res->max_ts = (long long)max_ts;
+    res->offset_of_max_ts = offset_of_max_ts;
+    res->num_batches = num_batches;
+    res->num_records = num_records;
+    res->valid_bytes = total;
+    res->records = out;
+    return 1;
+}
+
+static PyObject *leader_append(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long next_offset, leader_epoch, now_ms;
+    PyObject *max_bytes_o, *before_o, *after_o, *crc_fn;
+    int compacted;
+    if (!PyArg_ParseTuple(args, "y*LLLOOOpO", &view, &next_offset, &leader_epoch, &now_ms, &max_bytes_o, &before_o,
+                          &after_o, &compacted, &crc_fn))
+        return NULL;
+    append_result res;
+    int r = leader_append_core(&view, next_offset, leader_epoch, now_ms, max_bytes_o, before_o, after_o, compacted,
+                               crc_fn, &res);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(LLLLLLnN)", first_offset, next_offset - 1, (long long)max_ts, offset_of_max_ts,
-                         num_batches, num_records, total, out);
-bail:
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LLLLLLnN)", res.first_offset, res.last_offset, res.max_ts, res.offset_of_max_ts,
+                         res.num_batches, res.num_records, res.valid_bytes, res.records);
+}
+
+/* leader_append_info: leader_append with its result built as an instance of `cls` (log.record_batch.AppendInfo, a
+ * slotted attrs class) whose fields are `names` in order: the eight results, then log_append_time (-1),
+ * log_start_offset and epoch_starts (()). The fields are set as object.__setattr__ sets them (the generic
+ * setattr, past the frozen class's __setattr__), without the Python-level __init__, which cost more than the
+ * validation itself. Only for a type the caller has checked (record_batch builds it the same way when this
+ * module is missing). */
+static PyObject *leader_append_info(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long next_offset, leader_epoch, now_ms, log_start_offset;
+    PyObject *max_bytes_o, *before_o, *after_o, *crc_fn, *cls, *names;
+    int compacted;
+    if (!PyArg_ParseTuple(args, "y*LLLOOOpOO!O!L", &view, &next_offset, &leader_epoch, &now_ms, &max_bytes_o,
+                          &before_o, &after_o, &compacted, &crc_fn, &PyType_Type, &cls, &PyTuple_Type, &names,
+                          &log_start_offset))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 11) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "names must hold the 11 AppendInfo fields");
+        return NULL;
+    }
+    append_result res;
+    int r = leader_append_core(&view, next_offset, leader_epoch, now_ms, max_bytes_o, before_o, after_o, compacted,
+                               crc_fn, &res);
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-fail:
-    PyBuffer_Release(&view);
-    return NULL;
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
+    PyObject *values[11] = {PyLong_FromLongLong(res.first_offset), PyLong_FromLongLong(res.last_offset),
+                            PyLong_FromLongLong(res.max_ts), PyLong_FromLongLong(res.offset_of_max_ts),
+                            PyLong_FromLongLong(res.num_batches), PyLong_FromLongLong(res.num_records),
+                            PyLong_FromSsize_t(res.valid_bytes), res.records, PyLong_FromLong(-1),
+                            PyLong_FromLongLong(log_start_offset), PyTuple_New(0)};
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *obj = NULL;
+    for (int k = 0; k < 11; k++)
+        if (values[k] == NULL)
+            goto done;
+    obj = type->tp_alloc(type, 0);
+    if (obj == NULL)
+        goto done;
+    for (int k = 0; k < 11; k++) {
+        if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(names, k), values[k]) < 0) {
+            Py_CLEAR(obj);
+            goto done;
+        }
+    }
+done:
+    for (int k = 0; k < 11; k++)
+        Py_XDECREF(values[k]);
+    return obj;
 }
 
 static PyMethodDef methods[] = {
@@ -378,6 +456,9 @@ static PyMethodDef methods[] = {
      "timestamp_after_max_ms, compacted, crc32c) -> (first_offset, last_offset, max_timestamp, "
      "offset_of_max_timestamp, num_batches, num_records, valid_bytes, records) or None (run the Python path for its "
      "error)"},
+    {"leader_append_info", leader_append_info, METH_VARARGS,
+     "leader_append_info(records, next_offset, leader_epoch, now_ms, max_message_bytes, timestamp_before_max_ms, "
+     "timestamp_after_max_ms, compacted, crc32c, cls, field_names, log_start_offset) -> a cls instance or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_walk", NULL, -1, methods};

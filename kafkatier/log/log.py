@@ -104,6 +104,7 @@ class Log:
         parsed = parse_partition_dir(self._dir)
         self.topic = parsed.topic
         self.partition = parsed.partition
+        self._name = f"{parsed.topic}-{parsed.partition}"   # read on every append
         self.is_future = parsed.kind == "future"
         self._default_config = default_config or LogConfig()
         self._config = self._to_config(config)
@@ -147,7 +148,7 @@ class Log:
     # --- identity and offsets ------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return self._name
 
     @property
     def topic_partition(self) -> tuple[str, int]:
@@ -511,15 +512,15 @@ class Log:
             if self._closed:
                 self._check_open()
             now = self._clock() if now_ms is None else now_ms
-            info = self._validator.validate(records, self._next_offset, leader_epoch, now,
-                                            log_start_offset=self._log_start_offset, topic_partition=self.name,
-                                            from_coordinator=from_coordinator)
+            info = self._validator.validate(records, self._next_offset, leader_epoch, now, self._log_start_offset,
+                                            self._name, from_coordinator)
             if info.num_batches == 0:
                 return info
             self._append(info, now)
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
-            self._maybe_flush_by_messages()
+            if self._next_offset - self._recovery_point >= self._config.flush_messages:   # _maybe_flush_by_messages
+                self.flush()
             return info
 
     def append_as_follower(self, records) -> AppendInfo:
@@ -760,22 +761,24 @@ class Log:
                                     h.records_count, size, info.records[pos:pos + size]), now_ms)
 
     def _append(self, info: AppendInfo, now_ms: int) -> None:
-        cfg = self._config
-        if info.valid_bytes > cfg.segment_bytes:
+        segment_bytes = self._config.segment_bytes
+        size = info.valid_bytes
+        if size > segment_bytes:
             raise RecordBatchTooLargeError(
-                f"Message batch size is {info.valid_bytes} bytes in append to partition {self.name} which "
-                f"exceeds the maximum configured segment size of {cfg.segment_bytes}.")
+                f"Message batch size is {size} bytes in append to partition {self.name} which "
+                f"exceeds the maximum configured segment size of {segment_bytes}.")
         segment = self._segments[-1]
-        if segment.should_roll(segment_bytes=cfg.segment_bytes, max_segment_ms=self._max_segment_ms,
-                               messages_size=info.valid_bytes, max_timestamp_in_messages=info.max_timestamp,
-                               max_offset_in_messages=info.last_offset, now_ms=now_ms):
+        last = info.last_offset
+        max_ts = info.max_timestamp
+        # positional: should_roll(segment_bytes, max_segment_ms, messages_size, max timestamp, max offset, now)
+        if segment.should_roll(segment_bytes, self._max_segment_ms, size, max_ts, last, now_ms):
             segment = self._roll(info.first_offset)
         try:
-            segment.append(info.last_offset, info.max_timestamp, info.offset_of_max_timestamp, info.records)
+            segment.append(last, max_ts, info.offset_of_max_timestamp, info.records)
         except OSError as e:
             raise KafkaStorageError(f"Error while appending records to {self.name} in dir {self.parent_dir}: "
                                     f"{e}") from e
-        self._next_offset = info.last_offset + 1
+        self._next_offset = last + 1
 
     def _maybe_flush_by_messages(self) -> None:
         if self.unflushed_messages >= self._config.flush_messages:

@@ -54,9 +54,19 @@ from kafkatier.logsetup import get_logger, kv
 
 try:
     from kafkatier.log._record_walk import leader_append as _compiled_leader_append
+    from kafkatier.log._record_walk import leader_append_info as _compiled_leader_append_info
     from kafkatier.log._record_walk import walk as _compiled_walk
 except ImportError:  # built without a C compiler: the pure-Python walk below does everything
-    _compiled_walk = _compiled_leader_append = None
+    _compiled_walk = _compiled_leader_append = _compiled_leader_append_info = None
+
+#: AppendInfo's fields in order, for the compiled append that builds it (it sets them as ``object.__setattr__``
+#: does, without the frozen class's ``__init__``: ~1 us of a ~7 us append).  Only for the slotted attrs class
+#: with the fields it knows; otherwise the tuple is turned into an AppendInfo here.
+_INFO_FIELDS = tuple(a.name for a in attrs.fields(rb.AppendInfo))
+if _INFO_FIELDS != ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp", "num_batches",
+                    "num_records", "valid_bytes", "records", "log_append_time", "log_start_offset",
+                    "epoch_starts") or "__slots__" not in rb.AppendInfo.__dict__:
+    _compiled_leader_append_info = None
 
 log = get_logger("log.validator")
 
@@ -148,17 +158,25 @@ class LeaderAppendValidator:
         self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
 
-    def validate(self, records, next_offset: int, leader_epoch: int, now_ms: int, *, log_start_offset: int = -1,
+    def validate(self, records, next_offset: int, leader_epoch: int, now_ms: int, log_start_offset: int = -1,
                  topic_partition: str = "", from_coordinator: bool = False) -> rb.AppendInfo:
-        compiled = _compiled_leader_append
+        compiled = _compiled_leader_append   # None: the Python steps below (tests and benchmarks set it so)
         if compiled is not None and self._create_time and not from_coordinator:
             try:
-                fast = compiled(records, next_offset, leader_epoch, now_ms, self._max_message_bytes, self._before,
-                                self._after, self._compact, rb.crc32c)
+                build = _compiled_leader_append_info
+                if build is not None:
+                    info = build(records, next_offset, leader_epoch, now_ms, self._max_message_bytes, self._before,
+                                 self._after, self._compact, rb.crc32c, rb.AppendInfo, _INFO_FIELDS,
+                                 log_start_offset)
+                    if info is not None:
+                        return info
+                else:
+                    fast = compiled(records, next_offset, leader_epoch, now_ms, self._max_message_bytes,
+                                    self._before, self._after, self._compact, rb.crc32c)
+                    if fast is not None:  # (first, last, max_ts, offset of max_ts, batches, count, bytes, records)
+                        return rb.AppendInfo(*fast, log_start_offset=log_start_offset)
             except (TypeError, BufferError, OverflowError, ValueError):  # a buffer it cannot read: Python can
-                fast = None
-            if fast is not None:  # (first, last, max_ts, offset_of_max_ts, batches, count, valid bytes, records)
-                return rb.AppendInfo(*fast, log_start_offset=log_start_offset)
+                pass
         cfg = self.config
         info = rb.validate_and_assign_offsets(
             records, next_offset, leader_epoch, now_ms, max_message_bytes=self._max_message_bytes,

@@ -91,6 +91,32 @@ def copy_file_range(src_fd: int, src_pos: int, dst_fd: int, dst_pos: int, n: int
         done += len(data)
 
 
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux's ``sync_file_range`` (not in ``os``), or None where libc has none."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, position: int, n: int) -> None:
+    """Ask the kernel to start writing ``n`` bytes at ``position`` of ``fd`` to disk, without waiting
+    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``): a copy that is fsynced at its end (a KIP-113 move) then finds
+    most of its data already written, the disk working while the copy goes on.  Durability still comes from the
+    fsync; where the call is missing or fails nothing happens."""
+    fn = _SYNC_FILE_RANGE
+    if fn is not None and n > 0:
+        fn(fd, position, n, _SYNC_FILE_RANGE_WRITE)
+
+
 def filename_prefix(offset: int) -> str:
     """Kafka's 20-digit zero-padded file name for a base offset."""
     return f"{offset:020d}"
@@ -394,6 +420,7 @@ class LogSegment:
                 f"with baseOffset {self.base_offset}")
         position = self._size
         copy_file_range(src._fd, start, self._fd, position, n)
+        start_writeback(self._fd, position, n)
         if position == 0:
             self._rolling_based_timestamp = headers[0].max_timestamp
         self._size = position + n
@@ -423,7 +450,7 @@ class LogSegment:
             return message_timestamp - t
         return now_ms - self.created_ms
 
-    def should_roll(self, *, segment_bytes: int, max_segment_ms: int, messages_size: int,
+    def should_roll(self, segment_bytes: int, max_segment_ms: int, messages_size: int,
                     max_timestamp_in_messages: int, max_offset_in_messages: int, now_ms: int) -> bool:
         """Kafka's roll conditions: size, age, a full index, or an offset too far from the base."""
         size = self._size

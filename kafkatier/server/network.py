@@ -28,7 +28,8 @@ Per connection:
 - every request takes a slot in a FIFO; responses are written strictly in slot order, so asynchronous
   completion never reorders a connection's responses (Kafka's guarantee);
 - reading stops while ``max_in_flight_per_connection`` requests are unanswered or unsent (Kafka itself uses 1;
-  the default here, 5, matches the clients' ``max.in.flight.requests.per.connection``).
+  the default here, 5, matches the clients' ``max.in.flight.requests.per.connection``) and resumes once half of
+  them are answered (one wake-up of the I/O thread per few requests for a client that keeps the limit busy).
 
 Errors: a bad frame size (negative, too small, or above ``socket.request.max.bytes`` -- checked before the body
 is allocated; before authentication the cap is ``unauthenticated_max_request_bytes``, Kafka's
@@ -209,7 +210,7 @@ class MemoryPool:
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
                   "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
-                  "handshake_events", "awaiting_memory", "muted_until")
+                  "handshake_events", "awaiting_memory", "muted_until", "full")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -233,6 +234,9 @@ class _Connection:
         #: A size prefix was read (``body_size``) and the memory pool had nothing left: reading waits for memory.
         self.awaiting_memory = False
         self.muted_until = 0.0   # monotonic time until which a client quota's throttle keeps reads off
+        #: Reading is paused on the in-flight limit (set by the I/O thread under ``lock``): a completing thread that
+        #: sends its answer itself wakes the I/O thread only once the queue is down to half the limit.
+        self.full = False
 
 
 class _HandlerPool:
@@ -835,7 +839,7 @@ class SocketServer:
         if conn.closed or conn.handshake_events:
             return
         events = 0
-        if not conn.closing and not conn.awaiting_memory and len(conn.slots) + len(conn.out) < self._max_in_flight:
+        if not conn.closing and not conn.awaiting_memory and self._below_in_flight_limit(conn):
             if conn.muted_until and conn.muted_until > time.monotonic():
                 if conn not in self._throttled:
                     self._throttled.append(conn)   # read on once the throttle time is over (``_unmute_due``)
@@ -857,6 +861,17 @@ class SocketServer:
         conn.events = events
         if resumed and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
             self._pending_reads.append(conn)
+
+    def _below_in_flight_limit(self, conn: _Connection) -> bool:
+        """Whether the connection may read another request; at the limit, ``conn.full`` is set under the lock the
+        completing threads take, so the completion that brings the queue down to half the limit sees it and
+        wakes this thread (``_send_now``)."""
+        if len(conn.slots) + len(conn.out) < self._max_in_flight:
+            conn.full = False
+            return True
+        with conn.lock:
+            full = conn.full = len(conn.slots) + len(conn.out) >= self._max_in_flight
+        return not full
 
     def _close(self, conn: _Connection, reason: str, malformed: bool = False) -> None:
         if conn.closed:
@@ -971,7 +986,9 @@ class SocketServer:
                                                   connection=context.connection_id, client_id=header.client_id))
             self._answer_error(conn, slot, header, request, Errors.UNKNOWN_SERVER_ERROR)
             return
-        if hasattr(result, "add_done_callback"):
+        if type(result) is codec.EncodedResponse:   # the Produce / Fetch hot path: an answer ready to frame
+            self._finish(conn, slot, header, result)
+        elif hasattr(result, "add_done_callback"):
             result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
         else:
             self._deliver(conn, slot, header, request, result)
@@ -1085,8 +1102,8 @@ class SocketServer:
     def _send_now(self, conn: _Connection, slot: _Slot, data: bytearray) -> bool:
         """Send a completed answer from the completing thread, under ``conn.lock``, when it is next in line and
         nothing is queued before it: no hand-off to the I/O thread and no wake-up (plaintext sockets, not muted).
-        True when the I/O thread need not be told: all of it was sent, reading was not paused on the in-flight
-        limit and no later answer is waiting.  A partial send leaves the rest queued first in ``conn.out`` (the I/O thread writes it, and the
+        True when the I/O thread need not be told: all of it was sent, no later answer is waiting, and reading is
+        not paused on the in-flight limit or more than half the limit is still queued (a later completion wakes it).  A partial send leaves the rest queued first in ``conn.out`` (the I/O thread writes it, and the
         answers after it, once woken).
 
         Ordering: ``_collect`` moves answers to ``conn.out`` under the same lock and takes them off only once
@@ -1096,7 +1113,6 @@ class SocketServer:
         if conn.closing or conn.closed or conn.out or conn.muted_until or not conn.slots or conn.slots[0] is not slot \
                 or isinstance(conn.sock, ssl.SSLSocket):
             return False
-        was_full = len(conn.slots) >= self._max_in_flight
         conn.slots.popleft()
         try:
             n = conn.sock.send(data)
@@ -1107,9 +1123,18 @@ class SocketServer:
         if n < len(data):
             conn.out.append(memoryview(data)[n:])
             return False
-        # the I/O thread must resume reading (it paused on the in-flight limit) or collect answers completed
-        # earlier that waited behind this one
-        return not was_full and not (conn.slots and conn.slots[0].done)
+        if conn.slots and conn.slots[0].done:
+            return False   # answers completed earlier wait behind this one: the I/O thread collects them
+        if conn.full:
+            # Reading paused on the in-flight limit: resumed once half the limit is left queued, so a client that
+            # keeps the limit busy costs one wake-up of the I/O thread per few requests, not one per request
+            # (each wake-up is a socket write and a GIL hand-off), and the handler still has requests queued
+            # while the I/O thread reads the next ones.
+            if len(conn.slots) > self._max_in_flight // 2:
+                return True
+            conn.full = False
+            return False
+        return True
 
 
 __all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse", "RawSaslToken", "RAW_SASL_HANDLER",

@@ -12,13 +12,14 @@ One round of a move (:meth:`ReplicaAlterLogDirsThread._copy_round`), holding ``P
 1. if the future log ended below the current local log start offset (retention or DeleteRecords ran; for a
    tiered log, the data below it is remote and stays there), it restarts there (``truncate_fully_and_start_at``);
 2. copy whole batches from the current log at the future log end offset, up to the current **LEO** (Kafka:
-   the local leader end point with replica id -3), at most ``replica.fetch.max.bytes`` (8 MiB,
+   the local leader end point with replica id -3), at most ``replica.fetch.max.bytes`` (32 MiB,
    :data:`UNTHROTTLED_ROUND_BYTES`, when no throttle applies: fewer rounds, each holding the current log's lock
-   a few milliseconds) and at most what the shared throttle allows
+   ~10 ms) and at most what the shared throttle allows
    (:class:`~kafkatier.server.replication_quota_manager.ReplicationQuotaManager`; at least one batch once the
    throttle allows any byte);
 3. the bytes are copied by the kernel (``Log.append_copy_from``: ``copy_file_range``, zero-copy;
-   only batch headers are read in Python, offsets and leader epochs kept).  A batch that starts below the
+   only batch headers are read in Python, offsets and leader epochs kept), and their write-back to disk is
+   started at once (``sync_file_range``), so the fsync before the swap waits only for the last round's.  A batch that starts below the
    future LEO fails with Kafka's ``Offset mismatch for the future replica`` -- except the KAFKA-6975 case, a
    log start offset inside the first batch of an empty log; one above it (a compacted log's gap) is copied;
 4. the future log takes the current high watermark and log start offset (so DeleteRecords during a move also
@@ -38,7 +39,7 @@ error) restarts from the future log's own high watermark (KAFKA-9087) up to ``MA
 then the future log is dropped and the partition stays where it is.  An I/O error in the destination dir is
 reported to ``on_log_dir_failure`` and drops the future log; the partition stays online.
 
-Differences from Kafka: unthrottled rounds of 8 MiB (above); no fetch sessions or fetch states (the thread reads the local log directly, so leader
+Differences from Kafka: unthrottled rounds of 32 MiB (above); no fetch sessions or fetch states (the thread reads the local log directly, so leader
 epochs, fencing and OffsetsForLeaderEpoch are not involved); batches are copied file to file without
 re-checking their CRCs (they were checked when appended to the current log); the throttle is a token bucket
 (same long-run rate as Kafka's sampled windows); the log cleaner never cleans a future log, so nothing is paused.
@@ -65,7 +66,7 @@ TopicPartition = tuple[str, int]
 MAX_CONSECUTIVE_FAILURES = 5
 #: Bytes per round of an unthrottled move: a round costs a few header reads and lock hand-offs besides the kernel
 #: copy (~10 % of a 1 MiB round); the current log's lock is held for one round (a few ms at this size).
-UNTHROTTLED_ROUND_BYTES = 8 * 1024 * 1024
+UNTHROTTLED_ROUND_BYTES = 32 * 1024 * 1024
 FAILURE_BACKOFF_S = 0.5
 _RATE_WINDOW_S = 5.0
 
