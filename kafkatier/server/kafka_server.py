@@ -13,6 +13,7 @@ new session is established the broker re-registers (new, larger broker epoch) an
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -71,6 +72,7 @@ from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache
 from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
+from kafkatier.server.gc_tuning import GcPauses, freeze_startup_objects
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -93,8 +95,10 @@ UNCLEAN = "unclean.leader.election.enable"
 
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, gc_pauses: GcPauses | None = None):
+        """``gc_pauses``: the process's garbage-collection pauses, shown by :meth:`describe` (run_broker)."""
         self.config = config
+        self.gc_pauses = gc_pauses
         self.broker_id = config.broker_id
         self.zk = None
         self.broker_epoch = -1
@@ -587,7 +591,8 @@ class KafkaServer:
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
                 "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {},
                 "follower_fetching": dict(self.replica_manager.follower_fetch_metrics) if self.replica_manager
-                else {}}
+                else {},
+                "gc": self.gc_pauses.describe() if self.gc_pauses else None}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001
@@ -616,7 +621,11 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
     # znodes in a busy broker spent most of its time there (docs/architecture.md#at-scale-20000-partitions).
     sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
-    server = KafkaServer(config)
+    # The collector (server/gc_tuning.py): off while the logs load (millions of objects that live as long as
+    # the broker: every full collection on the way would walk them all), then one collection and a freeze.
+    freeze = broker_setting(config.overrides, "kafkatier.gc.freeze.enable")
+    gc_pauses = GcPauses().install()
+    server = KafkaServer(config, gc_pauses=gc_pauses)
     stop = threading.Event()
     controlled = []
 
@@ -626,7 +635,14 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
         stop.set()
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    server.startup()
+    if freeze:
+        gc.disable()
+    try:
+        server.startup()
+    finally:
+        if freeze:
+            freeze_startup_objects()
+            gc.enable()
     if port_file:
         write_port_file(port_file, server.config.port,
                         {ss.listener_name: ss.port for ss in server.extra_socket_servers})

@@ -56,7 +56,7 @@ from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgato
 from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
 from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
-from kafkatier.server.zk_isr_manager import IsrChangePropagationConfig, IsrWrite, ZkIsrManager
+from kafkatier.server.zk_isr_manager import BATCH_SUMMARY_MIN, IsrChangePropagationConfig, IsrWrite, ZkIsrManager
 from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
@@ -374,8 +374,10 @@ class ReplicaManager:
         if not changes:
             return
         written = self.isr_manager.write([w for _, w, _ in changes])
+        # A large batch (a restarted follower rejoining thousands of ISRs) is one line of the ISR manager's.
+        log_each = len(changes) < BATCH_SUMMARY_MIN
         for p, w, reason in changes:
-            p.complete_isr_write(w, written.get(w.tp), reason)
+            p.complete_isr_write(w, written.get(w.tp), reason, log_each=log_each)
         for p, _, _ in changes:
             p.maybe_increment_high_watermark()
 

@@ -88,3 +88,15 @@ def test_an_idle_follower_fetch_that_expires_answers_from_offsets_and_reuses_its
     answers.clear()
     rm.fetch_messages(2, 0, 1, 1 << 20, stale, answers.append)
     assert answers[0][("t", 0)].error != 0
+
+
+@pytest.mark.parametrize("partitions, lines", [(3, 3), (150, 0)])
+def test_a_large_batch_of_isr_expansions_logs_no_line_per_partition(rm, caplog, partitions, lines):
+    """A restarted follower rejoining thousands of ISRs: the ISR manager's one summary line, each partition's at
+    DEBUG (13,333 INFO lines held a leader's GIL for most of a second)."""
+    lead(rm, partitions)
+    caplog.set_level("INFO", logger="kafkatier")
+    rm.fetch_messages(2, 0, 1, 1 << 20, [FetchPartitionData(("t", p), 0) for p in range(partitions)],
+                      lambda answer: None)
+    assert all(p.isr == (1, 2) for p in rm.partitions.values())
+    assert sum(r.getMessage().startswith("ISR updated") for r in caplog.records) == lines
