@@ -2,18 +2,27 @@
 ``MaxGCPauseMillis=20``) are to its JVM, for CPython's cycle collector (docs/configuration.md#garbage-collection).
 
 A broker holding 20,000 replicas keeps millions of long-lived Python objects (logs, segments, indexes,
-partitions).  CPython's full (generation 2) collection walks all of them: ~330 ms with the GIL held, at a rate
-set by how fast the idle broker's allocations survive into generation 2.  Those objects live until the broker
-stops, so once the broker has loaded its logs and registered, :func:`freeze_startup_objects` collects once and
-moves every object then tracked to the permanent generation (``gc.freeze()``): later collections walk only what
-was allocated since.  With ``kafkatier.gc.freeze.enable=false`` the collector keeps Python's behaviour.
+partitions, fetch states).  CPython's full (generation 2) collection walks all of them with the interpreter lock
+held: ~330 ms each at 20,000 partitions, at a rate set by how fast the idle broker's allocations survive into
+generation 2.  Those objects live until the broker stops or the partition goes, so with
+``kafkatier.gc.freeze.enable`` (the default) the broker moves them out of the collector's way
+(``gc.freeze()``: the permanent generation, which no collection walks):
 
-Cost of the freeze: garbage cycles made only of frozen objects are never collected (objects freed by reference
-counting, the usual case, still are).  Reference cycles among start-up objects of a log that is deleted later
-(a deleted topic) stay in memory until the process ends.
+* :func:`freeze_startup_objects` once the broker has started: its logs are loaded (the collector is off
+  meanwhile: every full collection on the way would walk the logs loaded so far) and it is registered;
+* :meth:`BrokerGc.on_gc` after a full collection that cost at least :data:`FREEZE_AFTER_CPU_MS` of CPU: what
+  survived it is long-lived state that just grew (the partitions of a large LeaderAndIsr, a topic creation), so
+  the next full collections walk only what was allocated since.  Right after a full collection the young
+  generations are empty and nothing garbage is left to freeze.
 
-:class:`GcPauses` records each collection's pause by generation (``gc.callbacks``), shown in the broker's status
-file (``kafkatier cluster describe``) so the effect is measurable.
+The cost: a reference cycle made only of frozen objects is never collected (objects freed by reference counting,
+the usual case, still are).  A frozen structure that later dies inside a cycle (a deleted partition's log, a
+connection open at a freeze) stays in memory until the process ends; freezes are rare (start-up, then a full
+collection that walked a heap grown by thousands of partitions), so this stays bounded.  With
+``kafkatier.gc.freeze.enable=false`` the collector keeps Python's behaviour.
+
+:class:`BrokerGc` also records each collection's pause by generation (``gc.callbacks``), shown in the broker's
+status file (``kafkatier cluster describe``) so the effect is measurable.
 """
 from __future__ import annotations
 
@@ -26,18 +35,31 @@ from kafkatier.logsetup import get_logger, kv
 
 log = get_logger("server.gc")
 
+# A full collection that cost this much of its thread's CPU freezes what survived it.  Thread CPU, not wall
+# time: the machine's load must not decide.  ~10 ms is ~100,000 objects walked: a few thousand partitions.
+FREEZE_AFTER_CPU_MS = 10.0
 
-class GcPauses:
-    """Each garbage collection's pause, by generation: count, total and longest, in milliseconds."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+class BrokerGc:
+    """Each garbage collection's pause by generation (count, total and longest, in ms), and with ``freeze`` the
+    survivors of a costly full collection frozen."""
+
+    def __init__(self, freeze: bool = True, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time,
+                 freeze_after_cpu_ms: float = FREEZE_AFTER_CPU_MS,
+                 freezer: Callable[[], None] = gc.freeze):
+        self.freeze = freeze
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._freeze_after_cpu_ms = freeze_after_cpu_ms
+        self._freezer = freezer
         self._lock = threading.Lock()
-        self._started: float | None = None
+        self._started: tuple[float, float] | None = None
         self._stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
+        self._freezes = 0
         self._installed = False
 
-    def install(self) -> "GcPauses":
+    def install(self) -> "BrokerGc":
         if not self._installed:
             gc.callbacks.append(self.on_gc)
             self._installed = True
@@ -49,27 +71,33 @@ class GcPauses:
             self._installed = False
 
     def on_gc(self, phase: str, info: dict) -> None:
-        """The ``gc.callbacks`` hook: ``start`` and ``stop`` of one collection (with the GIL held: no lock needed
-        between them, the lock guards readers)."""
+        """The ``gc.callbacks`` hook: ``start`` and ``stop`` of one collection, in the collecting thread with
+        the interpreter lock held (so nothing runs between the collection and a freeze made here)."""
         if phase == "start":
-            self._started = self._clock()
+            self._started = (self._clock(), self._cpu_clock())
             return
         started, self._started = self._started, None
         if started is None:
             return
-        ms = (self._clock() - started) * 1000
-        st = self._stats.get(info.get("generation", 2))
+        ms = (self._clock() - started[0]) * 1000
+        generation = info.get("generation", 2)
+        st = self._stats.get(generation)
         if st is None:
             return
         with self._lock:
             st["collections"] += 1
             st["total_ms"] += ms
             st["max_ms"] = max(st["max_ms"], ms)
+        if (self.freeze and generation == 2
+                and (self._cpu_clock() - started[1]) * 1000 >= self._freeze_after_cpu_ms):
+            self._freezer()
+            self._freezes += 1
 
     def describe(self) -> dict:
         with self._lock:
-            out = {f"gen{g}": {k: round(v, 1) if isinstance(v, float) else v for k, v in st.items()}
-                   for g, st in self._stats.items()}
+            out: dict = {f"gen{g}": {k: round(v, 1) if isinstance(v, float) else v for k, v in st.items()}
+                         for g, st in self._stats.items()}
+        out["freezes"] = self._freezes
         out["frozen_objects"] = gc.get_freeze_count()
         out["thresholds"] = list(gc.get_threshold())
         return out

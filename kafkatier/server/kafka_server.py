@@ -72,7 +72,7 @@ from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache
 from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
-from kafkatier.server.gc_tuning import GcPauses, freeze_startup_objects
+from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -95,10 +95,10 @@ UNCLEAN = "unclean.leader.election.enable"
 
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig, gc_pauses: GcPauses | None = None):
-        """``gc_pauses``: the process's garbage-collection pauses, shown by :meth:`describe` (run_broker)."""
+    def __init__(self, config: BrokerConfig, broker_gc: BrokerGc | None = None):
+        """``broker_gc``: the process's garbage collector (pauses and freezes), shown by :meth:`describe`."""
         self.config = config
-        self.gc_pauses = gc_pauses
+        self.broker_gc = broker_gc
         self.broker_id = config.broker_id
         self.zk = None
         self.broker_epoch = -1
@@ -592,7 +592,7 @@ class KafkaServer:
                 "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {},
                 "follower_fetching": dict(self.replica_manager.follower_fetch_metrics) if self.replica_manager
                 else {},
-                "gc": self.gc_pauses.describe() if self.gc_pauses else None}
+                "gc": self.broker_gc.describe() if self.broker_gc else None}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001
@@ -624,8 +624,8 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     # The collector (server/gc_tuning.py): off while the logs load (millions of objects that live as long as
     # the broker: every full collection on the way would walk them all), then one collection and a freeze.
     freeze = broker_setting(config.overrides, "kafkatier.gc.freeze.enable")
-    gc_pauses = GcPauses().install()
-    server = KafkaServer(config, gc_pauses=gc_pauses)
+    broker_gc = BrokerGc(freeze=freeze).install()
+    server = KafkaServer(config, broker_gc=broker_gc)
     stop = threading.Event()
     controlled = []
 

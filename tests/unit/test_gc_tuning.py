@@ -1,37 +1,64 @@
-"""The broker's collector (server/gc_tuning.py): pauses recorded by generation, start-up objects frozen."""
+"""The broker's collector (server/gc_tuning.py): pauses recorded by generation, start-up objects frozen, and
+the survivors of a costly full collection frozen."""
 from __future__ import annotations
 
 import gc
 
-from kafkatier.server.gc_tuning import GcPauses, freeze_startup_objects
+from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
+
+
+def _ticks(*values):
+    it = iter(values)
+    return lambda: next(it)
+
+
+def _collect(g: BrokerGc, generation: int) -> None:
+    g.on_gc("start", {"generation": generation})
+    g.on_gc("stop", {"generation": generation})
 
 
 def test_each_collection_is_recorded_under_its_generation():
-    ticks = iter([10.0, 10.25, 20.0, 20.002])
-    pauses = GcPauses(clock=lambda: next(ticks))
-    pauses.on_gc("start", {"generation": 2})
-    pauses.on_gc("stop", {"generation": 2})
-    pauses.on_gc("start", {"generation": 0})
-    pauses.on_gc("stop", {"generation": 0})
-    d = pauses.describe()
+    freezes = []
+    g = BrokerGc(clock=_ticks(10.0, 10.25, 20.0, 20.002), cpu_clock=lambda: 0.0, freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    _collect(g, 0)
+    d = g.describe()
     assert d["gen2"] == {"collections": 1, "total_ms": 250.0, "max_ms": 250.0}
     assert d["gen0"]["collections"] == 1 and d["gen1"]["collections"] == 0
+    assert freezes == [] and d["freezes"] == 0   # it cost no CPU: nothing frozen
+
+
+def test_a_full_collection_that_cost_cpu_freezes_its_survivors_and_a_cheap_or_young_one_does_not():
+    freezes = []
+    # CPU clock: start, stop (and the check) per collection; 30 ms, then 2 ms, then a young one of 30 ms
+    g = BrokerGc(clock=lambda: 0.0, cpu_clock=_ticks(1.0, 1.03, 2.0, 2.002, 3.0, 3.03), freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    _collect(g, 2)
+    _collect(g, 1)
+    assert freezes == [1] and g.describe()["freezes"] == 1
+
+
+def test_without_freeze_nothing_is_frozen():
+    freezes = []
+    g = BrokerGc(freeze=False, clock=lambda: 0.0, cpu_clock=_ticks(1.0, 2.0, 2.0), freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    assert freezes == [] and g.describe()["gen2"]["collections"] == 1
 
 
 def test_a_stop_without_its_start_is_ignored():
-    pauses = GcPauses(clock=lambda: 1.0)
-    pauses.on_gc("stop", {"generation": 1})
-    assert pauses.describe()["gen1"]["collections"] == 0
+    g = BrokerGc(clock=lambda: 1.0)
+    g.on_gc("stop", {"generation": 1})
+    assert g.describe()["gen1"]["collections"] == 0
 
 
 def test_installed_it_sees_real_collections_and_uninstalls():
-    pauses = GcPauses().install()
+    g = BrokerGc(freeze=False).install()
     try:
         gc.collect()
     finally:
-        pauses.uninstall()
-    assert pauses.describe()["gen2"]["collections"] >= 1
-    assert pauses.on_gc not in gc.callbacks
+        g.uninstall()
+    assert g.describe()["gen2"]["collections"] >= 1
+    assert g.on_gc not in gc.callbacks
 
 
 def test_freezing_moves_the_tracked_objects_out_of_later_collections():
