@@ -67,6 +67,10 @@ DEFAULT_CACHE_SLOTS = 1000          # max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120000        # min.incremental.fetch.session.eviction.ms
 FIRST_SESSION_VERSION = 7           # Fetch v7 added session ids and epochs
 TOPIC_IDS_VERSION = 13              # Fetch v13 names topics by id (KIP-516)
+# A quiet follower session is read from every partition again at least this often: the followers' fetch
+# positions (ISR shrink's caught-up times) are refreshed well within replica.lag.time.max.ms, and a log start
+# offset moved by the leader's retention (which changes no change number) reaches the follower.
+QUIET_REFRESH_S = 5.0
 _MAX_SESSION_ID = 2**31 - 1
 
 #: Resolves a topic id (22-char base64) to the topic's name, None when unknown (the metadata cache's).
@@ -187,6 +191,11 @@ class FetchSession:
         self.cached_size = -1
         self.evictable_by_privileged = False
         self.evictable_by_all = False
+        # A follower's session whose last answer, read from every partition, had nothing in it: the replica
+        # manager's change number then (``ReplicaManager.change_seq``) and until when (monotonic) a request that
+        # changes nothing may be answered without reading (kafka_apis.py); None: not quiet.
+        self.quiet_seq: int | None = None
+        self.quiet_until = 0.0
 
     @property
     def size(self) -> int:
@@ -410,7 +419,16 @@ class IncrementalFetchContext(FetchContext):
                 self.session.resolve_names(self.topic_name)
             return [cp.request for cp in self.session.partitions.values()]
 
-    def response(self, results):
+    def quiet_at(self, seq: int) -> bool:
+        """Whether the session's last answer, read from every partition, found nothing new while the replica
+        manager's change number was ``seq``, less than :data:`QUIET_REFRESH_S` ago."""
+        session = self.session
+        return session.quiet_seq == seq and time.monotonic() < session.quiet_until
+
+    def response(self, results, quiet_seq: int | None = None):
+        """``quiet_seq`` (an idle follower's request): the replica manager's change number when the request
+        arrived; an answer with nothing in it marks the session quiet at that number (read from every
+        partition: ``results`` answers them all) unless it was already (a quiet answer, nothing read)."""
         session = self.session
         with self.cache.lock:
             if session.epoch != self.expected_epoch:
@@ -427,6 +445,10 @@ class IncrementalFetchContext(FetchContext):
                 out[tp] = r
                 if r.records:  # to the end of the session: the next read budget starts with the others
                     cached[tp] = cached.pop(tp)
+            if quiet_seq is None or out:
+                session.quiet_seq = None
+            elif results:
+                session.quiet_seq, session.quiet_until = quiet_seq, time.monotonic() + QUIET_REFRESH_S
             return FetchSessionResponse(Errors.NONE, session.id, out)
 
 

@@ -100,3 +100,19 @@ def test_a_large_batch_of_isr_expansions_logs_no_line_per_partition(rm, caplog, 
                       lambda answer: None)
     assert all(p.isr == (1, 2) for p in rm.partitions.values())
     assert sum(r.getMessage().startswith("ISR updated") for r in caplog.records) == lines
+
+
+def test_a_quiet_follower_waits_without_reading_and_an_append_ends_its_wait(rm, monkeypatch):
+    import threading
+    lead(rm, 3, replicas=(1, 2), isr=(1, 2))
+    monkeypatch.setattr(rm, "read_partition", lambda *a, **kw: pytest.fail("a quiet wait read a partition"))
+    answered = threading.Event()
+    seq = rm.change_seq
+    rm.wait_quiet_follower(2, 20, seq, answered.set, lambda ms: pytest.fail("nothing changed"))
+    assert answered.wait(10)   # the wait ended, answered as quiet
+    busy = []
+    woke = threading.Event()
+    rm.wait_quiet_follower(2, 60000, rm.change_seq, lambda: pytest.fail("an append is news"),
+                           lambda ms: (busy.append(ms), woke.set()))
+    rm.append_records(1000, 1, {("t", 0): producer_batch()}, lambda res: None)
+    assert woke.wait(10) and 0 < busy[0] <= 60000   # ended at once, the rest of the wait handed on
