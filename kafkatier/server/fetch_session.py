@@ -67,10 +67,6 @@ DEFAULT_CACHE_SLOTS = 1000          # max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120000        # min.incremental.fetch.session.eviction.ms
 FIRST_SESSION_VERSION = 7           # Fetch v7 added session ids and epochs
 TOPIC_IDS_VERSION = 13              # Fetch v13 names topics by id (KIP-516)
-# A quiet follower session is read from every partition again at least this often: the followers' fetch
-# positions (ISR shrink's caught-up times) are refreshed well within replica.lag.time.max.ms, and a log start
-# offset moved by the leader's retention (which changes no change number) reaches the follower.
-QUIET_REFRESH_S = 5.0
 _MAX_SESSION_ID = 2**31 - 1
 
 #: Resolves a topic id (22-char base64) to the topic's name, None when unknown (the metadata cache's).
@@ -421,14 +417,15 @@ class IncrementalFetchContext(FetchContext):
 
     def quiet_at(self, seq: int) -> bool:
         """Whether the session's last answer, read from every partition, found nothing new while the replica
-        manager's change number was ``seq``, less than :data:`QUIET_REFRESH_S` ago."""
+        manager's change number was ``seq``, and is recent enough (``quiet_for_s`` of :meth:`response`)."""
         session = self.session
         return session.quiet_seq == seq and time.monotonic() < session.quiet_until
 
-    def response(self, results, quiet_seq: int | None = None):
+    def response(self, results, quiet_seq: int | None = None, quiet_for_s: float = 0.0):
         """``quiet_seq`` (an idle follower's request): the replica manager's change number when the request
-        arrived; an answer with nothing in it marks the session quiet at that number (read from every
-        partition: ``results`` answers them all) unless it was already (a quiet answer, nothing read)."""
+        arrived; an answer with nothing in it marks the session quiet at that number for ``quiet_for_s`` (read
+        from every partition: ``results`` answers them all) unless it was already (a quiet answer, nothing
+        read)."""
         session = self.session
         with self.cache.lock:
             if session.epoch != self.expected_epoch:
@@ -448,7 +445,7 @@ class IncrementalFetchContext(FetchContext):
             if quiet_seq is None or out:
                 session.quiet_seq = None
             elif results:
-                session.quiet_seq, session.quiet_until = quiet_seq, time.monotonic() + QUIET_REFRESH_S
+                session.quiet_seq, session.quiet_until = quiet_seq, time.monotonic() + quiet_for_s
             return FetchSessionResponse(Errors.NONE, session.id, out)
 
 

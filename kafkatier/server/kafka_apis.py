@@ -499,7 +499,7 @@ class KafkaApis:
             quiet_seq = self.rm.change_seq
             if context.quiet_at(quiet_seq):
                 def quiet() -> None:
-                    reply.set(self._empty_fetch_response(v, context.response({}, quiet_seq=quiet_seq)))
+                    reply.set(self._empty_fetch_response(v, context.response({}, quiet_seq)))
 
                 def busy(remaining_ms: int) -> None:
                     self._fetch_from_context(v, req, ctx, replica_id, by_id, context, reply,
@@ -549,8 +549,8 @@ class KafkaApis:
                      for fp in parts}
             for key, error in errors.items():
                 keyed[key] = FetchPartitionResult(error)
-            answer = context.response(keyed, quiet_seq=quiet_seq) if quiet_seq is not None else \
-                context.response(keyed)
+            answer = context.response(keyed, quiet_seq, self.rm.quiet_refresh_s) if quiet_seq is not None \
+                else context.response(keyed)
             throttle_ms = 0
             if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
                 throttle_ms = self.client_quotas.fetch.record_and_get_throttle_time_ms(

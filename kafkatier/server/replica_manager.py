@@ -67,6 +67,11 @@ INTERNAL_TOPIC_PREFIX = "__"
 # LeaderAndIsr partitions logged one line each up to this many per request; above, one summary line.
 MAX_PARTITIONS_LOGGED = 50
 READ_COMMITTED = 1  # Fetch and ListOffsets isolation_level
+# A quiet follower session (:meth:`ReplicaManager.wait_quiet_follower`) is read from every partition again at
+# least this often, and at least three times per ``replica.lag.time.max.ms``: the followers' fetch positions
+# (the ISR shrink's caught-up times) stay fresh, and a log start offset moved by the leader's retention (which
+# changes no change number) reaches the follower.
+QUIET_FOLLOWER_REFRESH_S = 5.0
 
 
 class TopicConfigs(Protocol):
@@ -183,6 +188,7 @@ class ReplicaManager:
         # come from one counter (its ``next`` is atomic), so a change never writes a number seen before.
         self._changes = itertools.count(1)
         self.change_seq = 0
+        self.quiet_refresh_s = min(QUIET_FOLLOWER_REFRESH_S, replica_lag_time_max_ms / 3000)
         self._scheduler = scheduler
         self._isr_expiration_task = None
         if scheduler is not None:

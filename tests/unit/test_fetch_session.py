@@ -307,8 +307,8 @@ def test_request_fields_are_read_from_the_wire_message():
 
 def test_a_follower_session_answered_empty_from_every_partition_is_quiet_at_that_change_number(monkeypatch):
     """An idle follower (kafka_apis.py): a session whose last answer, read from every partition, had nothing in
-    it is quiet at the replica manager's change number then; a quiet answer keeps it, news or
-    QUIET_REFRESH_S end it."""
+    it is quiet at the replica manager's change number then, for the time given; a quiet answer keeps it, news
+    or that time passing end it."""
     from kafkatier.server import fetch_session
     now = [100.0]
     monkeypatch.setattr(fetch_session.time, "monotonic", lambda: now[0])
@@ -316,12 +316,12 @@ def test_a_follower_session_answered_empty_from_every_partition_is_quiet_at_that
     sid = start_session(m, T0, T1)
     ctx = m.new_context(request(sid, 1), privileged=True)
     assert not ctx.quiet_at(7)
-    assert ctx.response({T0: ok(), T1: ok()}, quiet_seq=7).partitions == {}
+    assert ctx.response({T0: ok(), T1: ok()}, 7, 5.0).partitions == {}
     assert ctx.quiet_at(7) and not ctx.quiet_at(8)
     ctx = m.new_context(request(sid, 2), privileged=True)
-    assert ctx.response({}, quiet_seq=7).partitions == {}   # the quiet answer: nothing read, still quiet
-    now[0] += fetch_session.QUIET_REFRESH_S
+    assert ctx.response({}, 7).partitions == {}   # the quiet answer: nothing read, still quiet
+    now[0] += 5.0
     assert not ctx.quiet_at(7)                                 # read from every partition again
     ctx = m.new_context(request(sid, 3), privileged=True)
-    ctx.response({T0: ok(hw=12), T1: ok()}, quiet_seq=9)       # news: not quiet
+    ctx.response({T0: ok(hw=12), T1: ok()}, 9, 5.0)            # news: not quiet
     assert not ctx.quiet_at(9)

@@ -116,3 +116,15 @@ def test_a_quiet_follower_waits_without_reading_and_an_append_ends_its_wait(rm, 
                            lambda ms: (busy.append(ms), woke.set()))
     rm.append_records(1000, 1, {("t", 0): producer_batch()}, lambda res: None)
     assert woke.wait(10) and 0 < busy[0] <= 60000   # ended at once, the rest of the wait handed on
+
+
+def test_a_quiet_session_is_read_whole_at_least_three_times_per_replica_lag_time(tmp_path):
+    """The full reads refresh the followers' caught-up times: a small replica.lag.time.max.ms must not see a
+    quiet follower as lagging."""
+    lm = LogManager([str(tmp_path / "d2")])
+    for lag_ms, refresh_s in ((30000, 5.0), (3000, 1.0)):
+        r = ReplicaManager(1, lm, lambda t: {}, replica_lag_time_max_ms=lag_ms)
+        try:
+            assert r.quiet_refresh_s == refresh_s
+        finally:
+            r.shutdown()
