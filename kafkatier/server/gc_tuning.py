@@ -8,8 +8,9 @@ generation 2.  Those objects live until the broker stops or the partition goes, 
 ``kafkatier.gc.freeze.enable`` (the default) the broker moves them out of the collector's way
 (``gc.freeze()``: the permanent generation, which no collection walks):
 
-* :func:`freeze_startup_objects` once the broker has started: its logs are loaded (the collector is off
-  meanwhile: every full collection on the way would walk the logs loaded so far) and it is registered;
+* :meth:`BrokerGc.startup_loaded` once the broker's logs are loaded, before it registers (the collector is off
+  from the process start until then, :meth:`BrokerGc.pause_for_startup`: every full collection on the way would
+  walk the logs loaded so far): one collection, then the freeze;
 * :meth:`BrokerGc.on_gc` after a full collection that cost at least :data:`FREEZE_AFTER_CPU_MS` of CPU: what
   survived it is long-lived state that just grew (the partitions of a large LeaderAndIsr, a topic creation), so
   the next full collections walk only what was allocated since.  Right after a full collection the young
@@ -58,6 +59,7 @@ class BrokerGc:
         self._stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
         self._freezes = 0
         self._installed = False
+        self._paused = False
 
     def install(self) -> "BrokerGc":
         if not self._installed:
@@ -92,6 +94,23 @@ class BrokerGc:
                 and (self._cpu_clock() - started[1]) * 1000 >= self._freeze_after_cpu_ms):
             self._freezer()
             self._freezes += 1
+
+    def pause_for_startup(self) -> None:
+        """With ``freeze``: the collector off until :meth:`startup_loaded` (the logs load meanwhile)."""
+        if self.freeze and not self._paused:
+            gc.disable()
+            self._paused = True
+
+    def startup_loaded(self) -> None:
+        """The broker's long-lived start-up state is built (its logs are loaded): collect once, freeze, turn
+        the collector back on -- before the broker registers, so none of it is on the path of its first
+        LeaderAndIsr.  Does nothing unless :meth:`pause_for_startup` paused the collector."""
+        if self._paused:
+            self._paused = False
+            try:
+                freeze_startup_objects()
+            finally:
+                gc.enable()
 
     def describe(self) -> dict:
         with self._lock:

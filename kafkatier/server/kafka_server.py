@@ -13,7 +13,6 @@ new session is established the broker re-registers (new, larger broker epoch) an
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
@@ -72,7 +71,7 @@ from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache
 from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
-from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
+from kafkatier.server.gc_tuning import BrokerGc
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -293,6 +292,8 @@ class KafkaServer:
                                                            security_protocol=extra.security_protocol).start())
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
+        if self.broker_gc is not None:
+            self.broker_gc.startup_loaded()  # before registering: the freeze is off the first LeaderAndIsr's path
         self._register_broker()
         control_apis = ControlApis(self.replica_manager, self.metadata_cache, self.topic_config_handler,
                                    tiered=self.remote_log_manager is not None,
@@ -623,8 +624,7 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
     # The collector (server/gc_tuning.py): off while the logs load (millions of objects that live as long as
     # the broker: every full collection on the way would walk them all), then one collection and a freeze.
-    freeze = broker_setting(config.overrides, "kafkatier.gc.freeze.enable")
-    broker_gc = BrokerGc(freeze=freeze).install()
+    broker_gc = BrokerGc(freeze=broker_setting(config.overrides, "kafkatier.gc.freeze.enable")).install()
     server = KafkaServer(config, broker_gc=broker_gc)
     stop = threading.Event()
     controlled = []
@@ -635,14 +635,11 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
         stop.set()
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    if freeze:
-        gc.disable()
+    broker_gc.pause_for_startup()
     try:
         server.startup()
     finally:
-        if freeze:
-            freeze_startup_objects()
-            gc.enable()
+        broker_gc.startup_loaded()  # a start-up that failed before registering: the collector back on
     if port_file:
         write_port_file(port_file, server.config.port,
                         {ss.listener_name: ss.port for ss in server.extra_socket_servers})

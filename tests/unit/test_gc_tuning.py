@@ -70,3 +70,27 @@ def test_freezing_moves_the_tracked_objects_out_of_later_collections():
         assert not any(id(k) in walked for k in kept)
     finally:
         gc.unfreeze()
+
+
+def test_start_up_pauses_the_collector_until_the_logs_are_loaded_then_freezes_once():
+    g = BrokerGc()
+    assert gc.isenabled()
+    try:
+        g.pause_for_startup()
+        assert not gc.isenabled()
+        g.startup_loaded()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+        g.startup_loaded()   # the start-up's own call was the one: nothing more
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_without_freeze_start_up_leaves_the_collector_alone():
+    g = BrokerGc(freeze=False)
+    g.pause_for_startup()
+    assert gc.isenabled()
+    g.startup_loaded()
+    assert gc.get_freeze_count() == 0
