@@ -27,7 +27,7 @@ prints why (and the sizes after it are skipped: the cluster is no longer in a kn
 table (with the load average at the end of each row) and ``summary:`` lines are printed.  ``--py-spy DIR``
 (a dev tool: ``pip install py-spy``) records the surviving brokers with py-spy from the kill until the
 failover is over, and every broker from the killed broker's restart until it is back in every ISR, as
-collapsed stacks in ``DIR``.
+collapsed stacks in ``DIR`` (and every broker during the idle-CPU window, ``<size>-idle-broker-<id>.txt``).
 """
 from __future__ import annotations
 
@@ -77,6 +77,18 @@ def idle_cpu_percent(pids: dict[int, int], seconds: float = 10.0) -> dict[int, f
     before = {b: cpu_s(pid) for b, pid in pids.items()}
     time.sleep(seconds)  # a measurement window, not a synchronisation
     return {b: round(100 * (cpu_s(pid) - before[b]) / seconds, 1) for b, pid in pids.items()}
+
+
+def gc_stats(m: ClusterManager) -> dict[int, dict]:
+    """Each broker's garbage-collection pauses so far (its status file's ``gc``: server/gc_tuning.py)."""
+    out = {}
+    for b in m.state["brokers"]:
+        try:
+            with open(os.path.join(m.data_dir, "status", f"broker-{b['id']}.json")) as f:
+                out[b["id"]] = json.load(f).get("gc") or {}
+        except (OSError, ValueError):
+            out[b["id"]] = {}
+    return out
 
 
 def zk_states(zk, topics: dict[str, int]) -> dict[tuple[str, int], dict]:
@@ -171,8 +183,9 @@ def load_average() -> str:
 class PySpy:
     """py-spy recordings of some broker processes (collapsed stacks), started and stopped by the benchmark."""
 
-    def __init__(self, out_dir: str | None):
+    def __init__(self, out_dir: str | None, gil: bool = False):
         self.out_dir = out_dir
+        self.gil = gil  # only samples of the thread holding the GIL (py-spy --gil): where the CPU goes
         self.procs: list[subprocess.Popen] = []
 
     def start(self, pids: dict[int, int], label: str) -> None:
@@ -187,7 +200,8 @@ class PySpy:
         for b, pid in pids.items():
             out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
             self.procs.append(subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
-                                                "--threads", "--nonblocking", "--output", out],
+                                                "--threads", "--nonblocking", *(["--gil"] if self.gil else []),
+                                                "--output", out],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def stop(self) -> None:
@@ -316,9 +330,17 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         return short == 0, f"{short:,} under-replicated partitions"
     wait_phase(f"[{total:,}] no under-replicated partition", isr_full, 1800, interval=2.0)
     isr_s = time.monotonic() - t_isr
-    idle = idle_cpu_percent({b["id"]: b["pid"] for b in m.state["brokers"]})
+    spy.start({b["id"]: b["pid"] for b in m.state["brokers"]}, f"{total}-idle")
+    try:
+        idle = idle_cpu_percent({b["id"]: b["pid"] for b in m.state["brokers"]})
+    finally:
+        spy.stop()
     print(f"summary: partitions={total} idle_cpu_percent_per_broker="
           + ",".join(f"{b}:{v}" for b, v in sorted(idle.items())), flush=True)
+    gcs = gc_stats(m)
+    print("  gc so far per broker (full collections, longest ms; frozen objects): " + ", ".join(
+        f"{b}: {g.get('gen2', {}).get('collections', '-')}, {g.get('gen2', {}).get('max_ms', '-')}; "
+        f"{g.get('frozen_objects', '-')}" for b, g in sorted(gcs.items())), flush=True)
     # The baseline, in the state the failover starts from (a healthy cluster), just before the kill.
     raw = min(raw_read_s(zk, topics) for _ in range(3))
     raw_multi = min(raw_multi_read_s(zk, topics) for _ in range(3))
@@ -355,6 +377,9 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     registered_s = time.monotonic() - t2
     restarted_pid = next(b["pid"] for b in m.state["brokers"] if b["id"] == old)
     registered_cpu_s = cpu_s(restarted_pid)  # what the start-up costs whatever the machine's load
+    # Every broker's CPU from here until the restarted one is back in every ISR: the work the rejoin costs.
+    pids_now = {b["id"]: b["pid"] for b in m.state["brokers"]}
+    cpu_at_registered = {b: cpu_s(pid) for b, pid in pids_now.items()}
     spy.start({b["id"]: b["pid"] for b in m.state["brokers"]}, f"{total}-restart")
     try:
         wait_phase(f"[{total:,}] the restarted broker back in every broker's metadata",
@@ -363,6 +388,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         wait_phase(f"[{total:,}] the restarted broker back in every ISR", isr_full, 1800, interval=0.5)
         rejoin_s = time.monotonic() - t2
         rejoin_cpu_s = cpu_s(restarted_pid)
+        rejoin_cpu = {b: round(cpu_s(pid) - cpu_at_registered[b], 1) for b, pid in pids_now.items()}
     finally:
         spy.stop()
     row = dict(rejoin_s=rejoin_s, idle=idle, session_s=session_timeout_s, partitions=total, create_s=create_s, isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms,
@@ -379,6 +405,8 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     print(f"  controller failover phases (ms): {phases}", flush=True)
     print(f"  restart until registered: {restart_phases(m, old, wall2)}; the broker's CPU until registered "
           f"{registered_cpu_s:.1f} s, until back in every ISR {rejoin_cpu_s:.1f} s", flush=True)
+    print("  CPU seconds per broker from registered until every ISR full (load-independent): "
+          + ", ".join(f"{b}: {v}" for b, v in sorted(rejoin_cpu.items())), flush=True)
     return row
 
 
@@ -390,6 +418,8 @@ def main() -> int:
     ap.add_argument("--session-timeout-ms", type=int, default=18000,
                     help="the brokers' zookeeper.session.timeout.ms (Kafka's default 18000)")
     ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the surviving brokers during failover")
+    ap.add_argument("--py-spy-gil", action="store_true",
+                    help="with --py-spy: only samples of the thread holding the GIL (where the CPU goes)")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy the brokers' logs here at the end")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
@@ -398,7 +428,7 @@ def main() -> int:
     sizes = [int(s) for s in (args.sizes or ("300,1000" if args.quick else "1000,5000,20000")).split(",")]
     tmp = tempfile.mkdtemp(prefix="kafkatier-controller-scale-", dir=args.tmp)
     m = ClusterManager(tmp)
-    spy = PySpy(args.py_spy)
+    spy = PySpy(args.py_spy, gil=args.py_spy_gil)
 
     def interrupted(signum, frame):  # SIGTERM (and SIGINT, ignored in background jobs): stop the row, clean up
         raise KeyboardInterrupt

@@ -456,16 +456,27 @@ class KafkaController:
             self.on_broker_failure(dead)
 
     def on_broker_startup(self, new_brokers: list[int]) -> None:
+        """Kafka's ``onBrokerStartup``: UpdateMetadata with the live brokers to the others and with every
+        partition to the new brokers, their replicas OnlineReplica (one LeaderAndIsr per new broker, from the
+        states in the context), then elections for partitions that were offline.  The rounds are coalesced
+        (request_batch.py): each new broker gets one UpdateMetadata of every partition queued before its one
+        LeaderAndIsr, the others one UpdateMetadata of the changed partitions; Kafka sends a new broker a second
+        UpdateMetadata of its partitions after the LeaderAndIsr (20,000 partitions' worth to build, write and
+        apply again)."""
         ctx = self.ctx
+        t0 = time.monotonic()
         log.info("new brokers %s", new_brokers)
-        for b in new_brokers:
+        new = set(new_brokers)
+        for b in new:
             ctx.replicas_on_offline_dirs.pop(b, None)
-        existing = ctx.live_broker_ids - set(new_brokers)
-        self._send_update_metadata(existing, [])
-        self._send_update_metadata(set(new_brokers), ctx.all_partitions())
-        replicas = ctx.replicas_on_brokers(set(new_brokers))
-        self.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
-        self.partition_state_machine.trigger_online_partition_state_change()
+        replicas = ctx.replicas_on_brokers(new)
+        with self.batch.coalesced(lambda: ctx.epoch, update_metadata_first=True):
+            self.batch.add_update_metadata(ctx.live_broker_ids - new, [])
+            self.batch.add_update_metadata_only_to(new, ctx.all_partitions())
+            self.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
+            self.partition_state_machine.trigger_online_partition_state_change()
+        log.info("new brokers' requests queued %s", kv(brokers=sorted(new), replicas=len(replicas),
+                                                       ms=round((time.monotonic() - t0) * 1000, 1)))
         self.partition_reassignment.on_broker_startup(new_brokers)
         topics = {pr.tp.topic for pr in replicas}
         self.topic_deletion_manager.resume_deletion_for_topics(topics)

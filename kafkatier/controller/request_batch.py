@@ -90,6 +90,8 @@ class ControllerBrokerRequestBatch:
         self.stop_replica: dict[int, dict[TopicPartition, dict]] = defaultdict(dict)
         self.update_metadata_brokers: set[int] = set()
         self.update_metadata_partitions: set[TopicPartition] = set()
+        # broker -> partitions only its UpdateMetadata carries, beside the round's (add_update_metadata_only_to)
+        self.update_metadata_only_to: dict[int, set[TopicPartition]] = {}
         # partitions of a topic deleted while its assignment could not be read: in no context, sent as deleted
         self.update_metadata_deleted: set[TopicPartition] = set()
 
@@ -124,6 +126,17 @@ class ControllerBrokerRequestBatch:
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
         self.update_metadata_partitions.update(partitions)
+
+    def add_update_metadata_only_to(self, broker_ids, partitions) -> None:
+        """``partitions`` in the UpdateMetadata of ``broker_ids`` only (each also gets the round's partitions):
+        a starting broker is sent every partition while the others get only those the round changed (Kafka's
+        separate ``sendUpdateMetadataRequest(newBrokers, allPartitions)`` in ``onBrokerStartup``, here merged
+        with the round after it)."""
+        partitions = set(partitions)
+        for b in broker_ids:
+            if b >= 0:
+                self.update_metadata_brokers.add(b)
+                self.update_metadata_only_to.setdefault(b, set()).update(partitions)
 
     def add_update_metadata_deleted(self, broker_ids, partitions) -> None:
         """UpdateMetadata marking ``partitions`` deleted (leader -2) though the context knows nothing of them."""
@@ -193,14 +206,23 @@ class ControllerBrokerRequestBatch:
     def _send_update_metadata_requests(self, controller_epoch: int, live, written: dict) -> None:
         if not self.update_metadata_brokers:
             return
-        topic_states = self._update_metadata_topic_states()
+        common = self.update_metadata_partitions
+        # The topic states of each distinct set of partitions, built once: the round's, and the round's plus a
+        # starting broker's extra ones (usually all of the round's already, then the same set).
+        topic_states: dict[frozenset | None, tuple] = {}
         live_brokers = self._live_brokers()
         for b in sorted(self.update_metadata_brokers):
-            if b in live:
-                request = UpdateMetadataRequestData(
-                    **self._header(b, controller_epoch), type=0, topic_states=topic_states,
-                    live_brokers=live_brokers)
-                self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION, written), None)
+            if b not in live:
+                continue
+            extra = self.update_metadata_only_to.get(b)
+            key = None if not extra or extra <= common else frozenset(extra - common)
+            states = topic_states.get(key)
+            if states is None:
+                states = topic_states[key] = self._update_metadata_topic_states(
+                    common if key is None else common | key)
+            request = UpdateMetadataRequestData(
+                **self._header(b, controller_epoch), type=0, topic_states=states, live_brokers=live_brokers)
+            self._send(b, *UPDATE_METADATA, request.to_json(UPDATE_METADATA_VERSION, written), None)
 
     def _header(self, broker_id: int, controller_epoch: int) -> dict:
         return {"controller_id": self.controller_id, "is_k_raft_controller": False,
@@ -233,12 +255,12 @@ class ControllerBrokerRequestBatch:
             live_leaders=tuple(LeaderAndIsrLiveLeader(broker_id=b.id, host_name=b.host, port=b.port)
                                for b in (self.ctx.live_brokers.get(i) for i in sorted(leaders)) if b))
 
-    def _update_metadata_topic_states(self) -> tuple:
+    def _update_metadata_topic_states(self, partitions) -> tuple:
         by_topic: dict[str, list] = defaultdict(list)
         ctx = self.ctx
         # is_replica_online inlined: this loop runs over every partition of the cluster at a failover.
         live, shutting_down, offline_dirs = ctx.live_brokers, ctx.shutting_down_broker_ids, ctx.replicas_on_offline_dirs
-        for tp in sorted(self.update_metadata_partitions):
+        for tp in sorted(partitions):
             l = ctx.partition_leadership.get(tp)
             a = ctx.assignment(tp)
             if l is None or a is None:

@@ -187,6 +187,11 @@ class FetchSession:
         self.cached_size = -1
         self.evictable_by_privileged = False
         self.evictable_by_all = False
+        # A follower's session whose last answer, read from every partition, had nothing in it: the replica
+        # manager's change number then (``ReplicaManager.change_seq``) and until when (monotonic) a request that
+        # changes nothing may be answered without reading (kafka_apis.py); None: not quiet.
+        self.quiet_seq: int | None = None
+        self.quiet_until = 0.0
 
     @property
     def size(self) -> int:
@@ -410,7 +415,17 @@ class IncrementalFetchContext(FetchContext):
                 self.session.resolve_names(self.topic_name)
             return [cp.request for cp in self.session.partitions.values()]
 
-    def response(self, results):
+    def quiet_at(self, seq: int) -> bool:
+        """Whether the session's last answer, read from every partition, found nothing new while the replica
+        manager's change number was ``seq``, and is recent enough (``quiet_for_s`` of :meth:`response`)."""
+        session = self.session
+        return session.quiet_seq == seq and time.monotonic() < session.quiet_until
+
+    def response(self, results, quiet_seq: int | None = None, quiet_for_s: float = 0.0):
+        """``quiet_seq`` (an idle follower's request): the replica manager's change number when the request
+        arrived; an answer with nothing in it marks the session quiet at that number for ``quiet_for_s`` (read
+        from every partition: ``results`` answers them all) unless it was already (a quiet answer, nothing
+        read)."""
         session = self.session
         with self.cache.lock:
             if session.epoch != self.expected_epoch:
@@ -427,6 +442,10 @@ class IncrementalFetchContext(FetchContext):
                 out[tp] = r
                 if r.records:  # to the end of the session: the next read budget starts with the others
                     cached[tp] = cached.pop(tp)
+            if quiet_seq is None or out:
+                session.quiet_seq = None
+            elif results:
+                session.quiet_seq, session.quiet_until = quiet_seq, time.monotonic() + quiet_for_s
             return FetchSessionResponse(Errors.NONE, session.id, out)
 
 

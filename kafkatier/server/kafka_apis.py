@@ -42,8 +42,9 @@ from kafkatier.server.config import BrokerConfig
 from kafkatier.server.delete_records import VERSIONS as DELETE_RECORDS_VERSIONS
 from kafkatier.server.delete_records import DeleteRecordsManager
 from kafkatier.server.dynamic_broker_config import DynamicBrokerConfig
-from kafkatier.server.fetch_session import (TOPIC_IDS_VERSION, FetchManager, FetchSessionCache, fetch_replica_id,
-                                            fetch_request_data, session_key)
+from kafkatier.server.fetch_session import (TOPIC_IDS_VERSION, FetchManager, FetchSessionCache,
+                                            IncrementalFetchContext, fetch_replica_id, fetch_request_data,
+                                            session_key)
 from kafkatier.server import incremental_alter_configs
 from kafkatier.server.group_apis import GroupApis
 from kafkatier.server.log_dirs import LogDirsApis
@@ -486,8 +487,43 @@ class KafkaApis:
         by_id = v >= TOPIC_IDS_VERSION   # KIP-516: topics named by id, resolved with the metadata cache
         topic_name = self.cache.topic_name if by_id else None
         # KIP-227: the session decides which partitions are read and which the response carries.
-        context = self.fetch_manager.new_context(fetch_request_data(req, v, topic_name), privileged=replica_id >= 0,
-                                                 topic_name=topic_name)
+        request = fetch_request_data(req, v, topic_name)
+        context = self.fetch_manager.new_context(request, privileged=replica_id >= 0, topic_name=topic_name)
+        reply = _Reply()
+        quiet_seq = None
+        if replica_id >= 0 and isinstance(context, IncrementalFetchContext) and not request.partitions \
+                and not request.forgotten:
+            # An idle follower (docs/leader-election.md#incremental-fetch-sessions): its request changes nothing,
+            # and if nothing changed here since its session's last answer found nothing new, it waits without a
+            # pass over the session's partitions.
+            quiet_seq = self.rm.change_seq
+            if context.quiet_at(quiet_seq):
+                def quiet() -> None:
+                    reply.set(self._empty_fetch_response(v, context.response({}, quiet_seq)))
+
+                def busy(remaining_ms: int) -> None:
+                    self._fetch_from_context(v, req, ctx, replica_id, by_id, context, reply,
+                                             remaining_ms, quiet_seq)
+                self.rm.wait_quiet_follower(replica_id, req.max_wait_ms, quiet_seq, quiet, busy)
+                return reply.result_or_future()
+        self._fetch_from_context(v, req, ctx, replica_id, by_id, context, reply, req.max_wait_ms,
+                                 quiet_seq)
+        return reply.result_or_future()
+
+    def _empty_fetch_response(self, v: int, answer):
+        """A Fetch response carrying no partition (a quiet follower session's answer)."""
+        if fetch_codec.supports(v):
+            return codec.EncodedResponse(ApiKeys.FETCH, v, fetch_codec.fetch_response_parts(
+                v, int(answer.error), answer.session_id, [], throttle_time_ms=0, node_endpoints=[]),
+                int(answer.error) if v >= 7 else 0)
+        return self._resp(ApiKeys.FETCH, v, {"throttle_time_ms": 0, "error_code": int(answer.error),
+                                             "session_id": answer.session_id, "responses": []})
+
+    def _fetch_from_context(self, v: int, req, ctx, replica_id: int, by_id: bool, context, reply,
+                            max_wait_ms: int, quiet_seq: int | None) -> None:
+        """Read the partitions ``context`` names and answer through ``reply`` (at once or when the fetch's wait
+        ends).  ``quiet_seq``: the replica manager's change number when an idle follower's request arrived; an
+        answer with nothing in it marks its session quiet at that number."""
         wanted = context.partitions()
         errors: dict = {}   # session key -> the error it is answered with, nothing read (Kafka's ``erroneous``)
         if by_id:
@@ -504,7 +540,6 @@ class KafkaApis:
                 parts.append(fp)
             else:
                 errors[session_key(fp)] = Errors.TOPIC_AUTHORIZATION_FAILED
-        reply = _Reply()
         fetch_offsets = {fp.tp: fp.fetch_offset for fp in wanted} if v < 4 else {}  # where down-conversion starts
         listener = getattr(ctx, "listener_name", "PLAINTEXT")
 
@@ -514,7 +549,8 @@ class KafkaApis:
                      for fp in parts}
             for key, error in errors.items():
                 keyed[key] = FetchPartitionResult(error)
-            answer = context.response(keyed)
+            answer = context.response(keyed, quiet_seq, self.rm.quiet_refresh_s) if quiet_seq is not None \
+                else context.response(keyed)
             throttle_ms = 0
             if replica_id < 0 and self.client_quotas is not None and self.client_quotas.fetch.quotas_enabled:
                 throttle_ms = self.client_quotas.fetch.record_and_get_throttle_time_ms(
@@ -573,7 +609,7 @@ class KafkaApis:
         names = {session_key(fp): fp.tp for fp in parts} if by_id else {}   # for KIP-951's leader look-up
         if not parts:  # nothing authorized (or a session error): answer at once, read nothing
             respond({})
-            return reply.result_or_future()
+            return
         # KIP-392: a consumer that sent its rack (v11+) is pointed at a replica in it, and may fetch from one
         client_rack = (getattr(req, "rack_id", None) or None) if v >= 11 and replica_id < 0 else None
         redirected: dict[TopicPartition, FetchPartitionResult] = {}
@@ -588,16 +624,15 @@ class KafkaApis:
         to_read = [fp for fp in parts if fp.tp not in redirected] if redirected else parts
         if not to_read:
             respond(redirected)
-            return reply.result_or_future()
+            return
         if redirected:
             respond_all = respond
 
             def respond(results, respond_all=respond_all):   # noqa: F811 - the redirected partitions added
                 respond_all({**redirected, **results})
-        self.rm.fetch_messages(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, to_read, respond,
+        self.rm.fetch_messages(replica_id, max_wait_ms, req.min_bytes, max_bytes, to_read, respond,
                                isolation_level=getattr(req, "isolation_level", 0) if v >= 4 else 0,
                                follower_read=client_rack is not None)
-        return reply.result_or_future()
 
     def topic_name_for_id(self, topic_id: uuid.UUID | None) -> str | None:
         """The name of the topic with this id (a request's ``uuid`` field), None when unknown (fault injection

@@ -72,6 +72,7 @@ from kafkatier.server.metadata_cache import LINK_ENDPOINTS_CONFIG, MetadataCache
 from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
+from kafkatier.server.gc_tuning import BrokerGc
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -107,8 +108,10 @@ def cleaner_config(c: BrokerConfig) -> CleanerConfig:
                          duty_cycle=min(1.0, max(0.01, c.setting(DUTY_CYCLE_CONFIG))))
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, broker_gc: BrokerGc | None = None):
+        """``broker_gc``: the process's garbage collector (pauses and freezes), shown by :meth:`describe`."""
         self.config = config
+        self.broker_gc = broker_gc
         self.broker_id = config.broker_id
         self.zk = None
         self.broker_epoch = -1
@@ -301,6 +304,8 @@ class KafkaServer:
                                                            security_protocol=extra.security_protocol).start())
         if self.socket_server.port != c.port:
             self.config = attrs.evolve(c, port=self.socket_server.port)
+        if self.broker_gc is not None:
+            self.broker_gc.startup_loaded()  # before registering: the freeze is off the first LeaderAndIsr's path
         self._register_broker()
         control_apis = ControlApis(self.replica_manager, self.metadata_cache, self.topic_config_handler,
                                    tiered=self.remote_log_manager is not None,
@@ -580,7 +585,8 @@ class KafkaServer:
                 "fetch_sessions": self.apis.fetch_manager.describe() if self.apis else None,
                 "replica_fetchers": self.replica_manager.fetcher_manager.describe() if self.replica_manager else {},
                 "follower_fetching": dict(self.replica_manager.follower_fetch_metrics) if self.replica_manager
-                else {}}
+                else {},
+                "gc": self.broker_gc.describe() if self.broker_gc else None}
 
 
 BROKER_SWITCH_INTERVAL_S = 0.001
@@ -609,7 +615,10 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
     # znodes in a busy broker spent most of its time there (docs/architecture.md#at-scale-20000-partitions).
     sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
-    server = KafkaServer(config)
+    # The collector (server/gc_tuning.py): off while the logs load (millions of objects that live as long as
+    # the broker: every full collection on the way would walk them all), then one collection and a freeze.
+    broker_gc = BrokerGc(freeze=broker_setting(config.overrides, "kafkatier.gc.freeze.enable")).install()
+    server = KafkaServer(config, broker_gc=broker_gc)
     stop = threading.Event()
     controlled = []
 
@@ -619,7 +628,11 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
         stop.set()
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    server.startup()
+    broker_gc.pause_for_startup()
+    try:
+        server.startup()
+    finally:
+        broker_gc.startup_loaded()  # a start-up that failed before registering: the collector back on
     if port_file:
         write_port_file(port_file, server.config.port,
                         {ss.listener_name: ss.port for ss in server.extra_socket_servers})

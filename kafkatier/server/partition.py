@@ -10,6 +10,7 @@ flight (no second change of the partition is decided until it completes, as Kafk
 and :meth:`Partition.maybe_shrink_isr` do both for one partition."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable
@@ -244,19 +245,23 @@ class Partition:
         return IsrWrite((self.topic, self.partition), self.leader_id, self.leader_epoch, new_isr,
                         self.controller_epoch, self.partition_epoch, urgent=bool(self.adding_replicas))
 
-    def complete_isr_write(self, w: IsrWrite, new_version: int | None, reason: str) -> None:
+    def complete_isr_write(self, w: IsrWrite, new_version: int | None, reason: str, log_each: bool = True) -> None:
         """Apply a decided change once written (``new_version``), unless the partition moved on meanwhile (a
-        LeaderAndIsr with another epoch or zkVersion: the controller's state wins)."""
+        LeaderAndIsr with another epoch or zkVersion: the controller's state wins).  ``log_each`` False (one
+        of a large batch, which the ISR manager logs as one line): the partition's line is logged at DEBUG."""
+        each = log.info if log_each else log.debug if log.isEnabledFor(logging.DEBUG) else None
         with self.lock:
             self._isr_in_flight = False
             if new_version is None:
-                log.info("ISR update skipped (state znode changed; waiting for the controller) %s",
+                if each is not None:
+                    each("ISR update skipped (state znode changed; waiting for the controller) %s",
                          kv(partition=self, reason=reason))
                 return
             if not self.is_leader or (self.leader_epoch, self.partition_epoch) != (w.leader_epoch,
                                                                                    w.expected_version):
                 return
-            log.info("ISR updated %s", kv(partition=self, old=list(self.isr), new=list(w.isr), reason=reason,
+            if each is not None:
+                each("ISR updated %s", kv(partition=self, old=list(self.isr), new=list(w.isr), reason=reason,
                                           partition_epoch=new_version))
             self.isr = w.isr
             self.partition_epoch = new_version

@@ -68,6 +68,9 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 # A truncation phase or a full fetch of at least this many partitions logs one summary line (a restart's first rounds).
 TRUNCATION_SUMMARY_MIN = 100
+# A round built from every partition's state and log at least this often (``_fetch_unchanged`` patches the last
+# one in between).
+ROUND_REFRESH_S = 5.0
 # A partition whose truncation answer was an error asks again after this backoff (seconds, per partition).
 _partition_backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 
@@ -153,6 +156,14 @@ class ReplicaFetcherThread(threading.Thread):
         self.quota = quota  # the follower replication throttle (None: unthrottled)
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self.lock = threading.Lock()
+        # An idle round is O(changes), not O(partitions): the last round's copies of the states and what it
+        # asked for each (``_round``) are reused, patched for the partitions whose state changed since
+        # (``_dirty``; None: partitions were added or removed, everything is copied again).  Every
+        # ROUND_REFRESH_S the round starts over from every state and log (a follower's log start offset moved by
+        # its own retention reaches the leader then).
+        self._dirty: set[tuple[str, int]] | None = None
+        self._round: tuple[dict, dict] | None = None   # (copies of the states, what was asked per partition)
+        self._round_until = 0.0
         self.stopped = threading.Event()
         self.has_partitions = threading.Event()
         self.client: BrokerClient | None = None
@@ -171,6 +182,7 @@ class ReplicaFetcherThread(threading.Thread):
         thousands added one at a time waited on this thread's lock, held by its rounds, once per partition."""
         with self.lock:
             self.partitions.update(states)
+            self._dirty = None
             if self.partitions:
                 self.has_partitions.set()
 
@@ -181,6 +193,7 @@ class ReplicaFetcherThread(threading.Thread):
         with self.lock:
             for tp in partitions:
                 self.partitions.pop(tp, None)
+            self._dirty = None
             if not self.partitions:
                 self.has_partitions.clear()
 
@@ -224,8 +237,12 @@ class ReplicaFetcherThread(threading.Thread):
         # copied and its request built (each retry of a fetcher of thousands of partitions, until the new
         # controller moves them).
         self._ensure_client()
+        if self._fetch_unchanged():
+            return
         with self.lock:  # copies: a state replaced or moved on during the round no longer equals its copy
             snapshot = {key: st.copy() for key, st in self.partitions.items()}
+            self._dirty = set()
+        self._round = None
         if not snapshot:
             return
         now = time.monotonic()
@@ -239,7 +256,38 @@ class ReplicaFetcherThread(threading.Thread):
             self._maybe_truncate(truncating)
         fetching = {k: st for k, st in ready.items() if not st.truncating}
         if fetching:
-            self._fetch(fetching)
+            wanted = self._fetch(fetching)
+            if len(fetching) == len(snapshot) and wanted is not None:
+                self._round = (snapshot, wanted)   # every partition fetched: the next rounds may reuse it
+                self._round_until = now + ROUND_REFRESH_S
+
+    def _fetch_unchanged(self) -> bool:
+        """A round from the last one's copies and requests, patched for the partitions whose state changed since
+        (the incremental fetch then lists only those); False when it cannot be (partitions added or removed,
+        a changed one truncating or backing off, the refresh is due, no round to start from): the caller copies
+        every state.  Kafka's fetcher builds every round from all its partitions; here that is a pass over
+        thousands of partitions twice a second per leader, most of an idle follower's work."""
+        if self._round is None or time.monotonic() >= self._round_until:
+            return False
+        snapshot, wanted = self._round
+        with self.lock:
+            dirty = self._dirty
+            if dirty is None:
+                return False
+            self._dirty = set()
+            for key in dirty:
+                st = self.partitions.get(key)
+                if st is None or st.truncating or st.delayed_until > 0:
+                    self._dirty = None
+                    return False
+                snapshot[key] = st.copy()
+        for key in dirty:
+            part = self.partition_lookup(*key)
+            st = snapshot[key]
+            wanted[key] = PartitionData(st.fetch_offset, part.log.log_start_offset if part is not None else -1,
+                                        self.partition_max_bytes, st.leader_epoch)
+        self._fetch(snapshot, wanted, changed=dirty)
+        return True
 
     def _ensure_client(self) -> BrokerClient:
         if self.client is None:
@@ -321,6 +369,7 @@ class ReplicaFetcherThread(threading.Thread):
             cur.fetch_offset = plog.log_end_offset
             cur.truncating = not state.truncation_completed
             cur.failures, cur.delayed_until = 0, 0.0
+            self._mark_dirty(key)
 
     def _delay(self, key: tuple[str, int], sent: FetchState, why: str) -> None:
         with self.lock:
@@ -331,27 +380,35 @@ class ReplicaFetcherThread(threading.Thread):
             failures = cur.failures
             delay = _partition_backoff(_state(failures))
             cur.delayed_until = time.monotonic() + delay
+            self._mark_dirty(key)
         # Once at info (a leader that has not had its LeaderAndIsr yet answers UNKNOWN_LEADER_EPOCH for a while).
         log.log(logging.INFO if failures == 1 else logging.DEBUG, "retrying the partition later %s",
                 kv(partition=f"{key[0]}-{key[1]}", leader=self.leader_id, why=why, failures=failures,
                    backoff_s=round(delay, 3)))
 
     # --- fetching -------------------------------------------------------------------------------------------
-    def _fetch(self, snapshot: dict[tuple[str, int], FetchState]) -> None:
+    def _fetch(self, snapshot: dict[tuple[str, int], FetchState], wanted: dict | None = None,
+               changed: set | None = None) -> dict | None:
+        """One Fetch of ``snapshot``'s partitions; returns what it asked per partition when that was every one of
+        them (no throttle held any back), else None.  ``wanted`` and ``changed`` (:meth:`_fetch_unchanged`):
+        the requests already built, of which only ``changed`` differ from the last round's."""
         q = self.quota  # no throttle set (the usual case): no per-partition check each round
         throttled = ({k for k, st in snapshot.items() if self._throttled(k, st)}
                      if q is not None and not q.unlimited else ())
+        complete = not throttled
         if throttled:
             snapshot = {k: st for k, st in snapshot.items() if k not in throttled}
+            wanted = changed = None
             if not snapshot:
                 self.stopped.wait(min(max(self.quota.wait_time(), 0.001), self.max_wait_ms / 1000.0))
-                return
-        wanted = {}
-        for key, st in sorted(snapshot.items()):
-            part = self.partition_lookup(*key)
-            wanted[key] = PartitionData(st.fetch_offset, part.log.log_start_offset if part is not None else -1,
-                                        self.partition_max_bytes, st.leader_epoch)
-        data = self.session.build(wanted)
+                return None
+        if wanted is None:
+            wanted = {}
+            for key, st in sorted(snapshot.items()):
+                part = self.partition_lookup(*key)
+                wanted[key] = PartitionData(st.fetch_offset, part.log.log_start_offset if part is not None else -1,
+                                            self.partition_max_bytes, st.leader_epoch)
+        data = self.session.build(wanted, changed)
         by_topic: dict[str, list] = {}
         for (t, p), pd in data.to_send.items():
             by_topic.setdefault(t, []).append((p, pd.current_leader_epoch, pd.fetch_offset, pd.log_start_offset,
@@ -381,11 +438,12 @@ class ReplicaFetcherThread(threading.Thread):
         answered = {(tr.topic, pd.partition_index) for tr in resp.responses for pd in tr.partitions}
         if not self.session.handle_response(resp.error_code, resp.session_id, answered):
             m["session_errors"] += 1
-            return  # nothing in it is used; the next round is a full fetch
+            return wanted if complete else None  # nothing in it is used; the next round is a full fetch
         m["session_id"] = self.session.session_id
         for tr in resp.responses:
             for pd in tr.partitions:
                 self._process_partition(tr.topic, pd, snapshot.get((tr.topic, pd.partition_index)))
+        return wanted if complete else None
 
     def _process_partition(self, topic: str, pd, sent: FetchState | None) -> None:
         key = (topic, pd.partition_index)
@@ -411,6 +469,7 @@ class ReplicaFetcherThread(threading.Thread):
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = plog.log_end_offset
                     self.partitions[key].lag = max(0, pd.high_watermark - plog.log_end_offset)
+                    self._mark_dirty(key)
             if self.on_fetched:
                 self.on_fetched(part)
         elif err == Errors.OFFSET_OUT_OF_RANGE:
@@ -422,12 +481,18 @@ class ReplicaFetcherThread(threading.Thread):
             with self.lock:
                 if key in self.partitions:
                     self.partitions[key].fetch_offset = part.log.log_end_offset
+                    self._mark_dirty(key)
         elif err in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
                      Errors.UNKNOWN_TOPIC_OR_PARTITION):
             # Wait for the controller's LeaderAndIsr; keep fetching at a slow pace.
             self.stopped.wait(0.1)
         else:
             log.warning("fetch error %s", kv(partition=f"{topic}-{pd.partition_index}", error=Errors(err).name))
+
+    def _mark_dirty(self, key: tuple[str, int]) -> None:
+        """Under the lock: ``key``'s state changed, the next round copies and asks it again."""
+        if self._dirty is not None:
+            self._dirty.add(key)
 
     def _throttled(self, key: tuple[str, int], st: FetchState) -> bool:
         """Kafka's ``shouldFollowerThrottle``: an out-of-sync throttled partition while the quota is exceeded."""
@@ -456,6 +521,7 @@ class ReplicaFetcherThread(threading.Thread):
         with self.lock:
             if (topic, pd.partition_index) in self.partitions:
                 self.partitions[(topic, pd.partition_index)].fetch_offset = plog.log_end_offset
+                self._mark_dirty((topic, pd.partition_index))
 
 
 def _state(attempt: int):

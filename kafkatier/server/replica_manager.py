@@ -26,9 +26,11 @@ answered with no records), and counts the bytes sent for throttled partitions.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
+import time
 from typing import Callable, Mapping, Protocol
 
 import attrs
@@ -56,7 +58,7 @@ from kafkatier.server.purgatory import DelayedOperation, DelayedOperationPurgato
 from kafkatier.server.replica_alter_log_dirs_thread import ReplicaAlterLogDirsManager
 from kafkatier.server.replica_fetcher import ReplicaFetcherManager
 from kafkatier.server.replication_quota_manager import LONG_MAX, ReplicationQuotaManager
-from kafkatier.server.zk_isr_manager import IsrChangePropagationConfig, IsrWrite, ZkIsrManager
+from kafkatier.server.zk_isr_manager import BATCH_SUMMARY_MIN, IsrChangePropagationConfig, IsrWrite, ZkIsrManager
 from kafkatier.zk import codecs, paths
 
 log = get_logger("server.replica-manager")
@@ -65,6 +67,11 @@ INTERNAL_TOPIC_PREFIX = "__"
 # LeaderAndIsr partitions logged one line each up to this many per request; above, one summary line.
 MAX_PARTITIONS_LOGGED = 50
 READ_COMMITTED = 1  # Fetch and ListOffsets isolation_level
+# A quiet follower session (:meth:`ReplicaManager.wait_quiet_follower`) is read from every partition again at
+# least this often, and at least three times per ``replica.lag.time.max.ms``: the followers' fetch positions
+# (the ISR shrink's caught-up times) stay fresh, and a log start offset moved by the leader's retention (which
+# changes no change number) reaches the follower.
+QUIET_FOLLOWER_REFRESH_S = 5.0
 
 
 class TopicConfigs(Protocol):
@@ -176,6 +183,12 @@ class ReplicaManager:
         # The last "nothing new" answer given a follower at the log end of each partition led here, reused while
         # the partition's offsets stay the same (:meth:`idle_follower_read`).
         self._idle_reads: dict[TopicPartition, FetchPartitionResult] = {}
+        # A new number after every change an idle follower's fetch must answer: an append, a high watermark or
+        # log start offset move, a leadership change, an offline dir (:meth:`wait_quiet_follower`).  Numbers
+        # come from one counter (its ``next`` is atomic), so a change never writes a number seen before.
+        self._changes = itertools.count(1)
+        self.change_seq = 0
+        self.quiet_refresh_s = min(QUIET_FOLLOWER_REFRESH_S, replica_lag_time_max_ms / 3000)
         self._scheduler = scheduler
         self._isr_expiration_task = None
         if scheduler is not None:
@@ -239,7 +252,11 @@ class ReplicaManager:
         return get
 
     # --- LeaderAndIsr ---------------------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self.change_seq = next(self._changes)
+
     def handle_leader_and_isr(self, request: LeaderAndIsrRequestData) -> LeaderAndIsrResponseData:
+        self._changed()
         self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
         topics_out = []
         leaders, followers = [], []
@@ -278,6 +295,7 @@ class ReplicaManager:
                               kv(leaders=len(leaders), followers=len(followers)))
         for p in leaders + followers:
             self._complete_delayed(p)
+        self._changed()
         return LeaderAndIsrResponseData(error_code=0, topics=tuple(topics_out))
 
     def _will_lead(self, ts: LeaderAndIsrTopicState, ps: LeaderAndIsrPartitionState) -> bool:
@@ -374,8 +392,10 @@ class ReplicaManager:
         if not changes:
             return
         written = self.isr_manager.write([w for _, w, _ in changes])
+        # A large batch (a restarted follower rejoining thousands of ISRs) is one line of the ISR manager's.
+        log_each = len(changes) < BATCH_SUMMARY_MIN
         for p, w, reason in changes:
-            p.complete_isr_write(w, written.get(w.tp), reason)
+            p.complete_isr_write(w, written.get(w.tp), reason, log_each=log_each)
         for p, _, _ in changes:
             p.maybe_increment_high_watermark()
 
@@ -428,6 +448,7 @@ class ReplicaManager:
         """StopReplica.  ``disable_answers``: topics whose KIP-950 entries (``disable_remote_partition``) are
         answered with the given code without acting -- the caller could not read the topic's config (an error)
         or the topic has none (NONE)."""
+        self._changed()
         self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
         disable_answers = disable_answers or {}
         answers: list[tuple[str, int, Errors | None]] = []
@@ -562,6 +583,7 @@ class ReplicaManager:
                                                                               error_message=str(e)))
         # One poke per follower, not per appended partition: each runs an offset check over every partition
         # that follower's waiting fetch covers.
+        self._changed()
         for r in followers - {self.broker_id}:
             self.fetch_purgatory.check_and_complete(("follower", r))
         if required_acks != -1 or all(st.result.error != Errors.NONE for st in statuses.values()):
@@ -594,6 +616,18 @@ class ReplicaManager:
         # broker's work at 20,000 partitions.  A consumer's fetch watches its partitions.
         keys = [("follower", replica_id)] if is_follower else [("consumer", fp.tp) for fp in partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)  # checks before and after it watches
+
+    def wait_quiet_follower(self, replica_id: int, max_wait_ms: int, seq: int, quiet: Callable[[], None],
+                            busy: Callable[[int], None]) -> None:
+        """A follower's fetch that changes nothing in a session whose last answer, read from every partition,
+        found nothing new at change number ``seq`` (``fetch_session.IncrementalFetchContext.quiet_at``): it
+        waits up to ``max_wait_ms`` as :meth:`fetch_messages` would, without a pass over the session's
+        partitions (Kafka reads each of them every round; thousands here, twice a second per follower, were
+        most of an idle broker's work).  At the end of the wait ``quiet()`` answers if nothing changed here;
+        after a change (an append to a partition this follower follows ends the wait at once), ``busy(ms)``
+        does the whole fetch with the wait that is left."""
+        self.fetch_purgatory.try_complete_else_watch(_QuietFollowerFetch(max_wait_ms, self, seq, quiet, busy),
+                                                     [("follower", replica_id)])
 
     def preferred_read_replica(self, tp: TopicPartition, client_rack: str | None, fetch_offset: int) -> int:
         """KIP-392's ``RackAwareReplicaSelector`` on the leader: an in-sync replica in the consumer's rack that
@@ -778,6 +812,7 @@ class ReplicaManager:
         return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset, records or b"")
 
     def _complete_delayed(self, p: Partition) -> None:
+        self._changed()
         tp = TopicPartition(p.topic, p.partition)
         self.produce_purgatory.check_and_complete(("produce", tp))
         self.fetch_purgatory.check_and_complete(("consumer", tp))
@@ -801,6 +836,7 @@ class ReplicaManager:
 
     def after_log_start_offset_moved(self, p: Partition) -> None:
         """Free the disk now and make the new log start offset durable (``log-start-offset-checkpoint``)."""
+        self._changed()
         plog = p.log
         self._seen_log_start[p.tp] = plog.log_start_offset
         try:
@@ -916,6 +952,7 @@ class ReplicaManager:
         answered, KAFKA_STORAGE_ERROR from now on); partitions whose future log was there only lose the move.
         The controller learns it from ``/log_dir_event_notification``; with no dir left the broker halts."""
         current, future = self.log_manager.handle_log_dir_failure(log_dir)
+        self._changed()
         gone = []
         with self._lock:
             for tp in current:
@@ -1094,6 +1131,27 @@ class DelayedProduce(DelayedOperation):
         # reaches the request and its records through the response future.
         respond, self.respond = self.respond, None
         respond({tp: st.result for tp, st in self.statuses.items()})
+
+
+class _QuietFollowerFetch(DelayedOperation):
+    """:meth:`ReplicaManager.wait_quiet_follower`'s wait: complete once the change number moved, or expired."""
+
+    def __init__(self, delay_ms: int, rm: ReplicaManager, seq: int, quiet: Callable[[], None],
+                 busy: Callable[[int], None]):
+        super().__init__(max(delay_ms, 0))
+        self.rm = rm
+        self.seq = seq
+        self._deadline = time.monotonic() + max(delay_ms, 0) / 1000
+        self._quiet, self._busy = quiet, busy
+
+    def try_complete(self) -> bool:
+        return self.rm.change_seq != self.seq and self.force_complete()
+
+    def on_complete(self) -> None:
+        if self.rm.change_seq == self.seq:
+            self._quiet()
+        else:
+            self._busy(max(0, int((self._deadline - time.monotonic()) * 1000)))
 
 
 class DelayedFetch(DelayedOperation):

@@ -69,11 +69,23 @@ def _check(schema: str, value: Any, what: str) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _payload_problems(schema: str, text: str) -> tuple[str, ...]:
-    """Schema violations of the JSON text ``text``, remembered per (schema, text).  Validation dominates reading
-    and writing many znodes, and payloads repeat: a cluster's 20,000 partition states are a few dozen distinct
-    texts (leader, ISR, epochs), so each is validated once.  Only texts that parse reach this function."""
+def _cached_payload_problems(schema: str, text: str) -> tuple[str, ...]:
     return tuple(schema_errors(schema, json.loads(text, parse_constant=_reject_constant)))
+
+
+# Texts longer than this are validated without being remembered: they do not repeat (a control request's part,
+# a large request or answer) and 4,096 of them kept up to 4 GB alive.
+_REMEMBERED_TEXT_MAX = 65536
+
+
+def _payload_problems(schema: str, text: str) -> tuple[str, ...]:
+    """Schema violations of the JSON text ``text``, remembered per (schema, text) for short texts.  Validation
+    dominates reading and writing many znodes, and payloads repeat: a cluster's 20,000 partition states are a
+    few dozen distinct texts (leader, ISR, epochs), so each is validated once.  Only texts that parse reach this
+    function."""
+    if len(text) > _REMEMBERED_TEXT_MAX:
+        return tuple(schema_errors(schema, json.loads(text, parse_constant=_reject_constant)))
+    return _cached_payload_problems(schema, text)
 
 
 def decode_json(data: bytes | None, schema: str, what: str) -> Any:
@@ -132,11 +144,11 @@ def encode_json(value: Mapping[str, Any], schema: str) -> bytes:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"refusing to encode an invalid {schema} payload: {e}") from None
+    data = text.encode("utf-8")
+    check_znode_size(data, schema)  # first: a payload too large is split or refused whatever its content
     problems = _payload_problems(schema, text)
     if problems:
         raise ValueError(f"refusing to encode an invalid {schema} payload: " + "; ".join(problems))
-    data = text.encode("utf-8")
-    check_znode_size(data, schema)
     return data
 
 

@@ -303,3 +303,25 @@ def test_request_fields_are_read_from_the_wire_message():
     assert req.partitions == [FetchPartitionData(T1, 7, 1024, current_leader_epoch=4, log_start_offset=2)]
     legacy = fetch_request_data(FetchRequest[6].decode(fetch(6).encode(version=6), version=6), 6)
     assert legacy.metadata == LEGACY and legacy.forgotten == [] and legacy.partitions[0].fetch_offset == 7
+
+
+def test_a_follower_session_answered_empty_from_every_partition_is_quiet_at_that_change_number(monkeypatch):
+    """An idle follower (kafka_apis.py): a session whose last answer, read from every partition, had nothing in
+    it is quiet at the replica manager's change number then, for the time given; a quiet answer keeps it, news
+    or that time passing end it."""
+    from kafkatier.server import fetch_session
+    now = [100.0]
+    monkeypatch.setattr(fetch_session.time, "monotonic", lambda: now[0])
+    m, _ = manager()
+    sid = start_session(m, T0, T1)
+    ctx = m.new_context(request(sid, 1), privileged=True)
+    assert not ctx.quiet_at(7)
+    assert ctx.response({T0: ok(), T1: ok()}, 7, 5.0).partitions == {}
+    assert ctx.quiet_at(7) and not ctx.quiet_at(8)
+    ctx = m.new_context(request(sid, 2), privileged=True)
+    assert ctx.response({}, 7).partitions == {}   # the quiet answer: nothing read, still quiet
+    now[0] += 5.0
+    assert not ctx.quiet_at(7)                                 # read from every partition again
+    ctx = m.new_context(request(sid, 3), privileged=True)
+    ctx.response({T0: ok(hw=12), T1: ok()}, 9, 5.0)            # news: not quiet
+    assert not ctx.quiet_at(9)

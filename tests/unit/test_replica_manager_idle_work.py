@@ -88,3 +88,43 @@ def test_an_idle_follower_fetch_that_expires_answers_from_offsets_and_reuses_its
     answers.clear()
     rm.fetch_messages(2, 0, 1, 1 << 20, stale, answers.append)
     assert answers[0][("t", 0)].error != 0
+
+
+@pytest.mark.parametrize("partitions, lines", [(3, 3), (150, 0)])
+def test_a_large_batch_of_isr_expansions_logs_no_line_per_partition(rm, caplog, partitions, lines):
+    """A restarted follower rejoining thousands of ISRs: the ISR manager's one summary line, each partition's at
+    DEBUG (13,333 INFO lines held a leader's GIL for most of a second)."""
+    lead(rm, partitions)
+    caplog.set_level("INFO", logger="kafkatier")
+    rm.fetch_messages(2, 0, 1, 1 << 20, [FetchPartitionData(("t", p), 0) for p in range(partitions)],
+                      lambda answer: None)
+    assert all(p.isr == (1, 2) for p in rm.partitions.values())
+    assert sum(r.getMessage().startswith("ISR updated") for r in caplog.records) == lines
+
+
+def test_a_quiet_follower_waits_without_reading_and_an_append_ends_its_wait(rm, monkeypatch):
+    import threading
+    lead(rm, 3, replicas=(1, 2), isr=(1, 2))
+    monkeypatch.setattr(rm, "read_partition", lambda *a, **kw: pytest.fail("a quiet wait read a partition"))
+    answered = threading.Event()
+    seq = rm.change_seq
+    rm.wait_quiet_follower(2, 20, seq, answered.set, lambda ms: pytest.fail("nothing changed"))
+    assert answered.wait(10)   # the wait ended, answered as quiet
+    busy = []
+    woke = threading.Event()
+    rm.wait_quiet_follower(2, 60000, rm.change_seq, lambda: pytest.fail("an append is news"),
+                           lambda ms: (busy.append(ms), woke.set()))
+    rm.append_records(1000, 1, {("t", 0): producer_batch()}, lambda res: None)
+    assert woke.wait(10) and 0 < busy[0] <= 60000   # ended at once, the rest of the wait handed on
+
+
+def test_a_quiet_session_is_read_whole_at_least_three_times_per_replica_lag_time(tmp_path):
+    """The full reads refresh the followers' caught-up times: a small replica.lag.time.max.ms must not see a
+    quiet follower as lagging."""
+    lm = LogManager([str(tmp_path / "d2")])
+    for lag_ms, refresh_s in ((30000, 5.0), (3000, 1.0)):
+        r = ReplicaManager(1, lm, lambda t: {}, replica_lag_time_max_ms=lag_ms)
+        try:
+            assert r.quiet_refresh_s == refresh_s
+        finally:
+            r.shutdown()

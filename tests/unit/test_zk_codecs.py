@@ -467,3 +467,27 @@ def test_topic_assignment_fast_check_accepts_only_what_the_schema_accepts():
         with pytest.raises(c.MalformedZNodeError):
             c.TopicAssignment.decode(json.dumps(b).encode())
     assert len(c.TopicAssignment.decode(json.dumps(good).encode()).partitions) == 1000
+
+
+def test_a_payload_too_large_for_a_znode_is_refused_before_it_is_validated(monkeypatch):
+    """A control request of 20,000 partitions is split into parts (channel_manager.py): the attempt to write it
+    whole must not parse and validate megabytes first, nor keep them in the validation cache."""
+    from kafkatier.zk.limits import ZNodeTooLargeError
+    validated = []
+    monkeypatch.setattr(c, "schema_errors", lambda schema, value: validated.append(schema) or [])
+    request = c.ControlRequest(api_key=4, api_version=7, api_name="LeaderAndIsr", controller_id=1,
+                               controller_epoch=2, broker_epoch=3, body={"pad": "x" * 1_200_000})
+    with pytest.raises(ZNodeTooLargeError):
+        request.encode()
+    assert validated == []
+
+
+def test_long_payloads_are_validated_each_time_and_short_ones_once(monkeypatch):
+    validated = []
+    monkeypatch.setattr(c, "schema_errors", lambda schema, value: validated.append(len(value["body"]["pad"])) or [])
+    for pad in ("short", "y" * 100_000):
+        request = c.ControlRequest(api_key=4, api_version=7, api_name="LeaderAndIsr", controller_id=1,
+                                   controller_epoch=2, broker_epoch=3, body={"pad": pad + str(uuid.uuid4())})
+        data = request.encode()
+        c.decode_json(data, "control_request", "test")
+    assert [n < 100 for n in validated] == [True, False, False]

@@ -1,0 +1,96 @@
+"""The broker's collector (server/gc_tuning.py): pauses recorded by generation, start-up objects frozen, and
+the survivors of a costly full collection frozen."""
+from __future__ import annotations
+
+import gc
+
+from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
+
+
+def _ticks(*values):
+    it = iter(values)
+    return lambda: next(it)
+
+
+def _collect(g: BrokerGc, generation: int) -> None:
+    g.on_gc("start", {"generation": generation})
+    g.on_gc("stop", {"generation": generation})
+
+
+def test_each_collection_is_recorded_under_its_generation():
+    freezes = []
+    g = BrokerGc(clock=_ticks(10.0, 10.25, 20.0, 20.002), cpu_clock=lambda: 0.0, freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    _collect(g, 0)
+    d = g.describe()
+    assert d["gen2"] == {"collections": 1, "total_ms": 250.0, "max_ms": 250.0}
+    assert d["gen0"]["collections"] == 1 and d["gen1"]["collections"] == 0
+    assert freezes == [] and d["freezes"] == 0   # it cost no CPU: nothing frozen
+
+
+def test_a_full_collection_that_cost_cpu_freezes_its_survivors_and_a_cheap_or_young_one_does_not():
+    freezes = []
+    # CPU clock: start, stop (and the check) per collection; 30 ms, then 2 ms, then a young one of 30 ms
+    g = BrokerGc(clock=lambda: 0.0, cpu_clock=_ticks(1.0, 1.03, 2.0, 2.002, 3.0, 3.03), freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    _collect(g, 2)
+    _collect(g, 1)
+    assert freezes == [1] and g.describe()["freezes"] == 1
+
+
+def test_without_freeze_nothing_is_frozen():
+    freezes = []
+    g = BrokerGc(freeze=False, clock=lambda: 0.0, cpu_clock=_ticks(1.0, 2.0, 2.0), freezer=lambda: freezes.append(1))
+    _collect(g, 2)
+    assert freezes == [] and g.describe()["gen2"]["collections"] == 1
+
+
+def test_a_stop_without_its_start_is_ignored():
+    g = BrokerGc(clock=lambda: 1.0)
+    g.on_gc("stop", {"generation": 1})
+    assert g.describe()["gen1"]["collections"] == 0
+
+
+def test_installed_it_sees_real_collections_and_uninstalls():
+    g = BrokerGc(freeze=False).install()
+    try:
+        gc.collect()
+    finally:
+        g.uninstall()
+    assert g.describe()["gen2"]["collections"] >= 1
+    assert g.on_gc not in gc.callbacks
+
+
+def test_freezing_moves_the_tracked_objects_out_of_later_collections():
+    kept = [[i] for i in range(1000)]
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen >= len(kept) and gc.get_freeze_count() == frozen
+        walked = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
+        assert not any(id(k) in walked for k in kept)
+    finally:
+        gc.unfreeze()
+
+
+def test_start_up_pauses_the_collector_until_the_logs_are_loaded_then_freezes_once():
+    g = BrokerGc()
+    assert gc.isenabled()
+    try:
+        g.pause_for_startup()
+        assert not gc.isenabled()
+        g.startup_loaded()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+        g.startup_loaded()   # the start-up's own call was the one: nothing more
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_without_freeze_start_up_leaves_the_collector_alone():
+    g = BrokerGc(freeze=False)
+    g.pause_for_startup()
+    assert gc.isenabled()
+    g.startup_loaded()
+    assert gc.get_freeze_count() == 0
