@@ -255,8 +255,9 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, topics: dict[str, int], 
                                                exited.append(time.monotonic() - t0)), daemon=True)
     stopper.start()
     moved = None
+    led_znodes = [z for z, st in before.items() if st["leader"] == victim]   # polled alone: a finer clock
     while moved is None and time.monotonic() - t0 < 600:
-        still = sum(1 for s in states(zk, topics).values() if s["leader"] == victim)
+        still = sum(1 for r in get_many(zk, led_znodes) if r is not None and json.loads(r[0])["leader"] == victim)
         if still == 0:
             moved = time.monotonic() - t0
         elif exited:
