@@ -280,7 +280,7 @@ def decode_tiered_epoch(data: bytes | None, path: str | None = None) -> int:
 
 
 def _int_keys(m: Mapping[str, list[int]]) -> dict[int, tuple[int, ...]]:
-    return {int(k): tuple(map(int, v)) for k, v in m.items()}
+    return {int(k): _int_tuple(tuple(v)) for k, v in m.items()}
 
 
 def _tp_list(items: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, int]]:
@@ -464,9 +464,22 @@ def _distinct(xs: Iterable[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(xs))
 
 
+@functools.lru_cache(maxsize=4096)
+def _interned_int_tuple(xs: tuple) -> tuple[int, ...]:
+    return tuple(map(int, xs))
+
+
 def _int_tuple(xs: Iterable[int]) -> tuple[int, ...]:
-    # map, not a generator: a failover builds three of these for each of 20,000 partitions
-    return tuple(map(int, xs)) if xs else ()
+    """``xs`` as a tuple of ints.  A tuple's result is interned: replica lists repeat (a 3-broker cluster has six
+    orders of three), and a failover builds three of these for each of 20,000 partitions."""
+    if not xs:
+        return ()
+    if type(xs) is tuple:
+        try:
+            return _interned_int_tuple(xs)
+        except TypeError:  # an unhashable item: int() refuses it below
+            pass
+    return tuple(map(int, xs))
 
 
 @attrs.frozen
@@ -607,7 +620,19 @@ def decode_partition_state(data: bytes | None, stat: Any = None, path: str | Non
 def partition_state_fields(data: bytes | None, path: str | None = None) -> tuple[int, int, tuple[int, ...], int, int]:
     """``(leader, leader_epoch, isr, controller_epoch, leader_recovery_state)`` of a ``state`` payload, checked
     as :func:`decode_partition_state` checks it, without building the value type: bulk readers (a controller
-    failover reads every partition's state) build their own value from these fields."""
+    failover reads every partition's state) build their own value from these fields.  Remembered per payload:
+    a cluster's states are a few hundred distinct texts at most (leader, ISR, epochs), read by the thousand."""
+    if type(data) is bytes:
+        try:
+            return _partition_state_fields(data)
+        except MalformedZNodeError:
+            pass   # read again below, to name ``path`` in the error
+    return _partition_state_fields.__wrapped__(data, path)
+
+
+@functools.lru_cache(maxsize=8192)
+def _partition_state_fields(data: bytes | None, path: str | None = None
+                            ) -> tuple[int, int, tuple[int, ...], int, int]:
     js = decode_json(data, LeaderIsrAndControllerEpoch.SCHEMA, _what(path, LeaderIsrAndControllerEpoch.SCHEMA))
     return (int(js["leader"]), int(js["leader_epoch"]), tuple(map(int, js["isr"])), int(js["controller_epoch"]),
             int(js.get("leader_recovery_state", LEADER_RECOVERY_RECOVERED)))

@@ -98,3 +98,13 @@ def test_a_body_too_large_for_the_envelope_is_split_from_the_same_text():
         _request(body).encode(body_text=text)
     ref, parts = control_parts.split_body(body, text=text)
     assert control_parts.join_body(ref, parts) == body
+
+
+def test_a_remembered_state_payload_reads_the_same_and_an_error_names_its_path():
+    data = codecs.encode_partition_state(2, 4, (2, 3), 1)
+    assert codecs.partition_state_fields(data) is codecs.partition_state_fields(data)
+    assert codecs.partition_state_fields(bytearray(data)) == (2, 4, (2, 3), 1, 0)
+    bad = b'{"version":1,"leader":"x","leader_epoch":0,"controller_epoch":0,"isr":[1]}'
+    for path in ("/brokers/topics/a/partitions/0/state", "/brokers/topics/b/partitions/1/state"):
+        with pytest.raises(codecs.MalformedZNodeError, match=path):
+            codecs.partition_state_fields(bad, path)
