@@ -705,8 +705,10 @@ class KafkaController:
             return
         names = {tid: t for t, tid in ctx.topic_ids.items()}
         offline, online = set(), set()
-        entries = [(names.get(codecs.topic_id_from_wire(t.topic_id)), pe)
-                   for t in response.topics or () for pe in t.partition_errors or ()]
+        entries = []
+        for t in response.topics or ():   # one topic id conversion per topic, not per partition (20,000 at a failover)
+            topic = names.get(codecs.topic_id_from_wire(t.topic_id))
+            entries += [(topic, pe) for pe in t.partition_errors or ()]
         entries += [(pe.topic_name, pe) for pe in response.partition_errors or ()]
         for topic, pe in entries:
             if not topic:
