@@ -38,6 +38,10 @@ from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 
 log = get_logger("controller")
 
+# How long a failover waits for the brokers to apply its elections' UpdateMetadata before it takes the dead
+# replicas out of the ISRs (see KafkaController._await_applied).
+ELECTED_METADATA_WAIT_S = 10.0
+
 
 @attrs.frozen
 class ControllerConfig:
@@ -279,7 +283,7 @@ class KafkaController:
             self.partition_state_machine.startup()
             # The elected leaders reach every broker's metadata now, not after every dead replica has left
             # every ISR (a project difference: Kafka sends the elections' UpdateMetadata with its LeaderAndIsr).
-            self.batch.send_update_metadata_so_far(self.ctx.epoch)
+            self._await_applied(self.batch.send_update_metadata_so_far(self.ctx.epoch), ELECTED_METADATA_WAIT_S)
             t_elected = time.monotonic()
             self.replica_state_machine.startup()
             t_send = time.monotonic()
@@ -302,6 +306,28 @@ class KafkaController:
                                                    topics=len(self.ctx.all_topics),
                                                    ms=round(self.metrics["last_failover_ms"], 1),
                                                    **self.metrics["last_failover_phases_ms"]))
+
+    def _await_applied(self, brokers: set[int], timeout_s: float) -> None:
+        """Block until each of ``brokers`` has answered what was queued to it so far, at most ``timeout_s``.  The
+        failover waits so for its elections' UpdateMetadata before it takes the dead replicas out of every ISR:
+        that work holds this process's interpreter lock for seconds at 20,000 partitions, and this broker's own
+        control handler (one of the brokers to apply it) shares that lock."""
+        if not brokers or self.channel is None:
+            return
+        lock, done = threading.Lock(), threading.Event()
+        pending = set(brokers)
+
+        def applied(broker: int) -> None:
+            with lock:
+                pending.discard(broker)
+                if not pending:
+                    done.set()
+        for b in sorted(brokers):
+            if not self.channel.barrier(b, lambda b=b: applied(b)):
+                applied(b)
+        if not done.wait(timeout_s):
+            log.info("elected leaders' metadata not applied yet; going on %s",
+                     kv(brokers=sorted(pending), waited_s=timeout_s))
 
     def on_controller_resignation(self) -> None:
         log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))

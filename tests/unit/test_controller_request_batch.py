@@ -196,7 +196,7 @@ def test_a_failover_sends_the_elections_update_metadata_before_the_rest_of_its_r
         ctx.partition_leadership[elected] = LeaderAndIsr(2, 5, (2, 3), 3, partition_epoch=8)
         batch.add_leader_and_isr([2, 3], elected, ctx.partition_leadership[elected])
         batch.send_requests_to_brokers(ctx.epoch)
-        batch.send_update_metadata_so_far(ctx.epoch)
+        assert batch.send_update_metadata_so_far(ctx.epoch) == {1, 2, 3}
         early = list(sent)
         batch.new_batch()
         ctx.partition_leadership[shrunk] = LeaderAndIsr(1, 5, (1, 2), 3, partition_epoch=8)
@@ -217,7 +217,7 @@ def test_update_metadata_so_far_outside_a_coalesced_block_sends_nothing():
     batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
     batch.new_batch()
     batch.add_update_metadata([1, 2, 3], [TopicPartition("t", 0)])
-    batch.send_update_metadata_so_far(ctx.epoch)
+    assert batch.send_update_metadata_so_far(ctx.epoch) == set()
     assert sent == []
     batch.send_requests_to_brokers(ctx.epoch)
     assert len(sent) == 3
