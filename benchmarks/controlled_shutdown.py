@@ -19,17 +19,26 @@ of two batched forms: pipelined ``set_data`` calls (1,000 in flight) and fenced 
 27): shutdown (SIGTERM -> leadership moved) <= 3x the raw writes at every size and <= 5 s at 10,000 led
 partitions (Kafka 1.1 published ~3 s); restart -> every ISR full <= 20 s at 20,000 partitions.
 
-    .venv/bin/python benchmarks/controlled_shutdown.py [--sizes 1000,5000,20000] [--quick]   # KEEP=1: keep logs
+Where the time went (from the brokers' log stamps): SIGTERM until the broker starts its controlled shutdown,
+until the controller starts handling the request, until the elections are written (its ``elected leaders`` line),
+until it has handled the request.  ``--py-spy DIR`` records the controller and the shutting-down broker from just
+before the SIGTERM until the broker exited (collapsed stacks, ``pip install py-spy``).  ``--no-last-restart``
+skips the restart of the last size (its numbers are then not reported).
+
+    .venv/bin/python benchmarks/controlled_shutdown.py [--sizes 1000,5000,20000] [--quick] [--py-spy DIR]
+        [--no-last-restart]   # KEEP=1: keep logs
 """
 from __future__ import annotations
 
 import argparse
+import calendar
 import collections
 import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -103,6 +112,76 @@ def last_ms(log_path: str, pattern: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
+
+
+def stamp_after(log_path: str, pattern: str, since: float) -> float | None:
+    """The wall time of the first log line at or after ``since`` (less a second of rounding) matching
+    ``pattern``."""
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            m = _STAMP.match(line)
+            if m is None or not re.search(pattern, line):
+                continue
+            t = calendar.timegm(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + int(m.group(1)[20:]) / 1000
+            if t >= since - 1:
+                return t
+    return None
+
+
+def breakdown(m: ClusterManager, controller: int, victim: int, sigterm_wall: float) -> str:
+    """SIGTERM -> the broker starts its controlled shutdown -> the controller starts handling it -> the elections
+    are written -> handled, from the log stamps (ms resolution; the clocks are one machine's)."""
+    marks = [("broker starts", m._log_path(victim), r"starting controlled shutdown"),
+             ("controller starts", m._log_path(controller), r"shutting down broker broker=%d" % victim),
+             ("elections written", m._log_path(controller), r"elected leader.*ControlledShutdown"),
+             ("handled", m._log_path(controller), r"controlled shutdown handled broker=%d" % victim),
+             ("broker answered", m._log_path(victim), r"controlled shutdown succeeded")]
+    out, last = [], sigterm_wall
+    for name, path, pattern in marks:
+        t = stamp_after(path, pattern, sigterm_wall)
+        if t is None:
+            out.append(f"{name} -")
+            continue
+        out.append(f"{name} +{(t - last) * 1000:.0f} ms")
+        last = t
+    return "SIGTERM -> " + ", ".join(out)
+
+
+class PySpy:
+    """py-spy recordings (collapsed stacks) of some broker processes, started and stopped by the benchmark."""
+
+    def __init__(self, out_dir: str | None):
+        self.out_dir = out_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, pids: dict[int, int], label: str) -> None:
+        if not self.out_dir:
+            return
+        exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if not os.path.exists(exe):
+            print("--py-spy: py-spy is not installed (pip install py-spy); not recording", flush=True)
+            self.out_dir = None
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        for b, pid in pids.items():
+            out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
+            self.procs.append(subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
+                                                "--threads", "--nonblocking", "--output", out],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(1.0)  # py-spy attaches before the measured part starts (not a synchronisation of the cluster)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs = []
+
+
 def baseline_pipelined(zk, payloads: dict[str, bytes]) -> float:
     t0 = time.monotonic()
     window: collections.deque = collections.deque()
@@ -155,7 +234,7 @@ def grow(kzc: KafkaZkClient, topics: dict[str, int], total: int, topic_partition
 
 
 def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, topics: dict[str, int], total: int,
-             topic_partitions: int) -> dict:
+             topic_partitions: int, spy: PySpy, restart: bool = True) -> dict:
     print(f"[{total:,}] creating partitions (load {load_average()})", flush=True)
     grow(kzc, topics, total, topic_partitions)
     wait_full_isr(zk, topics, timeout=max(300.0, total / 10))
@@ -168,26 +247,35 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, topics: dict[str, int], 
     print(f"[{total:,}] broker {victim} leads {led:,} partitions; controller is {controller} "
           f"(load {load_average()})", flush=True)
     raw = raw_writes_s(zk, topics, victim)
+    spy.start({b["id"]: b["pid"] for b in m.state["brokers"] if b["id"] in (controller, victim)}, f"{total}-cs")
 
-    t0 = time.monotonic()
+    t0, sigterm_wall = time.monotonic(), time.time()
     exited: list[float] = []
     stopper = threading.Thread(target=lambda: (m.stop_broker(victim, timeout=600),
                                                exited.append(time.monotonic() - t0)), daemon=True)
     stopper.start()
     moved = None
+    led_znodes = [z for z, st in before.items() if st["leader"] == victim]   # polled alone: a finer clock
     while moved is None and time.monotonic() - t0 < 600:
-        still = sum(1 for s in states(zk, topics).values() if s["leader"] == victim)
+        still = sum(1 for r in get_many(zk, led_znodes) if r is not None and json.loads(r[0])["leader"] == victim)
         if still == 0:
             moved = time.monotonic() - t0
         elif exited:
             break
         else:
-            time.sleep(0.02)
+            time.sleep(0.005)  # the poll itself is the clock's resolution: keep the gap small
     stopper.join(600)
+    spy.stop()
     handled = last_ms(m._log_path(controller), r"controlled shutdown handled broker=%d" % victim)
     round_trip = last_ms(m._log_path(victim), r"controlled shutdown succeeded")
     print(f"[{total:,}] leadership moved in {moved if moved is not None else float('nan'):.2f} s, "
           f"exited in {exited[0] if exited else float('nan'):.2f} s (load {load_average()})", flush=True)
+    print(f"[{total:,}] {breakdown(m, controller, victim, sigterm_wall)}", flush=True)
+    row = dict(partitions=total, led=led, moved_s=moved, exit_s=exited[0] if exited else None,
+               handled_ms=handled, round_trip_ms=round_trip, raw_s=raw, serving_s=None, rejoin_s=None,
+               raw_rejoin_s=None, load=load_average())
+    if not restart:
+        return row
 
     t1 = time.monotonic()
     m.start_broker(victim, wait=True, timeout=900)
@@ -196,9 +284,8 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, topics: dict[str, int], 
     rejoined = time.monotonic() - t1
     raw_rejoin = raw_writes_s(zk, topics, victim)
     print(f"[{total:,}] restarted: serving in {serving:.1f} s, every ISR full in {rejoined:.1f} s", flush=True)
-    return dict(partitions=total, led=led, moved_s=moved, exit_s=exited[0] if exited else None,
-                handled_ms=handled, round_trip_ms=round_trip, raw_s=raw, serving_s=serving, rejoin_s=rejoined,
-                raw_rejoin_s=raw_rejoin, load=load_average())
+    row.update(serving_s=serving, rejoin_s=rejoined, raw_rejoin_s=raw_rejoin, load=load_average())
+    return row
 
 
 def _s(v: float | None) -> str:
@@ -215,6 +302,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="sizes 300,1000")
     ap.add_argument("--topic-partitions", type=int, default=1000)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the controller and the shutting-down "
+                    "broker during each shutdown")
+    ap.add_argument("--no-last-restart", action="store_true", help="do not restart the broker after the last size")
     args = ap.parse_args()
     sizes = [300, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     data_dir = tempfile.mkdtemp(prefix="kafkatier-cs-bench-", dir=args.tmp)
@@ -223,6 +313,7 @@ def main() -> int:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, interrupted)
     m = ClusterManager(data_dir)
+    spy = PySpy(args.py_spy)
     zk = None
     rows, failed = [], []
     try:
@@ -232,12 +323,14 @@ def main() -> int:
         topics: dict[str, int] = {}
         for i, total in enumerate(sizes):
             try:
-                rows.append(run_size(m, zk, kzc, topics, total, args.topic_partitions))
+                rows.append(run_size(m, zk, kzc, topics, total, args.topic_partitions, spy,
+                                     restart=not (args.no_last_restart and i == len(sizes) - 1)))
             except Exception as e:  # noqa: BLE001 - report the size and stop (the cluster is in no known state)
                 print(f"row {total:,} did not finish: {type(e).__name__}: {e} (load {load_average()})", flush=True)
                 failed += [total] + sizes[i + 1:]
                 break
     finally:
+        spy.stop()
         if zk is not None:
             zk.stop()
         m.down()
@@ -256,7 +349,7 @@ def main() -> int:
         print(f"| {r['partitions']:,} | {r['led']:,} | {_s(r['moved_s'])} | {_s(r['raw_s'])} "
               f"| {_ratio(r['moved_s'], r['raw_s'])} | {_s(r['round_trip_ms'] and r['round_trip_ms'] / 1000)} "
               f"| {_s(r['handled_ms'] and r['handled_ms'] / 1000)} | {_s(r['exit_s'])} | {_s(r['rejoin_s'])} "
-              f"({_s(r['rejoin_s'] - r['serving_s'])} after serving) "
+              f"({_s(r['rejoin_s'] and r['rejoin_s'] - r['serving_s'])} after serving) "
               f"| {_s(r['raw_rejoin_s'])} | {_ratio(r['rejoin_s'], r['raw_rejoin_s'])} | {r['load']} |")
     for total in failed:
         print(f"| {total:,} | not completed |||||||||||")

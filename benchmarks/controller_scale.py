@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse  # noqa: E402
+from kafka.protocol.metadata import MetadataRequest  # noqa: E402
 
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError  # noqa: E402
@@ -105,26 +106,65 @@ def zk_leaders(zk, topics: dict[str, int]) -> dict[tuple[str, int], int]:
     return {tp: st["leader"] for tp, st in zk_states(zk, topics).items()}
 
 
+def metadata_v1_leaders(body: bytes) -> tuple[dict[tuple[str, int], int], set[int]]:
+    """(leader per partition, broker ids) of a Metadata v1 response body, read with ``struct`` alone: the
+    bench polls 20,000-partition answers while the brokers fail over on the same cores, and a generic decoder
+    took seconds per answer there (its polling stole CPU from the brokers it measured)."""
+    i16, i32 = struct.Struct(">h").unpack_from, struct.Struct(">i").unpack_from
+    off = 0
+
+    def string() -> str | None:
+        nonlocal off
+        (n,) = i16(body, off)
+        off += 2
+        if n < 0:
+            return None
+        off += n
+        return bytes(body[off - n:off]).decode()
+
+    (n_brokers,) = i32(body, off)
+    off += 4
+    brokers = set()
+    for _ in range(n_brokers):
+        brokers.add(i32(body, off)[0])
+        off += 4
+        string()
+        off += 4  # port
+        string()  # rack
+    off += 4  # controller id
+    (n_topics,) = i32(body, off)
+    off += 4
+    leaders = {}
+    for _ in range(n_topics):
+        off += 2  # error code
+        name = string()
+        off += 1  # is internal
+        (n_parts,) = i32(body, off)
+        off += 4
+        for _ in range(n_parts):
+            _err, index, leader = struct.unpack_from(">hii", body, off)
+            off += 10
+            (n,) = i32(body, off)
+            off += 4 + 4 * n   # replicas
+            (n,) = i32(body, off)
+            off += 4 + 4 * n   # isr
+            leaders[(name, index)] = leader
+    return leaders, brokers
+
+
 def broker_leaders(port: int, answered: list | None = None) -> tuple[dict[tuple[str, int], int], set[int]] | None:
     """(leader per partition, live broker ids) from one broker's Metadata answer, None if it does not answer.
-    ``answered``: the monotonic time the answer arrived (before it is decoded: decoding 20,000 partitions takes
-    seconds on a loaded machine) is appended to it."""
+    ``answered``: the monotonic time the answer arrived (before it is decoded) is appended to it."""
     client = BrokerClient("127.0.0.1", port, client_id="controller-scale-bench", timeout_s=60.0)
     try:
         body = client.send_encoded(3, 1, MetadataRequest[1](topics=None).encode(version=1))
         if answered is not None:
             answered.append(time.monotonic())
-        resp = MetadataResponse.decode(bytes(body), version=1)
     except (BrokerConnectionError, OSError):
         return None
     finally:
         client.close()
-    leaders = {}
-    for t in resp.topics:
-        name, parts = t[1], t[3]
-        for p in parts:
-            leaders[(name, p[1])] = p[2]
-    return leaders, {b[0] for b in resp.brokers}
+    return metadata_v1_leaders(body)
 
 
 def all_agree(zk, m: ClusterManager, topics: dict[str, int], live: set[int],
@@ -301,7 +341,7 @@ def restart_phases(m: ClusterManager, broker_id: int, started_at: float) -> str:
 
 def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss: dict[int, int],
              topics: dict[str, int], total: int, topic_partitions: int, spy: PySpy,
-             session_timeout_s: float) -> dict:
+             session_timeout_s: float, restart: bool = True) -> dict:
     """One row: grow the cluster to ``total`` partitions, kill -9 the controller, restart it."""
     # 1. creation of the partitions that take the cluster to ``total``
     print(f"[{total:,}] creating topics (load {load_average()})", flush=True)
@@ -370,6 +410,16 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     wait_phase(f"[{total:,}] the failover log line", lambda: last_failover_ms(m, new) is not None, 60)
     ctrl_ms = last_failover_ms(m, new)
     phases = failover_phases(m, new)
+    if not restart:
+        row = dict(rejoin_s=None, idle=idle, session_s=session_timeout_s, partitions=total, create_s=create_s,
+                   isr_s=isr_s, kill9_s=failover_s, ctrl_ms=ctrl_ms, raw_ms=raw * 1000, ratio=ctrl_ms / (raw * 1000),
+                   raw_multi_ms=raw_multi * 1000, ratio_multi=ctrl_ms / (raw_multi * 1000), registered_s=None,
+                   restart_s=None, rss_b=rss_per_partition, load=load_average())
+        print(f"summary: partitions={total} kill9_to_all_led_and_agreeing_s={failover_s:.1f} "
+              f"controller_failover_ms={ctrl_ms:.0f} raw_async_read_ms={raw * 1000:.0f} "
+              f"raw_multi_read_ms={raw_multi * 1000:.0f} load={row['load']} (no restart)", flush=True)
+        print(f"  controller failover phases (ms): {phases}", flush=True)
+        return row
     # 3. restart the killed broker
     print(f"[{total:,}] restarting broker {old}", flush=True)
     t2, wall2 = time.monotonic(), time.time()
@@ -410,6 +460,14 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     return row
 
 
+def _restart_cell(r: dict) -> str:
+    if r["rejoin_s"] is None:
+        return "not run"
+    return (f"{r['registered_s']:.1f} s / {r['restart_s']:.1f} s / {r['rejoin_s']:.1f} s "
+            f"({'met' if r['rejoin_s'] <= 20 else 'missed' if r['partitions'] >= 20000 else '-'}; "
+            f"{r['rejoin_s'] - r['registered_s']:.1f} s after registering)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="sizes 300,1000 instead of 1000,5000,20000")
@@ -420,6 +478,8 @@ def main() -> int:
     ap.add_argument("--py-spy", default=None, metavar="DIR", help="record the surviving brokers during failover")
     ap.add_argument("--py-spy-gil", action="store_true",
                     help="with --py-spy: only samples of the thread holding the GIL (where the CPU goes)")
+    ap.add_argument("--no-last-restart", action="store_true",
+                    help="do not restart the killed broker after the last size (no restart numbers for it)")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy the brokers' logs here at the end")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
@@ -446,7 +506,8 @@ def main() -> int:
         for i, total in enumerate(sizes):
             try:
                 rows.append(run_size(m, zk, kzc, ids, base_rss, topics, total, args.topic_partitions, spy,
-                                     args.session_timeout_ms / 1000))
+                                     args.session_timeout_ms / 1000,
+                                     restart=not (args.no_last_restart and i == len(sizes) - 1)))
             except (RowFailed, KeyboardInterrupt) as e:
                 why = str(e) if isinstance(e, RowFailed) else "interrupted"
                 print(f"row {total:,} did not finish: {why} (load {load_average()})", flush=True)
@@ -475,10 +536,7 @@ def main() -> int:
         print(f"| {r['partitions']:,} | {r['create_s']:.1f} s (+{r['isr_s']:.1f} s) "
               f"| {r['kill9_s']:.1f} s ({'met' if r['kill9_s'] <= goal else 'missed'}: {goal:.0f} s) "
               f"| {r['ctrl_ms']:.0f} ms | {r['raw_ms']:.0f} ms | {r['ratio']:.2f}x "
-              f"| {r['raw_multi_ms']:.0f} ms "
-              f"| {r['registered_s']:.1f} s / {r['restart_s']:.1f} s / {r['rejoin_s']:.1f} s "
-              f"({'met' if r['rejoin_s'] <= 20 else 'missed' if r['partitions'] >= 20000 else '-'}; "
-              f"{r['rejoin_s'] - r['registered_s']:.1f} s after registering) "
+              f"| {r['raw_multi_ms']:.0f} ms | {_restart_cell(r)} "
               f"| {min(r['idle'].values()):.1f}-{max(r['idle'].values()):.1f} % "
               f"| {r['rss_b'] / 1024:.1f} KiB | {r['load']} |")
     for total, why in failed:

@@ -134,10 +134,11 @@ class RequestSendThread(threading.Thread):
         """Create the request znode (after its parts, for a body too large for one znode); its name and parts."""
         w = self.manager.writer()
         prefix = paths.control_requests(self.broker_id) + "/" + paths.REQUEST_PREFIX
+        text = codecs.dump_body(request.body)  # once, whether the body goes in the envelope or in parts
         try:
-            data = request.encode()
+            data = request.encode(body_text=text)
         except ZNodeTooLargeError:
-            ref, parts = control_parts.split_body(request.body)
+            ref, parts = control_parts.split_body(request.body, text=text)
             log.info("control request split %s", kv(broker=self.broker_id, api=request.api_name,
                                                     parts=ref.count, compressed_bytes=ref.size))
             request = attrs.evolve(request, body={}, body_parts=ref)

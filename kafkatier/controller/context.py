@@ -98,15 +98,14 @@ class ControllerContext:
         return {PartitionAndReplica(tp, r) for tp in self.partitions_for_topic(topic) for r in self.partition_replicas(tp)}
 
     def replicas_on_brokers(self, broker_ids: set[int]) -> set[PartitionAndReplica]:
-        out = set()
-        for tp in self.all_partitions():
-            for r in self.partition_replicas(tp):
-                if r in broker_ids:
-                    out.add(PartitionAndReplica(tp, r))
-        return out
+        # Straight over the assignments (no sorted partition list): a controlled shutdown asks this of a
+        # broker hosting tens of thousands of replicas.
+        return {PartitionAndReplica(TopicPartition(t, p), r) for t, parts in self.partition_assignments.items()
+                for p, a in parts.items() for r in a.replicas if r in broker_ids}
 
     def partitions_on_broker(self, broker_id: int) -> set[TopicPartition]:
-        return {pr.tp for pr in self.replicas_on_brokers({broker_id})}
+        return {TopicPartition(t, p) for t, parts in self.partition_assignments.items()
+                for p, a in parts.items() if broker_id in a.replicas}
 
     def partitions_led_by(self, broker_id: int) -> set[TopicPartition]:
         return {tp for tp, l in self.partition_leadership.items() if l.leader == broker_id}

@@ -38,6 +38,10 @@ from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 
 log = get_logger("controller")
 
+# How long a failover waits for the brokers to apply its elections' UpdateMetadata before it takes the dead
+# replicas out of the ISRs (see KafkaController._await_applied).
+ELECTED_METADATA_WAIT_S = 10.0
+
 
 @attrs.frozen
 class ControllerConfig:
@@ -277,6 +281,10 @@ class KafkaController:
         self._send_update_metadata(self.ctx.live_broker_ids, [])
         with self.batch.coalesced(lambda: self.ctx.epoch, update_metadata_first=True):
             self.partition_state_machine.startup()
+            # The elected leaders reach every broker's metadata now, not after every dead replica has left
+            # every ISR (a project difference: Kafka sends the elections' UpdateMetadata with its LeaderAndIsr).
+            self._await_applied(self.batch.send_update_metadata_so_far(self.ctx.epoch), ELECTED_METADATA_WAIT_S)
+            t_elected = time.monotonic()
             self.replica_state_machine.startup()
             t_send = time.monotonic()
         t_resume = time.monotonic()
@@ -290,13 +298,36 @@ class KafkaController:
         self.metrics["last_failover_ms"] = (t_end - t0) * 1000
         # Where the time went: reading ZooKeeper into the context, deletion/tiered set-up, the state machines
         # (elections and their ZooKeeper writes), queueing the coalesced requests, resuming pending work.
-        phases = {"read_ms": t_elect - t_read, "states_ms": t_send - t_states, "send_ms": t_resume - t_send,
+        phases = {"read_ms": t_elect - t_read, "elections_ms": t_elected - t_states, "states_ms": t_send - t_states,
+                  "send_ms": t_resume - t_send,
                   "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume)}
         self.metrics["last_failover_phases_ms"] = {k: round(v * 1000, 1) for k, v in phases.items()}
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
                                                    topics=len(self.ctx.all_topics),
                                                    ms=round(self.metrics["last_failover_ms"], 1),
                                                    **self.metrics["last_failover_phases_ms"]))
+
+    def _await_applied(self, brokers: set[int], timeout_s: float) -> None:
+        """Block until each of ``brokers`` has answered what was queued to it so far, at most ``timeout_s``.  The
+        failover waits so for its elections' UpdateMetadata before it takes the dead replicas out of every ISR:
+        that work holds this process's interpreter lock for seconds at 20,000 partitions, and this broker's own
+        control handler (one of the brokers to apply it) shares that lock."""
+        if not brokers or self.channel is None:
+            return
+        lock, done = threading.Lock(), threading.Event()
+        pending = set(brokers)
+
+        def applied(broker: int) -> None:
+            with lock:
+                pending.discard(broker)
+                if not pending:
+                    done.set()
+        for b in sorted(brokers):
+            if not self.channel.barrier(b, lambda b=b: applied(b)):
+                applied(b)
+        if not done.wait(timeout_s):
+            log.info("elected leaders' metadata not applied yet; going on %s",
+                     kv(brokers=sorted(pending), waited_s=timeout_s))
 
     def on_controller_resignation(self) -> None:
         log.info("resigning %s", kv(broker=self.broker_id, epoch=self.ctx.epoch))
@@ -711,8 +742,10 @@ class KafkaController:
             return
         names = {tid: t for t, tid in ctx.topic_ids.items()}
         offline, online = set(), set()
-        entries = [(names.get(codecs.topic_id_from_wire(t.topic_id)), pe)
-                   for t in response.topics or () for pe in t.partition_errors or ()]
+        entries = []
+        for t in response.topics or ():   # one topic id conversion per topic, not per partition (20,000 at a failover)
+            topic = names.get(codecs.topic_id_from_wire(t.topic_id))
+            entries += [(topic, pe) for pe in t.partition_errors or ()]
         entries += [(pe.topic_name, pe) for pe in response.partition_errors or ()]
         for topic, pe in entries:
             if not topic:

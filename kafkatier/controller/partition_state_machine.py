@@ -5,6 +5,7 @@ caller asks for them)."""
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Callable
 
 from kafkatier.common.structs import LeaderAndIsr, TopicPartition
@@ -145,7 +146,9 @@ class PartitionStateMachine:
             done.append(tp)
         return done
 
-    def _elect(self, tp: TopicPartition, cur: LeaderAndIsr, strategy: ElectionStrategy, unclean_enabled):
+    def _elect(self, tp: TopicPartition, cur: LeaderAndIsr, strategy: ElectionStrategy, unclean_enabled,
+               live_or_shutting_down: frozenset[int] | None = None):
+        """``live_or_shutting_down``: the context's live brokers, computed once per round by the caller."""
         ctx = self.ctx
         replicas = ctx.partition_replicas(tp)
         live = [r for r in replicas if ctx.is_replica_online(r, tp)]
@@ -158,7 +161,8 @@ class PartitionStateMachine:
             return election.leader_for_reassign(a.target if a else replicas, cur.isr, live)
         if strategy is ElectionStrategy.PREFERRED:
             return election.leader_for_preferred(replicas, cur.isr, live)
-        live_or_shutting_down = [r for r in replicas if r in ctx.live_or_shutting_down_broker_ids
+        brokers = ctx.live_or_shutting_down_broker_ids if live_or_shutting_down is None else live_or_shutting_down
+        live_or_shutting_down = [r for r in replicas if r in brokers
                                  and tp not in ctx.replicas_on_offline_dirs.get(r, ())]
         return election.leader_for_controlled_shutdown(replicas, cur.isr, live_or_shutting_down,
                                                        ctx.shutting_down_broker_ids)
@@ -174,6 +178,7 @@ class PartitionStateMachine:
             lambda topic: allow_unclean or self.unclean_leader_election_enabled(topic))
         written: dict[TopicPartition, LeaderAndIsr] = {}
         todo = list(partitions)
+        brokers = frozenset(self.ctx.live_or_shutting_down_broker_ids)
         for round_ in range(MAX_ELECTION_ROUNDS):
             # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write
             # ISR changes there at once and tell the controller only in batched notifications (seconds later); a
@@ -186,7 +191,7 @@ class PartitionStateMachine:
                 if cur is None:
                     failed[tp] = "no leadership znode"
                     continue
-                result = self._elect(tp, cur, strategy, unclean_enabled)
+                result = self._elect(tp, cur, strategy, unclean_enabled, brokers)
                 if result is None:
                     failed[tp] = f"no eligible leader ({strategy.value})"
                     log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
@@ -206,10 +211,12 @@ class PartitionStateMachine:
         # One line per partition for a few; past that one summary line (per partition at DEBUG): a failover
         # at 20,000 partitions would otherwise write thousands of lines on the controller thread.
         each = log.info if len(written) <= MAX_PARTITIONS_LOGGED else log.debug
+        logged = len(written) <= MAX_PARTITIONS_LOGGED or log.isEnabledFor(logging.DEBUG)
         for tp, l in written.items():
             self.ctx.partition_leadership[tp] = l
-            each("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
-                                          isr=list(l.isr), strategy=strategy.value))
+            if logged:  # the line is not even built at INFO past the limit (thousands per round)
+                each("elected leader %s", kv(partition=tp, leader=l.leader, leader_epoch=l.leader_epoch,
+                                              isr=list(l.isr), strategy=strategy.value))
             self.batch.add_leader_and_isr(self._recipients(tp, strategy), tp, l)
             done.append(tp)
         if len(written) > MAX_PARTITIONS_LOGGED:

@@ -156,6 +156,19 @@ class ControllerBrokerRequestBatch:
                 self.stop_replica[b][tp] = {"delete": delete, DISABLE_REMOTE_PARTITION: disable_remote_partition}
 
     # --- sending --------------------------------------------------------------------------------------------
+    def send_update_metadata_so_far(self, controller_epoch: int) -> set[int]:
+        """Inside a coalesced block: send now, to every broker collected so far, an UpdateMetadata of the
+        partitions collected so far (a failover's elections), and keep them for the block's final round, which
+        carries every partition's final state.  The brokers' metadata names the new leaders without waiting
+        for the rest of the block (taking dead replicas out of every ISR: a ZooKeeper write and a LeaderAndIsr
+        entry per partition).  Outside a coalesced block there is nothing to hurry: no-op.  Returns the brokers it
+        was sent to."""
+        if not self._coalescing or not self.update_metadata_partitions:
+            return set()
+        live = self.ctx.live_or_shutting_down_broker_ids
+        self._send_update_metadata_requests(controller_epoch, live, {})
+        return {b for b in self.update_metadata_brokers if b in live}
+
     def send_update_metadata(self, broker_ids, partitions) -> None:
         """Kafka's ``sendUpdateMetadataRequest``: one round of UpdateMetadata (the live brokers and
         ``partitions``) to ``broker_ids``, at the context's controller epoch."""

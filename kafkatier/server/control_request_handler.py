@@ -228,10 +228,11 @@ class ControlRequestHandler:
 
     def _encode_response(self, response: codecs.ControlResponse) -> bytes:
         """The response znode's data; a body too large for one znode is written to parts first."""
+        text = codecs.dump_body(response.body)  # once, whether the body goes in the envelope or in parts
         try:
-            return response.encode()
+            return response.encode(body_text=text)
         except ZNodeTooLargeError:
-            ref, parts = control_parts.split_body(response.body)
+            ref, parts = control_parts.split_body(response.body, text=text)
             control_parts.write_parts(self.zk.create, self.broker_id, parts)
             log.info("control response split %s", kv(api=response.api_key, parts=ref.count,
                                                      compressed_bytes=ref.size))

@@ -62,6 +62,23 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+# One decoder for every payload: ``json.loads`` with a keyword builds a new decoder (and its scanner) per call,
+# which cost as much as the parse of a partition state.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _parse_json(text: str) -> Any:
+    """``json.loads(text)`` refusing NaN and Infinity; a payload without surrounding whitespace (every payload
+    written here) skips the decoder's two whitespace scans."""
+    try:
+        value, end = _DECODER.raw_decode(text)
+        if end == len(text):
+            return value
+    except ValueError:
+        pass
+    return _DECODER.decode(text)  # whitespace around the value, or the error with its position
+
+
 def _check(schema: str, value: Any, what: str) -> None:
     problems = schema_errors(schema, value)
     if problems:
@@ -70,7 +87,7 @@ def _check(schema: str, value: Any, what: str) -> None:
 
 @functools.lru_cache(maxsize=4096)
 def _cached_payload_problems(schema: str, text: str) -> tuple[str, ...]:
-    return tuple(schema_errors(schema, json.loads(text, parse_constant=_reject_constant)))
+    return tuple(schema_errors(schema, _parse_json(text)))
 
 
 # Texts longer than this are validated without being remembered: they do not repeat (a control request's part,
@@ -84,7 +101,7 @@ def _payload_problems(schema: str, text: str) -> tuple[str, ...]:
     few dozen distinct texts (leader, ISR, epochs), so each is validated once.  Only texts that parse reach this
     function."""
     if len(text) > _REMEMBERED_TEXT_MAX:
-        return tuple(schema_errors(schema, json.loads(text, parse_constant=_reject_constant)))
+        return tuple(schema_errors(schema, _parse_json(text)))
     return _cached_payload_problems(schema, text)
 
 
@@ -92,7 +109,7 @@ def decode_json(data: bytes | None, schema: str, what: str) -> Any:
     """Parse ``data`` as UTF-8 JSON and validate it against ``schema``; the single decode path for JSON znodes."""
     text = _text(data, what)
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _parse_json(text)
     except ValueError as e:
         raise MalformedZNodeError(what, f"invalid JSON: {e}") from None
     fast = _FAST_VALID.get(schema)
@@ -134,8 +151,91 @@ def _topic_assignment_valid(js: Any) -> bool:
                                           is not None)))
 
 
+_INT32_MAX = 2147483647
+
+
+def _broker_ids_valid(isr: Any) -> bool:
+    """A list of distinct broker ids (0..2^31-1), as partition_state.json's ``isr`` requires."""
+    if type(isr) is not list:
+        return False
+    for r in isr:
+        if type(r) is not int or not 0 <= r <= _INT32_MAX:
+            return False
+    return len(set(isr)) == len(isr)
+
+
+def _partition_state_valid(js: Any) -> bool:
+    """A sufficient check of partition_state.json (True only for payloads the schema accepts; False: ask
+    jsonschema).  Read in bulk (every state znode at a controller failover): one dict walk instead of a
+    jsonschema call per distinct text."""
+    if type(js) is not dict:
+        return False
+    v, leader, epoch, c_epoch = js.get("version"), js.get("leader"), js.get("leader_epoch"), js.get("controller_epoch")
+    recovery = js.get("leader_recovery_state", 0)
+    return (type(v) is int and v == 1 and type(leader) is int and -2 <= leader <= _INT32_MAX
+            and type(epoch) is int and -2 <= epoch <= _INT32_MAX
+            and type(c_epoch) is int and -1 <= c_epoch <= _INT32_MAX
+            and type(recovery) is int and recovery in (0, 1) and _broker_ids_valid(js.get("isr")))
+
+
+def _in_range(v: Any, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+_INT16, _INT32, _INT64 = (-(1 << 15), (1 << 15) - 1), (-(1 << 31), (1 << 31) - 1), (-(1 << 63), (1 << 63) - 1)
+_CONTROL_REQUEST_KEYS = frozenset({"version", "api_key", "api_name", "api_version", "controller_id",
+                                   "controller_epoch", "broker_epoch", "body"})
+_CONTROL_RESPONSE_KEYS = frozenset({"version", "api_key", "api_version", "broker_id", "broker_epoch", "error_code",
+                                    "body"})
+
+
+def _control_request_valid(js: Any) -> bool:
+    """A sufficient check of control_request.json for an envelope that carries its body (jsonschema would parse
+    a body of up to a megabyte again only to check that it is an object); envelopes with ``body_parts`` are
+    small and go to jsonschema."""
+    return (type(js) is dict and js.keys() == _CONTROL_REQUEST_KEYS and _in_range(js["version"], 1, 1)
+            and _in_range(js["api_key"], 0, 32767) and _in_range(js["api_version"], 0, 32767)
+            and type(js["api_name"]) is str and js["api_name"] != "" and _in_range(js["controller_id"], 0, _INT32[1])
+            and _in_range(js["controller_epoch"], *_INT32) and _in_range(js["broker_epoch"], *_INT64)
+            and type(js["body"]) is dict)
+
+
+def _control_response_valid(js: Any) -> bool:
+    """As :func:`_control_request_valid`, for control_response.json."""
+    return (type(js) is dict and js.keys() == _CONTROL_RESPONSE_KEYS and _in_range(js["version"], 1, 1)
+            and _in_range(js["api_key"], 0, 32767) and _in_range(js["api_version"], 0, 32767)
+            and _in_range(js["broker_id"], 0, _INT32[1]) and _in_range(js["broker_epoch"], *_INT64)
+            and _in_range(js["error_code"], *_INT16) and type(js["body"]) is dict)
+
+
 # Schemas with a fast sufficient check of a parsed payload, tried before jsonschema when decoding.
-_FAST_VALID: dict[str, Callable[[Any], bool]] = {"topic_assignment": _topic_assignment_valid}
+_FAST_VALID: dict[str, Callable[[Any], bool]] = {"topic_assignment": _topic_assignment_valid,
+                                                 "partition_state": _partition_state_valid,
+                                                 "control_request": _control_request_valid,
+                                                 "control_response": _control_response_valid}
+
+
+def dump_body(body: Mapping[str, Any]) -> str:
+    """A control body as the compact JSON text the channel stores (in the envelope or, compressed, in parts):
+    serialised once per request, whichever way it is stored."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"refusing to encode an invalid control body: {e}") from None
+
+
+def _encode_envelope(head: dict[str, Any], body: Mapping[str, Any], parts: BodyParts | None, schema: str,
+                     body_text: str | None) -> bytes:
+    """A control envelope (``body`` last): the head is validated with an empty body and the body's text (an
+    object by construction) spliced in, so a large body is neither serialised twice nor parsed back."""
+    if parts is not None:
+        return encode_json({**head, "body_parts": parts.to_json()}, schema)
+    if not isinstance(body, Mapping):
+        raise ValueError(f"refusing to encode an invalid {schema} payload: body is a {type(body).__name__}")
+    empty = encode_json({**head, "body": {}}, schema)
+    data = empty[:-3] + (dump_body(body) if body_text is None else body_text).encode("utf-8") + b"}"
+    check_znode_size(data, schema)
+    return data
 
 
 def encode_json(value: Mapping[str, Any], schema: str) -> bytes:
@@ -192,7 +292,7 @@ def decode_tiered_epoch(data: bytes | None, path: str | None = None) -> int:
 
 
 def _int_keys(m: Mapping[str, list[int]]) -> dict[int, tuple[int, ...]]:
-    return {int(k): tuple(int(r) for r in v) for k, v in m.items()}
+    return {int(k): _int_tuple(tuple(v)) for k, v in m.items()}
 
 
 def _tp_list(items: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, int]]:
@@ -376,8 +476,22 @@ def _distinct(xs: Iterable[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(xs))
 
 
+@functools.lru_cache(maxsize=4096)
+def _interned_int_tuple(xs: tuple) -> tuple[int, ...]:
+    return tuple(map(int, xs))
+
+
 def _int_tuple(xs: Iterable[int]) -> tuple[int, ...]:
-    return tuple(int(x) for x in xs)
+    """``xs`` as a tuple of ints.  A tuple's result is interned: replica lists repeat (a 3-broker cluster has six
+    orders of three), and a failover builds three of these for each of 20,000 partitions."""
+    if not xs:
+        return ()
+    if type(xs) is tuple:
+        try:
+            return _interned_int_tuple(xs)
+        except TypeError:  # an unhashable item: int() refuses it below
+            pass
+    return tuple(map(int, xs))
 
 
 @attrs.frozen
@@ -498,11 +612,8 @@ class LeaderIsrAndControllerEpoch:
     SCHEMA: ClassVar[str] = "partition_state"
 
     def encode(self) -> bytes:
-        js: dict[str, Any] = {"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
-                              "controller_epoch": self.controller_epoch, "isr": list(self.isr)}
-        if self.leader_recovery_state != LEADER_RECOVERY_RECOVERED:
-            js["leader_recovery_state"] = self.leader_recovery_state
-        return encode_json(js, self.SCHEMA)
+        return encode_partition_state(self.leader, self.leader_epoch, self.isr, self.controller_epoch,
+                                      self.leader_recovery_state)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None, stat: Any = None) -> LeaderIsrAndControllerEpoch:
@@ -516,6 +627,45 @@ class LeaderIsrAndControllerEpoch:
 def decode_partition_state(data: bytes | None, stat: Any = None, path: str | None = None
                            ) -> LeaderIsrAndControllerEpoch:
     return LeaderIsrAndControllerEpoch.decode(data, path=path, stat=stat)
+
+
+def partition_state_fields(data: bytes | None, path: str | None = None) -> tuple[int, int, tuple[int, ...], int, int]:
+    """``(leader, leader_epoch, isr, controller_epoch, leader_recovery_state)`` of a ``state`` payload, checked
+    as :func:`decode_partition_state` checks it, without building the value type: bulk readers (a controller
+    failover reads every partition's state) build their own value from these fields.  Remembered per payload:
+    a cluster's states are a few hundred distinct texts at most (leader, ISR, epochs), read by the thousand."""
+    if type(data) is bytes:
+        try:
+            return _partition_state_fields(data)
+        except MalformedZNodeError:
+            pass   # read again below, to name ``path`` in the error
+    return _partition_state_fields.__wrapped__(data, path)
+
+
+@functools.lru_cache(maxsize=8192)
+def _partition_state_fields(data: bytes | None, path: str | None = None
+                            ) -> tuple[int, int, tuple[int, ...], int, int]:
+    js = decode_json(data, LeaderIsrAndControllerEpoch.SCHEMA, _what(path, LeaderIsrAndControllerEpoch.SCHEMA))
+    return (int(js["leader"]), int(js["leader_epoch"]), tuple(map(int, js["isr"])), int(js["controller_epoch"]),
+            int(js.get("leader_recovery_state", LEADER_RECOVERY_RECOVERED)))
+
+
+def encode_partition_state(leader: int, leader_epoch: int, isr: Iterable[int], controller_epoch: int,
+                           leader_recovery_state: int = LEADER_RECOVERY_RECOVERED) -> bytes:
+    """A ``state`` payload, byte for byte what :func:`encode_json` writes for it (keys in docs/zookeeper.md's
+    order).  Fields the fast check accepts are formatted directly (a controller writes thousands per election
+    round, a leader one per ISR change); anything else goes through :func:`encode_json`, which refuses it."""
+    isr = list(isr)
+    js: dict[str, Any] = {"version": 1, "leader": leader, "leader_epoch": leader_epoch,
+                          "controller_epoch": controller_epoch, "isr": isr}
+    if leader_recovery_state != LEADER_RECOVERY_RECOVERED:
+        js["leader_recovery_state"] = leader_recovery_state
+    if not _partition_state_valid(js):
+        return encode_json(js, LeaderIsrAndControllerEpoch.SCHEMA)
+    recovery = "" if leader_recovery_state == LEADER_RECOVERY_RECOVERED else \
+        f',"leader_recovery_state":{leader_recovery_state}'
+    return (f'{{"version":1,"leader":{leader},"leader_epoch":{leader_epoch},"controller_epoch":{controller_epoch},'
+            f'"isr":[{",".join(map(str, isr))}]{recovery}}}').encode()
 
 
 # ------------------------------------------------------------------------------------------------------ /config/...
@@ -798,12 +948,13 @@ class ControlRequest:
 
     SCHEMA: ClassVar[str] = "control_request"
 
-    def encode(self) -> bytes:
-        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode."""
-        return encode_json({"version": 1, "api_key": self.api_key, "api_name": self.api_name,
-                            "api_version": self.api_version, "controller_id": self.controller_id,
-                            "controller_epoch": self.controller_epoch, "broker_epoch": self.broker_epoch,
-                            **_body_fields(self.body, self.body_parts)}, self.SCHEMA)
+    def encode(self, body_text: str | None = None) -> bytes:
+        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode.
+        ``body_text``: the body already serialised (:func:`dump_body`)."""
+        return _encode_envelope({"version": 1, "api_key": self.api_key, "api_name": self.api_name,
+                                 "api_version": self.api_version, "controller_id": self.controller_id,
+                                 "controller_epoch": self.controller_epoch, "broker_epoch": self.broker_epoch},
+                                self.body, self.body_parts, self.SCHEMA, body_text)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> ControlRequest:
@@ -828,12 +979,12 @@ class ControlResponse:
 
     SCHEMA: ClassVar[str] = "control_response"
 
-    def encode(self) -> bytes:
-        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode."""
-        return encode_json({"version": 1, "api_key": self.api_key, "api_version": self.api_version,
-                            "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                            "error_code": self.error_code, **_body_fields(self.body, self.body_parts)},
-                           self.SCHEMA)
+    def encode(self, body_text: str | None = None) -> bytes:
+        """Raises :class:`~kafkatier.zk.limits.ZNodeTooLargeError` when the body does not fit one znode.
+        ``body_text``: the body already serialised (:func:`dump_body`)."""
+        return _encode_envelope({"version": 1, "api_key": self.api_key, "api_version": self.api_version,
+                                 "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                                 "error_code": self.error_code}, self.body, self.body_parts, self.SCHEMA, body_text)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> ControlResponse:
@@ -841,10 +992,6 @@ class ControlResponse:
         return cls(api_key=int(js["api_key"]), api_version=int(js["api_version"]),
                    error_code=int(js["error_code"]), **_body_values(js), broker_id=int(js["broker_id"]),
                    broker_epoch=int(js["broker_epoch"]))
-
-
-def _body_fields(body: dict[str, Any], parts: BodyParts | None) -> dict[str, Any]:
-    return {"body_parts": parts.to_json()} if parts is not None else {"body": body}
 
 
 def _body_values(js: Mapping[str, Any]) -> dict[str, Any]:

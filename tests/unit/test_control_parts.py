@@ -58,7 +58,7 @@ def test_parts_larger_than_a_znode_are_refused():
 
 
 def ref_size(body: dict) -> int:
-    return len(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6))
+    return len(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), cp.COMPRESSION_LEVEL))
 
 
 def test_exact_part_size_boundaries():

@@ -182,3 +182,42 @@ def test_a_failover_round_queues_each_brokers_update_metadata_before_its_leader_
                           3: ["UpdateMetadata", "LeaderAndIsr"]}
     um = UpdateMetadataRequestData.from_json(8, sent[0][4])
     assert [(p.partition_index, p.leader) for t in um.topic_states for p in t.partition_states] == [(0, 1)]
+
+
+def test_a_failover_sends_the_elections_update_metadata_before_the_rest_of_its_round():
+    """The elected leaders reach the brokers' metadata at once; the block's final round still carries every
+    partition's final state, each broker's UpdateMetadata before its LeaderAndIsr."""
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    elected, shrunk = TopicPartition("t", 0), TopicPartition("t", 1)
+    with batch.coalesced(lambda: ctx.epoch, update_metadata_first=True):
+        batch.new_batch()
+        ctx.partition_leadership[elected] = LeaderAndIsr(2, 5, (2, 3), 3, partition_epoch=8)
+        batch.add_leader_and_isr([2, 3], elected, ctx.partition_leadership[elected])
+        batch.send_requests_to_brokers(ctx.epoch)
+        assert batch.send_update_metadata_so_far(ctx.epoch) == {1, 2, 3}
+        early = list(sent)
+        batch.new_batch()
+        ctx.partition_leadership[shrunk] = LeaderAndIsr(1, 5, (1, 2), 3, partition_epoch=8)
+        batch.add_leader_and_isr([1, 2], shrunk, ctx.partition_leadership[shrunk])
+        batch.send_requests_to_brokers(ctx.epoch)
+    assert [(s[0], s[2]) for s in early] == [(1, "UpdateMetadata"), (2, "UpdateMetadata"), (3, "UpdateMetadata")]
+    um = UpdateMetadataRequestData.from_json(8, early[0][4])
+    assert [(p.partition_index, p.leader) for t in um.topic_states for p in t.partition_states] == [(0, 2)]
+    final = sent[len(early):]
+    assert [s[2] for s in final if s[0] == 2] == ["UpdateMetadata", "LeaderAndIsr"]
+    um = UpdateMetadataRequestData.from_json(8, final[0][4])
+    assert [(p.partition_index, p.leader) for t in um.topic_states for p in t.partition_states] == [(0, 2), (1, 1)]
+
+
+def test_update_metadata_so_far_outside_a_coalesced_block_sends_nothing():
+    ctx = make_ctx()
+    sent = []
+    batch = ControllerBrokerRequestBatch(1, ctx, lambda *a: sent.append(a) or True)
+    batch.new_batch()
+    batch.add_update_metadata([1, 2, 3], [TopicPartition("t", 0)])
+    assert batch.send_update_metadata_so_far(ctx.epoch) == set()
+    assert sent == []
+    batch.send_requests_to_brokers(ctx.epoch)
+    assert len(sent) == 3
