@@ -212,7 +212,8 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("listener.security.protocol.map", "STRING",
        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", PER_BROKER),
     _d("inter.broker.listener.name", "STRING", None, READ_ONLY),
-    _d("security.inter.broker.protocol", "STRING", "PLAINTEXT", READ_ONLY),
+    _d("security.inter.broker.protocol", "STRING", "PLAINTEXT", READ_ONLY,
+       one_of=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     _d("listener.security.protocol", "STRING", "PLAINTEXT", READ_ONLY),   # project addition: SASL on the listener
     _d("sasl.enabled.mechanisms", "LIST", "PLAIN", PER_BROKER),
     _d("sasl.mechanism.inter.broker.protocol", "STRING", "PLAIN", PER_BROKER),

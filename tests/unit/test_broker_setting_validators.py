@@ -38,6 +38,8 @@ BAD_VALUES = [
     ("replica.lag.time.max.ms", "soon", "Not a number of type LONG"),
     ("auto.create.topics.enable", "yes", "Expected value to be either true or false"),
     ("log.cleaner.io.buffer.load.factor", "most", "Not a number of type DOUBLE"),
+    ("security.inter.broker.protocol", "sasl_ssl",
+     "String must be one of: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
     ("compression.type", "brotli",
      "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
 ]
