@@ -106,7 +106,11 @@ class BrokerConfig:
     @classmethod
     def from_props(cls, props: Mapping[str, Any], **fields: Any) -> "BrokerConfig":
         """The config of a broker with properties ``props``: each of :data:`SETTINGS` that ``props`` sets, typed
-        and checked by its definition (``BrokerSettingError``); ``fields`` (where it listens, its id...) win."""
+        and checked by its definition (``BrokerSettingError``); ``fields`` (where it listens, its id...) win.
+        Every other defined setting ``props`` sets is checked too, as Kafka checks all at start-up."""
+        for name in props:
+            if name in BROKER_CONFIGS:
+                broker_setting(props, name)
         values = {field: broker_setting(props, name) for name, field in SETTINGS.items() if name in props}
         return cls(**{**values, **fields}, overrides=dict(props))
 

@@ -48,7 +48,7 @@ BAD_VALUES = [
 @pytest.mark.parametrize("name,value,message", BAD_VALUES)
 def test_a_bad_value_stops_the_broker_with_kafkas_message(name, value, message):
     with pytest.raises(BrokerSettingError) as e:
-        BrokerConfig.from_props({name: value}, broker_id=0, zookeeper_connect="z", log_dirs="d").setting(name)
+        BrokerConfig.from_props({name: value}, broker_id=0, zookeeper_connect="z", log_dirs="d")
     assert str(e.value) == f"Invalid value {value} for configuration {name}: {message}"
 
 
