@@ -2,7 +2,7 @@
 
 :class:`BrokerConfig` holds the settings every part needs; any other broker setting is read with
 :func:`broker_setting`, typed and checked by its one definition in
-:data:`~kafkatier.server.dynamic_broker_config.BROKER_CONFIGS` (name, type, default, minimum, dynamic or not),
+:data:`~kafkatier.server.dynamic_broker_config.BROKER_CONFIGS` (name, type, default, validator, dynamic or not),
 never parsed from the raw ``overrides`` dict by the reader.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Mapping, TypeVar
 
 import attrs
 
-from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS
+from kafkatier.server.dynamic_broker_config import BROKER_CONFIGS, parse_setting
 
 T = TypeVar("T")
 
@@ -26,14 +26,11 @@ class BrokerSettingError(ValueError):
     """A broker setting whose value does not fit its definition (Kafka's ConfigException text)."""
 
 
-_PARSERS = {"INT": int, "SHORT": int, "LONG": int, "DOUBLE": float,
-            "BOOLEAN": lambda v: {"true": True, "false": False}[str(v).strip().lower()]}
-
-
 def broker_setting(overrides: Mapping[str, Any], name: str) -> Any:
     """The value of broker setting ``name``: its override if set, else its default (None when it has none),
-    converted to its type (int, float, bool; str otherwise) and checked against its minimum.  A name without a
-    definition raises ``KeyError``: add it to ``BROKER_CONFIGS`` first."""
+    converted to its type (int, float, bool; str otherwise) and checked by its validator (at least, between,
+    one of), a misfit raising ``BrokerSettingError`` with Kafka's text.  A name without a definition raises
+    ``KeyError``: add it to ``BROKER_CONFIGS`` first."""
     definition = BROKER_CONFIGS[name]
     raw = overrides.get(name)
     if raw is None:
@@ -41,14 +38,9 @@ def broker_setting(overrides: Mapping[str, Any], name: str) -> Any:
     if raw is None:
         return None
     try:
-        value = _PARSERS.get(definition.type, str)(str(raw).strip() if definition.type != "STRING" else raw)
-    except (KeyError, ValueError):
-        raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Not a valid "
-                                 f"{definition.type.lower()}") from None
-    if definition.minimum is not None and isinstance(value, (int, float)) and value < definition.minimum:
-        raise BrokerSettingError(f"Invalid value {raw} for configuration {name}: Value must be at least "
-                                 f"{definition.minimum}")
-    return value
+        return parse_setting(definition, raw)
+    except ValueError as e:
+        raise BrokerSettingError(str(e)) from None
 
 
 def settings_config(cls: type[T], overrides: Mapping[str, Any]) -> T:
@@ -114,7 +106,11 @@ class BrokerConfig:
     @classmethod
     def from_props(cls, props: Mapping[str, Any], **fields: Any) -> "BrokerConfig":
         """The config of a broker with properties ``props``: each of :data:`SETTINGS` that ``props`` sets, typed
-        and checked by its definition (``BrokerSettingError``); ``fields`` (where it listens, its id...) win."""
+        and checked by its definition (``BrokerSettingError``); ``fields`` (where it listens, its id...) win.
+        Every other defined setting ``props`` sets is checked too, as Kafka checks all at start-up."""
+        for name in props:
+            if name in BROKER_CONFIGS:
+                broker_setting(props, name)
         values = {field: broker_setting(props, name) for name, field in SETTINGS.items() if name in props}
         return cls(**{**values, **fields}, overrides=dict(props))
 

@@ -50,15 +50,65 @@ class BrokerConfigDef:
     type: str
     default: str | None
     mode: str
+    #: Kafka's validator: ``atLeast(minimum)``, ``between(minimum, maximum)``, ``in(*one_of)`` (for a LIST,
+    #: ``ValidList.in``: each element one of them); None where Kafka has none.
     minimum: int | None = None
     #: True for a Kafka broker config kafkatier accepts, stores and describes but does not act on
     #: (``docs/configuration.md`` lists them).
     inert: bool = False
+    maximum: int | None = None
+    one_of: tuple[str, ...] | None = None
 
 
-def _d(name: str, type_: str, default, mode: str, minimum: int | None = None) -> BrokerConfigDef:
+def _d(name: str, type_: str, default, mode: str, minimum: int | None = None, *, maximum: int | None = None,
+       one_of: tuple[str, ...] | None = None) -> BrokerConfigDef:
     return BrokerConfigDef(name, type_, None if default is None else str(default).lower()
-                           if isinstance(default, bool) else str(default), mode, minimum)
+                           if isinstance(default, bool) else str(default), mode, minimum,
+                           maximum=maximum, one_of=one_of)
+
+
+#: The range of each integer type (Java's short, int and long).
+_INT_BITS = {"SHORT": 16, "INT": 32, "LONG": 64}
+_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")  # BrokerCompressionType.names()
+
+
+def parse_setting(d: BrokerConfigDef, raw):
+    """``raw`` as the typed value of config ``d`` (int, float, bool; str otherwise), checked by its validator;
+    a ``ValueError`` with Kafka's ``ConfigException`` text ("Invalid value V for configuration N: ...") when it
+    does not fit -- what ``ConfigDef.parseType`` and the validators say."""
+    def invalid(message: str, value=raw) -> ValueError:
+        return ValueError(f"Invalid value {value} for configuration {d.name}: {message}")
+    text = str(raw).strip()
+    if d.type in _INT_BITS:
+        bits = _INT_BITS[d.type]
+        try:
+            value = int(text)
+        except ValueError:
+            raise invalid(f"Not a number of type {d.type}") from None
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise invalid(f"Not a number of type {d.type}")
+    elif d.type == "DOUBLE":
+        try:
+            value = float(text)
+        except ValueError:
+            raise invalid("Not a number of type DOUBLE") from None
+    elif d.type == "BOOLEAN":
+        if text.lower() not in ("true", "false"):
+            raise invalid("Expected value to be either true or false")
+        value = text.lower() == "true"
+    else:
+        value = raw
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if d.minimum is not None and value < d.minimum:
+            raise invalid(f"Value must be at least {d.minimum}")
+        if d.maximum is not None and value > d.maximum:
+            raise invalid(f"Value must be no more than {d.maximum}")
+    if d.one_of is not None:
+        elements = [e.strip() for e in str(value).split(",") if e.strip()] if d.type == "LIST" else [text]
+        for element in elements:
+            if element not in d.one_of:
+                raise invalid("String must be one of: " + ", ".join(d.one_of), element)
+    return value
 
 
 #: Every broker config this simulator knows, once.
@@ -72,42 +122,42 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("delete.topic.enable", "BOOLEAN", True, READ_ONLY),
     _d("auto.create.topics.enable", "BOOLEAN", True, READ_ONLY),
     _d("request.timeout.ms", "INT", 30000, READ_ONLY),
-    _d("num.partitions", "INT", 1, READ_ONLY),
+    _d("num.partitions", "INT", 1, READ_ONLY, 1),
     _d("default.replication.factor", "INT", 1, READ_ONLY),
     _d("replica.lag.time.max.ms", "LONG", 30000, READ_ONLY),
     _d("replica.fetch.wait.max.ms", "INT", 500, READ_ONLY),
-    _d("replica.fetch.max.bytes", "INT", 1048576, READ_ONLY),
+    _d("replica.fetch.max.bytes", "INT", 1048576, READ_ONLY, 0),
     _d("replica.fetch.min.bytes", "INT", 1, READ_ONLY),
     _d("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000, READ_ONLY),
     _d("log.initial.task.delay.ms", "LONG", 30000, READ_ONLY, 0),
     _d("num.recovery.threads.per.data.dir", "INT", 2, READ_ONLY, 1),
     _d("num.replica.alter.log.dirs.threads", "INT", None, READ_ONLY, 1),   # unset: one per log dir
-    _d("log.retention.check.interval.ms", "LONG", 300000, READ_ONLY),
+    _d("log.retention.check.interval.ms", "LONG", 300000, READ_ONLY, 1),
     _d("remote.log.storage.system.enable", "BOOLEAN", False, READ_ONLY),
-    _d("offsets.topic.num.partitions", "INT", 10, READ_ONLY),
-    _d("offsets.topic.replication.factor", "SHORT", 3, READ_ONLY),
-    _d("offsets.retention.minutes", "INT", 10080, READ_ONLY),
-    _d("offsets.retention.check.interval.ms", "LONG", 600000, READ_ONLY),
+    _d("offsets.topic.num.partitions", "INT", 10, READ_ONLY, 1),
+    _d("offsets.topic.replication.factor", "SHORT", 3, READ_ONLY, 1),
+    _d("offsets.retention.minutes", "INT", 10080, READ_ONLY, 1),
+    _d("offsets.retention.check.interval.ms", "LONG", 600000, READ_ONLY, 1),
     _d("offset.metadata.max.bytes", "INT", 4096, READ_ONLY),
     _d("group.min.session.timeout.ms", "INT", 6000, READ_ONLY),
     _d("group.max.session.timeout.ms", "INT", 1800000, READ_ONLY),
     _d("group.initial.rebalance.delay.ms", "INT", 3000, READ_ONLY),
-    _d("group.max.size", "INT", 2147483647, READ_ONLY),
+    _d("group.max.size", "INT", 2147483647, READ_ONLY, 1),
     # transaction coordinator (coordinator/transaction)
-    _d("transaction.state.log.num.partitions", "INT", 50, READ_ONLY),
-    _d("transaction.state.log.replication.factor", "SHORT", 3, READ_ONLY),
-    _d("transaction.state.log.min.isr", "INT", 2, READ_ONLY),
-    _d("transaction.state.log.segment.bytes", "INT", 104857600, READ_ONLY),
-    _d("transaction.state.log.load.buffer.size", "INT", 5242880, READ_ONLY),
-    _d("transaction.max.timeout.ms", "INT", 900000, READ_ONLY),
-    _d("transactional.id.expiration.ms", "INT", 604800000, READ_ONLY),
-    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000, READ_ONLY),
-    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000, READ_ONLY),
+    _d("transaction.state.log.num.partitions", "INT", 50, READ_ONLY, 1),
+    _d("transaction.state.log.replication.factor", "SHORT", 3, READ_ONLY, 1),
+    _d("transaction.state.log.min.isr", "INT", 2, READ_ONLY, 1),
+    _d("transaction.state.log.segment.bytes", "INT", 104857600, READ_ONLY, 1),
+    _d("transaction.state.log.load.buffer.size", "INT", 5242880, READ_ONLY, 1),
+    _d("transaction.max.timeout.ms", "INT", 900000, READ_ONLY, 1),
+    _d("transactional.id.expiration.ms", "INT", 604800000, READ_ONLY, 1),
+    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000, READ_ONLY, 1),
+    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000, READ_ONLY, 1),
     _d("transaction.partition.verification.enable", "BOOLEAN", True, READ_ONLY),
     _d("kafkatier.transaction.add.partitions.hold.ms", "INT", 1000, READ_ONLY, 0),   # project addition
     # leader balance and controlled shutdown (controller/replica_election_manager.py, server/controlled_shutdown.py)
     _d("auto.leader.rebalance.enable", "BOOLEAN", True, READ_ONLY),
-    _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY),
+    _d("leader.imbalance.check.interval.seconds", "LONG", 300, READ_ONLY, 1),
     _d("leader.imbalance.per.broker.percentage", "INT", 10, READ_ONLY),
     _d("controlled.shutdown.enable", "BOOLEAN", True, READ_ONLY),
     _d("controlled.shutdown.max.retries", "INT", 3, READ_ONLY),
@@ -136,13 +186,13 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("log.segment.bytes", "INT", 1073741824, CLUSTER_WIDE, 14),
     _d("log.roll.ms", "LONG", None, CLUSTER_WIDE, 1),
     _d("log.roll.hours", "INT", 168, CLUSTER_WIDE, 1),
-    _d("log.cleanup.policy", "LIST", "delete", CLUSTER_WIDE),
-    _d("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, CLUSTER_WIDE),
+    _d("log.cleanup.policy", "LIST", "delete", CLUSTER_WIDE, one_of=("compact", "delete")),
+    _d("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, CLUSTER_WIDE, 0, maximum=1),
     _d("log.cleaner.delete.retention.ms", "LONG", 86400000, CLUSTER_WIDE, 0),
     _d("log.cleaner.min.compaction.lag.ms", "LONG", 0, CLUSTER_WIDE, 0),
     _d("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, CLUSTER_WIDE, 1),
     _d("message.max.bytes", "INT", 1048588, CLUSTER_WIDE, 0),
-    _d("compression.type", "STRING", "producer", CLUSTER_WIDE),
+    _d("compression.type", "STRING", "producer", CLUSTER_WIDE, one_of=_COMPRESSION_TYPES),
     _d("min.insync.replicas", "INT", 1, CLUSTER_WIDE, 1),
     _d("unclean.leader.election.enable", "BOOLEAN", False, CLUSTER_WIDE),
     # replication throttles (Kafka's DynamicReplicationQuota)
@@ -162,7 +212,8 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("listener.security.protocol.map", "STRING",
        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", PER_BROKER),
     _d("inter.broker.listener.name", "STRING", None, READ_ONLY),
-    _d("security.inter.broker.protocol", "STRING", "PLAINTEXT", READ_ONLY),
+    _d("security.inter.broker.protocol", "STRING", "PLAINTEXT", READ_ONLY,
+       one_of=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     _d("listener.security.protocol", "STRING", "PLAINTEXT", READ_ONLY),   # project addition: SASL on the listener
     _d("sasl.enabled.mechanisms", "LIST", "PLAIN", PER_BROKER),
     _d("sasl.mechanism.inter.broker.protocol", "STRING", "PLAIN", PER_BROKER),
@@ -206,23 +257,10 @@ Reconfigurable = tuple[frozenset, Callable[[dict[str, str]], None]]
 
 
 def _check_value(d: BrokerConfigDef, value: str) -> None:
-    if d.type in ("INT", "SHORT", "LONG"):
-        try:
-            n = int(value)
-        except ValueError:
-            raise ValueError(f"Invalid value {value} for configuration {d.name}: Not a number of type {d.type}") from None
-        if d.minimum is not None and n < d.minimum and not (d.minimum == -1 and n == -1):
-            raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be at least {d.minimum}")
-        if d.name.endswith("copier.thread.pool.size") or d.name.endswith("expiration.thread.pool.size"):
-            if n == 0 or n < -1:
-                raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be -1 or at least 1")
-    elif d.type == "DOUBLE":
-        try:
-            float(value)
-        except ValueError:
-            raise ValueError(f"Invalid value {value} for configuration {d.name}: Not a number of type DOUBLE") from None
-    elif d.type == "BOOLEAN" and value.lower() not in ("true", "false"):
-        raise ValueError(f"Invalid value {value} for configuration {d.name}: Expected value to be either true or false")
+    n = parse_setting(d, value)
+    if d.name.endswith("copier.thread.pool.size") or d.name.endswith("expiration.thread.pool.size"):
+        if n == 0 or n < -1:
+            raise ValueError(f"Invalid value {value} for configuration {d.name}: Value must be -1 or at least 1")
 
 
 class DynamicBrokerConfig:

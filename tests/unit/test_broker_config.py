@@ -23,7 +23,7 @@ def test_settings_are_typed_and_checked_and_explicit_fields_win():
     assert c.log_dirs == ("/a", "/b") and c.overrides == props
     with pytest.raises(BrokerSettingError, match="Invalid value many for configuration num.partitions"):
         BrokerConfig.from_props({"num.partitions": "many"}, broker_id=1, zookeeper_connect="zk", log_dirs="/a")
-    with pytest.raises(BrokerSettingError, match="Not a valid boolean"):
+    with pytest.raises(BrokerSettingError, match="delete.topic.enable: Expected value to be either true or false"):
         BrokerConfig.from_props({"delete.topic.enable": "yes"}, broker_id=1, zookeeper_connect="zk", log_dirs="/a")
 
 

@@ -113,7 +113,7 @@ def test_broker_setting_is_typed_and_checked_by_its_one_definition():
     assert broker_setting({}, "num.replica.alter.log.dirs.threads") is None      # one per log dir
     with pytest.raises(BrokerSettingError, match="num.recovery.threads.per.data.dir: Value must be at least 1"):
         broker_setting({"num.recovery.threads.per.data.dir": "0"}, "num.recovery.threads.per.data.dir")
-    with pytest.raises(BrokerSettingError, match="Not a valid boolean"):
+    with pytest.raises(BrokerSettingError, match="auto.create.topics.enable: Expected value to be either true or false"):
         broker_setting({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable")
     with pytest.raises(KeyError):
         broker_setting({}, "no.such.setting")
