@@ -5,7 +5,9 @@ Driver (``KafkaBatchWriter.create``, before any task): options parsed, the DataF
 the sink's rules (:class:`SinkColumns`), the brokers asked whether the ``topic`` option's topic exists (or is
 auto-created).  Any failure there is one error and nothing is written.
 
-Tasks (``write``): one librdkafka producer per task receives Arrow record batches (``DataSourceArrowWriter``):
+Tasks (``write``): a librdkafka producer receives Arrow record batches (``DataSourceArrowWriter``); at least
+once, it is the Python worker's pooled producer for these settings (:mod:`kafkatier.spark.producer_pool`,
+Spark's ``CachedKafkaProducer``), so a reused worker's next task sends at once;
 each column is converted once per batch to a Python list of bytes in C (``to_pylist`` on a binary column), and
 the only per-row Python work left is the ``produce()`` call itself.  Delivery reports come back for failures
 only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
