@@ -18,6 +18,10 @@ Spark's Python workers before anything is measured.  In one run:
   ``writer()`` / ``reader()``, the driver asks the brokers, tasks are scheduled), shown apart; the Spark
   rates include it.
 
+Each round also prints the CPU seconds of the write: the plain producer's process against the Spark
+driver JVM and the Python daemons and workers it forked (the brokers' CPU is left out of both); on a
+shared machine this says more than the wall time.
+
 Each measurement is the best of ``--rounds`` rounds (fresh topics each round; on a shared machine the worst
 round says more about the neighbours than about the code).  Rates are rows/s and MB/s of values
 (MB = 2^20 bytes); ratio = Spark rate / baseline rate; goals: write >= 0.8, exactly-once write >= 0.6,
@@ -78,6 +82,38 @@ def load_average() -> str:
     """The machine's load (1, 5, 15 minutes), printed beside every measurement: on a shared machine it says
     more about a wall time than the code does."""
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and its live descendants, from /proc: the driver JVM and the
+    Python daemons and workers it forked (which live as long as the session).  CPU depends far less on the
+    neighbours' load than wall time does."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += children.get(pid, [])
+    return total
+
+
+def self_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
@@ -207,6 +243,8 @@ def main() -> int:
         data_mb = args.rows * args.record_size / MB
 
         results = {}
+        cpu_used: dict[str, float] = {}
+        jvm = spark.sparkContext._gateway.proc.pid       # spark-submit execs the driver JVM in this process
         for r in range(args.rounds):
             for t in (f"bench-plain-{r}", f"bench-spark-{r}", f"bench-eos-{r}"):
                 create_topic(bootstrap, t, args.partitions, args.replication_factor)
@@ -220,11 +258,15 @@ def main() -> int:
             spark.read.format("kafkatier").options(**opts, subscribe=f"bench-tiny-{r}").load().agg(F.count("*")).collect()
             timed["read_job_overhead_s"] = time.perf_counter() - start
 
+            cpu = self_cpu_s()
             timed["write_plain_s"] = plain_write(bootstrap, f"bench-plain-{r}", keys, values)
+            cpu_used["write_plain_cpu_s"] = self_cpu_s() - cpu
             df = generated_rows(spark, args.rows, args.record_size, args.partitions)
+            cpu = tree_cpu_s(jvm)
             start = time.perf_counter()
             df.write.format("kafkatier").mode("append").options(**opts, topic=f"bench-spark-{r}").save()
             timed["write_spark_s"] = time.perf_counter() - start
+            cpu_used["write_spark_cpu_s"] = tree_cpu_s(jvm) - cpu
             start = time.perf_counter()
             df.write.format("kafkatier").mode("append").options(**opts, topic=f"bench-eos-{r}", exactlyOnce="true") \
                 .save()
@@ -239,7 +281,9 @@ def main() -> int:
             if row["n"] != args.rows:
                 raise RuntimeError(f"Spark read {row['n']} of {args.rows} rows")
             print(f"round {r + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in timed.items())
-                  + f" (load {load_average()})", flush=True)
+                  + f" (load {load_average()}); CPU-s of the {args.rows}-row write: plain producer process "
+                  f"{cpu_used['write_plain_cpu_s']:.2f}, Spark driver JVM + Python workers "
+                  f"{cpu_used['write_spark_cpu_s']:.2f} (brokers not counted)", flush=True)
             for k, v in timed.items():
                 results[k] = min(v, results.get(k, v))
         spark.stop()

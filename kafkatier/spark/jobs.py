@@ -25,6 +25,8 @@ log = get_logger("spark.jobs")
 INPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
 OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
 PROGRESS_INTERVAL_S = 0.25
+# Digits of the largest row number (a long).
+MAX_ID_DIGITS = 19
 
 
 class JobInputError(ValueError):
@@ -35,6 +37,10 @@ class JobInputError(ValueError):
 # short job's wall time: the client compiler only (no C2 compile threads; JIT work is most of the start-up CPU)
 # and one serial collector cut it by about a third.  Only when the caller gives no driver JVM options.
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# spark-submit first runs a small JVM of its own (org.apache.spark.launcher.Main) that prints the driver's
+# command line (any master); it reads SPARK_LAUNCHER_OPTS.  The same two options, unless the environment sets them.
+LAUNCHER_ENV = "SPARK_LAUNCHER_OPTS"
+LOCAL_ADDRESSES = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 # Settings of every session this module starts unless the caller's ``conf`` says otherwise.
 SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
@@ -52,6 +58,9 @@ def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str
     out = dict(SESSION_DEFAULTS)
     if master.startswith("local"):
         out["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
+        # Everything of a local session stays on the loopback interface (Spark would otherwise resolve the
+        # host name and pick the first non-loopback address).
+        out.update(LOCAL_ADDRESSES)
     out.update(conf or {})
     return out
 
@@ -67,6 +76,8 @@ def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: 
         # must import this very environment's kafkatier and confluent-kafka.  The environment variable reaches
         # both; the spark.pyspark.python setting does not reach the planner workers.
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    # The launcher runs on this machine whatever the master.
+    os.environ.setdefault(LAUNCHER_ENV, LOCAL_DRIVER_JAVA_OPTIONS)
     for k, v in session_conf(master, conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -82,8 +93,15 @@ def generated_rows(spark, rows: int, record_size: int = 100, partitions: int | N
     from pyspark.sql import functions as F
 
     df = spark.range(0, rows, numPartitions=partitions or spark.sparkContext.defaultParallelism)
-    return df.select(F.concat(F.lit("key-"), F.col("id").cast("string")).alias("key"),
-                     F.lpad(F.col("id").cast("string"), record_size, "0").cast("binary").alias("value"))
+    digits = F.col("id").cast("string")
+    if record_size >= MAX_ID_DIGITS:
+        # The last record_size bytes of record_size zeros followed by the digits: two copies of a value.
+        # Spark's lpad copies its pad one character at a time (an unchecked copy of one byte each), which
+        # was most of the driver's CPU per row of a generated job.
+        value = F.substring(F.concat(F.lit(b"0" * record_size), digits.cast("binary")), -record_size, record_size)
+    else:   # lpad's result, which keeps the leftmost digits when there are more than record_size of them
+        value = F.lpad(digits, record_size, "0").cast("binary")
+    return df.select(F.concat(F.lit("key-"), digits).alias("key"), value.alias("value"))
 
 
 def input_format(path: str) -> str:

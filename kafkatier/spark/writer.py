@@ -5,7 +5,9 @@ Driver (``KafkaBatchWriter.create``, before any task): options parsed, the DataF
 the sink's rules (:class:`SinkColumns`), the brokers asked whether the ``topic`` option's topic exists (or is
 auto-created).  Any failure there is one error and nothing is written.
 
-Tasks (``write``): one librdkafka producer per task receives Arrow record batches (``DataSourceArrowWriter``):
+Tasks (``write``): a librdkafka producer receives Arrow record batches (``DataSourceArrowWriter``); at least
+once, it is the Python worker's pooled producer for these settings (:mod:`kafkatier.spark.producer_pool`,
+Spark's ``CachedKafkaProducer``), so a reused worker's next task sends at once;
 each column is converted once per batch to a Python list of bytes in C (``to_pylist`` on a binary column), and
 the only per-row Python work left is the ``produce()`` call itself.  Delivery reports come back for failures
 only (``delivery.report.only.error``); the task flushes at its end and fails if any record was not
@@ -40,6 +42,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.spark import metadata
 from kafkatier.spark.options import DataSourceOptionError, WriterOptions, metadata_timeout_s
+from kafkatier.spark.producer_pool import POOL
 
 if TYPE_CHECKING:
     from kafkatier.spark.transactions import TaskTransaction, TransactionEnder
@@ -47,6 +50,8 @@ if TYPE_CHECKING:
 log = get_logger("spark.writer")
 
 POLL_WHEN_FULL_S = 0.1
+# The producers' client.id unless kafka.client.id says otherwise (one producer serves every task of a worker).
+CLIENT_ID = "kafkatier-spark"
 
 
 @attrs.frozen
@@ -138,24 +143,44 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     # --- tasks ------------------------------------------------------------------------------------------------
     def write(self, iterator: Iterator) -> KafkaWriterCommitMessage:
-        from confluent_kafka import KafkaException, Producer
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         pid, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+        config = {**self.options.producer_config,
+                  "client.id": self.options.producer_config.get("client.id", CLIENT_ID)}
+        eos = self.options.exactly_once
+        if eos is not None:
+            return self._write_transaction(iterator, pid, attempt,
+                                           _TaskTransactionState(eos.transactional_id(pid, attempt), eos.prefix),
+                                           config)
+        producer, failures = POOL.borrow(config)
+        healthy = False
+        try:
+            message = self._write_rows(iterator, pid, attempt, producer, failures, None)
+            healthy = True
+            return message
+        finally:
+            POOL.give_back(config, healthy)
+
+    def _write_transaction(self, iterator, pid: int, attempt: int, txn: _TaskTransactionState,
+                           config: dict) -> KafkaWriterCommitMessage:
+        from confluent_kafka import Producer
+
         failures: list = []
 
         def on_error(err, msg):  # called for failed deliveries only (delivery.report.only.error)
             if err is not None:
                 failures.append((err, msg.topic(), msg.partition()))
 
-        config = {**self.options.producer_config, "on_delivery": on_error,
-                  "client.id": self.options.producer_config.get("client.id", f"kafkatier-spark-{pid}")}
-        eos = self.options.exactly_once
-        txn = _TaskTransactionState(eos.transactional_id(pid, attempt), eos.prefix) if eos is not None else None
-        if txn is not None:
-            config = txn.configure(config)
-        producer = Producer(config)
+        producer = Producer({**txn.configure(config), "on_delivery": on_error})
+        return self._write_rows(iterator, pid, attempt, producer, failures, txn)
+
+    def _write_rows(self, iterator, pid: int, attempt: int, producer, failures: list,
+                    txn: _TaskTransactionState | None) -> KafkaWriterCommitMessage:
+        """Send every row, flush, and check that all were acknowledged (raising otherwise)."""
+        from confluent_kafka import KafkaException
+
         start = time.monotonic()
         records = value_bytes = 0
         try:

@@ -430,3 +430,15 @@ def test_cli_produce(kafkatier_cli, spark, tiered_cluster, tmp_path):
 
     bad = kafkatier_cli.run("spark", "produce", "--data-dir", c.data_dir, "--topic", t)
     assert (bad.returncode, bad.stderr.strip()) == (2, "kafkatier spark: --rows N or --input FILE is required")
+
+
+@pytest.mark.parametrize("size", [3, 19, 100])
+def test_generated_rows_are_the_row_numbers_zero_padded(spark, size):
+    """``spark produce --rows``' values: the row number right-aligned in ``size`` zeros (lpad's leftmost digits
+    when there are more digits than bytes), built without lpad from 19 bytes up."""
+    from kafkatier.spark.jobs import generated_rows
+
+    ids = [0, 7, 1234, 98765]
+    rows = generated_rows(spark, 98766, size, 2).where(F.col("key").isin([f"key-{i}" for i in ids])).collect()
+    assert {r["key"]: bytes(r["value"]) for r in rows} == {f"key-{i}": str(i).rjust(size, "0")[:size].encode()
+                                                           for i in ids}
