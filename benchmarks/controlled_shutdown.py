@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from _py_spy import PySpy  # noqa: E402
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.waiting import wait_for  # noqa: E402
 from kafkatier.zk import paths  # noqa: E402
@@ -146,40 +146,6 @@ def breakdown(m: ClusterManager, controller: int, victim: int, sigterm_wall: flo
         out.append(f"{name} +{(t - last) * 1000:.0f} ms")
         last = t
     return "SIGTERM -> " + ", ".join(out)
-
-
-class PySpy:
-    """py-spy recordings (collapsed stacks) of some broker processes, started and stopped by the benchmark."""
-
-    def __init__(self, out_dir: str | None):
-        self.out_dir = out_dir
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, pids: dict[int, int], label: str) -> None:
-        if not self.out_dir:
-            return
-        exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-        if not os.path.exists(exe):
-            print("--py-spy: py-spy is not installed (pip install py-spy); not recording", flush=True)
-            self.out_dir = None
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        for b, pid in pids.items():
-            out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
-            self.procs.append(subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
-                                                "--threads", "--nonblocking", "--output", out],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(1.0)  # py-spy attaches before the measured part starts (not a synchronisation of the cluster)
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.send_signal(signal.SIGINT)
-        for p in self.procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs = []
 
 
 def baseline_pipelined(zk, payloads: dict[str, bytes]) -> float:
@@ -313,7 +279,7 @@ def main() -> int:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, interrupted)
     m = ClusterManager(data_dir)
-    spy = PySpy(args.py_spy)
+    spy = PySpy(args.py_spy, rate=100)
     zk = None
     rows, failed = [], []
     try:

@@ -40,7 +40,6 @@ import re
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from kafka.protocol.metadata import MetadataRequest  # noqa: E402
 
+from _py_spy import PySpy  # noqa: E402
 from kafkatier.cluster.manager import ClusterManager  # noqa: E402
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError  # noqa: E402
 from kafkatier.zk import paths  # noqa: E402
@@ -218,41 +218,6 @@ def wait_phase(what: str, check, timeout: float, interval: float = 1.0, every: f
 
 def load_average() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-class PySpy:
-    """py-spy recordings of some broker processes (collapsed stacks), started and stopped by the benchmark."""
-
-    def __init__(self, out_dir: str | None, gil: bool = False):
-        self.out_dir = out_dir
-        self.gil = gil  # only samples of the thread holding the GIL (py-spy --gil): where the CPU goes
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, pids: dict[int, int], label: str) -> None:
-        if not self.out_dir:
-            return
-        exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-        if not os.path.exists(exe):
-            print("--py-spy: py-spy is not installed (pip install py-spy); not recording", flush=True)
-            self.out_dir = None
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        for b, pid in pids.items():
-            out = os.path.join(self.out_dir, f"{label}-broker-{b}.txt")
-            self.procs.append(subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
-                                                "--threads", "--nonblocking", *(["--gil"] if self.gil else []),
-                                                "--output", out],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.send_signal(signal.SIGINT)
-        for p in self.procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs = []
 
 
 def _znodes(topics: dict[str, int]) -> list[str]:
