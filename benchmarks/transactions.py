@@ -16,7 +16,10 @@ records/s; each measurement is repeated and the median kept.  It also prints the
 transaction and where the coordinator spent it (the ``prepare_ms``, ``markers_ms`` and ``complete_ms`` of the
 brokers' "transaction completed" log lines: the PrepareCommit write, the markers, the CompleteCommit write)::
 
-    .venv/bin/python benchmarks/transactions.py [--quick] [--records 20000] [--repeat 3]
+    .venv/bin/python benchmarks/transactions.py [--quick] [--records 20000] [--repeat 3] [--per-txn 100]
+
+``--per-txn N`` changes the transaction size (e.g. 10,000 records: about the 10 MB that kafka-producer-perf-test's
+``--transaction-duration-ms 100`` commits at these rates), to show how the fixed cost of a commit is spread.
 """
 from __future__ import annotations
 
@@ -75,7 +78,7 @@ def idempotent_rate(bs: str, topic: str, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def transactional_rate(bs: str, topic: str, n: int, txn_ms: list[float]) -> float:
+def transactional_rate(bs: str, topic: str, n: int, txn_ms: list[float], per_txn: int = PER_TXN) -> float:
     """Records/s; appends each transaction's duration (begin to commit answered, ms) to ``txn_ms``."""
     p = Producer({"bootstrap.servers": bs, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
     p.init_transactions(60)
@@ -83,10 +86,10 @@ def transactional_rate(bs: str, topic: str, n: int, txn_ms: list[float]) -> floa
     warm_up(p, topic)
     p.commit_transaction(60)
     start = time.perf_counter()
-    for first in range(0, n, PER_TXN):
+    for first in range(0, n, per_txn):
         began = time.perf_counter()
         p.begin_transaction()
-        for i in range(first, min(first + PER_TXN, n)):
+        for i in range(first, min(first + per_txn, n)):
             while True:
                 try:
                     p.produce(topic, value=VALUE, partition=i % PARTITIONS)
@@ -139,6 +142,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer records and one repetition (CI smoke run)")
     ap.add_argument("--records", type=int, default=20000, help="records per measurement")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (median kept)")
+    ap.add_argument("--per-txn", type=int, default=PER_TXN, help="records per transaction (the goal is stated at 100)")
     args = ap.parse_args()
     n, repeat = (3000, 1) if args.quick else (args.records, args.repeat)
     work = tempfile.mkdtemp(prefix="kafkatier-bench-txn-")
@@ -153,7 +157,7 @@ def main() -> int:
             create_topic(bs, plain)
             create_topic(bs, trans)
             idem.append(idempotent_rate(bs, plain, n))
-            txn.append(transactional_rate(bs, trans, n, txn_ms))
+            txn.append(transactional_rate(bs, trans, n, txn_ms, args.per_txn))
             unc.append(fetch_rate(bs, trans, n, "read_uncommitted"))
             com.append(fetch_rate(bs, trans, n, "read_committed"))
         steps = coordinator_steps(work)
@@ -162,14 +166,14 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     i50, t50, u50, c50 = (statistics.median(x) for x in (idem, txn, unc, com))
     print(f"idempotent produce (acks=all):          {i50:,.0f} records/s")
-    print(f"transactional produce ({PER_TXN}/txn):       {t50:,.0f} records/s  ratio {t50 / i50:.2f}x (goal >= 0.7)")
+    print(f"transactional produce ({args.per_txn}/txn):       {t50:,.0f} records/s  ratio {t50 / i50:.2f}x (goal >= 0.7)")
     txn_ms.sort()
     print(f"one transaction (begin to committed):   {statistics.median(txn_ms):.1f} ms median, "
           f"{statistics.mean(txn_ms):.1f} mean, {txn_ms[len(txn_ms) * 9 // 10]:.1f} p90; coordinator: "
           + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
     print(f"read_uncommitted fetch:                 {u50:,.0f} records/s")
     print(f"read_committed fetch:                   {c50:,.0f} records/s  ratio {c50 / u50:.2f}x (goal >= 0.9)")
-    print(f"summary: records={n} repeat={repeat} idempotent_rps={i50:.0f} transactional_rps={t50:.0f} "
+    print(f"summary: records={n} repeat={repeat} per_txn={args.per_txn} idempotent_rps={i50:.0f} transactional_rps={t50:.0f} "
           f"produce_ratio={t50 / i50:.2f} read_uncommitted_rps={u50:.0f} read_committed_rps={c50:.0f} "
           f"fetch_ratio={c50 / u50:.2f} txn_ms={statistics.median(txn_ms):.1f} txn_mean_ms={statistics.mean(txn_ms):.1f} "
           + " ".join(f"{k}={v:.1f}" for k, v in steps.items()))
