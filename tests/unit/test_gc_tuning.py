@@ -65,7 +65,8 @@ def test_freezing_moves_the_tracked_objects_out_of_later_collections():
     kept = [[i] for i in range(1000)]
     try:
         frozen = freeze_startup_objects()
-        assert frozen >= len(kept) and gc.get_freeze_count() == frozen
+        # Frozen objects that die (other tests' threads run on) leave the permanent generation: at most `frozen`.
+        assert frozen >= len(kept) and len(kept) <= gc.get_freeze_count() <= frozen
         walked = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
         assert not any(id(k) in walked for k in kept)
     finally:
