@@ -256,6 +256,13 @@ def controller_id(zk) -> int | None:
         return None
 
 
+def failover_lines(m: ClusterManager, broker_id: int) -> int:
+    """How many ``controller failover done`` lines the broker's log has (a broker may have been the controller of
+    an earlier size: only a line written after the kill is this failover's)."""
+    with open(os.path.join(m.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
+        return len(re.findall(r"controller failover done ", f.read()))
+
+
 def last_failover_ms(m: ClusterManager, broker_id: int) -> float | None:
     """``ms=`` of the last ``controller failover done`` line in the broker's log."""
     with open(os.path.join(m.data_dir, "logs", f"broker-{broker_id}.log"), errors="replace") as f:
@@ -356,6 +363,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     live = set(ids) - {old}
     print(f"[{total:,}] kill -9 controller {old} (load {load_average()})", flush=True)
     spy.start({b["id"]: b["pid"] for b in m.state["brokers"] if b["id"] in live}, f"{total}")
+    lines_before = {b: failover_lines(m, b) for b in live}
     t1 = time.monotonic()
     try:
         m.kill_broker(old)
@@ -372,7 +380,7 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
         failover_s = max(answered) - t1
     finally:
         spy.stop()
-    wait_phase(f"[{total:,}] the failover log line", lambda: last_failover_ms(m, new) is not None, 60)
+    wait_phase(f"[{total:,}] the failover log line", lambda: failover_lines(m, new) > lines_before[new], 60)
     ctrl_ms = last_failover_ms(m, new)
     phases = failover_phases(m, new)
     if not restart:
