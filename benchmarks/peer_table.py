@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         topic = f"rf3-{kb}-{r}"
                         create_topic(bs, topic, 3, 3, {"min.insync.replicas": "2"})
                         raw = raw_append(work, records, value, kb * 1024)["total"]
-                        el = produce_confluent(bs, topic, records, value, kb * 1024, 5)
+                        el = produce_confluent(bs, topic, records, value, kb * 1024, 5, warm_up=True)
                         rf3.setdefault(kb, []).append((args.mb / el, raw))
                         print(f"  round {r + 1}: RF3 {kb} KiB {args.mb / el:.1f} MB/s, raw {raw:.1f} MB/s", flush=True)
             finally:
