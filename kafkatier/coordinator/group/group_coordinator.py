@@ -33,7 +33,6 @@ from typing import Callable
 
 import attrs
 
-from kafkatier.common.int_config import IntConfig
 from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.group.delayed_heartbeat import DelayedHeartbeat
 from kafkatier.coordinator.group.delayed_join import DelayedJoin, InitialDelayedJoin, Timer
@@ -51,7 +50,7 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 
 @attrs.frozen
-class GroupConfig(IntConfig):
+class GroupConfig:
     """The broker configs of the group coordinator (Kafka's names and defaults, except the partition count)."""
     offsets_topic_num_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
     offsets_topic_replication_factor: int = 3

@@ -22,7 +22,6 @@ from typing import Callable, Iterable, Protocol, Sequence
 import attrs
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from kafkatier.common.int_config import IntConfig
 from kafkatier.coordinator.append_errors import COORDINATOR_APPEND_ERRORS
 from kafkatier.coordinator.transaction import transaction_log
 from kafkatier.coordinator.transaction.transaction_log import MalformedTransactionRecordError, TransactionLogValue
@@ -64,7 +63,7 @@ class TransactionTopicLog(Protocol):
 
 
 @attrs.frozen
-class TransactionConfig(IntConfig):
+class TransactionConfig:
     """The broker configs of the transaction coordinator (Kafka's names and defaults)."""
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
