@@ -68,6 +68,15 @@ def _resp(api_key: int, version: int, body: dict):
     return build(codec.response_class(api_key), version, body)
 
 
+def _markers_body(m, errors: dict[tuple[str, int], int]) -> dict:
+    """One producer's entry of a WriteTxnMarkers response: each partition's error code."""
+    by_topic: dict[str, list] = {}
+    for t in m.topics:
+        for p in t.partition_indexes:
+            by_topic.setdefault(t.name, []).append({"partition_index": p, "error_code": errors[(t.name, p)]})
+    return {"producer_id": m.producer_id, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
 def _fenced_compat(error: Errors, version: int, first_version: int) -> Errors:
     return Errors.INVALID_PRODUCER_EPOCH if error == Errors.PRODUCER_FENCED and version < first_version else error
 
@@ -320,35 +329,32 @@ class TransactionApis:
     # --- WriteTxnMarkers (from transaction coordinators) -----------------------------------------------------------
     def handle_write_txn_markers(self, header, req, ctx):
         v = header.request_api_version
-        fut: Future = Future()
         markers = list(req.markers)
-        results: list[dict | None] = [None] * len(markers)
-
-        def body(m, errors: dict[tuple[str, int], int]) -> dict:
-            by_topic: dict[str, list] = {}
-            for t in m.topics:
-                for p in t.partition_indexes:
-                    by_topic.setdefault(t.name, []).append({"partition_index": p, "error_code": errors[(t.name, p)]})
-            return {"producer_id": m.producer_id,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
-
         if not (self.auth.authorize_cluster(ctx, "ClusterAction") or self.auth.authorize_cluster(ctx, "Alter")):
-            for i, m in enumerate(markers):
-                results[i] = body(m, {(t.name, p): int(Errors.CLUSTER_AUTHORIZATION_FAILED)
-                                         for t in m.topics for p in t.partition_indexes})
-            return _resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": results})
+            return _resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": [
+                _markers_body(m, {(t.name, p): int(Errors.CLUSTER_AUTHORIZATION_FAILED)
+                                  for t in m.topics for p in t.partition_indexes}) for m in markers]})
+        return self.write_markers(v, markers)
+
+    def write_markers(self, version: int, markers: list) -> Future:
+        """The markers of a WriteTxnMarkers request (authorized) appended on the partitions led here, acks=all;
+        the response when every one is replicated.  Also the in-process path of this broker's own transaction
+        coordinator for the partitions it leads (no network round trip)."""
+        fut: Future = Future()
+        results: list[dict | None] = [None] * len(markers)
         if not markers:
-            return _resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": []})
+            fut.set_result(_resp(ApiKeys.WRITE_TXN_MARKERS, version, {"markers": []}))
+            return fut
         remaining = [len(markers)]
         lock = threading.Lock()
 
         def one_done(i: int, m, errors: dict) -> None:
-            results[i] = body(m, errors)
+            results[i] = _markers_body(m, errors)
             with lock:
                 remaining[0] -= 1
                 last = remaining[0] == 0
             if last:
-                fut.set_result(_resp(ApiKeys.WRITE_TXN_MARKERS, v, {"markers": results}))
+                fut.set_result(_resp(ApiKeys.WRITE_TXN_MARKERS, version, {"markers": results}))
 
         for i, m in enumerate(markers):
             tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]

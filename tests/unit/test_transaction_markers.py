@@ -11,6 +11,7 @@ from kafkatier.cli import transactions as tool
 from kafkatier.cli.main import UsageError
 from kafkatier.coordinator.transaction.transaction_marker_channel_manager import (PendingMarkers,
                                                                                   TransactionMarkerChannelManager)
+from kafkatier.common.structs import TopicPartition
 from kafkatier.protocol.errors import Errors
 
 
@@ -167,3 +168,70 @@ def test_an_injected_write_txn_markers_error_is_answered_per_partition():
     assert m.producer_id == 5
     assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in m.topics] == [
         ("t", [(0, 6), (2, 6)])]
+
+
+class FakeReplicaManager:
+    """Hosts the partitions given; each marker append is answered by the test (``answer``), as replication would."""
+
+    def __init__(self, hosted) -> None:
+        self.hosted = set(hosted)
+        self.appends: list[tuple] = []
+
+    def get_partition(self, topic, partition):
+        return object() if (topic, partition) in self.hosted else None
+
+    def append_txn_markers(self, timeout_ms, producer_id, producer_epoch, coordinator_epoch, commit, partitions,
+                           respond):
+        self.appends.append((producer_id, commit, [tuple(tp) for tp in partitions], respond))
+
+    def answer(self, i: int, errors: dict) -> None:
+        from kafkatier.server.replica_manager import ProducePartitionResult
+        _pid, _commit, tps, respond = self.appends[i]
+        respond({TopicPartition(*tp): ProducePartitionResult(errors.get(tp, Errors.NONE)) for tp in tps})
+
+
+def _markers_request():
+    from kafkatier.protocol import codec
+    from kafkatier.protocol.build import build
+    return build(codec.request_class(27), 1, {"markers": [
+        {"producer_id": 5, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 1,
+         "topics": [{"name": "t", "partition_indexes": [0, 1]},
+                    {"name": "__consumer_offsets", "partition_indexes": [3]}]},
+        {"producer_id": 6, "producer_epoch": 2, "transaction_result": False, "coordinator_epoch": 1,
+         "topics": [{"name": "gone", "partition_indexes": [0]}]}]})
+
+
+def _answers(response) -> dict:
+    return {(m.producer_id, t.name, p.partition_index): p.error_code
+            for m in response.markers for t in m.topics for p in t.partitions}
+
+
+def test_write_markers_answers_when_every_append_is_replicated():
+    """The in-process path of a coordinator's own markers (and the body of WriteTxnMarkers): one append per
+    producer on the partitions hosted here, UNKNOWN_TOPIC_OR_PARTITION for the others, the answer once the last
+    append is acknowledged; a committed offsets partition materialises the producer's offsets."""
+    from kafkatier.server.transaction_apis import TransactionApis
+    rm = FakeReplicaManager({("t", 0), ("t", 1), ("__consumer_offsets", 3)})
+    completed = []
+    groups = types.SimpleNamespace(on_transaction_completed=lambda *a: completed.append(a))
+    apis = TransactionApis(None, groups, rm, None, None)
+    fut = apis.write_markers(1, list(_markers_request().markers))
+    assert [(pid, commit, tps) for pid, commit, tps, _r in rm.appends] == [
+        (5, True, [("t", 0), ("t", 1), ("__consumer_offsets", 3)])]
+    assert not fut.done()
+    rm.answer(0, {("t", 1): Errors.NOT_ENOUGH_REPLICAS})
+    assert _answers(fut.result(0)) == {(5, "t", 0): 0, (5, "t", 1): int(Errors.NOT_ENOUGH_REPLICAS),
+                                       (5, "__consumer_offsets", 3): 0,
+                                       (6, "gone", 0): int(Errors.UNKNOWN_TOPIC_OR_PARTITION)}
+    assert completed == [(3, 5, True)]
+
+
+def test_write_txn_markers_without_cluster_action_is_refused_per_partition():
+    from kafkatier.server.transaction_apis import TransactionApis
+    rm = FakeReplicaManager({("t", 0), ("t", 1)})
+    deny = types.SimpleNamespace(authorize_cluster=lambda ctx, op: False)
+    apis = TransactionApis(None, None, rm, None, None, auth=deny)
+    header = types.SimpleNamespace(request_api_key=27, request_api_version=1)
+    r = apis.handle_write_txn_markers(header, _markers_request(), None)
+    assert set(_answers(r).values()) == {int(Errors.CLUSTER_AUTHORIZATION_FAILED)}
+    assert rm.appends == []
