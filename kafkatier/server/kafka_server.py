@@ -42,6 +42,7 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.zk_fence import zk_fence
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
+from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
@@ -367,9 +368,10 @@ class KafkaServer:
 
     def _send_txn_markers(self, broker_id: int, request, version: int):
         """WriteTxnMarkers from this broker's transaction coordinator: written in process for the partitions led
-        here (no network round trip), else over the marker connection."""
+        here (no network round trip), else over the marker connection -- also to this broker while a request
+        fault on WriteTxnMarkers is set here, so that fault reaches every marker, as it would in Kafka."""
         apis = self._transaction_apis
-        if broker_id != self.broker_id or apis is None:
+        if broker_id != self.broker_id or apis is None or self.request_faults.has_faults(ApiKeys.WRITE_TXN_MARKERS):
             return self._send_to_broker(broker_id, request, version, "txn-markers")
         answer = apis.write_markers(version, list(request.markers))
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000.0

@@ -3,16 +3,16 @@ with WriteTxnMarkers (API 27, v1) and, once every partition answered, hands the 
 coordinator to write its CompleteCommit / CompleteAbort record (Kafka's ``TransactionMarkerChannelManager`` and
 ``TransactionMarkerRequestCompletionHandler``).
 
-A transaction's markers are sent as soon as they are added (once the sender has started): the current leader
-of each partition is resolved (``leader_of``: None when the partition no longer exists -- it is dropped from the
+A transaction's markers are sent as soon as they are added (once the sender has started): the current leader of each
+partition is resolved (``leader_of``: None when the partition no longer exists -- it is dropped from the
 transaction, as Kafka does --, -1 when it has no leader now -- retried), the markers are grouped by leader into one
 request per broker, and the requests go out in parallel from a small pool (``send``: the broker's own client over
 the Kafka protocol; in process for this broker's own partitions), straight from the thread that added them; the
-answer that acknowledges a transaction's last marker hands it back at once, in the thread that got it.  One sender thread sends again, every
-``retry_backoff_ms``, whatever is still waiting after an error (a round: every waiting transaction not being sent
-right now, the same grouping).  Sending from the adding thread saves a thread hand-off on every transaction's
-critical path (measured: the hand-off to the sender thread was half of the 1-4 ms from "sending transaction
-markers" to the requests leaving, on a loaded machine).
+answer that acknowledges a transaction's last marker hands it back at once, in the thread that got it.  One sender
+thread sends again, every ``retry_backoff_ms``, whatever is still waiting after an error (a round: every waiting
+transaction not being sent right now, the same grouping).  Sending from the adding thread saves a thread hand-off on
+every transaction's critical path (measured: the hand-off to the sender thread was half of the 1-4 ms from "sending
+transaction markers" to the requests leaving, on a loaded machine).
 Per partition answers (Kafka's handling): NONE -- done; UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
 NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR and a lost connection -- sent again
 next round (after ``retry_backoff_ms``); INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED -- this
@@ -25,7 +25,8 @@ partition this broker stopped leading are removed (:meth:`remove_markers_for_txn
 Difference from Kafka: markers for partitions led by this broker are written in process (``send`` for this
 broker's id calls the WriteTxnMarkers handler's body directly, after the requests to the other leaders left),
 not over a connection to itself as Kafka's channel does: same appends, acks=all and per-partition answers, no
-encoding, socket or request thread in between; request faults on WriteTxnMarkers do not reach them.
+encoding, socket or request thread in between.  While a request fault on WriteTxnMarkers is set on this broker
+they go over the network as before, so the fault reaches them.
 """
 from __future__ import annotations
 
