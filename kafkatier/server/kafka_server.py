@@ -42,7 +42,6 @@ from kafkatier.log.remote.remote_log_manager import RemoteLogManager
 from kafkatier.log.remote.zk_fence import zk_fence
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
-from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.server import tiered_storage
 from kafkatier.server.acl import authorizer_from_config
 from kafkatier.server.acl_apis import AclApis
@@ -142,7 +141,6 @@ class KafkaServer:
         self.txn_verification: AddPartitionsToTxnManager | None = None
         # Connections to other brokers (and this one) for transaction markers and verifications, one per broker
         # and channel (see _send_to_broker), each used by one request at a time.
-        self._transaction_apis: TransactionApis | None = None   # set in startup; the markers use it in process
         self._broker_clients: dict[tuple[int, str], tuple[BrokerClient, threading.Lock]] = {}
         self._broker_clients_lock = threading.Lock()
         # The broker's one clock (common/time.py): milliseconds() stamps and ages data and can be skewed at run time
@@ -239,7 +237,8 @@ class KafkaServer:
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.transaction_coordinator = TransactionCoordinator(
             self.broker_id, self._transaction_config(), ReplicaManagerTransactionLog(self.replica_manager),
-            TransactionMarkerChannelManager(self.broker_id, self._partition_leader, self._send_txn_markers),
+            TransactionMarkerChannelManager(self.broker_id, self._partition_leader,
+                                            lambda b, r, v: self._send_to_broker(b, r, v, "txn-markers")),
             self.producer_ids.generate_producer_id, self.scheduler)
         self.transaction_coordinator.startup()
         self.controller = KafkaController(self.broker_id, self.zk, ControllerConfig(
@@ -261,7 +260,6 @@ class KafkaServer:
         transaction_apis = TransactionApis(self.transaction_coordinator, self.group_coordinator,
                                            self.replica_manager, self.metadata_cache, internal_topics,
                                            request_timeout_ms=c.request_timeout_ms, auth=auth)
-        self._transaction_apis = transaction_apis
         self.apis = KafkaApis(lambda: self.config, self.cluster_id, self.replica_manager, self.metadata_cache,
                               self.admin_zk, self.controller, self.zk, self.producer_ids,
                               delete_records=self.delete_records, sasl=sasl,
@@ -365,22 +363,6 @@ class KafkaServer:
             return None
         alive = {b.id for b in self.metadata_cache.alive_brokers()}
         return pm.leader if pm.leader in alive else -1
-
-    def _send_txn_markers(self, broker_id: int, request, version: int):
-        """WriteTxnMarkers from this broker's transaction coordinator: written in process for the partitions led
-        here (no network round trip), else over the marker connection -- also to this broker while a request
-        fault on WriteTxnMarkers is set here, so that fault reaches every marker, as it would in Kafka."""
-        apis = self._transaction_apis
-        if broker_id != self.broker_id or apis is None or self.request_faults.has_faults(ApiKeys.WRITE_TXN_MARKERS):
-            return self._send_to_broker(broker_id, request, version, "txn-markers")
-        answer = apis.write_markers(version, list(request.markers))
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000.0
-        while not self._shutdown.is_set() and time.monotonic() < deadline:   # as a closed connection would
-            try:
-                return answer.result(0.2)
-            except TimeoutError:
-                continue
-        raise BrokerConnectionError("markers written in process: no answer (shutting down or timed out)")
 
     def _send_to_broker(self, broker_id: int, request, version: int, channel: str = "txn"):
         """One request to another broker (or this one) on a kept connection, one per (broker, ``channel``): the

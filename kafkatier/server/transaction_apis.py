@@ -337,9 +337,8 @@ class TransactionApis:
         return self.write_markers(v, markers)
 
     def write_markers(self, version: int, markers: list) -> Future:
-        """The markers of a WriteTxnMarkers request (authorized) appended on the partitions led here, acks=all;
-        the response when every one is replicated.  Also the in-process path of this broker's own transaction
-        coordinator for the partitions it leads (no network round trip)."""
+        """The markers of an authorized WriteTxnMarkers request appended on the partitions led here, acks=all
+        (UNKNOWN_TOPIC_OR_PARTITION for the others); the response once every append is replicated."""
         fut: Future = Future()
         results: list[dict | None] = [None] * len(markers)
         if not markers:

@@ -207,9 +207,9 @@ def _answers(response) -> dict:
 
 
 def test_write_markers_answers_when_every_append_is_replicated():
-    """The in-process path of a coordinator's own markers (and the body of WriteTxnMarkers): one append per
-    producer on the partitions hosted here, UNKNOWN_TOPIC_OR_PARTITION for the others, the answer once the last
-    append is acknowledged; a committed offsets partition materialises the producer's offsets."""
+    """The body of WriteTxnMarkers: one append per producer on the partitions hosted here,
+    UNKNOWN_TOPIC_OR_PARTITION for the others, the answer once the last append is acknowledged; a committed offsets
+    partition materialises the producer's offsets."""
     from kafkatier.server.transaction_apis import TransactionApis
     rm = FakeReplicaManager({("t", 0), ("t", 1), ("__consumer_offsets", 3)})
     completed = []

@@ -3,16 +3,16 @@ with WriteTxnMarkers (API 27, v1) and, once every partition answered, hands the 
 coordinator to write its CompleteCommit / CompleteAbort record (Kafka's ``TransactionMarkerChannelManager`` and
 ``TransactionMarkerRequestCompletionHandler``).
 
-A transaction's markers are sent as soon as they are added (once the sender has started): the current leader of each
-partition is resolved (``leader_of``: None when the partition no longer exists -- it is dropped from the
+A transaction's markers are sent as soon as they are added (once the sender has started): the current leader
+of each partition is resolved (``leader_of``: None when the partition no longer exists -- it is dropped from the
 transaction, as Kafka does --, -1 when it has no leader now -- retried), the markers are grouped by leader into one
 request per broker, and the requests go out in parallel from a small pool (``send``: the broker's own client over
-the Kafka protocol; in process for this broker's own partitions), straight from the thread that added them; the
-answer that acknowledges a transaction's last marker hands it back at once, in the thread that got it.  One sender
-thread sends again, every ``retry_backoff_ms``, whatever is still waiting after an error (a round: every waiting
-transaction not being sent right now, the same grouping).  Sending from the adding thread saves a thread hand-off on
-every transaction's critical path (measured: the hand-off to the sender thread was half of the 1-4 ms from "sending
-transaction markers" to the requests leaving, on a loaded machine).
+the Kafka protocol, also to itself), straight from the thread that added them; the answer that acknowledges a
+transaction's last marker hands it back at once, in the thread that got it.  One sender thread sends again, every
+``retry_backoff_ms``, whatever is still waiting after an error (a round: every waiting transaction not being sent
+right now, the same grouping).  Sending from the adding thread saves a thread hand-off on every transaction's
+critical path (measured: the hand-off to the sender thread was half of the 1-4 ms from "sending transaction
+markers" to the requests leaving, on a loaded machine).
 Per partition answers (Kafka's handling): NONE -- done; UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
 NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR and a lost connection -- sent again
 next round (after ``retry_backoff_ms``); INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED -- this
@@ -22,11 +22,8 @@ error and sent again next round (Kafka throws IllegalStateException, leaving the
 partition instead would complete the transaction without its marker there, a hanging transaction).  Markers of a ``__transaction_state``
 partition this broker stopped leading are removed (:meth:`remove_markers_for_txn_partition`).
 
-Difference from Kafka: markers for partitions led by this broker are written in process (``send`` for this
-broker's id calls the WriteTxnMarkers handler's body directly, after the requests to the other leaders left),
-not over a connection to itself as Kafka's channel does: same appends, acks=all and per-partition answers, no
-encoding, socket or request thread in between.  While a request fault on WriteTxnMarkers is set on this broker
-they go over the network as before, so the fault reaches them.
+Difference from Kafka: markers for partitions led by this broker go over the network too (Kafka does the same
+through its own channel; only its request queueing differs).
 """
 from __future__ import annotations
 
@@ -116,7 +113,7 @@ class TransactionMarkerChannelManager:
 
     def _dispatch(self, txn: PendingMarkers) -> None:
         by_broker, retry = self._targets([txn])
-        for broker, entries in self._remote_first(by_broker):
+        for broker, entries in by_broker.items():
             with self._lock:
                 txn.sending += 1
             try:
@@ -191,8 +188,7 @@ class TransactionMarkerChannelManager:
         if not pending:
             return False
         by_broker, retry = self._targets(pending)
-        futures = {broker: self._pool.submit(self._send_to, broker, entries)
-                   for broker, entries in self._remote_first(by_broker)}
+        futures = {broker: self._pool.submit(self._send_to, broker, entries) for broker, entries in by_broker.items()}
         for broker, f in futures.items():
             try:
                 retry = f.result() or retry
@@ -202,11 +198,6 @@ class TransactionMarkerChannelManager:
         for txn in pending:
             self._maybe_complete(txn)
         return retry
-
-    def _remote_first(self, by_broker: dict) -> list:
-        """The other leaders' requests leave before this broker's own markers are written (in process, holding
-        the interpreter while it appends): the network round trips are the longer part."""
-        return sorted(by_broker.items(), key=lambda item: item[0] == self.broker_id)
 
     def _targets(self, pending: list[PendingMarkers]
                  ) -> tuple[dict[int, list[tuple[PendingMarkers, list[tuple[str, int]]]]], bool]:
