@@ -4,9 +4,9 @@ Record data passes through buffers of a batch's size or more (a 1 MiB Produce re
 read for a follower's fetch, the fetched records on the follower).  glibc serves such a block from a fresh
 ``mmap`` until a free raises its dynamic threshold, and gives the top of a thread's arena back to the kernel once
 more than twice that threshold is free, so the next block of that size faults in and zeroes every page again:
-about 1,300 page faults per MiB replicated under RF3 at 1 MiB batches, a tenth of the brokers' CPU.
-:func:`tune_malloc` fixes both thresholds (blocks up to 4 MiB from the arenas, up to 8 MiB kept free at the top
-of an arena), which halves those faults.  A process started with glibc's own ``MALLOC_MMAP_THRESHOLD_`` or
+about 1,300 page faults per MiB replicated under RF3 at 1 MiB batches.  :func:`tune_malloc` fixes both
+thresholds (blocks up to 4 MiB from the arenas, up to 8 MiB kept free at the top of an arena), which halves
+those faults (docs/benchmarks.md#rf3-small-batches).  A process started with glibc's own ``MALLOC_MMAP_THRESHOLD_`` or
 ``MALLOC_TRIM_THRESHOLD_`` keeps its settings; without glibc (musl, macOS) nothing changes.
 """
 from __future__ import annotations
