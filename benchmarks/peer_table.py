@@ -14,7 +14,7 @@ median of ``--repeats`` rounds counts:
 * ``log_append.py`` (16 KiB batches) against raw ``file.write``, and ``replica_move.py``'s unthrottled KIP-113
   move against ``cp -r`` (each script run as a subprocess; their own ratios).
 
-    .venv/bin/python benchmarks/peer_table.py [--mb 64] [--repeats 3] [--latency-seconds 10] [--skip-rf3]
+    .venv/bin/python benchmarks/peer_table.py [--mb 64] [--repeats 3] [--latency-seconds 10] [--skip-rf3 | --only-rf3]
 """
 from __future__ import annotations
 
@@ -156,6 +156,70 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, rows: list) -> None:
+    """The RF1 rows: one kafkatier broker against Tansu (when installed), round by round."""
+    manager = ClusterManager(os.path.join(work, "one"))
+    manager.up(brokers=1, log_dirs_per_broker=1)
+    tansu_proc = None
+    try:
+        brokers = [Broker("kafkatier", manager.bootstrap_servers, [manager.broker(1)["pid"]])]
+        if binary:
+            tansu_proc, tb = start_tansu(binary, os.path.join(work, "tansu.log"))
+            brokers.append(tb)
+        res: dict = {b.name: {} for b in brokers}
+        for b in brokers:
+            for kb in (1024, 16):
+                create_topic(b.bootstrap, f"rf1-{kb}", 3, 1)
+            create_topic(b.bootstrap, "latency", 1, 1)
+        for r in range(args.repeats):
+            for kb in (1024, 16):
+                for b in brokers:
+                    topic = f"rf1-{kb}" if r == 0 else f"rf1-{kb}-{r}"
+                    if r:
+                        create_topic(b.bootstrap, topic, 3, 1)
+                    rate, cpu = produce_round(b, topic, records, value, kb * 1024)
+                    res[b.name].setdefault(f"p{kb}", []).append(rate)
+                    if kb == 1024:
+                        res[b.name].setdefault("cpu100", []).append(cpu)
+                    print(f"  round {r + 1}: {b.name} produce {kb} KiB {rate:.1f} MB/s, {cpu:.1f} CPU s/100 MB",
+                          flush=True)
+            for b in brokers:
+                counted, el = fetch_confluent(b.bootstrap, "rf1-1024" if r == 0 else f"rf1-1024-{r}", 3,
+                                              records)
+                res[b.name].setdefault("fetch", []).append(counted / 1024 / el if el else float("nan"))
+                print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s", flush=True)
+            for b in brokers:
+                p50, p99, cpu = latency_round(b, "latency", args.rate, args.latency_seconds)
+                for k, v in (("p50", p50), ("p99", p99), ("cpu_rate", cpu)):
+                    res[b.name].setdefault(k, []).append(v)
+                print(f"  round {r + 1}: {b.name} {args.rate} msg/s p50 {p50:.2f} ms p99 {p99:.2f} ms, "
+                      f"CPU {cpu:.0f}%", flush=True)
+    finally:
+        if tansu_proc is not None:
+            tansu_proc.terminate()
+            try:
+                tansu_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                tansu_proc.kill()
+        manager.down()
+    k = {n: {m: med(v) for m, v in d.items()} for n, d in res.items()}["kafkatier"]
+    t = {n: {m: med(v) for m, v in d.items()} for n, d in res.items()}.get("Tansu")
+
+    def peer(metric: str, fmt: str, better_high: bool = True) -> tuple[str, str]:
+        if t is None:
+            return "Tansu not installed", ""
+        ratio = k[metric] / t[metric] if better_high else k[metric] / t[metric]
+        return f"Tansu {t[metric]:{fmt}}", f"{ratio:.2f}"
+    rows.append(("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
+    rows.append(("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
+    rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
+    rows.append((f"producer p50 at {args.rate} msg/s (ms)", f"{k['p50']:.2f}", *peer("p50", ".2f", False)))
+    rows.append((f"producer p99 at {args.rate} msg/s (ms)", f"{k['p99']:.2f}", *peer("p99", ".2f", False)))
+    rows.append((f"broker CPU at {args.rate} msg/s (% of a core)", f"{k['cpu_rate']:.0f}",
+                 *peer("cpu_rate", ".0f", False)))
+    rows.append(("broker CPU s per 100 MB produced (1 MiB)", f"{k['cpu100']:.2f}", *peer("cpu100", ".2f", False)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=64, help="MB of 1 KiB values per produce round (default 64)")
@@ -163,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=2000, help="msg/s of the latency rows (default 2000)")
     ap.add_argument("--skip-rf3", action="store_true")
+    ap.add_argument("--only-rf3", action="store_true", help="only the RF3 rows (no RF1 / Tansu rows, no scripts)")
     ap.add_argument("--skip-scripts", action="store_true", help="skip the log_append / replica_move rows")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--quick", action="store_true", help="16 MB rounds, one round, 3 s latency runs, no scripts")
@@ -175,68 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="kafkatier-peer-table-", dir=args.dir)
     rows: list[tuple[str, str, str, str]] = []
     print(f"load before: {os.getloadavg()}; {args.mb} MB per produce round, median of {args.repeats}", flush=True)
+    if args.only_rf3:
+        args.skip_rf3, args.skip_scripts = False, True
     try:
-        manager = ClusterManager(os.path.join(work, "one"))
-        manager.up(brokers=1, log_dirs_per_broker=1)
-        tansu_proc = None
-        try:
-            brokers = [Broker("kafkatier", manager.bootstrap_servers, [manager.broker(1)["pid"]])]
-            if binary:
-                tansu_proc, tb = start_tansu(binary, os.path.join(work, "tansu.log"))
-                brokers.append(tb)
-            res: dict = {b.name: {} for b in brokers}
-            for b in brokers:
-                for kb in (1024, 16):
-                    create_topic(b.bootstrap, f"rf1-{kb}", 3, 1)
-                create_topic(b.bootstrap, "latency", 1, 1)
-            for r in range(args.repeats):
-                for kb in (1024, 16):
-                    for b in brokers:
-                        topic = f"rf1-{kb}" if r == 0 else f"rf1-{kb}-{r}"
-                        if r:
-                            create_topic(b.bootstrap, topic, 3, 1)
-                        rate, cpu = produce_round(b, topic, records, value, kb * 1024)
-                        res[b.name].setdefault(f"p{kb}", []).append(rate)
-                        if kb == 1024:
-                            res[b.name].setdefault("cpu100", []).append(cpu)
-                        print(f"  round {r + 1}: {b.name} produce {kb} KiB {rate:.1f} MB/s, {cpu:.1f} CPU s/100 MB",
-                              flush=True)
-                for b in brokers:
-                    counted, el = fetch_confluent(b.bootstrap, "rf1-1024" if r == 0 else f"rf1-1024-{r}", 3,
-                                                  records)
-                    res[b.name].setdefault("fetch", []).append(counted / 1024 / el if el else float("nan"))
-                    print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s", flush=True)
-                for b in brokers:
-                    p50, p99, cpu = latency_round(b, "latency", args.rate, args.latency_seconds)
-                    for k, v in (("p50", p50), ("p99", p99), ("cpu_rate", cpu)):
-                        res[b.name].setdefault(k, []).append(v)
-                    print(f"  round {r + 1}: {b.name} {args.rate} msg/s p50 {p50:.2f} ms p99 {p99:.2f} ms, "
-                          f"CPU {cpu:.0f}%", flush=True)
-        finally:
-            if tansu_proc is not None:
-                tansu_proc.terminate()
-                try:
-                    tansu_proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    tansu_proc.kill()
-            manager.down()
-        k = {n: {m: med(v) for m, v in d.items()} for n, d in res.items()}["kafkatier"]
-        t = {n: {m: med(v) for m, v in d.items()} for n, d in res.items()}.get("Tansu")
-
-        def peer(metric: str, fmt: str, better_high: bool = True) -> tuple[str, str]:
-            if t is None:
-                return "Tansu not installed", ""
-            ratio = k[metric] / t[metric] if better_high else k[metric] / t[metric]
-            return f"Tansu {t[metric]:{fmt}}", f"{ratio:.2f}"
-        rows.append(("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
-        rows.append(("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
-        rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
-        rows.append((f"producer p50 at {args.rate} msg/s (ms)", f"{k['p50']:.2f}", *peer("p50", ".2f", False)))
-        rows.append((f"producer p99 at {args.rate} msg/s (ms)", f"{k['p99']:.2f}", *peer("p99", ".2f", False)))
-        rows.append((f"broker CPU at {args.rate} msg/s (% of a core)", f"{k['cpu_rate']:.0f}",
-                     *peer("cpu_rate", ".0f", False)))
-        rows.append(("broker CPU s per 100 MB produced (1 MiB)", f"{k['cpu100']:.2f}", *peer("cpu100", ".2f", False)))
-
+        if not args.only_rf3:
+            rf1_rows(args, work, binary, records, value, rows)
         if not args.skip_rf3:
             manager = ClusterManager(os.path.join(work, "three"))
             manager.up(brokers=3, log_dirs_per_broker=1)

@@ -129,8 +129,13 @@ class KafkaScheduler:
             if not self._running or task.cancelled:
                 task.cancel()
                 return
-            heapq.heappush(self._queue, (self._clock() + max(0.0, delay_ms) / 1000.0, next(self._seq), task))
-            self._cond.notify()
+            entry = (self._clock() + max(0.0, delay_ms) / 1000.0, next(self._seq), task)
+            heapq.heappush(self._queue, entry)
+            # Only a new earliest deadline needs a worker to re-read the queue: the others wake by the head's
+            # deadline (or finish their task) anyway.  Waking one on every push cost a thread switch per delayed
+            # operation (a purgatory's expiry timer: each acks=all produce and each waiting follower fetch).
+            if self._queue[0] is entry:
+                self._cond.notify()
 
     def resize(self, threads: int) -> None:
         """Grow or shrink the worker pool at runtime (a dynamic broker config); surplus workers exit once idle."""

@@ -613,7 +613,12 @@ class Log:
             self.producer_state   # built (on first use) from the log as it was before this append: not counted twice
             info = self.append_as_follower(records)
             if info.num_batches:
-                self._update_producer_state(info.records)
+                if record_batch.without_producer_ids(info.records):
+                    # a plain producer's batches (as on the leader): nothing for the state to record; only the
+                    # snapshot at a roll
+                    self._snapshot_on_roll()
+                else:
+                    self._update_producer_state(info.records)
             return info
 
     def _update_producer_state(self, records, coordinator_epoch: int | None = None) -> None:

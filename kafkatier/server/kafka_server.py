@@ -73,6 +73,7 @@ from kafkatier.server.network import MemoryPool, SocketServer
 from kafkatier.server.offsets_topic_log import ReplicaManagerOffsetsLog
 from kafkatier.server.fetch_session import FetchManager, FetchSessionCache
 from kafkatier.server.gc_tuning import BrokerGc
+from kafkatier.server.malloc_tuning import tune_malloc
 from kafkatier.server.producer_id_manager import ProducerIdManager
 from kafkatier.server.replica_manager import ReplicaManager
 from kafkatier.server.replication_quota_manager import ReplicationQuotaManager, ReplicationQuotas
@@ -615,6 +616,7 @@ def run_broker(config: BrokerConfig, status_file: str | None = None, port_file: 
     # threads, wait up to a switch interval each time (5 ms by default): a controller failover reading 20,000
     # znodes in a busy broker spent most of its time there (docs/architecture.md#at-scale-20000-partitions).
     sys.setswitchinterval(BROKER_SWITCH_INTERVAL_S)
+    tune_malloc()   # record-sized buffers from the arenas, not a fresh mmap each (server/malloc_tuning.py)
     # The collector (server/gc_tuning.py): off while the logs load (millions of objects that live as long as
     # the broker: every full collection on the way would walk them all), then one collection and a freeze.
     broker_gc = BrokerGc(freeze=broker_setting(config.overrides, "kafkatier.gc.freeze.enable")).install()

@@ -95,3 +95,14 @@ def test_without_freeze_start_up_leaves_the_collector_alone():
     assert gc.isenabled()
     g.startup_loaded()
     assert gc.get_freeze_count() == 0
+
+
+def test_describe_counts_the_frozen_objects_again_only_after_a_freeze(monkeypatch):
+    # gc.get_freeze_count() walks every frozen object with the interpreter lock held: a broker's status write
+    # (every 5 s) must not pay that walk when nothing was frozen since the last one.
+    walks = []
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: walks.append(1) or 100 * len(walks))
+    g = BrokerGc(clock=lambda: 0.0, cpu_clock=_ticks(1.0, 1.03), freezer=lambda: None)
+    assert [g.describe()["frozen_objects"] for _ in range(3)] == [100, 100, 100] and len(walks) == 1
+    _collect(g, 2)   # a costly full collection: its survivors frozen
+    assert [g.describe()["frozen_objects"] for _ in range(2)] == [200, 200] and len(walks) == 2

@@ -87,3 +87,31 @@ def test_plain_batches_after_the_state_is_built_keep_it_and_snapshot_at_roll(tmp
     dup = lg.append_records_as_leader(producer_batch(pid=7, epoch=0, seq=0), 0)
     assert (dup.first_offset, dup.last_offset) == (0, 1)
     lg.close()
+
+
+def _at(batch: bytes, base_offset: int) -> bytes:
+    """``batch`` as a leader assigned it: its base offset set (outside the CRC)."""
+    b = bytearray(batch)
+    struct.pack_into(">q", b, 0, base_offset)
+    return bytes(b)
+
+
+def test_follower_appends_of_plain_batches_keep_the_state_and_snapshot_at_roll(tmp_path):
+    # The follower's fetched batches take the same shortcut as the leader's: the outcome of the full update.
+    full, short = Log(str(tmp_path / "full-0"), LogConfig(segment_bytes=1024)), \
+        Log(str(tmp_path / "short-0"), LogConfig(segment_bytes=1024))
+    fetched = [_at(producer_batch(pid=7, epoch=0, seq=0), 0)]
+    fetched += [_at(producer_batch(n=3), 2 + 3 * i) for i in range(30)]
+    fetched.append(_at(producer_batch(pid=7, epoch=0, seq=2), 92))
+    for blob in fetched:
+        short.append_records_as_follower(blob)
+        full.append_as_follower(blob)
+        full.producer_state.update(blob)   # the full path, by hand
+    assert short.log_end_offset == full.log_end_offset == 94
+    assert short.producer_state.active_producers() == full.producer_state.active_producers()
+    assert short.num_segments > 1 and snapshot_offsets(short.dir)   # a roll still snapshots the producer state
+    # a retried batch of producer 7 is found as a duplicate on this replica once it leads
+    dup = short.append_records_as_leader(producer_batch(pid=7, epoch=0, seq=2), 0)
+    assert (dup.first_offset, dup.last_offset) == (92, 93)
+    full.close()
+    short.close()
