@@ -144,6 +144,7 @@ class LogManager:
         self._offsets_seq = itertools.count(1)
         self.offsets_version = 0
         self._written_at: dict[tuple[str, str], int] = {}   # (checkpoint name, dir) -> offsets_version then
+        self._listener = self._offsets_changed   # one bound method shared by every log (not one per log)
         # The broker's scheduler (started and stopped by its owner), or one of our own.
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "kafka-scheduler-")
@@ -753,7 +754,7 @@ class LogManager:
 
     def _track(self, lg: Log) -> Log:
         """A log joining the manager: its offset changes now mark the checkpoints stale."""
-        lg.offsets_listener = self._offsets_changed
+        lg.offsets_listener = self._listener
         self._offsets_changed()
         return lg
 
