@@ -19,7 +19,10 @@ partition counts of ``--sizes`` (default 1,000 / 5,000 / 20,000; RF 3, topics of
 4. **RSS per partition**: each broker's resident memory over its replicas, above the RSS it had with no topic.
 
     .venv/bin/python benchmarks/controller_scale.py [--quick] [--sizes 1000,5000,20000] [--tmp DIR]
-        [--session-timeout-ms 18000] [--py-spy DIR] [--keep-logs DIR]
+        [--session-timeout-ms 18000] [--py-spy DIR] [--keep-logs DIR] [--idle-only] [--idle-seconds 10]
+
+``--idle-only`` stops each size after its idle CPU and RSS (no kill, no restart): a quick check of an idle
+cluster's work; ``--idle-seconds`` sets the idle-CPU window (10 s by default).
 
 The cluster (embedded ZooKeeper, three broker processes, one log dir each) lives in a temp dir that is removed
 at the end.  Every wait has a generous bound and prints progress every ~15 s; a size that does not finish
