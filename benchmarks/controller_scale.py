@@ -19,7 +19,10 @@ partition counts of ``--sizes`` (default 1,000 / 5,000 / 20,000; RF 3, topics of
 4. **RSS per partition**: each broker's resident memory over its replicas, above the RSS it had with no topic.
 
     .venv/bin/python benchmarks/controller_scale.py [--quick] [--sizes 1000,5000,20000] [--tmp DIR]
-        [--session-timeout-ms 18000] [--py-spy DIR] [--keep-logs DIR]
+        [--session-timeout-ms 18000] [--py-spy DIR] [--keep-logs DIR] [--idle-only] [--idle-seconds 10]
+
+``--idle-only`` stops each size after its idle CPU and RSS (no kill, no restart): a quick check of an idle
+cluster's work; ``--idle-seconds`` sets the idle-CPU window (10 s by default).
 
 The cluster (embedded ZooKeeper, three broker processes, one log dir each) lives in a temp dir that is removed
 at the end.  Every wait has a generous bound and prints progress every ~15 s; a size that does not finish
@@ -73,8 +76,13 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_cpu_percent(pids: dict[int, int], seconds: float = 10.0) -> dict[int, float]:
-    """Each broker's CPU use over ``seconds`` of an idle cluster, in % of one core (replication fetches only)."""
+IDLE_SECONDS = 10.0
+
+
+def idle_cpu_percent(pids: dict[int, int], seconds: float | None = None) -> dict[int, float]:
+    """Each broker's CPU use over ``seconds`` (``--idle-seconds``) of an idle cluster, in % of one core
+    (replication fetches only)."""
+    seconds = seconds or IDLE_SECONDS
     before = {b: cpu_s(pid) for b, pid in pids.items()}
     time.sleep(seconds)  # a measurement window, not a synchronisation
     return {b: round(100 * (cpu_s(pid) - before[b]) / seconds, 1) for b, pid in pids.items()}
@@ -191,6 +199,10 @@ def all_agree(zk, m: ClusterManager, topics: dict[str, int], live: set[int],
 
 class RowFailed(Exception):
     """A size that did not finish: says which phase and why."""
+
+
+class IdleOnly(Exception):
+    """``--idle-only``: the size stopped after its idle measurement (not a failure)."""
 
 
 def wait_phase(what: str, check, timeout: float, interval: float = 1.0, every: float = 15.0):
@@ -313,7 +325,7 @@ def restart_phases(m: ClusterManager, broker_id: int, started_at: float) -> str:
 
 def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss: dict[int, int],
              topics: dict[str, int], total: int, topic_partitions: int, spy: PySpy,
-             session_timeout_s: float, restart: bool = True) -> dict:
+             session_timeout_s: float, restart: bool = True, idle_only: bool = False) -> dict:
     """One row: grow the cluster to ``total`` partitions, kill -9 the controller, restart it."""
     # 1. creation of the partitions that take the cluster to ``total``
     print(f"[{total:,}] creating topics (load {load_average()})", flush=True)
@@ -353,6 +365,12 @@ def run_size(m: ClusterManager, zk, kzc: KafkaZkClient, ids: list[int], base_rss
     print("  gc so far per broker (full collections, longest ms; frozen objects): " + ", ".join(
         f"{b}: {g.get('gen2', {}).get('collections', '-')}, {g.get('gen2', {}).get('max_ms', '-')}; "
         f"{g.get('frozen_objects', '-')}" for b, g in sorted(gcs.items())), flush=True)
+    if idle_only:
+        rss_now = {b["id"]: rss_kb(b["pid"]) for b in m.state["brokers"]}
+        print(f"summary: partitions={total} rss_per_replica_bytes=" + ",".join(
+            f"{i}:{(rss_now[i] - base_rss[i]) * 1024 / replicas_per_broker:.0f}" for i in ids)
+            + f" load={load_average()} (idle only)", flush=True)
+        raise IdleOnly
     # The baseline, in the state the failover starts from (a healthy cluster), just before the kill.
     raw = min(raw_read_s(zk, topics) for _ in range(3))
     raw_multi = min(raw_multi_read_s(zk, topics) for _ in range(3))
@@ -453,11 +471,17 @@ def main() -> int:
                     help="with --py-spy: only samples of the thread holding the GIL (where the CPU goes)")
     ap.add_argument("--no-last-restart", action="store_true",
                     help="do not restart the killed broker after the last size (no restart numbers for it)")
+    ap.add_argument("--idle-only", action="store_true",
+                    help="stop each size after its idle CPU and RSS (no kill, no restart): a quick check of idle work")
+    ap.add_argument("--idle-seconds", type=float, default=10.0,
+                    help="the idle-CPU window (default %(default)s s)")
     ap.add_argument("--tmp", default=None, help="where the cluster's data goes")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy the brokers' logs here at the end")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="a broker property for every broker (e.g. max.incremental.fetch.session.cache.slots=0)")
     args = ap.parse_args()
+    global IDLE_SECONDS
+    IDLE_SECONDS = args.idle_seconds
     sizes = [int(s) for s in (args.sizes or ("300,1000" if args.quick else "1000,5000,20000")).split(",")]
     tmp = tempfile.mkdtemp(prefix="kafkatier-controller-scale-", dir=args.tmp)
     m = ClusterManager(tmp)
@@ -480,7 +504,10 @@ def main() -> int:
             try:
                 rows.append(run_size(m, zk, kzc, ids, base_rss, topics, total, args.topic_partitions, spy,
                                      args.session_timeout_ms / 1000,
-                                     restart=not (args.no_last_restart and i == len(sizes) - 1)))
+                                     restart=not (args.no_last_restart and i == len(sizes) - 1),
+                                     idle_only=args.idle_only))
+            except IdleOnly:
+                continue
             except (RowFailed, KeyboardInterrupt) as e:
                 why = str(e) if isinstance(e, RowFailed) else "interrupted"
                 print(f"row {total:,} did not finish: {why} (load {load_average()})", flush=True)

@@ -124,6 +124,9 @@ class Log:
         self.remote_log_enabled = remote_log_enabled
         self._highest_offset_in_remote_storage = -1
         self._producer_state: ProducerStateManager | None = None   # built on first use (producer_state)
+        # Called (with this log) after its high watermark, recovery point or log start offsets may have moved:
+        # the log manager's checkpoints are written only when something changed (LogManager.offsets_version).
+        self.offsets_listener: Callable[[Log], None] | None = None
         self._snapshot_base: int | None = None   # the active segment's base when the producer state last looked
         os.makedirs(self._dir, exist_ok=True)
         self.topic_id: str | None = None
@@ -224,7 +227,13 @@ class Log:
             if hw != self._high_watermark:
                 self._high_watermark = hw
                 self._hw_meta = None
+                self._offsets_changed()
             return hw
+
+    def _offsets_changed(self) -> None:
+        listener = self.offsets_listener
+        if listener is not None:
+            listener(self)
 
     @property
     def size(self) -> int:
@@ -964,6 +973,7 @@ class Log:
                 self._local_log_start_offset = new_log_start_offset
             if self._recovery_point < new_log_start_offset:
                 self._recovery_point = new_log_start_offset
+            self._offsets_changed()
             self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
             return True
 
@@ -980,6 +990,7 @@ class Log:
             self._log_start_offset = remote_log_start_offset
             self._local_log_start_offset = max(self._local_log_start_offset, remote_log_start_offset)
             self._recovery_point = max(self._recovery_point, min(remote_log_start_offset, self._next_offset))
+            self._offsets_changed()
             if self._high_watermark < remote_log_start_offset:
                 self.update_high_watermark(remote_log_start_offset)
             self.leader_epoch_cache.truncate_from_start(remote_log_start_offset)
@@ -999,6 +1010,7 @@ class Log:
                 self.maybe_increment_log_start_offset(local_start, SEGMENT_DELETION)
             self.remote_log_enabled = False
             self._highest_offset_in_remote_storage = -1
+            self._offsets_changed()
 
     @property
     def highest_offset_in_remote_storage(self) -> int:
@@ -1127,6 +1139,7 @@ class Log:
         elif first > self._log_start_offset:
             self.maybe_increment_log_start_offset(first, SEGMENT_DELETION)
         self._hw_meta = None
+        self._offsets_changed()   # the first segment moved: log-start-offset-checkpoint's entry may have
         return len(deletable)
 
     def _schedule_segment_deletion(self, segments: list[LogSegment]) -> None:
@@ -1177,6 +1190,7 @@ class Log:
             self._high_watermark = min(self._high_watermark, self._next_offset)
             self._recovery_point = min(self._recovery_point, self._next_offset)
             self._hw_meta = None
+            self._offsets_changed()
             self._rebuild_producer_state()
             return True
 
@@ -1196,6 +1210,7 @@ class Log:
             self._recovery_point = new_offset
             self._high_watermark = new_offset
             self._hw_meta = None
+            self._offsets_changed()
             self._rebuild_producer_state()
 
     # --- durability and lifecycle --------------------------------------------------------------------
@@ -1222,6 +1237,7 @@ class Log:
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = target
+                self._offsets_changed()
             self.last_flush_time_ms = self._clock()
 
     def close(self, sync: bool = True) -> None:
@@ -1254,6 +1270,7 @@ class Log:
             if self._closed:
                 self._recovery_point = self._next_offset
                 self._topic_id_unsynced = False
+                self._offsets_changed()
 
     def release_files(self) -> int:
         """Close every segment's .log descriptor and drop the index entries of all but the active segment;

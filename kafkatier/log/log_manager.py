@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -136,6 +137,14 @@ class LogManager:
         self._future_logs: dict[TopicPartition, Log] = {}
         self._pending_deletions: list[tuple[str, int]] = []  # (dir, delay ms) found at start-up
         self._preferred_dirs: dict[TopicPartition, str] = {}
+        # Idle work proportional to change: a new number after anything a checkpoint holds may have changed (a
+        # log's high watermark, recovery point or log start offset -- each log calls :meth:`_offsets_changed`
+        # -- or the set and place of the logs); each checkpoint file remembers the number it was written at,
+        # and the periodic tasks skip a dir whose file is still current (:meth:`_dirs_to_write`).
+        self._offsets_seq = itertools.count(1)
+        self.offsets_version = 0
+        self._written_at: dict[tuple[str, str], int] = {}   # (checkpoint name, dir) -> offsets_version then
+        self._listener = self._offsets_changed   # one bound method shared by every log (not one per log)
         # The broker's scheduler (started and stopped by its owner), or one of our own.
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler if scheduler is not None else KafkaScheduler(1, "kafka-scheduler-")
@@ -281,7 +290,7 @@ class LogManager:
                         logs.pop(other).close()
             else:
                 for (tp, kind, _), lg in loaded:
-                    (self._future_logs if kind == "future" else self._logs)[tp] = lg
+                    (self._future_logs if kind == "future" else self._logs)[tp] = self._track(lg)
                 # Kafka's "Loaded N logs in X ms": one line per dir, not one per log.
                 log.info(kv(event="logs_loaded", dir=d, logs=len(loaded), clean_shutdown=clean,
                             threads=self.num_recovery_threads_per_data_dir,
@@ -309,9 +318,11 @@ class LogManager:
         if self.flush_check_interval_ms < LONG_MAX:
             tasks.append(s.schedule("kafka-log-flusher", self._safe(self.flush_dirty_logs), delay,
                                     self.flush_check_interval_ms))
-        tasks.append(s.schedule("kafka-recovery-point-checkpoint", self._safe(self.checkpoint_recovery_points), delay,
+        tasks.append(s.schedule("kafka-recovery-point-checkpoint",
+                                self._safe(lambda: self.checkpoint_recovery_points(only_if_changed=True)), delay,
                                 self.flush_recovery_offset_checkpoint_interval_ms))
-        tasks.append(s.schedule("kafka-log-start-offset-checkpoint", self._safe(self.checkpoint_log_start_offsets),
+        tasks.append(s.schedule("kafka-log-start-offset-checkpoint",
+                                self._safe(lambda: self.checkpoint_log_start_offsets(only_if_changed=True)),
                                 delay, self.flush_start_offset_checkpoint_interval_ms))
         if self.log_dir_health_check_interval_ms < LONG_MAX:
             tasks.append(s.schedule("kafka-log-dir-health-check", self._safe(self.check_log_dirs),
@@ -389,6 +400,7 @@ class LogManager:
         for lg in self.all_logs():
             if lg.topic == topic:
                 lg.update_config(parsed)
+        self._offsets_changed()   # remote storage on or off: which logs log-start-offset-checkpoint lists
 
     def update_broker_defaults(self, default_config: LogConfig,
                                topic_overrides: Callable[[str], Mapping[str, Any]]) -> None:
@@ -397,6 +409,7 @@ class LogManager:
         self.default_config = default_config
         for lg in self.all_logs():
             lg.update_config(dict(topic_overrides(lg.topic) or {}), default_config=default_config)
+        self._offsets_changed()
 
     # --- lookup and creation -------------------------------------------------------------------------
     def release_files(self) -> int:
@@ -470,7 +483,7 @@ class LogManager:
                     self.report_failure(d, f"Error while creating log for {topic}-{partition} in dir {d}", e)
                     errors.append(f"{d}: {e}")
                     continue
-                self._logs[tp] = lg
+                self._logs[tp] = self._track(lg)
                 if self._dir_counts is not None:
                     self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
                 self._preferred_dirs.pop(tp, None)
@@ -527,6 +540,7 @@ class LogManager:
             current = [tp for tp, lg in self._logs.items() if lg.parent_dir == log_dir]
             future = [tp for tp, lg in self._future_logs.items() if lg.parent_dir == log_dir]
             closing = [self._logs.pop(tp) for tp in current] + [self._future_logs.pop(tp) for tp in future]
+            self._offsets_changed()
             for tp, d in list(self._preferred_dirs.items()):
                 if d == log_dir:
                     del self._preferred_dirs[tp]
@@ -571,7 +585,7 @@ class LogManager:
                 future.close()
                 continue
             future.rename_dir(partition_dir_name(*tp))
-            self._logs[tp] = future
+            self._logs[tp] = self._track(future)
             log.info(kv(event="future_log_promoted", partition=future.name, dir=future.dir,
                         reason="no current log in any dir"))
 
@@ -608,7 +622,7 @@ class LogManager:
                 log.error(kv(event="future_log_create_failed", dir=log_dir, error=e))
                 raise KafkaStorageError(f"Error while creating the future log of {topic}-{partition} in dir "
                                         f"{log_dir}: {e}") from e
-            self._future_logs[tp] = lg
+            self._future_logs[tp] = self._track(lg)
             self._dir_counts = None
             self._preferred_dirs.pop(tp, None)
         log.info(kv(event="future_log_created", partition=f"{topic}-{partition}", dir=lg.dir,
@@ -648,6 +662,7 @@ class LogManager:
             self._logs[tp] = dest
             del self._future_logs[tp]
             self._dir_counts = None
+            self._offsets_changed()
         if self.cleaner is not None:   # Kafka's alterCheckpointDir (outside our lock: the cleaner's is taken first)
             self.cleaner.alter_checkpoint_dir(tp, source.parent_dir, dest.parent_dir)
         log.info(kv(event="future_log_swapped_in", partition=dest.name, dir=dest.dir, old_dir=source.dir,
@@ -676,6 +691,8 @@ class LogManager:
             lg = logs.pop(tp, None)
             self._dir_counts = None
         if lg is not None:
+            lg.offsets_listener = None
+            self._offsets_changed()
             lg.close()
         return lg
 
@@ -731,36 +748,70 @@ class LogManager:
             return self.live_log_dirs
         return [os.path.abspath(log_dir)] if os.path.abspath(log_dir) not in self.offline_dirs else []
 
-    def _write_checkpoint(self, d: str, name: str, offsets: dict[TopicPartition, int]) -> None:
+    def _offsets_changed(self, lg: Log | None = None) -> None:
+        """A log's checkpointed offsets may have moved (its ``offsets_listener``), or the set of logs changed."""
+        self.offsets_version = next(self._offsets_seq)   # itertools.count: atomic, never a number seen before
+
+    def _track(self, lg: Log) -> Log:
+        """A log joining the manager: its offset changes now mark the checkpoints stale."""
+        lg.offsets_listener = self._listener
+        self._offsets_changed()
+        return lg
+
+    def _dirs_to_write(self, name: str, log_dir: str | None, only_if_changed: bool) -> tuple[int, list[str]]:
+        """The version the snapshot about to be taken reflects at least (read *before* the snapshot: a change
+        racing with it makes the next pass write again), and the dirs to write: with ``only_if_changed``
+        (the periodic tasks) those whose ``name`` file was not written at this version.  Kafka rewrites every
+        file each interval; an unchanged file here is already on disk (written atomically and fsynced)."""
+        version = self.offsets_version
+        dirs = self._dirs(log_dir)
+        if only_if_changed:
+            dirs = [d for d in dirs if self._written_at.get((name, d)) != version]
+        return version, dirs
+
+    def _write_checkpoint(self, d: str, name: str, offsets: dict[TopicPartition, int],
+                          version: int | None = None) -> None:
         try:
             with self._checkpoint_lock:
                 OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+                if version is not None:
+                    self._written_at[(name, d)] = version
         except OSError as e:
+            self._written_at.pop((name, d), None)
             self.report_failure(d, f"Error while writing {name} in dir {d}", e)
             raise KafkaStorageError(f"Error while writing {name} in dir {d}: {e}") from e
 
-    def checkpoint_recovery_points(self, log_dir: str | None = None) -> None:
-        """Write ``recovery-point-offset-checkpoint`` (every log's recovery point) per dir."""
+    def checkpoint_recovery_points(self, log_dir: str | None = None, only_if_changed: bool = False) -> None:
+        """Write ``recovery-point-offset-checkpoint`` (every log's recovery point) per dir; with
+        ``only_if_changed`` only where a recovery point or the dir's logs changed since the last write."""
+        version, dirs = self._dirs_to_write(RECOVERY_POINT_CHECKPOINT, log_dir, only_if_changed)
+        if not dirs:
+            return
         by_dir = self.logs_by_dir()
-        for d in self._dirs(log_dir):
+        for d in dirs:
             self._write_checkpoint(d, RECOVERY_POINT_CHECKPOINT,
-                                   {lg.topic_partition: lg.recovery_point for lg in by_dir.get(d, [])})
+                                   {lg.topic_partition: lg.recovery_point for lg in by_dir.get(d, [])}, version)
 
-    def checkpoint_log_start_offsets(self, log_dir: str | None = None) -> None:
+    def checkpoint_log_start_offsets(self, log_dir: str | None = None, only_if_changed: bool = False) -> None:
         """Write ``log-start-offset-checkpoint``: logs whose start offset is above their first segment's base
-        (and every tiered log), as Kafka does."""
+        (and every tiered log), as Kafka does; ``only_if_changed`` as :meth:`checkpoint_recovery_points`."""
+        version, dirs = self._dirs_to_write(LOG_START_OFFSET_CHECKPOINT, log_dir, only_if_changed)
+        if not dirs:
+            return
         by_dir = self.logs_by_dir()
-        for d in self._dirs(log_dir):
+        for d in dirs:
             offsets = {}
             for lg in by_dir.get(d, []):
                 segs = lg.log_segments()
                 if lg.remote_log_enabled or (segs and lg.log_start_offset > segs[0].base_offset):
                     offsets[lg.topic_partition] = lg.log_start_offset
-            self._write_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, offsets)
+            self._write_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, offsets, version)
 
     def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
         """Write ``replication-offset-checkpoint`` per dir, from ``high_watermarks`` (only partitions hosted
-        here are written) or from the logs' own high watermarks."""
+        here are written) or from the logs' own high watermarks.  Always writes: the caller
+        (``ReplicaManager.checkpoint_high_watermarks``) skips the pass when neither :attr:`offsets_version` nor
+        its partitions changed."""
         by_dir = self.logs_by_dir()
         for d in self._dirs(None):
             offsets = {}

@@ -61,6 +61,7 @@ class BrokerGc:
         self._freezes = 0
         self._installed = False
         self._paused = False
+        self._starting = False  # inside startup_loaded's own collection: it freezes (and counts) itself
 
     def install(self) -> "BrokerGc":
         if not self._installed:
@@ -91,10 +92,11 @@ class BrokerGc:
             st["collections"] += 1
             st["total_ms"] += ms
             st["max_ms"] = max(st["max_ms"], ms)
-        if (self.freeze and generation == 2
+        if (self.freeze and generation == 2 and not self._starting
                 and (self._cpu_clock() - started[1]) * 1000 >= self._freeze_after_cpu_ms):
             self._freezer()
-            self._freezes += 1
+            with self._lock:
+                self._freezes += 1
 
     def pause_for_startup(self) -> None:
         """With ``freeze``: the collector off until :meth:`startup_loaded` (the logs load meanwhile)."""
@@ -108,9 +110,13 @@ class BrokerGc:
         LeaderAndIsr.  Does nothing unless :meth:`pause_for_startup` paused the collector."""
         if self._paused:
             self._paused = False
+            self._starting = True   # its collection is recorded, but frozen (and counted) once, here
             try:
                 freeze_startup_objects()
+                with self._lock:
+                    self._freezes += 1
             finally:
+                self._starting = False
                 gc.enable()
 
     def describe(self) -> dict:

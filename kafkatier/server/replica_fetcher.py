@@ -69,8 +69,11 @@ UNDEFINED_EPOCH_OFFSET = -1
 # A truncation phase or a full fetch of at least this many partitions logs one summary line (a restart's first rounds).
 TRUNCATION_SUMMARY_MIN = 100
 # A round built from every partition's state and log at least this often (``_fetch_unchanged`` patches the last
-# one in between).
-ROUND_REFRESH_S = 5.0
+# one in between).  Every change of a fetch state marks it dirty; the refresh only carries a log start offset the
+# follower's own retention moved (the leader's low watermark for DeleteRecords), so it need not be frequent: a
+# rebuild of thousands of partitions every 5 s was a fifth of an idle follower's work at 20,000 partitions
+# (issue 27).  30 s: Kafka's replica.lag.time.max.ms.
+ROUND_REFRESH_S = 30.0
 # A partition whose truncation answer was an error asks again after this backoff (seconds, per partition).
 _partition_backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 

@@ -459,6 +459,7 @@ class ReplicaManager:
                 err = self._stop_one(topic, ps, disable_answers, to_disable)
                 answers.append((topic, ps.partition_index, err))
         disabled = self._disable_remote_partitions(to_disable)
+        self._changed()   # after the partitions left too (the high-watermark checkpoint's key)
         return StopReplicaResponseData(error_code=0, partition_errors=tuple(
             StopReplicaPartitionError(topic_name=t, partition_index=p,
                                       error_code=int(disabled[(t, p)] if err is None else err))
@@ -896,21 +897,21 @@ class ReplicaManager:
         log manager and goes offline."""
         if self._stopped.is_set():
             return
-        hws = self.high_watermarks()
-        # Idle work proportional to change: the files are rewritten (and fsynced) only when a high watermark or
-        # a log's place changed since the last write; an idle broker of thousands of partitions writes none.
+        # Idle work proportional to change: the files are rewritten (and fsynced) only when something they hold
+        # may have changed since the last write -- a log's high watermark or place (the log manager's
+        # ``offsets_version``, moved by every log) or the partitions hosted (``change_seq``, moved before and
+        # after each LeaderAndIsr, StopReplica and dir failure).  Both are read before the high watermarks: a
+        # change racing with this pass moves them again, and the next pass writes.  An idle broker of thousands
+        # of partitions reads two numbers every 5 s.
         lm = self.log_manager
-        logs = getattr(lm, "all_logs", None)
-        futures = getattr(lm, "all_future_logs", None)
-        # Each log's directory names its dir and partition (a move gives it another).
-        placement = None if logs is None or futures is None else (
-            frozenset([lg.dir for lg in logs()]), frozenset([(lg.dir, lg.high_watermark) for lg in futures()]))
-        snapshot = (hws, placement)
-        if placement is not None and snapshot == self._last_hw_checkpoint:
+        version = getattr(lm, "offsets_version", None)
+        key = None if version is None else (version, self.change_seq, len(self.partitions))
+        if key is not None and key == self._last_hw_checkpoint:
             return
+        hws = self.high_watermarks()
         try:
             lm.checkpoint_high_watermarks(hws)
-            self._last_hw_checkpoint = snapshot
+            self._last_hw_checkpoint = key
         except KafkaStorageError:
             pass  # reported to the log dir failure channel by the log manager
 

@@ -3,6 +3,7 @@ the survivors of a costly full collection frozen."""
 from __future__ import annotations
 
 import gc
+import itertools
 
 from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
 
@@ -85,6 +86,22 @@ def test_start_up_pauses_the_collector_until_the_logs_are_loaded_then_freezes_on
         g.startup_loaded()   # the start-up's own call was the one: nothing more
         assert gc.get_freeze_count() == frozen
     finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_the_start_up_freeze_is_counted_once_though_its_collection_is_a_costly_full_one():
+    frozen_by_hook = []
+    seconds = itertools.count(0.0, 1.0)   # every collection costs 1 s of (fake) CPU
+    g = BrokerGc(cpu_clock=lambda: next(seconds), freezer=lambda: frozen_by_hook.append(1))
+    try:
+        g.pause_for_startup()
+        g.install()
+        g.startup_loaded()   # its gc.collect() is a costly full collection
+        d = g.describe()
+        assert frozen_by_hook == [] and d["freezes"] == 1 and d["gen2"]["collections"] >= 1
+    finally:
+        g.uninstall()
         gc.enable()
         gc.unfreeze()
 
