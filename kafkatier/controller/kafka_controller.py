@@ -245,6 +245,7 @@ class KafkaController:
         self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
                              self.process_log_dir_event_notification)
         self.partition_reassignment.register_watch()
+        t_watches = time.monotonic()
         # 3. stale notifications
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
@@ -258,6 +259,7 @@ class KafkaController:
             on_controller_moved=lambda e: self._put("ControllerMoved", self.maybe_resign),
             request_timeout_s=self.config.request_timeout_s, send_latency_s=self.config.control_request_latency_s)
         self.channel.startup({b.id: b.epoch for b in self.ctx.live_brokers.values()})
+        t_channel = time.monotonic()
         # 5-6. deletion
         to_delete = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))
         unknown = to_delete - self.ctx.all_topics
@@ -283,6 +285,7 @@ class KafkaController:
             self.partition_state_machine.startup()
             # The elected leaders reach every broker's metadata now, not after every dead replica has left
             # every ISR (a project difference: Kafka sends the elections' UpdateMetadata with its LeaderAndIsr).
+            t_wait = time.monotonic()
             self._await_applied(self.batch.send_update_metadata_so_far(self.ctx.epoch), ELECTED_METADATA_WAIT_S)
             t_elected = time.monotonic()
             self.replica_state_machine.startup()
@@ -300,7 +303,9 @@ class KafkaController:
         # (elections and their ZooKeeper writes), queueing the coalesced requests, resuming pending work.
         phases = {"read_ms": t_elect - t_read, "elections_ms": t_elected - t_states, "states_ms": t_send - t_states,
                   "send_ms": t_resume - t_send,
-                  "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume)}
+                  "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume),
+                  "wait_ms": t_elected - t_wait, "watches_ms": t_watches - t0, "channel_ms": t_channel - t_elect,
+                  "resume_ms": t_end - t_resume}
         self.metrics["last_failover_phases_ms"] = {k: round(v * 1000, 1) for k, v in phases.items()}
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
                                                    topics=len(self.ctx.all_topics),
