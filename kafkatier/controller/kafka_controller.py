@@ -31,7 +31,8 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_messages import LeaderAndIsrResponseData, StopReplicaResponseData
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.errors import NoNodeError, NodeExistsError
+from kafkatier.zk.client import ensure_persistent_paths
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import ControllerMovedError, register_controller_and_increment_epoch
 from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms, read_entity_config
 from kafkatier.zk.watchers import ChildrenWatch, DataWatch
@@ -39,8 +40,11 @@ from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 log = get_logger("controller")
 
 # How long a failover waits for the brokers to apply its elections' UpdateMetadata before it takes the dead
-# replicas out of the ISRs (see KafkaController._await_applied).
+# replicas out of the ISRs (see KafkaController._await_applied), and from how many partitions on: below, that
+# work holds the interpreter lock for tens of milliseconds, less than the wait's own round trips through the
+# control channel.
 ELECTED_METADATA_WAIT_S = 10.0
+ELECTED_METADATA_WAIT_MIN_PARTITIONS = 10_000
 
 
 @attrs.frozen
@@ -234,7 +238,9 @@ class KafkaController:
             w.set_data(paths.FEATURE, feature)
         except NoNodeError:
             w.create(paths.FEATURE, feature)
-        # 2. watches
+        # 2. watches (their paths checked in one pipelined round: every broker creates them at start-up)
+        ensure_persistent_paths(self.zk, (paths.BROKER_IDS, paths.BROKER_TOPICS, paths.DELETE_TOPICS,
+                                          paths.ISR_CHANGE_NOTIFICATION, paths.LOG_DIR_EVENT_NOTIFICATION))
         # Urgent like ControlledShutdown, so a shutdown never runs ahead of the death of a broker seen before it
         # (it would elect the dead broker, still in an ISR, as leader).
         self._children_watch(gen, paths.BROKER_IDS, "BrokerChange", self.process_broker_change, urgent=True)
@@ -286,7 +292,9 @@ class KafkaController:
             # The elected leaders reach every broker's metadata now, not after every dead replica has left
             # every ISR (a project difference: Kafka sends the elections' UpdateMetadata with its LeaderAndIsr).
             t_wait = time.monotonic()
-            self._await_applied(self.batch.send_update_metadata_so_far(self.ctx.epoch), ELECTED_METADATA_WAIT_S)
+            elected_to = self.batch.send_update_metadata_so_far(self.ctx.epoch)
+            if len(self.ctx.partition_leadership) >= ELECTED_METADATA_WAIT_MIN_PARTITIONS:
+                self._await_applied(elected_to, ELECTED_METADATA_WAIT_S)
             t_elected = time.monotonic()
             self.replica_state_machine.startup()
             t_send = time.monotonic()
@@ -376,11 +384,8 @@ class KafkaController:
     def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None],
                         coalesce: bool = False, urgent: bool = False) -> None:
         """``coalesce``: no new event while one of this name is queued (a change after it started running
-        queues the next).  ``urgent``: queued with the urgent events (see event_manager)."""
-        try:
-            self.zk.ensure_path(path)
-        except NodeExistsError:
-            pass
+        queues the next).  ``urgent``: queued with the urgent events (see event_manager).  ``path`` exists (the
+        failover made sure)."""
 
         def on_children(children):
             if gen != self.events.generation:
