@@ -154,7 +154,8 @@ class PartitionStateMachine:
         """``live_or_shutting_down``: the context's live brokers, computed once per round by the caller."""
         ctx = self.ctx
         replicas = ctx.partition_replicas(tp)
-        live = [r for r in replicas if ctx.is_replica_online(r, tp)]
+        if strategy is not ElectionStrategy.CONTROLLED_SHUTDOWN:
+            live = [r for r in replicas if ctx.is_replica_online(r, tp)]
         if strategy is ElectionStrategy.OFFLINE:
             # The unclean setting is read (from ZooKeeper) only when no in-sync replica can lead.
             return (election.leader_for_offline(replicas, cur.isr, live, False)
@@ -165,8 +166,9 @@ class PartitionStateMachine:
         if strategy is ElectionStrategy.PREFERRED:
             return election.leader_for_preferred(replicas, cur.isr, live)
         brokers = ctx.live_or_shutting_down_broker_ids if live_or_shutting_down is None else live_or_shutting_down
-        live_or_shutting_down = [r for r in replicas if r in brokers
-                                 and tp not in ctx.replicas_on_offline_dirs.get(r, ())]
+        offline_dirs = ctx.replicas_on_offline_dirs
+        live_or_shutting_down = [r for r in replicas if r in brokers and (r not in offline_dirs
+                                                                          or tp not in offline_dirs[r])]
         return election.leader_for_controlled_shutdown(replicas, cur.isr, live_or_shutting_down,
                                                        ctx.shutting_down_broker_ids)
 
