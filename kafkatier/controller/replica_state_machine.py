@@ -93,13 +93,15 @@ class ReplicaStateMachine:
                     batch.add_leader_and_isr([broker], pr.tp, l, is_new=True)
                 ctx.replica_states[pr] = RS.NEW
         elif target is RS.ONLINE:
+            states, leadership = ctx.replica_states, ctx.partition_leadership
+            to_send = []
             for pr in valid:
-                cur = ctx.replica_states.get(pr, RS.NON_EXISTENT)
-                if cur is not RS.NEW:
-                    l = ctx.partition_leadership.get(pr.tp)
+                if states.get(pr, RS.NON_EXISTENT) is not RS.NEW:
+                    l = leadership.get(pr.tp)
                     if l is not None:
-                        batch.add_leader_and_isr([broker], pr.tp, l)
-                ctx.replica_states[pr] = RS.ONLINE
+                        to_send.append((pr.tp, l))
+                states[pr] = RS.ONLINE
+            batch.add_leader_and_isr_to_broker(broker, to_send)
         elif target is RS.OFFLINE:
             for pr in valid:
                 batch.add_stop_replica([broker], pr.tp, delete=False)

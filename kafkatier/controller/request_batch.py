@@ -123,6 +123,21 @@ class ControllerBrokerRequestBatch:
         self.update_metadata_brokers.update(self.ctx.live_brokers)
         self.update_metadata_partitions.add(tp)
 
+    def add_leader_and_isr_to_broker(self, broker_id: int, states) -> None:
+        """:meth:`add_leader_and_isr` of each ``(tp, leader)`` of ``states`` to ``broker_id`` alone, in one pass (a
+        broker's start: every partition it hosts, tens of thousands)."""
+        if broker_id < 0:
+            return
+        parts = self.leader_and_isr[broker_id]
+        assignments = self.ctx.partition_assignments
+        changed = self.update_metadata_partitions
+        for tp, leader in states:
+            prev = parts.get(tp)
+            topic = assignments.get(tp.topic)
+            parts[tp] = (leader, topic.get(tp.partition) if topic else None, prev is not None and prev[2])
+            changed.add(tp)
+        self.update_metadata_brokers.update(self.ctx.live_brokers)
+
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
         self.update_metadata_partitions.update(partitions)
