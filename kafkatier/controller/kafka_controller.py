@@ -39,7 +39,7 @@ from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 
 log = get_logger("controller")
 
-# How long a failover waits for the brokers to apply its elections' UpdateMetadata before it takes the dead
+# How long a failover waits for its own broker to apply its elections' UpdateMetadata before it takes the dead
 # replicas out of the ISRs (see KafkaController._await_applied), and from how many partitions on: below, that
 # work holds the interpreter lock for tens of milliseconds, less than the wait's own round trips through the
 # control channel.
@@ -294,7 +294,9 @@ class KafkaController:
             t_wait = time.monotonic()
             elected_to = self.batch.send_update_metadata_so_far(self.ctx.epoch)
             if len(self.ctx.partition_leadership) >= ELECTED_METADATA_WAIT_MIN_PARTITIONS:
-                self._await_applied(elected_to, ELECTED_METADATA_WAIT_S)
+                # Only this broker is waited for: the others apply it in their own processes, whatever this one
+                # does meanwhile.
+                self._await_applied(elected_to & {self.broker_id}, ELECTED_METADATA_WAIT_S)
             t_elected = time.monotonic()
             self.replica_state_machine.startup()
             t_send = time.monotonic()
@@ -322,9 +324,10 @@ class KafkaController:
 
     def _await_applied(self, brokers: set[int], timeout_s: float) -> None:
         """Block until each of ``brokers`` has answered what was queued to it so far, at most ``timeout_s``.  The
-        failover waits so for its elections' UpdateMetadata before it takes the dead replicas out of every ISR:
-        that work holds this process's interpreter lock for seconds at 20,000 partitions, and this broker's own
-        control handler (one of the brokers to apply it) shares that lock."""
+        failover waits so for its own broker to apply its elections' UpdateMetadata before it takes the dead
+        replicas out of every ISR: that work holds this process's interpreter lock for seconds at 20,000
+        partitions, and this broker's control handler shares that lock (the other brokers apply it in their own
+        processes meanwhile)."""
         if not brokers or self.channel is None:
             return
         lock, done = threading.Lock(), threading.Event()
