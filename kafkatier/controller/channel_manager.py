@@ -37,7 +37,8 @@ import tenacity
 
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.zk import codecs, control_parts, paths
-from kafkatier.zk.errors import NoNodeError, NodeExistsError
+from kafkatier.zk.client import ensure_persistent_paths, get_children_many
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import RETRYABLE as ZK_RETRYABLE
 from kafkatier.zk.fenced import ControllerMovedError
 from kafkatier.zk.limits import ZNodeTooLargeError
@@ -254,42 +255,42 @@ class ControllerChannelManager:
         self.metrics: dict[str, dict] = {}
 
     def startup(self, brokers: dict[int, int]) -> None:
-        """``brokers``: id -> broker epoch.  Clears every stale queue first."""
-        self.clear_stale_queues()
+        """``brokers``: id -> broker epoch.  Clears every stale queue first, and creates the live brokers' missing
+        queue paths: every queue read in one pipelined round (a failover waits for this)."""
+        self.clear_stale_queues(ensure=set(brokers))
         for b, epoch in brokers.items():
-            self.add_broker(b, epoch)
+            self.add_broker(b, epoch, queues_ready=True)
 
-    def clear_stale_queues(self) -> None:
-        try:
-            ids = self.zk.get_children(paths.CONTROL_ROOT)
-        except NoNodeError:
-            return
-        w = self.writer()
-        for b in ids:
-            for sub in ("responses", "requests", "parts"):
-                parent = f"{paths.CONTROL_ROOT}/{b}/{sub}"
+    def clear_stale_queues(self, ensure: set[int] = frozenset()) -> None:
+        """Delete every request, response and part left in any broker's queue; ``ensure``: brokers whose queue
+        paths are created when missing."""
+        ids = get_children_many(self.zk, [paths.CONTROL_ROOT])[0] or []
+        brokers = sorted(set(ids) | {str(b) for b in ensure})
+        parents = [f"{paths.CONTROL_ROOT}/{b}/{sub}" for b in brokers for sub in ("responses", "requests", "parts")]
+        w = None
+        ensured = {str(b) for b in ensure}
+        for parent, children in zip(parents, get_children_many(self.zk, parents)):
+            if children is None:
+                if parent.split("/")[-2] in ensured:
+                    ensure_persistent_paths(self.zk, [parent])
+                continue
+            w = w or self.writer()
+            for c in children:
                 try:
-                    children = self.zk.get_children(parent)
+                    w.delete(f"{parent}/{c}")
                 except NoNodeError:
-                    continue
-                for c in children:
-                    try:
-                        w.delete(f"{parent}/{c}")
-                    except NoNodeError:
-                        pass
-                if children:
-                    log.info("cleared stale control queue %s", kv(path=parent, nodes=len(children)))
+                    pass
+            if children:
+                log.info("cleared stale control queue %s", kv(path=parent, nodes=len(children)))
 
-    def add_broker(self, broker_id: int, broker_epoch: int) -> None:
+    def add_broker(self, broker_id: int, broker_epoch: int, queues_ready: bool = False) -> None:
+        """``queues_ready``: the broker's queue paths are known to exist (:meth:`startup` made sure)."""
         with self._lock:
             if broker_id in self._threads:
                 return
-            for sub in (paths.control_requests(broker_id), paths.control_responses(broker_id),
-                        paths.control_parts(broker_id)):
-                try:
-                    self.zk.ensure_path(sub)
-                except NodeExistsError:
-                    pass
+            if not queues_ready:
+                ensure_persistent_paths(self.zk, (paths.control_requests(broker_id),
+                                                  paths.control_responses(broker_id), paths.control_parts(broker_id)))
             t = RequestSendThread(self, broker_id, broker_epoch)
             self._threads[broker_id] = t
             t.start()

@@ -174,8 +174,11 @@ class ControlledShutdownManager:
         # One LeaderAndIsr, StopReplica and UpdateMetadata per broker for both state machines' changes; each
         # machine writes its partitions' states in pipelined fenced multis.
         with self.batch.coalesced(lambda: ctx.epoch):
+            # The elections are decided from the context's states, not read first: each write is conditional on
+            # its znode's version (a leader's ISR write since the last notification fails it, and that partition
+            # is read and decided again), so leadership moves after the writes alone.
             failed = self.partition_state_machine.handle_state_changes(
-                led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
+                led, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN, read_first=False)
             self.replica_state_machine.handle_state_changes(followed, ReplicaState.OFFLINE)
         remaining = {tp for tp in ctx.partitions_led_by(broker_id)
                      if len(ctx.partition_replicas(tp)) > 1 and not ctx.is_topic_queued_for_deletion(tp.topic)}

@@ -31,16 +31,20 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol.control_messages import LeaderAndIsrResponseData, StopReplicaResponseData
 from kafkatier.protocol.errors import Errors
 from kafkatier.zk import codecs, paths
-from kafkatier.zk.errors import NoNodeError, NodeExistsError
+from kafkatier.zk.client import ensure_persistent_paths
+from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.fenced import ControllerMovedError, register_controller_and_increment_epoch
 from kafkatier.zk.kafka_zk_client import KafkaZkClient, assignment_from_codec, now_ms, read_entity_config
 from kafkatier.zk.watchers import ChildrenWatch, DataWatch
 
 log = get_logger("controller")
 
-# How long a failover waits for the brokers to apply its elections' UpdateMetadata before it takes the dead
-# replicas out of the ISRs (see KafkaController._await_applied).
+# How long a failover waits for its own broker to apply its elections' UpdateMetadata before it takes the dead
+# replicas out of the ISRs (see KafkaController._await_applied), and from how many partitions on: below, that
+# work holds the interpreter lock for tens of milliseconds, less than the wait's own round trips through the
+# control channel.
 ELECTED_METADATA_WAIT_S = 10.0
+ELECTED_METADATA_WAIT_MIN_PARTITIONS = 10_000
 
 
 @attrs.frozen
@@ -234,7 +238,9 @@ class KafkaController:
             w.set_data(paths.FEATURE, feature)
         except NoNodeError:
             w.create(paths.FEATURE, feature)
-        # 2. watches
+        # 2. watches (their paths checked in one pipelined round: every broker creates them at start-up)
+        ensure_persistent_paths(self.zk, (paths.BROKER_IDS, paths.BROKER_TOPICS, paths.DELETE_TOPICS,
+                                          paths.ISR_CHANGE_NOTIFICATION, paths.LOG_DIR_EVENT_NOTIFICATION))
         # Urgent like ControlledShutdown, so a shutdown never runs ahead of the death of a broker seen before it
         # (it would elect the dead broker, still in an ISR, as leader).
         self._children_watch(gen, paths.BROKER_IDS, "BrokerChange", self.process_broker_change, urgent=True)
@@ -245,6 +251,7 @@ class KafkaController:
         self._children_watch(gen, paths.LOG_DIR_EVENT_NOTIFICATION, "LogDirEventNotification",
                              self.process_log_dir_event_notification)
         self.partition_reassignment.register_watch()
+        t_watches = time.monotonic()
         # 3. stale notifications
         for c in self.kafka_zk.get_children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION):
             self._fenced_delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{c}")
@@ -258,6 +265,7 @@ class KafkaController:
             on_controller_moved=lambda e: self._put("ControllerMoved", self.maybe_resign),
             request_timeout_s=self.config.request_timeout_s, send_latency_s=self.config.control_request_latency_s)
         self.channel.startup({b.id: b.epoch for b in self.ctx.live_brokers.values()})
+        t_channel = time.monotonic()
         # 5-6. deletion
         to_delete = set(self.kafka_zk.get_children_or_empty(paths.DELETE_TOPICS))
         unknown = to_delete - self.ctx.all_topics
@@ -283,7 +291,12 @@ class KafkaController:
             self.partition_state_machine.startup()
             # The elected leaders reach every broker's metadata now, not after every dead replica has left
             # every ISR (a project difference: Kafka sends the elections' UpdateMetadata with its LeaderAndIsr).
-            self._await_applied(self.batch.send_update_metadata_so_far(self.ctx.epoch), ELECTED_METADATA_WAIT_S)
+            t_wait = time.monotonic()
+            elected_to = self.batch.send_update_metadata_so_far(self.ctx.epoch)
+            if len(self.ctx.partition_leadership) >= ELECTED_METADATA_WAIT_MIN_PARTITIONS:
+                # Only this broker is waited for: the others apply it in their own processes, whatever this one
+                # does meanwhile.
+                self._await_applied(elected_to & {self.broker_id}, ELECTED_METADATA_WAIT_S)
             t_elected = time.monotonic()
             self.replica_state_machine.startup()
             t_send = time.monotonic()
@@ -300,7 +313,9 @@ class KafkaController:
         # (elections and their ZooKeeper writes), queueing the coalesced requests, resuming pending work.
         phases = {"read_ms": t_elect - t_read, "elections_ms": t_elected - t_states, "states_ms": t_send - t_states,
                   "send_ms": t_resume - t_send,
-                  "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume)}
+                  "other_ms": (t_read - t0) + (t_states - t_elect) + (t_end - t_resume),
+                  "wait_ms": t_elected - t_wait, "watches_ms": t_watches - t0, "channel_ms": t_channel - t_elect,
+                  "resume_ms": t_end - t_resume}
         self.metrics["last_failover_phases_ms"] = {k: round(v * 1000, 1) for k, v in phases.items()}
         log.info("controller failover done %s", kv(epoch=self.ctx.epoch, brokers=sorted(self.ctx.live_broker_ids),
                                                    topics=len(self.ctx.all_topics),
@@ -309,9 +324,10 @@ class KafkaController:
 
     def _await_applied(self, brokers: set[int], timeout_s: float) -> None:
         """Block until each of ``brokers`` has answered what was queued to it so far, at most ``timeout_s``.  The
-        failover waits so for its elections' UpdateMetadata before it takes the dead replicas out of every ISR:
-        that work holds this process's interpreter lock for seconds at 20,000 partitions, and this broker's own
-        control handler (one of the brokers to apply it) shares that lock."""
+        failover waits so for its own broker to apply its elections' UpdateMetadata before it takes the dead
+        replicas out of every ISR: that work holds this process's interpreter lock for seconds at 20,000
+        partitions, and this broker's control handler shares that lock (the other brokers apply it in their own
+        processes meanwhile)."""
         if not brokers or self.channel is None:
             return
         lock, done = threading.Lock(), threading.Event()
@@ -371,11 +387,8 @@ class KafkaController:
     def _children_watch(self, gen: int, path: str, name: str, handler: Callable[[], None],
                         coalesce: bool = False, urgent: bool = False) -> None:
         """``coalesce``: no new event while one of this name is queued (a change after it started running
-        queues the next).  ``urgent``: queued with the urgent events (see event_manager)."""
-        try:
-            self.zk.ensure_path(path)
-        except NodeExistsError:
-            pass
+        queues the next).  ``urgent``: queued with the urgent events (see event_manager).  ``path`` exists (the
+        failover made sure)."""
 
         def on_children(children):
             if gen != self.events.generation:

@@ -55,21 +55,24 @@ class PartitionStateMachine:
         # The failover has just read every state znode into the context: the first election round writes from
         # it without reading them again (the writes are conditional on each znode's version; a partition whose
         # znode moved meanwhile is read again and decided again in the next round).
-        self.trigger_online_partition_state_change(states_read=True)
+        self.trigger_online_partition_state_change(read_first=False)
 
-    def trigger_online_partition_state_change(self, topic: str | None = None, states_read: bool = False) -> None:
+    def trigger_online_partition_state_change(self, topic: str | None = None, read_first: bool = True) -> None:
         parts = [tp for tp in self.ctx.partitions_in_states({PartitionState.NEW, PartitionState.OFFLINE})
                  if not self.ctx.is_topic_queued_for_deletion(tp.topic) and (topic is None or tp.topic == topic)]
         if parts:
-            self.handle_state_changes(sorted(parts), PartitionState.ONLINE, states_read=states_read)
+            self.handle_state_changes(sorted(parts), PartitionState.ONLINE, read_first=read_first)
 
     def handle_state_changes(self, partitions, target: PartitionState,
                              strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
-                             allow_unclean: bool = False, states_read: bool = False) -> dict[TopicPartition, str]:
+                             allow_unclean: bool = False, read_first: bool = True) -> dict[TopicPartition, str]:
         """Move ``partitions`` to ``target``; for OnlinePartition, elect with ``strategy``.  ``allow_unclean``
         (offline strategy only, ElectLeaders UNCLEAN): elect a live out-of-sync replica whatever the topic's
-        ``unclean.leader.election.enable`` says.  ``states_read``: the context's states were just read from
-        ZooKeeper (a failover), the first election round does not read them again.
+        ``unclean.leader.election.enable`` says.  ``read_first=False``: the
+        first election round decides from the context's states without reading them (a failover has just read
+        them; a controlled shutdown's are those of the last ISR change notification): each write is conditional
+        on its znode's version, and a partition whose znode moved, or for which the context names no eligible
+        leader, is read and decided again in the next round.
 
         Returns the partitions whose election failed, with the reason (empty when all succeeded).
         """
@@ -77,13 +80,13 @@ class PartitionStateMachine:
             return {}
         batch = self.batch
         batch.new_batch()
-        failed = self._do_handle(partitions, target, strategy, allow_unclean, states_read)
+        failed = self._do_handle(partitions, target, strategy, allow_unclean, read_first)
         batch.send_requests_to_brokers(self.ctx.epoch)
         return failed
 
     def _do_handle(self, partitions, target: PartitionState,
                    strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
-                   allow_unclean: bool = False, states_read: bool = False) -> dict[TopicPartition, str]:
+                   allow_unclean: bool = False, read_first: bool = True) -> dict[TopicPartition, str]:
         failed: dict[TopicPartition, str] = {}
         valid = []
         for tp in partitions:
@@ -110,7 +113,7 @@ class PartitionStateMachine:
             for tp in others:
                 if tp not in electing:
                     self.ctx.partition_states[tp] = PartitionState.ONLINE
-            elected, failed = self._elect_leaders(need_election, strategy, allow_unclean, states_read)
+            elected, failed = self._elect_leaders(need_election, strategy, allow_unclean, read_first)
             for tp in elected:
                 self.ctx.partition_states[tp] = PartitionState.ONLINE
         elif target is PartitionState.OFFLINE:
@@ -151,7 +154,8 @@ class PartitionStateMachine:
         """``live_or_shutting_down``: the context's live brokers, computed once per round by the caller."""
         ctx = self.ctx
         replicas = ctx.partition_replicas(tp)
-        live = [r for r in replicas if ctx.is_replica_online(r, tp)]
+        if strategy is not ElectionStrategy.CONTROLLED_SHUTDOWN:
+            live = [r for r in replicas if ctx.is_replica_online(r, tp)]
         if strategy is ElectionStrategy.OFFLINE:
             # The unclean setting is read (from ZooKeeper) only when no in-sync replica can lead.
             return (election.leader_for_offline(replicas, cur.isr, live, False)
@@ -162,14 +166,15 @@ class PartitionStateMachine:
         if strategy is ElectionStrategy.PREFERRED:
             return election.leader_for_preferred(replicas, cur.isr, live)
         brokers = ctx.live_or_shutting_down_broker_ids if live_or_shutting_down is None else live_or_shutting_down
-        live_or_shutting_down = [r for r in replicas if r in brokers
-                                 and tp not in ctx.replicas_on_offline_dirs.get(r, ())]
+        offline_dirs = ctx.replicas_on_offline_dirs
+        live_or_shutting_down = [r for r in replicas if r in brokers and (r not in offline_dirs
+                                                                          or tp not in offline_dirs[r])]
         return election.leader_for_controlled_shutdown(replicas, cur.isr, live_or_shutting_down,
                                                        ctx.shutting_down_broker_ids)
 
     def _elect_leaders(self, partitions, strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
                        allow_unclean: bool = False,
-                       states_read: bool = False) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+                       read_first: bool = True) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
         """Elect with ``strategy``; one batched, fenced ZooKeeper write for all partitions."""
         done: list[TopicPartition] = []
         failed: dict[TopicPartition, str] = {}
@@ -183,15 +188,22 @@ class PartitionStateMachine:
             # Elect from the states ZooKeeper holds now, as Kafka's doElectLeaderForPartitions does: leaders write
             # ISR changes there at once and tell the controller only in batched notifications (seconds later); a
             # later round re-reads the partitions whose write lost a race with such a write (``partitionsToRetry``).
-            if todo and (round_ or not states_read):
+            # Without ``read_first`` the first round decides from the context and lets the conditional writes
+            # find what moved.
+            read = bool(todo) and bool(round_ or read_first)
+            if read:
                 self.ctx.partition_leadership.update(zkc.get_partition_states(todo))
             updates = {}
+            unread = []   # not decided from the context's view: read in the next round
             for tp in todo:
                 cur = self.ctx.partition_leadership.get(tp)
                 if cur is None:
                     failed[tp] = "no leadership znode"
                     continue
                 result = self._elect(tp, cur, strategy, unclean_enabled, brokers)
+                if result is None and not read:
+                    unread.append(tp)
+                    continue
                 if result is None:
                     failed[tp] = f"no eligible leader ({strategy.value})"
                     log.error("no eligible leader %s", kv(partition=tp, strategy=strategy.value, isr=list(cur.isr),
@@ -203,7 +215,7 @@ class PartitionStateMachine:
                                            controller_epoch=self.ctx.epoch, partition_epoch=cur.partition_epoch,
                                            leader_recovery_state=cur.leader_recovery_state)
             written.update(zkc.update_leader_and_isr(updates, self.ctx.epoch_zk_version))
-            todo = sorted(updates.keys() - written.keys())
+            todo = sorted((updates.keys() - written.keys()) | set(unread))
             if not todo:
                 break
         for tp in todo:

@@ -57,11 +57,11 @@ class ReplicaStateMachine:
                 batch.add_leader_and_isr(online_brokers, tp, l)
         batch.send_requests_to_brokers(ctx.epoch)
         # The failover has just read every state znode (or written it, electing): not read again.
-        self.handle_state_changes(offline, RS.OFFLINE, states_read=True)
+        self.handle_state_changes(offline, RS.OFFLINE, read_first=False)
 
-    def handle_state_changes(self, replicas, target: ReplicaState, states_read: bool = False) -> None:
-        """``states_read``: the context's partition states are as fresh as ZooKeeper's (a failover); taking a
-        replica offline then writes from them without reading them first."""
+    def handle_state_changes(self, replicas, target: ReplicaState, read_first: bool = True) -> None:
+        """``read_first=False``: taking a replica offline writes from the context's partition states without
+        reading them first (conditional writes: those whose znode moved are read and written again)."""
         if not replicas:
             return
         batch = self.batch
@@ -70,10 +70,10 @@ class ReplicaStateMachine:
         for pr in replicas:
             by_broker.setdefault(pr.replica, []).append(pr)
         for broker in sorted(by_broker):
-            self._do_handle(broker, sorted(by_broker[broker]), target, states_read)
+            self._do_handle(broker, sorted(by_broker[broker]), target, read_first)
         batch.send_requests_to_brokers(self.ctx.epoch)
 
-    def _do_handle(self, broker: int, replicas, target: ReplicaState, states_read: bool = False) -> None:
+    def _do_handle(self, broker: int, replicas, target: ReplicaState, read_first: bool = True) -> None:
         ctx = self.ctx
         batch = self.batch
         valid = []
@@ -93,20 +93,22 @@ class ReplicaStateMachine:
                     batch.add_leader_and_isr([broker], pr.tp, l, is_new=True)
                 ctx.replica_states[pr] = RS.NEW
         elif target is RS.ONLINE:
+            states, leadership = ctx.replica_states, ctx.partition_leadership
+            to_send = []
             for pr in valid:
-                cur = ctx.replica_states.get(pr, RS.NON_EXISTENT)
-                if cur is not RS.NEW:
-                    l = ctx.partition_leadership.get(pr.tp)
+                if states.get(pr, RS.NON_EXISTENT) is not RS.NEW:
+                    l = leadership.get(pr.tp)
                     if l is not None:
-                        batch.add_leader_and_isr([broker], pr.tp, l)
-                ctx.replica_states[pr] = RS.ONLINE
+                        to_send.append((pr.tp, l))
+                states[pr] = RS.ONLINE
+            batch.add_leader_and_isr_to_broker(broker, to_send)
         elif target is RS.OFFLINE:
             for pr in valid:
                 batch.add_stop_replica([broker], pr.tp, delete=False)
             with_leadership = [pr for pr in valid if pr.tp in ctx.partition_leadership]
             updated = self.kafka_zk.remove_replica_from_isr(
                 broker, {pr.tp: ctx.partition_leadership[pr.tp] for pr in with_leadership}, ctx.epoch,
-                ctx.epoch_zk_version, states_read=states_read)
+                ctx.epoch_zk_version, read_first=read_first)
             for tp, l in updated.items():
                 ctx.partition_leadership[tp] = l
                 if not ctx.is_topic_queued_for_deletion(tp.topic):

@@ -123,6 +123,21 @@ class ControllerBrokerRequestBatch:
         self.update_metadata_brokers.update(self.ctx.live_brokers)
         self.update_metadata_partitions.add(tp)
 
+    def add_leader_and_isr_to_broker(self, broker_id: int, states) -> None:
+        """:meth:`add_leader_and_isr` of each ``(tp, leader)`` of ``states`` to ``broker_id`` alone, in one pass (a
+        broker's start: every partition it hosts, tens of thousands)."""
+        if broker_id < 0:
+            return
+        parts = self.leader_and_isr[broker_id]
+        assignments = self.ctx.partition_assignments
+        changed = self.update_metadata_partitions
+        for tp, leader in states:
+            prev = parts.get(tp)
+            topic = assignments.get(tp.topic)
+            parts[tp] = (leader, topic.get(tp.partition) if topic else None, prev is not None and prev[2])
+            changed.add(tp)
+        self.update_metadata_brokers.update(self.ctx.live_brokers)
+
     def add_update_metadata(self, broker_ids, partitions=()) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
         self.update_metadata_partitions.update(partitions)
@@ -271,20 +286,44 @@ class ControllerBrokerRequestBatch:
     def _update_metadata_topic_states(self, partitions) -> tuple:
         by_topic: dict[str, list] = defaultdict(list)
         ctx = self.ctx
-        # is_replica_online inlined: this loop runs over every partition of the cluster at a failover.
-        live, shutting_down, offline_dirs = ctx.live_brokers, ctx.shutting_down_broker_ids, ctx.replicas_on_offline_dirs
-        for tp in sorted(partitions):
-            l = ctx.partition_leadership.get(tp)
-            a = ctx.assignment(tp)
-            if l is None or a is None:
+        # is_replica_online inlined: this loop runs over every partition of the cluster at a failover or a
+        # broker's start.  A partition's offline replicas depend on its replicas alone unless a log dir failed:
+        # computed once per distinct replica tuple (a cluster has a few).
+        live, shutting_down = ctx.live_brokers, ctx.shutting_down_broker_ids
+        offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
+        offline_of: dict[tuple, tuple] = {}
+        leadership, assignments = ctx.partition_leadership, ctx.partition_assignments
+        deleting = ctx.topics_to_be_deleted
+        topics: dict[str, list] = defaultdict(list)
+        for tp in partitions:
+            topics[tp.topic].append(tp)
+        for topic in sorted(topics):
+            parts = assignments.get(topic)
+            if not parts:
                 continue
-            leader = LeaderAndIsr.LEADER_DURING_DELETE if ctx.is_topic_queued_for_deletion(tp.topic) else l.leader
-            by_topic[tp.topic].append(UpdateMetadataPartitionState(
-                partition_index=tp.partition, controller_epoch=l.controller_epoch, leader=leader,
-                leader_epoch=l.leader_epoch, isr=tuple(l.isr), zk_version=l.partition_epoch,
-                replicas=tuple(a.replicas),
-                offline_replicas=tuple(r for r in a.replicas if r not in live or r in shutting_down
-                                       or (r in offline_dirs and tp in offline_dirs[r]))))
+            states = by_topic[topic]
+            deleted = topic in deleting
+            for tp in sorted(topics[topic]):
+                l = leadership.get(tp)
+                a = parts.get(tp.partition)
+                if l is None or a is None:
+                    continue
+                replicas = a.replicas
+                if offline_dirs:
+                    offline = tuple(r for r in replicas if r not in live or r in shutting_down
+                                    or (r in offline_dirs and tp in offline_dirs[r]))
+                else:
+                    offline = offline_of.get(replicas)
+                    if offline is None:
+                        offline = offline_of[replicas] = tuple(r for r in replicas
+                                                               if r not in live or r in shutting_down)
+                states.append(UpdateMetadataPartitionState(
+                    partition_index=tp.partition, controller_epoch=l.controller_epoch,
+                    leader=LeaderAndIsr.LEADER_DURING_DELETE if deleted else l.leader,
+                    leader_epoch=l.leader_epoch, isr=tuple(l.isr), zk_version=l.partition_epoch,
+                    replicas=tuple(replicas), offline_replicas=offline))
+            if not states:
+                del by_topic[topic]
         for tp in sorted(self.update_metadata_deleted):
             by_topic[tp.topic].append(UpdateMetadataPartitionState(
                 partition_index=tp.partition, controller_epoch=ctx.epoch,

@@ -313,14 +313,39 @@ def zk_retrying(*, attempts: int = 5, initial_delay: float = 0.1, max_delay: flo
 
 
 def ensure_persistent_paths(client: KazooClient, paths: Iterable[str], value: bytes = b"") -> None:
-    """Create each path (and missing parents) if absent; a path created concurrently is fine."""
-    for path in paths:
-        if zk_retry(client.exists, path) is not None:
+    """Create each path (and missing parents) if absent; a path created concurrently is fine.  The existence
+    checks are pipelined (one round trip for all paths; a check lost with the connection is asked again alone,
+    bounded): the paths are there but for the first broker of a cluster."""
+    paths = list(paths)
+    for path, exists in zip(paths, _pipelined(client.exists_async, client.exists, paths)):
+        if exists is not None:
             continue
         try:
             zk_retry(client.create, path, value, makepath=True)
         except NodeExistsError:
             pass
+
+
+def get_children_many(client: KazooClient, paths: Sequence[str]) -> list[list[str] | None]:
+    """The children of each path, None for a missing node: the getChildren calls pipelined (one round trip for
+    all; a call lost with the connection is asked again alone, bounded)."""
+    return _pipelined(client.get_children_async, client.get_children, list(paths))
+
+
+def _pipelined(call_async: Callable[[str], Any], call: Callable[[str], Any], paths: list[str]) -> list[Any]:
+    """``call_async(path)`` for every path at once, then the results in order (None for NoNode); a call that
+    failed with a retryable error is made again with :func:`zk_retry`."""
+    pending = [call_async(p) for p in paths]
+    out: list[Any] = []
+    for path, result in zip(paths, pending):
+        try:
+            try:
+                out.append(result.get())
+            except RETRYABLE_ERRORS:
+                out.append(zk_retry(call, path))
+        except NoNodeError:
+            out.append(None)
+    return out
 
 
 # --- pipelined reads ----------------------------------------------------------------------------------------------

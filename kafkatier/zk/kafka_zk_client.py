@@ -267,14 +267,14 @@ class KafkaZkClient:
 
     def remove_replica_from_isr(self, replica: int, states: dict[TopicPartition, LeaderAndIsr], controller_epoch: int,
                                 epoch_zk_version: int, _retry_round: int = 0,
-                                states_read: bool = False) -> dict[TopicPartition, LeaderAndIsr]:
+                                read_first: bool = True) -> dict[TopicPartition, LeaderAndIsr]:
         """Remove ``replica`` from the ISR of each partition (and from leadership), starting from the states
         ZooKeeper holds now, as Kafka's ``doRemoveReplicasFromIsr`` does: a leader writes ISR expansions there
         directly and the controller hears of them only in batched notifications, so ``states`` (the controller's
-        view) may miss that the replica was taken back in.  ``states_read``: ``states`` were just read from
+        view) may miss that the replica was taken back in.  ``read_first=False``: ``states`` were just read from
         ZooKeeper (a controller failover), not read again before the first write; the writes are conditional on
         the znodes' versions, and those that moved are read again and retried."""
-        if states and (_retry_round or not states_read):
+        if states and (_retry_round or read_first):
             fresh = self.get_partition_states(states.keys())
             # A partition whose state znode is not there: the caller's view on the first call, dropped on a retry.
             states = {tp: fresh.get(tp, l) for tp, l in states.items() if tp in fresh or _retry_round == 0}

@@ -10,6 +10,16 @@ from kafkatier.zk.errors import NoNodeError
 from kafkatier.zk.limits import MAX_ZNODE_BYTES
 
 
+class _Answered:
+    """An async call's result, answered when asked (kazoo's ``IAsyncResult.get``)."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def get(self):
+        return self.call()
+
+
 class FakeZk:
     """A dict of znodes; the 'broker' answers every request znode at once."""
 
@@ -47,7 +57,9 @@ class FakeZk:
 
     # reader interface
     def exists(self, path, watch=None):
-        return object() if path in self.nodes else None
+        # a broker's queue paths are there (the broker creates them at start-up)
+        queue_path = path.startswith(paths.CONTROL_ROOT) and path.rsplit("/", 1)[1] in ("requests", "responses", "parts")
+        return object() if path in self.nodes or queue_path else None
 
     def get(self, path):
         if path not in self.nodes:
@@ -56,6 +68,12 @@ class FakeZk:
 
     def ensure_path(self, path):
         pass
+
+    def exists_async(self, path):
+        return _Answered(lambda: self.exists(path))
+
+    def get_children_async(self, path):
+        return _Answered(lambda: self.get_children(path))
 
     def get_children(self, path):
         raise NoNodeError(path)

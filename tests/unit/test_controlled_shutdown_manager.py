@@ -71,3 +71,26 @@ def test_unknown_and_stale_brokers_are_refused():
     with pytest.raises(StaleBrokerEpochError):
         manager.do_controlled_shutdown(1, 100)
     assert sent == [] and not ctx.shutting_down_broker_ids
+
+
+def test_the_elections_are_written_from_the_context_without_reading_the_led_partitions_first():
+    ctx, zk, manager, sent = _cluster()
+    zk.read.clear()
+    manager.do_controlled_shutdown(1, 101)
+    led = {TopicPartition("t", 0), TopicPartition("t", 3)}
+    assert not led & set(zk.read)   # only the followed partitions' ISR removals read their states
+    assert all(zk.states[tp].leader != 1 for tp in led)
+
+
+def test_an_isr_change_the_controller_has_not_heard_of_is_read_and_the_partition_decided_again():
+    ctx, zk, manager, sent = _cluster()
+    moved = TopicPartition("t", 0)        # replicas (1, 2, 3): its leader took broker 2 out meanwhile
+    zk.states[moved] = LeaderAndIsr(1, 5, (1, 3), 3, partition_epoch=10)
+    expanded = TopicPartition("t", 3)     # the context's ISR has only the leader; the leader took 2 back in
+    ctx.partition_leadership[expanded] = LeaderAndIsr(1, 5, (1,), 3, partition_epoch=8)
+    zk.states[expanded] = LeaderAndIsr(1, 5, (1, 2), 3, partition_epoch=9)
+    remaining = manager.do_controlled_shutdown(1, 101)
+    assert remaining == set()
+    assert zk.states[moved].leader == 3 and zk.states[moved].isr == (3,)   # not 2: out of the ISR in ZooKeeper
+    assert zk.states[expanded].leader == 2 and zk.states[expanded].isr == (2,)
+    assert moved in zk.read and expanded in zk.read

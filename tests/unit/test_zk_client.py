@@ -93,3 +93,55 @@ def test_unlimited_policy_needs_a_deadline():
 def test_make_client_rejects_empty_hosts(hosts):
     with pytest.raises(ValueError):
         make_client(hosts)
+
+
+class _Pipelined:
+    """Async calls answered from a dict of znodes; the first async call of ``lost`` fails with ConnectionLoss (the
+    sync call then answers)."""
+
+    def __init__(self, nodes: dict[str, list[str]], lost: set[str] = frozenset()):
+        self.nodes, self.lost, self.created, self.async_calls = dict(nodes), set(lost), [], 0
+
+    def _answer(self, path, sync_call):
+        self.async_calls += 1
+        test = self
+
+        class Result:
+            def get(self):
+                if path in test.lost:
+                    test.lost.discard(path)
+                    raise ConnectionLoss()
+                return sync_call(path)
+        return Result()
+
+    def get_children(self, path):
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        return self.nodes[path]
+
+    def exists(self, path):
+        return object() if path in self.nodes else None
+
+    def get_children_async(self, path):
+        return self._answer(path, self.get_children)
+
+    def exists_async(self, path):
+        return self._answer(path, self.exists)
+
+    def create(self, path, value=b"", makepath=False):
+        self.created.append(path)
+        self.nodes[path] = []
+
+
+def test_children_of_many_paths_are_read_in_one_pipelined_round_with_missing_ones_none():
+    from kafkatier.zk.client import get_children_many
+    zk = _Pipelined({"/a": ["x"], "/b": []}, lost={"/b"})
+    assert get_children_many(zk, ["/a", "/missing", "/b"]) == [["x"], None, []]
+    assert zk.async_calls == 3
+
+
+def test_persistent_paths_are_checked_in_one_round_and_only_missing_ones_created():
+    from kafkatier.zk.client import ensure_persistent_paths
+    zk = _Pipelined({"/a": []}, lost={"/a"})
+    ensure_persistent_paths(zk, ["/a", "/b/c"])
+    assert zk.created == ["/b/c"] and zk.async_calls == 2
