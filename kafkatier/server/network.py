@@ -18,6 +18,13 @@ header claims) and decoded from a memoryview, so the only copy of a record paylo
 it out as ``bytes``; a response is encoded once into a frame (kafka-python's thread-local buffer, then one copy
 out) and written from memoryviews, partial sends included.
 
+Inline dispatch: a Produce or Fetch frame of at most ``inline_max_bytes`` (256 KiB) with nothing queued before it on
+its connection is handled on the I/O thread itself, and its answer, when ready at once (acks=1, an ISR of one, a
+fetch with data), is sent from there: one thread per request instead of a hand-off to a handler thread and back
+(each hand-off a futex wake-up and a GIL switch, most of a small request's cost).  Larger frames, other APIs and
+anything queued behind a request in a handler still go to the pool: a 1 MiB batch is validated by a handler while
+the I/O thread receives the next one, and ZooKeeper-bound or blocking handlers never hold up the I/O thread.
+
 Per connection:
 
 - requests are handed to the handler in arrival order, the next only after ``handle()`` returned for the
@@ -100,6 +107,9 @@ DEFAULT_MAX_REQUEST_BYTES = 104857600
 #: api key + api version + correlation id: the smallest possible request.
 _MIN_FRAME = 8
 _SIZE = struct.Struct(">i")
+#: Produce and Fetch frames up to this size are handled on the I/O thread (see the module's "Inline dispatch").
+DEFAULT_INLINE_MAX_BYTES = 256 * 1024
+_INLINE_APIS = frozenset({ApiKeys.PRODUCE, ApiKeys.FETCH})
 
 
 @attrs.frozen
@@ -308,9 +318,11 @@ class SocketServer:
                  any_port_if_taken: bool = False,
                  ssl_context: ssl.SSLContext | None = None,
                  ssl_principal: Callable[[ssl.SSLSocket], str] | None = None,
-                 memory_pool: MemoryPool | None = None):
+                 memory_pool: MemoryPool | None = None,
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES):
         """``memory_pool``: the broker's ``queued.max.request.bytes`` pool, shared by its listeners (None:
-        unbounded, Kafka's default -1)."""
+        unbounded, Kafka's default -1).  ``inline_max_bytes``: Produce and Fetch frames up to this size are
+        handled on the I/O thread when nothing is queued before them on their connection (0: never)."""
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
@@ -355,6 +367,8 @@ class SocketServer:
         # A wake-up byte is in the socketpair and not yet drained: completions queued meanwhile need no other.
         self._wake_pending = False
         self._io_thread: threading.Thread | None = None
+        self._io_ident: int | None = None
+        self._inline_max_bytes = inline_max_bytes
         self._pool: _HandlerPool | None = None
         self._ready: collections.deque[_Connection] = collections.deque()
         self._conns: dict[int, _Connection] = {}
@@ -391,6 +405,7 @@ class SocketServer:
         self._io_thread = threading.Thread(target=self._run, name=f"kafka-network-thread-{self.port}",
                                            daemon=True)
         self._io_thread.start()
+        self._io_ident = self._io_thread.ident
         log.info("listening %s", kv(host=self._host, port=self.port, listener=self._listener_name,
                                     apis=len(self._table.supported)))
         return self
@@ -497,7 +512,7 @@ class SocketServer:
         assert self._selector is not None
         try:
             while not self._stopping.is_set():
-                timeout = 0 if self._pending_reads else 1.0
+                timeout = 0 if self._pending_reads or self._ready else 1.0
                 if self._throttled:
                     timeout = min(timeout, max(0.0, min(c.muted_until for c in self._throttled) - time.monotonic()))
                 for key, mask in self._selector.select(timeout=timeout):
@@ -781,10 +796,23 @@ class SocketServer:
                 self._release(len(frame))
                 return
             conn.slots.append(slot)
-            conn.frames.append((frame, slot))
-            start = not conn.dispatching
-            conn.dispatching = True
-        if start:
+            inline = not conn.dispatching and len(frame) <= self._inline_max_bytes and \
+                ((frame[0] << 8) | frame[1]) in _INLINE_APIS and RAW_SASL_HANDLER not in conn.context.session
+            if not inline:
+                conn.frames.append((frame, slot))
+                start = not conn.dispatching
+                conn.dispatching = True
+        if inline:
+            # A small Produce or Fetch with nothing queued before it on this connection: handled here, on the I/O
+            # thread, and (when its answer is ready) sent from here too -- no hand-off to a handler thread and back.
+            try:
+                self._process(conn, frame, slot)
+            except Exception:
+                log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
+                self._complete(conn, slot, close=True)
+            finally:
+                self._release(len(frame))
+        elif start:
             assert self._pool is not None
             self._pool.submit(self._drain, conn)
         self._update_interest(conn)
@@ -1097,7 +1125,8 @@ class SocketServer:
             elif data is not None and self._send_now(conn, slot, data):
                 return
         self._ready.append(conn)
-        self._wakeup()
+        if threading.get_ident() != self._io_ident:
+            self._wakeup()   # the I/O thread itself collects ``_ready`` before it waits again
 
     def _send_now(self, conn: _Connection, slot: _Slot, data: bytearray) -> bool:
         """Send a completed answer from the completing thread, under ``conn.lock``, when it is next in line and
