@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import itertools
 import logging
 import queue
 import selectors
@@ -110,6 +111,10 @@ _SIZE = struct.Struct(">i")
 #: Produce and Fetch frames up to this size are handled on the I/O thread (see the module's "Inline dispatch").
 DEFAULT_INLINE_MAX_BYTES = 256 * 1024
 _INLINE_APIS = frozenset({ApiKeys.PRODUCE, ApiKeys.FETCH})
+#: At most this many buffers are handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024).
+_MAX_GATHER = 64
+#: A connection's receive buffer: size prefixes and whole small frames are read through it.
+_READ_BUFFER = _FIRST_BODY_CHUNK
 
 
 @attrs.frozen
@@ -219,7 +224,7 @@ class MemoryPool:
 
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
-                  "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
+                  "events", "rbuf", "rpos", "rend", "body", "body_read", "body_size", "close_when_flushed",
                   "handshake_events", "awaiting_memory", "muted_until", "full")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
@@ -233,8 +238,11 @@ class _Connection:
         self.closed = False
         self.out: collections.deque[memoryview] = collections.deque()  # I/O thread only
         self.events = 0
-        self.size_buf = bytearray(4)
-        self.size_read = 0
+        #: Bytes received and not yet taken as a frame: ``rbuf[rpos:rend]`` (one ``recv`` may bring several small
+        #: frames, each then copied out whole; a larger frame's start is moved into its own ``body``).
+        self.rbuf = bytearray(_READ_BUFFER)
+        self.rpos = 0
+        self.rend = 0
         self.body: bytearray | None = None
         self.body_size = 0  # the frame's size, as its header claims; ``body`` grows towards it as bytes arrive
         self.body_read = 0
@@ -405,7 +413,6 @@ class SocketServer:
         self._io_thread = threading.Thread(target=self._run, name=f"kafka-network-thread-{self.port}",
                                            daemon=True)
         self._io_thread.start()
-        self._io_ident = self._io_thread.ident
         log.info("listening %s", kv(host=self._host, port=self.port, listener=self._listener_name,
                                     apis=len(self._table.supported)))
         return self
@@ -510,6 +517,7 @@ class SocketServer:
 
     def _run(self) -> None:
         assert self._selector is not None
+        self._io_ident = threading.get_ident()
         try:
             while not self._stopping.is_set():
                 timeout = 0 if self._pending_reads or self._ready else 1.0
@@ -701,36 +709,7 @@ class SocketServer:
     def _read(self, conn: _Connection) -> None:
         while not conn.closed and conn.events & selectors.EVENT_READ:
             try:
-                if conn.body is None:
-                    n = conn.sock.recv_into(memoryview(conn.size_buf)[conn.size_read:])
-                    if n == 0:
-                        self._close(conn, "closed by peer")
-                        return
-                    conn.size_read += n
-                    if conn.size_read < 4:
-                        continue
-                    (size,) = _SIZE.unpack(conn.size_buf)
-                    conn.size_read = 0
-                    limit = self._max_request_bytes
-                    if self._unauthenticated_max is not None and self._request_gate is not None and \
-                            not conn.context.authenticated:
-                        limit = min(limit, self._unauthenticated_max)
-                    if size < _MIN_FRAME and RAW_SASL_HANDLER in conn.context.session:
-                        pass   # a bare SASL token (SaslHandshake v0) may be shorter than any request
-                    elif size < _MIN_FRAME or size > limit:
-                        log.warning("closing connection: invalid receive %s",
-                                    kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
-                        self._close(conn, "invalid frame size", malformed=True)
-                        return
-                    conn.body_size = size
-                    if self._memory_pool is not None and not self._memory_pool.try_allocate(size):
-                        conn.awaiting_memory = True   # muted until memory is given back (``_resume_after_memory``)
-                        self._awaiting_memory.append(conn)
-                        self._update_interest(conn)
-                        return
-                    if not self._start_body(conn):
-                        return
-                else:
+                if conn.body is not None:
                     if conn.body_read == len(conn.body):
                         # full, the frame is not: double it, so memory follows the bytes that arrived and not
                         # the size a frame header claims (10 connections claiming 99 MB cost nothing until sent)
@@ -749,14 +728,61 @@ class SocketServer:
                     if conn.body_read == conn.body_size:
                         frame, conn.body = conn.body, None
                         self._enqueue(conn, frame)
+                    continue
+                if conn.rend - conn.rpos >= 4:
+                    (size,) = _SIZE.unpack_from(conn.rbuf, conn.rpos)
+                    conn.rpos += 4
+                    if not self._frame_size_ok(conn, size):
+                        return
+                    conn.body_size = size
+                    if self._memory_pool is not None and not self._memory_pool.try_allocate(size):
+                        conn.awaiting_memory = True   # muted until memory is given back (``_resume_after_memory``)
+                        self._awaiting_memory.append(conn)
+                        self._update_interest(conn)
+                        return
+                    if not self._start_body(conn):
+                        return
+                    continue
+                # fewer than 4 bytes left: keep them at the start and receive after them
+                left = conn.rend - conn.rpos
+                if left:
+                    conn.rbuf[:left] = conn.rbuf[conn.rpos:conn.rend]
+                conn.rpos, conn.rend = 0, left
+                n = conn.sock.recv_into(memoryview(conn.rbuf)[left:])
+                if n == 0:
+                    self._close(conn, "closed by peer")
+                    return
+                conn.rend += n
             except WOULD_BLOCK:
                 return
             except OSError as e:
                 self._close(conn, f"read failed: {e}")
                 return
 
+    def _frame_size_ok(self, conn: _Connection, size: int) -> bool:
+        """Whether a frame of ``size`` may be read; if not, the connection is closed."""
+        limit = self._max_request_bytes
+        if self._unauthenticated_max is not None and self._request_gate is not None and \
+                not conn.context.authenticated:
+            limit = min(limit, self._unauthenticated_max)
+        if size < _MIN_FRAME and size >= 0 and RAW_SASL_HANDLER in conn.context.session:
+            return True   # a bare SASL token (SaslHandshake v0) may be shorter than any request
+        if size < _MIN_FRAME or size > limit:
+            log.warning("closing connection: invalid receive %s",
+                        kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
+            self._close(conn, "invalid frame size", malformed=True)
+            return False
+        return True
+
     def _start_body(self, conn: _Connection) -> bool:
-        """The buffer of a frame whose size was read (and, with a pool, allocated)."""
+        """A frame whose size was read (and, with a pool, allocated): taken whole from the receive buffer when all of
+        it is there, else a buffer for it, starting with the bytes already received."""
+        take = min(conn.body_size, conn.rend - conn.rpos)
+        if take == conn.body_size:
+            frame = conn.rbuf[conn.rpos:conn.rpos + take]
+            conn.rpos += take
+            self._enqueue(conn, frame)
+            return not conn.closed
         try:
             conn.body = bytearray(min(conn.body_size, _FIRST_BODY_CHUNK))
         except MemoryError:
@@ -765,7 +791,9 @@ class SocketServer:
             self._release(conn.body_size)
             self._close(conn, "out of memory", malformed=True)
             return False
-        conn.body_read = 0
+        conn.body[:take] = memoryview(conn.rbuf)[conn.rpos:conn.rpos + take]
+        conn.rpos += take
+        conn.body_read = take
         return True
 
     def _release(self, size: int) -> None:
@@ -796,8 +824,8 @@ class SocketServer:
                 self._release(len(frame))
                 return
             conn.slots.append(slot)
-            inline = not conn.dispatching and len(frame) <= self._inline_max_bytes and \
-                ((frame[0] << 8) | frame[1]) in _INLINE_APIS and RAW_SASL_HANDLER not in conn.context.session
+            inline = not conn.dispatching and RAW_SASL_HANDLER not in conn.context.session and \
+                _MIN_FRAME <= len(frame) <= self._inline_max_bytes and ((frame[0] << 8) | frame[1]) in _INLINE_APIS
             if not inline:
                 conn.frames.append((frame, slot))
                 start = not conn.dispatching
@@ -828,7 +856,9 @@ class SocketServer:
                 if slot.close:
                     close = True
                     break
-                if slot.data is not None:
+                if type(slot.data) is list:
+                    conn.out.extend(map(memoryview, slot.data))
+                elif slot.data is not None:
                     conn.out.append(memoryview(slot.data))
                 if slot.close_after:
                     conn.closing = True
@@ -845,19 +875,20 @@ class SocketServer:
             self._update_interest(conn)
 
     def _write(self, conn: _Connection) -> None:
+        gather = not isinstance(conn.sock, ssl.SSLSocket)
         while conn.out:
-            buf = conn.out[0]
             try:
-                n = conn.sock.send(buf)
+                if gather and len(conn.out) > 1:   # several buffers, one system call
+                    n = conn.sock.sendmsg(list(itertools.islice(conn.out, _MAX_GATHER)))
+                else:
+                    n = conn.sock.send(conn.out[0])
             except WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close(conn, f"write failed: {e}")
                 return
-            if n < len(buf):
-                conn.out[0] = buf[n:]
+            if not _consume_sent(conn.out, n):
                 break
-            conn.out.popleft()
         if not conn.out and conn.close_when_flushed:
             self._close(conn, "closed after response")
             return
@@ -887,8 +918,8 @@ class SocketServer:
             self._selector.modify(conn.sock, events, conn)
         resumed = events & ~conn.events & selectors.EVENT_READ
         conn.events = events
-        if resumed and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
-            self._pending_reads.append(conn)
+        if resumed and (conn.rend > conn.rpos or isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
+            self._pending_reads.append(conn)   # bytes already received (or decrypted) that select cannot see
 
     def _below_in_flight_limit(self, conn: _Connection) -> bool:
         """Whether the connection may read another request; at the limit, ``conn.full`` is set under the lock the
@@ -1102,7 +1133,13 @@ class SocketServer:
         try:
             if not isinstance(response, (ApiMessage, codec.EncodedResponse)) or response.API_KEY != api_key:
                 raise TypeError(f"handler returned {type(response).__name__} for {codec.api_name(api_key)}")
-            data = codec.encode_response(header, response, version)
+            if type(response) is codec.EncodedResponse and not isinstance(conn.sock, ssl.SSLSocket):
+                # record data goes out as it was read: no copy into one frame (one ``sendmsg`` sends the pieces)
+                data = codec.response_buffers(header, response, version)
+                if len(data) == 1:
+                    data = data[0]
+            else:
+                data = codec.encode_response(header, response, version)
         except Exception:
             log.exception("cannot encode response %s", kv(api=codec.api_name(api_key),
                                                          version=header.request_api_version,
@@ -1110,10 +1147,11 @@ class SocketServer:
             self._count(api_key, errors=1)
             self._complete(conn, slot, close=True)
             return
-        self._count(api_key, errors=1 if codec.top_level_error(response) else 0, bytes_out=len(data))
+        self._count(api_key, errors=1 if codec.top_level_error(response) else 0,
+                    bytes_out=sum(map(len, data)) if type(data) is list else len(data))
         self._complete(conn, slot, data, close_after=close_after)
 
-    def _complete(self, conn: _Connection, slot: _Slot, data: bytearray | None = None,
+    def _complete(self, conn: _Connection, slot: _Slot, data: bytes | bytearray | list | None = None,
                   close: bool = False, close_after: bool = False) -> None:
         with conn.lock:
             slot.data = data
@@ -1143,13 +1181,18 @@ class SocketServer:
                 or isinstance(conn.sock, ssl.SSLSocket):
             return False
         conn.slots.popleft()
+        gathered = type(data) is list
         try:
-            n = conn.sock.send(data)
+            n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
         except WOULD_BLOCK:
             n = 0
         except OSError:
             n = 0   # the I/O thread meets the error on its own write and closes the connection
-        if n < len(data):
+        if gathered:
+            conn.out.extend(map(memoryview, data))
+            if not _consume_sent(conn.out, n):
+                return False
+        elif n < len(data):
             conn.out.append(memoryview(data)[n:])
             return False
         if conn.slots and conn.slots[0].done:
@@ -1164,6 +1207,20 @@ class SocketServer:
             conn.full = False
             return False
         return True
+
+
+def _consume_sent(out: collections.deque, n: int) -> bool:
+    """Take ``n`` sent bytes off the front of ``out``; False when something is left (the socket took no more: what
+    is left of a buffer sent in part stays first)."""
+    while out:
+        buf = out[0]
+        if n < len(buf):
+            if n:
+                out[0] = buf[n:]
+            return False
+        n -= len(buf)
+        out.popleft()
+    return True
 
 
 __all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse", "RawSaslToken", "RAW_SASL_HANDLER",

@@ -353,6 +353,51 @@ def test_large_request_arrives_whole(broker):
     assert server.metrics["Produce"]["bytes_in"] > len(payload)
 
 
+def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queued_before_it(broker):
+    """Inline dispatch: a small Produce with nothing before it runs on the I/O thread; one behind a pending
+    request, or above ``inline_max_bytes``, goes through the handler pool; the answers keep request order."""
+    stub, server = broker
+    threads: dict[int, str] = {}
+    original = stub.handle
+
+    def handle(header, request, context):
+        threads[header.correlation_id] = threading.current_thread().name
+        return original(header, request, context)
+
+    stub.handle = handle
+    stub.deferred.add(1)
+    small = _produce(b"x" * 100)
+    with _connect(server.port) as s:
+        s.sendall(_frame(small, 5, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 5
+        s.sendall(_frame(_produce(b"y" * (300 * 1024)), 6, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 6
+        # one send: a deferred Metadata, then two small Produces and an ApiVersions queued behind it
+        s.sendall(_frame(MetadataRequest[12](topics=[], allow_auto_topic_creation=False), 1, 12)
+                  + _frame(small, 2, 9) + _frame(small, 3, 9) + _frame(ApiVersionsRequest[3](), 4, 3))
+        stub.wait_seen(1)
+        stub.pending[1].set_result(MetadataResponse(version=12, throttle_time_ms=0, brokers=[], cluster_id="c",
+                                                    controller_id=0, topics=[]))
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(4)] == [1, 2, 3, 4]
+    assert threads[5].startswith("kafka-network-thread-")
+    assert all(threads[c].startswith("kafka-request-handler-") for c in (6, 1, 4))
+    assert stub.seen[-4:] == [(3, 1), (0, 2), (0, 3), (18, 4)]
+
+
+def test_frames_split_and_joined_across_reads_are_answered_in_order(broker):
+    """Several frames in one read, and frames (size prefix included) cut into 3-byte pieces."""
+    stub, server = broker
+    frames = b"".join(_frame(_produce(bytes([c]) * (c * 700)), c, 9) if c % 2 else _frame(ApiVersionsRequest[3](), c, 3)
+                      for c in range(1, 41))
+    with _connect(server.port) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(frames[:len(frames) // 2])
+        for i in range(len(frames) // 2, len(frames), 3):
+            s.sendall(frames[i:i + 3])
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(40)] == list(range(1, 41))
+    assert [c for _, c in stub.seen] == list(range(1, 41))
+
+
 def test_reading_stops_while_max_in_flight_requests_are_unanswered():
     stub = StubBroker()
     stub.deferred.update({1, 2})
