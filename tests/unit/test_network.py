@@ -262,6 +262,33 @@ def test_an_answer_larger_than_the_socket_buffer_sent_by_its_completing_thread_k
     assert MetadataResponse.decode(frames[0][5:], version=12).cluster_id == "x" * (16 << 20)
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["at-once", "completed-later"])
+def test_an_encoded_answer_in_large_pieces_goes_out_whole_and_in_order(broker, deferred):
+    """A ready-encoded answer with large pieces (record data) is sent as its pieces (``sendmsg``), partial sends
+    included, and the answer after it follows it."""
+    stub, server = broker
+    pieces = [b"\x00\x00\x00\x00", b"B" * (200 * 1024), b"c" * 5, b"D" * (5 << 20), b"E" * (100 * 1024), b"f"]
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.request_api_key != 0:
+            return original(header, request, context)
+        answer = codec.EncodedResponse(0, header.request_api_version, list(pieces))
+        if not deferred:
+            return answer
+        fut = concurrent.futures.Future()
+        threading.Thread(target=fut.set_result, args=(answer,)).start()
+        return fut
+
+    stub.handle = handle
+    with _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 7, 9) + _frame(ApiVersionsRequest[3](), 8, 3))
+        first, second = _recv_frame(s), _recv_frame(s)
+    assert first == struct.pack(">i", 7) + b"\x00" + b"".join(pieces)   # Produce v9: response header v1
+    assert struct.unpack(">i", second[:4])[0] == 8
+    assert server.metrics["Produce"]["bytes_out"] == len(first) + 4
+
+
 def test_produce_with_acks_0_gets_no_response(broker):
     stub, server = broker
     produce = ProduceRequest[9](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
