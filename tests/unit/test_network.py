@@ -411,6 +411,22 @@ def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queu
     assert stub.seen[-4:] == [(3, 1), (0, 2), (0, 3), (18, 4)]
 
 
+def test_inline_max_bytes_0_hands_every_request_to_the_pool():
+    stub = StubBroker(extra={0: (0, 9)})
+    threads = []
+    original = stub.handle
+
+    def handle(header, request, context):
+        threads.append(threading.current_thread().name)
+        return original(header, request, context)
+
+    stub.handle = handle
+    with SocketServer("127.0.0.1", 0, stub, inline_max_bytes=0) as server, _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 1, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 1
+    assert threads and threads[0].startswith("kafka-request-handler-")
+
+
 def test_frames_split_and_joined_across_reads_are_answered_in_order(broker):
     """Several frames in one read, and frames (size prefix included) cut into 3-byte pieces."""
     stub, server = broker
