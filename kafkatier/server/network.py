@@ -15,11 +15,11 @@ handler threads is the right size.
 Data path: a connection reads through a 64 KiB receive buffer, so one ``recv`` takes a size prefix and the frame
 after it, or several small frames (each copied out whole).  A larger frame's body is received straight into one
 ``bytearray`` (``recv_into``) that starts at 64 KiB and grows eightfold up to the frame's size as its bytes
-arrive (memory follows what was sent, within a factor of 8, not what a header claims), and decoded from a memoryview, so the only copy of a record
-payload on the way in is the decoder slicing it out as ``bytes``.  A response is encoded once into a frame
-(kafka-python's thread-local buffer, then one copy out); a ready-encoded Produce or Fetch answer on a plaintext
-connection is sent as its pieces, the record data as it was read from the log, with one ``sendmsg`` (no copy into
-a frame).  Writes go out from memoryviews, partial sends included.
+arrive (memory follows what was sent, within a factor of 8, not what a header claims), and is decoded from a
+memoryview, so the only copy of a record payload on the way in is the decoder slicing it out as ``bytes``.
+A response is encoded once into a frame (kafka-python's thread-local buffer, then one copy out); a ready-encoded
+Produce or Fetch answer on a plaintext connection is sent as its pieces, the record data as it was read from the
+log, with one ``sendmsg`` (no copy into a frame).  Writes go out from memoryviews, partial sends included.
 
 Inline dispatch: a Produce or Fetch frame of at most ``inline_max_bytes`` (256 KiB) with nothing queued before it on
 its connection is handled on the I/O thread itself, and its answer, when ready at once (acks=1, an ISR of one, a
