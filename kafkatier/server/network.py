@@ -21,12 +21,13 @@ A response is encoded once into a frame (kafka-python's thread-local buffer, the
 Produce or Fetch answer on a plaintext connection is sent as its pieces, the record data as it was read from the
 log, with one ``sendmsg`` (no copy into a frame).  Writes go out from memoryviews, partial sends included.
 
-Inline dispatch: a Produce or Fetch frame of at most ``inline_max_bytes`` (256 KiB) with nothing queued before it on
-its connection is handled on the I/O thread itself, and its answer, when ready at once (acks=1, an ISR of one, a
-fetch with data), is sent from there: one thread per request instead of a hand-off to a handler thread and back
-(each hand-off a futex wake-up and a GIL switch, most of a small request's cost).  Larger frames, other APIs and
-anything queued behind a request in a handler still go to the pool: a 1 MiB batch is validated by a handler while
-the I/O thread receives the next one, and ZooKeeper-bound or blocking handlers never hold up the I/O thread.
+Inline dispatch (off unless ``inline_max_bytes`` is set, the broker's ``kafkatier.network.inline.max.bytes``): a
+Produce or Fetch frame of at most that size with nothing queued before it on its connection is handled on the I/O
+thread itself, and its answer, when ready at once (acks=1, an ISR of one, a fetch with data), is sent from there:
+one thread per request instead of a hand-off to a handler thread and back (each hand-off a futex wake-up and a GIL
+switch).  Larger frames, other APIs and anything queued behind a request in a handler still go to the pool.  It
+costs the network layer a third of the CPU per small request, but on a contended machine it halved 16 KiB produce
+throughput (one busy thread gets a smaller share of the CPU than two; docs/benchmarks.md), hence off by default.
 
 Per connection:
 
@@ -111,8 +112,8 @@ DEFAULT_MAX_REQUEST_BYTES = 104857600
 #: api key + api version + correlation id: the smallest possible request.
 _MIN_FRAME = 8
 _SIZE = struct.Struct(">i")
-#: Produce and Fetch frames up to this size are handled on the I/O thread (see the module's "Inline dispatch").
-DEFAULT_INLINE_MAX_BYTES = 256 * 1024
+#: Produce and Fetch frames up to this size are handled on the I/O thread (see the module's "Inline dispatch"; off).
+DEFAULT_INLINE_MAX_BYTES = 0
 _INLINE_APIS = frozenset({ApiKeys.PRODUCE, ApiKeys.FETCH})
 #: At most this many buffers are handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024).
 _MAX_GATHER = 64
@@ -333,7 +334,7 @@ class SocketServer:
                  inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES):
         """``memory_pool``: the broker's ``queued.max.request.bytes`` pool, shared by its listeners (None:
         unbounded, Kafka's default -1).  ``inline_max_bytes``: Produce and Fetch frames up to this size are
-        handled on the I/O thread when nothing is queued before them on their connection (0: never)."""
+        handled on the I/O thread when nothing is queued before them on their connection (0, the default: never)."""
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")

@@ -380,10 +380,19 @@ def test_large_request_arrives_whole(broker):
     assert server.metrics["Produce"]["bytes_in"] > len(payload)
 
 
-def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queued_before_it(broker):
+@pytest.fixture
+def inline_broker():
+    stub = StubBroker(extra={0: (0, 9), 60: (0, 1)})
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2, inline_max_bytes=256 * 1024).start()
+    stub.port = server.port
+    yield stub, server
+    server.shutdown()
+
+
+def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queued_before_it(inline_broker):
     """Inline dispatch: a small Produce with nothing before it runs on the I/O thread; one behind a pending
     request, or above ``inline_max_bytes``, goes through the handler pool; the answers keep request order."""
-    stub, server = broker
+    stub, server = inline_broker
     threads: dict[int, str] = {}
     original = stub.handle
 
@@ -411,7 +420,7 @@ def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queu
     assert stub.seen[-4:] == [(3, 1), (0, 2), (0, 3), (18, 4)]
 
 
-def test_inline_max_bytes_0_hands_every_request_to_the_pool():
+def test_by_default_every_request_goes_to_the_pool():
     stub = StubBroker(extra={0: (0, 9)})
     threads = []
     original = stub.handle
@@ -421,15 +430,16 @@ def test_inline_max_bytes_0_hands_every_request_to_the_pool():
         return original(header, request, context)
 
     stub.handle = handle
-    with SocketServer("127.0.0.1", 0, stub, inline_max_bytes=0) as server, _connect(server.port) as s:
+    with SocketServer("127.0.0.1", 0, stub) as server, _connect(server.port) as s:
         s.sendall(_frame(_produce(b"x" * 100), 1, 9))
         assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 1
     assert threads and threads[0].startswith("kafka-request-handler-")
 
 
-def test_frames_split_and_joined_across_reads_are_answered_in_order(broker):
+@pytest.mark.parametrize("inline", [False, True], ids=["pool", "inline"])
+def test_frames_split_and_joined_across_reads_are_answered_in_order(broker, inline_broker, inline):
     """Several frames in one read, and frames (size prefix included) cut into 3-byte pieces."""
-    stub, server = broker
+    stub, server = inline_broker if inline else broker
     frames = b"".join(_frame(_produce(bytes([c]) * (c * 700)), c, 9) if c % 2 else _frame(ApiVersionsRequest[3](), c, 3)
                       for c in range(1, 41))
     with _connect(server.port) as s:
