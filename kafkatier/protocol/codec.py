@@ -319,6 +319,33 @@ def _frame(correlation_id: int, api_key: int, version: int, parts: list) -> byte
     return b"".join([head, b"\x00", *parts] if flexible else [head, *parts])
 
 
+#: Pieces of an encoded response at least this large (record data) are sent as they are, not copied into a frame.
+_UNCOPIED_PIECE = 64 * 1024
+
+
+def response_buffers(header: RequestHeader, response: EncodedResponse, version: int | None = None) -> list:
+    """:func:`encode_response` of an :class:`EncodedResponse` as buffers to send in order (one ``sendmsg``):
+    record data as it was read, the small pieces between them joined."""
+    v = header.request_api_version if version is None else version
+    api_key = response.API_KEY
+    flexible = api_key != ApiKeys.API_VERSIONS and response_class(api_key).flexible_version_q(v)
+    parts = response.parts
+    head = _SIZE_CORRELATION.pack(sum(map(len, parts)) + (5 if flexible else 4), header.correlation_id)
+    out: list = []
+    small = [head, b"\x00"] if flexible else [head]
+    for piece in parts:
+        if len(piece) >= _UNCOPIED_PIECE:
+            if small:
+                out.append(b"".join(small))
+            out.append(piece)
+            small = []
+        else:
+            small.append(piece)
+    if small:
+        out.append(b"".join(small))
+    return out
+
+
 def top_level_error(response: ApiMessage | EncodedResponse) -> int:
     """The response's top-level ``error_code`` for its version, or 0 when it has none."""
     if isinstance(response, EncodedResponse):
@@ -348,6 +375,7 @@ def error_response(header: RequestHeader, error: int = Errors.UNKNOWN_SERVER_ERR
 
 __all__ = [
     "REGISTRY", "FrameError", "UnknownApiError", "UnsupportedVersionError", "api_name", "request_class",
-    "response_class", "request_header_flexible", "decode_request", "encode_response", "error_response",
+    "response_class", "request_header_flexible", "decode_request", "encode_response", "response_buffers",
+    "error_response",
     "top_level_error", "EncodedResponse",
 ]

@@ -230,6 +230,8 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("kafkatier.test.memory.headroom.bytes", "LONG", None, READ_ONLY, 0),
     # project addition: the broker process's garbage collector (server/gc_tuning.py)
     _d("kafkatier.gc.freeze.enable", "BOOLEAN", True, READ_ONLY),
+    # project addition: small Produce / Fetch requests handled on the network thread (server/network.py; off)
+    _d("kafkatier.network.inline.max.bytes", "INT", 0, READ_ONLY, 0),
     # secrets: described as sensitive with a null value, never echoed (server/sasl.py reads them)
     _d("sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.plain.sasl.jaas.config", "PASSWORD", None, READ_ONLY),

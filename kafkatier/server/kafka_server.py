@@ -297,7 +297,8 @@ class KafkaServer:
                 max_connections=c.setting("max.connections") if "max.connections" in o else None,
                 max_connections_per_ip=c.setting("max.connections.per.ip") if "max.connections.per.ip" in o else None,
                 on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken,
-                memory_pool=self.request_memory_pool)
+                memory_pool=self.request_memory_pool,
+                inline_max_bytes=c.setting("kafkatier.network.inline.max.bytes"))
         self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
         for extra in extra_listeners(o):

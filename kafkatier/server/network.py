@@ -12,11 +12,22 @@ the I/O thread hears of it only when the socket did not take it whole, reading m
 the same single-I/O-thread model with less machinery, and with 2 cores one I/O thread plus a few mostly-idle
 handler threads is the right size.
 
-Data path: a frame's body is received straight into one ``bytearray`` (``recv_into``, no reassembly copy) that
-starts at 64 KiB and doubles up to the frame's size as its bytes arrive (memory follows what was sent, not what a
-header claims) and decoded from a memoryview, so the only copy of a record payload on the way in is the decoder slicing
-it out as ``bytes``; a response is encoded once into a frame (kafka-python's thread-local buffer, then one copy
-out) and written from memoryviews, partial sends included.
+Data path: a connection reads through a 64 KiB receive buffer, so one ``recv`` takes a size prefix and the frame
+after it, or several small frames (each copied out whole).  A larger frame's body is received straight into one
+``bytearray`` (``recv_into``) that starts at 64 KiB and grows eightfold up to the frame's size as its bytes
+arrive (memory follows what was sent, within a factor of 8, not what a header claims), and is decoded from a
+memoryview, so the only copy of a record payload on the way in is the decoder slicing it out as ``bytes``.
+A response is encoded once into a frame (kafka-python's thread-local buffer, then one copy out); a ready-encoded
+Produce or Fetch answer on a plaintext connection is sent as its pieces, the record data as it was read from the
+log, with one ``sendmsg`` (no copy into a frame).  Writes go out from memoryviews, partial sends included.
+
+Inline dispatch (off unless ``inline_max_bytes`` is set, the broker's ``kafkatier.network.inline.max.bytes``): a
+Produce or Fetch frame of at most that size with nothing queued before it on its connection is handled on the I/O
+thread itself, and its answer, when ready at once (acks=1, an ISR of one, a fetch with data), is sent from there:
+one thread per request instead of a hand-off to a handler thread and back (each hand-off a futex wake-up and a GIL
+switch).  Larger frames, other APIs and anything queued behind a request in a handler still go to the pool.  It
+costs the network layer a third of the CPU per small request, but on a contended machine it halved 16 KiB produce
+throughput (one busy thread gets a smaller share of the CPU than two; docs/benchmarks.md), hence off by default.
 
 Per connection:
 
@@ -70,6 +81,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import itertools
 import logging
 import queue
 import selectors
@@ -93,13 +105,20 @@ from kafkatier.server.ssl_transport import WOULD_BLOCK
 
 log = get_logger("network")
 
-#: A frame's body buffer starts at most this large and doubles as its bytes arrive.
+#: A frame's body buffer starts at most this large and grows eightfold as its bytes arrive.
 _FIRST_BODY_CHUNK = 64 * 1024
 #: Kafka's ``socket.request.max.bytes`` default.
 DEFAULT_MAX_REQUEST_BYTES = 104857600
 #: api key + api version + correlation id: the smallest possible request.
 _MIN_FRAME = 8
 _SIZE = struct.Struct(">i")
+#: Produce and Fetch frames up to this size are handled on the I/O thread (see the module's "Inline dispatch"; off).
+DEFAULT_INLINE_MAX_BYTES = 0
+_INLINE_APIS = frozenset({ApiKeys.PRODUCE, ApiKeys.FETCH})
+#: At most this many buffers are handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024).
+_MAX_GATHER = 64
+#: A connection's receive buffer: size prefixes and whole small frames are read through it.
+_READ_BUFFER = _FIRST_BODY_CHUNK
 
 
 @attrs.frozen
@@ -209,7 +228,7 @@ class MemoryPool:
 
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
-                  "events", "size_buf", "size_read", "body", "body_read", "body_size", "close_when_flushed",
+                  "events", "rbuf", "rpos", "rend", "body", "body_read", "body_size", "close_when_flushed",
                   "handshake_events", "awaiting_memory", "muted_until", "full")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
@@ -223,8 +242,11 @@ class _Connection:
         self.closed = False
         self.out: collections.deque[memoryview] = collections.deque()  # I/O thread only
         self.events = 0
-        self.size_buf = bytearray(4)
-        self.size_read = 0
+        #: Bytes received and not yet taken as a frame: ``rbuf[rpos:rend]`` (one ``recv`` may bring several small
+        #: frames, each then copied out whole; a larger frame's start is moved into its own ``body``).
+        self.rbuf = bytearray(_READ_BUFFER)
+        self.rpos = 0
+        self.rend = 0
         self.body: bytearray | None = None
         self.body_size = 0  # the frame's size, as its header claims; ``body`` grows towards it as bytes arrive
         self.body_read = 0
@@ -308,9 +330,11 @@ class SocketServer:
                  any_port_if_taken: bool = False,
                  ssl_context: ssl.SSLContext | None = None,
                  ssl_principal: Callable[[ssl.SSLSocket], str] | None = None,
-                 memory_pool: MemoryPool | None = None):
+                 memory_pool: MemoryPool | None = None,
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES):
         """``memory_pool``: the broker's ``queued.max.request.bytes`` pool, shared by its listeners (None:
-        unbounded, Kafka's default -1)."""
+        unbounded, Kafka's default -1).  ``inline_max_bytes``: Produce and Fetch frames up to this size are
+        handled on the I/O thread when nothing is queued before them on their connection (0, the default: never)."""
         if num_handler_threads < 1 or max_in_flight_per_connection < 1 or max_request_bytes < _MIN_FRAME:
             raise ValueError("num_handler_threads, max_in_flight_per_connection and max_request_bytes must be "
                              "positive")
@@ -355,6 +379,8 @@ class SocketServer:
         # A wake-up byte is in the socketpair and not yet drained: completions queued meanwhile need no other.
         self._wake_pending = False
         self._io_thread: threading.Thread | None = None
+        self._io_ident: int | None = None
+        self._inline_max_bytes = inline_max_bytes
         self._pool: _HandlerPool | None = None
         self._ready: collections.deque[_Connection] = collections.deque()
         self._conns: dict[int, _Connection] = {}
@@ -495,9 +521,10 @@ class SocketServer:
 
     def _run(self) -> None:
         assert self._selector is not None
+        self._io_ident = threading.get_ident()
         try:
             while not self._stopping.is_set():
-                timeout = 0 if self._pending_reads else 1.0
+                timeout = 0 if self._pending_reads or self._ready else 1.0
                 if self._throttled:
                     timeout = min(timeout, max(0.0, min(c.muted_until for c in self._throttled) - time.monotonic()))
                 for key, mask in self._selector.select(timeout=timeout):
@@ -686,41 +713,13 @@ class SocketServer:
     def _read(self, conn: _Connection) -> None:
         while not conn.closed and conn.events & selectors.EVENT_READ:
             try:
-                if conn.body is None:
-                    n = conn.sock.recv_into(memoryview(conn.size_buf)[conn.size_read:])
-                    if n == 0:
-                        self._close(conn, "closed by peer")
-                        return
-                    conn.size_read += n
-                    if conn.size_read < 4:
-                        continue
-                    (size,) = _SIZE.unpack(conn.size_buf)
-                    conn.size_read = 0
-                    limit = self._max_request_bytes
-                    if self._unauthenticated_max is not None and self._request_gate is not None and \
-                            not conn.context.authenticated:
-                        limit = min(limit, self._unauthenticated_max)
-                    if size < _MIN_FRAME and RAW_SASL_HANDLER in conn.context.session:
-                        pass   # a bare SASL token (SaslHandshake v0) may be shorter than any request
-                    elif size < _MIN_FRAME or size > limit:
-                        log.warning("closing connection: invalid receive %s",
-                                    kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
-                        self._close(conn, "invalid frame size", malformed=True)
-                        return
-                    conn.body_size = size
-                    if self._memory_pool is not None and not self._memory_pool.try_allocate(size):
-                        conn.awaiting_memory = True   # muted until memory is given back (``_resume_after_memory``)
-                        self._awaiting_memory.append(conn)
-                        self._update_interest(conn)
-                        return
-                    if not self._start_body(conn):
-                        return
-                else:
+                if conn.body is not None:
                     if conn.body_read == len(conn.body):
-                        # full, the frame is not: double it, so memory follows the bytes that arrived and not
-                        # the size a frame header claims (10 connections claiming 99 MB cost nothing until sent)
+                        # full, the frame is not: grow it eightfold, so memory follows the bytes that arrived
+                        # and not the size a frame header claims (10 connections claiming 99 MB cost nothing
+                        # until sent); eightfold, not double: each growth step of a 1 MiB frame cost ~0.1 ms
                         try:
-                            conn.body.extend(bytes(min(conn.body_size - len(conn.body), len(conn.body))))
+                            conn.body.extend(bytes(min(conn.body_size - len(conn.body), 7 * len(conn.body))))
                         except MemoryError:
                             log.error("closing connection: no memory for the request %s",
                                       kv(connection=conn.context.connection_id, size=conn.body_size))
@@ -734,14 +733,61 @@ class SocketServer:
                     if conn.body_read == conn.body_size:
                         frame, conn.body = conn.body, None
                         self._enqueue(conn, frame)
+                    continue
+                if conn.rend - conn.rpos >= 4:
+                    (size,) = _SIZE.unpack_from(conn.rbuf, conn.rpos)
+                    conn.rpos += 4
+                    if not self._frame_size_ok(conn, size):
+                        return
+                    conn.body_size = size
+                    if self._memory_pool is not None and not self._memory_pool.try_allocate(size):
+                        conn.awaiting_memory = True   # muted until memory is given back (``_resume_after_memory``)
+                        self._awaiting_memory.append(conn)
+                        self._update_interest(conn)
+                        return
+                    if not self._start_body(conn):
+                        return
+                    continue
+                # fewer than 4 bytes left: keep them at the start and receive after them
+                left = conn.rend - conn.rpos
+                if left:
+                    conn.rbuf[:left] = conn.rbuf[conn.rpos:conn.rend]
+                conn.rpos, conn.rend = 0, left
+                n = conn.sock.recv_into(memoryview(conn.rbuf)[left:])
+                if n == 0:
+                    self._close(conn, "closed by peer")
+                    return
+                conn.rend += n
             except WOULD_BLOCK:
                 return
             except OSError as e:
                 self._close(conn, f"read failed: {e}")
                 return
 
+    def _frame_size_ok(self, conn: _Connection, size: int) -> bool:
+        """Whether a frame of ``size`` may be read; if not, the connection is closed."""
+        limit = self._max_request_bytes
+        if self._unauthenticated_max is not None and self._request_gate is not None and \
+                not conn.context.authenticated:
+            limit = min(limit, self._unauthenticated_max)
+        if size < _MIN_FRAME and size >= 0 and RAW_SASL_HANDLER in conn.context.session:
+            return True   # a bare SASL token (SaslHandshake v0) may be shorter than any request
+        if size < _MIN_FRAME or size > limit:
+            log.warning("closing connection: invalid receive %s",
+                        kv(connection=conn.context.connection_id, size=size, max_request_bytes=limit))
+            self._close(conn, "invalid frame size", malformed=True)
+            return False
+        return True
+
     def _start_body(self, conn: _Connection) -> bool:
-        """The buffer of a frame whose size was read (and, with a pool, allocated)."""
+        """A frame whose size was read (and, with a pool, allocated): taken whole from the receive buffer when all of
+        it is there, else a buffer for it, starting with the bytes already received."""
+        take = min(conn.body_size, conn.rend - conn.rpos)
+        if take == conn.body_size:
+            frame = conn.rbuf[conn.rpos:conn.rpos + take]
+            conn.rpos += take
+            self._enqueue(conn, frame)
+            return not conn.closed
         try:
             conn.body = bytearray(min(conn.body_size, _FIRST_BODY_CHUNK))
         except MemoryError:
@@ -750,7 +796,9 @@ class SocketServer:
             self._release(conn.body_size)
             self._close(conn, "out of memory", malformed=True)
             return False
-        conn.body_read = 0
+        conn.body[:take] = memoryview(conn.rbuf)[conn.rpos:conn.rpos + take]
+        conn.rpos += take
+        conn.body_read = take
         return True
 
     def _release(self, size: int) -> None:
@@ -781,10 +829,23 @@ class SocketServer:
                 self._release(len(frame))
                 return
             conn.slots.append(slot)
-            conn.frames.append((frame, slot))
-            start = not conn.dispatching
-            conn.dispatching = True
-        if start:
+            inline = not conn.dispatching and RAW_SASL_HANDLER not in conn.context.session and \
+                _MIN_FRAME <= len(frame) <= self._inline_max_bytes and ((frame[0] << 8) | frame[1]) in _INLINE_APIS
+            if not inline:
+                conn.frames.append((frame, slot))
+                start = not conn.dispatching
+                conn.dispatching = True
+        if inline:
+            # A small Produce or Fetch with nothing queued before it on this connection: handled here, on the I/O
+            # thread, and (when its answer is ready) sent from here too -- no hand-off to a handler thread and back.
+            try:
+                self._process(conn, frame, slot)
+            except Exception:
+                log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
+                self._complete(conn, slot, close=True)
+            finally:
+                self._release(len(frame))
+        elif start:
             assert self._pool is not None
             self._pool.submit(self._drain, conn)
         self._update_interest(conn)
@@ -800,7 +861,9 @@ class SocketServer:
                 if slot.close:
                     close = True
                     break
-                if slot.data is not None:
+                if type(slot.data) is list:
+                    conn.out.extend(map(memoryview, slot.data))
+                elif slot.data is not None:
                     conn.out.append(memoryview(slot.data))
                 if slot.close_after:
                     conn.closing = True
@@ -817,19 +880,20 @@ class SocketServer:
             self._update_interest(conn)
 
     def _write(self, conn: _Connection) -> None:
+        gather = not isinstance(conn.sock, ssl.SSLSocket)
         while conn.out:
-            buf = conn.out[0]
             try:
-                n = conn.sock.send(buf)
+                if gather and len(conn.out) > 1:   # several buffers, one system call
+                    n = conn.sock.sendmsg(list(itertools.islice(conn.out, _MAX_GATHER)))
+                else:
+                    n = conn.sock.send(conn.out[0])
             except WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close(conn, f"write failed: {e}")
                 return
-            if n < len(buf):
-                conn.out[0] = buf[n:]
+            if not _consume_sent(conn.out, n):
                 break
-            conn.out.popleft()
         if not conn.out and conn.close_when_flushed:
             self._close(conn, "closed after response")
             return
@@ -859,8 +923,8 @@ class SocketServer:
             self._selector.modify(conn.sock, events, conn)
         resumed = events & ~conn.events & selectors.EVENT_READ
         conn.events = events
-        if resumed and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
-            self._pending_reads.append(conn)
+        if resumed and (conn.rend > conn.rpos or isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
+            self._pending_reads.append(conn)   # bytes already received (or decrypted) that select cannot see
 
     def _below_in_flight_limit(self, conn: _Connection) -> bool:
         """Whether the connection may read another request; at the limit, ``conn.full`` is set under the lock the
@@ -1074,7 +1138,13 @@ class SocketServer:
         try:
             if not isinstance(response, (ApiMessage, codec.EncodedResponse)) or response.API_KEY != api_key:
                 raise TypeError(f"handler returned {type(response).__name__} for {codec.api_name(api_key)}")
-            data = codec.encode_response(header, response, version)
+            if type(response) is codec.EncodedResponse and not isinstance(conn.sock, ssl.SSLSocket):
+                # record data goes out as it was read: no copy into one frame (one ``sendmsg`` sends the pieces)
+                data = codec.response_buffers(header, response, version)
+                if len(data) == 1:
+                    data = data[0]
+            else:
+                data = codec.encode_response(header, response, version)
         except Exception:
             log.exception("cannot encode response %s", kv(api=codec.api_name(api_key),
                                                          version=header.request_api_version,
@@ -1082,10 +1152,11 @@ class SocketServer:
             self._count(api_key, errors=1)
             self._complete(conn, slot, close=True)
             return
-        self._count(api_key, errors=1 if codec.top_level_error(response) else 0, bytes_out=len(data))
+        self._count(api_key, errors=1 if codec.top_level_error(response) else 0,
+                    bytes_out=sum(map(len, data)) if type(data) is list else len(data))
         self._complete(conn, slot, data, close_after=close_after)
 
-    def _complete(self, conn: _Connection, slot: _Slot, data: bytearray | None = None,
+    def _complete(self, conn: _Connection, slot: _Slot, data: bytes | bytearray | list | None = None,
                   close: bool = False, close_after: bool = False) -> None:
         with conn.lock:
             slot.data = data
@@ -1097,7 +1168,8 @@ class SocketServer:
             elif data is not None and self._send_now(conn, slot, data):
                 return
         self._ready.append(conn)
-        self._wakeup()
+        if threading.get_ident() != self._io_ident:
+            self._wakeup()   # the I/O thread itself collects ``_ready`` before it waits again
 
     def _send_now(self, conn: _Connection, slot: _Slot, data: bytearray) -> bool:
         """Send a completed answer from the completing thread, under ``conn.lock``, when it is next in line and
@@ -1114,13 +1186,18 @@ class SocketServer:
                 or isinstance(conn.sock, ssl.SSLSocket):
             return False
         conn.slots.popleft()
+        gathered = type(data) is list
         try:
-            n = conn.sock.send(data)
+            n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
         except WOULD_BLOCK:
             n = 0
         except OSError:
             n = 0   # the I/O thread meets the error on its own write and closes the connection
-        if n < len(data):
+        if gathered:
+            conn.out.extend(map(memoryview, data))
+            if not _consume_sent(conn.out, n):
+                return False
+        elif n < len(data):
             conn.out.append(memoryview(data)[n:])
             return False
         if conn.slots and conn.slots[0].done:
@@ -1135,6 +1212,20 @@ class SocketServer:
             conn.full = False
             return False
         return True
+
+
+def _consume_sent(out: collections.deque, n: int) -> bool:
+    """Take ``n`` sent bytes off the front of ``out``; False when something is left (the socket took no more: what
+    is left of a buffer sent in part stays first)."""
+    while out:
+        buf = out[0]
+        if n < len(buf):
+            if n:
+                out[0] = buf[n:]
+            return False
+        n -= len(buf)
+        out.popleft()
+    return True
 
 
 __all__ = ["SocketServer", "MemoryPool", "MuteAfterResponse", "RawSaslToken", "RAW_SASL_HANDLER",

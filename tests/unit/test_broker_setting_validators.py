@@ -27,6 +27,7 @@ BAD_VALUES = [
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "0", "Value must be at least 1"),
     ("num.partitions", "0", "Value must be at least 1"),
     ("replica.fetch.max.bytes", "-1", "Value must be at least 0"),
+    ("kafkatier.network.inline.max.bytes", "-1", "Value must be at least 0"),
     ("log.retention.check.interval.ms", "0", "Value must be at least 1"),
     ("leader.imbalance.check.interval.seconds", "0", "Value must be at least 1"),
     ("min.insync.replicas", "0", "Value must be at least 1"),

@@ -262,6 +262,33 @@ def test_an_answer_larger_than_the_socket_buffer_sent_by_its_completing_thread_k
     assert MetadataResponse.decode(frames[0][5:], version=12).cluster_id == "x" * (16 << 20)
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["at-once", "completed-later"])
+def test_an_encoded_answer_in_large_pieces_goes_out_whole_and_in_order(broker, deferred):
+    """A ready-encoded answer with large pieces (record data) is sent as its pieces (``sendmsg``), partial sends
+    included, and the answer after it follows it."""
+    stub, server = broker
+    pieces = [b"\x00\x00\x00\x00", b"B" * (200 * 1024), b"c" * 5, b"D" * (5 << 20), b"E" * (100 * 1024), b"f"]
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.request_api_key != 0:
+            return original(header, request, context)
+        answer = codec.EncodedResponse(0, header.request_api_version, list(pieces))
+        if not deferred:
+            return answer
+        fut = concurrent.futures.Future()
+        threading.Thread(target=fut.set_result, args=(answer,)).start()
+        return fut
+
+    stub.handle = handle
+    with _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 7, 9) + _frame(ApiVersionsRequest[3](), 8, 3))
+        first, second = _recv_frame(s), _recv_frame(s)
+    assert first == struct.pack(">i", 7) + b"\x00" + b"".join(pieces)   # Produce v9: response header v1
+    assert struct.unpack(">i", second[:4])[0] == 8
+    assert server.metrics["Produce"]["bytes_out"] == len(first) + 4
+
+
 def test_produce_with_acks_0_gets_no_response(broker):
     stub, server = broker
     produce = ProduceRequest[9](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
@@ -351,6 +378,77 @@ def test_large_request_arrives_whole(broker):
         assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 5
     assert got == [payload]
     assert server.metrics["Produce"]["bytes_in"] > len(payload)
+
+
+@pytest.fixture
+def inline_broker():
+    stub = StubBroker(extra={0: (0, 9), 60: (0, 1)})
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2, inline_max_bytes=256 * 1024).start()
+    stub.port = server.port
+    yield stub, server
+    server.shutdown()
+
+
+def test_small_produce_is_handled_on_the_network_thread_unless_a_request_is_queued_before_it(inline_broker):
+    """Inline dispatch: a small Produce with nothing before it runs on the I/O thread; one behind a pending
+    request, or above ``inline_max_bytes``, goes through the handler pool; the answers keep request order."""
+    stub, server = inline_broker
+    threads: dict[int, str] = {}
+    original = stub.handle
+
+    def handle(header, request, context):
+        threads[header.correlation_id] = threading.current_thread().name
+        return original(header, request, context)
+
+    stub.handle = handle
+    stub.deferred.add(1)
+    small = _produce(b"x" * 100)
+    with _connect(server.port) as s:
+        s.sendall(_frame(small, 5, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 5
+        s.sendall(_frame(_produce(b"y" * (300 * 1024)), 6, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 6
+        # one send: a deferred Metadata, then two small Produces and an ApiVersions queued behind it
+        s.sendall(_frame(MetadataRequest[12](topics=[], allow_auto_topic_creation=False), 1, 12)
+                  + _frame(small, 2, 9) + _frame(small, 3, 9) + _frame(ApiVersionsRequest[3](), 4, 3))
+        stub.wait_seen(1)
+        stub.pending[1].set_result(MetadataResponse(version=12, throttle_time_ms=0, brokers=[], cluster_id="c",
+                                                    controller_id=0, topics=[]))
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(4)] == [1, 2, 3, 4]
+    assert threads[5].startswith("kafka-network-thread-")
+    assert all(threads[c].startswith("kafka-request-handler-") for c in (6, 1, 4))
+    assert stub.seen[-4:] == [(3, 1), (0, 2), (0, 3), (18, 4)]
+
+
+def test_by_default_every_request_goes_to_the_pool():
+    stub = StubBroker(extra={0: (0, 9)})
+    threads = []
+    original = stub.handle
+
+    def handle(header, request, context):
+        threads.append(threading.current_thread().name)
+        return original(header, request, context)
+
+    stub.handle = handle
+    with SocketServer("127.0.0.1", 0, stub) as server, _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 1, 9))
+        assert struct.unpack(">i", _recv_frame(s)[:4])[0] == 1
+    assert threads and threads[0].startswith("kafka-request-handler-")
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["pool", "inline"])
+def test_frames_split_and_joined_across_reads_are_answered_in_order(broker, inline_broker, inline):
+    """Several frames in one read, and frames (size prefix included) cut into 3-byte pieces."""
+    stub, server = inline_broker if inline else broker
+    frames = b"".join(_frame(_produce(bytes([c]) * (c * 700)), c, 9) if c % 2 else _frame(ApiVersionsRequest[3](), c, 3)
+                      for c in range(1, 41))
+    with _connect(server.port) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(frames[:len(frames) // 2])
+        for i in range(len(frames) // 2, len(frames), 3):
+            s.sendall(frames[i:i + 3])
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(40)] == list(range(1, 41))
+    assert [c for _, c in stub.seen] == list(range(1, 41))
 
 
 def test_reading_stops_while_max_in_flight_requests_are_unanswered():

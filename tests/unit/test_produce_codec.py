@@ -106,6 +106,19 @@ def test_fetch_response_body_matches_kafka_python(version, topics):
     assert bytes(framed) == bytes(codec.encode_response(header, fetch_reference(version, 0, 77, topics)))
 
 
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_response_buffers_join_to_the_encoded_frame_and_leave_record_data_uncopied(version):
+    big = [b"R" * (70 * 1024), b"S" * (64 * 1024)]
+    topics = [("t", [(0, 0, 10, 10, 0, None, big[0]), (1, 0, 10, 10, 0, [], b"tiny"), (2, 0, 10, 10, 0, None, big[1])])]
+    from kafkatier.protocol import fetch_codec
+    response = codec.EncodedResponse(1, version, fetch_codec.fetch_response_parts(version, 0, 77, topics))
+    header = RequestHeader(request_api_key=1, request_api_version=version, correlation_id=5, client_id="c")
+    buffers = codec.response_buffers(header, response)
+    assert b"".join(buffers) == bytes(codec.encode_response(header, response))
+    assert [b for b in buffers if b is big[0] or b is big[1]] == big   # the same objects: not copied
+    assert all(len(b) for b in buffers)
+
+
 # --- the follower's Fetch v11 ---------------------------------------------------------------------------------
 
 def test_follower_fetch_request_matches_kafka_python():
