@@ -49,6 +49,9 @@ def _add_common(p) -> None:
                    help="a Spark setting, e.g. spark.ui.enabled=true or spark.driver.extraJavaOptions=... "
                         "(repeatable; wins over the job's defaults)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the default when stderr is not a tty)")
+    p.add_argument("--no-class-archive", action="store_true",
+                   help="neither map nor record the driver JVM's class archive (a local master's start-up cache "
+                        "in ~/.cache/kafkatier/spark-cds)")
 
 
 def _progress(args) -> bool:
@@ -131,7 +134,8 @@ def run_produce(args) -> int:
         if args.input:
             jobs.input_format(args.input)          # a bad file name fails before Spark starts
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf)
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf,
+                                   class_archive=not args.no_class_archive)
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
               else jobs.generated_rows(spark, args.rows, args.record_size))
         result = jobs.produce(spark, df, bootstrap, args.topic, options, progress=_progress(args),
@@ -150,7 +154,8 @@ def run_read(args) -> int:
         if args.output:
             jobs.output_format(args.output)
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf)
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf,
+                                   class_archive=not args.no_class_archive)
         result = jobs.read(spark, bootstrap, args.topic, args.output, options, progress=_progress(args))
         for p, (rows, first, last) in sorted(result.per_partition.items()):
             print(f"partition {p}: {rows} rows, offsets {first}..{last}")
