@@ -4,7 +4,8 @@
 ``--input`` file (CSV with a header line, Parquet, JSON lines) to ``--topic``; ``read`` reads a topic from its
 earliest to its latest offset, prints rows and bytes per partition and writes the rows to ``--output``
 (Parquet, JSON or CSV by extension) when given.  Spark runs ``local[*]`` unless ``--master`` says otherwise;
-a progress bar follows Spark's tasks.  Errors found before work (brokers unreachable, missing topic, bad
+a progress bar follows Spark's tasks.  A local master's driver JVM maps a class archive that the first command
+records in ``~/.cache/kafkatier/spark-cds`` (:mod:`kafkatier.spark.class_archive`; ``--no-class-archive``).  Errors found before work (brokers unreachable, missing topic, bad
 columns or options) print one line: exit 2 for bad arguments, options or input files, 1 for the brokers.
 """
 from __future__ import annotations
