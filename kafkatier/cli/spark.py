@@ -4,7 +4,8 @@
 ``--input`` file (CSV with a header line, Parquet, JSON lines) to ``--topic``; ``read`` reads a topic from its
 earliest to its latest offset, prints rows and bytes per partition and writes the rows to ``--output``
 (Parquet, JSON or CSV by extension) when given.  Spark runs ``local[*]`` unless ``--master`` says otherwise;
-a progress bar follows Spark's tasks.  Errors found before work (brokers unreachable, missing topic, bad
+a progress bar follows Spark's tasks.  A local master's driver JVM maps a class archive that the first command
+records in ``~/.cache/kafkatier/spark-cds`` (:mod:`kafkatier.spark.class_archive`; ``--no-class-archive``).  Errors found before work (brokers unreachable, missing topic, bad
 columns or options) print one line: exit 2 for bad arguments, options or input files, 1 for the brokers.
 """
 from __future__ import annotations
@@ -49,6 +50,9 @@ def _add_common(p) -> None:
                    help="a Spark setting, e.g. spark.ui.enabled=true or spark.driver.extraJavaOptions=... "
                         "(repeatable; wins over the job's defaults)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the default when stderr is not a tty)")
+    p.add_argument("--no-class-archive", action="store_true",
+                   help="neither map nor record the driver JVM's class archive (a local master's start-up cache "
+                        "in ~/.cache/kafkatier/spark-cds)")
 
 
 def _progress(args) -> bool:
@@ -131,7 +135,8 @@ def run_produce(args) -> int:
         if args.input:
             jobs.input_format(args.input)          # a bad file name fails before Spark starts
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf)
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf,
+                                   class_archive=not args.no_class_archive)
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
               else jobs.generated_rows(spark, args.rows, args.record_size))
         result = jobs.produce(spark, df, bootstrap, args.topic, options, progress=_progress(args),
@@ -150,7 +155,8 @@ def run_read(args) -> int:
         if args.output:
             jobs.output_format(args.output)
         bootstrap = _bootstrap(args)
-        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf)
+        spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf,
+                                   class_archive=not args.no_class_archive)
         result = jobs.read(spark, bootstrap, args.topic, args.output, options, progress=_progress(args))
         for p, (rows, first, last) in sorted(result.per_partition.items()):
             print(f"partition {p}: {rows} rows, offsets {first}..{last}")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import attrs
 
 from kafkatier.logsetup import get_logger, kv
+from kafkatier.spark.class_archive import ClassArchive
 from kafkatier.spark.source import NAME, register
 
 log = get_logger("spark.jobs")
@@ -65,25 +66,54 @@ def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str
     return out
 
 
-def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: Mapping[str, str] | None = None):
-    """A SparkSession on ``master`` (default ``local[*]``) with the data source registered."""
+def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: Mapping[str, str] | None = None,
+                  class_archive: bool = False):
+    """A SparkSession on ``master`` (default ``local[*]``).  With ``class_archive`` a local session's driver JVM
+    maps (or, the first time, records) a class archive (:mod:`kafkatier.spark.class_archive`) unless ``conf``
+    sets the driver's JVM options."""
+    import pyspark
     from pyspark.sql import SparkSession
 
     master = master or "local[*]"
     builder = SparkSession.builder.master(master).appName(app_name)
-    if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
-        # Local workers (tasks, and the planner workers that call the data source's reader() and writer())
-        # must import this very environment's kafkatier and confluent-kafka.  The environment variable reaches
-        # both; the spark.pyspark.python setting does not reach the planner workers.
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+    settings = session_conf(master, conf)
+    if master.startswith("local"):
+        if not os.environ.get("PYSPARK_PYTHON"):
+            # Local workers (tasks, and the planner workers that call the data source's reader() and writer())
+            # must import this very environment's kafkatier and confluent-kafka.  The environment variable
+            # reaches both; the spark.pyspark.python setting does not reach the planner workers.
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+        # spark-submit would otherwise resolve the host name and look through the network interfaces (and warn
+        # that the name resolves to a loopback address).
+        os.environ.setdefault("SPARK_LOCAL_IP", LOCAL_ADDRESSES["spark.driver.host"])
+        if class_archive and "spark.driver.extraJavaOptions" not in (conf or {}):
+            spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+            archive = ClassArchive.for_session(LOCAL_DRIVER_JAVA_OPTIONS, os.path.join(spark_home, "jars"))
+            plan = archive.plan() if archive is not None else None
+            if plan is not None and plan.java_options:
+                settings["spark.driver.extraJavaOptions"] += " " + plan.java_options
+                log.info("driver class archive %s", kv(archive=plan.archive, recording=plan.recording))
     # The launcher runs on this machine whatever the master.
     os.environ.setdefault(LAUNCHER_ENV, LOCAL_DRIVER_JAVA_OPTIONS)
-    for k, v in session_conf(master, conf).items():
+    for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    threading.Thread(target=_look_up_data_sources, args=(spark,), name="spark-data-source-lookup",
+                     daemon=True).start()
     return spark
+
+
+def _look_up_data_sources(spark) -> None:
+    """Spark looks the installed Python data sources up once per driver, in a Python process of its own
+    (``pyspark.sql.worker.lookup_data_sources``), when a session first needs one; ``register`` needs it too.
+    Run in a thread from :func:`spark_session`, it overlaps the caller's next steps (building the DataFrame is
+    the JVM's first query analysis); the first ``format("kafkatier")`` waits for it if it is not done.  A
+    failure here is left for that call to report."""
+    try:
+        register(spark)
+    except Exception as e:  # noqa: BLE001 - save() / load() look the source up again and report
+        log.debug("data source look-up in the background failed %s", kv(error=e))
 
 
 # ---------------------------------------------------------------------------------------------- inputs
