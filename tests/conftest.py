@@ -19,6 +19,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 pytest_plugins = ["kafkatier.testing.plugin"]
 
+# The Spark CLI's class archive is recorded per checkout (its key includes the jars' paths): a fresh clone's first
+# `kafkatier spark produce` would start a JVM that writes ~160 MB for a minute or two after the test returned.
+# The archive's own logic is unit-tested; the suite's Spark commands start the JVM without it.
+os.environ.setdefault("KAFKATIER_SPARK_CLASS_ARCHIVE", "0")
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # The ``kafkatier`` command line
