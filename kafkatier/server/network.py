@@ -838,13 +838,7 @@ class SocketServer:
         if inline:
             # A small Produce or Fetch with nothing queued before it on this connection: handled here, on the I/O
             # thread, and (when its answer is ready) sent from here too -- no hand-off to a handler thread and back.
-            try:
-                self._process(conn, frame, slot)
-            except Exception:
-                log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
-                self._complete(conn, slot, close=True)
-            finally:
-                self._release(len(frame))
+            self._dispatch(conn, frame, slot)
         elif start:
             assert self._pool is not None
             self._pool.submit(self._drain, conn)
@@ -982,13 +976,17 @@ class SocketServer:
                     conn.dispatching = False
                     return
                 frame, slot = conn.frames.popleft()
-            try:
-                self._process(conn, frame, slot)
-            except Exception:
-                log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
-                self._complete(conn, slot, close=True)
-            finally:
-                self._release(len(frame))   # the request was handled: its bytes go back to the pool
+            self._dispatch(conn, frame, slot)
+
+    def _dispatch(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:
+        """Handle one frame (on a handler thread, or inline on the I/O thread); a failure closes the connection."""
+        try:
+            self._process(conn, frame, slot)
+        except Exception:
+            log.exception("dispatch failed %s", kv(connection=conn.context.connection_id))
+            self._complete(conn, slot, close=True)
+        finally:
+            self._release(len(frame))   # the request was handled: its bytes go back to the pool
 
     def _process(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:
         frame_bytes = len(frame) + 4
