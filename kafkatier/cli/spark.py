@@ -108,6 +108,8 @@ def _run(args, job) -> int:
         return common.print_error(command, str(e))
     except JobInputError as e:
         raise UsageError(str(e)) from None
+    except UsageError:
+        raise   # bad input (no cluster.json in --data-dir, a bad --command-config): exit 2, not a job failure
     except Exception as e:  # noqa: BLE001 - Spark wraps the data source's errors; print one line of them
         name, message = source_error(e)
         if name in _USAGE_ERRORS:

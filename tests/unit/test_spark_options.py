@@ -289,3 +289,15 @@ def test_cli_conf_settings_reach_the_session_and_bad_ones_are_usage_errors():
     assert _conf(args) == {"spark.ui.enabled": "true", "spark.x": " a=b"}
     with pytest.raises(UsageError, match="--conf 'spark.ui.enabled': expected KEY=VALUE"):
         _conf(build_parser().parse_args(["spark", "read", "--topic", "t", "--conf", "spark.ui.enabled"]))
+
+
+@pytest.mark.parametrize("command", [["read"], ["produce", "--rows", "1"]])
+def test_cli_without_a_cluster_in_the_data_dir_is_bad_input(tmp_path, capsys, command):
+    """A --data-dir without cluster.json is bad input (exit 2, one line), as for every other command: the spark
+    commands' catch-all for the data source's errors made it exit 1."""
+    from kafkatier.cli.main import main
+
+    rc = main(["spark", *command, "--topic", "t", "--data-dir", str(tmp_path), "--no-class-archive"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "cluster.json not found" in err
