@@ -116,6 +116,7 @@ class ArchivePlan:
     archive: str | None = None
     recording: str | None = None
     note: str | None = None
+    warning: bool = False    # the note names something wrong (a damaged archive, a directory not writable)
 
 
 @attrs.frozen
@@ -153,36 +154,36 @@ class ClassArchive:
         """Finish recordings whose JVM is gone, then map the archive, or record one when nobody is."""
         recordings = _recording_command_lines() if recordings is None else recordings
         live = self._settle_parts(recordings)
-        note = None
+        note, warning = None, False
         if os.path.exists(self.path):
-            problem = self._problem()
+            problem, warning = self._problem()
             if problem is None:
                 return ArchivePlan(f"-XX:SharedArchiveFile={self.path} -Xshare:auto {QUIET}", archive=self.path)
             note = f"class archive {self.path} {problem}: removed"
             self._remove(self.path, self.stamp_path)
         if live:
             return ArchivePlan("", note=_joined(note, "another command is recording the class archive: "
-                                                      "running without it"))
+                                                      "running without it"), warning=warning)
         if not _writable(self.directory):
             return ArchivePlan("", note=_joined(note, f"class archive directory {self.directory} not writable: "
-                                                      "running without the archive"))
+                                                      "running without the archive"), warning=True)
         part = os.path.join(self.directory, f"{self.key}-{secrets.token_hex(4)}.part")
-        return ArchivePlan(f"-XX:ArchiveClassesAtExit={part} {QUIET}", recording=part, note=note)
+        return ArchivePlan(f"-XX:ArchiveClassesAtExit={part} {QUIET}", recording=part, note=note, warning=warning)
 
-    def _problem(self) -> str | None:
-        """None when the archive has the magic and the size and time its ``.ok`` recorded when it was renamed into
-        place; else what is wrong."""
+    def _problem(self) -> tuple[str | None, bool]:
+        """``(None, False)`` when the archive has the magic and the size and time its ``.ok`` recorded when it
+        was renamed into place; else what is wrong, and whether that deserves a warning."""
         try:
             with open(self.stamp_path) as f:
                 recorded = f.read().strip()
         except OSError:
-            return "not recorded here (no .ok stamp: an older kafkatier's, or copied in)"
+            return "not recorded here (no .ok stamp: an older kafkatier's, or copied in)", False
         try:
             if is_complete(self.path) and recorded == _stamp(self.path):
-                return None
+                return None, False
         except OSError as e:
-            return f"unreadable ({e})"
-        return "damaged (truncated or changed since it was recorded)"
+            return f"unreadable ({e})", True
+        return "damaged (truncated or changed since it was recorded)", True
 
     @staticmethod
     def _remove(*paths: str) -> None:

@@ -113,8 +113,7 @@ def _class_archive_plan(spark_jars: str) -> ArchivePlan | None:
         log.warning("driver class archive unusable, running without it %s", kv(error=e))
         return None
     if plan is not None and plan.note:
-        (log.info if plan.java_options or plan.note.startswith("another command") else log.warning)(
-            "driver class archive: %s", plan.note)
+        (log.warning if plan.warning else log.info)("driver class archive: %s", plan.note)
     return plan
 
 

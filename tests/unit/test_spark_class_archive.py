@@ -68,7 +68,7 @@ def test_a_truncated_archive_is_removed_and_recorded_again(tmp_path):
         f.truncate(40)                       # the magic is still there
     plan = archive.plan(recordings=[])
     assert plan.archive is None and plan.recording is not None
-    assert "damaged" in plan.note and archive.path in plan.note
+    assert "damaged" in plan.note and archive.path in plan.note and plan.warning
     assert not os.path.exists(archive.path) and not os.path.exists(archive.stamp_path)
 
 
@@ -91,6 +91,7 @@ def test_an_archive_without_its_stamp_is_not_mapped(tmp_path):
     (tmp_path / "k1.jsa").write_bytes(_archive_bytes(complete=True))
     plan = archive.plan(recordings=[])
     assert plan.archive is None and plan.recording is not None and "no .ok stamp" in plan.note
+    assert not plan.warning        # the first run after an upgrade: nothing for the user to fix
 
 
 def test_a_read_only_cache_directory_runs_without_recording(tmp_path, monkeypatch):
@@ -104,7 +105,7 @@ def test_a_read_only_cache_directory_runs_without_recording(tmp_path, monkeypatc
     monkeypatch.setattr(class_archive.tempfile, "mkstemp", refuse)
     plan = archive.plan(recordings=[])
     assert plan.java_options == "" and plan.recording is None
-    assert "not writable" in plan.note
+    assert "not writable" in plan.note and plan.warning
 
 
 def test_a_read_only_directory_still_maps_its_archive(tmp_path, monkeypatch):
@@ -120,7 +121,7 @@ def test_two_runs_at_once_the_second_says_why_it_runs_without(tmp_path):
     first = archive.plan(recordings=[])
     jvm = [f"java\0-XX:ArchiveClassesAtExit={first.recording}\0org.apache.spark.deploy.SparkSubmit"]
     second = archive.plan(recordings=jvm)
-    assert second.java_options == "" and "another command is recording" in second.note
+    assert second.java_options == "" and "another command is recording" in second.note and not second.warning
 
 
 def test_a_failing_plan_never_fails_the_session(tmp_path, monkeypatch, caplog):
@@ -156,3 +157,17 @@ def test_session_settings_keep_the_callers_jvm_options():
     conf = jobs.session_conf("local[2]", {"spark.driver.extraJavaOptions": "-Dmine=1"})
     assert conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
     assert jobs.session_conf("local[2]")["spark.driver.extraJavaOptions"] == jobs.LOCAL_DRIVER_JAVA_OPTIONS
+
+
+def test_a_damaged_archive_is_one_warning_line_of_the_session(tmp_path, monkeypatch, caplog):
+    archive = ClassArchive(str(tmp_path), "k1")
+    _recorded(archive)
+    with open(archive.path, "ab") as f:
+        f.write(b"more")
+    monkeypatch.setattr(ClassArchive, "for_session", classmethod(lambda cls, *a, **k: archive))
+    monkeypatch.setattr("kafkatier.spark.class_archive._recording_command_lines", lambda: [])
+    with caplog.at_level("INFO", logger="kafkatier.spark"):
+        plan = jobs._class_archive_plan(str(tmp_path))
+    assert plan.recording is not None and plan.archive is None
+    lines = [r for r in caplog.records if "class archive" in r.getMessage()]
+    assert [r.levelname for r in lines] == ["WARNING"] and "damaged" in lines[0].getMessage()
