@@ -480,6 +480,8 @@ def main() -> int:
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="a broker property for every broker (e.g. max.incremental.fetch.session.cache.slots=0)")
     args = ap.parse_args()
+    if not args.idle_seconds > 0:   # a cluster was started, then the idle window failed with a traceback
+        ap.error(f"--idle-seconds must be above 0, got {args.idle_seconds}")
     global IDLE_SECONDS
     IDLE_SECONDS = args.idle_seconds
     sizes = [int(s) for s in (args.sizes or ("300,1000" if args.quick else "1000,5000,20000")).split(",")]

@@ -102,12 +102,15 @@ class _Failed(Exception):
 def _run(args, job) -> int:
     command = f"spark {args.spark_command}"
     from kafkatier.spark.jobs import JobInputError
+    from kafkatier.spark.options import DataSourceOptionError
     try:
         return job()
     except _Failed as e:
         return common.print_error(command, str(e))
-    except JobInputError as e:
+    except (JobInputError, DataSourceOptionError) as e:
         raise UsageError(str(e)) from None
+    except UsageError:
+        raise   # bad input (no cluster.json in --data-dir, a bad --command-config): exit 2, not a job failure
     except Exception as e:  # noqa: BLE001 - Spark wraps the data source's errors; print one line of them
         name, message = source_error(e)
         if name in _USAGE_ERRORS:
@@ -132,9 +135,13 @@ def run_produce(args) -> int:
 
     def job() -> int:
         from kafkatier.spark import jobs
+        from kafkatier.spark.options import WriterOptions
         if args.input:
             jobs.input_format(args.input)          # a bad file name fails before Spark starts
         bootstrap = _bootstrap(args)
+        # A bad option fails before Spark starts too (the data source would refuse it the same way, after the
+        # JVM's start-up and its log lines).
+        WriterOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": args.topic, **options})
         spark = jobs.spark_session(args.master, app_name=f"kafkatier produce {args.topic}", conf=conf,
                                    class_archive=not args.no_class_archive)
         df = (jobs.file_rows(spark, args.input, args.rows) if args.input
@@ -152,9 +159,11 @@ def run_read(args) -> int:
 
     def job() -> int:
         from kafkatier.spark import jobs
+        from kafkatier.spark.options import ReaderOptions
         if args.output:
             jobs.output_format(args.output)
         bootstrap = _bootstrap(args)
+        ReaderOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": args.topic, **options})
         spark = jobs.spark_session(args.master, app_name=f"kafkatier read {args.topic}", conf=conf,
                                    class_archive=not args.no_class_archive)
         result = jobs.read(spark, bootstrap, args.topic, args.output, options, progress=_progress(args))

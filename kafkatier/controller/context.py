@@ -107,6 +107,16 @@ class ControllerContext:
         return {TopicPartition(t, p) for t, parts in self.partition_assignments.items()
                 for p, a in parts.items() if broker_id in a.replicas}
 
+    def isr_members_not_eligible(self, states: dict[TopicPartition, LeaderAndIsr]) -> set[PartitionAndReplica]:
+        """The followers in ``states``' ISRs that may not be there: on a broker that is dead or shutting down (Kafka
+        3.9's ZooKeeper controller refuses such an ISR, INELIGIBLE_REPLICA; here a leader writes its ISR itself,
+        and a follower's last fetch, answered after its broker stopped, could take it back in).  The leader is
+        left alone (its election is the failure's or the shutdown's business), as are topics being deleted."""
+        live, shutting_down = self.live_brokers, self.shutting_down_broker_ids
+        return {PartitionAndReplica(tp, r) for tp, l in states.items()
+                if not self.is_topic_queued_for_deletion(tp.topic)
+                for r in l.isr if r != l.leader and (r not in live or r in shutting_down)}
+
     def partitions_led_by(self, broker_id: int) -> set[TopicPartition]:
         return {tp for tp, l in self.partition_leadership.items() if l.leader == broker_id}
 

@@ -710,6 +710,15 @@ class KafkaController:
         fresh = self.kafka_zk.get_partition_states(tps)
         self.ctx.partition_leadership.update(fresh)
         log.info("ISR changes %s", kv(notifications=len(found), partitions=len(fresh)))
+        # A leader took a follower on a dead or shutting-down broker back into its ISR (that follower's last fetch
+        # was answered late): out again, as Kafka's controller refuses such an ISR.  acks=all produce would
+        # otherwise wait for it until the leader's own shrink, replica.lag.time.max.ms later.
+        ineligible = self.ctx.isr_members_not_eligible(fresh)
+        if ineligible:
+            log.info("ISR members on dead or shutting-down brokers removed %s",
+                     kv(replicas=len(ineligible), brokers=sorted({pr.replica for pr in ineligible})))
+            self.replica_state_machine.handle_state_changes(ineligible, ReplicaState.OFFLINE)
+            fresh = {tp: self.ctx.partition_leadership.get(tp, l) for tp, l in fresh.items()}
         self._send_update_metadata(self.ctx.live_broker_ids, sorted(fresh))
         self.partition_reassignment.on_isr_change(fresh)
 

@@ -24,8 +24,13 @@ import os
 import secrets
 import shutil
 import struct
+import tempfile
 
 import attrs
+
+from kafkatier.logsetup import get_logger, kv
+
+log = get_logger("spark.class-archive")
 
 # HotSpot's CDS_DYNAMIC_ARCHIVE_MAGIC, the first 4 bytes (native order) of a complete dynamic archive.
 DYNAMIC_ARCHIVE_MAGIC = 0xF00BABA8
@@ -82,13 +87,36 @@ def _recording_command_lines() -> list[str]:
     return out
 
 
+def _stamp(path: str) -> str:
+    """What ``<key>.ok`` holds: the archive's size and modification time (nanoseconds)."""
+    st = os.stat(path)
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def _writable(directory: str) -> bool:
+    """Whether a file can be created in ``directory`` (``os.access`` answers for root on a read-only mount)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.remove(probe)
+    except OSError:
+        pass
+    return True
+
+
 @attrs.frozen
 class ArchivePlan:
-    """The JVM options of one session: map ``archive``, record to ``recording``, or neither (empty)."""
+    """The JVM options of one session: map ``archive``, record to ``recording``, or neither (empty).  ``note``:
+    why the session goes without an archive, or what was wrong with the one found (one log line), else None."""
 
     java_options: str
     archive: str | None = None
     recording: str | None = None
+    note: str | None = None
+    warning: bool = False    # the note names something wrong (a damaged archive, a directory not writable)
 
 
 @attrs.frozen
@@ -99,6 +127,10 @@ class ClassArchive:
     @property
     def path(self) -> str:
         return os.path.join(self.directory, f"{self.key}.jsa")
+
+    @property
+    def stamp_path(self) -> str:
+        return os.path.join(self.directory, f"{self.key}.ok")
 
     @classmethod
     def for_session(cls, java_options: str, spark_jars: str, directory: str | None = None) -> ClassArchive | None:
@@ -113,7 +145,8 @@ class ClassArchive:
         directory = directory or default_directory()
         try:
             os.makedirs(directory, exist_ok=True)
-        except OSError:
+        except OSError as e:
+            log.warning("no class archive: its directory cannot be made %s", kv(directory=directory, error=e))
             return None
         return cls(directory, archive_key(java_options, spark_jars))
 
@@ -121,12 +154,44 @@ class ClassArchive:
         """Finish recordings whose JVM is gone, then map the archive, or record one when nobody is."""
         recordings = _recording_command_lines() if recordings is None else recordings
         live = self._settle_parts(recordings)
-        if is_complete(self.path):
-            return ArchivePlan(f"-XX:SharedArchiveFile={self.path} -Xshare:auto {QUIET}", archive=self.path)
+        note, warning = None, False
+        if os.path.exists(self.path):
+            problem, warning = self._problem()
+            if problem is None:
+                return ArchivePlan(f"-XX:SharedArchiveFile={self.path} -Xshare:auto {QUIET}", archive=self.path)
+            note = f"class archive {self.path} {problem}: removed"
+            self._remove(self.path, self.stamp_path)
         if live:
-            return ArchivePlan("")
+            return ArchivePlan("", note=_joined(note, "another command is recording the class archive: "
+                                                      "running without it"), warning=warning)
+        if not _writable(self.directory):
+            return ArchivePlan("", note=_joined(note, f"class archive directory {self.directory} not writable: "
+                                                      "running without the archive"), warning=True)
         part = os.path.join(self.directory, f"{self.key}-{secrets.token_hex(4)}.part")
-        return ArchivePlan(f"-XX:ArchiveClassesAtExit={part} {QUIET}", recording=part)
+        return ArchivePlan(f"-XX:ArchiveClassesAtExit={part} {QUIET}", recording=part, note=note, warning=warning)
+
+    def _problem(self) -> tuple[str | None, bool]:
+        """``(None, False)`` when the archive has the magic and the size and time its ``.ok`` recorded when it
+        was renamed into place; else what is wrong, and whether that deserves a warning."""
+        try:
+            with open(self.stamp_path) as f:
+                recorded = f.read().strip()
+        except OSError:
+            return "not recorded here (no .ok stamp: an older kafkatier's, or copied in)", False
+        try:
+            if is_complete(self.path) and recorded == _stamp(self.path):
+                return None, False
+        except OSError as e:
+            return f"unreadable ({e})", True
+        return "damaged (truncated or changed since it was recorded)", True
+
+    @staticmethod
+    def _remove(*paths: str) -> None:
+        for p in paths:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
 
     def _settle_parts(self, recordings: list[str]) -> bool:
         """Rename a complete ``.part`` of this key to the archive (removing other keys' archives), remove
@@ -139,6 +204,11 @@ class ClassArchive:
                 continue
             try:
                 if mine and is_complete(part):
+                    # The stamp first (rename keeps size and time): an archive never stands without it.
+                    tmp = f"{self.stamp_path}.{secrets.token_hex(4)}.tmp"
+                    with open(tmp, "w") as f:
+                        f.write(_stamp(part))
+                    os.replace(tmp, self.stamp_path)
                     os.replace(part, self.path)
                     self._remove_other_archives()
                 else:       # a JVM killed while writing it, or another key's recording (superseded)
@@ -148,9 +218,14 @@ class ClassArchive:
         return live
 
     def _remove_other_archives(self) -> None:
-        for other in glob.glob(os.path.join(self.directory, "*.jsa")):
-            if other != self.path:
+        for other in glob.glob(os.path.join(self.directory, "*.jsa")) + glob.glob(os.path.join(self.directory,
+                                                                                               "*.ok")):
+            if other not in (self.path, self.stamp_path):
                 try:
                     os.remove(other)
                 except OSError:
                     pass
+
+
+def _joined(*notes: str | None) -> str:
+    return "; ".join(n for n in notes if n)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import attrs
 
 from kafkatier.logsetup import get_logger, kv
-from kafkatier.spark.class_archive import ClassArchive
+from kafkatier.spark.class_archive import ArchivePlan, ClassArchive
 from kafkatier.spark.source import NAME, register
 
 log = get_logger("spark.jobs")
@@ -88,8 +88,7 @@ def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: 
         os.environ.setdefault("SPARK_LOCAL_IP", LOCAL_ADDRESSES["spark.driver.host"])
         if class_archive and "spark.driver.extraJavaOptions" not in (conf or {}):
             spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-            archive = ClassArchive.for_session(LOCAL_DRIVER_JAVA_OPTIONS, os.path.join(spark_home, "jars"))
-            plan = archive.plan() if archive is not None else None
+            plan = _class_archive_plan(os.path.join(spark_home, "jars"))
             if plan is not None and plan.java_options:
                 settings["spark.driver.extraJavaOptions"] += " " + plan.java_options
                 log.info("driver class archive %s", kv(archive=plan.archive, recording=plan.recording))
@@ -102,6 +101,20 @@ def spark_session(master: str | None = None, app_name: str = "kafkatier", conf: 
     threading.Thread(target=_look_up_data_sources, args=(spark,), name="spark-data-source-lookup",
                      daemon=True).start()
     return spark
+
+
+def _class_archive_plan(spark_jars: str) -> ArchivePlan | None:
+    """The driver's class archive options, None without one; whatever goes wrong, the session runs without it
+    and one line says why (a warning for what the user may want to fix)."""
+    try:
+        archive = ClassArchive.for_session(LOCAL_DRIVER_JAVA_OPTIONS, spark_jars)
+        plan = archive.plan() if archive is not None else None
+    except OSError as e:
+        log.warning("driver class archive unusable, running without it %s", kv(error=e))
+        return None
+    if plan is not None and plan.note:
+        (log.warning if plan.warning else log.info)("driver class archive: %s", plan.note)
+    return plan
 
 
 def _look_up_data_sources(spark) -> None:

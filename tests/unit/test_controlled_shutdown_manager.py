@@ -94,3 +94,34 @@ def test_an_isr_change_the_controller_has_not_heard_of_is_read_and_the_partition
     assert zk.states[moved].leader == 3 and zk.states[moved].isr == (3,)   # not 2: out of the ISR in ZooKeeper
     assert zk.states[expanded].leader == 2 and zk.states[expanded].isr == (2,)
     assert moved in zk.read and expanded in zk.read
+
+
+def test_a_follower_taken_back_into_an_isr_after_its_shutdown_is_taken_out_again():
+    """A leader answered the shutting-down (then dead) follower's last fetch after the controller had taken it out
+    of the ISR, and took it back in (seen live: broker 2 in the ISR of broker 1's partitions a minute after it
+    stopped, acks=all produce waiting until the leader's own shrink).  The ISR change notification's states
+    name it: the controller takes it out again, the leader keeps leading."""
+    ctx, zk, manager, sent = _cluster()
+    manager.do_controlled_shutdown(1, 101)
+    followed = TopicPartition("t", 1)                 # replicas (2, 3, 1), led by 2
+    l = zk.states[followed]
+    assert 1 not in l.isr
+    zk.states[followed] = LeaderAndIsr(l.leader, l.leader_epoch, l.isr + (1,), 3, partition_epoch=l.partition_epoch + 1)
+    fresh = zk.get_partition_states([followed, TopicPartition("t", 2)])
+    ctx.partition_leadership.update(fresh)
+
+    ineligible = ctx.isr_members_not_eligible(fresh)
+    assert ineligible == {PartitionAndReplica(followed, 1)}
+    manager.replica_state_machine.handle_state_changes(ineligible, ReplicaState.OFFLINE)
+    after = zk.states[followed]
+    assert after.leader == l.leader and 1 not in after.isr and after.leader_epoch == l.leader_epoch + 1
+    assert ctx.partition_leadership[followed] == after
+
+    # Once broker 1 is gone altogether it is not eligible either; a leader is never taken out this way.
+    ctx.shutting_down_broker_ids.discard(1)
+    del ctx.live_brokers[1]
+    assert ctx.isr_members_not_eligible({followed: LeaderAndIsr(2, 9, (2, 1), 3, partition_epoch=20)}) \
+        == {PartitionAndReplica(followed, 1)}
+    assert ctx.isr_members_not_eligible({followed: LeaderAndIsr(1, 9, (1, 2), 3, partition_epoch=20)}) == set()
+    ctx.topics_to_be_deleted.add("t")
+    assert ctx.isr_members_not_eligible({followed: LeaderAndIsr(2, 9, (2, 1), 3, partition_epoch=20)}) == set()

@@ -289,3 +289,40 @@ def test_cli_conf_settings_reach_the_session_and_bad_ones_are_usage_errors():
     assert _conf(args) == {"spark.ui.enabled": "true", "spark.x": " a=b"}
     with pytest.raises(UsageError, match="--conf 'spark.ui.enabled': expected KEY=VALUE"):
         _conf(build_parser().parse_args(["spark", "read", "--topic", "t", "--conf", "spark.ui.enabled"]))
+
+
+@pytest.mark.parametrize("command", [["read"], ["produce", "--rows", "1"]])
+def test_cli_without_a_cluster_in_the_data_dir_is_bad_input(tmp_path, capsys, command):
+    """A --data-dir without cluster.json is bad input (exit 2, one line), as for every other command: the spark
+    commands' catch-all for the data source's errors made it exit 1."""
+    from kafkatier.cli.main import main
+
+    rc = main(["spark", *command, "--topic", "t", "--data-dir", str(tmp_path), "--no-class-archive"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "cluster.json not found" in err
+
+
+@pytest.mark.parametrize("command, option, message", [
+    (["read"], "startingOffsets=bogus", "option startingOffsets must be earliest, latest or JSON"),
+    (["read"], "startingOffset=earliest", "did you mean 'startingOffsets'"),
+    (["produce", "--rows", "1"], "kafka.acks=all", None),
+    (["produce", "--rows", "1"], "exactlyOnce=true", None),
+])
+def test_cli_options_are_checked_before_spark_starts(monkeypatch, capsys, command, option, message):
+    """A bad --option is one line and exit 2 in a fraction of a second: the data source's own check ran only
+    once the JVM had started (tens of seconds on a loaded machine, and Spark's start-up lines on stderr)."""
+    from kafkatier.cli import spark as cli_spark
+    from kafkatier.cli.main import main
+    from kafkatier.spark import jobs
+
+    def no_spark(*_a, **_k):
+        raise RuntimeError("Spark started")
+    monkeypatch.setattr(cli_spark, "_bootstrap", lambda args: "127.0.0.1:9092")
+    monkeypatch.setattr(jobs, "spark_session", no_spark)
+    rc = main(["spark", *command, "--topic", "t", "--option", option, "--no-class-archive"])
+    err = capsys.readouterr().err
+    if message is None:      # a good option: the job goes on to start Spark
+        assert rc == 1 and "Spark started" in err
+        return
+    assert rc == 2 and err.count("\n") == 1 and message in err
