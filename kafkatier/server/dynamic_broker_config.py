@@ -232,6 +232,8 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _d("kafkatier.gc.freeze.enable", "BOOLEAN", True, READ_ONLY),
     # project addition: small Produce / Fetch requests handled on the network thread (server/network.py; off)
     _d("kafkatier.network.inline.max.bytes", "INT", 0, READ_ONLY, 0),
+    # project addition: requests read ahead on one connection before its answers (server/network.py; Kafka: 1)
+    _d("kafkatier.network.max.in.flight.requests.per.connection", "INT", 64, READ_ONLY, 1),
     # secrets: described as sensitive with a null value, never echoed (server/sasl.py reads them)
     _d("sasl.jaas.config", "PASSWORD", None, READ_ONLY),
     _d("listener.name.sasl_plaintext.plain.sasl.jaas.config", "PASSWORD", None, READ_ONLY),

@@ -298,7 +298,8 @@ class KafkaServer:
                 max_connections_per_ip=c.setting("max.connections.per.ip") if "max.connections.per.ip" in o else None,
                 on_fatal=self._on_network_failure, listener_name=listener_name, any_port_if_taken=any_port_if_taken,
                 memory_pool=self.request_memory_pool,
-                inline_max_bytes=c.setting("kafkatier.network.inline.max.bytes"))
+                inline_max_bytes=c.setting("kafkatier.network.inline.max.bytes"),
+                max_in_flight_per_connection=c.setting("kafkatier.network.max.in.flight.requests.per.connection"))
         self.socket_server = socket_server(c.host, c.port, any_port_if_taken=c.any_port_if_taken)
         self.socket_server.start()  # binds the port before we advertise it
         for extra in extra_listeners(o):

@@ -28,6 +28,7 @@ BAD_VALUES = [
     ("num.partitions", "0", "Value must be at least 1"),
     ("replica.fetch.max.bytes", "-1", "Value must be at least 0"),
     ("kafkatier.network.inline.max.bytes", "-1", "Value must be at least 0"),
+    ("kafkatier.network.max.in.flight.requests.per.connection", "0", "Value must be at least 1"),
     ("log.retention.check.interval.ms", "0", "Value must be at least 1"),
     ("leader.imbalance.check.interval.seconds", "0", "Value must be at least 1"),
     ("min.insync.replicas", "0", "Value must be at least 1"),
