@@ -14,7 +14,6 @@ out, waits and schedules correctly -- what a real NTP step or slew does to ``Sys
 """
 from __future__ import annotations
 
-import threading
 import time as _time
 from typing import Protocol
 
@@ -52,26 +51,27 @@ class SkewedTime:
 
     def __init__(self, base: Time = SYSTEM):
         self._base = base
-        self._lock = threading.Lock()
-        self._offset_ms = 0.0
-        self._drift = 0.0          # ms gained per ms elapsed
-        self._anchor_ns = base.nanoseconds()
+        # (offset ms, ms gained per ms elapsed, anchor ns), or None without skew: replaced whole, read without a
+        # lock (every append and fetch reads the clock)
+        self._skew: tuple[float, float, int] | None = None
 
     def set_skew(self, offset_ms: float = 0.0, drift_ppm: float = 0.0) -> None:
         """From now on the wall clock reads ``offset_ms`` ahead and drifts by ``drift_ppm`` (0, 0: no skew)."""
-        with self._lock:
-            self._offset_ms = float(offset_ms)
-            self._drift = float(drift_ppm) / 1_000_000.0
-            self._anchor_ns = self._base.nanoseconds()
+        offset, drift = float(offset_ms), float(drift_ppm) / 1_000_000.0
+        self._skew = (offset, drift, self._base.nanoseconds()) if offset or drift else None
 
     @property
     def skew_ms(self) -> float:
         """How far ahead the wall clock reads now."""
-        with self._lock:
-            offset, drift, anchor = self._offset_ms, self._drift, self._anchor_ns
+        skew = self._skew
+        if skew is None:
+            return 0.0
+        offset, drift, anchor = skew
         return offset + drift * (self._base.nanoseconds() - anchor) / 1_000_000.0
 
     def milliseconds(self) -> int:
+        if self._skew is None:
+            return self._base.milliseconds()
         return self._base.milliseconds() + int(self.skew_ms)
 
     def nanoseconds(self) -> int:

@@ -275,7 +275,7 @@ typedef struct {
  * Python path decides), -1 a Python error. */
 static int leader_append_core(Py_buffer *view, long long next_offset, long long leader_epoch, long long now_ms,
                               PyObject *max_bytes_o, PyObject *before_o, PyObject *after_o, int compacted,
-                              PyObject *crc_fn, append_result *res)
+                              PyObject *crc_fn, PyObject *in_place, append_result *res)
 {
     const unsigned char *buf = (const unsigned char *)view->buf;
     Py_ssize_t total = view->len, pos = 0;
@@ -349,10 +349,30 @@ static int leader_append_core(Py_buffer *view, long long next_offset, long long 
     }
     if (num_batches == 0 || pos != total)
         return 0;
-    PyObject *out = PyBytes_FromStringAndSize((const char *)buf, total);
-    if (out == NULL)
-        return -1;
-    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    /* Every check passed: the offsets and leader epoch (outside the CRC) are written into a copy, or, for a
+     * writable memoryview (a Produce request's records, a view of the frame the request owns: protocol/
+     * produce_codec.py), into the view itself, as Kafka assigns offsets in the request's buffer. */
+    PyObject *out = NULL;
+    unsigned char *o = NULL;
+    if (in_place != NULL && PyMemoryView_Check(in_place)) {
+        Py_buffer wv;
+        if (PyObject_GetBuffer(in_place, &wv, PyBUF_WRITABLE) == 0) {
+            if (wv.buf == view->buf && wv.len == total) {
+                o = (unsigned char *)wv.buf;
+                out = in_place;
+                Py_INCREF(out);
+            }
+            PyBuffer_Release(&wv);   /* the memoryview (kept by the caller and returned) holds the memory */
+        } else {
+            PyErr_Clear();   /* read-only: the copy below */
+        }
+    }
+    if (out == NULL) {
+        out = PyBytes_FromStringAndSize((const char *)buf, total);
+        if (out == NULL)
+            return -1;
+        o = (unsigned char *)PyBytes_AS_STRING(out);
+    }
     long long off = first_offset;
     for (Py_ssize_t q = 0; q < total;) {
         long long size = (long long)be32(o + q + H_LENGTH) + LOG_OVERHEAD;
@@ -383,7 +403,7 @@ static PyObject *leader_append(PyObject *self, PyObject *args)
         return NULL;
     append_result res;
     int r = leader_append_core(&view, next_offset, leader_epoch, now_ms, max_bytes_o, before_o, after_o, compacted,
-                               crc_fn, &res);
+                               crc_fn, NULL, &res);
     PyBuffer_Release(&view);
     if (r < 0)
         return NULL;
@@ -416,7 +436,7 @@ static PyObject *leader_append_info(PyObject *self, PyObject *args)
     }
     append_result res;
     int r = leader_append_core(&view, next_offset, leader_epoch, now_ms, max_bytes_o, before_o, after_o, compacted,
-                               crc_fn, &res);
+                               crc_fn, PyTuple_GET_ITEM(args, 0), &res);
     PyBuffer_Release(&view);
     if (r < 0)
         return NULL;
@@ -458,7 +478,8 @@ static PyMethodDef methods[] = {
      "error)"},
     {"leader_append_info", leader_append_info, METH_VARARGS,
      "leader_append_info(records, next_offset, leader_epoch, now_ms, max_message_bytes, timestamp_before_max_ms, "
-     "timestamp_after_max_ms, compacted, crc32c, cls, field_names, log_start_offset) -> a cls instance or None"},
+     "timestamp_after_max_ms, compacted, crc32c, cls, field_names, log_start_offset) -> a cls instance or None; "
+     "a writable memoryview's offsets are written in place (its records field is that view)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_walk", NULL, -1, methods};

@@ -592,6 +592,8 @@ class Log:
                 if info.num_batches:
                     self._snapshot_on_roll()
                 return info
+            if type(records) is memoryview:  # a view of the Produce frame (protocol/produce_codec.py): bytes here
+                records = bytes(records)
             state = self.producer_state
             dup = state.find_duplicate(records)
             if dup is not None:

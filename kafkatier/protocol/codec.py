@@ -33,6 +33,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
+from kafkatier.protocol import produce_codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
 from kafkatier.protocol.errors import Errors
@@ -267,8 +268,11 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         flexible = cls.flexible_version_q(version)
         # kafka-python's public ``decode`` does not say where the body ended (needed to refuse a truncated frame),
         # so the frame is decoded with the compiled decoder behind it (cached per API and version).
-        decoder = _decoder_cache[(header.request_api_key, version)] = cls._struct.compiled_decode_from(
-            version, compact=flexible, tagged=flexible, data_class=cls)
+        decoder = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
+        if header.request_api_key == ApiKeys.PRODUCE and produce_codec.supports(version):
+            # the same objects, the records left in the frame (protocol/produce_codec.py)
+            decoder = produce_codec.request_decoder(version, cls, decoder)
+        _decoder_cache[(header.request_api_key, version)] = decoder
     try:
         request, end = decoder(body, 0)
     except Exception as e:  # the generated decoders raise struct.error, IndexError, UnicodeDecodeError, ...

@@ -1,9 +1,13 @@
 """The Produce response encoded straight to bytes, without kafka-python's message objects (the hot path of every
-acks=1 / acks=all produce: building and encoding the generic objects cost ~80 us per response, this ~3 us).
+acks=1 / acks=all produce: building and encoding the generic objects cost ~80 us per response, this ~3 us), and
+the Produce request v3-v12 decoded with its records left in the received frame.
 
-Requests are read by kafka-python's generated decoders: measured against a purpose-built Produce (and Fetch)
-request decoder that built the same objects, they were as fast (2.5-5 us for a 16 KiB Produce v9 body), so
-there is none here.
+:func:`request_decoder` builds the objects kafka-python's generated decoder builds (same classes, fields and
+version marks; ``tests/unit/test_produce_codec.py`` compares them), except that each partition's ``records`` is
+a ``memoryview`` of the frame instead of a ``bytes`` copy: the compiled leader append copies the batch once, to
+write its offsets, and that copy is what the log writes (a 1 MiB batch was copied twice before it). A request
+with tagged fields, or anything it cannot read, is decoded by kafka-python's decoder, whose errors stay the
+ones the network layer reports.
 
 :func:`encode_produce_response` writes ProduceResponse v3-v12 bodies (the versions that name topics; v13 names
 topic ids and goes through the generic path) exactly as kafka-python's generated encoder writes them
@@ -14,7 +18,7 @@ topic ids and goes through the generic path) exactly as kafka-python's generated
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 MIN_VERSION, MAX_VERSION = 3, 12
 FLEXIBLE_FROM = 9
@@ -23,6 +27,11 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PART_V5 = struct.Struct(">ihqqq")   # index, error, base offset, log append time, log start offset
 _PART_V3 = struct.Struct(">ihqq")    # index, error, base offset, log append time
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_unpack_i32 = struct.Struct(">i").unpack_from
+_unpack_i16 = struct.Struct(">h").unpack_from
+_unpack_acks_timeout = _ACKS_TIMEOUT.unpack_from
+_object_new = object.__new__
 
 
 def supports(version: int) -> bool:
@@ -98,3 +107,152 @@ def encode_produce_response(version: int, topics: Iterable[tuple[str, Sequence[P
         out.append(0)
     return bytes(out)
 
+
+
+# --- request ------------------------------------------------------------------------------------------------
+
+class _Fallback(Exception):
+    """Raised inside the purpose-built decoder for what it leaves to kafka-python's (tagged fields)."""
+
+
+def _read_uvarint(data, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def request_decoder(version: int, request_cls: type, generic: Callable) -> Callable:
+    """A ``decode(data, pos) -> (request, end)`` for ProduceRequest ``version`` (3-12), building ``request_cls``
+    objects as kafka-python's ``generic`` decoder of that version does, records as views of ``data``; anything
+    with tagged fields goes to ``generic``."""
+    if not supports(version):
+        raise ValueError(f"ProduceRequest v{version} is not decoded here")
+    topic_cls = request_cls.TopicProduceData
+    part_cls = topic_cls.PartitionProduceData
+    flexible = version >= FLEXIBLE_FROM
+
+    def make(cls):
+        obj = _object_new(cls)
+        obj._version = version
+        obj.tags = None
+        obj.unknown_tags = None
+        return obj
+
+    def decode_flexible(data, pos):
+        obj = make(request_cls)
+        n, pos = _read_uvarint(data, pos)
+        n -= 1
+        if n < 0:
+            obj.transactional_id = None
+        else:
+            obj.transactional_id = str(data[pos:pos + n], "utf-8")
+            pos += n
+        obj.acks, obj.timeout_ms = _unpack_acks_timeout(data, pos)
+        pos += 6
+        count, pos = _read_uvarint(data, pos)
+        count -= 1
+        if count == -1:
+            obj.topic_data = None
+        else:
+            topics = obj.topic_data = []
+            for _ in range(count):
+                t = make(topic_cls)
+                n, pos = _read_uvarint(data, pos)
+                n -= 1
+                if n < 0:
+                    t.name = None
+                else:
+                    t.name = str(data[pos:pos + n], "utf-8")
+                    pos += n
+                pcount, pos = _read_uvarint(data, pos)
+                pcount -= 1
+                if pcount == -1:
+                    t.partition_data = None
+                else:
+                    parts = t.partition_data = []
+                    for _ in range(pcount):
+                        p = make(part_cls)
+                        p.index = _unpack_i32(data, pos)[0]
+                        pos += 4
+                        n, pos = _read_uvarint(data, pos)
+                        n -= 1
+                        if n < 0:
+                            p.records = None
+                        else:
+                            p.records = data[pos:pos + n]
+                            pos += n
+                        if data[pos] != 0:
+                            raise _Fallback
+                        pos += 1
+                        parts.append(p)
+                if data[pos] != 0:
+                    raise _Fallback
+                pos += 1
+                topics.append(t)
+        if data[pos] != 0:
+            raise _Fallback
+        return obj, pos + 1
+
+    def decode_classic(data, pos):
+        obj = make(request_cls)
+        n = _unpack_i16(data, pos)[0]
+        pos += 2
+        if n < 0:
+            obj.transactional_id = None
+        else:
+            obj.transactional_id = str(data[pos:pos + n], "utf-8")
+            pos += n
+        obj.acks, obj.timeout_ms = _unpack_acks_timeout(data, pos)
+        pos += 6
+        count = _unpack_i32(data, pos)[0]
+        pos += 4
+        if count == -1:
+            obj.topic_data = None
+        else:
+            topics = obj.topic_data = []
+            for _ in range(count):
+                t = make(topic_cls)
+                n = _unpack_i16(data, pos)[0]
+                pos += 2
+                if n < 0:
+                    t.name = None
+                else:
+                    t.name = str(data[pos:pos + n], "utf-8")
+                    pos += n
+                pcount = _unpack_i32(data, pos)[0]
+                pos += 4
+                if pcount == -1:
+                    t.partition_data = None
+                else:
+                    parts = t.partition_data = []
+                    for _ in range(pcount):
+                        p = make(part_cls)
+                        p.index, n = _unpack_index_len(data, pos)
+                        pos += 8
+                        if n < 0:
+                            p.records = None
+                        else:
+                            p.records = data[pos:pos + n]
+                            pos += n
+                        parts.append(p)
+                topics.append(t)
+        return obj, pos
+
+    specific = decode_flexible if flexible else decode_classic
+
+    def decode(data, pos):
+        if not isinstance(data, memoryview):   # the records are views: of an immutable copy, if not a view already
+            data = memoryview(bytes(data))
+        try:
+            return specific(data, pos)
+        except Exception:   # noqa: BLE001 - tagged fields, or a frame kafka-python's decoder reports on
+            return generic(data, pos)
+    return decode
+
+
+_unpack_index_len = struct.Struct(">ii").unpack_from

@@ -566,15 +566,21 @@ class ReplicaManager:
                 append_one) -> None:
         statuses: dict[TopicPartition, _ProducePartitionStatus] = {}
         followers: set[int] = set()  # whose waiting fetches to poke, once each (see fetch_messages)
+        # acks=all: whether every appended partition's high watermark already covers its records (an ISR of
+        # one), so the answer goes out now, as DelayedProduce.try_complete's first check would send it
+        replicated = True
         for tp, records in entries.items():
             tp = TopicPartition(*tp)
             try:
                 p = self.get_partition_or_error(*tp)
                 info = append_one(p, records)
+                required = info.last_offset + 1
+                lg = p.log
                 statuses[tp] = _ProducePartitionStatus(
-                    ProducePartitionResult(Errors.NONE, info.first_offset, p.log.log_start_offset),
-                    info.last_offset + 1)
+                    ProducePartitionResult(Errors.NONE, info.first_offset, lg.log_start_offset), required)
                 followers.update(p.replicas)
+                if replicated and not (lg.high_watermark >= required and p.is_leader):
+                    replicated = False
             except KafkaError as e:
                 statuses[tp] = _ProducePartitionStatus(ProducePartitionResult(
                     e.error, error_message=e.message or None, record_errors=getattr(e, "record_errors", ())))
@@ -587,7 +593,9 @@ class ReplicaManager:
         self._changed()
         for r in followers - {self.broker_id}:
             self.fetch_purgatory.check_and_complete(("follower", r))
-        if required_acks != -1 or all(st.result.error != Errors.NONE for st in statuses.values()):
+        if required_acks != -1 or replicated:
+            # acks 0/1, every partition failed, or (acks=all) every appended partition's records under its high
+            # watermark: answered without a DelayedProduce and a purgatory pass (the same answer)
             respond({tp: st.result for tp, st in statuses.items()})
             return
         op = DelayedProduce(timeout_ms, self, statuses, respond)

@@ -167,6 +167,8 @@ PRIVATE_ACCESS_ALLOWED = {
     "src._fd",                                           # LogSegment copying from another LogSegment (same class)
     "h._version",                                        # kafka-python: a RequestHeader built without its generic
                                                          # field loop (protocol/codec._fast_header, the hot path)
+    "obj._version",                                      # kafka-python: Produce request objects built as its generated
+                                                         # decoder builds them (protocol/produce_codec.request_decoder)
     "spark.sparkContext._jsc",                           # pyspark: executor memory status has no Python API
 }
 

@@ -84,3 +84,37 @@ def test_wrong_field_names_are_refused():
     with pytest.raises(ValueError):
         compiled.leader_append_info(batch(1), 0, 0, NOW, None, None, None, False, rb.crc32c, rb.AppendInfo,
                                     ("first_offset",), 0)
+
+
+# --- a Produce request's records: a writable view of the request frame (protocol/produce_codec.py) ---------------
+
+@pytest.mark.parametrize("blob", [batch(1), batch(3) + batch(200, value=5)])
+def test_a_writable_view_gets_its_offsets_in_place(blob):
+    cfg = LogConfig()
+    frame = bytearray(b"head" + blob + b"tail")
+    view = memoryview(frame)[4:4 + len(blob)]
+    info = lv.LeaderAppendValidator(cfg).validate(view, 40, 6, NOW, log_start_offset=3, topic_partition="t-0")
+    expected = python_steps(blob, cfg)
+    assert info.records is view and bytes(view) == expected.records   # no copy: the frame holds the batch
+    assert info == expected and frame[:4] == b"head" and frame[-4:] == b"tail"
+
+
+def test_a_read_only_view_is_copied_and_left_as_it_was():
+    blob = batch(3)
+    view = memoryview(blob)
+    info = lv.LeaderAppendValidator(LogConfig()).validate(view, 40, 6, NOW, log_start_offset=3, topic_partition="t-0")
+    assert type(info.records) is bytes and info == python_steps(blob, LogConfig()) and bytes(view) == blob
+
+
+@pytest.mark.parametrize("cfg,blob", [
+    (LogConfig(max_message_bytes=100), batch(5)),
+    (LogConfig(cleanup_policy=["compact"]), batch(3, key=False)),
+    (LogConfig(message_timestamp_before_max_ms=5), batch(2)),
+])
+def test_a_refused_writable_view_is_left_as_it_was(cfg, blob):
+    frame = bytearray(blob)
+    validator = lv.LeaderAppendValidator(cfg)
+    assert compiled.leader_append_info(memoryview(frame), 40, 6, NOW + 10**6, cfg.max_message_bytes,
+                                       validator._before, validator._after, cfg.compact, rb.crc32c, rb.AppendInfo,
+                                       lv._INFO_FIELDS, 3) is None
+    assert bytes(frame) == blob
