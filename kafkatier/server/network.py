@@ -96,6 +96,7 @@ import attrs
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
@@ -856,7 +857,7 @@ class SocketServer:
                     close = True
                     break
                 if type(slot.data) is list:
-                    conn.out.extend(map(memoryview, slot.data))
+                    conn.out.extend(map(_view, slot.data))
                 elif slot.data is not None:
                     conn.out.append(memoryview(slot.data))
                 if slot.close_after:
@@ -877,10 +878,7 @@ class SocketServer:
         gather = not isinstance(conn.sock, ssl.SSLSocket)
         while conn.out:
             try:
-                if gather and len(conn.out) > 1:   # several buffers, one system call
-                    n = conn.sock.sendmsg(list(itertools.islice(conn.out, _MAX_GATHER)))
-                else:
-                    n = conn.sock.send(conn.out[0])
+                n = _send_some(conn.sock, conn.out, gather)
             except WOULD_BLOCK:
                 break
             except OSError as e:
@@ -1185,19 +1183,29 @@ class SocketServer:
             return False
         conn.slots.popleft()
         gathered = type(data) is list
-        try:
-            n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
-        except WOULD_BLOCK:
-            n = 0
-        except OSError:
-            n = 0   # the I/O thread meets the error on its own write and closes the connection
-        if gathered:
-            conn.out.extend(map(memoryview, data))
-            if not _consume_sent(conn.out, n):
+        if gathered and any(type(b) is FileRecords for b in data):
+            # record data as ranges of segment files: gather-writes of the pieces before each, sendfile of it
+            conn.out.extend(map(_view, data))
+            try:
+                while conn.out:
+                    if not _consume_sent(conn.out, _send_some(conn.sock, conn.out, True)):
+                        return False
+            except OSError:   # a full socket; a failed or short write is met again by the I/O thread's write
                 return False
-        elif n < len(data):
-            conn.out.append(memoryview(data)[n:])
-            return False
+        else:
+            try:
+                n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
+            except WOULD_BLOCK:
+                n = 0
+            except OSError:
+                n = 0   # the I/O thread meets the error on its own write and closes the connection
+            if gathered:
+                conn.out.extend(map(memoryview, data))
+                if not _consume_sent(conn.out, n):
+                    return False
+            elif n < len(data):
+                conn.out.append(memoryview(data)[n:])
+                return False
         if conn.slots and conn.slots[0].done:
             return False   # answers completed earlier wait behind this one: the I/O thread collects them
         if conn.full:
@@ -1210,6 +1218,35 @@ class SocketServer:
             conn.full = False
             return False
         return True
+
+
+class FileRecordsTruncated(OSError):
+    """A ``FileRecords`` range whose file ended before the range did (the log was truncated after the read): the
+    frame announced bytes that cannot be sent, so the connection is closed (Kafka's ``FileRecords.writeTo``)."""
+
+
+def _view(buf: Any) -> Any:
+    """What ``conn.out`` holds for a piece of an answer: a memoryview, or the ``FileRecords`` range itself."""
+    return buf if type(buf) is FileRecords else memoryview(buf)
+
+
+def _send_some(sock: socket.socket, out: collections.deque, gather: bool) -> int:
+    """One system call's worth of ``out`` from its head: ``sendfile`` of a ``FileRecords`` range, or one gather-write
+    of the buffers before the next range (``send`` of the head when ``gather`` is off: TLS)."""
+    head = out[0]
+    if type(head) is FileRecords:
+        n = head.send_to(sock.fileno())
+        if n == 0 and len(head):
+            raise FileRecordsTruncated(f"{head!r} is past the end of its file")
+        return n
+    if gather and len(out) > 1:   # several buffers, one system call
+        bufs = []
+        for buf in itertools.islice(out, _MAX_GATHER):
+            if type(buf) is FileRecords:
+                break
+            bufs.append(buf)
+        return sock.sendmsg(bufs)
+    return sock.send(head)
 
 
 def _consume_sent(out: collections.deque, n: int) -> bool:
