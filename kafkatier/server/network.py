@@ -878,13 +878,14 @@ class SocketServer:
         gather = not isinstance(conn.sock, ssl.SSLSocket)
         while conn.out:
             try:
-                n = _send_some(conn.sock, conn.out, gather)
+                n, offered = _send_some(conn.sock, conn.out, gather)
             except WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close(conn, f"write failed: {e}")
                 return
-            if not _consume_sent(conn.out, n):
+            _consume_sent(conn.out, n)
+            if n < offered:   # the socket is full
                 break
         if not conn.out and conn.close_when_flushed:
             self._close(conn, "closed after response")
@@ -1188,7 +1189,9 @@ class SocketServer:
             conn.out.extend(map(_view, data))
             try:
                 while conn.out:
-                    if not _consume_sent(conn.out, _send_some(conn.sock, conn.out, True)):
+                    n, offered = _send_some(conn.sock, conn.out, True)
+                    _consume_sent(conn.out, n)
+                    if n < offered:   # the socket is full: the I/O thread writes the rest
                         return False
             except OSError:   # a full socket; a failed or short write is met again by the I/O thread's write
                 return False
@@ -1230,23 +1233,24 @@ def _view(buf: Any) -> Any:
     return buf if type(buf) is FileRecords else memoryview(buf)
 
 
-def _send_some(sock: socket.socket, out: collections.deque, gather: bool) -> int:
+def _send_some(sock: socket.socket, out: collections.deque, gather: bool) -> tuple[int, int]:
     """One system call's worth of ``out`` from its head: ``sendfile`` of a ``FileRecords`` range, or one gather-write
-    of the buffers before the next range (``send`` of the head when ``gather`` is off: TLS)."""
+    of the buffers before the next range (``send`` of the head when ``gather`` is off: TLS).  (bytes sent, bytes
+    offered): fewer sent than offered means the socket is full."""
     head = out[0]
     if type(head) is FileRecords:
         n = head.send_to(sock.fileno())
         if n == 0 and len(head):
             raise FileRecordsTruncated(f"{head!r} is past the end of its file")
-        return n
+        return n, len(head)
     if gather and len(out) > 1:   # several buffers, one system call
         bufs = []
         for buf in itertools.islice(out, _MAX_GATHER):
             if type(buf) is FileRecords:
                 break
             bufs.append(buf)
-        return sock.sendmsg(bufs)
-    return sock.send(head)
+        return sock.sendmsg(bufs), sum(map(len, bufs))
+    return sock.send(head), len(head)
 
 
 def _consume_sent(out: collections.deque, n: int) -> bool:
