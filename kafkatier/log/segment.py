@@ -397,7 +397,14 @@ class LogSegment:
         if file_records and fetch >= FILE_RECORDS_MIN_BYTES:
             found = self._whole_batches_within(start_pos, fetch)
             if found is not None:
-                return FetchDataInfo(meta, FileRecords(self._fd, start_pos, found[0]), last_offset=found[1])
+                try:
+                    ranged = FileRecords(self._fd, start_pos, found[0])
+                except OSError as e:
+                    if e.errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    ranged = None   # no descriptor to spare: the copying read below
+                if ranged is not None:
+                    return FetchDataInfo(meta, ranged, last_offset=found[1])
         data = os.pread(self._fd, fetch, start_pos)
         cut = whole_batches_size(data)
         return FetchDataInfo(meta, data if cut == len(data) else data[:cut])

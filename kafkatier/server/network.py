@@ -19,7 +19,10 @@ arrive (memory follows what was sent, within a factor of 8, not what a header cl
 memoryview, so the only copy of a record payload on the way in is the decoder slicing it out as ``bytes``.
 A response is encoded once into a frame (kafka-python's thread-local buffer, then one copy out); a ready-encoded
 Produce or Fetch answer on a plaintext connection is sent as its pieces, the record data as it was read from the
-log, with one ``sendmsg`` (no copy into a frame).  Writes go out from memoryviews, partial sends included.
+log, with one ``sendmsg`` (no copy into a frame); a Fetch answer's large reads are ``FileRecords`` ranges of the
+segment files, sent with ``sendfile`` between gather-writes of the pieces around them (the records never enter
+the broker; a TLS connection gets them read into the frame).  Writes go out from memoryviews, partial sends
+included.
 
 Inline dispatch (off unless ``inline_max_bytes`` is set, the broker's ``kafkatier.network.inline.max.bytes``): a
 Produce or Fetch frame of at most that size with nothing queued before it on its connection is handled on the I/O

@@ -177,3 +177,19 @@ def test_find_offset_by_timestamp_inside_batch(tmp_path):
     assert (found.timestamp, found.offset) == (200, 10)
     assert seg.find_offset_by_timestamp(105, 7).offset == 7
     assert seg.find_offset_by_timestamp(1_000, 0) is None
+
+
+def test_a_read_without_a_descriptor_to_spare_is_copied(tmp_path, monkeypatch):
+    """``FileRecords`` holds a duplicate descriptor: when the process has none left (EMFILE) the read is the
+    copying one, not a storage error."""
+    import errno
+
+    from kafkatier.common import file_records
+    seg = LogSegment(str(tmp_path), 0)
+    append(seg, 0, 100, value_size=1024)
+
+    def no_fd(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(file_records.os, "dup", no_fd)
+    got = seg.read(0, 1 << 20, file_records=True)
+    assert type(got.records) is bytes and offsets(got.records) == list(range(100))
