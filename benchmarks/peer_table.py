@@ -15,6 +15,7 @@ median of ``--repeats`` rounds counts:
   move against ``cp -r`` (each script run as a subprocess; their own ratios).
 
     .venv/bin/python benchmarks/peer_table.py [--mb 64] [--repeats 3] [--latency-seconds 10] [--skip-rf3 | --only-rf3]
+    .venv/bin/python benchmarks/peer_table.py --only-consume [--repeats 5]
 """
 from __future__ import annotations
 
@@ -171,8 +172,9 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
             for kb in (1024, 16):
                 create_topic(b.bootstrap, f"rf1-{kb}", 3, 1)
             create_topic(b.bootstrap, "latency", 1, 1)
+        sizes = (1024,) if args.only_consume else (1024, 16)
         for r in range(args.repeats):
-            for kb in (1024, 16):
+            for kb in sizes:
                 for b in brokers:
                     topic = f"rf1-{kb}" if r == 0 else f"rf1-{kb}-{r}"
                     if r:
@@ -188,7 +190,7 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
                                               records)
                 res[b.name].setdefault("fetch", []).append(counted / 1024 / el if el else float("nan"))
                 print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s", flush=True)
-            for b in brokers:
+            for b in brokers if not args.only_consume else ():
                 p50, p99, cpu = latency_round(b, "latency", args.rate, args.latency_seconds)
                 for k, v in (("p50", p50), ("p99", p99), ("cpu_rate", cpu)):
                     res[b.name].setdefault(k, []).append(v)
@@ -210,9 +212,11 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
             return "Tansu not installed", ""
         ratio = k[metric] / t[metric] if better_high else k[metric] / t[metric]
         return f"Tansu {t[metric]:{fmt}}", f"{ratio:.2f}"
-    rows.append(("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
-    rows.append(("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
     rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
+    if args.only_consume:
+        return
+    rows.insert(-1, ("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
+    rows.insert(-1, ("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
     rows.append((f"producer p50 at {args.rate} msg/s (ms)", f"{k['p50']:.2f}", *peer("p50", ".2f", False)))
     rows.append((f"producer p99 at {args.rate} msg/s (ms)", f"{k['p99']:.2f}", *peer("p99", ".2f", False)))
     rows.append((f"broker CPU at {args.rate} msg/s (% of a core)", f"{k['cpu_rate']:.0f}",
@@ -229,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-rf3", action="store_true")
     ap.add_argument("--only-rf3", action="store_true", help="only the RF3 rows (no RF1 / Tansu rows, no scripts)")
     ap.add_argument("--skip-scripts", action="store_true", help="skip the log_append / replica_move rows")
+    ap.add_argument("--only-consume", action="store_true",
+                    help="only the consume row (each round produces the 1 MiB-batch topic it reads; no RF3, no "
+                         "latency rows, no scripts)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--quick", action="store_true", help="16 MB rounds, one round, 3 s latency runs, no scripts")
     args = ap.parse_args(argv)
@@ -242,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load before: {os.getloadavg()}; {args.mb} MB per produce round, median of {args.repeats}", flush=True)
     if args.only_rf3:
         args.skip_rf3, args.skip_scripts = False, True
+    if args.only_consume:
+        args.skip_rf3, args.skip_scripts, args.only_rf3 = True, True, False
     try:
         if not args.only_rf3:
             rf1_rows(args, work, binary, records, value, rows)

@@ -840,13 +840,14 @@ class Log:
 
     # --- read ----------------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
-             min_one_message: bool = True) -> FetchDataInfo:
+             min_one_message: bool = True, file_records: bool = False) -> FetchDataInfo:
         """Whole batches from the one containing ``offset``, up to ``max_bytes`` and below ``max_offset``.
 
         ``max_offset`` is the isolation bound (the high watermark for consumers, None for the log end
         offset): batches at or past it are not returned. With ``min_one_message`` the first batch is
         returned whole even if it is larger than ``max_bytes`` (KIP-74). Raises OffsetOutOfRangeError
-        for an offset below the log start offset or above the log end offset."""
+        for an offset below the log start offset or above the log end offset.  ``file_records``: a large read may
+        come back as a ``FileRecords`` range of the segment file (``LogSegment.read``), for a Fetch answer."""
         with self._lock:
             self._check_open()
             if offset < self._log_start_offset:
@@ -877,7 +878,7 @@ class Log:
                     if seg.base_offset == bound_meta[0]:
                         max_position = bound_meta[1]
                 try:
-                    fetched = seg.read(offset, max_bytes, max_position, min_one_message)
+                    fetched = seg.read(offset, max_bytes, max_position, min_one_message, file_records=file_records)
                 except OSError as e:
                     raise KafkaStorageError(f"Error while reading {self.name} in dir {self.parent_dir}: {e}") from e
                 if fetched is not None:

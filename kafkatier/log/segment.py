@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 
 import attrs
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.log.errors import LogSegmentOffsetOverflowError, MissingIndexFileError
 from kafkatier.log.offset_index import OffsetIndex
 from kafkatier.log.record_batch import (
@@ -48,6 +49,11 @@ SWAP_FILE_SUFFIX = ".swap"
 
 _INT32 = struct.Struct(">i")
 _SCAN_CHUNK = 64 * 1024
+#: A read of at least this many bytes for a fetch is answered as a range of the segment file (``sendfile``); below
+#: it the copy costs less than the descriptor and the extra system call.
+FILE_RECORDS_MIN_BYTES = 64 * 1024
+#: At most this many batch headers are read to find where the whole batches of such a read end.
+_MAX_HEADER_READS = 128
 _RECOVER_CHUNK = 1024 * 1024
 
 
@@ -156,8 +162,10 @@ class FetchDataInfo:
     """Result of a read: whole batches starting with the one that contains the fetch offset."""
 
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
+    records: bytes | FileRecords   # a FileRecords range only when the reader asked for one
     first_entry_incomplete: bool = False
+    #: the last offset of the last batch of a ``FileRecords`` read (-1 otherwise: walk ``records`` for it)
+    last_offset: int = -1
 
     @property
     def size(self) -> int:
@@ -364,10 +372,12 @@ class LogSegment:
         self._next_offset = largest_offset + 1
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = False) -> FetchDataInfo | None:
+             min_one_message: bool = False, *, file_records: bool = False) -> FetchDataInfo | None:
         """Whole batches from the one containing ``start_offset``, at most ``max_size`` bytes
         (or the first batch whole if ``min_one_message``) and not past ``max_position``.
-        Returns None when no batch here contains an offset >= ``start_offset``."""
+        Returns None when no batch here contains an offset >= ``start_offset``.  With ``file_records`` a read of
+        at least :data:`FILE_RECORDS_MIN_BYTES` comes back as a :class:`FileRecords` range of this file (sent
+        with ``sendfile``, not read into memory), when its end takes at most a few batch headers to find."""
         if max_size < 0:
             raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log_path}")
         found = self.translate_offset(start_offset)
@@ -384,9 +394,44 @@ class LogSegment:
             if not min_one_message or first_size > available:
                 return FetchDataInfo(meta, b"")
             fetch = first_size
+        if file_records and fetch >= FILE_RECORDS_MIN_BYTES:
+            found = self._whole_batches_within(start_pos, fetch)
+            if found is not None:
+                try:
+                    ranged = FileRecords(self._fd, start_pos, found[0])
+                except OSError as e:
+                    if e.errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    ranged = None   # no descriptor to spare: the copying read below
+                if ranged is not None:
+                    return FetchDataInfo(meta, ranged, last_offset=found[1])
         data = os.pread(self._fd, fetch, start_pos)
         cut = whole_batches_size(data)
         return FetchDataInfo(meta, data if cut == len(data) else data[:cut])
+
+    def _whole_batches_within(self, start: int, n: int) -> tuple[int, int] | None:
+        """(bytes, last offset) of the whole batches in ``n`` bytes from ``start``, read a batch header at a time;
+        None after :data:`_MAX_HEADER_READS` headers (small batches: one read of the data costs less), at a batch
+        that is not format v2 or when not even one batch is whole (the copying read answers those as before)."""
+        pos, end, last = start, start + n, -1
+        for _ in range(_MAX_HEADER_READS):
+            if end - pos < HEADER_SIZE:
+                break
+            head = os.pread(self._fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                break
+            h = HEADER.unpack_from(head)
+            size = h[1] + LOG_OVERHEAD
+            if h[3] != MAGIC_V2 or size < HEADER_SIZE:
+                return None
+            if pos + size > end:
+                break
+            pos += size
+            last = h[0] + h[6]
+        else:
+            if end - pos >= HEADER_SIZE:
+                return None
+        return (pos - start, last) if pos > start else None
 
     # --- copying batches between segments (JBOD moves) -----------------------------------------------
     def batches_from(self, start_offset: int, max_bytes: int) -> list[_Hdr]:

@@ -33,6 +33,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
+from kafkatier.common.file_records import FileRecords, as_bytes
 from kafkatier.protocol import produce_codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.control_requests import CONTROL_MESSAGES
@@ -61,7 +62,7 @@ class EncodedResponse:
 
     @property
     def body(self) -> bytes:
-        return b"".join(self.parts)
+        return b"".join([as_bytes(p) for p in self.parts])
 
     def decoded(self) -> ApiMessage:
         if self._decoded is None:
@@ -320,6 +321,7 @@ def _frame(correlation_id: int, api_key: int, version: int, parts: list) -> byte
     flexible = api_key != ApiKeys.API_VERSIONS and response_class(api_key).flexible_version_q(version)
     size = sum(map(len, parts)) + (5 if flexible else 4)
     head = _SIZE_CORRELATION.pack(size, correlation_id)
+    parts = [as_bytes(p) for p in parts]   # FileRecords read here (a TLS socket takes bytes)
     return b"".join([head, b"\x00", *parts] if flexible else [head, *parts])
 
 
@@ -329,7 +331,8 @@ _UNCOPIED_PIECE = 64 * 1024
 
 def response_buffers(header: RequestHeader, response: EncodedResponse, version: int | None = None) -> list:
     """:func:`encode_response` of an :class:`EncodedResponse` as buffers to send in order (one ``sendmsg``):
-    record data as it was read, the small pieces between them joined."""
+    record data as it was read, the small pieces between them joined; a ``FileRecords`` range stays one piece
+    (the network layer sends it with ``sendfile``)."""
     v = header.request_api_version if version is None else version
     api_key = response.API_KEY
     flexible = api_key != ApiKeys.API_VERSIONS and response_class(api_key).flexible_version_q(v)
@@ -338,7 +341,7 @@ def response_buffers(header: RequestHeader, response: EncodedResponse, version: 
     out: list = []
     small = [head, b"\x00"] if flexible else [head]
     for piece in parts:
-        if len(piece) >= _UNCOPIED_PIECE:
+        if len(piece) >= _UNCOPIED_PIECE or type(piece) is FileRecords:
             if small:
                 out.append(b"".join(small))
             out.append(piece)

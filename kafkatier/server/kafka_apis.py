@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from kafkatier.common.file_records import as_bytes
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log import log_validator, message_format_conversion
 from kafkatier.log.record_batch import iter_batches
@@ -596,8 +597,8 @@ class KafkaApis:
                         {"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
                     "preferred_read_replica": r.preferred_read_replica,
                     # fetchers below v4 read message format v0/v1 (log/message_format_conversion.py)
-                    "records": r.records if v >= 4 else message_format_conversion.down_convert(
-                        r.records, message_format_conversion.fetch_magic(v), fetch_offsets.get(tp, 0))})
+                    "records": as_bytes(r.records) if v >= 4 else message_format_conversion.down_convert(
+                        as_bytes(r.records), message_format_conversion.fetch_magic(v), fetch_offsets.get(tp, 0))})
             return self._resp(ApiKeys.FETCH, v, {
                 "throttle_time_ms": throttle_ms, "error_code": int(answer.error), "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})

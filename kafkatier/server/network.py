@@ -19,7 +19,10 @@ arrive (memory follows what was sent, within a factor of 8, not what a header cl
 memoryview, so the only copy of a record payload on the way in is the decoder slicing it out as ``bytes``.
 A response is encoded once into a frame (kafka-python's thread-local buffer, then one copy out); a ready-encoded
 Produce or Fetch answer on a plaintext connection is sent as its pieces, the record data as it was read from the
-log, with one ``sendmsg`` (no copy into a frame).  Writes go out from memoryviews, partial sends included.
+log, with one ``sendmsg`` (no copy into a frame); a Fetch answer's large reads are ``FileRecords`` ranges of the
+segment files, sent with ``sendfile`` between gather-writes of the pieces around them (the records never enter
+the broker; a TLS connection gets them read into the frame).  Writes go out from memoryviews, partial sends
+included.
 
 Inline dispatch (off unless ``inline_max_bytes`` is set, the broker's ``kafkatier.network.inline.max.bytes``): a
 Produce or Fetch frame of at most that size with nothing queued before it on its connection is handled on the I/O
@@ -96,6 +99,7 @@ import attrs
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
@@ -856,7 +860,7 @@ class SocketServer:
                     close = True
                     break
                 if type(slot.data) is list:
-                    conn.out.extend(map(memoryview, slot.data))
+                    conn.out.extend(map(_view, slot.data))
                 elif slot.data is not None:
                     conn.out.append(memoryview(slot.data))
                 if slot.close_after:
@@ -877,16 +881,14 @@ class SocketServer:
         gather = not isinstance(conn.sock, ssl.SSLSocket)
         while conn.out:
             try:
-                if gather and len(conn.out) > 1:   # several buffers, one system call
-                    n = conn.sock.sendmsg(list(itertools.islice(conn.out, _MAX_GATHER)))
-                else:
-                    n = conn.sock.send(conn.out[0])
+                n, offered = _send_some(conn.sock, conn.out, gather)
             except WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close(conn, f"write failed: {e}")
                 return
-            if not _consume_sent(conn.out, n):
+            _consume_sent(conn.out, n)
+            if n < offered:   # the socket is full
                 break
         if not conn.out and conn.close_when_flushed:
             self._close(conn, "closed after response")
@@ -1185,19 +1187,31 @@ class SocketServer:
             return False
         conn.slots.popleft()
         gathered = type(data) is list
-        try:
-            n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
-        except WOULD_BLOCK:
-            n = 0
-        except OSError:
-            n = 0   # the I/O thread meets the error on its own write and closes the connection
-        if gathered:
-            conn.out.extend(map(memoryview, data))
-            if not _consume_sent(conn.out, n):
+        if gathered and any(type(b) is FileRecords for b in data):
+            # record data as ranges of segment files: gather-writes of the pieces before each, sendfile of it
+            conn.out.extend(map(_view, data))
+            try:
+                while conn.out:
+                    n, offered = _send_some(conn.sock, conn.out, True)
+                    _consume_sent(conn.out, n)
+                    if n < offered:   # the socket is full: the I/O thread writes the rest
+                        return False
+            except OSError:   # a full socket; a failed or short write is met again by the I/O thread's write
                 return False
-        elif n < len(data):
-            conn.out.append(memoryview(data)[n:])
-            return False
+        else:
+            try:
+                n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
+            except WOULD_BLOCK:
+                n = 0
+            except OSError:
+                n = 0   # the I/O thread meets the error on its own write and closes the connection
+            if gathered:
+                conn.out.extend(map(memoryview, data))
+                if not _consume_sent(conn.out, n):
+                    return False
+            elif n < len(data):
+                conn.out.append(memoryview(data)[n:])
+                return False
         if conn.slots and conn.slots[0].done:
             return False   # answers completed earlier wait behind this one: the I/O thread collects them
         if conn.full:
@@ -1210,6 +1224,36 @@ class SocketServer:
             conn.full = False
             return False
         return True
+
+
+class FileRecordsTruncated(OSError):
+    """A ``FileRecords`` range whose file ended before the range did (the log was truncated after the read): the
+    frame announced bytes that cannot be sent, so the connection is closed (Kafka's ``FileRecords.writeTo``)."""
+
+
+def _view(buf: Any) -> Any:
+    """What ``conn.out`` holds for a piece of an answer: a memoryview, or the ``FileRecords`` range itself."""
+    return buf if type(buf) is FileRecords else memoryview(buf)
+
+
+def _send_some(sock: socket.socket, out: collections.deque, gather: bool) -> tuple[int, int]:
+    """One system call's worth of ``out`` from its head: ``sendfile`` of a ``FileRecords`` range, or one gather-write
+    of the buffers before the next range (``send`` of the head when ``gather`` is off: TLS).  (bytes sent, bytes
+    offered): fewer sent than offered means the socket is full."""
+    head = out[0]
+    if type(head) is FileRecords:
+        n = head.send_to(sock.fileno())
+        if n == 0 and len(head):
+            raise FileRecordsTruncated(f"{head!r} is past the end of its file")
+        return n, len(head)
+    if gather and len(out) > 1:   # several buffers, one system call
+        bufs = []
+        for buf in itertools.islice(out, _MAX_GATHER):
+            if type(buf) is FileRecords:
+                break
+            bufs.append(buf)
+        return sock.sendmsg(bufs), sum(map(len, bufs))
+    return sock.send(head), len(head)
 
 
 def _consume_sent(out: collections.deque, n: int) -> bool:

@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Protocol
 
 import attrs
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.common.scheduler import KafkaScheduler
 from kafkatier.common.structs import TopicPartition
 from kafkatier.log.dir_names import MAX_DIR_NAME_LENGTH, move_dir_name
@@ -122,7 +123,7 @@ class FetchPartitionResult:
     error: Errors
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | FileRecords = b""   # a large local read: a range of the segment file (sent with sendfile)
     #: read_committed fetches: the last stable offset and the aborted transactions overlapping ``records``
     #: (``(producer id, first offset)`` pairs); -1 / () otherwise.
     last_stable_offset: int = -1
@@ -684,7 +685,9 @@ class ReplicaManager:
             if self._held_back_by_throttle(p, replica_id, throttled):
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset)
             try:
-                info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True)
+                # a large read is a range of the segment file, sent with sendfile (common/file_records.py)
+                info = plog.read(fp.fetch_offset, max_bytes, max_offset=max_offset, min_one_message=True,
+                                 file_records=True)
             except OffsetOutOfRangeError:
                 # Local retention removed the segment between the check above and the read: the data is in the
                 # remote tier (Kafka's readFromLocalLog turns this into a remote fetch too).
@@ -739,7 +742,7 @@ class ReplicaManager:
                 return FetchPartitionResult(Errors.NONE, plog.high_watermark, plog.log_start_offset,
                                             last_stable_offset=lso)
             try:
-                info = plog.read(fp.fetch_offset, max_bytes, max_offset=lso, min_one_message=True)
+                info = plog.read(fp.fetch_offset, max_bytes, max_offset=lso, min_one_message=True, file_records=True)
             except OffsetOutOfRangeError:
                 # Local retention removed the segment meanwhile: the data is in the remote tier (as read_partition).
                 if (self.remote_log_manager is not None and is_tiered(p)
@@ -749,9 +752,10 @@ class ReplicaManager:
             records = info.records or b""
             aborted: tuple = ()
             if records:
-                upper = fp.fetch_offset
-                for _, h in iter_batches(records):
-                    upper = h.last_offset + 1
+                upper = info.last_offset + 1 if type(records) is FileRecords else fp.fetch_offset
+                if type(records) is not FileRecords:
+                    for _, h in iter_batches(records):
+                        upper = h.last_offset + 1
                 aborted = tuple((t.producer_id, t.first_offset)
                                 for t in plog.collect_aborted_transactions(fp.fetch_offset, upper))
             if records and not p.is_leader:

@@ -192,3 +192,82 @@ def test_sasl_ssl_listener_with_inter_broker_sasl_over_tls(module_cluster_factor
     with pytest.raises(KafkaError):
         KafkaAdminClient(**{**client, "sasl_plain_password": "wrong", "request_timeout_ms": 5000,
                             "api_version_auto_timeout_ms": 5000})
+
+
+def test_large_fetches_read_the_same_over_plaintext_sendfile_and_over_tls(tls_cluster):
+    """Fetch answers of more than 64 KiB of records go out from the segment files with ``sendfile`` on PLAINTEXT
+    listeners and are copied through TLS on SSL ones (docs/architecture.md#request-paths):
+    kafka-python (SSL and PLAINTEXT, read_uncommitted), confluent-kafka (read_committed) and aiokafka read the
+    same records, the follower's copy included (acks=all, RF 2)."""
+    import asyncio
+
+    import aiokafka
+    import confluent_kafka
+    from kafka import TopicPartition
+    cluster, tls, _ = tls_cluster
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        admin.create_topics([NewTopic("big-t", 1, 2)])
+    finally:
+        admin.close()
+    values = [os.urandom(8) * 1024 for _ in range(300)]   # 8 KiB each, 2.4 MB
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", batch_size=256 * 1024,
+                             linger_ms=20, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        for v in values:
+            producer.send("big-t", v)
+        producer.flush(TIMEOUT_S)
+    finally:
+        producer.close()
+
+    def kafka_python(**kw):
+        consumer = KafkaConsumer(consumer_timeout_ms=15000, **kw)
+        try:
+            consumer.assign([TopicPartition("big-t", 0)])
+            consumer.seek_to_beginning()
+            got = []
+            for m in consumer:
+                got.append(m.value)
+                if len(got) == len(values):
+                    break
+            return got
+        finally:
+            consumer.close()
+
+    def confluent():
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "big",
+                                             "enable.auto.commit": False, "check.crcs": True})
+        try:
+            consumer.assign([confluent_kafka.TopicPartition("big-t", 0, confluent_kafka.OFFSET_BEGINNING)])
+            got = []
+            for _ in range(60):
+                for m in consumer.consume(1000, timeout=0.5):
+                    assert m.error() is None, m.error()
+                    got.append(m.value())
+                if len(got) >= len(values):
+                    break
+            return got
+        finally:
+            consumer.close()
+
+    async def aio():
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False,
+                                             check_crcs=True)
+        await consumer.start()
+        try:
+            consumer.assign([aiokafka.TopicPartition("big-t", 0)])
+            await consumer.seek_to_beginning()
+            got = []
+            for _ in range(60):
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+                if len(got) >= len(values):
+                    break
+            return got
+        finally:
+            await consumer.stop()
+
+    assert kafka_python(bootstrap_servers=cluster.bootstrap_servers) == values
+    assert kafka_python(**_kp_ssl(tls)) == values
+    assert confluent() == values
+    assert asyncio.run(aio()) == values

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import socket
 
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.log.record_batch import BatchHeader, validate_and_assign_offsets
-from kafkatier.log.segment import LogSegment
+from kafkatier.log.segment import FILE_RECORDS_MIN_BYTES, LogSegment
 
 
 def records(first_offset: int, n: int, *, ts: int = 1_000, value_size: int = 100, epoch: int = 0):
@@ -65,6 +67,49 @@ def test_read_returns_whole_batches_containing_start_offset(tmp_path):
     assert seg.read(15, 10_000) is None
     bounded = seg.read(0, 10_000, max_position=2 * one_batch)
     assert offsets(bounded.records) == list(range(0, 10))
+
+
+def test_a_large_read_as_file_records_is_the_copying_read_without_the_copy(tmp_path):
+    """``file_records``: a read of at least FILE_RECORDS_MIN_BYTES is a range of the segment file holding the same
+    whole batches the copying read returns, with the last batch's last offset; a small read, or one over many
+    small batches, is copied as before."""
+    seg = LogSegment(str(tmp_path), 0)
+    first = 0
+    for _ in range(6):   # six batches of 20 records of 1 KiB (~20 KiB each)
+        first = append(seg, first, 20, value_size=1024).last_offset + 1
+    for start, max_size, max_position in [(0, 1 << 20, None), (25, 70_000, None), (0, 1 << 20, 100_000),
+                                          (119, 10, None)]:
+        copied = seg.read(start, max_size, max_position, min_one_message=True)
+        ranged = seg.read(start, max_size, max_position, min_one_message=True, file_records=True)
+        assert type(copied.records) is bytes
+        if max_size >= FILE_RECORDS_MIN_BYTES:
+            assert type(ranged.records) is FileRecords
+            assert ranged.records.read() == copied.records
+            assert ranged.last_offset == offsets(copied.records)[-1]
+        else:
+            assert ranged.records == copied.records and ranged.last_offset == -1
+        assert ranged.fetch_offset_metadata == copied.fetch_offset_metadata
+    os.makedirs(tmp_path / "tiny")
+    tiny = LogSegment(str(tmp_path / "tiny"), 0)
+    for i in range(200):   # 200 batches of one 1 KiB record: more headers than a range is worth reading
+        append(tiny, i, 1, value_size=1024)
+    got = tiny.read(0, 1 << 20, file_records=True)
+    assert type(got.records) is bytes and offsets(got.records) == list(range(200))
+
+
+def test_file_records_outlive_the_segment_file_they_were_read_from(tmp_path):
+    seg = LogSegment(str(tmp_path), 0)
+    append(seg, 0, 100, value_size=1024)
+    expected = seg.read(0, 1 << 20).records
+    ranged = seg.read(0, 1 << 20, file_records=True).records
+    seg.close()
+    os.unlink(seg.log_path)
+    assert ranged.read() == expected
+    assert ranged[1000:].read() == expected[1000:] and len(ranged[1000:]) == len(expected) - 1000
+    a, b = socket.socketpair()
+    with a, b:
+        sent = ranged[10:].send_to(a.fileno())
+        assert b.recv(sent, socket.MSG_WAITALL) == expected[10:10 + sent]
 
 
 def test_reopen_keeps_next_offset_and_max_timestamp(tmp_path):
@@ -132,3 +177,19 @@ def test_find_offset_by_timestamp_inside_batch(tmp_path):
     assert (found.timestamp, found.offset) == (200, 10)
     assert seg.find_offset_by_timestamp(105, 7).offset == 7
     assert seg.find_offset_by_timestamp(1_000, 0) is None
+
+
+def test_a_read_without_a_descriptor_to_spare_is_copied(tmp_path, monkeypatch):
+    """``FileRecords`` holds a duplicate descriptor: when the process has none left (EMFILE) the read is the
+    copying one, not a storage error."""
+    import errno
+
+    from kafkatier.common import file_records
+    seg = LogSegment(str(tmp_path), 0)
+    append(seg, 0, 100, value_size=1024)
+
+    def no_fd(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(file_records.os, "dup", no_fd)
+    got = seg.read(0, 1 << 20, file_records=True)
+    assert type(got.records) is bytes and offsets(got.records) == list(range(100))

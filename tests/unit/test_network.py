@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import shutil
 import socket
 import struct
@@ -13,6 +14,7 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from kafkatier.common.file_records import FileRecords
 from kafkatier.protocol import codec
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, StopReplicaRequest
 from kafkatier.server.api_versions import SUPPORTED, ApiVersionsTable
@@ -562,3 +564,72 @@ def test_a_taken_port_is_an_error_unless_any_port_will_do():
         assert server.port == taken
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["at-once", "completed-later"])
+def test_file_records_pieces_go_out_with_sendfile_whole_and_in_order(broker, tmp_path, deferred):
+    """Record data as ``FileRecords`` ranges of a file (a Fetch answer's large reads) is sent from the file
+    (``sendfile``) between the other pieces, partial sends included, and the answer after it follows it."""
+    stub, server = broker
+    data = bytes(range(256)) * (24 << 12)   # 6 MiB
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ranges = [FileRecords(fd, 100, 3 << 20), FileRecords(fd, 5 << 20, 70 * 1024)]
+    finally:
+        os.close(fd)   # each range keeps its own descriptor
+    pieces = [b"\x00\x00\x00\x00", ranges[0], b"c" * 5, ranges[1], b"f"]
+    expected = b"".join([b"\x00\x00\x00\x00", data[100:100 + (3 << 20)], b"c" * 5,
+                         data[5 << 20:(5 << 20) + 70 * 1024], b"f"])
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.request_api_key != 0:
+            return original(header, request, context)
+        answer = codec.EncodedResponse(0, header.request_api_version, list(pieces))
+        if not deferred:
+            return answer
+        fut = concurrent.futures.Future()
+        threading.Thread(target=fut.set_result, args=(answer,)).start()
+        return fut
+
+    stub.handle = handle
+    with _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 7, 9) + _frame(ApiVersionsRequest[3](), 8, 3))
+        first, second = _recv_frame(s), _recv_frame(s)
+    assert first == struct.pack(">i", 7) + b"\x00" + expected
+    assert struct.unpack(">i", second[:4])[0] == 8
+    assert server.metrics["Produce"]["bytes_out"] == len(first) + 4
+
+
+def test_file_records_cut_short_by_a_truncated_file_close_the_connection(broker, tmp_path):
+    """A range whose file was truncated after the read cannot send what its frame announced: the connection is
+    closed (the client sees it end), never a frame with other bytes in it."""
+    stub, server = broker
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"R" * (1 << 20))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        records = FileRecords(fd, 0, 1 << 20)
+        os.ftruncate(fd, 1000)
+    finally:
+        os.close(fd)
+    original = stub.handle
+
+    def handle(header, request, context):
+        if header.request_api_key != 0:
+            return original(header, request, context)
+        return codec.EncodedResponse(0, header.request_api_version, [b"\x00" * 4, records])
+
+    stub.handle = handle
+    with _connect(server.port) as s:
+        s.sendall(_frame(_produce(b"x" * 100), 7, 9))
+        got = b""
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+    assert len(got) < 4 + 5 + 4 + (1 << 20)   # the frame was cut, then the connection closed
+    assert got[4:8] == struct.pack(">i", 7)
