@@ -42,8 +42,12 @@ Per connection:
 - every request takes a slot in a FIFO; responses are written strictly in slot order, so asynchronous
   completion never reorders a connection's responses (Kafka's guarantee);
 - reading stops while ``max_in_flight_per_connection`` requests are unanswered or unsent (Kafka itself uses 1;
-  the default here, 5, matches the clients' ``max.in.flight.requests.per.connection``) and resumes once half of
-  them are answered (one wake-up of the I/O thread per few requests for a client that keeps the limit busy).
+  this class's default, 5, matches the clients' ``max.in.flight.requests.per.connection``; a broker passes
+  ``kafkatier.network.max.in.flight.requests.per.connection``, 64) and resumes once half of them are answered
+  (one wake-up of the I/O thread per few requests for a client that keeps the limit busy);
+- reading also stops while the requests read and not yet handed to the handler hold ``max_read_ahead_bytes``
+  (16 MiB) or more, so a deep window of large requests (64 Produce requests of 1 MiB) costs a bounded amount of
+  memory per connection; it resumes with the next answer completed after the handler took one of them.
 
 Errors: a bad frame size (negative, too small, or above ``socket.request.max.bytes`` -- checked before the body
 is allocated; before authentication the cap is ``unauthenticated_max_request_bytes``, Kafka's
@@ -123,6 +127,8 @@ _INLINE_APIS = frozenset({ApiKeys.PRODUCE, ApiKeys.FETCH})
 _MAX_GATHER = 64
 #: A connection's receive buffer: size prefixes and whole small frames are read through it.
 _READ_BUFFER = _FIRST_BODY_CHUNK
+#: Reading pauses while a connection's requests read and not yet handled hold this many bytes (see the module doc).
+DEFAULT_MAX_READ_AHEAD_BYTES = 16 * 1024 * 1024
 
 
 @attrs.frozen
@@ -233,13 +239,14 @@ class MemoryPool:
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
                   "events", "rbuf", "rpos", "rend", "body", "body_read", "body_size", "close_when_flushed",
-                  "handshake_events", "awaiting_memory", "muted_until", "full")
+                  "handshake_events", "awaiting_memory", "muted_until", "full", "queued_bytes")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
         self.context = context
         self.lock = threading.Lock()
         self.frames: collections.deque[tuple[bytearray, _Slot]] = collections.deque()  # read, not dispatched
+        self.queued_bytes = 0  # the bytes of ``frames`` (changed under ``lock``)
         self.slots: collections.deque[_Slot] = collections.deque()  # dispatched or queued, not yet collected
         self.dispatching = False
         self.closing = False  # a fatal error was seen: read no more, close when its slot comes up
@@ -335,7 +342,8 @@ class SocketServer:
                  ssl_context: ssl.SSLContext | None = None,
                  ssl_principal: Callable[[ssl.SSLSocket], str] | None = None,
                  memory_pool: MemoryPool | None = None,
-                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES):
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
+                 max_read_ahead_bytes: int = DEFAULT_MAX_READ_AHEAD_BYTES):
         """``memory_pool``: the broker's ``queued.max.request.bytes`` pool, shared by its listeners (None:
         unbounded, Kafka's default -1).  ``inline_max_bytes``: Produce and Fetch frames up to this size are
         handled on the I/O thread when nothing is queued before them on their connection (0, the default: never)."""
@@ -354,6 +362,7 @@ class SocketServer:
         self._num_threads = num_handler_threads
         self._max_request_bytes = max_request_bytes
         self._max_in_flight = max_in_flight_per_connection
+        self._max_read_ahead_bytes = max_read_ahead_bytes
         self._listener_name = listener_name
         self._principal = principal
         #: Optional ``gate(context, header, request) -> bool`` consulted before dispatch; False closes the
@@ -837,6 +846,7 @@ class SocketServer:
                 _MIN_FRAME <= len(frame) <= self._inline_max_bytes and ((frame[0] << 8) | frame[1]) in _INLINE_APIS
             if not inline:
                 conn.frames.append((frame, slot))
+                conn.queued_bytes += len(frame)
                 start = not conn.dispatching
                 conn.dispatching = True
         if inline:
@@ -868,6 +878,7 @@ class SocketServer:
                     conn.close_when_flushed = True
                     conn.slots.clear()
                     conn.frames.clear()
+                    conn.queued_bytes = 0
                     break
         if close:
             self._close(conn, "request error")
@@ -926,11 +937,12 @@ class SocketServer:
         """Whether the connection may read another request; at the limit, ``conn.full`` is set under the lock the
         completing threads take, so the completion that brings the queue down to half the limit sees it and
         wakes this thread (``_send_now``)."""
-        if len(conn.slots) + len(conn.out) < self._max_in_flight:
+        if len(conn.slots) + len(conn.out) < self._max_in_flight and conn.queued_bytes < self._max_read_ahead_bytes:
             conn.full = False
             return True
         with conn.lock:
-            full = conn.full = len(conn.slots) + len(conn.out) >= self._max_in_flight
+            full = conn.full = len(conn.slots) + len(conn.out) >= self._max_in_flight or \
+                conn.queued_bytes >= self._max_read_ahead_bytes
         return not full
 
     def _close(self, conn: _Connection, reason: str, malformed: bool = False) -> None:
@@ -941,6 +953,7 @@ class SocketServer:
             conn.closing = True
             self._release(sum(len(frame) for frame, _ in conn.frames))
             conn.frames.clear()
+            conn.queued_bytes = 0
         if conn.body is not None:   # a frame partly read holds its size from the pool
             self._release(conn.body_size)
             conn.body = None
@@ -975,9 +988,11 @@ class SocketServer:
                 if conn.closing or not conn.frames:
                     self._release(sum(len(frame) for frame, _ in conn.frames))
                     conn.frames.clear()
+                    conn.queued_bytes = 0
                     conn.dispatching = False
                     return
                 frame, slot = conn.frames.popleft()
+                conn.queued_bytes -= len(frame)
             self._dispatch(conn, frame, slot)
 
     def _dispatch(self, conn: _Connection, frame: bytearray, slot: _Slot) -> None:

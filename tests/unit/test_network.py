@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
@@ -18,7 +19,8 @@ from kafkatier.common.file_records import FileRecords
 from kafkatier.protocol import codec
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, StopReplicaRequest
 from kafkatier.server.api_versions import SUPPORTED, ApiVersionsTable
-from kafkatier.server.network import SocketServer
+from kafkatier.server.network import MemoryPool, SocketServer
+from kafkatier.waiting import wait_for
 
 DEADLINE = 10.0  # seconds; every wait below is bounded by it
 
@@ -474,6 +476,41 @@ def test_reading_stops_while_max_in_flight_requests_are_unanswered():
         stub.pending[2].set_result(ApiVersionsTable(stub.ranges).response(3))
         assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(3)] == [1, 2, 3]
     assert done_when_3_handled == [True]
+
+
+def test_reading_pauses_while_unhandled_requests_hold_max_read_ahead_bytes():
+    """A deep in-flight window of large requests holds at most about ``max_read_ahead_bytes`` of unhandled
+    requests per connection, and every request is still answered, in order, once the handler catches up."""
+    stub = StubBroker(extra={0: (0, 9)})
+    release = threading.Event()
+    original = stub.handle
+
+    def handle(header, request, context):
+        response = original(header, request, context)
+        if header.correlation_id == 1:
+            release.wait(DEADLINE)   # the handler is busy: the requests after it queue up
+        return response
+
+    stub.handle = handle
+    pool = MemoryPool(64 * 1024 * 1024)
+    frames = [_frame(_produce(b"x" * 4000), c, 9) for c in range(1, 31)]
+    bound = 10_000
+
+    def held() -> int:
+        return pool.capacity - pool.available
+
+    with SocketServer("127.0.0.1", 0, stub, max_in_flight_per_connection=64, max_read_ahead_bytes=bound,
+                      memory_pool=pool, max_request_bytes=1024 * 1024) as server, _connect(server.port) as s:
+        s.sendall(b"".join(frames))
+        stub.wait_seen(1)
+        wait_for(lambda: held() >= bound, DEADLINE, message="requests read up to the bound")
+        window = time.monotonic() + 0.3   # an observation window (nothing to wait for: reading must stay paused)
+        peak = 0
+        while time.monotonic() < window:
+            peak = max(peak, held())
+        assert peak < bound + 2 * len(frames[0]), peak   # the bound, the request being handled and one more
+        release.set()
+        assert [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(30)] == list(range(1, 31))
 
 
 def test_frame_size_limit_is_configurable():
