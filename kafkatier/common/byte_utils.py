@@ -2,17 +2,24 @@
 from __future__ import annotations
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """The zigzag-encoded varint at ``pos`` of ``buf`` (a record's length, deltas, key and value sizes): (value,
-    next position).  IndexError past the end of ``buf``."""
-    shift = raw = 0
+def read_unsigned_varint(buf, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` of ``buf`` (7 bits a byte, low bits first: compact lengths and counts of
+    flexible protocol versions): (value, next position).  IndexError past the end of ``buf``."""
+    value = shift = 0
     while True:
         b = buf[pos]
         pos += 1
-        raw |= (b & 0x7F) << shift
+        value |= (b & 0x7F) << shift
         if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
+            return value, pos
         shift += 7
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """The zigzag-encoded varint or varlong at ``pos`` of ``buf`` (a record's length, deltas, key and value sizes):
+    (value, next position).  IndexError past the end of ``buf``."""
+    raw, pos = read_unsigned_varint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def write_unsigned_varint(n: int) -> bytes:

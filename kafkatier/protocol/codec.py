@@ -33,6 +33,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
+from kafkatier.common.byte_utils import read_unsigned_varint
 from kafkatier.common.file_records import FileRecords, as_bytes
 from kafkatier.protocol import produce_codec
 from kafkatier.protocol.api_keys import ApiKeys
@@ -176,18 +177,13 @@ def _request_header_flexible(api_key: int, api_version: int) -> bool:
 
 
 def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise FrameError("truncated varint in request header")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint too long in request header")
+    try:
+        value, end = read_unsigned_varint(buf, pos)
+    except IndexError:
+        raise FrameError("truncated varint in request header") from None
+    if end - pos > 5:
+        raise FrameError("varint too long in request header")
+    return value, end
 
 
 def _fast_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> RequestHeader:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import struct
 from typing import Callable, Iterable, Sequence
 
+from kafkatier.common.byte_utils import read_unsigned_varint
+
 MIN_VERSION, MAX_VERSION = 3, 12
 FLEXIBLE_FROM = 9
 
@@ -115,15 +117,35 @@ class _Fallback(Exception):
     """Raised inside the purpose-built decoder for what it leaves to kafka-python's (tagged fields)."""
 
 
-def _read_uvarint(data, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
+def _classic_string(data, pos: int):
+    n = _unpack_i16(data, pos)[0]
+    pos += 2
+    return (None, pos) if n < 0 else (str(data[pos:pos + n], "utf-8"), pos + n)
+
+
+def _compact_string(data, pos: int):
+    n, pos = read_unsigned_varint(data, pos)
+    n -= 1
+    return (None, pos) if n < 0 else (str(data[pos:pos + n], "utf-8"), pos + n)
+
+
+def _classic_count(data, pos: int):
+    return _unpack_i32(data, pos)[0], pos + 4
+
+
+def _compact_count(data, pos: int):
+    n, pos = read_unsigned_varint(data, pos)
+    return n - 1, pos
+
+
+def _no_tagged_fields(data, pos: int) -> int:
+    return pos
+
+
+def _empty_tagged_fields(data, pos: int) -> int:
+    if data[pos] != 0:
+        raise _Fallback
+    return pos + 1
 
 
 def request_decoder(version: int, request_cls: type, generic: Callable) -> Callable:
@@ -143,107 +165,42 @@ def request_decoder(version: int, request_cls: type, generic: Callable) -> Calla
         obj.unknown_tags = None
         return obj
 
-    def decode_flexible(data, pos):
+    string, count, tags = (_compact_string, _compact_count, _empty_tagged_fields) if flexible else \
+        (_classic_string, _classic_count, _no_tagged_fields)
+
+    def specific(data, pos):
         obj = make(request_cls)
-        n, pos = _read_uvarint(data, pos)
-        n -= 1
-        if n < 0:
-            obj.transactional_id = None
-        else:
-            obj.transactional_id = str(data[pos:pos + n], "utf-8")
-            pos += n
+        obj.transactional_id, pos = string(data, pos)
         obj.acks, obj.timeout_ms = _unpack_acks_timeout(data, pos)
         pos += 6
-        count, pos = _read_uvarint(data, pos)
-        count -= 1
-        if count == -1:
+        n_topics, pos = count(data, pos)
+        if n_topics < 0:
             obj.topic_data = None
-        else:
-            topics = obj.topic_data = []
-            for _ in range(count):
-                t = make(topic_cls)
-                n, pos = _read_uvarint(data, pos)
-                n -= 1
-                if n < 0:
-                    t.name = None
-                else:
-                    t.name = str(data[pos:pos + n], "utf-8")
-                    pos += n
-                pcount, pos = _read_uvarint(data, pos)
-                pcount -= 1
-                if pcount == -1:
-                    t.partition_data = None
-                else:
-                    parts = t.partition_data = []
-                    for _ in range(pcount):
-                        p = make(part_cls)
-                        p.index = _unpack_i32(data, pos)[0]
-                        pos += 4
-                        n, pos = _read_uvarint(data, pos)
-                        n -= 1
-                        if n < 0:
-                            p.records = None
-                        else:
-                            p.records = data[pos:pos + n]
-                            pos += n
-                        if data[pos] != 0:
-                            raise _Fallback
-                        pos += 1
-                        parts.append(p)
-                if data[pos] != 0:
-                    raise _Fallback
-                pos += 1
-                topics.append(t)
-        if data[pos] != 0:
-            raise _Fallback
-        return obj, pos + 1
+            return obj, tags(data, pos)
+        topics = obj.topic_data = []
+        for _ in range(n_topics):
+            t = make(topic_cls)
+            t.name, pos = string(data, pos)
+            n_parts, pos = count(data, pos)
+            if n_parts < 0:
+                t.partition_data = None
+            else:
+                parts = t.partition_data = []
+                for _ in range(n_parts):
+                    p = make(part_cls)
+                    p.index = _unpack_i32(data, pos)[0]
+                    n, pos = count(data, pos + 4)   # the records' length: INT32, or compact as a count is
+                    if n < 0:
+                        p.records = None
+                    else:
+                        p.records = data[pos:pos + n]
+                        pos += n
+                    parts.append(p)
+                    pos = tags(data, pos)
+            topics.append(t)
+            pos = tags(data, pos)
+        return obj, tags(data, pos)
 
-    def decode_classic(data, pos):
-        obj = make(request_cls)
-        n = _unpack_i16(data, pos)[0]
-        pos += 2
-        if n < 0:
-            obj.transactional_id = None
-        else:
-            obj.transactional_id = str(data[pos:pos + n], "utf-8")
-            pos += n
-        obj.acks, obj.timeout_ms = _unpack_acks_timeout(data, pos)
-        pos += 6
-        count = _unpack_i32(data, pos)[0]
-        pos += 4
-        if count == -1:
-            obj.topic_data = None
-        else:
-            topics = obj.topic_data = []
-            for _ in range(count):
-                t = make(topic_cls)
-                n = _unpack_i16(data, pos)[0]
-                pos += 2
-                if n < 0:
-                    t.name = None
-                else:
-                    t.name = str(data[pos:pos + n], "utf-8")
-                    pos += n
-                pcount = _unpack_i32(data, pos)[0]
-                pos += 4
-                if pcount == -1:
-                    t.partition_data = None
-                else:
-                    parts = t.partition_data = []
-                    for _ in range(pcount):
-                        p = make(part_cls)
-                        p.index, n = _unpack_index_len(data, pos)
-                        pos += 8
-                        if n < 0:
-                            p.records = None
-                        else:
-                            p.records = data[pos:pos + n]
-                            pos += n
-                        parts.append(p)
-                topics.append(t)
-        return obj, pos
-
-    specific = decode_flexible if flexible else decode_classic
 
     def decode(data, pos):
         if not isinstance(data, memoryview):   # the records are views: of an immutable copy, if not a view already
@@ -255,4 +212,3 @@ def request_decoder(version: int, request_cls: type, generic: Callable) -> Calla
     return decode
 
 
-_unpack_index_len = struct.Struct(">ii").unpack_from

@@ -266,12 +266,9 @@ def test_an_answer_larger_than_the_socket_buffer_sent_by_its_completing_thread_k
     assert MetadataResponse.decode(frames[0][5:], version=12).cluster_id == "x" * (16 << 20)
 
 
-@pytest.mark.parametrize("deferred", [False, True], ids=["at-once", "completed-later"])
-def test_an_encoded_answer_in_large_pieces_goes_out_whole_and_in_order(broker, deferred):
-    """A ready-encoded answer with large pieces (record data) is sent as its pieces (``sendmsg``), partial sends
-    included, and the answer after it follows it."""
-    stub, server = broker
-    pieces = [b"\x00\x00\x00\x00", b"B" * (200 * 1024), b"c" * 5, b"D" * (5 << 20), b"E" * (100 * 1024), b"f"]
+def _answer_produce_with_pieces(stub, server, pieces, deferred: bool) -> tuple[bytes, bytes]:
+    """Produce (correlation id 7) answered with a ready-encoded response of ``pieces`` (at once, or completed
+    later from another thread), then ApiVersions (8): the two frames the client receives."""
     original = stub.handle
 
     def handle(header, request, context):
@@ -287,7 +284,16 @@ def test_an_encoded_answer_in_large_pieces_goes_out_whole_and_in_order(broker, d
     stub.handle = handle
     with _connect(server.port) as s:
         s.sendall(_frame(_produce(b"x" * 100), 7, 9) + _frame(ApiVersionsRequest[3](), 8, 3))
-        first, second = _recv_frame(s), _recv_frame(s)
+        return _recv_frame(s), _recv_frame(s)
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["at-once", "completed-later"])
+def test_an_encoded_answer_in_large_pieces_goes_out_whole_and_in_order(broker, deferred):
+    """A ready-encoded answer with large pieces (record data) is sent as its pieces (``sendmsg``), partial sends
+    included, and the answer after it follows it."""
+    stub, server = broker
+    pieces = [b"\x00\x00\x00\x00", b"B" * (200 * 1024), b"c" * 5, b"D" * (5 << 20), b"E" * (100 * 1024), b"f"]
+    first, second = _answer_produce_with_pieces(stub, server, pieces, deferred)
     assert first == struct.pack(">i", 7) + b"\x00" + b"".join(pieces)   # Produce v9: response header v1
     assert struct.unpack(">i", second[:4])[0] == 8
     assert server.metrics["Produce"]["bytes_out"] == len(first) + 4
@@ -619,22 +625,7 @@ def test_file_records_pieces_go_out_with_sendfile_whole_and_in_order(broker, tmp
     pieces = [b"\x00\x00\x00\x00", ranges[0], b"c" * 5, ranges[1], b"f"]
     expected = b"".join([b"\x00\x00\x00\x00", data[100:100 + (3 << 20)], b"c" * 5,
                          data[5 << 20:(5 << 20) + 70 * 1024], b"f"])
-    original = stub.handle
-
-    def handle(header, request, context):
-        if header.request_api_key != 0:
-            return original(header, request, context)
-        answer = codec.EncodedResponse(0, header.request_api_version, list(pieces))
-        if not deferred:
-            return answer
-        fut = concurrent.futures.Future()
-        threading.Thread(target=fut.set_result, args=(answer,)).start()
-        return fut
-
-    stub.handle = handle
-    with _connect(server.port) as s:
-        s.sendall(_frame(_produce(b"x" * 100), 7, 9) + _frame(ApiVersionsRequest[3](), 8, 3))
-        first, second = _recv_frame(s), _recv_frame(s)
+    first, second = _answer_produce_with_pieces(stub, server, pieces, deferred)
     assert first == struct.pack(">i", 7) + b"\x00" + expected
     assert struct.unpack(">i", second[:4])[0] == 8
     assert server.metrics["Produce"]["bytes_out"] == len(first) + 4
