@@ -110,6 +110,10 @@ class TransactionEnder:
         except AdminError:
             raise
         except Exception as e:  # noqa: BLE001 - kafka-python connection errors: ask again
+            if node is not None:
+                # a coordinator that cannot be reached (killed, or gone from the metadata) is found again, as
+                # Kafka's clients mark the coordinator unknown on a disconnect: not asked again until the deadline
+                self._coordinators = {t: n for t, n in self._coordinators.items() if n != node}
             raise _Retry(str(e)) from e
 
     def coordinator(self, transactional_id: str) -> int:
