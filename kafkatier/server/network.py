@@ -1201,9 +1201,9 @@ class SocketServer:
                 or isinstance(conn.sock, ssl.SSLSocket):
             return False
         conn.slots.popleft()
-        gathered = type(data) is list
-        if gathered and any(type(b) is FileRecords for b in data):
-            # record data as ranges of segment files: gather-writes of the pieces before each, sendfile of it
+        if type(data) is list:
+            # an answer's pieces: gather-writes, and sendfile of the record data that are ranges of segment files
+            # (the same writes as the I/O thread's, ``_send_some``)
             conn.out.extend(map(_view, data))
             try:
                 while conn.out:
@@ -1215,16 +1215,12 @@ class SocketServer:
                 return False
         else:
             try:
-                n = conn.sock.sendmsg(data) if gathered else conn.sock.send(data)
+                n = conn.sock.send(data)
             except WOULD_BLOCK:
                 n = 0
             except OSError:
                 n = 0   # the I/O thread meets the error on its own write and closes the connection
-            if gathered:
-                conn.out.extend(map(memoryview, data))
-                if not _consume_sent(conn.out, n):
-                    return False
-            elif n < len(data):
+            if n < len(data):
                 conn.out.append(memoryview(data)[n:])
                 return False
         if conn.slots and conn.slots[0].done:

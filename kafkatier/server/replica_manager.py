@@ -752,8 +752,10 @@ class ReplicaManager:
             records = info.records or b""
             aborted: tuple = ()
             if records:
-                upper = info.last_offset + 1 if type(records) is FileRecords else fp.fetch_offset
-                if type(records) is not FileRecords:
+                if type(records) is FileRecords:
+                    upper = info.last_offset + 1     # found from the batch headers by the read
+                else:
+                    upper = fp.fetch_offset
                     for _, h in iter_batches(records):
                         upper = h.last_offset + 1
                 aborted = tuple((t.producer_id, t.first_offset)

@@ -100,11 +100,17 @@ def _writable(directory: str) -> bool:
     except OSError:
         return False
     os.close(fd)
-    try:
-        os.remove(probe)
-    except OSError:
-        pass
+    _remove(probe)
     return True
+
+
+def _remove(*paths: str) -> None:
+    """Remove each of ``paths`` that can be removed (gone already, or not ours to remove: left)."""
+    for p in paths:
+        try:
+            os.remove(p)
+        except OSError:
+            pass
 
 
 @attrs.frozen
@@ -160,7 +166,7 @@ class ClassArchive:
             if problem is None:
                 return ArchivePlan(f"-XX:SharedArchiveFile={self.path} -Xshare:auto {QUIET}", archive=self.path)
             note = f"class archive {self.path} {problem}: removed"
-            self._remove(self.path, self.stamp_path)
+            _remove(self.path, self.stamp_path)
         if live:
             return ArchivePlan("", note=_joined(note, "another command is recording the class archive: "
                                                       "running without it"), warning=warning)
@@ -184,14 +190,6 @@ class ClassArchive:
         except OSError as e:
             return f"unreadable ({e})", True
         return "damaged (truncated or changed since it was recorded)", True
-
-    @staticmethod
-    def _remove(*paths: str) -> None:
-        for p in paths:
-            try:
-                os.remove(p)
-            except OSError:
-                pass
 
     def _settle_parts(self, recordings: list[str]) -> bool:
         """Rename a complete ``.part`` of this key to the archive (removing other keys' archives), remove
@@ -218,13 +216,8 @@ class ClassArchive:
         return live
 
     def _remove_other_archives(self) -> None:
-        for other in glob.glob(os.path.join(self.directory, "*.jsa")) + glob.glob(os.path.join(self.directory,
-                                                                                               "*.ok")):
-            if other not in (self.path, self.stamp_path):
-                try:
-                    os.remove(other)
-                except OSError:
-                    pass
+        others = glob.glob(os.path.join(self.directory, "*.jsa")) + glob.glob(os.path.join(self.directory, "*.ok"))
+        _remove(*(o for o in others if o not in (self.path, self.stamp_path)))
 
 
 def _joined(*notes: str | None) -> str:
