@@ -601,6 +601,12 @@ class SocketServer:
         for conn in due:
             if not conn.closed:
                 self._update_interest(conn)
+                with conn.lock:   # requests read before the mute were held back (``_drain``): handle them now
+                    start = bool(conn.frames) and not conn.dispatching and not conn.closing
+                    conn.dispatching = conn.dispatching or start
+                if start:
+                    assert self._pool is not None
+                    self._pool.submit(self._drain, conn)
 
     def _fail(self, conn: _Connection, error: BaseException) -> None:
         with self._metrics_lock:
@@ -842,7 +848,7 @@ class SocketServer:
                 self._release(len(frame))
                 return
             conn.slots.append(slot)
-            inline = not conn.dispatching and RAW_SASL_HANDLER not in conn.context.session and \
+            inline = not conn.dispatching and not conn.muted_until and RAW_SASL_HANDLER not in conn.context.session and \
                 _MIN_FRAME <= len(frame) <= self._inline_max_bytes and ((frame[0] << 8) | frame[1]) in _INLINE_APIS
             if not inline:
                 conn.frames.append((frame, slot))
@@ -910,13 +916,16 @@ class SocketServer:
         if conn.closed or conn.handshake_events:
             return
         events = 0
-        if not conn.closing and not conn.awaiting_memory and self._below_in_flight_limit(conn):
-            if conn.muted_until and conn.muted_until > time.monotonic():
+        muted = False
+        if conn.muted_until:
+            if conn.muted_until > time.monotonic():
+                muted = True
                 if conn not in self._throttled:
-                    self._throttled.append(conn)   # read on once the throttle time is over (``_unmute_due``)
+                    self._throttled.append(conn)   # read and handle on once the throttle is over (``_unmute_due``)
             else:
                 conn.muted_until = 0.0
-                events |= selectors.EVENT_READ
+        if not muted and not conn.closing and not conn.awaiting_memory and self._below_in_flight_limit(conn):
+            events |= selectors.EVENT_READ
         if conn.out:
             events |= selectors.EVENT_WRITE
         if events == conn.events:
@@ -989,6 +998,12 @@ class SocketServer:
                     self._release(sum(len(frame) for frame, _ in conn.frames))
                     conn.frames.clear()
                     conn.queued_bytes = 0
+                    conn.dispatching = False
+                    return
+                if conn.muted_until and conn.muted_until > time.monotonic():
+                    # A client quota's throttle: Kafka reads nothing from a muted channel, so the requests read
+                    # ahead of the mute wait for its end (``_unmute_due`` drains them); else a pipelining client
+                    # would pass its quota by its read-ahead.
                     conn.dispatching = False
                     return
                 frame, slot = conn.frames.popleft()

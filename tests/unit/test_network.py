@@ -19,7 +19,7 @@ from kafkatier.common.file_records import FileRecords
 from kafkatier.protocol import codec
 from kafkatier.protocol.control_requests import ControlledShutdownRequest, StopReplicaRequest
 from kafkatier.server.api_versions import SUPPORTED, ApiVersionsTable
-from kafkatier.server.network import MemoryPool, SocketServer
+from kafkatier.server.network import MemoryPool, MuteAfterResponse, SocketServer
 from kafkatier.waiting import wait_for
 
 DEADLINE = 10.0  # seconds; every wait below is bounded by it
@@ -661,3 +661,35 @@ def test_file_records_cut_short_by_a_truncated_file_close_the_connection(broker,
             got += chunk
     assert len(got) < 4 + 5 + 4 + (1 << 20)   # the frame was cut, then the connection closed
     assert got[4:8] == struct.pack(">i", 7)
+
+
+class _MutingBroker(StubBroker):
+    """Answers correlation id 1 with a client quota's throttle (its channel muted for MUTE_MS after the answer)."""
+    MUTE_MS = 1000
+
+    def __init__(self):
+        super().__init__()
+        self.handled_at: dict[int, float] = {}
+
+    def handle(self, header, request, context):
+        self.handled_at[header.correlation_id] = time.monotonic()
+        answer = super().handle(header, request, context)
+        return MuteAfterResponse(answer, self.MUTE_MS) if header.correlation_id == 1 else answer
+
+
+def test_requests_read_ahead_of_a_throttle_wait_for_its_end():
+    """Kafka reads nothing from a channel muted for a quota's throttle; requests this server already read ahead of
+    the mute wait for its end too, or a pipelining client passes its quota by its read-ahead."""
+    stub = _MutingBroker()
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2, max_in_flight_per_connection=8).start()
+    stub.port = server.port
+    try:
+        with _connect(server.port) as s:
+            s.sendall(b"".join(_frame(MetadataRequest[12](topics=[]), cid, 12) for cid in (1, 2, 3)))
+            _recv_frame(s)
+            answered = time.monotonic()
+            rest = [_recv_frame(s) for _ in range(2)]
+        assert [struct.unpack(">i", r[:4])[0] for r in rest] == [2, 3]
+        assert stub.handled_at[2] - answered >= 0.8 * _MutingBroker.MUTE_MS / 1000
+    finally:
+        server.shutdown()
