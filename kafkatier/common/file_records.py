@@ -18,13 +18,15 @@ class _OpenFile:
     __slots__ = ("fd",)
 
     def __init__(self, fd: int):
+        self.fd = -1   # a failed ``dup`` (EMFILE) leaves nothing to close
         self.fd = os.dup(fd)
 
     def __del__(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
 
 
 class FileRecords:
