@@ -120,6 +120,11 @@ class MetadataCache:
                 return sorted(self.brokers.values(), key=lambda b: b.id)
             return sorted((ls[listener] for ls in self.listeners.values() if listener in ls), key=lambda b: b.id)
 
+    def has_alive_broker(self, broker_id: int) -> bool:
+        """Kafka's ``hasAliveBroker``: whether the last UpdateMetadata listed ``broker_id`` as alive."""
+        with self._lock:
+            return broker_id in self.brokers
+
     def broker(self, broker_id: int, listener: str = "PLAINTEXT") -> BrokerEndpoint | None:
         with self._lock:
             if listener == "PLAINTEXT":

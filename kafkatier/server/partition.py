@@ -58,7 +58,8 @@ class Partition:
                  isr_writer: Callable[[list[IsrWrite]], dict[tuple[str, int], int | None]],
                  min_insync_replicas: Callable[[], int], replica_lag_time_max_ms: int = 30000,
                  on_high_watermark_change: Callable[["Partition"], None] | None = None,
-                 log_dir_failure: Callable[[str, str, BaseException], None] | None = None):
+                 log_dir_failure: Callable[[str, str, BaseException], None] | None = None,
+                 broker_alive: Callable[[int], bool] | None = None):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -68,6 +69,10 @@ class Partition:
         self._min_isr = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._log_dir_failure = log_dir_failure  # (dir, message, error): an I/O error takes the dir offline
+        # Kafka's ``isReplicaIsrEligible`` in ZooKeeper mode (``hasAliveBroker``): a follower joins the ISR only while
+        # the metadata cache lists its broker as alive, so a broker whose session expired (or a zombie still
+        # fetching after it) is not added back; None: every follower is eligible
+        self._broker_alive = broker_alive
         self.lock = threading.RLock()
         self.leader_id = -1
         self.leader_epoch = -1
@@ -234,7 +239,8 @@ class Partition:
             st.last_fetch_ms = now
             if (replica_id not in self.isr and replica_id in self.replicas and not self._isr_in_flight
                     and fetch_offset >= self.log.high_watermark
-                    and fetch_offset >= self.log.epoch_start_offset(self.leader_epoch)):
+                    and fetch_offset >= self.log.epoch_start_offset(self.leader_epoch)
+                    and (self._broker_alive is None or self._broker_alive(replica_id))):
                 return FollowerFetchUpdate(True, self._isr_write(
                     tuple(sorted(set(self.isr) | {replica_id}, key=self._replica_order))))
             return MOVED if moved else UNCHANGED

@@ -343,7 +343,9 @@ class ReplicaManager:
                 return Errors.KAFKA_STORAGE_ERROR
             cur = Partition(topic, key[1], self.broker_id, plog, self.isr_manager.write, self._min_isr(topic),
                             self.replica_lag_time_max_ms, on_high_watermark_change=self._complete_delayed,
-                            log_dir_failure=getattr(self.log_manager, "report_failure", None))
+                            log_dir_failure=getattr(self.log_manager, "report_failure", None),
+                            broker_alive=self.metadata_cache.has_alive_broker if self.metadata_cache is not None
+                            else None)
             cur.topic_id = topic_id
             self.partitions[key] = cur
         if ps.leader == self.broker_id:

@@ -64,3 +64,27 @@ def test_a_follower_that_fetched_and_stopped_is_removed(tmp_path, monkeypatch):
     p.update_follower_fetch_state(3, 1, 0, 1)  # 3 keeps up, 2 stopped fetching at offset 0
     p.maybe_shrink_isr()
     assert p.isr == (1, 3) and writes == [(1, 3)]
+
+
+def test_a_caught_up_follower_rejoins_the_isr_only_while_its_broker_is_alive(tmp_path, monkeypatch):
+    """Kafka's ``isReplicaIsrEligible`` in ZooKeeper mode: a follower that caught up is added back to the ISR only
+    while the leader's metadata cache lists its broker as alive (a fenced zombie still fetching is not)."""
+    monkeypatch.setattr(partition_module, "now_ms", lambda: Clock.now)
+    alive = {1, 2}
+    writes = []
+
+    def isr_writer(batch):
+        writes.extend(w.isr for w in batch)
+        return {w.tp: len(writes) for w in batch}
+    p = Partition("t", 0, 1, Log(str(tmp_path / "t-0"), LogConfig()), isr_writer, lambda: 1, LAG_MS,
+                  broker_alive=alive.__contains__)
+    p.make_leader(LeaderAndIsrPartitionState.from_json(7, {"leader": 1, "leader_epoch": 3, "isr": [1],
+                                                            "replicas": [1, 2, 3], "partition_epoch": 0}),
+                  controller_epoch=1)
+    p.update_follower_fetch_state(3, 0, 0, 0)
+    assert p.isr == (1,) and writes == []
+    p.update_follower_fetch_state(2, 0, 0, 0)
+    assert p.isr == (1, 2) and writes == [(1, 2)]
+    alive.add(3)
+    p.update_follower_fetch_state(3, 0, 0, 0)
+    assert p.isr == (1, 2, 3)
