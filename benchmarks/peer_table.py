@@ -94,13 +94,15 @@ def start_tansu(binary: str, log_path: str) -> tuple[subprocess.Popen, Broker]:
     log.close()
     bootstrap = f"127.0.0.1:{port}"
 
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
     def answers() -> bool:
-        if proc.poll() is not None:
+        if proc.poll() is not None:   # not waited out: a peer that exited says so at once
             raise RuntimeError(f"tansu exited with {proc.returncode} (log: {log_path})")
-        from confluent_kafka.admin import AdminClient
         AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
         return True
-    wait_for(answers, 30, interval=0.2, ignore=(Exception,), message="tansu answers")
+    wait_for(answers, 30, interval=0.2, ignore=(KafkaException,), message="tansu answers")
     return proc, Broker("Tansu", bootstrap, [proc.pid])
 
 
@@ -252,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--quick", action="store_true", help="16 MB rounds, one round, 3 s latency runs, no scripts")
     args = ap.parse_args(argv)
+    if sum((args.only_rf3, args.only_consume, args.only_latency)) > 1:
+        ap.error("--only-rf3, --only-consume and --only-latency exclude each other")
+    if args.repeats < 1 or args.mb < 1 or args.rate < 1 or not args.latency_seconds > 0:
+        ap.error("--repeats, --mb, --rate and --latency-seconds must be above 0")
     if args.quick:
         args.mb, args.repeats, args.latency_seconds, args.skip_scripts = 16, 1, 3.0, True
     records = args.mb * MB // 1024
