@@ -55,6 +55,7 @@ def _not_auth_failed(record: logging.LogRecord) -> bool:
 
 logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
 
+
 class _ConnectionHandler(ConnectionHandler):
     """kazoo's connection, with one difference: a server that answers a SASL login by closing the session
     (``SessionClosedRequireSaslError``: ZooKeeper 3.7+'s ``enforce.auth.schemes=sasl`` refusing a wrong password)

@@ -73,7 +73,7 @@ def metadata_propagated(cluster, topic: str, partitions: int) -> bool:
             resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
         finally:
             client.close()
-        seen = {p.partition_index: (p.leader_id, sorted(p.isr)) for t in resp.topics if t.error_code == 0
+        seen = {p.partition_index: (p.leader_id, sorted(p.isr_nodes)) for t in resp.topics if t.error_code == 0
                 for p in t.partitions if p.error_code == 0}
         if seen != want:
             return False
