@@ -307,8 +307,8 @@ class _Rec:
 def leader_isr(cluster, leader: int, topic: str) -> list[int] | None:
     """Partition 0's ISR in the leader's own Metadata answer.  The leader applies the controller's LeaderAndIsr
     before the UpdateMetadata sent after it (its control requests run in order), and widens its ISR itself before
-    the controller hears of it: once its answer names an ISR, its partition holds that ISR.  (Its status file is
-    no substitute: written every 5 s at best, it was seen 30 s stale on a loaded machine.)"""
+    the controller hears of it: once its answer names an ISR, its partition holds that ISR (sooner than its status
+    file, written every 5 s at best)."""
     client = BrokerClient("127.0.0.1", cluster.manager.broker(leader)["port"], "e2e-test", timeout_s=5.0)
     try:
         resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
