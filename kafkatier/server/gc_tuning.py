@@ -54,7 +54,9 @@ class BrokerGc:
         self._cpu_clock = cpu_clock
         self._freeze_after_cpu_ms = freeze_after_cpu_ms
         self._freezer = freezer
-        self._lock = threading.Lock()
+        # Reentrant: any allocation made holding it (describe() builds its answer) may start a collection in the
+        # same thread, whose end (on_gc) takes it again.
+        self._lock = threading.RLock()
         self._frozen_count: tuple[tuple[int, bool], int] | None = None   # describe()'s, at (freezes, paused)
         self._started: tuple[float, float] | None = None
         self._stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}

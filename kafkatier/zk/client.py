@@ -13,7 +13,6 @@ import collections
 import functools
 import logging
 import sys
-import threading
 import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -21,6 +20,7 @@ import attrs
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
                               SessionClosedRequireSaslError, UnimplementedError)
+from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
 from tenacity import wait_exponential, wait_random
@@ -55,19 +55,18 @@ def _not_auth_failed(record: logging.LogRecord) -> bool:
 
 logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
 
-_previous_excepthook = threading.excepthook
 
+class _ConnectionHandler(ConnectionHandler):
+    """kazoo's connection, with one difference: a server that answers a SASL login by closing the session
+    (``SessionClosedRequireSaslError``: ZooKeeper 3.7+'s ``enforce.auth.schemes=sasl`` refusing a wrong password)
+    is a refused login like any other -- kazoo's AUTH_FAILED, after which its connection thread stops connecting
+    and ends.  kazoo itself lets that error escape its connection loop, and the thread dies with a traceback."""
 
-def _quiet_sasl_refusal(args) -> None:
-    """kazoo's connection thread dies with ``SessionClosedRequireSaslError`` when a server enforcing SASL
-    (``enforce.auth.schemes=sasl``) closes a session that has no login: :func:`start_client` reports that as one
-    ``ZooKeeperAuthError`` line, so the thread's traceback is not printed too."""
-    if isinstance(args.exc_value, SessionClosedRequireSaslError):
-        return
-    _previous_excepthook(args)
-
-
-threading.excepthook = _quiet_sasl_refusal
+    def _authenticate_with_sasl(self, host, timeout):
+        try:
+            super()._authenticate_with_sasl(host, timeout)
+        except SessionClosedRequireSaslError as e:
+            raise AuthFailedError("the server closed the session: SASL login refused") from e
 
 
 class SecureKazooClient(KazooClient):
@@ -76,12 +75,15 @@ class SecureKazooClient(KazooClient):
 
     def __init__(self, *args: Any, secure_acls: bool = False, **kwargs: Any) -> None:
         self.auth_failed = False
-        # kazoo's connection loop dies on a server that closes a session for want of a SASL login (ZooKeeper 3.7+'s
-        # enforce.auth) and only logs it: the client's logger sees the error and flags it for ``start_client``
+        # kazoo only logs a refused login (AUTH_FAILED) in its connection thread: the client's logger sees the error
+        # and flags it for ``start_client``, which reports it as one line
         kwargs["logger"] = _AuthFailureLogger(kwargs.get("logger") or logging.getLogger("kazoo.client"), self)
         super().__init__(*args, **kwargs)
         self.secure_acls = secure_acls
         self.sasl_login = bool(kwargs.get("sasl_options"))
+        # KazooClient builds its connection in __init__ and has no parameter for its class: the same one, ours
+        self._connection = _ConnectionHandler(self, self._connection.retry_sleeper, logger=self.logger,
+                                              sasl_options=self._connection.sasl_options)
 
     def _session_callback(self, state):
         if state == KeeperState.AUTH_FAILED:

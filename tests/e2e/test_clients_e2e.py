@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import subprocess
 import time
@@ -20,7 +19,7 @@ from kafka.admin import NewTopic
 from kafka.errors import NotEnoughReplicasError
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from kafkatier.server.broker_client import BrokerClient
+from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -61,8 +60,28 @@ def wait_metadata_complete(cluster) -> None:
     wait_for(complete, CONVERGE_S, interval=0.1, ignore=(Exception,), message="every broker to know the cluster")
 
 
+def metadata_propagated(cluster, topic: str, partitions: int) -> bool:
+    """Every broker's Metadata answer names the leader and ISR ZooKeeper has for each partition of ``topic``
+    (Kafka's ``TestUtils.waitForAllPartitionsMetadata``).  The controller writes a partition's state before its
+    UpdateMetadata reaches the brokers: a client asking one in between is told LEADER_NOT_AVAILABLE."""
+    zk_states = {p: partition_state(cluster.zk, topic, p)[0] for p in range(partitions)}
+    want = {p: (st["leader"], sorted(st["isr"])) for p, st in zk_states.items()}
+    for b in cluster.broker_ids():
+        client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
+        try:
+            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
+        finally:
+            client.close()
+        seen = {p.partition_index: (p.leader_id, sorted(p.isr_nodes)) for t in resp.topics if t.error_code == 0
+                for p in t.partitions if p.error_code == 0}
+        if seen != want:
+            return False
+    return all(leader >= 0 for leader, _ in want.values())
+
+
 def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
-    """Create through the CreateTopics API and wait until every partition has a leader and a full ISR."""
+    """Create through the CreateTopics API and wait until every partition has a leader and a full ISR, and every
+    broker's metadata says so."""
     wait_metadata_complete(cluster)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
     try:
@@ -77,6 +96,8 @@ def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[st
                 return False
         return True
     wait_for(ready, CONVERGE_S, interval=0.1, ignore=(Exception,), message=f"{topic} online")
+    wait_for(lambda: metadata_propagated(cluster, topic, partitions), CONVERGE_S, interval=0.1, ignore=(Exception,),
+             message=f"every broker's metadata to name {topic}'s leaders")
 
 
 def kp_consumer(cluster, **extra) -> KafkaConsumer:
@@ -283,14 +304,18 @@ class _Rec:
 
 # ------------------------------------------------------------------------------ ISR below min.insync (A6)
 
-def leader_isr(cluster, broker_id: int, topic: str, partition: int = 0) -> list[int] | None:
-    """The ISR in the broker's own view of the partition (its status file)."""
+def leader_isr(cluster, leader: int, topic: str) -> list[int] | None:
+    """Partition 0's ISR in the leader's own Metadata answer.  The leader applies the controller's LeaderAndIsr
+    before the UpdateMetadata sent after it (its control requests run in order), and widens its ISR itself before
+    the controller hears of it: once its answer names an ISR, its partition holds that ISR (sooner than its status
+    file, written every 5 s at best)."""
+    client = BrokerClient("127.0.0.1", cluster.manager.broker(leader)["port"], "e2e-test", timeout_s=5.0)
     try:
-        with open(os.path.join(cluster.data_dir, "status", f"broker-{broker_id}.json")) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return next((p["isr"] for p in doc.get("partitions", []) if p["partition"] == f"{topic}-{partition}"), None)
+        resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
+    finally:
+        client.close()
+    return next((sorted(p.isr_nodes) for t in resp.topics for p in t.partitions
+                 if t.error_code == 0 and p.error_code == 0 and p.partition_index == 0 and p.leader_id == leader), None)
 
 
 def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory):
@@ -310,9 +335,9 @@ def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory
         wait_for(lambda: partition_state(cluster.zk, topic, 0)[0]["isr"] == [leader], CONVERGE_S, interval=0.1,
                  message="ISR to shrink to the leader alone")
         # The controller writes the shrunk ISR to ZooKeeper before its LeaderAndIsr reaches the leader, and the
-        # leader decides NOT_ENOUGH_REPLICAS from its own ISR: wait for that (its status file, every 5 s).
-        wait_for(lambda: leader_isr(cluster, leader, topic) == [leader], CONVERGE_S, interval=0.2,
-                 message="the leader's own ISR to shrink to itself")
+        # leader decides NOT_ENOUGH_REPLICAS from its own ISR: wait for that.
+        wait_for(lambda: leader_isr(cluster, leader, topic) == [leader], CONVERGE_S, interval=0.1,
+                 ignore=(BrokerConnectionError, OSError), message="the leader's own ISR to shrink to itself")
 
         futures = [producer.send(topic, value=f"lost-{i}".encode()) for i in range(10)]
         producer.flush(timeout=30)
@@ -320,10 +345,14 @@ def test_acks_all_fails_with_not_enough_replicas_when_isr_is_one(cluster_factory
         assert not any(f.succeeded() for f in futures)
         assert all(isinstance(e, NotEnoughReplicasError) and e.errno == 19 for e in errors), errors
 
-        # A replica back in the ISR makes acks=all succeed again; the refused records were never appended.
+        # A replica back in the ISR makes acks=all succeed again; the refused records were never appended.  The
+        # leader writes the larger ISR to ZooKeeper before it takes it as its own (as Kafka's leader applies an
+        # AlterPartition's ISR only once the controller answers): wait for its own view, as above.
         cluster.manager.start_broker(others[0])
         wait_for(lambda: len(partition_state(cluster.zk, topic, 0)[0]["isr"]) >= 2, CONVERGE_S, interval=0.1,
                  message="a second replica back in the ISR")
+        wait_for(lambda: len(leader_isr(cluster, leader, topic) or ()) >= 2, CONVERGE_S, interval=0.1,
+                 ignore=(BrokerConnectionError, OSError), message="the leader's own ISR to take the replica back")
         md = producer.send(topic, value=b"ok-again").get(timeout=30)
         assert md.offset == 5
     finally:

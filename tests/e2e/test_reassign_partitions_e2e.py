@@ -108,9 +108,12 @@ def read_all(cluster, topic: str, partitions: int) -> list[bytes]:
         end = c.end_offsets(tps)
         c.seek_to_beginning(*tps)
         out = []
-        while any(c.position(tp) < end[tp] for tp in tps):
+
+        def caught_up() -> bool:
             for recs in c.poll(timeout_ms=2000).values():
                 out.extend(r.value for r in recs)
+            return all(c.position(tp) >= end[tp] for tp in tps)
+        wait_for(caught_up, CONVERGE_S, interval=0, message=f"{topic} read to its end offsets {end}")
         return out
     finally:
         c.close()

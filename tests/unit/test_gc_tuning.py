@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import threading
 
 from kafkatier.server.gc_tuning import BrokerGc, freeze_startup_objects
 
@@ -123,3 +124,29 @@ def test_describe_counts_the_frozen_objects_again_only_after_a_freeze(monkeypatc
     assert [g.describe()["frozen_objects"] for _ in range(3)] == [100, 100, 100] and len(walks) == 1
     _collect(g, 2)   # a costly full collection: its survivors frozen
     assert [g.describe()["frozen_objects"] for _ in range(2)] == [200, 200] and len(walks) == 2
+
+
+def test_a_collection_that_ends_while_its_own_thread_describes_does_not_deadlock():
+    # describe() builds its answer under the stats lock, and any allocation there may start a collection in the
+    # same thread, whose end (on_gc) takes that lock again: a broker's main thread stopped for good in its
+    # status write (its status file went stale, it ignored SIGINT until killed).  A threshold of 1 makes the
+    # collection happen there.
+    g = BrokerGc(freeze=False).install()
+    threshold = gc.get_threshold()
+    done = threading.Event()
+
+    def describe() -> None:
+        gc.set_threshold(1)
+        try:
+            g.describe()
+        finally:
+            gc.set_threshold(*threshold)
+        done.set()
+    t = threading.Thread(target=describe, daemon=True)
+    try:
+        t.start()
+        assert done.wait(10), "describe() deadlocked on a collection it started"
+        assert g.describe()["gen0"]["collections"] >= 1
+    finally:
+        g.uninstall()
+        gc.set_threshold(*threshold)
