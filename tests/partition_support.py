@@ -1,6 +1,7 @@
 """Helpers of the e2e tests that follow one partition (partition 0 of a topic) through faults: its state znode,
 a wait on it and a topic created on chosen replicas (:class:`FollowedPartitions`, bound to a module's topic prefix
-and time bound), and a one-partition topic filled with records."""
+and time bound), a one-partition topic filled with records, and whether every broker's metadata agrees with
+ZooKeeper on a topic's leaders."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ import uuid
 import attrs
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from kafkatier.server.broker_client import BrokerClient
 from kafkatier.waiting import wait_for
 
 
@@ -58,3 +61,27 @@ def topic_with_records(bootstrap_servers: str, topic: str, values: list[bytes]) 
     for v in values:
         producer.produce(topic, v)
     assert producer.flush(30) == 0
+
+
+def metadata_everywhere(cluster, topic: str, partitions: int, *, with_isr: bool = True) -> dict | None:
+    """Partition -> (leader, sorted ISR) as ZooKeeper has them, once every broker's Metadata answer names the same
+    (with ``with_isr`` False, the leaders only); None before that or while a partition has no leader (Kafka's
+    ``TestUtils.waitForAllPartitionsMetadata``).  The controller writes a partition's state before its UpdateMetadata
+    reaches the brokers: a client asking one in between is told LEADER_NOT_AVAILABLE or NOT_LEADER_OR_FOLLOWER."""
+    def view(leader: int, isr) -> tuple:
+        return (leader, sorted(isr) if with_isr else None)
+    want = {}
+    for p in range(partitions):
+        st = json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+        want[p] = view(st["leader"], st["isr"])
+    for b in cluster.broker_ids():
+        client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
+        try:
+            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
+        finally:
+            client.close()
+        seen = {q.partition_index: view(q.leader_id, q.isr_nodes) for t in resp.topics if t.error_code == 0
+                for q in t.partitions if q.error_code == 0}
+        if seen != want:
+            return None
+    return want if all(leader >= 0 for leader, _ in want.values()) else None

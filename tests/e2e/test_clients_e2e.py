@@ -22,6 +22,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
 from kafkatier.waiting import wait_for
 
+import partition_support
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 log = logging.getLogger(__name__)
 
@@ -60,25 +62,6 @@ def wait_metadata_complete(cluster) -> None:
     wait_for(complete, CONVERGE_S, interval=0.1, ignore=(Exception,), message="every broker to know the cluster")
 
 
-def metadata_propagated(cluster, topic: str, partitions: int) -> bool:
-    """Every broker's Metadata answer names the leader and ISR ZooKeeper has for each partition of ``topic``
-    (Kafka's ``TestUtils.waitForAllPartitionsMetadata``).  The controller writes a partition's state before its
-    UpdateMetadata reaches the brokers: a client asking one in between is told LEADER_NOT_AVAILABLE."""
-    zk_states = {p: partition_state(cluster.zk, topic, p)[0] for p in range(partitions)}
-    want = {p: (st["leader"], sorted(st["isr"])) for p, st in zk_states.items()}
-    for b in cluster.broker_ids():
-        client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
-        try:
-            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
-        finally:
-            client.close()
-        seen = {p.partition_index: (p.leader_id, sorted(p.isr_nodes)) for t in resp.topics if t.error_code == 0
-                for p in t.partitions if p.error_code == 0}
-        if seen != want:
-            return False
-    return all(leader >= 0 for leader, _ in want.values())
-
-
 def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
     """Create through the CreateTopics API and wait until every partition has a leader and a full ISR, and every
     broker's metadata says so."""
@@ -96,7 +79,7 @@ def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[st
                 return False
         return True
     wait_for(ready, CONVERGE_S, interval=0.1, ignore=(Exception,), message=f"{topic} online")
-    wait_for(lambda: metadata_propagated(cluster, topic, partitions), CONVERGE_S, interval=0.1, ignore=(Exception,),
+    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions), CONVERGE_S, interval=0.1, ignore=(Exception,),
              message=f"every broker's metadata to name {topic}'s leaders")
 
 

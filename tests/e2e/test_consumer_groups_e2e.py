@@ -29,6 +29,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkatier.coordinator.group.records import partition_for
 from kafkatier.waiting import wait_for
 
+import partition_support
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +49,9 @@ def partition_state(zk, topic: str, partition: int) -> tuple[dict, object]:
 
 
 def create_topic(cluster, topic: str, partitions: int, rf: int) -> None:
-    """CreateTopics, then wait until every partition has a leader and a full ISR."""
+    """CreateTopics, then wait until every partition has a leader and a full ISR, and every broker's metadata says
+    so: a broker that has not yet applied the controller's UpdateMetadata answers UNKNOWN_TOPIC_OR_PARTITION (as
+    Kafka's does), and kcat's balanced consumer exits on it ("Subscribed topic not available")."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     wait_for(lambda: admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30) is None
              or True, 60, interval=0.5, ignore=(Exception,), message=f"create {topic}")
@@ -56,6 +60,8 @@ def create_topic(cluster, topic: str, partitions: int, rf: int) -> None:
         states = [partition_state(cluster.zk, topic, p)[0] for p in range(partitions)]
         return all(st["leader"] >= 0 and len(st["isr"]) == rf for st in states)
     wait_for(ready, 30, interval=0.1, ignore=(Exception,), message=f"{topic} online")
+    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions), 30, interval=0.1,
+             ignore=(Exception,), message=f"every broker's metadata to name {topic}'s leaders")
 
 
 def _node_missing() -> str | None:

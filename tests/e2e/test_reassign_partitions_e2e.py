@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kafkatier.admin.client import AdminClient
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.broker_client import BrokerConnectionError
 from kafkatier.waiting import wait_for
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
+
+import partition_support
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -76,29 +77,12 @@ def produce(cluster, topic: str, partitions: int, n: int, value_size: int = 1000
     return values
 
 
-def leaders_everywhere(cluster, topic: str, partitions: int) -> dict[int, int] | None:
-    """The partitions' leaders if every broker's Metadata answer names the leader ZooKeeper has (Kafka's
-    ``TestUtils.waitUntilMetadataIsPropagated``), else None."""
-    zk_leaders = {p: json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])["leader"]
-                  for p in range(partitions)}
-    for b in cluster.manager.state["brokers"]:
-        client = BrokerClient("127.0.0.1", b["port"], client_id="reassign-e2e", timeout_s=5.0)
-        try:
-            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
-        finally:
-            client.close()
-        seen = {p.partition_index: p.leader_id for t in resp.topics for p in t.partitions}
-        if seen != zk_leaders:
-            return None
-    return zk_leaders if all(leader >= 0 for leader in zk_leaders.values()) else None
-
-
 def read_all(cluster, topic: str, partitions: int) -> list[bytes]:
     # A reassignment that moved a leader is done in ZooKeeper before every broker's metadata says so.  A client
     # that learns the old leader keeps asking it: kafka-python 3.0's ListOffsets retries NOT_LEADER_OR_FOLLOWER
     # without refreshing its metadata (until metadata.max.age.ms, 5 min), and end_offsets() times out after
     # request.timeout.ms.  So read once every broker knows the leaders, and let a stale view age out quickly.
-    wait_for(lambda: leaders_everywhere(cluster, topic, partitions), CONVERGE_S, interval=0.2,
+    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions, with_isr=False), CONVERGE_S, interval=0.2,
              ignore=(OSError, BrokerConnectionError), message=f"every broker's metadata to name {topic}'s leaders")
     c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
                       auto_offset_reset="earliest", consumer_timeout_ms=5000, metadata_max_age_ms=1000)
