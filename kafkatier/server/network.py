@@ -848,7 +848,8 @@ class SocketServer:
                 self._release(len(frame))
                 return
             conn.slots.append(slot)
-            inline = not conn.dispatching and not conn.muted_until and RAW_SASL_HANDLER not in conn.context.session and \
+            inline = not conn.dispatching and not conn.muted_until and \
+                RAW_SASL_HANDLER not in conn.context.session and \
                 _MIN_FRAME <= len(frame) <= self._inline_max_bytes and ((frame[0] << 8) | frame[1]) in _INLINE_APIS
             if not inline:
                 conn.frames.append((frame, slot))

@@ -79,8 +79,8 @@ def create_topic(cluster, topic: str, partitions: int, rf: int, configs: dict[st
                 return False
         return True
     wait_for(ready, CONVERGE_S, interval=0.1, ignore=(Exception,), message=f"{topic} online")
-    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions), CONVERGE_S, interval=0.1, ignore=(Exception,),
-             message=f"every broker's metadata to name {topic}'s leaders")
+    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions), CONVERGE_S, interval=0.1,
+             ignore=(Exception,), message=f"every broker's metadata to name {topic}'s leaders")
 
 
 def kp_consumer(cluster, **extra) -> KafkaConsumer:

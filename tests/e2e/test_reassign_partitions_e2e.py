@@ -82,8 +82,9 @@ def read_all(cluster, topic: str, partitions: int) -> list[bytes]:
     # that learns the old leader keeps asking it: kafka-python 3.0's ListOffsets retries NOT_LEADER_OR_FOLLOWER
     # without refreshing its metadata (until metadata.max.age.ms, 5 min), and end_offsets() times out after
     # request.timeout.ms.  So read once every broker knows the leaders, and let a stale view age out quickly.
-    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions, with_isr=False), CONVERGE_S, interval=0.2,
-             ignore=(OSError, BrokerConnectionError), message=f"every broker's metadata to name {topic}'s leaders")
+    wait_for(lambda: partition_support.metadata_everywhere(cluster, topic, partitions, with_isr=False), CONVERGE_S,
+             interval=0.2, ignore=(OSError, BrokerConnectionError),
+             message=f"every broker's metadata to name {topic}'s leaders")
     c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
                       auto_offset_reset="earliest", consumer_timeout_ms=5000, metadata_max_age_ms=1000)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
