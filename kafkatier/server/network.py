@@ -601,12 +601,6 @@ class SocketServer:
         for conn in due:
             if not conn.closed:
                 self._update_interest(conn)
-                with conn.lock:   # requests read before the mute were held back (``_drain``): handle them now
-                    start = bool(conn.frames) and not conn.dispatching and not conn.closing
-                    conn.dispatching = conn.dispatching or start
-                if start:
-                    assert self._pool is not None
-                    self._pool.submit(self._drain, conn)
 
     def _fail(self, conn: _Connection, error: BaseException) -> None:
         with self._metrics_lock:
@@ -925,6 +919,7 @@ class SocketServer:
                     self._throttled.append(conn)   # read and handle on once the throttle is over (``_unmute_due``)
             else:
                 conn.muted_until = 0.0
+                self._handle_held(conn)
         if not muted and not conn.closing and not conn.awaiting_memory and self._below_in_flight_limit(conn):
             events |= selectors.EVENT_READ
         if conn.out:
@@ -942,6 +937,17 @@ class SocketServer:
         conn.events = events
         if resumed and (conn.rend > conn.rpos or isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
             self._pending_reads.append(conn)   # bytes already received (or decrypted) that select cannot see
+
+    def _handle_held(self, conn: _Connection) -> None:
+        """A throttle is over: the requests ``_drain`` held back while it lasted are handled now.  Here, where every
+        ended mute is seen (``_unmute_due``'s or one already over when the I/O thread first meets it), so none is
+        left waiting for the client's next request."""
+        with conn.lock:
+            start = bool(conn.frames) and not conn.dispatching and not conn.closing
+            conn.dispatching = conn.dispatching or start
+        if start:
+            assert self._pool is not None
+            self._pool.submit(self._drain, conn)
 
     def _below_in_flight_limit(self, conn: _Connection) -> bool:
         """Whether the connection may read another request; at the limit, ``conn.full`` is set under the lock the

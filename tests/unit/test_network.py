@@ -664,17 +664,19 @@ def test_file_records_cut_short_by_a_truncated_file_close_the_connection(broker,
 
 
 class _MutingBroker(StubBroker):
-    """Answers correlation id 1 with a client quota's throttle (its channel muted for MUTE_MS after the answer)."""
+    """Answers the ``muted`` correlation ids with a client quota's throttle (the channel muted for ``mute_ms`` after
+    the answer)."""
     MUTE_MS = 1000
 
-    def __init__(self):
+    def __init__(self, muted=frozenset({1}), mute_ms: int = MUTE_MS):
         super().__init__()
+        self.muted, self.mute_ms = muted, mute_ms
         self.handled_at: dict[int, float] = {}
 
     def handle(self, header, request, context):
         self.handled_at[header.correlation_id] = time.monotonic()
         answer = super().handle(header, request, context)
-        return MuteAfterResponse(answer, self.MUTE_MS) if header.correlation_id == 1 else answer
+        return MuteAfterResponse(answer, self.mute_ms) if header.correlation_id in self.muted else answer
 
 
 def test_requests_read_ahead_of_a_throttle_wait_for_its_end():
@@ -691,5 +693,20 @@ def test_requests_read_ahead_of_a_throttle_wait_for_its_end():
             rest = [_recv_frame(s) for _ in range(2)]
         assert [struct.unpack(">i", r[:4])[0] for r in rest] == [2, 3]
         assert stub.handled_at[2] - answered >= 0.8 * _MutingBroker.MUTE_MS / 1000
+    finally:
+        server.shutdown()
+
+
+def test_requests_held_behind_short_throttles_are_all_answered():
+    """Throttles of 1 ms, each over before or after the network thread first meets it: every request held back
+    behind one is handled once it ends, without waiting for the client's next request."""
+    stub = _MutingBroker(muted=frozenset(range(1, 41)), mute_ms=1)
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2, max_in_flight_per_connection=64).start()
+    stub.port = server.port
+    try:
+        with _connect(server.port) as s:
+            s.sendall(b"".join(_frame(MetadataRequest[12](topics=[]), cid, 12) for cid in range(1, 41)))
+            answers = [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(40)]
+        assert answers == list(range(1, 41))
     finally:
         server.shutdown()
