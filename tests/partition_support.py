@@ -63,6 +63,15 @@ def topic_with_records(bootstrap_servers: str, topic: str, values: list[bytes]) 
     assert producer.flush(30) == 0
 
 
+def broker_metadata(cluster, broker_id: int, topics: list[str], timeout_s: float = 5.0) -> MetadataResponse:
+    """Broker ``broker_id``'s own Metadata v1 answer for ``topics`` (``[]``: none), on a connection of its own."""
+    client = BrokerClient("127.0.0.1", cluster.manager.broker(broker_id)["port"], "e2e-test", timeout_s=timeout_s)
+    try:
+        return client.send(MetadataRequest[1](topics=topics), MetadataResponse, 1)
+    finally:
+        client.close()
+
+
 def metadata_everywhere(cluster, topic: str, partitions: int, *, with_isr: bool = True) -> dict | None:
     """Partition -> (leader, sorted ISR) as ZooKeeper has them, once every broker's Metadata answer names the same
     (with ``with_isr`` False, the leaders only); None before that or while a partition has no leader (Kafka's
@@ -75,11 +84,7 @@ def metadata_everywhere(cluster, topic: str, partitions: int, *, with_isr: bool 
         st = json.loads(cluster.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
         want[p] = view(st["leader"], st["isr"])
     for b in cluster.broker_ids():
-        client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
-        try:
-            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
-        finally:
-            client.close()
+        resp = broker_metadata(cluster, b, [topic])
         seen = {q.partition_index: view(q.leader_id, q.isr_nodes) for t in resp.topics if t.error_code == 0
                 for q in t.partitions if q.error_code == 0}
         if seen != want:

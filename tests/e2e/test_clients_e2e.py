@@ -17,9 +17,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import NotEnoughReplicasError
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.broker_client import BrokerConnectionError
 from kafkatier.waiting import wait_for
 
 import partition_support
@@ -51,11 +50,7 @@ def wait_metadata_complete(cluster) -> None:
 
     def complete() -> bool:
         for b in ids:
-            client = BrokerClient("127.0.0.1", cluster.manager.broker(b)["port"], "e2e-test", timeout_s=5.0)
-            try:
-                resp = client.send(MetadataRequest[1](topics=[]), MetadataResponse, 1)
-            finally:
-                client.close()
+            resp = partition_support.broker_metadata(cluster, b, [])
             if {x.node_id for x in resp.brokers} != ids or resp.controller_id not in ids:
                 return False
         return True
@@ -292,11 +287,7 @@ def leader_isr(cluster, leader: int, topic: str) -> list[int] | None:
     before the UpdateMetadata sent after it (its control requests run in order), and widens its ISR itself before
     the controller hears of it: once its answer names an ISR, its partition holds that ISR (sooner than its status
     file, written every 5 s at best)."""
-    client = BrokerClient("127.0.0.1", cluster.manager.broker(leader)["port"], "e2e-test", timeout_s=5.0)
-    try:
-        resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
-    finally:
-        client.close()
+    resp = partition_support.broker_metadata(cluster, leader, [topic])
     return next((sorted(p.isr_nodes) for t in resp.topics for p in t.partitions
                  if t.error_code == 0 and p.error_code == 0 and p.partition_index == 0 and p.leader_id == leader), None)
 

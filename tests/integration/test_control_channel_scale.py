@@ -17,12 +17,13 @@ import time
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from kafkatier.server.broker_client import BrokerClient, BrokerConnectionError
+from kafkatier.server.broker_client import BrokerConnectionError
 from kafkatier.waiting import wait_for
 from kafkatier.zk.kafka_zk_client import KafkaZkClient
 from kafkatier.zk.limits import MAX_ZNODE_BYTES
+
+import partition_support
 
 pytestmark = pytest.mark.integration
 
@@ -66,13 +67,10 @@ def _every_broker_sees_all_led(c, topic: str, partitions: int, alive: set[int]) 
     for b in c.manager.state["brokers"]:
         if b["id"] not in alive:
             continue
-        client = BrokerClient("127.0.0.1", b["port"], client_id="scale-test", timeout_s=60.0)
         try:
-            resp = client.send(MetadataRequest[1](topics=[topic]), MetadataResponse, 1)
+            resp = partition_support.broker_metadata(c, b["id"], [topic], timeout_s=60.0)
         except (BrokerConnectionError, OSError):
             return False
-        finally:
-            client.close()
         leaders = [p[2] for t in resp.topics for p in t[3]]
         if {br[0] for br in resp.brokers} != alive or len(leaders) != partitions or \
                 any(l not in alive for l in leaders):
