@@ -1,7 +1,7 @@
 """The data path against a peer broker and raw file operations, in one run (issue: the data path at native speed).
 
-Prints one table: every row is measured in the same run, kafkatier and its peer interleaved round by round, the
-median of ``--repeats`` rounds counts:
+Prints one table: every row is measured in the same run, kafkatier and its peer interleaved round by round (which
+of them goes first alternates from round to round), the median of ``--repeats`` rounds counts:
 
 * produce to one broker (RF 1), confluent-kafka, acks=all, 1 KiB values, linger.ms 5, 1 MiB and 16 KiB batches,
   kafkatier against **Tansu** 0.6 (``tansu broker --storage-engine memory://tansu/``, from PyPI's
@@ -9,8 +9,9 @@ median of ``--repeats`` rounds counts:
   started in a session of its own as kafkatier's brokers are (the kernel's autogroup scheduling makes a session
   one scheduling group: docs/benchmarks.md, "p99 at 2,000 msg/s: where the peer was scheduled");
 * consume back (the 1 MiB-batch topic) with confluent-kafka;
-* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile (the brokers in
-  alternating order, round by round);
+* under each produce and consume row, the client's CPU (this process, librdkafka's threads included) as a share
+  of the timed wall time: near 100 %, the client is the bottleneck, not the broker;
+* producer p50 / p99 at 2,000 msg/s (linger.ms 0, acks=all) and the broker's CPU meanwhile;
 * the broker's CPU seconds per 100 MB produced (from the 1 MiB produce runs);
 * RF 3 produce (3 brokers, min.insync.replicas 2, acks=all) at 1 MiB and 16 KiB batches against the raw
   build + write of the same batches (``produce_fetch.raw_append``);
@@ -109,12 +110,12 @@ def start_tansu(binary: str, log_path: str) -> tuple[subprocess.Popen, Broker]:
     return proc, Broker("Tansu", bootstrap, [proc.pid])
 
 
-def produce_round(b: Broker, topic: str, records: int, value: bytes, batch_bytes: int) -> tuple[float, float]:
-    """(MB/s, broker CPU seconds per 100 MB)."""
-    c0 = b.cpu()
-    elapsed = produce_confluent(b.bootstrap, topic, records, value, batch_bytes, 5)
+def produce_round(b: Broker, topic: str, records: int, value: bytes, batch_bytes: int) -> tuple[float, float, float]:
+    """(MB/s, broker CPU seconds per 100 MB, the client's CPU as % of the wall time)."""
+    c0, timing = b.cpu(), {}
+    elapsed = produce_confluent(b.bootstrap, topic, records, value, batch_bytes, 5, timing=timing)
     mb = records * len(value) / MB
-    return mb / elapsed, (b.cpu() - c0) * 100 / mb
+    return mb / elapsed, (b.cpu() - c0) * 100 / mb, timing["client_cpu"] / elapsed * 100
 
 
 def latency_round(b: Broker, topic: str, rate: int, seconds: float) -> tuple[float, float, float]:
@@ -184,24 +185,32 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
             create_topic(b.bootstrap, "latency", 1, 1)
         sizes = () if args.only_latency else (1024,) if args.only_consume else (1024, 16)
         for r in range(args.repeats):
+            # every row's rounds alternate which broker goes first: the one measured second meets what the
+            # first left behind (the kernel writing back the pages a kafkatier produce round dirtied, a loaded
+            # machine's busier moments), and both must meet it alike
+            order = brokers if r % 2 == 0 else brokers[::-1]
             for kb in sizes:
-                for b in brokers:
+                for b in order:
                     topic = f"rf1-{kb}" if r == 0 else f"rf1-{kb}-{r}"
                     if r:
                         create_topic(b.bootstrap, topic, 3, 1)
-                    rate, cpu = produce_round(b, topic, records, value, kb * 1024)
+                    rate, cpu, client = produce_round(b, topic, records, value, kb * 1024)
                     res[b.name].setdefault(f"p{kb}", []).append(rate)
+                    res[b.name].setdefault(f"client{kb}", []).append(client)
                     if kb == 1024:
                         res[b.name].setdefault("cpu100", []).append(cpu)
-                    print(f"  round {r + 1}: {b.name} produce {kb} KiB {rate:.1f} MB/s, {cpu:.1f} CPU s/100 MB",
-                          flush=True)
-            for b in brokers if not args.only_latency else ():
+                    print(f"  round {r + 1}: {b.name} produce {kb} KiB {rate:.1f} MB/s, {cpu:.1f} CPU s/100 MB, "
+                          f"client CPU {client:.0f}% of the time", flush=True)
+            for b in order if not args.only_latency else ():
+                timing: dict = {}
                 counted, el = fetch_confluent(b.bootstrap, "rf1-1024" if r == 0 else f"rf1-1024-{r}", 3,
-                                              records)
+                                              records, timing=timing)
                 res[b.name].setdefault("fetch", []).append(counted / 1024 / el if el else float("nan"))
-                print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s", flush=True)
-            # the latency rounds alternate which broker goes first (a loaded machine's quieter moments fall on both)
-            for b in (() if args.only_consume else brokers if r % 2 == 0 else brokers[::-1]):
+                res[b.name].setdefault("client_fetch", []).append(
+                    timing.get("client_cpu", float("nan")) / el * 100 if el else float("nan"))
+                print(f"  round {r + 1}: {b.name} consume {res[b.name]['fetch'][-1]:.1f} MB/s, client CPU "
+                      f"{res[b.name]['client_fetch'][-1]:.0f}% of the time", flush=True)
+            for b in (() if args.only_consume else order):
                 p50, p99, cpu = latency_round(b, "latency", args.rate, args.latency_seconds)
                 for k, v in (("p50", p50), ("p99", p99), ("cpu_rate", cpu)):
                     res[b.name].setdefault(k, []).append(v)
@@ -223,13 +232,22 @@ def rf1_rows(args, work: str, binary: str | None, records: int, value: bytes, ro
         if t is None:
             return "Tansu not installed", ""
         return f"Tansu {t[metric]:{fmt}}", f"{k[metric] / t[metric]:.2f}"
+    def client(metric: str) -> tuple[str, str, str, str]:
+        """The client's CPU (this process, every thread) as a share of the timed wall time: near 100 %, the
+        client is the bottleneck, and the row measures how far the peer falls behind it (docs/benchmarks.md)."""
+        return ("  client CPU meanwhile (% of the time)", f"{k[metric]:.0f}",
+                "" if t is None else f"{t[metric]:.0f}", "")
     if not args.only_latency:
         rows.append(("consume back, 1 MiB data (MB/s)", f"{k['fetch']:.1f}", *peer("fetch", ".1f")))
+        rows.append(client("client_fetch"))
     if args.only_consume:
         return
     if not args.only_latency:
-        rows.insert(-1, ("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")))
-        rows.insert(-1, ("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")))
+        at = len(rows) - 2
+        rows[at:at] = [("produce, 1 broker RF1, 1 MiB batches (MB/s)", f"{k['p1024']:.1f}", *peer("p1024", ".1f")),
+                       client("client1024"),
+                       ("same, 16 KiB batches (MB/s)", f"{k['p16']:.1f}", *peer("p16", ".1f")),
+                       client("client16")]
     rows.append((f"producer p50 at {args.rate} msg/s (ms)", f"{k['p50']:.2f}", *peer("p50", ".2f")))
     rows.append((f"producer p99 at {args.rate} msg/s (ms)", f"{k['p99']:.2f}", *peer("p99", ".2f")))
     rows.append((f"broker CPU at {args.rate} msg/s (% of a core)", f"{k['cpu_rate']:.0f}",
