@@ -152,7 +152,7 @@ class MuteAfterResponse:
     """A handler's answer meaning: send ``response``, then read nothing more from the connection for
     ``mute_ms`` (a client quota's throttle: Kafka 2.0+ mutes the channel, KIP-219).  ``response`` may be a Future
     (an answer that waits for followers): the connection then handles none of its later requests from now on, and
-    the ``mute_ms`` count from the moment the Future completes (see the module's "Throttles")."""
+    ``mute_ms`` counts from the moment the Future completes (see the module's "Throttles")."""
     response: Any
     mute_ms: int
 
