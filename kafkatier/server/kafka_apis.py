@@ -222,7 +222,12 @@ class KafkaApis:
         return self._throttled(result, throttle_ms) if throttle_ms > 0 else result
 
     def _throttled(self, result: Any, throttle_ms: int) -> Any:
-        """``result`` answered with ``throttle_time_ms`` set (when its message has the field) and the channel muted."""
+        """``result`` answered with ``throttle_time_ms`` set (when its message has the field) and the channel muted.
+        An answer still to come mutes the channel from now on (the throttle is charged now), and for the throttle
+        from its completion (server/network.py)."""
+        if isinstance(result, MuteAfterResponse):
+            throttle_ms = max(throttle_ms, result.mute_ms)
+            result = result.response
         if isinstance(result, Future):
             out: Future = Future()
 
@@ -232,12 +237,9 @@ class KafkaApis:
                 except BaseException as e:  # noqa: BLE001 - handed on to the network layer as the handler's failure
                     out.set_exception(e)
             result.add_done_callback(done)
-            return out
+            return MuteAfterResponse(out, throttle_ms)
         if result is None or isinstance(result, (CloseConnection, CloseAfterResponse, Authenticated)):
             return result
-        if isinstance(result, MuteAfterResponse):
-            throttle_ms = max(throttle_ms, result.mute_ms)
-            result = result.response
         if not isinstance(result, codec.EncodedResponse) and hasattr(result, "throttle_time_ms"):
             result.throttle_time_ms = max(throttle_ms, result.throttle_time_ms or 0)
         return MuteAfterResponse(result, throttle_ms)
@@ -402,10 +404,7 @@ class KafkaApis:
             throttle_ms = max(throttle_ms, self._request_throttle_ms(ctx))
 
         def respond(results: dict[TopicPartition, ProducePartitionResult]) -> None:
-            if throttle_ms > 0:   # answered at once, then the channel is muted (Kafka 2.0+)
-                reply.set(MuteAfterResponse(build_response(results), throttle_ms))
-            else:
-                reply.set(build_response(results))
+            reply.set(build_response(results))
 
         def build_response(results: dict[TopicPartition, ProducePartitionResult]):
             results = {**errors, **results}
@@ -437,6 +436,10 @@ class KafkaApis:
             self.rm.append_records(req.timeout_ms, acks, entries, respond)
         else:
             respond({})
+        if throttle_ms > 0:
+            # answered with the throttle, then the channel muted for it (Kafka 2.0+); an answer waiting for the
+            # followers mutes it from now on, so the requests read behind this one wait too (server/network.py)
+            return MuteAfterResponse(reply.result_or_future(), throttle_ms)
         return reply.result_or_future()
 
     def _append_verified(self, txn_id: str, timeout_ms: int, acks: int, entries: dict, respond) -> None:

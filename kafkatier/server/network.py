@@ -81,6 +81,15 @@ frame may overdraw it), connections that have read a size prefix stop reading un
 muting of Kafka's selector under memory pressure.  The pool must be at least ``socket.request.max.bytes`` (Kafka
 refuses a smaller one), so one frame of any allowed size can always be read.
 
+Throttles (a client quota's, KIP-219): a handler answers ``MuteAfterResponse(response, mute_ms)``; the answer is sent
+at once and the connection then reads nothing for ``mute_ms``.  Requests already read ahead are not handled while
+the mute lasts (``_drain`` holds them, ``_handle_held`` resumes them), as Kafka, which reads one request at a time,
+would not have read them.  When ``response`` is a Future (an acks=all Produce waiting for its followers) the mute
+starts at once, when the throttle is charged, and has no end yet (``muted_until`` is infinite): nothing behind it is
+handled or read while the answer is pending, as in Kafka, where the channel is muted from the request until its
+answer is sent; once the Future completes (or fails: its error answer) the mute ends ``mute_ms`` later.  A
+connection with no throttle does none of this work.
+
 Connection limits (Kafka's ``max.connections`` and ``max.connections.per.ip``): a connection over either limit is
 closed as soon as it is accepted, with a log line (Kafka stops accepting while at ``max.connections`` instead).
 """
@@ -90,6 +99,7 @@ import collections
 import errno
 import itertools
 import logging
+import math
 import queue
 import selectors
 import socket
@@ -140,7 +150,9 @@ class CloseAfterResponse:
 @attrs.frozen
 class MuteAfterResponse:
     """A handler's answer meaning: send ``response``, then read nothing more from the connection for
-    ``mute_ms`` (a client quota's throttle: Kafka 2.0+ mutes the channel, KIP-219)."""
+    ``mute_ms`` (a client quota's throttle: Kafka 2.0+ mutes the channel, KIP-219).  ``response`` may be a Future
+    (an answer that waits for followers): the connection then handles none of its later requests from now on, and
+    ``mute_ms`` counts from the moment the Future completes (see the module's "Throttles")."""
     response: Any
     mute_ms: int
 
@@ -239,7 +251,8 @@ class MemoryPool:
 class _Connection:
     __slots__ = ("sock", "context", "lock", "frames", "slots", "dispatching", "closing", "closed", "out",
                   "events", "rbuf", "rpos", "rend", "body", "body_read", "body_size", "close_when_flushed",
-                  "handshake_events", "awaiting_memory", "muted_until", "full", "queued_bytes")
+                  "handshake_events", "awaiting_memory", "muted_until", "mutes_pending", "mute_after_pending", "full",
+                  "queued_bytes")
 
     def __init__(self, sock: socket.socket, context: ConnectionContext):
         self.sock = sock
@@ -267,6 +280,11 @@ class _Connection:
         #: A size prefix was read (``body_size``) and the memory pool had nothing left: reading waits for memory.
         self.awaiting_memory = False
         self.muted_until = 0.0   # monotonic time until which a client quota's throttle keeps reads off
+        #: Throttled answers still pending (``MuteAfterResponse`` of a Future): ``muted_until`` is ``math.inf`` while
+        #: any is, and the latest end another answer asked for meanwhile waits in ``mute_after_pending`` (both
+        #: changed under ``lock``; see the module's "Throttles").
+        self.mutes_pending = 0
+        self.mute_after_pending = 0.0
         #: Reading is paused on the in-flight limit (set by the I/O thread under ``lock``): a completing thread that
         #: sends its answer itself wakes the I/O thread only once the queue is down to half the limit.
         self.full = False
@@ -913,13 +931,17 @@ class SocketServer:
         events = 0
         muted = False
         if conn.muted_until:
-            if conn.muted_until > time.monotonic():
+            now = time.monotonic()
+            if conn.muted_until <= now:
+                with conn.lock:   # a handler thread may be setting a pending mute (``_mute_pending``) right now
+                    if conn.muted_until <= now:
+                        conn.muted_until = 0.0
+                if not conn.muted_until:
+                    self._handle_held(conn)
+            if conn.muted_until:
                 muted = True
                 if conn not in self._throttled:
                     self._throttled.append(conn)   # read and handle on once the throttle is over (``_unmute_due``)
-            else:
-                conn.muted_until = 0.0
-                self._handle_held(conn)
         if not muted and not conn.closing and not conn.awaiting_memory and self._below_in_flight_limit(conn):
             events |= selectors.EVENT_READ
         if conn.out:
@@ -1115,8 +1137,14 @@ class SocketServer:
             return
         if isinstance(result, MuteAfterResponse):
             if result.mute_ms > 0:
-                conn.muted_until = max(conn.muted_until, time.monotonic() + result.mute_ms / 1000)
+                if hasattr(result.response, "add_done_callback"):
+                    self._mute_pending(conn, slot, header, request, result.response, result.mute_ms)
+                    return
+                self._mute(conn, time.monotonic() + result.mute_ms / 1000)
             result = result.response
+            if hasattr(result, "add_done_callback"):   # a Future with no throttle after all
+                result.add_done_callback(lambda fut: self._on_done(conn, slot, header, request, fut))
+                return
         if isinstance(result, CloseConnection):
             self._complete(conn, slot, close_after=True)  # the answers before it are flushed first
             return
@@ -1127,6 +1155,45 @@ class SocketServer:
             self._complete(conn, slot)
         else:
             self._finish(conn, slot, header, result)
+
+    def _mute(self, conn: _Connection, until: float) -> None:
+        """Mute the connection until ``until`` (monotonic), or later if it already is; while a throttled answer is
+        pending, from that answer's end on."""
+        with conn.lock:
+            if conn.mutes_pending:
+                conn.mute_after_pending = max(conn.mute_after_pending, until)
+            else:
+                conn.muted_until = max(conn.muted_until, until)
+
+    def _mute_pending(self, conn: _Connection, slot: _Slot, header: RequestHeader, request: ApiMessage,
+                      response: Any, mute_ms: int) -> None:
+        """A throttle charged on an answer still to come (``response`` is a Future): the connection handles none of
+        its later requests and reads nothing from now on (``muted_until`` is infinite: ``_drain``, ``_enqueue`` and
+        ``_update_interest`` hold them), and once the answer is there it is muted for ``mute_ms`` from then, as a
+        throttle on an answer given at once (Kafka mutes a channel from each request until its answer is sent,
+        then for the throttle).  A failed Future is answered with an error; the mute is the same."""
+        with conn.lock:
+            if not conn.mutes_pending:
+                conn.mute_after_pending = conn.muted_until   # a mute set meanwhile by an earlier answer is kept
+            conn.mutes_pending += 1
+            conn.muted_until = math.inf
+        self._ready.append(conn)   # the I/O thread stops reading it now (``_collect`` -> ``_update_interest``)
+        if threading.get_ident() != self._io_ident:
+            self._wakeup()
+
+        def done(fut: Any) -> None:
+            until = time.monotonic() + mute_ms / 1000
+            with conn.lock:
+                conn.mutes_pending -= 1
+                until = max(until, conn.mute_after_pending)
+                if conn.mutes_pending:
+                    conn.mute_after_pending = until
+                else:
+                    conn.muted_until, conn.mute_after_pending = until, 0.0
+            # the answer's completion wakes the I/O thread (the connection is muted, so ``_send_now`` leaves it to
+            # the I/O thread), which re-arms its timeout for the mute's end
+            self._on_done(conn, slot, header, request, fut)
+        response.add_done_callback(done)
 
     def _deliver_raw_sasl(self, conn: _Connection, slot: _Slot, result: RawSaslToken) -> None:
         if result.principal is not None:

@@ -61,11 +61,9 @@ def test_cli_unknown_quota_key_is_one_line_exit_2(quota_cluster, kafkatier_cli):
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "Invalid configuration key" in r.stderr
 
 
-def test_producer_is_throttled_to_its_byte_rate(quota_cluster, kafkatier_cli):
-    bs = quota_cluster.bootstrap_servers
-    topic = f"quota-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+def _produce_at_quota(bs: str, topic: str, total: int, acks: str, kafkatier_cli) -> tuple[float, int]:
+    """Produce ``total`` bytes to ``topic`` as a new client id with a ``producer_byte_rate`` of ``RATE``: (seconds
+    from the first send to the last acknowledgement, the largest throttle in the producer's statistics, ms)."""
     client_id = f"throttled-{uuid.uuid4().hex[:6]}"
     r = kafkatier_cli.run("configs", "--bootstrap-server", bs, "--entity-type", "clients", "--entity-name",
                           client_id, "--alter", "--add-config", f"producer_byte_rate={RATE}")
@@ -76,29 +74,65 @@ def test_producer_is_throttled_to_its_byte_rate(quota_cluster, kafkatier_cli):
         for b in json.loads(js).get("brokers", {}).values():
             if b.get("nodeid", -1) >= 0:
                 throttles.append(int(b.get("throttle", {}).get("max", 0)))
-    producer = Producer({"bootstrap.servers": bs, "client.id": client_id, "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": bs, "client.id": client_id, "linger.ms": 5, "acks": acks,
                          "statistics.interval.ms": 200, "stats_cb": stats, "batch.size": 256 * 1024})
     acked: list[tuple[float, int]] = []
+    failed: list = []
+
+    def delivered(error, message) -> None:
+        if error is not None:
+            failed.append(error)
+        acked.append((time.monotonic(), len(message)))
     payload = b"x" * 10_000
-    total = 20 * RATE
     start = time.monotonic()
     sent = 0
     while sent < total:
         try:
-            producer.produce(topic, payload, on_delivery=lambda e, m: acked.append((time.monotonic(), len(m))))
+            producer.produce(topic, payload, on_delivery=delivered)
             sent += len(payload)
         except BufferError:
             producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(120) == 0
+    assert not failed, failed[:3]
     wait_for(lambda: producer.poll(0.3) is not None and max(throttles, default=0) > 0, 10,
              message="a non-zero throttle in the producer's statistics")
-    elapsed = acked[-1][0] - start
-    print(f"elapsed={elapsed:.1f}s for 20 MB max_throttle={max(throttles)}ms")
+    return acked[-1][0] - start, max(throttles)
+
+
+def test_producer_is_throttled_to_its_byte_rate(quota_cluster, kafkatier_cli):
+    bs = quota_cluster.bootstrap_servers
+    topic = f"quota-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    elapsed, max_throttle = _produce_at_quota(bs, topic, 20 * RATE, "1", kafkatier_cli)
+    print(f"elapsed={elapsed:.1f}s for 20 MB max_throttle={max_throttle}ms")
     # 20 MB less the 2 s burst at 1 MB/s: 18 s (measured 17.9 s).  librdkafka pipelines its requests: the ones the
     # broker read ahead of a mute wait for its end, as in Kafka, which reads nothing from a muted channel (handled
     # at once, they passed the quota by the read-ahead: 13.9 s).
     assert 0.8 * 18 <= elapsed <= 1.1 * 18
+
+
+@pytest.fixture(scope="module")
+def replicated_quota_cluster(module_cluster_factory):
+    """Three brokers, for answers that wait for followers (acks=all on RF 3); the same 3-sample quota window."""
+    return module_cluster_factory(brokers=3, log_dirs=1, overrides={"quota.window.num": "3"})
+
+
+def test_producer_waiting_for_followers_is_throttled_to_its_byte_rate(replicated_quota_cluster, kafkatier_cli):
+    """acks=all on RF 3 (min ISR 2): the answer waits for the followers, and the channel is muted from the moment
+    the throttle is charged, so the requests librdkafka pipelined behind it wait too (muted only once the answer
+    was sent, they passed the quota meanwhile)."""
+    bs = replicated_quota_cluster.bootstrap_servers
+    topic = f"quota-rf3-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    elapsed, max_throttle = _produce_at_quota(bs, topic, 12 * RATE, "all", kafkatier_cli)
+    print(f"elapsed={elapsed:.1f}s for 12 MB acks=all RF 3 max_throttle={max_throttle}ms")
+    # 12 MB less the 2 s burst at 1 MB/s: 10 s, and about a follower round trip per throttle (each mute counts from the
+    # answer's send, then the next request waits for the followers): measured 10.5-10.8 s.  Before the mute started
+    # at the charge, the whole 12 MB were in the broker's read-ahead and acknowledged in 0.1 s.
+    assert 0.8 * 10 <= elapsed <= 1.2 * 10
 
 
 def _send(client, api_key: int, version: int, **fields):

@@ -80,19 +80,25 @@ def test_a_throttled_answer_carries_the_time_and_mutes_the_channel():
     assert _apis()._throttled(None, 300) is None
 
 
-def test_a_throttled_asynchronous_answer_is_throttled_when_it_completes():
+def test_a_throttled_asynchronous_answer_mutes_the_channel_at_once_and_carries_the_time():
+    """The throttle is charged when the handler returns: the network layer is told at once (a ``MuteAfterResponse``
+    of the pending answer), and the answer carries ``throttle_time_ms`` when it completes."""
     fut: Future = Future()
     out = _apis()._throttled(fut, 120)
-    assert isinstance(out, Future) and not out.done()
+    assert isinstance(out, MuteAfterResponse) and out.mute_ms == 120
+    assert isinstance(out.response, Future) and not out.response.done()
     resp = build(codec.response_class(ApiKeys.LIST_GROUPS), 4, {"throttle_time_ms": 0, "error_code": 0,
                                                                "groups": []})
     fut.set_result(resp)
-    assert out.result().mute_ms == 120 and out.result().response.throttle_time_ms == 120
+    assert out.response.result().mute_ms == 120 and out.response.result().response.throttle_time_ms == 120
     failed: Future = Future()
     out = _apis()._throttled(failed, 120)
     failed.set_exception(RuntimeError("boom"))
     with pytest.raises(RuntimeError):
-        out.result()
+        out.response.result()
+    # a pending answer already muted by its handler (a Produce's byte rate): the larger throttle
+    out = _apis()._throttled(MuteAfterResponse(Future(), 800), 300)
+    assert out.mute_ms == 800 and isinstance(out.response, Future)
 
 
 def test_a_consumer_reads_at_most_its_quota_window():

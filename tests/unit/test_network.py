@@ -710,3 +710,93 @@ def test_requests_held_behind_short_throttles_are_all_answered():
         assert answers == list(range(1, 41))
     finally:
         server.shutdown()
+
+
+def _produce_answer(throttle_ms: int = 0) -> ProduceResponse:
+    return ProduceResponse(version=9, responses=[], throttle_time_ms=throttle_ms)
+
+
+@pytest.fixture
+def muting_broker():
+    """A broker whose Produce answers the ``muted`` correlation ids throttled; ``deferred`` ones wait for the test."""
+    stub = _MutingBroker(muted=frozenset({1}), mute_ms=300)
+    stub.ranges[0] = (0, 9)
+    stub.ranges[60] = (0, 1)
+    stub.deferred.add(1)
+    server = SocketServer("127.0.0.1", 0, stub, num_handler_threads=2, max_in_flight_per_connection=8).start()
+    stub.port = server.port
+    yield stub, server
+    server.shutdown()
+
+
+def _muted_while_pending(server: SocketServer) -> None:
+    """The connection was muted while its throttled answer is pending (the network thread stopped reading it)."""
+    wait_for(lambda: len(server._throttled) == 1, DEADLINE,   # noqa: SLF001
+             message="the connection muted from the throttle's charge")
+
+
+def test_a_throttled_answer_still_pending_holds_the_requests_behind_it_until_its_mute_ends(muting_broker):
+    """An acks=all Produce over its quota: the throttle is charged when it is handled, its answer waits for the
+    followers.  The requests read behind it are not handled before that answer is sent and its mute is over (Kafka
+    mutes the channel from the request until its answer is sent, then for the throttle)."""
+    stub, server = muting_broker
+    mute_s = stub.mute_ms / 1000
+    with _connect(server.port) as s:
+        s.sendall(b"".join(_frame(_produce(b"r" * 100), cid, 9) for cid in (1, 2, 3)))
+        stub.wait_seen(1)
+        _muted_while_pending(server)
+        assert 2 not in stub.handled_at
+        completed = time.monotonic()
+        stub.pending[1].set_result(_produce_answer(stub.mute_ms))
+        answers = [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(3)]
+    assert answers == [1, 2, 3]
+    assert stub.handled_at[2] >= completed + 0.99 * mute_s   # the mute counts from the answer, not the charge
+    assert stub.handled_at[3] >= stub.handled_at[2]
+
+
+def test_a_throttled_answer_that_fails_is_answered_with_an_error_then_muted(muting_broker):
+    """The pending answer fails: its error answer is sent, then the mute holds the requests behind it as for any
+    throttled answer (it is not left muted for good, nor unmuted at once)."""
+    stub, server = muting_broker
+    mute_s = stub.mute_ms / 1000
+    describe = DescribeClusterRequest[1](include_cluster_authorized_operations=False)
+    with _connect(server.port) as s:
+        s.sendall(_frame(describe, 1, 1) + b"".join(_frame(MetadataRequest[12](topics=[]), cid, 12) for cid in (2, 3)))
+        stub.wait_seen(1)
+        _muted_while_pending(server)
+        assert 2 not in stub.handled_at
+        completed = time.monotonic()
+        stub.pending[1].set_exception(RuntimeError("the followers did not answer"))
+        first = _recv_frame(s)
+        rest = [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(2)]
+    assert struct.unpack(">i", first[:4])[0] == 1
+    assert DescribeClusterResponse.decode(first[5:], version=1).error_code == -1
+    assert rest == [2, 3]
+    assert stub.handled_at[2] >= completed + 0.99 * mute_s
+
+
+def test_a_connection_closed_while_its_throttled_answer_is_pending_leaves_nothing_behind(muting_broker):
+    """The client goes away while the throttled answer is pending: once it completes and the mute is over, the
+    connection is closed and no longer tracked as throttled."""
+    stub, server = muting_broker
+    with _connect(server.port) as s:
+        s.sendall(b"".join(_frame(_produce(b"r" * 100), cid, 9) for cid in (1, 2)))
+        stub.wait_seen(1)
+        _muted_while_pending(server)
+    stub.pending[1].set_result(_produce_answer(stub.mute_ms))
+    wait_for(lambda: not server._throttled and server.connection_metrics["active"] == 0, DEADLINE,  # noqa: SLF001
+             message="the closed connection forgotten")
+    _still_serves(server.port)
+
+
+def test_unthrottled_answers_still_pending_do_not_hold_the_requests_behind_them(broker):
+    """No throttle, no mute: requests pipelined behind an answer that waits are handled meanwhile."""
+    stub, server = broker
+    stub.deferred.add(1)
+    with _connect(server.port) as s:
+        s.sendall(b"".join(_frame(_produce(b"r" * 100), cid, 9) for cid in (1, 2, 3)))
+        stub.wait_seen(3)
+        assert not server._throttled   # noqa: SLF001
+        stub.pending[1].set_result(_produce_answer())
+        answers = [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(3)]
+    assert answers == [1, 2, 3]
