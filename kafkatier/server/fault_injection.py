@@ -51,7 +51,7 @@ from kafkatier.logsetup import get_logger, kv
 from kafkatier.protocol import codec
 from kafkatier.protocol.api_keys import ApiKeys
 from kafkatier.protocol.errors import Errors
-from kafkatier.server.network import CloseConnection, ConnectionContext
+from kafkatier.server.network import CloseConnection, ConnectionContext, MuteAfterResponse
 from kafkatier.zk import codecs
 
 log = get_logger("server.faults")
@@ -589,24 +589,16 @@ class FaultInjectingHandler:
         v = header.request_api_version
 
         def merge(response):
+            if response is None or isinstance(response, CloseConnection):
+                return response
             if isinstance(response, codec.EncodedResponse):  # a purpose-built codec's bytes: edit the object
                 response = response.decoded()
-            return None if response is None else _with_partition_errors(response, v, layout, errors, self._topic_id)
-        if hasattr(result, "add_done_callback"):
-            out: Future = Future()
+            return _with_partition_errors(response, v, layout, errors, self._topic_id)
+        return _then(result, merge)
 
-            def done(fut):
-                try:
-                    out.set_result(merge(fut.result()))
-                except Exception as e:  # noqa: BLE001
-                    out.set_exception(e)
-            result.add_done_callback(done)
-            return out
-        if isinstance(result, CloseConnection):
-            return result
-        return merge(result)
-
-    def _delay(self, result, due: float) -> Future:
+    def _delay(self, result, due: float) -> Future | MuteAfterResponse:
+        if isinstance(result, MuteAfterResponse):   # a client quota's throttle: the mute stays outside the delay
+            return MuteAfterResponse(self._delay(result.response, due), result.mute_ms)
         out: Future = Future()
 
         def release(value=None, error: BaseException | None = None):
@@ -626,6 +618,24 @@ class FaultInjectingHandler:
         else:
             release(result)
         return out
+
+
+def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to a handler's answer: at once, or when a pending one completes; a client quota's mute
+    (``MuteAfterResponse``, around an answer or a pending one) is kept around ``fn``'s result."""
+    if isinstance(result, MuteAfterResponse):
+        return MuteAfterResponse(_then(result.response, fn), result.mute_ms)
+    if hasattr(result, "add_done_callback"):
+        out: Future = Future()
+
+        def done(fut: Future) -> None:
+            try:
+                out.set_result(_then(fut.result(), fn))
+            except Exception as e:  # noqa: BLE001 - handed on as the handler's failure
+                out.set_exception(e)
+        result.add_done_callback(done)
+        return out
+    return fn(result)
 
 
 #: What Kafka answers for the offsets and timestamps of a partition it refused ("unknown").

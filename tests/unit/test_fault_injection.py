@@ -17,7 +17,7 @@ from kafkatier.scenario.spec import ScenarioSpecError, from_dict
 from kafkatier.server import fault_injection as fi
 from kafkatier.server.control_request_faults import apply_control_faults
 from kafkatier.server.faults_watcher import FaultsWatcher
-from kafkatier.server.network import CloseConnection
+from kafkatier.server.network import CloseConnection, MuteAfterResponse
 from kafkatier.zk import codecs
 from fakes import FakeZk
 
@@ -188,9 +188,10 @@ PRODUCE_CLS = codec.REGISTRY[0][0]
 
 
 class Apis:
-    def __init__(self, answer_later: bool = False):
+    def __init__(self, answer_later: bool = False, mute_ms: int = 0):
         self.seen = []
         self.answer_later = answer_later
+        self.mute_ms = mute_ms   # a client quota's throttle: the answer comes as KafkaApis gives it, with its mute
 
     def supported_versions(self):
         return {0: (3, 9)}
@@ -203,8 +204,8 @@ class Apis:
         if self.answer_later:
             f = Future()
             f.set_result(response)
-            return f
-        return response
+            response = f
+        return MuteAfterResponse(response, self.mute_ms) if self.mute_ms else response
 
     def error_response(self, header, request, code):
         return build(codec.response_class(0), header.request_api_version, {"responses": [
@@ -238,6 +239,18 @@ def test_partition_error_on_produce_is_not_appended_the_others_are(later):
     assert apis.seen == [[("t", 0)]]
     header, req = produce()
     assert answers(h.handle(header, req, None)) == [("t", 0, 0, 7), ("t", 1, 0, 7)]   # popped once
+
+
+@pytest.mark.parametrize("later", [False, True])
+def test_partition_error_and_latency_keep_a_throttles_mute_around_the_answer(later):
+    apis = Apis(answer_later=later, mute_ms=300)
+    h = fi.FaultInjectingHandler(apis, registry(fault(errors=(NLOF,), topic="t", partition=1, id="p"),
+                                                fault("latency", latency_ms=50, count=1, id="l")))
+    header, req = produce()
+    merged = h.handle(header, req, None)
+    assert isinstance(merged, MuteAfterResponse) and merged.mute_ms == 300
+    assert isinstance(merged.response, Future)   # delayed: the network layer mutes at once, then from the send
+    assert answers(merged.response) == [("t", 0, 0, 7), ("t", 1, NLOF, -1)]
 
 
 def test_partition_error_on_the_only_partition_answers_without_handling():
