@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
@@ -107,17 +108,32 @@ def session_password(session_id: int) -> bytes:
 
 
 def expire_session_id(connect_string: str, session_id: int, timeout: float = 30.0) -> None:
-    """Close session ``session_id`` as if it had expired: its ephemerals go, its owner sees SESSION_EXPIRED."""
+    """Close session ``session_id`` as if it had expired: its ephemerals go, its owner sees SESSION_EXPIRED.
+
+    A twin connection attaches to the session and closes it.  Attaching moves the session to the twin's
+    connection, so the owner's drops and it reconnects at once, taking the session back: if it does so before the
+    twin's close, the twin's connection is the one dropped and the close never reaches ZooKeeper (seen on an
+    ensemble, the controller's session surviving).  So the twin attaches again until ZooKeeper answers it with a
+    session of its own: only then is the old one gone."""
     hosts = connect_string.split("/", 1)[0]
-    twin = KazooClient(hosts=hosts, client_id=(session_id, session_password(session_id)), timeout=10.0)
-    twin.start(timeout=timeout)
-    try:
-        if twin.client_id[0] != session_id:
-            return   # already gone: ZooKeeper gave the twin a session of its own
-    finally:
-        twin.stop()   # closes the shared session
-        twin.close()
-    log.info("session expired %s", kv(session=hex(session_id)))
+    deadline = time.monotonic() + timeout
+    attached = 0
+
+    def gone() -> bool:
+        nonlocal attached
+        twin = KazooClient(hosts=hosts, client_id=(session_id, session_password(session_id)), timeout=10.0)
+        twin.start(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            if twin.client_id[0] != session_id:
+                return True   # gone: ZooKeeper gave the twin a session of its own
+            attached += 1
+            return False
+        finally:
+            twin.stop()   # closes the shared session, unless its owner took it back first
+            twin.close()
+    wait_for(gone, timeout, interval=0.05, message=f"session {hex(session_id)} to close")
+    if attached:
+        log.info("session expired %s", kv(session=hex(session_id), attempts=attached))
 
 
 def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
