@@ -130,9 +130,11 @@ def test_producer_waiting_for_followers_is_throttled_to_its_byte_rate(replicated
     elapsed, max_throttle = _produce_at_quota(bs, topic, 12 * RATE, "all", kafkatier_cli)
     print(f"elapsed={elapsed:.1f}s for 12 MB acks=all RF 3 max_throttle={max_throttle}ms")
     # 12 MB less the 2 s burst at 1 MB/s: 10 s, and about a follower round trip per throttle (each mute counts from the
-    # answer's send, then the next request waits for the followers): measured 10.5-10.8 s.  Before the mute started
-    # at the charge, the whole 12 MB were in the broker's read-ahead and acknowledged in 0.1 s.
-    assert 0.8 * 10 <= elapsed <= 1.2 * 10
+    # answer's send, then the next request waits for the followers): measured 10.5-10.8 s on a quiet machine.  The
+    # upper bound leaves ~100 ms per round trip for the ~50 throttled requests of a loaded machine; the lower one is
+    # the quota.  Before the mute started at the charge, the whole 12 MB were in the broker's read-ahead and
+    # acknowledged in 0.1 s.
+    assert 0.8 * 10 <= elapsed <= 1.5 * 10
 
 
 def _send(client, api_key: int, version: int, **fields):
