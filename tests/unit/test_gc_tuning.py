@@ -82,10 +82,11 @@ def test_start_up_pauses_the_collector_until_the_logs_are_loaded_then_freezes_on
         g.pause_for_startup()
         assert not gc.isenabled()
         g.startup_loaded()
-        assert gc.isenabled() and gc.get_freeze_count() > 0
-        frozen = gc.get_freeze_count()
-        g.startup_loaded()   # the start-up's own call was the one: nothing more
-        assert gc.get_freeze_count() == frozen
+        assert gc.isenabled() and gc.get_freeze_count() > 0 and g.describe()["freezes"] == 1
+        # the start-up's own call was the one: nothing more (counted by the broker's own count of freezes: the
+        # permanent generation's size is no measure, it shrinks whenever a frozen object is freed, as CI saw)
+        g.startup_loaded()
+        assert g.describe()["freezes"] == 1
     finally:
         gc.enable()
         gc.unfreeze()
