@@ -522,10 +522,11 @@ class SocketServer:
 
     @property
     def connection_metrics(self) -> dict[str, int]:
-        """``active``, ``accepted``, ``closed``, ``malformed`` (connections closed for a bad frame) and
-        ``failed_authentication`` (TLS handshakes that failed: Kafka's ``failed-authentication-total``)."""
+        """``active``, ``accepted``, ``closed``, ``malformed`` (connections closed for a bad frame),
+        ``failed_authentication`` (TLS handshakes that failed: Kafka's ``failed-authentication-total``) and
+        ``throttled`` (connections muted by a client quota's throttle now, a pending one's included)."""
         with self._metrics_lock:
-            return dict(self._conn_metrics, active=len(self._conns))
+            return dict(self._conn_metrics, active=len(self._conns), throttled=len(self._throttled))
 
     def _count(self, api_key: int, requests: int = 0, errors: int = 0, bytes_in: int = 0,
                bytes_out: int = 0) -> None:

@@ -731,7 +731,7 @@ def muting_broker():
 
 def _muted_while_pending(server: SocketServer) -> None:
     """The connection was muted while its throttled answer is pending (the network thread stopped reading it)."""
-    wait_for(lambda: len(server._throttled) == 1, DEADLINE,   # noqa: SLF001
+    wait_for(lambda: server.connection_metrics["throttled"] == 1, DEADLINE,
              message="the connection muted from the throttle's charge")
 
 
@@ -784,8 +784,8 @@ def test_a_connection_closed_while_its_throttled_answer_is_pending_leaves_nothin
         stub.wait_seen(1)
         _muted_while_pending(server)
     stub.pending[1].set_result(_produce_answer(stub.mute_ms))
-    wait_for(lambda: not server._throttled and server.connection_metrics["active"] == 0, DEADLINE,  # noqa: SLF001
-             message="the closed connection forgotten")
+    wait_for(lambda: server.connection_metrics["throttled"] == 0 and server.connection_metrics["active"] == 0,
+             DEADLINE, message="the closed connection forgotten")
     _still_serves(server.port)
 
 
@@ -796,7 +796,7 @@ def test_unthrottled_answers_still_pending_do_not_hold_the_requests_behind_them(
     with _connect(server.port) as s:
         s.sendall(b"".join(_frame(_produce(b"r" * 100), cid, 9) for cid in (1, 2, 3)))
         stub.wait_seen(3)
-        assert not server._throttled   # noqa: SLF001
+        assert server.connection_metrics["throttled"] == 0
         stub.pending[1].set_result(_produce_answer())
         answers = [struct.unpack(">i", _recv_frame(s)[:4])[0] for _ in range(3)]
     assert answers == [1, 2, 3]
