@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import attrs
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (AuthFailedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
-                              SessionClosedRequireSaslError, UnimplementedError)
+from kazoo.exceptions import (AuthFailedError, ConnectionDropped, ConnectionLoss, NodeExistsError, NoNodeError,
+                              OperationTimeoutError, SessionClosedRequireSaslError, UnimplementedError)
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.states import KeeperState
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, stop_never
@@ -57,10 +57,25 @@ logging.getLogger("kazoo.client").addFilter(_not_auth_failed)
 
 
 class _ConnectionHandler(ConnectionHandler):
-    """kazoo's connection, with one difference: a server that answers a SASL login by closing the session
-    (``SessionClosedRequireSaslError``: ZooKeeper 3.7+'s ``enforce.auth.schemes=sasl`` refusing a wrong password)
-    is a refused login like any other -- kazoo's AUTH_FAILED, after which its connection thread stops connecting
-    and ends.  kazoo itself lets that error escape its connection loop, and the thread dies with a traceback."""
+    """kazoo's connection, with two differences:
+
+    * a server that answers a SASL login by closing the session (``SessionClosedRequireSaslError``: ZooKeeper
+      3.7+'s ``enforce.auth.schemes=sasl`` refusing a wrong password) is a refused login like any other -- kazoo's
+      AUTH_FAILED, after which its connection thread stops connecting and ends.  kazoo itself lets that error
+      escape its connection loop, and the thread dies with a traceback;
+    * an answer out of order (its xid not the oldest pending request's) drops the connection, which then
+      reconnects, as ZooKeeper's Java client does ("Xid out of order": an IOException, a connection loss).  kazoo
+      raises a RuntimeError that ends its connection thread: the client never connects again, and a broker whose
+      session then expired never re-registered (seen on an ensemble while a second connection attached to the
+      broker's session)."""
+
+    def _read_response(self, header, buffer, offset):
+        try:
+            return super()._read_response(header, buffer, offset)
+        except RuntimeError as e:
+            if not (e.args and "xids do not match" in str(e.args[0])):
+                raise
+            raise ConnectionDropped("answer out of order: xid %r expected, %r received" % e.args[1:3]) from e
 
     def _authenticate_with_sasl(self, host, timeout):
         try:

@@ -145,3 +145,18 @@ def test_persistent_paths_are_checked_in_one_round_and_only_missing_ones_created
     zk = _Pipelined({"/a": []}, lost={"/a"})
     ensure_persistent_paths(zk, ["/a", "/b/c"])
     assert zk.created == ["/b/c"] and zk.async_calls == 2
+
+
+def test_an_answer_out_of_order_drops_the_connection_so_it_reconnects():
+    """kazoo ends its connection thread on an answer whose xid is not the oldest pending request's (the client
+    never connects again); ours drops the connection instead, as ZooKeeper's Java client does, and the request
+    gets the error."""
+    from kazoo.exceptions import ConnectionDropped
+    from kazoo.protocol.serialization import Exists, ReplyHeader
+    client = make_client("127.0.0.1:1")
+    request, answer = Exists("/a", None), client.handler.async_result()
+    client._pending.append((request, answer, 119))   # noqa: SLF001 - kazoo's queue of requests sent
+    with pytest.raises(ConnectionDropped, match="xid 119 expected, 120 received"):
+        client._connection._read_response(ReplyHeader(120, 0, 0), b"", 0)   # noqa: SLF001 - the class under test
+    with pytest.raises(RuntimeError):
+        answer.get(timeout=1)
